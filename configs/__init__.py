@@ -1,0 +1,1 @@
+"""Pass pipelines per opt level, tuning defaults and shipped tuning records (YAML)."""

@@ -1,0 +1,1 @@
+"""Target descriptors (YAML, validated by schema.json): the only place where a target's facts live."""

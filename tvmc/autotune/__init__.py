@@ -1,0 +1,1 @@
+"""Schedule selection: config spaces, fallback configs, tuning records."""

@@ -1,0 +1,107 @@
+"""The compile pipeline as one function of named stages: import -> passes -> kernels -> module.
+
+    graph   = frontend.onnx.from_onnx(model, input_shapes)
+    graph   = passes.optimize(graph, PassContext(...))        # ends with FuseOps, PlanMemory
+    json, params = graph.executor_json.build_executor_json(graph)
+    library = codegen.build.build_library(fused functions, target)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import tvmc
+from tvmc.target import Target
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything `tvmc compile` can set. Frozen and hashable.
+
+    opt_level:        0..3 (the pass pipelines per level are in configs/pipelines.yaml)
+    disabled_passes:  pass names to skip
+    pass_config:      tuple of (name, value) per-pass options
+    input_shapes:     tuple of (input name, shape tuple) fixing symbolic dimensions
+    dump_ir:          tuple of stage names to dump ('graph', 'tir', 'll', 'asm')
+    dump_dir:         folder where dumps go (next to the output file)
+    """
+
+    opt_level: int = 3
+    disabled_passes: frozenset = frozenset()
+    pass_config: tuple = ()
+    input_shapes: tuple = ()
+    dump_ir: tuple = ()
+    dump_dir: str | None = None
+
+
+@dataclass
+class CompiledModule:
+    """Result of compile_model, everything package.save_artifact writes.
+
+    library:    bytes of the shared library (mod.so) holding every kernel
+    graph_json: dict in TVM's graph-executor JSON schema (mod.json)
+    params:     {name: np.ndarray} constants after folding (mod.params, safetensors)
+    metadata:   dict (metadata.json): version, target, inputs/outputs, options, ABI version
+    timings_s:  {stage name: seconds} for the compile summary
+    """
+
+    library: bytes
+    graph_json: dict
+    params: dict
+    metadata: dict
+    timings_s: dict = field(default_factory=dict)
+
+
+def compile_model(model, target: Target, options: CompileOptions = CompileOptions()) -> CompiledModule:
+    """Compile an ONNX model (path or ModelProto) for `target`.
+
+    Raises the typed errors of tvmc.errors (ModelError/UnsupportedOpError from the frontend,
+    PassError, ScheduleError, CodegenError).
+    """
+    from tvmc.codegen.build import build_library
+    from tvmc.frontend.onnx import from_onnx
+    from tvmc.graph.executor_json import build_executor_json
+    from tvmc.graph.ir import Call, Function
+    from tvmc.passes import PassContext, optimize
+
+    timings = {}
+    t0 = time.perf_counter()
+    graph = from_onnx(model, dict(options.input_shapes))
+    timings["import"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
+                      config=dict(options.pass_config),
+                      dump_dir=options.dump_dir if "graph" in options.dump_ir else None)
+    graph = optimize(graph, ctx)
+    timings["passes"] = time.perf_counter() - t0
+
+    graph_json, params = build_executor_json(graph)
+    functions = {}
+    for e in graph.topo():
+        if isinstance(e, Call) and isinstance(e.op, Function):
+            functions.setdefault(e.op.name, e.op)
+
+    t0 = time.perf_counter()
+    library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir)
+    timings["codegen"] = time.perf_counter() - t0
+
+    metadata = {
+        "tvmc_version": tvmc.__version__,
+        "kernel_abi_version": tvmc.KERNEL_ABI_VERSION,
+        "target": target.to_dict(),
+        "target_hash": target.hash,
+        "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype} for v in graph.inputs],
+        "outputs": [{"name": n, "shape": list(o.shape), "dtype": o.dtype}
+                    for n, o in zip(graph.output_names, graph.outputs)],
+        "options": {"opt_level": options.opt_level, "disabled_passes": sorted(options.disabled_passes),
+                    "pass_config": dict(options.pass_config),
+                    "input_shapes": {k: list(v) for k, v in options.input_shapes}},
+        "num_kernels": len(functions),
+        "tuning_records": None,
+    }
+    params = {k: np.ascontiguousarray(v) for k, v in params.items()}
+    return CompiledModule(library, graph_json, params, metadata, timings)

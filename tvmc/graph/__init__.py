@@ -1,0 +1,1 @@
+"""Graph IR, printer, executor-JSON export and the test-only numpy interpreter."""

@@ -1,0 +1,270 @@
+"""Graph IR: a dataflow graph of operator calls over statically shaped tensors.
+
+Nodes are immutable. A graph is a DAG of `Expr`s:
+
+- `Var`      a graph input (or a parameter of a fused `Function`);
+- `Constant` a tensor known at compile time (a numpy array);
+- `Call`     `op(inputs, attrs) -> one tensor`, where `op` is an operator name from
+             `tvmc.ops.registry` (`nn.conv2d`, `add`, ...) or a fused primitive `Function`.
+
+Every expression has a `TensorType` (static shape, numpy dtype name). Passes never mutate
+a graph: they build a new one, typically with `rewrite` (a memoized post-order mutator,
+the analogue of TVM's ExprMutator).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Static tensor type: `shape` (tuple of ints, row-major) and `dtype` (numpy name, e.g. 'float32')."""
+
+    shape: tuple
+    dtype: str = "float32"
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes."""
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def __str__(self):
+        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+
+_ids = itertools.count()
+
+
+class Expr:
+    """Base of graph expressions. Hashing and equality are by identity."""
+
+    type: TensorType
+
+    def __init__(self):
+        self._uid = next(_ids)
+
+    @property
+    def shape(self):
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+
+class Var(Expr):
+    """A graph input or a fused function parameter."""
+
+    def __init__(self, name: str, type: TensorType):
+        super().__init__()
+        self.name = name
+        self.type = type
+
+    def __repr__(self):
+        return f"Var({self.name}: {self.type})"
+
+
+class Constant(Expr):
+    """A compile-time tensor. `value` is a numpy array that must not be modified."""
+
+    def __init__(self, value: np.ndarray, name: str = ""):
+        super().__init__()
+        value = np.asarray(value)
+        value.setflags(write=False)
+        self.value = value
+        self.name = name
+        self.type = TensorType(tuple(int(d) for d in value.shape), value.dtype.name)
+
+    def __repr__(self):
+        return f"Constant({self.name or '?'}: {self.type})"
+
+
+class Function:
+    """A fused primitive function: `params` (Vars) -> `body` (an Expr over them).
+
+    Created by FuseOps; `Call(Function, args)` invokes it. `name` becomes the kernel's
+    symbol name (e.g. `fused_nn_conv2d_add_nn_relu`).
+    """
+
+    def __init__(self, params: list, body: Expr, name: str):
+        self.params = tuple(params)
+        self.body = body
+        self.name = name
+
+    @property
+    def type(self) -> TensorType:
+        return self.body.type
+
+    def __repr__(self):
+        return f"Function({self.name})"
+
+
+class Call(Expr):
+    """`op(*inputs, **attrs)`: `op` is a registered operator name or a fused `Function`.
+
+    `attrs` holds only hashable python values (ints, floats, strings, tuples).
+    `name` is the source node's name (from ONNX), used in error messages.
+    Use `make_call` to build one with its type inferred.
+    """
+
+    def __init__(self, op, inputs: Iterable[Expr], attrs: dict, type: TensorType, name: str = ""):
+        super().__init__()
+        self.op = op
+        self.inputs = tuple(inputs)
+        self.attrs = dict(attrs)
+        self.type = type
+        self.name = name
+
+    @property
+    def op_name(self) -> str:
+        return self.op.name if isinstance(self.op, Function) else self.op
+
+    def __repr__(self):
+        return f"Call({self.op_name}, {self.type})"
+
+
+def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
+    """Build a `Call` of a registered operator, inferring its output type.
+
+    Raises tvmc.errors.ModelError (naming `name`) when the op rejects the input types.
+    """
+    from tvmc.ops.registry import get_op
+
+    attrs = dict(attrs or {})
+    opdef = get_op(op)
+    type_ = opdef.type_of([i.type for i in inputs], attrs, name)
+    return Call(op, inputs, attrs, type_, name)
+
+
+class Graph:
+    """A whole model: `inputs` (Vars, in order), `outputs` (Exprs) with `output_names`.
+
+    `meta` carries analysis results that later stages read (PlanMemory stores the storage
+    plan there); passes that rebuild the graph drop it unless they recompute it.
+    """
+
+    def __init__(self, inputs, outputs, output_names=None, meta=None):
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.output_names = tuple(output_names or [f"output_{i}" for i in range(len(self.outputs))])
+        self.meta = dict(meta or {})
+
+    def topo(self) -> list:
+        """All reachable expressions in a deterministic post-order (inputs before users)."""
+        return post_order(self.outputs)
+
+    def calls(self) -> list:
+        return [e for e in self.topo() if isinstance(e, Call)]
+
+    def __str__(self):
+        return print_graph(self)
+
+
+def post_order(roots) -> list:
+    """Post-order (operands first) of every Expr reachable from `roots`, each once."""
+    seen, order = set(), []
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            e, expanded = stack.pop()
+            if expanded:
+                order.append(e)
+                continue
+            if e in seen:
+                continue
+            seen.add(e)
+            stack.append((e, True))
+            if isinstance(e, Call):
+                for i in reversed(e.inputs):
+                    if i not in seen:
+                        stack.append((i, False))
+    return order
+
+
+def rewrite(graph: Graph, fn: Callable[[Expr, tuple], Expr | None]) -> Graph:
+    """Rebuild `graph` bottom-up. `fn(old_expr, new_inputs)` returns a replacement Expr or
+    None to keep the node (re-created only if its inputs changed). Inputs stay the same Vars.
+    """
+    memo: dict = {}
+    for e in graph.topo():
+        if isinstance(e, Call):
+            new_inputs = tuple(memo[i] for i in e.inputs)
+            out = fn(e, new_inputs)
+            if out is None:
+                if all(a is b for a, b in zip(new_inputs, e.inputs)):
+                    out = e
+                else:
+                    out = Call(e.op, new_inputs, e.attrs, e.type, e.name)
+        else:
+            out = fn(e, ())
+            if out is None:
+                out = e
+        memo[e] = out
+    return Graph(graph.inputs, [memo[o] for o in graph.outputs], graph.output_names)
+
+
+def users(graph: Graph) -> dict:
+    """Map Expr -> list of Calls that use it (graph outputs are not counted)."""
+    out = {e: [] for e in graph.topo()}
+    for e in graph.topo():
+        if isinstance(e, Call):
+            for i in e.inputs:
+                out[i].append(e)
+    return out
+
+
+def _fmt_attr(v):
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (tuple, list)):
+        return "[" + ",".join(_fmt_attr(x) for x in v) + "]"
+    return str(v)
+
+
+def print_graph(graph: Graph) -> str:
+    """Readable text form, one line per node, e.g. `%3 = nn.conv2d(%0, %w1) strides=[2,2] : float32[1,64,112,112]`."""
+    names: dict = {}
+    lines, funcs = [], {}
+
+    def ref(e):
+        return names[e]
+
+    for v in graph.inputs:
+        names[v] = f"%{v.name}"
+    lines.append("graph(" + ", ".join(f"{names[v]}: {v.type}" for v in graph.inputs) + ") {")
+    n = 0
+    for e in graph.topo():
+        if e in names:
+            continue
+        if isinstance(e, Constant):
+            names[e] = f"@{e.name or 'c' + str(e._uid)}"
+            lines.append(f"  {names[e]} = constant : {e.type}")
+            continue
+        if isinstance(e, Var):
+            names[e] = f"%{e.name}"
+            continue
+        names[e] = f"%{n}"
+        n += 1
+        if isinstance(e.op, Function):
+            funcs[e.op.name] = e.op
+        attrs = " ".join(f"{k}={_fmt_attr(v)}" for k, v in sorted(e.attrs.items()))
+        lines.append(f"  {names[e]} = {e.op_name}({', '.join(ref(i) for i in e.inputs)})"
+                     f"{' ' + attrs if attrs else ''} : {e.type}")
+    lines.append("  return " + ", ".join(f"{ref(o)} as {nm}" for o, nm in zip(graph.outputs, graph.output_names)))
+    lines.append("}")
+    for fname, f in funcs.items():
+        body = Graph(f.params, [f.body])
+        text = print_graph(body).splitlines()
+        lines.append(f"fn {fname}" + text[0][len("graph"):])
+        lines.extend(text[1:])
+    return "\n".join(lines) + "\n"

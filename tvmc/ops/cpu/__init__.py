@@ -1,0 +1,1 @@
+"""Target-family schedules for CPUs (x86, aarch64, wasm32)."""

@@ -1,0 +1,1 @@
+"""Loop IR: statements and expressions after lowering, plus simplification."""
