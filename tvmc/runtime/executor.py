@@ -1,0 +1,259 @@
+"""Runtime stage (CPU): run a loaded mod.tar by calling its kernels through ctypes in graph order.
+
+numpy only holds tensors here; every operator runs inside mod.so. See tvmc_kernels.h for the ABI.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from tvmc.errors import ArtifactError, InputError
+from tvmc.package import Artifact, graph_attr, load_artifact
+
+ALIGNMENT_BYTES = 64
+
+# Architecture component of an LLVM triple -> the values platform.machine() reports for it.
+_ARCH_ALIASES = {
+    "x86_64": {"x86_64", "amd64"},
+    "aarch64": {"aarch64", "arm64"},
+}
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+
+
+def host_cpu_flags() -> set | None:
+    """CPU feature flags of this host from /proc/cpuinfo ('flags' or 'Features'); None if unreadable."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        return None
+    return None
+
+
+def check_host(metadata: dict, origin: str = "artifact") -> None:
+    """Raise ArtifactError unless this host can run code for metadata["target"].
+
+    Checks the runtime kind (only 'cpu' runs here), the triple's architecture against
+    platform.machine(), and that every target host_features flag is in /proc/cpuinfo.
+    """
+    target = metadata.get("target") or {}
+    name = target.get("name", "?")
+    runtime = target.get("runtime", "cpu")
+    if runtime != "cpu":
+        raise ArtifactError(f"{origin}: target '{name}' needs the '{runtime}' runtime; "
+                            f"this tvmc runs 'cpu' artifacts only")
+    arch = str(target.get("triple", "")).split("-")[0]
+    machine = platform.machine().lower()
+    if arch and machine not in _ARCH_ALIASES.get(arch, {arch}):
+        raise ArtifactError(f"{origin}: compiled for {arch} (target '{name}'), this host is {machine}")
+    wanted = list(target.get("host_features") or [])
+    flags = host_cpu_flags()
+    if wanted and flags is not None:
+        missing = [f for f in wanted if f not in flags]
+        if missing:
+            raise ArtifactError(f"{origin}: this CPU lacks features {', '.join(missing)} required by "
+                                f"target '{name}'; recompile for this host (e.g. --target-option)")
+
+
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    """A uint8 array of `nbytes` bytes whose data starts on an ALIGNMENT_BYTES boundary."""
+    raw = np.empty(nbytes + ALIGNMENT_BYTES, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % ALIGNMENT_BYTES
+    return raw[offset:offset + nbytes]
+
+
+class GraphExecutor:
+    """Executes an Artifact (or a mod.tar path) on this CPU.
+
+    Storage: one 64-byte-aligned buffer per storage id (size from mod.json "storage_bytes",
+    else the largest entry mapped to it). Params are copied in once at construction.
+    Every `tvm_op` node becomes a ctypes call with precomputed pointer arguments
+    (inputs, then output). Raises ArtifactError when the host cannot run the target, a kernel
+    is missing from the library, or the storage plan is inconsistent.
+    """
+
+    def __init__(self, artifact: Artifact | str | os.PathLike):
+        if not isinstance(artifact, Artifact):
+            artifact = load_artifact(artifact)
+        self.artifact = artifact
+        origin = artifact.path
+        check_host(artifact.metadata, origin)
+        g = artifact.graph_json
+        try:
+            self._lib = ctypes.CDLL(artifact.library_path, mode=os.RTLD_LOCAL)
+        except OSError as e:
+            raise ArtifactError(f"{origin}: cannot load kernel library: {e}") from None
+
+        nodes, row_ptr = g["nodes"], g["node_row_ptr"]
+        shapes = graph_attr(g, "shape")
+        dtypes = [np.dtype(d) for d in graph_attr(g, "dltype")]
+        sids = [int(s) for s in graph_attr(g, "storage_id")]
+
+        sizes = {}
+        for eid, sid in enumerate(sids):
+            nbytes = int(np.prod(shapes[eid], dtype=np.int64)) * dtypes[eid].itemsize
+            sizes[sid] = max(sizes.get(sid, 0), nbytes)
+        planned = g.get("storage_bytes")
+        if planned is not None:
+            planned = {int(k): int(v) for k, v in planned.items()} if isinstance(planned, dict) \
+                else dict(enumerate(int(v) for v in planned))
+            for sid, need in sizes.items():
+                if planned.get(sid, 0) < need:
+                    raise ArtifactError(f"{origin}: storage {sid} has {planned.get(sid, 0)} bytes in "
+                                        f"storage_bytes, its largest tensor needs {need}")
+            sizes.update(planned)
+        self._storage = {sid: _aligned_empty(max(n, 1)) for sid, n in sorted(sizes.items())}
+
+        # One numpy view per entry, with its shape and dtype, over its storage buffer.
+        def view(eid):
+            n = int(np.prod(shapes[eid], dtype=np.int64)) * dtypes[eid].itemsize
+            return self._storage[sids[eid]][:n].view(dtypes[eid]).reshape(shapes[eid])
+
+        self._views = [view(e) for e in range(len(sids))]
+
+        params = artifact.params
+        input_names = [i["name"] for i in artifact.metadata.get("inputs", [])]
+        self._inputs = {}
+        fixed_sids = {}
+        for nid, node in enumerate(nodes):
+            if node.get("op") != "null":
+                continue
+            eid = row_ptr[nid]
+            if node["name"] in params:
+                np.copyto(self._views[eid], params[node["name"]].reshape(self._views[eid].shape))
+                fixed_sids[sids[eid]] = f"param '{node['name']}'"
+            else:
+                self._inputs[node["name"]] = eid
+                fixed_sids[sids[eid]] = f"input '{node['name']}'"
+        self.input_names = [n for n in input_names if n in self._inputs] + \
+            [n for n in self._inputs if n not in input_names]
+
+        self._calls = []
+        for nid, node in enumerate(nodes):
+            if node.get("op") != "tvm_op":
+                continue
+            attrs = node.get("attrs", {})
+            func = attrs.get("func_name")
+            if func == "__nop":
+                continue
+            num_outputs = int(attrs.get("num_outputs", 1))
+            outs = [row_ptr[nid] + k for k in range(num_outputs)]
+            for eid in outs:
+                if sids[eid] in fixed_sids:
+                    raise ArtifactError(f"{origin}: kernel '{func}' writes the storage of "
+                                        f"{fixed_sids[sids[eid]]} (bad storage plan)")
+            ins = [row_ptr[i[0]] + i[1] for i in node["inputs"]]
+            try:
+                fn = getattr(self._lib, func)
+            except AttributeError:
+                raise ArtifactError(f"{origin}: kernel '{func}' (node '{node['name']}') "
+                                    f"is missing from the library") from None
+            args = tuple(ctypes.c_void_p(self._views[e].ctypes.data) for e in ins + outs)
+            fn.argtypes = [ctypes.c_void_p] * len(args)
+            fn.restype = None
+            self._calls.append((fn, args))
+
+        self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
+        meta_outputs = artifact.metadata.get("outputs", [])
+        self.output_names = [o["name"] for o in meta_outputs] if len(meta_outputs) == len(self._heads) \
+            else [f"output_{i}" for i in range(len(self._heads))]
+
+    @property
+    def num_kernels(self) -> int:
+        """Number of kernel calls one run() makes."""
+        return len(self._calls)
+
+    def input_info(self, name: str) -> tuple:
+        """(shape tuple, dtype name) of input `name`."""
+        v = self._views[self._inputs[name]]
+        return tuple(v.shape), v.dtype.name
+
+    def set_input(self, name: str, array) -> None:
+        """Copy `array` into input `name`.
+
+        Raises InputError (one line naming the tensor, expected vs got) on an unknown name,
+        a different shape, or a different dtype; no implicit casts.
+        """
+        if name not in self._inputs:
+            raise InputError(f"unknown input '{name}'; the model's inputs are: {', '.join(self.input_names)}")
+        dst = self._views[self._inputs[name]]
+        src = np.asarray(array)
+        if tuple(src.shape) != tuple(dst.shape) or src.dtype != dst.dtype:
+            raise InputError(f"input '{name}': expected shape {_fmt_shape(dst.shape)} {dst.dtype.name}, "
+                             f"got {_fmt_shape(src.shape)} {src.dtype.name}")
+        np.copyto(dst, src)
+
+    def run(self) -> None:
+        """Call every kernel once, in graph order."""
+        for fn, args in self._calls:
+            fn(*args)
+
+    def get_output(self, index) -> np.ndarray:
+        """A copy of output `index` (position in mod.json heads, or output name), with its shape."""
+        if isinstance(index, str):
+            if index not in self.output_names:
+                raise InputError(f"unknown output '{index}'; the model's outputs are: {', '.join(self.output_names)}")
+            index = self.output_names.index(index)
+        if not 0 <= index < len(self._heads):
+            raise InputError(f"output index {index} out of range: the model has {len(self._heads)} outputs")
+        return self._views[self._heads[index]].copy()
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._heads)
+
+    @staticmethod
+    def set_num_threads(n: int) -> None:
+        """Use `n` threads in the kernels' parallel loops (libgomp's omp_set_num_threads).
+
+        Applies to kernels called from this thread. Setting OMP_NUM_THREADS in the environment
+        before the process starts works as well. Raises ArtifactError if libgomp cannot be loaded.
+        """
+        if n < 1:
+            raise InputError(f"thread count must be at least 1, got {n}")
+        try:
+            gomp = ctypes.CDLL("libgomp.so.1")
+        except OSError as e:
+            raise ArtifactError(f"cannot load libgomp.so.1 to set the thread count: {e}") from None
+        gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
+        gomp.omp_set_num_threads.restype = None
+        gomp.omp_set_num_threads(int(n))
+
+
+def benchmark(executor: GraphExecutor, repeat: int = 1, number: int = 1) -> dict:
+    """Time executor.run(): `repeat` measurements, each the mean over `number` consecutive runs.
+
+    One untimed warm-up run comes first. Returns {"mean_ms", "median_ms", "min_ms", "max_ms",
+    "std_ms"} in milliseconds per run (std is the population standard deviation over the
+    `repeat` measurements), plus "repeat" and "number".
+    """
+    if repeat < 1 or number < 1:
+        raise InputError(f"repeat and number must be at least 1, got repeat={repeat} number={number}")
+    executor.run()
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            executor.run()
+        samples.append((time.perf_counter() - t0) * 1e3 / number)
+    return {
+        "mean_ms": statistics.fmean(samples),
+        "median_ms": statistics.median(samples),
+        "min_ms": min(samples),
+        "max_ms": max(samples),
+        "std_ms": statistics.pstdev(samples),
+        "repeat": repeat,
+        "number": number,
+    }
