@@ -1,0 +1,40 @@
+"""Graph pass FoldConstant: evaluate calls on constants at compile time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc.errors import PassError
+from tvmc.graph.ir import Call, Constant, Graph, rewrite
+from tvmc.ops.registry import get_op
+from tvmc.passes.pass_infra import graph_pass
+
+
+def _evaluate(call: Call, inputs: tuple) -> Constant:
+    value = get_op(call.op).reference(*(c.value for c in inputs), **call.attrs)
+    value = np.asarray(value)
+    if tuple(value.shape) != tuple(call.shape):
+        raise PassError(f"FoldConstant: reference of {call.op} at node '{call.name or '?'}' returned shape "
+                        f"{list(value.shape)}, its type says {list(call.shape)}")
+    name = call.name or call.op.replace(".", "_")
+    return Constant(np.ascontiguousarray(value.astype(call.dtype, copy=False)), name)
+
+
+@graph_pass("FoldConstant", opt_level=1)
+def fold_constant(graph: Graph, ctx) -> Graph:
+    """Replace every operator Call whose inputs are all Constants by a Constant holding its
+    value, computed with the op's numpy reference (TVM's relay.transform.FoldConstant).
+
+    Folding is bottom-up, so whole constant subgraphs (e.g. the scale/shift arithmetic that
+    SimplifyInference emits for a batch norm with non-literal statistics, or a reshape of a
+    weight) collapse to one Constant, named after the node it replaces. The value is cast to
+    the call's declared dtype. Raises PassError when a reference disagrees with the call's
+    shape.
+    """
+
+    def fn(e, new_inputs):
+        if isinstance(e, Call) and isinstance(e.op, str) and all(isinstance(i, Constant) for i in new_inputs):
+            return _evaluate(e, new_inputs)
+        return None
+
+    return rewrite(graph, fn)

@@ -1,0 +1,88 @@
+"""Graph export: a fused, memory-planned graph as TVM graph-executor JSON (mod.json) plus params."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc.errors import PassError
+from tvmc.graph.ir import Call, Constant, Function, Graph, Var
+
+
+def _unique(name: str, taken: set) -> str:
+    out, n = name, 0
+    while out in taken:
+        n += 1
+        out = f"{name}_{n}"
+    taken.add(out)
+    return out
+
+
+def build_executor_json(graph: Graph) -> tuple:
+    """Serialize a graph after FuseOps + PlanMemory in TVM's graph-executor JSON schema.
+
+    Returns (graph_json, params):
+      graph_json["nodes"]:         graph inputs, then in topological order params and kernels.
+                                   Inputs/params: {"op": "null", "name", "inputs": []};
+                                   kernels: {"op": "tvm_op", "name": func name, "attrs":
+                                   {"func_name", "num_inputs": "N", "num_outputs": "1",
+                                   "flatten_data": "0"}, "inputs": [[node_id, 0, 0], ...]}
+                                   with inputs in the Function's parameter order.
+      graph_json["arg_nodes"]:     ids of the null nodes (inputs and params)
+      graph_json["node_row_ptr"]:  [0, 1, ..., len(nodes)] (one output per node)
+      graph_json["heads"]:         [[node_id, 0, 0]] per graph output
+      graph_json["attrs"]:         {"shape": ["list_shape", [...]], "dltype": ["list_str", [...]],
+                                   "storage_id": ["list_int", [...]]}, one entry per node
+      graph_json["storage_bytes"]: bytes per storage id (from PlanMemory)
+      graph_json["input_names"], graph_json["output_names"]
+      params:                      {param name: np.ndarray}, names unique (a clash with
+                                   an input or another constant gets a `_1`, `_2` suffix)
+
+    Deterministic: the same graph gives identical JSON. A head may point at a null node (an
+    output that is an input or a param, as in TVM); FuseOps avoids this by copying them.
+    Raises PassError when the graph was not fused and planned.
+    """
+    if "storage_id" not in graph.meta:
+        raise PassError("executor JSON needs a memory plan: run FuseOps and PlanMemory first")
+    plan = graph.meta["storage_id"]
+    nodes, node_id, params, shapes, dltypes, sids = [], {}, {}, [], [], []
+    taken = {v.name for v in graph.inputs}
+
+    def add(e, node):
+        node_id[e] = len(nodes)
+        nodes.append(node)
+        shapes.append([int(d) for d in e.shape])
+        dltypes.append(e.dtype)
+        sids.append(int(plan[e]))
+
+    for v in graph.inputs:
+        add(v, {"op": "null", "name": v.name, "inputs": []})
+    for e in graph.topo():
+        if e in node_id:
+            continue
+        if isinstance(e, Var):
+            raise PassError(f"Var '{e.name}' is used but is not a graph input")
+        if isinstance(e, Constant):
+            name = _unique(e.name or "param", taken)
+            params[name] = np.asarray(e.value)
+            add(e, {"op": "null", "name": name, "inputs": []})
+            continue
+        if not isinstance(e.op, Function):
+            raise PassError(f"node '{e.name or '?'}' ({e.op}) is not in a fused function: run FuseOps first")
+        func = e.op.name
+        add(e, {"op": "tvm_op", "name": func,
+                "attrs": {"func_name": func, "num_inputs": str(len(e.inputs)), "num_outputs": "1",
+                          "flatten_data": "0"},
+                "inputs": [[node_id[i], 0, 0] for i in e.inputs]})
+
+    graph_json = {
+        "nodes": nodes,
+        "arg_nodes": [k for k, n in enumerate(nodes) if n["op"] == "null"],
+        "node_row_ptr": list(range(len(nodes) + 1)),
+        "heads": [[node_id[o], 0, 0] for o in graph.outputs],
+        "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", dltypes],
+                  "storage_id": ["list_int", sids]},
+        "storage_bytes": [int(b) for b in graph.meta["storage_bytes"]],
+        "input_names": [v.name for v in graph.inputs],
+        "output_names": list(graph.output_names),
+    }
+    return graph_json, params
