@@ -1,0 +1,183 @@
+"""CLI: error lines and exit codes, option parsing, and `run` / `inspect` on a fixture artifact."""
+
+import click
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from test_package import build_fixture_library, make_fixture_module
+from tvmc.cli import cli, main, parse_input_shapes
+from tvmc.package import save_artifact
+
+
+@pytest.fixture(scope="module")
+def fixture_library(tmp_path_factory):
+    return build_fixture_library(str(tmp_path_factory.mktemp("lib")))
+
+
+@pytest.fixture
+def artifact_path(tmp_path, fixture_library):
+    return str(save_artifact(make_fixture_module(fixture_library), tmp_path / "mod.tar"))
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def error_line(result) -> str:
+    """The one `error: ...` line on stderr; fails if there is more or a traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_unknown_target_lists_known(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    r = invoke("compile", model, "--target", "nosuch", "-o", tmp_path / "o.tar")
+    assert r.exit_code == 3
+    line = error_line(r)
+    assert line.startswith("error: unknown target 'nosuch'") and "x86" in line
+    assert not (tmp_path / "o.tar").exists()
+
+
+def test_unknown_target_option(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    r = invoke("compile", model, "--target", "x86", "--target-option", "colour=red", "-o", tmp_path / "o.tar")
+    assert r.exit_code == 3 and "colour" in error_line(r)
+
+
+def test_missing_model_file(tmp_path):
+    r = invoke("compile", tmp_path / "missing.onnx", "--target", "x86", "-o", tmp_path / "o.tar")
+    assert r.exit_code == 2
+    assert error_line(r) == f"error: {tmp_path / 'missing.onnx'}: no such file"
+
+
+def test_compile_bad_dump_stage_is_usage_error(tmp_path):
+    r = invoke("compile", tmp_path / "m.onnx", "--target", "x86", "-o", tmp_path / "o.tar", "--dump-ir", "graph,xyz")
+    assert r.exit_code == 2 and "xyz" in r.output
+
+
+def test_compile_opt_level_range(tmp_path):
+    r = invoke("compile", tmp_path / "m.onnx", "--target", "x86", "-o", tmp_path / "o.tar", "--opt-level", "4")
+    assert r.exit_code == 2
+
+
+def test_parse_input_shapes():
+    assert parse_input_shapes("data_0:[1,3,224,224] mask:[1, 128]") == (("data_0", (1, 3, 224, 224)),
+                                                                         ("mask", (1, 128)))
+    assert parse_input_shapes("input:0:[2,3]") == (("input:0", (2, 3)),)
+    assert parse_input_shapes("scalar:[]") == (("scalar", ()),)
+    assert parse_input_shapes(None) == ()
+    for bad in ("data", "data:[1,x]", "data:[0,3]", "a:[1] a:[2]", "data:[1,3"):
+        with pytest.raises(click.BadParameter):
+            parse_input_shapes(bad)
+
+
+def test_run_non_tar(tmp_path):
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"not a tar file" * 100)
+    r = invoke("run", bad)
+    assert r.exit_code == 7
+    line = error_line(r)
+    assert line.startswith(f"error: {bad}: not a tvmc artifact")
+
+
+def test_run_missing_file(tmp_path):
+    r = invoke("run", tmp_path / "nope.tar")
+    assert r.exit_code == 7 and error_line(r) == f"error: {tmp_path / 'nope.tar'}: no such file"
+
+
+@pytest.mark.parametrize("mode,expected", [("zeros", 0.0), ("ones", 2.0)])
+def test_run_fill_modes(tmp_path, artifact_path, mode, expected):
+    out = tmp_path / "out.npz"
+    r = invoke("run", artifact_path, "--fill-mode", mode, "--outputs", out)
+    assert r.exit_code == 0, r.output
+    with np.load(out) as data:
+        assert data.files == ["out"]
+        np.testing.assert_array_equal(data["out"], expected + np.arange(8, dtype=np.float32))
+    assert "out: [8] float32" in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mod.tar", "out.npz"]
+
+
+def test_run_random_is_seeded(tmp_path, artifact_path):
+    invoke("run", artifact_path, "--outputs", tmp_path / "a.npz")
+    invoke("run", artifact_path, "--fill-mode", "random", "--outputs", tmp_path / "b.npz")
+    with np.load(tmp_path / "a.npz") as a, np.load(tmp_path / "b.npz") as b:
+        np.testing.assert_array_equal(a["out"], b["out"])
+
+
+def test_run_bad_fill_mode(artifact_path):
+    r = invoke("run", artifact_path, "--fill-mode", "twos")
+    assert r.exit_code == 2 and "twos" in r.output
+
+
+def test_run_inputs_npz(tmp_path, artifact_path):
+    np.savez(tmp_path / "in.npz", data=np.full(8, 3, np.float32))
+    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz",
+               "--print-time", "--repeat", "3", "--number", "2", "--print-top", "3", "--threads", "1")
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "out.npz") as data:
+        np.testing.assert_array_equal(data["out"], 6 + np.arange(8, dtype=np.float32))
+    assert "median" in r.stdout and "3 repeats x 2 runs" in r.stdout
+    assert "1. class     7" in r.stdout
+
+
+def test_run_inputs_wrong_name(tmp_path, artifact_path):
+    np.savez(tmp_path / "in.npz", x=np.zeros(8, np.float32))
+    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz")
+    assert r.exit_code == 8
+    line = error_line(r)
+    assert "unknown x" in line and "missing data" in line and "inputs are: data" in line
+
+
+def test_run_inputs_wrong_shape(tmp_path, artifact_path):
+    np.savez(tmp_path / "in.npz", data=np.zeros((2, 8), np.float32))
+    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz")
+    assert r.exit_code == 8
+    assert error_line(r) == "error: input 'data': expected shape [8] float32, got [2,8] float32"
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_run_inputs_not_npz(tmp_path, artifact_path):
+    (tmp_path / "in.npz").write_text("hello")
+    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz")
+    assert r.exit_code == 8 and "cannot read inputs" in error_line(r)
+
+
+def test_internal_error_is_one_line(monkeypatch, artifact_path):
+    from tvmc.runtime.executor import GraphExecutor
+
+    def boom(self):
+        raise RuntimeError("kaboom\nsecond line")
+
+    monkeypatch.setattr(GraphExecutor, "run", boom)
+    r = invoke("run", artifact_path)
+    assert r.exit_code == 70
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("internal error: RuntimeError: kaboom")
+
+
+def test_verbose_reraises(tmp_path):
+    r = invoke("run", tmp_path / "nope.tar", "--verbose")
+    assert r.exit_code != 0
+    from tvmc.errors import ArtifactError
+
+    assert isinstance(r.exception, ArtifactError)
+
+
+def test_inspect(artifact_path):
+    r = invoke("inspect", artifact_path)
+    assert r.exit_code == 0, r.output
+    assert "kernels        1 distinct, 1 calls" in r.stdout
+    assert "params         1 tensors, 32 bytes" in r.stdout
+    assert "3 buffers for 3 tensors, 96 bytes" in r.stdout
+    assert '"kernel_abi_version": 1' in r.stdout
+
+
+def test_main_returns_exit_code(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.tar")]) == 7
+    assert capsys.readouterr().err.startswith("error: ")
+    assert main(["--version"]) == 0
