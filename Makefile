@@ -1,0 +1,20 @@
+# Set-up and everyday commands. `make demo` installs tvmc and runs the main job;
+# `make test` installs the test dependencies and runs the fast tests.
+PYTHON ?= python3
+
+.PHONY: install demo test test-all bench
+
+install:
+	$(PYTHON) -m pip install -e ".[test,bench]"
+
+demo: install
+	$(PYTHON) -m tvmc.demo
+
+test: install
+	$(PYTHON) -m pytest -q -m "not slow" tests
+
+test-all: install
+	$(PYTHON) -m pytest -q tests
+
+bench: install
+	$(PYTHON) bench/bench.py
