@@ -4,3 +4,9 @@ __version__ = "0.1.0"
 
 # Version of the kernel C ABI written into metadata.json and checked by `tvmc run`.
 KERNEL_ABI_VERSION = 1
+
+# The LLVM codegen emits opaque pointers (`ptr`); llvmlite's IR layer must be told before it
+# is first imported.
+import os as _os
+
+_os.environ.setdefault("LLVMLITE_ENABLE_IR_LAYER_TYPED_POINTERS", "0")

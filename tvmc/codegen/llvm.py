@@ -1,0 +1,560 @@
+"""LLVM codegen: loop IR PrimFuncs -> LLVM IR (llvmlite IRBuilder, opaque pointers).
+
+Vectorized loops become LLVM vector operations (contiguous loads/stores, broadcasts, gathers,
+masked accesses under vector conditions); parallel loops are outlined and launched with
+libgomp's `GOMP_parallel`; unrolled loops are emitted once per iteration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import llvmlite
+from llvmlite import ir
+
+from tvmc.codegen import intrinsics
+from tvmc.errors import CodegenError
+from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var,
+                          is_float, substitute, walk)
+from tvmc.tir.ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
+from tvmc.tir.simplify import Linear, simplify
+
+if llvmlite.ir_layer_typed_pointers_enabled:
+    raise ImportError("llvmlite was imported before tvmc with typed pointers enabled; import tvmc first "
+                      "or set LLVMLITE_ENABLE_IR_LAYER_TYPED_POINTERS=0")
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+MAX_VECTOR_LANES = 64
+MAX_UNROLL = 64
+
+
+def llvm_type(dtype: str) -> ir.Type:
+    """Register type of a dtype (bool is i1 in registers, i8 in memory)."""
+    return {"float32": ir.FloatType(), "float64": ir.DoubleType(), "float16": ir.HalfType(),
+            "int64": I64, "int32": I32, "int16": ir.IntType(16), "int8": I8, "uint8": I8,
+            "bool": I1}[dtype]
+
+
+def mem_type(dtype: str) -> ir.Type:
+    return I8 if dtype == "bool" else llvm_type(dtype)
+
+
+def for_range(builder: ir.IRBuilder, start, stop, name="i"):
+    """Context manager emitting `for (i = start; i < stop; ++i)` (i64); yields the index value."""
+
+    @contextlib.contextmanager
+    def cm():
+        pre = builder.block
+        header = builder.append_basic_block(name + ".header")
+        body = builder.append_basic_block(name + ".body")
+        end = builder.append_basic_block(name + ".end")
+        builder.branch(header)
+        builder.position_at_end(header)
+        phi = builder.phi(I64, name=name)
+        phi.add_incoming(start, pre)
+        builder.cbranch(builder.icmp_signed("<", phi, stop), body, end)
+        builder.position_at_end(body)
+        yield phi
+        nxt = builder.add(phi, I64(1), name=name + ".next")
+        phi.add_incoming(nxt, builder.block)
+        builder.branch(header)
+        builder.position_at_end(end)
+
+    return cm()
+
+
+def _alloca(builder: ir.IRBuilder, ty: ir.Type, name: str):
+    """alloca whose result is an opaque `ptr` (llvmlite types alloca results as `T*`)."""
+    slot = builder.alloca(ty, name=name)
+    slot.type = PTR
+    return slot
+
+
+class _Vec:
+    """A vector value in a vectorized loop body."""
+
+    def __init__(self, value, lanes):
+        self.value, self.lanes = value, lanes
+
+
+class _FnState:
+    def __init__(self, fn: ir.Function):
+        self.fn = fn
+        entry = fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(entry)
+        body = fn.append_basic_block("body")
+        self.alloca_builder.branch(body)
+        self.alloca_builder.position_at_start(entry)
+        self.builder = ir.IRBuilder(body)
+        self.env: dict = {}      # Var -> llvm value
+        self.buffers: dict = {}  # Buffer -> llvm pointer
+
+
+class CodeGenLLVM:
+    """Builds one LLVM module from PrimFuncs for `target` (triple from the descriptor)."""
+
+    def __init__(self, target, module_name="tvmc_module"):
+        self.target = target
+        self.module = ir.Module(name=module_name)
+        self.module.triple = target.triple
+        self._outlined = 0
+        self._decls: dict = {}
+
+    # --- declarations --------------------------------------------------------------------
+    def declare(self, name: str, ret: ir.Type, args) -> ir.Function:
+        if name not in self._decls:
+            existing = self.module.globals.get(name)
+            self._decls[name] = existing or ir.Function(self.module, ir.FunctionType(ret, list(args)), name)
+        return self._decls[name]
+
+    # --- functions ------------------------------------------------------------------------
+    def add_function(self, f: PrimFunc):
+        """Emit `void name(ptr arg0, ..., ptr argN)` for a PrimFunc."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * len(f.params)), f.name)
+        for arg, buf in zip(fn.args, f.params):
+            arg.name = buf.name
+            arg.add_attribute("noalias")
+        fn.attributes.add("nounwind")
+        st = _FnState(fn)
+        for arg, buf in zip(fn.args, f.params):
+            st.buffers[buf] = arg
+        self._stmt(st, f.body)
+        st.builder.ret_void()
+
+    def ir_text(self) -> str:
+        return str(self.module)
+
+    # --- statements -----------------------------------------------------------------------
+    def _stmt(self, st: _FnState, s: Stmt, vec=None):
+        b = st.builder
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self._stmt(st, x, vec)
+        elif isinstance(s, For):
+            self._for(st, s, vec)
+        elif isinstance(s, Store):
+            self._store(st, s, vec, None)
+        elif isinstance(s, Allocate):
+            self._allocate(st, s, vec)
+        elif isinstance(s, IfThenElse):
+            cond = self._expr(st, s.cond, vec)
+            if isinstance(cond, _Vec):
+                self._masked(st, s.then, vec, cond.value)
+                if s.otherwise is not None:
+                    self._masked(st, s.otherwise, vec, b.not_(cond.value))
+                return
+            if s.otherwise is None:
+                with b.if_then(cond):
+                    self._stmt(st, s.then, vec)
+            else:
+                with b.if_else(cond) as (then, otherwise):
+                    with then:
+                        self._stmt(st, s.then, vec)
+                    with otherwise:
+                        self._stmt(st, s.otherwise, vec)
+        else:
+            raise CodegenError(f"codegen: unsupported statement {type(s).__name__}")
+
+    def _masked(self, st, s, vec, mask):
+        if isinstance(s, Store):
+            self._store(st, s, vec, mask)
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                self._masked(st, x, vec, mask)
+        elif isinstance(s, IfThenElse):
+            c = self._expr(st, s.cond, vec)
+            cv = c.value if isinstance(c, _Vec) else self._splat(st, c, vec[1])
+            self._masked(st, s.then, vec, st.builder.and_(mask, cv))
+            if s.otherwise is not None:
+                self._masked(st, s.otherwise, vec, st.builder.and_(mask, st.builder.not_(cv)))
+        else:
+            raise CodegenError("codegen: only stores may sit under a vector condition")
+
+    def _allocate(self, st, s: Allocate, vec):
+        buf = s.buffer
+        ty = ir.ArrayType(mem_type(buf.dtype), buf.size)
+        if buf.scope == "local":
+            ptr = _alloca(st.alloca_builder, ty, buf.name)
+            ptr.align = 64
+            st.buffers[buf] = ptr
+            self._stmt(st, s.body, vec)
+            return
+        malloc = self.declare("malloc", PTR, [I64])
+        free = self.declare("free", VOID, [PTR])
+        ptr = st.builder.call(malloc, [I64(buf.nbytes + 64)], name=buf.name)
+        st.buffers[buf] = ptr
+        self._stmt(st, s.body, vec)
+        st.builder.call(free, [ptr])
+
+    def _for(self, st, s: For, vec):
+        if s.kind == "parallel" and vec is None:
+            return self._parallel(st, s)
+        if s.kind == "vectorize" and vec is None and 1 < s.extent <= MAX_VECTOR_LANES and _vectorizable(s.body):
+            self._stmt(st, s.body, (s.var, s.extent))
+            return
+        if s.kind == "unroll" and s.extent <= MAX_UNROLL:
+            for k in range(s.extent):
+                self._stmt(st, _subst_stmt(s.body, {s.var: IntImm(k)}), vec)
+            return
+        with for_range(st.builder, I64(0), I64(s.extent), s.var.name) as i:
+            st.env[s.var] = i
+            self._stmt(st, s.body, vec)
+
+    def _parallel(self, st: _FnState, s: For):
+        """Outline the loop body into `fn(ptr closure)` run by GOMP_parallel on every thread;
+        each thread takes one contiguous chunk of the iteration space."""
+        free_vars = [v for v in _free_vars(s) if v in st.env]
+        bufs = [buf for buf in _buffers_used(s) if buf in st.buffers]
+        fields = [PTR] * len(bufs) + [I64] * len(free_vars)
+        closure_ty = ir.LiteralStructType(fields or [I64])
+        self._outlined += 1
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), f"{st.fn.name}.par{self._outlined}")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        # caller side
+        b = st.builder
+        closure = _alloca(st.alloca_builder, closure_ty, "closure")
+        for k, val in enumerate([st.buffers[x] for x in bufs] + [st.env[v] for v in free_vars]):
+            b.store(val, b.gep(closure, [I32(0), I32(k)], source_etype=closure_ty))
+        gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+        b.call(gomp, [fn, closure, I32(0), I32(0)])
+        # callee side
+        inner = _FnState(fn)
+        ib = inner.builder
+        data = fn.args[0]
+        for k, x in enumerate(bufs):
+            inner.buffers[x] = ib.load(ib.gep(data, [I32(0), I32(k)], source_etype=closure_ty), typ=PTR)
+        for k, v in enumerate(free_vars):
+            inner.env[v] = ib.load(ib.gep(data, [I32(0), I32(len(bufs) + k)], source_etype=closure_ty), typ=I64)
+        nthr = ib.sext(ib.call(self.declare("omp_get_num_threads", I32, []), []), I64)
+        tid = ib.sext(ib.call(self.declare("omp_get_thread_num", I32, []), []), I64)
+        ext = I64(s.extent)
+        chunk = ib.sdiv(ib.add(ext, ib.sub(nthr, I64(1))), nthr)
+        begin = ib.mul(tid, chunk)
+        end = ib.add(begin, chunk)
+        end = ib.select(ib.icmp_signed("<", end, ext), end, ext)
+        with for_range(ib, begin, end, s.var.name) as i:
+            inner.env[s.var] = i
+            self._stmt(inner, s.body, None)
+        ib.ret_void()
+
+    # --- memory access --------------------------------------------------------------------
+    def _addr(self, st, buf: Buffer, index):
+        return st.builder.gep(st.buffers[buf], [index], inbounds=True, source_etype=mem_type(buf.dtype))
+
+    def _access_kind(self, index: PrimExpr, vec):
+        """('scalar', idx) | ('contiguous', base) | ('gather', None) for an index in a vector loop."""
+        if vec is None:
+            return "scalar", index
+        var, _ = vec
+        if not any(x is var for x in walk(index)):
+            return "scalar", index
+        lin = Linear.of(simplify(index))
+        c = lin.coef(var)
+        rest = lin.add(Linear({("v", id(var)): (var, c)}), -1)
+        if c == 1 and not any(x is var for x in walk(rest.to_expr())):
+            return "contiguous", rest.to_expr()
+        return "gather", None
+
+    def _store(self, st, s: Store, vec, mask):
+        b = st.builder
+        val = self._expr(st, s.value, vec, mask)
+        kind, idx = self._access_kind(s.index, vec)
+        ety = mem_type(s.buffer.dtype)
+        if kind == "scalar" and not isinstance(val, _Vec) and mask is None:
+            b.store(self._to_mem(st, val, s.buffer.dtype), self._addr(st, s.buffer, self._expr(st, idx, None)))
+            return
+        lanes = vec[1]
+        v = val.value if isinstance(val, _Vec) else self._splat(st, val, lanes)
+        if s.buffer.dtype == "bool":
+            v = b.zext(v, ir.VectorType(I8, lanes))
+        if kind == "contiguous":
+            ptr = self._addr(st, s.buffer, self._expr(st, idx, None))
+            if mask is None:
+                b.store(v, ptr, align=4)
+            else:
+                vt = ir.VectorType(ety, lanes)
+                f = self.declare(f"llvm.masked.store.{_vname(vt)}.p0", VOID, [vt, PTR, I32, ir.VectorType(I1, lanes)])
+                b.call(f, [v, ptr, I32(4), mask])
+            return
+        # scatter (or scalar index under a mask): one lane at a time, last lane wins
+        ivec = self._expr(st, s.index, vec)
+        ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
+        for k in range(lanes):
+            lane_val = b.extract_element(v, I32(k))
+            ptr = self._addr(st, s.buffer, b.extract_element(ivec, I32(k)))
+            if mask is None:
+                b.store(lane_val, ptr)
+            else:
+                with b.if_then(b.extract_element(mask, I32(k))):
+                    b.store(lane_val, ptr)
+
+    def _load(self, st, e: Load, vec, mask):
+        b = st.builder
+        kind, idx = self._access_kind(e.index, vec)
+        ety = mem_type(e.buffer.dtype)
+        if kind == "scalar":
+            val = b.load(self._addr(st, e.buffer, self._expr(st, idx, None)), typ=ety)
+            return self._from_mem(st, val, e.buffer.dtype)
+        lanes = vec[1]
+        vt = ir.VectorType(ety, lanes)
+        if kind == "contiguous":
+            ptr = self._addr(st, e.buffer, self._expr(st, idx, None))
+            if mask is None:
+                val = b.load(ptr, typ=vt, align=4)
+            else:
+                f = self.declare(f"llvm.masked.load.{_vname(vt)}.p0", vt, [PTR, I32, ir.VectorType(I1, lanes), vt])
+                val = b.call(f, [ptr, I32(4), mask, ir.Constant(vt, None)])
+        else:
+            ivec = self._expr(st, e.index, vec)
+            ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
+            if mask is not None:  # masked-off lanes read element 0, which always exists
+                ivec = b.select(mask, ivec, ir.Constant(ir.VectorType(I64, lanes), None))
+            val = ir.Constant(vt, None)
+            for k in range(lanes):
+                x = b.load(self._addr(st, e.buffer, b.extract_element(ivec, I32(k))), typ=ety)
+                val = b.insert_element(val, x, I32(k))
+        if e.buffer.dtype == "bool":
+            val = b.icmp_unsigned("!=", val, ir.Constant(ir.VectorType(I8, lanes), None))
+        return _Vec(val, lanes)
+
+    def _to_mem(self, st, val, dtype):
+        return st.builder.zext(val, I8) if dtype == "bool" else val
+
+    def _from_mem(self, st, val, dtype):
+        return st.builder.icmp_unsigned("!=", val, I8(0)) if dtype == "bool" else val
+
+    def _splat(self, st, val, lanes):
+        b = st.builder
+        vt = ir.VectorType(val.type, lanes)
+        v = b.insert_element(ir.Constant(vt, ir.Undefined), val, I32(0))
+        return b.shuffle_vector(v, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    # --- expressions ----------------------------------------------------------------------
+    def _expr(self, st, e: PrimExpr, vec, mask=None):
+        """Scalar llvm value, or _Vec inside a vectorized loop when `e` depends on its var."""
+        b = st.builder
+        if isinstance(e, IntImm):
+            return llvm_type(e.dtype)(e.value)
+        if isinstance(e, FloatImm):
+            return llvm_type(e.dtype)(e.value)
+        if isinstance(e, Var):
+            if vec is not None and e is vec[0]:
+                lanes = vec[1]
+                return _Vec(ir.Constant(ir.VectorType(I64, lanes), list(range(lanes))), lanes)
+            if e not in st.env:
+                raise CodegenError(f"codegen: unbound variable {e.name}")
+            return st.env[e]
+        if isinstance(e, Load):
+            return self._load(st, e, vec, mask)
+        if isinstance(e, Select):
+            return self._select(st, e, vec, mask)
+        args = [self._expr(st, c, vec, mask) for c in _operands(e)]
+        lanes = next((a.lanes for a in args if isinstance(a, _Vec)), None)
+        if lanes is not None:
+            args = [a.value if isinstance(a, _Vec) else self._splat(st, a, lanes) for a in args]
+        out = self._op(st, e, args)
+        return _Vec(out, lanes) if lanes is not None else out
+
+    def _select(self, st, e: Select, vec, mask):
+        b = st.builder
+        cond = self._expr(st, e.cond, vec, mask)
+        has_load = any(isinstance(x, Load) for x in walk(e.t)) or any(isinstance(x, Load) for x in walk(e.f))
+        if isinstance(cond, _Vec):
+            lanes = cond.lanes
+            m_t = cond.value if mask is None else b.and_(mask, cond.value)
+            m_f = b.not_(cond.value) if mask is None else b.and_(mask, b.not_(cond.value))
+            t = self._expr(st, e.t, vec, m_t if has_load else mask)
+            f = self._expr(st, e.f, vec, m_f if has_load else mask)
+            t = t.value if isinstance(t, _Vec) else self._splat(st, t, lanes)
+            f = f.value if isinstance(f, _Vec) else self._splat(st, f, lanes)
+            return _Vec(b.select(cond.value, t, f), lanes)
+        if not has_load:
+            t, f = self._expr(st, e.t, vec, mask), self._expr(st, e.f, vec, mask)
+            if isinstance(t, _Vec) or isinstance(f, _Vec):
+                lanes = (t if isinstance(t, _Vec) else f).lanes
+                t = t.value if isinstance(t, _Vec) else self._splat(st, t, lanes)
+                f = f.value if isinstance(f, _Vec) else self._splat(st, f, lanes)
+                return _Vec(b.select(cond, t, f), lanes)
+            return b.select(cond, t, f)
+        # if_then_else semantics: only the taken side's loads run
+        with b.if_else(cond) as (then, otherwise):
+            with then:
+                t = self._expr(st, e.t, vec, mask)
+                t_blk = b.block
+            with otherwise:
+                f = self._expr(st, e.f, vec, mask)
+                f_blk = b.block
+        if isinstance(t, _Vec) or isinstance(f, _Vec):
+            raise CodegenError("codegen: vector values under a scalar branch select are unsupported")
+        phi = b.phi(t.type)
+        phi.add_incoming(t, t_blk)
+        phi.add_incoming(f, f_blk)
+        return phi
+
+    def _op(self, st, e, args):
+        b = st.builder
+        if isinstance(e, BinOp):
+            x, y = args
+            fl = is_float(e.a.dtype)
+            if e.op == "and":
+                return b.and_(x, y)
+            if e.op == "or":
+                return b.or_(x, y)
+            if fl:
+                if e.op in ("min", "max"):
+                    c = b.fcmp_ordered("<" if e.op == "min" else ">", x, y)
+                    return b.select(c, x, y)
+                return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[e.op](x, y)
+            if e.op in ("min", "max"):
+                return b.select(b.icmp_signed("<" if e.op == "min" else ">", x, y), x, y)
+            if e.op in ("add", "sub", "mul"):
+                return {"add": b.add, "sub": b.sub, "mul": b.mul}[e.op](x, y)
+            if e.op in ("floordiv", "div"):
+                q, r = b.sdiv(x, y), b.srem(x, y)
+                adjust = b.and_(b.icmp_signed("!=", r, _zero(r.type)),
+                                b.icmp_signed("!=", b.icmp_signed("<", r, _zero(r.type)),
+                                              b.icmp_signed("<", y, _zero(y.type))))
+                return b.sub(q, b.zext(adjust, q.type))
+            if e.op == "floormod":
+                r = b.srem(x, y)
+                fix = b.and_(b.icmp_signed("!=", r, _zero(r.type)),
+                             b.icmp_signed("!=", b.icmp_signed("<", r, _zero(r.type)),
+                                           b.icmp_signed("<", y, _zero(y.type))))
+                return b.select(fix, b.add(r, y), r)
+        if isinstance(e, Cmp):
+            x, y = args
+            sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[e.op]
+            if is_float(e.a.dtype):
+                return b.fcmp_unordered(sym, x, y) if e.op == "ne" else b.fcmp_ordered(sym, x, y)
+            if e.a.dtype == "bool" or e.a.dtype == "uint8":
+                return b.icmp_unsigned(sym, x, y)
+            return b.icmp_signed(sym, x, y)
+        if isinstance(e, Not):
+            return b.not_(args[0])
+        if isinstance(e, Cast):
+            return _cast(b, args[0], e.value.dtype, e.dtype)
+        if isinstance(e, Call):
+            return intrinsics.emit(self, b, e.name, args, e.dtype)
+        raise CodegenError(f"codegen: unsupported expression {type(e).__name__}")
+
+
+def _zero(t):
+    return ir.Constant(t, None)
+
+
+def _vname(vt: ir.VectorType) -> str:
+    el = vt.element
+    name = {ir.FloatType: "f32", ir.DoubleType: "f64", ir.HalfType: "f16"}.get(type(el))
+    if name is None:
+        name = f"i{el.width}"
+    return f"v{vt.count}{name}"
+
+
+def _operands(e):
+    if isinstance(e, (BinOp, Cmp)):
+        return (e.a, e.b)
+    if isinstance(e, Not):
+        return (e.a,)
+    if isinstance(e, Cast):
+        return (e.value,)
+    if isinstance(e, Call):
+        return e.args
+    raise CodegenError(f"codegen: unsupported expression {type(e).__name__}")
+
+
+def _cast(b, v, src: str, dst: str):
+    st, dt = llvm_type(src), llvm_type(dst)
+    if isinstance(v.type, ir.VectorType):
+        st, dt = ir.VectorType(st, v.type.count), ir.VectorType(dt, v.type.count)
+    sf, df = is_float(src), is_float(dst)
+    if src == dst:
+        return v
+    if dst == "bool":
+        return b.fcmp_unordered("!=", v, _zero(v.type)) if sf else b.icmp_unsigned("!=", v, _zero(v.type))
+    if sf and df:
+        width = {"float16": 16, "float32": 32, "float64": 64}
+        return b.fpext(v, dt) if width[dst] > width[src] else b.fptrunc(v, dt)
+    if sf:
+        return b.fptosi(v, dt)
+    if df:
+        return b.uitofp(v, dt) if src in ("bool", "uint8") else b.sitofp(v, dt)
+    sw, dw = llvm_type(src).width, llvm_type(dst).width
+    if sw == dw:
+        return v
+    if sw > dw:
+        return b.trunc(v, dt)
+    return b.zext(v, dt) if src in ("bool", "uint8") else b.sext(v, dt)
+
+
+def _vectorizable(s: Stmt) -> bool:
+    if isinstance(s, (For, Allocate)):
+        return False
+    return all(_vectorizable(c) for c in stmt_children(s))
+
+
+def _stmt_exprs(s: Stmt):
+    if isinstance(s, Store):
+        yield s.index
+        yield s.value
+    elif isinstance(s, IfThenElse):
+        yield s.cond
+    for c in stmt_children(s):
+        yield from _stmt_exprs(c)
+
+
+def _free_vars(s: For) -> list:
+    bound, out, seen = set(), [], set()
+
+    def visit(x):
+        if isinstance(x, For):
+            bound.add(x.var)
+        for c in stmt_children(x):
+            visit(c)
+
+    visit(s)
+    for e in _stmt_exprs(s):
+        for x in walk(e):
+            if isinstance(x, Var) and x not in bound and x not in seen:
+                seen.add(x)
+                out.append(x)
+    return out
+
+
+def _buffers_used(s: Stmt) -> list:
+    out, seen = [], set()
+
+    def add(buf):
+        if id(buf) not in seen:
+            seen.add(id(buf))
+            out.append(buf)
+
+    def visit(x):
+        if isinstance(x, Store):
+            add(x.buffer)
+        for e in ([x.index, x.value] if isinstance(x, Store) else [x.cond] if isinstance(x, IfThenElse) else []):
+            for n in walk(e):
+                if isinstance(n, Load):
+                    add(n.buffer)
+        for c in stmt_children(x):
+            visit(c)
+
+    visit(s)
+    return out
+
+
+def _subst_stmt(s: Stmt, m: dict) -> Stmt:
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _subst_stmt(s.body, m))
+    if isinstance(s, Store):
+        return Store(s.buffer, simplify(substitute(s.index, m)), substitute(s.value, m))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _subst_stmt(s.body, m))
+    if isinstance(s, Seq):
+        return Seq([_subst_stmt(x, m) for x in s.stmts])
+    if isinstance(s, IfThenElse):
+        return IfThenElse(simplify(substitute(s.cond, m)), _subst_stmt(s.then, m),
+                          _subst_stmt(s.otherwise, m) if s.otherwise is not None else None)
+    raise TypeError(s)

@@ -1,0 +1,374 @@
+"""Scalar expression AST shared by tensor expressions and the loop IR.
+
+Index arithmetic is int64; tensor values carry their numpy dtype name ('float32', 'int64',
+'bool', ...). Python operators build nodes (`a + b`, `a * 2`, `a < b`); equality nodes come
+from `eq`/`ne` so that expressions stay hashable by identity.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+INDEX = "int64"
+
+_names = itertools.count()
+
+
+def const(value, dtype: str | None = None) -> "PrimExpr":
+    """A literal: int -> IntImm (int64 unless `dtype`), float -> FloatImm (float32 unless `dtype`)."""
+    if isinstance(value, PrimExpr):
+        return value
+    if isinstance(value, bool):
+        return IntImm(int(value), "bool")
+    if isinstance(value, int):
+        return IntImm(value, dtype or INDEX)
+    return FloatImm(float(value), dtype or "float32")
+
+
+def _wrap(x, like: "PrimExpr | None" = None) -> "PrimExpr":
+    if isinstance(x, PrimExpr):
+        return x
+    if hasattr(x, "var") and isinstance(x.var, PrimExpr):  # an IterVar stands for its variable
+        return x.var
+    if like is not None and isinstance(x, (int, float)) and not isinstance(x, bool):
+        if is_float(like.dtype):
+            return FloatImm(float(x), like.dtype)
+        if isinstance(x, int):
+            return IntImm(x, like.dtype)
+    return const(x)
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+class PrimExpr:
+    """Base class of scalar expressions."""
+
+    dtype: str
+
+    def __add__(self, o):
+        return BinOp("add", self, _wrap(o, self))
+
+    def __radd__(self, o):
+        return BinOp("add", _wrap(o, self), self)
+
+    def __sub__(self, o):
+        return BinOp("sub", self, _wrap(o, self))
+
+    def __rsub__(self, o):
+        return BinOp("sub", _wrap(o, self), self)
+
+    def __mul__(self, o):
+        return BinOp("mul", self, _wrap(o, self))
+
+    def __rmul__(self, o):
+        return BinOp("mul", _wrap(o, self), self)
+
+    def __truediv__(self, o):
+        return BinOp("div", self, _wrap(o, self))
+
+    def __rtruediv__(self, o):
+        return BinOp("div", _wrap(o, self), self)
+
+    def __floordiv__(self, o):
+        return BinOp("floordiv", self, _wrap(o, self))
+
+    def __mod__(self, o):
+        return BinOp("floormod", self, _wrap(o, self))
+
+    def __neg__(self):
+        return BinOp("sub", _wrap(0, self), self)
+
+    def __lt__(self, o):
+        return Cmp("lt", self, _wrap(o, self))
+
+    def __le__(self, o):
+        return Cmp("le", self, _wrap(o, self))
+
+    def __gt__(self, o):
+        return Cmp("gt", self, _wrap(o, self))
+
+    def __ge__(self, o):
+        return Cmp("ge", self, _wrap(o, self))
+
+    __hash__ = object.__hash__
+
+
+class IntImm(PrimExpr):
+    def __init__(self, value: int, dtype: str = INDEX):
+        self.value = int(value)
+        self.dtype = dtype
+
+    def __repr__(self):
+        return str(self.value)
+
+
+class FloatImm(PrimExpr):
+    def __init__(self, value: float, dtype: str = "float32"):
+        self.value = float(value)
+        self.dtype = dtype
+
+    def __repr__(self):
+        return repr(self.value)
+
+
+class Var(PrimExpr):
+    """A scalar variable (loop index, iteration axis). Identity-compared."""
+
+    def __init__(self, name: str = "v", dtype: str = INDEX):
+        self.name = name
+        self.dtype = dtype
+
+    def __repr__(self):
+        return self.name
+
+
+BINOPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or")
+
+
+class BinOp(PrimExpr):
+    """Binary arithmetic: add, sub, mul, div (true division), floordiv, floormod, min, max, and, or."""
+
+    def __init__(self, op: str, a: PrimExpr, b: PrimExpr):
+        assert op in BINOPS, op
+        self.op, self.a, self.b = op, a, b
+        self.dtype = "bool" if op in ("and", "or") else a.dtype
+
+    def __repr__(self):
+        sym = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
+               "and": "&&", "or": "||"}.get(self.op)
+        return f"({self.a!r} {sym} {self.b!r})" if sym else f"{self.op}({self.a!r}, {self.b!r})"
+
+
+class Cmp(PrimExpr):
+    """Comparison lt, le, gt, ge, eq, ne -> bool."""
+
+    def __init__(self, op: str, a: PrimExpr, b: PrimExpr):
+        self.op, self.a, self.b = op, a, b
+        self.dtype = "bool"
+
+    def __repr__(self):
+        sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[self.op]
+        return f"({self.a!r} {sym} {self.b!r})"
+
+
+class Not(PrimExpr):
+    def __init__(self, a: PrimExpr):
+        self.a = a
+        self.dtype = "bool"
+
+    def __repr__(self):
+        return f"!{self.a!r}"
+
+
+class Select(PrimExpr):
+    """`cond ? t : f` (both sides evaluated; loads must be in bounds on both)."""
+
+    def __init__(self, cond: PrimExpr, t: PrimExpr, f: PrimExpr):
+        self.cond, self.t, self.f = cond, t, f
+        self.dtype = t.dtype
+
+    def __repr__(self):
+        return f"select({self.cond!r}, {self.t!r}, {self.f!r})"
+
+
+class Cast(PrimExpr):
+    def __init__(self, dtype: str, value: PrimExpr):
+        self.dtype, self.value = dtype, value
+
+    def __repr__(self):
+        return f"{self.dtype}({self.value!r})"
+
+
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "fabs", "pow", "floor", "ceil")
+
+
+class Call(PrimExpr):
+    """Math intrinsic call: exp, log, sqrt, tanh, erf, sigmoid, fabs, pow, floor, ceil."""
+
+    def __init__(self, name: str, args, dtype: str):
+        assert name in INTRINSICS, name
+        self.name, self.args, self.dtype = name, tuple(args), dtype
+
+    def __repr__(self):
+        return f"{self.name}({', '.join(map(repr, self.args))})"
+
+
+class TensorLoad(PrimExpr):
+    """`tensor[indices]` at the tensor-expression level (multi-dimensional)."""
+
+    def __init__(self, tensor, indices):
+        self.tensor = tensor
+        self.indices = tuple(_wrap(i) for i in indices)
+        self.dtype = tensor.dtype
+
+    def __repr__(self):
+        return f"{self.tensor.name}[{', '.join(map(repr, self.indices))}]"
+
+
+class Reduce(PrimExpr):
+    """Commutative reduction `combiner` ('sum', 'max', 'min') of `source` over `axes` (IterVars)."""
+
+    def __init__(self, combiner: str, source: PrimExpr, axes):
+        self.combiner, self.source, self.axes = combiner, source, tuple(axes)
+        self.dtype = source.dtype
+
+    def identity(self) -> PrimExpr:
+        if self.combiner == "sum":
+            return _wrap(0.0 if is_float(self.dtype) else 0, self)
+        big = 3.4028234663852886e38 if is_float(self.dtype) else 2**62
+        return _wrap(-big if self.combiner == "max" else big, self)
+
+    def __repr__(self):
+        return f"{self.combiner}({self.source!r}, axes={[a.var for a in self.axes]})"
+
+
+class Load(PrimExpr):
+    """Loop-IR load `buffer[index]` with a flat element index."""
+
+    def __init__(self, buffer, index: PrimExpr):
+        self.buffer, self.index = buffer, index
+        self.dtype = buffer.dtype
+
+    def __repr__(self):
+        return f"{self.buffer.name}[{self.index!r}]"
+
+
+# ---- constructors used by operator computes ------------------------------------------------
+
+def eq(a, b):
+    a = _wrap(a)
+    return Cmp("eq", a, _wrap(b, a))
+
+
+def ne(a, b):
+    a = _wrap(a)
+    return Cmp("ne", a, _wrap(b, a))
+
+
+def logical_and(*conds):
+    out = conds[0]
+    for c in conds[1:]:
+        out = BinOp("and", out, c)
+    return out
+
+
+def logical_or(*conds):
+    out = conds[0]
+    for c in conds[1:]:
+        out = BinOp("or", out, c)
+    return out
+
+
+def select(cond, t, f):
+    t = _wrap(t)
+    return Select(cond, t, _wrap(f, t))
+
+
+def maximum(a, b):
+    a = _wrap(a)
+    return BinOp("max", a, _wrap(b, a))
+
+
+def minimum(a, b):
+    a = _wrap(a)
+    return BinOp("min", a, _wrap(b, a))
+
+
+def cast(dtype: str, x) -> PrimExpr:
+    x = _wrap(x)
+    return x if x.dtype == dtype else Cast(dtype, x)
+
+
+def _intrin(name):
+    def f(*args):
+        args = [_wrap(a) for a in args]
+        return Call(name, args, args[0].dtype)
+
+    f.__name__ = name
+    f.__doc__ = f"Math intrinsic {name} (lowered by codegen; polynomial forms where vectorized)."
+    return f
+
+
+exp = _intrin("exp")
+log = _intrin("log")
+sqrt = _intrin("sqrt")
+tanh = _intrin("tanh")
+erf = _intrin("erf")
+sigmoid = _intrin("sigmoid")
+fabs = _intrin("fabs")
+power = _intrin("pow")
+floor = _intrin("floor")
+ceil = _intrin("ceil")
+
+
+def children(e: PrimExpr):
+    """Direct sub-expressions of `e`."""
+    if isinstance(e, (BinOp, Cmp)):
+        return (e.a, e.b)
+    if isinstance(e, Not):
+        return (e.a,)
+    if isinstance(e, Select):
+        return (e.cond, e.t, e.f)
+    if isinstance(e, Cast):
+        return (e.value,)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, TensorLoad):
+        return e.indices
+    if isinstance(e, Reduce):
+        return (e.source,)
+    if isinstance(e, Load):
+        return (e.index,)
+    return ()
+
+
+def transform(e: PrimExpr, fn) -> PrimExpr:
+    """Bottom-up rebuild: `fn(node_with_new_children)` returns a replacement or None (keep)."""
+    memo = {}
+
+    def visit(x):
+        if x in memo:
+            return memo[x]
+        if isinstance(x, BinOp):
+            n = BinOp(x.op, visit(x.a), visit(x.b))
+        elif isinstance(x, Cmp):
+            n = Cmp(x.op, visit(x.a), visit(x.b))
+        elif isinstance(x, Not):
+            n = Not(visit(x.a))
+        elif isinstance(x, Select):
+            n = Select(visit(x.cond), visit(x.t), visit(x.f))
+        elif isinstance(x, Cast):
+            n = Cast(x.dtype, visit(x.value))
+        elif isinstance(x, Call):
+            n = Call(x.name, [visit(a) for a in x.args], x.dtype)
+        elif isinstance(x, TensorLoad):
+            n = TensorLoad(x.tensor, [visit(i) for i in x.indices])
+        elif isinstance(x, Reduce):
+            n = Reduce(x.combiner, visit(x.source), x.axes)
+        elif isinstance(x, Load):
+            n = Load(x.buffer, visit(x.index))
+        else:
+            n = x
+        r = fn(n)
+        memo[x] = n if r is None else r
+        return memo[x]
+
+    return visit(e)
+
+
+def substitute(e: PrimExpr, mapping: dict) -> PrimExpr:
+    """Replace Vars by expressions (`mapping`: Var -> PrimExpr)."""
+    if not mapping:
+        return e
+    return transform(e, lambda x: mapping.get(x) if isinstance(x, Var) else None)
+
+
+def walk(e: PrimExpr):
+    """Pre-order iterator over all nodes of `e`."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(children(x))

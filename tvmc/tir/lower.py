@@ -1,0 +1,270 @@
+"""Lowering: a te.Schedule -> loop IR PrimFunc (inlining, bound inference for compute_at,
+loop nests from split/fuse relations, reduction init/update, buffer flattening).
+"""
+
+from __future__ import annotations
+
+from tvmc.errors import ScheduleError
+from tvmc.te.expr import (BinOp, IntImm, Load, Reduce, TensorLoad, Var, logical_and, substitute,
+                          transform, walk)
+from tvmc.te.schedule import Fuse, Schedule, Split, Stage
+from tvmc.tir.ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Store
+from tvmc.tir.simplify import Linear, simplify, simplify_stmt
+
+
+def lower(sch: Schedule, args, name: str) -> PrimFunc:
+    """Lower `sch` into a kernel whose parameters are the tensors `args` (inputs then output).
+
+    Raises ScheduleError when a compute_at region cannot be bounded to a constant size.
+    """
+    return _Lowering(sch, args, name).run()
+
+
+class _Lowering:
+    def __init__(self, sch, args, name):
+        self.sch, self.args, self.name = sch, list(args), name
+        self.buffers = {}      # tensor uid -> (Buffer, [base exprs] or None)
+        self.bodies = {}       # stage -> body expr with inline stages substituted
+        self.children = {}     # (id(stage), id(iv)) -> [Stage]
+        self.names = set()
+
+    def _buffer(self, t, shape, scope="global"):
+        name = t.name
+        k = 1
+        while name in self.names:
+            name, k = f"{t.name}_{k}", k + 1
+        self.names.add(name)
+        return Buffer(name, shape, t.dtype, scope)
+
+    def run(self) -> PrimFunc:
+        params = []
+        for t in self.args:
+            buf = self._buffer(t, t.shape)
+            self.buffers[t.uid] = (buf, None)
+            params.append(buf)
+        self._inline_bodies()
+        for st in self.sch.stages:
+            if isinstance(st.attach, tuple):
+                parent, iv = st.attach
+                self.children.setdefault((id(parent), id(iv)), []).append(st)
+        roots = [st for st in self.sch.stages if st.attach == "root"]
+        allocs = []
+        nests = []
+        for st in roots:
+            if st.tensor.uid not in self.buffers:
+                buf = self._buffer(st.tensor, st.tensor.shape)
+                self.buffers[st.tensor.uid] = (buf, None)
+                allocs.append(buf)
+            region = [(IntImm(0), e) for e in st.tensor.shape]
+            nests.append(self._stage_nest(st, region))
+        body = Seq(nests)
+        for buf in reversed(allocs):
+            body = Allocate(buf, body)
+        return PrimFunc(self.name, params, simplify_stmt(body))
+
+    # --- inlining ---------------------------------------------------------------------------
+    def _inline_bodies(self):
+        inlined = {}
+
+        def subst(e):
+            def rule(x):
+                if isinstance(x, TensorLoad) and x.tensor.uid in inlined:
+                    st = inlined[x.tensor.uid]
+                    return substitute(self.bodies[st], {a.var: i for a, i in zip(st.op.axis, x.indices)})
+                return None
+            return transform(e, rule)
+
+        for st in self.sch.stages:
+            self.bodies[st] = subst(st.op.body)
+            if st.attach == "inline":
+                inlined[st.tensor.uid] = st
+        for t in self.args:
+            if t.uid in inlined:
+                raise ScheduleError(f"{t.name} is a kernel argument and cannot be inlined")
+
+    # --- loop nest of one stage --------------------------------------------------------------
+    def _extents(self, st: Stage, region):
+        ext = {}
+        for iv, (_, e) in zip(st.op.axis, region):
+            ext[iv] = e
+        for iv in st.op.reduce_axis:
+            ext[iv] = iv.extent
+        guards = []
+        for rel in st.relations:
+            if isinstance(rel, Split):
+                pe = ext[rel.parent]
+                f = min(rel.factor, pe)
+                ext[rel.inner] = f
+                ext[rel.outer] = -(-pe // f)
+                if pe % f:
+                    guards.append(rel.parent)
+            else:
+                ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+        return ext, guards
+
+    @staticmethod
+    def _root_exprs(st: Stage, ext):
+        expr = {iv: iv.var for iv in st.leaf}
+        for rel in reversed(st.relations):
+            if isinstance(rel, Split):
+                expr[rel.parent] = expr[rel.outer] * min(rel.factor, ext[rel.parent]) + expr[rel.inner]
+            else:
+                f = expr[rel.fused]
+                expr[rel.outer] = f // ext[rel.inner]
+                expr[rel.inner] = f % ext[rel.inner]
+        return expr
+
+    def _stage_nest(self, st: Stage, region):
+        """Loop nest computing stage `st` over `region` [(base, extent)] of its spatial axes."""
+        ext, guard_ivs = self._extents(st, region)
+        local = self._root_exprs(st, ext)
+        ranges = {iv.var: ext[iv] for iv in st.leaf}
+        coord = {}
+        for iv, (base, _) in zip(st.op.axis, region):
+            coord[iv.var] = simplify(base + local[iv], ranges)
+        for iv in st.op.reduce_axis:
+            coord[iv.var] = simplify(local[iv], ranges)
+        guards = [(rel_parent.kind, local[rel_parent] < ext[rel_parent]) for rel_parent in guard_ivs]
+        # An attached stage's region may run past the tensor's edge on the last tile.
+        for iv, (base, e), size in zip(st.op.axis, region, st.tensor.shape):
+            if not (isinstance(base, IntImm) and base.value == 0 and e <= size):
+                guards.append(("spatial", coord[iv.var] < size))
+
+        # Children attached to our loops: bound inference, local buffers.
+        attached = {}
+        for iv in st.leaf:
+            for child in self.children.get((id(st), id(iv)), []):
+                creg = self._infer_region(st, iv, child, ext, coord)
+                buf = self._buffer(child.tensor, [e for _, e in creg], "local")
+                self.buffers[child.tensor.uid] = (buf, [b for b, _ in creg])
+                attached.setdefault(iv, []).append((child, creg, buf))
+
+        buf, bases = self.buffers[st.tensor.uid]
+        out_idx = [local[iv] if bases is not None else coord[iv.var] for iv in st.op.axis]
+        store_index = buf.flat_index(out_idx)
+        body = self.bodies[st]
+        value = self._to_loads(substitute(body, coord))
+
+        def guarded(stmt, kinds):
+            conds = [c for k, c in guards if k in kinds]
+            return IfThenElse(logical_and(*conds), stmt) if conds else stmt
+
+        def nest(leaves, inner):
+            for iv in reversed(leaves):
+                kids = attached.get(iv, [])
+                if kids:
+                    parts = [self._stage_nest(c, creg) for c, creg, _ in kids]
+                    inner = Seq(parts + [inner])
+                    for _, _, kbuf in kids:
+                        inner = Allocate(kbuf, inner)
+                kind = st.annotations.get(iv, "serial")
+                inner = For(iv.var, ext[iv], kind, inner)
+            return inner
+
+        if not isinstance(value, Reduce):
+            return nest(st.leaf, guarded(Store(buf, store_index, value), ("spatial", "reduce")))
+
+        first = next(k for k, iv in enumerate(st.leaf) if iv.kind == "reduce")
+        common, tail = st.leaf[:first], st.leaf[first:]
+        init = Store(buf, store_index, value.identity())
+        init_loops = [iv for iv in tail if iv.kind == "spatial"]
+        cur = Load(buf, store_index)
+        src = value.source
+        combined = {"sum": lambda: cur + src, "max": lambda: BinOp("max", cur, src),
+                    "min": lambda: BinOp("min", cur, src)}[value.combiner]()
+        update = guarded(Store(buf, store_index, combined), ("spatial", "reduce"))
+        init_nest = self._plain_nest(st, init_loops, ext, guarded(init, ("spatial",)))
+        update_nest = nest(tail, update)
+        return nest(common, Seq([init_nest, update_nest]))
+
+    @staticmethod
+    def _plain_nest(st, leaves, ext, inner):
+        for iv in reversed(leaves):
+            kind = st.annotations.get(iv, "serial")
+            inner = For(iv.var, ext[iv], kind, inner)
+        return inner
+
+    def _to_loads(self, e):
+        def rule(x):
+            if isinstance(x, TensorLoad):
+                if x.tensor.uid not in self.buffers:
+                    raise ScheduleError(f"{self.name}: tensor {x.tensor.name} has no buffer "
+                                        "(a stage was attached to a loop that does not enclose its use)")
+                buf, bases = self.buffers[x.tensor.uid]
+                idx = list(x.indices)
+                if bases is not None:
+                    idx = [i - b for i, b in zip(idx, bases)]
+                return Load(buf, buf.flat_index(idx))
+            return None
+        return transform(e, rule)
+
+    # --- bound inference -----------------------------------------------------------------
+    def _infer_region(self, st, at_iv, child, ext, coord):
+        """Region of `child` read by one iteration of `st`'s loop `at_iv`: [(base, extent)]."""
+        pos = st.leaf.index(at_iv)
+        ranges = {}
+        for iv in st.leaf[pos + 1:]:
+            ranges[iv.var] = (IntImm(0), IntImm(ext[iv] - 1))
+        loads = [x for x in walk(self.bodies[st]) if isinstance(x, TensorLoad) and x.tensor is child.tensor]
+        region = None
+        for ld in loads:
+            dims = []
+            for idx in ld.indices:
+                lo, hi = _interval(substitute(idx, coord), ranges)
+                lo, hi = simplify(lo), simplify(hi)
+                d = simplify(hi - lo)
+                if not isinstance(d, IntImm):
+                    raise ScheduleError(f"compute_at: cannot bound the region of {child.tensor.name} "
+                                        f"inside {st.tensor.name} (extent {d!r} is not constant)")
+                dims.append((lo, d.value + 1))
+            region = dims if region is None else [_union(a, b) for a, b in zip(region, dims)]
+        if region is None:
+            raise ScheduleError(f"compute_at: {st.tensor.name} does not read {child.tensor.name}")
+        return region
+
+
+def _same(a, b) -> bool:
+    d = Linear.of(simplify(a - b))
+    return not d.terms and d.const == 0
+
+
+def _interval(e, ranges):
+    """Interval (lo, hi) of int64 expression `e`; Vars not in `ranges` are fixed points."""
+    if isinstance(e, Var):
+        return ranges.get(e, (e, e))
+    if isinstance(e, IntImm):
+        return e, e
+    if isinstance(e, BinOp):
+        if e.op in ("add", "sub"):
+            la, ha = _interval(e.a, ranges)
+            lb, hb = _interval(e.b, ranges)
+            return (la + lb, ha + hb) if e.op == "add" else (la - hb, ha - lb)
+        if e.op == "mul":
+            a, b = (e.a, e.b) if isinstance(e.b, IntImm) else (e.b, e.a)
+            if isinstance(b, IntImm):
+                lo, hi = _interval(a, ranges)
+                return (lo * b, hi * b) if b.value >= 0 else (hi * b, lo * b)
+        if e.op == "floordiv" and isinstance(e.b, IntImm) and e.b.value > 0:
+            lo, hi = _interval(e.a, ranges)
+            return lo // e.b, hi // e.b
+        if e.op == "floormod" and isinstance(e.b, IntImm) and e.b.value > 0:
+            lo, hi = _interval(e.a, ranges)
+            if _same(lo, hi):
+                return lo % e.b, hi % e.b
+            return IntImm(0), IntImm(e.b.value - 1)
+        if e.op in ("min", "max"):
+            la, ha = _interval(e.a, ranges)
+            lb, hb = _interval(e.b, ranges)
+            return BinOp(e.op, la, lb), BinOp(e.op, ha, hb)
+    raise ScheduleError(f"compute_at: cannot bound index expression {e!r}")
+
+
+def _union(a, b):
+    (la, ea), (lb, eb) = a, b
+    d = simplify(lb - la)
+    if not isinstance(d, IntImm):
+        raise ScheduleError(f"compute_at: regions {la!r} and {lb!r} differ by a non-constant")
+    lo = la if d.value >= 0 else lb
+    start = min(0, d.value)
+    end = max(ea, d.value + eb)
+    return lo, end - start
