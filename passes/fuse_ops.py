@@ -167,7 +167,9 @@ def fuse_ops(graph: Graph, ctx) -> Graph:
             continue
         group = group_of[e]
         if isinstance(e.op, Function):
-            memo[e] = Call(e.op, [memo[i] for i in e.inputs], e.attrs, e.type, e.name)
+            inputs = [memo[i] for i in e.inputs]
+            same = all(a is b for a, b in zip(inputs, e.inputs))
+            memo[e] = e if same else Call(e.op, inputs, e.attrs, e.type, e.name)
             continue
         if group.calls[-1] is not e:
             continue

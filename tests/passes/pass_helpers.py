@@ -1,0 +1,79 @@
+"""Shared helpers for the graph-pass tests: graph builders and interpreter equivalence."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc.graph.interpreter import run_graph
+from tvmc.graph.ir import Call, Constant, Function, Graph, TensorType, Var, make_call, print_graph
+
+RTOL = {"float32": 1e-5}
+ATOL = {"float32": 1e-5}
+
+
+def var(name: str, shape, dtype: str = "float32") -> Var:
+    return Var(name, TensorType(tuple(shape), dtype))
+
+
+def const(shape, name: str, seed: int = 0, low: float = -1.0, high: float = 1.0) -> Constant:
+    rng = np.random.default_rng(seed)
+    return Constant(rng.uniform(low, high, size=shape).astype("float32"), name)
+
+
+def call(op: str, *inputs, name: str = "", **attrs) -> Call:
+    return make_call(op, list(inputs), attrs, name=name)
+
+
+def conv(x, oc: int, name: str, k: int = 3, pad: int = 1, stride: int = 1, seed: int = 0) -> Call:
+    w = const((oc, x.shape[1], k, k), f"{name}_w", seed)
+    return call("nn.conv2d", x, w, name=name, strides=(stride, stride), padding=(pad, pad, pad, pad),
+                dilation=(1, 1), groups=1)
+
+
+def batch_norm(x, name: str, seed: int = 0, axis: int = 1) -> Call:
+    c = x.shape[axis]
+    return call("nn.batch_norm", x, const((c,), f"{name}_gamma", seed, 0.5, 1.5),
+                const((c,), f"{name}_beta", seed + 1), const((c,), f"{name}_mean", seed + 2),
+                const((c,), f"{name}_var", seed + 3, 0.5, 2.0), name=name, epsilon=1e-5, axis=axis)
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for v in graph.inputs:
+        value = rng.uniform(-2, 2, size=v.shape)
+        # edge values the references must keep: -0.0 and a large magnitude
+        flat = value.reshape(-1)
+        if flat.size > 2:
+            flat[0], flat[1] = -0.0, 1e4
+        out[v.name] = value.astype(v.dtype)
+    return out
+
+
+def assert_equivalent(before: Graph, after: Graph, seed: int = 0):
+    """The interpreter gives the same outputs for both graphs (per-dtype tolerance)."""
+    inputs = random_inputs(before, seed)
+    ref, got = run_graph(before, inputs), run_graph(after, inputs)
+    assert len(ref) == len(got)
+    for r, g in zip(ref, got):
+        assert r.shape == g.shape and r.dtype == g.dtype
+        scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
+        np.testing.assert_allclose(g, r, rtol=RTOL[r.dtype.name], atol=ATOL[r.dtype.name] * scale)
+
+
+def op_names(graph: Graph) -> list:
+    """Top-level op names in topological order (fused calls give their function name)."""
+    return [c.op_name for c in graph.calls()]
+
+
+def fused_calls(graph: Graph) -> list:
+    return [c for c in graph.calls() if isinstance(c.op, Function)]
+
+
+def body_ops(func: Function) -> list:
+    return [c.op for c in Graph(func.params, [func.body]).calls()]
+
+
+def snapshot(graph: Graph) -> str:
+    """Text plus node identities, to check a pass did not mutate its input."""
+    return print_graph(graph) + repr([(id(e), getattr(e, "inputs", ())) for e in graph.topo()])

@@ -1,0 +1,118 @@
+"""PlanMemory: liveness-based storage reuse over the fused graph."""
+
+import pytest
+
+from pass_helpers import call, conv, var
+from tvmc.graph.ir import Call, Constant, Graph, Var
+from tvmc.passes import PassContext, run_passes
+
+
+def plan(graph, **ctx_kwargs):
+    return run_passes(graph, ["FuseOps", "PlanMemory"], PassContext(**ctx_kwargs))
+
+
+def check_plan(graph):
+    """Check a plan against liveness computed here; returns {sid: [exprs]}."""
+    sid = graph.meta["storage_id"]
+    nbytes = graph.meta["storage_bytes"]
+    order = graph.topo()
+    assert set(order) | set(graph.inputs) == set(sid)
+    assert sorted(set(sid.values())) == list(range(len(nbytes)))
+    for e, s in sid.items():
+        assert nbytes[s] % 64 == 0 and nbytes[s] >= e.type.nbytes
+    # live interval of a Call output: [its step, step of its last user]; inputs, constants and
+    # outputs live for the whole run
+    step = {e: k for k, e in enumerate(order)}
+    last = dict(step)
+    for e in order:
+        if isinstance(e, Call):
+            for i in e.inputs:
+                last[i] = max(last[i], step[e])
+    forever = set(graph.inputs) | set(graph.outputs) | {e for e in order if not isinstance(e, Call)}
+    end = len(order)
+    span = {e: ((-1, end) if e in forever else (step[e], last[e])) for e in sid}
+    by_sid = {}
+    for e, s in sid.items():
+        by_sid.setdefault(s, []).append(e)
+    for s, es in by_sid.items():
+        if any(e in forever for e in es):
+            assert len(es) == 1, f"storage {s} of an input/param/output is shared: {es}"
+        assert len({e.dtype for e in es}) == 1
+        for a in es:
+            for b in es:
+                if a is not b:
+                    (a0, a1), (b0, b1) = span[a], span[b]
+                    assert a1 < b0 or b1 < a0, f"storage {s}: {a} and {b} both live"
+    return by_sid
+
+
+def relu_chain(n=6, shape=(1, 4, 8, 8)):
+    x = var("x", shape)
+    e = conv(x, shape[1], "conv")
+    for k in range(n):
+        e = call("nn.softmax" if k % 2 else "nn.relu", e, **({"axis": 1} if k % 2 else {}))
+    return Graph([x], [e])
+
+
+def test_chain_reuses_storage():
+    g = plan(relu_chain())
+    calls = g.calls()
+    by_sid = check_plan(g)
+    call_sids = {g.meta["storage_id"][c] for c in calls}
+    assert len(call_sids) < len(calls)
+    assert any(len(es) > 1 for es in by_sid.values())
+    assert g.meta["planned_bytes"] < g.meta["unplanned_bytes"]
+    # ping-pong: a chain needs two intermediate storages
+    inter = {g.meta["storage_id"][c] for c in calls if c not in g.outputs}
+    assert len(inter) == 2
+
+
+@pytest.mark.parametrize("kwargs", [{"opt_level": 0}, {"disabled_passes": {"PlanMemory"}}])
+def test_no_reuse_when_gated_off(kwargs):
+    g = plan(relu_chain(), **kwargs)
+    check_plan(g)
+    sids = list(g.meta["storage_id"].values())
+    assert len(sids) == len(set(sids))
+    assert g.meta["planned_bytes"] == g.meta["unplanned_bytes"]
+
+
+def test_diamond_keeps_live_tensors_apart():
+    x = var("x", (1, 2, 6, 6))
+    a = call("nn.softmax", conv(x, 2, "c0"), axis=1)
+    b = call("nn.softmax", conv(a, 2, "c1"), axis=1)
+    c = call("nn.softmax", conv(a, 2, "c2"), axis=1)          # a is live until here
+    d = call("add", call("nn.softmax", b, axis=1), c)
+    g = plan(Graph([x], [call("nn.softmax", d, axis=1)]))
+    check_plan(g)
+    assert g.meta["planned_bytes"] <= g.meta["unplanned_bytes"]
+
+
+def test_growing_and_best_fit_and_dtypes():
+    x = var("x", (1, 2, 4, 4))
+    small = call("nn.relu", conv(x, 2, "c0", k=1, pad=0))            # 128 B
+    big = call("nn.softmax", conv(small, 16, "c1", k=1, pad=0), axis=1)  # 1 KiB
+    cast = call("cast", call("nn.softmax", big, axis=1), dtype="int32")
+    back = call("cast", call("nn.softmax", cast, axis=1), dtype="float32")
+    g = plan(Graph([x], [call("nn.softmax", back, axis=1)]))
+    by_sid = check_plan(g)
+    for es in by_sid.values():
+        assert len({e.dtype for e in es}) == 1
+
+
+def test_inputs_params_and_outputs_never_share():
+    x = var("x", (1, 2, 6, 6))
+    c = conv(x, 2, "c")
+    r = call("nn.softmax", c, axis=1)
+    g = plan(Graph([x], [call("nn.softmax", r, axis=1), call("nn.relu", r)]))
+    by_sid = check_plan(g)
+    sid = g.meta["storage_id"]
+    fixed = [e for e in sid if isinstance(e, (Var, Constant)) or e in g.outputs]
+    for e in fixed:
+        assert by_sid[sid[e]] == [e]
+
+
+def test_input_graph_is_not_modified():
+    g = run_passes(relu_chain(), ["FuseOps"], PassContext())
+    planned = run_passes(g, ["PlanMemory"], PassContext())
+    assert "storage_id" not in g.meta and "storage_id" in planned.meta
+    assert planned.outputs == g.outputs
