@@ -181,3 +181,31 @@ def test_main_returns_exit_code(tmp_path, capsys):
     assert main(["run", str(tmp_path / "nope.tar")]) == 7
     assert capsys.readouterr().err.startswith("error: ")
     assert main(["--version"]) == 0
+
+
+def test_compile_with_stub_driver(tmp_path, monkeypatch, fixture_library):
+    """The compile command's wiring (options, save, summary) with compile_model stubbed out."""
+    import tvmc.driver
+
+    seen = {}
+
+    def fake_compile(model, target, options):
+        seen.update(model=model, target=target, options=options)
+        return make_fixture_module(fixture_library)
+
+    monkeypatch.setattr(tvmc.driver, "compile_model", fake_compile)
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    out = tmp_path / "sub" / "m.tar"
+    r = invoke("compile", model, "--target", "x86 -mcpu=skylake-avx512", "--target-option", "l2_bytes=1048576",
+               "-o", out, "-O", "2", "--disabled-pass", "FoldConstant", "--pass-config", "FuseOps.max_depth=8",
+               "--input-shapes", "data:[8]", "--dump-ir", "ll,asm", "--print-pass-times")
+    assert r.exit_code == 0, r.output
+    opts = seen["options"]
+    assert seen["model"] == str(model) and seen["target"].cpu == "skylake-avx512" and seen["target"].l2_bytes == 1048576
+    assert opts.opt_level == 2 and opts.disabled_passes == frozenset({"FoldConstant"})
+    assert opts.pass_config == (("FuseOps.max_depth", 8),) and opts.input_shapes == (("data", (8,)),)
+    assert opts.dump_ir == ("ll", "asm") and opts.dump_dir == str(out.parent)
+    assert out.is_file()
+    assert "kernels    1" in r.stdout and f"output     {out}" in r.stdout and "params     0.00 MB" in r.stdout
+    assert invoke("run", out, "--fill-mode", "zeros").exit_code == 0

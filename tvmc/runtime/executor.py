@@ -166,9 +166,12 @@ class GraphExecutor:
             self._calls.append((fn, args))
 
         self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
-        meta_outputs = artifact.metadata.get("outputs", [])
-        self.output_names = [o["name"] for o in meta_outputs] if len(meta_outputs) == len(self._heads) \
-            else [f"output_{i}" for i in range(len(self._heads))]
+        names = [o["name"] for o in artifact.metadata.get("outputs", [])]
+        if len(names) != len(self._heads):
+            names = list(g.get("output_names", []))
+        if len(names) != len(self._heads):
+            names = [f"output_{i}" for i in range(len(self._heads))]
+        self.output_names = names
 
     @property
     def num_kernels(self) -> int:
