@@ -37,22 +37,22 @@ def batch_norm(x, name: str, seed: int = 0, axis: int = 1) -> Call:
                 const((c,), f"{name}_var", seed + 3, 0.5, 2.0), name=name, epsilon=1e-5, axis=axis)
 
 
-def random_inputs(graph: Graph, seed: int = 0) -> dict:
+def random_inputs(graph: Graph, seed: int = 0, edge_values: bool = True) -> dict:
     rng = np.random.default_rng(seed)
     out = {}
     for v in graph.inputs:
         value = rng.uniform(-2, 2, size=v.shape)
         # edge values the references must keep: -0.0 and a large magnitude
         flat = value.reshape(-1)
-        if flat.size > 2:
+        if edge_values and flat.size > 2:
             flat[0], flat[1] = -0.0, 1e4
         out[v.name] = value.astype(v.dtype)
     return out
 
 
-def assert_equivalent(before: Graph, after: Graph, seed: int = 0):
+def assert_equivalent(before: Graph, after: Graph, seed: int = 0, edge_values: bool = True):
     """The interpreter gives the same outputs for both graphs (per-dtype tolerance)."""
-    inputs = random_inputs(before, seed)
+    inputs = random_inputs(before, seed, edge_values)
     ref, got = run_graph(before, inputs), run_graph(after, inputs)
     assert len(ref) == len(got)
     for r, g in zip(ref, got):
@@ -77,3 +77,38 @@ def body_ops(func: Function) -> list:
 def snapshot(graph: Graph) -> str:
     """Text plus node identities, to check a pass did not mutate its input."""
     return print_graph(graph) + repr([(id(e), getattr(e, "inputs", ())) for e in graph.topo()])
+
+
+def check_plan(graph):
+    """Check a plan against liveness computed here; returns {sid: [exprs]}."""
+    sid = graph.meta["storage_id"]
+    nbytes = graph.meta["storage_bytes"]
+    order = graph.topo()
+    assert set(order) | set(graph.inputs) == set(sid)
+    assert sorted(set(sid.values())) == list(range(len(nbytes)))
+    for e, s in sid.items():
+        assert nbytes[s] % 64 == 0 and nbytes[s] >= e.type.nbytes
+    # live interval of a Call output: [its step, step of its last user]; inputs, constants and
+    # outputs live for the whole run
+    step = {e: k for k, e in enumerate(order)}
+    last = dict(step)
+    for e in order:
+        if isinstance(e, Call):
+            for i in e.inputs:
+                last[i] = max(last[i], step[e])
+    forever = set(graph.inputs) | set(graph.outputs) | {e for e in order if not isinstance(e, Call)}
+    end = len(order)
+    span = {e: ((-1, end) if e in forever else (step[e], last[e])) for e in sid}
+    by_sid = {}
+    for e, s in sid.items():
+        by_sid.setdefault(s, []).append(e)
+    for s, es in by_sid.items():
+        if any(e in forever for e in es):
+            assert len(es) == 1, f"storage {s} of an input/param/output is shared: {es}"
+        assert len({e.dtype for e in es}) == 1
+        for a in es:
+            for b in es:
+                if a is not b:
+                    (a0, a1), (b0, b1) = span[a], span[b]
+                    assert a1 < b0 or b1 < a0, f"storage {s}: {a} and {b} both live"
+    return by_sid

@@ -2,48 +2,13 @@
 
 import pytest
 
-from pass_helpers import call, conv, var
-from tvmc.graph.ir import Call, Constant, Graph, Var
+from pass_helpers import call, check_plan, conv, var
+from tvmc.graph.ir import Constant, Graph, Var
 from tvmc.passes import PassContext, run_passes
 
 
 def plan(graph, **ctx_kwargs):
     return run_passes(graph, ["FuseOps", "PlanMemory"], PassContext(**ctx_kwargs))
-
-
-def check_plan(graph):
-    """Check a plan against liveness computed here; returns {sid: [exprs]}."""
-    sid = graph.meta["storage_id"]
-    nbytes = graph.meta["storage_bytes"]
-    order = graph.topo()
-    assert set(order) | set(graph.inputs) == set(sid)
-    assert sorted(set(sid.values())) == list(range(len(nbytes)))
-    for e, s in sid.items():
-        assert nbytes[s] % 64 == 0 and nbytes[s] >= e.type.nbytes
-    # live interval of a Call output: [its step, step of its last user]; inputs, constants and
-    # outputs live for the whole run
-    step = {e: k for k, e in enumerate(order)}
-    last = dict(step)
-    for e in order:
-        if isinstance(e, Call):
-            for i in e.inputs:
-                last[i] = max(last[i], step[e])
-    forever = set(graph.inputs) | set(graph.outputs) | {e for e in order if not isinstance(e, Call)}
-    end = len(order)
-    span = {e: ((-1, end) if e in forever else (step[e], last[e])) for e in sid}
-    by_sid = {}
-    for e, s in sid.items():
-        by_sid.setdefault(s, []).append(e)
-    for s, es in by_sid.items():
-        if any(e in forever for e in es):
-            assert len(es) == 1, f"storage {s} of an input/param/output is shared: {es}"
-        assert len({e.dtype for e in es}) == 1
-        for a in es:
-            for b in es:
-                if a is not b:
-                    (a0, a1), (b0, b1) = span[a], span[b]
-                    assert a1 < b0 or b1 < a0, f"storage {s}: {a} and {b} both live"
-    return by_sid
 
 
 def relu_chain(n=6, shape=(1, 4, 8, 8)):
