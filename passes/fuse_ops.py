@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from tvmc.errors import PassError
-from tvmc.graph.ir import Call, Constant, Function, Graph, Var, make_call, post_order, users
+from tvmc.graph.ir import Call, Function, Graph, Var, make_call, users
 from tvmc.ops.registry import OpPattern, get_op
 from tvmc.passes.pass_infra import graph_pass
 
@@ -49,7 +49,9 @@ def _can_join(group: _Group, producer: Call, call: Call, pattern: OpPattern, use
     if group.pattern == OpPattern.OPAQUE:
         return False
     if pattern in _EPILOGUE:
-        return True                                     # elementwise epilogue of any group
+        # epilogue of any group; after an anchor only when it keeps the anchor's output shape,
+        # so the epilogue runs inside the anchor's loop nest without recomputing it
+        return group.pattern not in _ANCHORS or tuple(call.shape) == tuple(producer.shape)
     if pattern == OpPattern.INJECTIVE:
         return group.pattern <= OpPattern.INJECTIVE and not _pad_for_anchor(call, uses, outputs)
     if pattern in _ANCHORS:                             # conv2d absorbs its input-side pad
@@ -139,7 +141,8 @@ def fuse_ops(graph: Graph, ctx) -> Graph:
 
     A group is an anchor (OUT_ELEMWISE_FUSABLE, COMM_REDUCE, INJECTIVE, or ELEMWISE/BROADCAST
     starting a group on its own) followed by the chain of ELEMWISE/BROADCAST ops reading it,
-    where each intermediate has exactly one user and is not a graph output; INJECTIVE ops
+    where each intermediate has exactly one user and is not a graph output (after an
+    OUT_ELEMWISE_FUSABLE/COMM_REDUCE anchor, only ops keeping its output shape); INJECTIVE ops
     join only groups without an anchor (reshape -> relu, relu -> transpose); a `pad` feeding
     a conv2d's data fuses into it as its producer; OPAQUE ops (and existing fused calls) stay
     alone. At most `max_depth` ops per group. With the pass gated off (opt level 0 or

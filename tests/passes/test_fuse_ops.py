@@ -161,3 +161,12 @@ def test_fuse_ops_is_idempotent():
     once = fuse(Graph([x], [call("nn.relu", conv(x, 4, "conv"))]))
     twice = fuse(once)
     assert fused_calls(twice) == fused_calls(once)          # the very same calls
+
+
+def test_epilogue_that_broadcasts_the_anchor_up_is_not_fused():
+    x, y = var("x", (1, 3, 4, 4)), var("y", (1, 2, 4, 4))
+    pooled = call("nn.global_avg_pool2d", conv(x, 2, "c"))                 # [1,2,1,1]
+    before = Graph([x, y], [call("add", pooled, y)])                       # -> [1,2,4,4]
+    after = fuse(before)
+    assert op_names(after) == ["fused_nn_conv2d", "fused_nn_global_avg_pool2d", "fused_add"]
+    assert_equivalent(before, after)
