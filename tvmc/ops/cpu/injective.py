@@ -1,0 +1,47 @@
+"""CPU schedule for injective/elementwise fused functions: inline everything into the output,
+fuse its loops, vectorize the innermost by the target's vector lanes, parallelize the rest."""
+
+from __future__ import annotations
+
+from tvmc.te.schedule import Schedule
+
+
+def inline_injective(s: Schedule, out, keep=()):
+    """compute_inline every non-reduction stage except `out` and the stages in `keep`."""
+    keep_ids = {t.uid for t in keep} | {out.uid}
+    for st in s.stages:
+        if st.tensor.uid not in keep_ids and not st.op.reduce_axis:
+            st.compute_inline()
+
+
+def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int = 4096):
+    """Loops of an elementwise output stage: inner axis split by vector lanes (when it divides
+    the axis), vectorized; outer axes fused and parallel when the tensor is large enough."""
+    st = s[out]
+    lanes = target.vector_lanes(out.dtype)
+    axes = list(st.op.axis)
+    if not axes:
+        return
+    inner = axes[-1]
+    if inner.extent % lanes == 0 and inner.extent >= lanes:
+        io, ii = st.split(inner, lanes)
+        st.vectorize(ii)
+        outer = axes[:-1] + [io]
+    elif inner.extent <= 64 and inner.extent > 1:
+        st.vectorize(inner)
+        outer = axes[:-1]
+    else:
+        outer = axes
+    if outer:
+        fused = st.fuse(*outer) if len(outer) > 1 else outer[0]
+        size = 1
+        for e in out.shape:
+            size *= e
+        if size >= min_parallel_elems and fused.extent > 1:
+            st.parallel(fused)
+
+
+def schedule_injective(s: Schedule, out, anchor, cfg, target):
+    """Implementation schedule for injective/elementwise ops (no knobs)."""
+    inline_injective(s, out)
+    schedule_elementwise_loops(s, out, target)

@@ -1,0 +1,40 @@
+"""x86 schedules for normalizations built from reductions (softmax, LRN): every reduction and the
+output at root, each with its outer spatial loops fused in parallel and the innermost axis
+vectorized where the axis fits a vector."""
+
+from __future__ import annotations
+
+from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
+from tvmc.ops.cpu.tiling import schedule_tiled_reduction
+
+
+def _root_reduction(stage):
+    axes = list(stage.op.axis)
+    outer = [iv for iv in axes if iv.extent > 1]
+    if outer:
+        stage.reorder(*outer, *stage.op.reduce_axis, *[iv for iv in axes if iv.extent == 1])
+        stage.parallel(outer[0])
+
+
+def schedule_softmax(s, out, anchor, cfg, target):
+    """softmax: max and sum reductions at root, exp materialized once, divide as the output."""
+    keep = [st.tensor for st in s.stages if st.op.reduce_axis or st.tensor.name == "softmax_exp"]
+    inline_injective(s, out, keep=keep)
+    for st in s.stages:
+        if st.op.reduce_axis:
+            _root_reduction(st)
+        elif st.attach == "root":
+            schedule_elementwise_loops(s, st.tensor, target)
+
+
+def schedule_lrn(s, out, anchor, cfg, target):
+    """LRN: channel-window sums of squares per row tile, then the normalization epilogue."""
+    sq = next(st.tensor for st in s.stages if st.op.reduce_axis)
+    pad = next((t for t in sq.op.input_tensors() if t.op is not None), None)
+    if pad is not None:
+        schedule_elementwise_loops(s, pad, target)
+    ow = out.shape[3]
+    lanes = target.vector_lanes(out.dtype)
+    tile_w = max(f for f in range(1, min(ow, lanes) + 1) if ow % f == 0)
+    schedule_tiled_reduction(s, out, sq, tiles={3: tile_w}, vector_axis=3, parallel_depth=2, target=target,
+                             keep=[pad] if pad is not None else ())

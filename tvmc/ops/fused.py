@@ -1,0 +1,77 @@
+"""Schedule selection for a fused primitive function: build its tensor expressions from the ops'
+computes, pick the anchor's implementation and config (tuning record, else the fallback), apply
+the schedule, and lower to loop IR."""
+
+from __future__ import annotations
+
+from tvmc import te
+from tvmc.errors import ScheduleError
+from tvmc.graph.ir import Call, Constant, Var, post_order
+from tvmc.ops.registry import OpPattern, get_op
+from tvmc.tir.ir import PrimFunc
+from tvmc.tir.lower import lower
+
+
+def anchor_call(func) -> Call:
+    """The call whose implementation schedules the function: the highest-pattern op, first wins
+    (TVM's anchor op); an all-injective function is anchored at its output."""
+    calls = [e for e in post_order([func.body]) if isinstance(e, Call)]
+    if not calls:
+        raise ScheduleError(f"{func.name}: a fused function must contain at least one call")
+    best = max(get_op(c.op).pattern for c in calls)
+    if best <= OpPattern.INJECTIVE:
+        return func.body
+    return next(c for c in calls if get_op(c.op).pattern == best)
+
+
+def workload(call: Call) -> tuple:
+    """Hashable workload key: input shapes, output shape, dtype and attributes."""
+    return tuple(tuple(i.shape) for i in call.inputs) + (tuple(call.shape), call.dtype,
+                                                          tuple(sorted(call.attrs.items())))
+
+
+def lower_fused(func, target, config_lookup=None) -> PrimFunc:
+    """Lower fused Function `func` for `target` into a PrimFunc named `func.name`.
+
+    `config_lookup(impl_name, workload) -> ConfigEntity | None` supplies tuned configs;
+    without one (or a miss) the implementation's fallback config is used.
+    Raises ScheduleError when an op has no implementation for the target family.
+    """
+    anchor = anchor_call(func)
+    tensors = {}
+    params = []
+    for k, p in enumerate(func.params):
+        t = te.placeholder(p.shape, p.dtype, name=f"arg{k}")
+        tensors[p] = t
+        params.append(t)
+    impl = None
+    for e in post_order([func.body]):
+        if isinstance(e, Var):
+            if e not in tensors:
+                raise ScheduleError(f"{func.name}: free variable {e.name}")
+            continue
+        if isinstance(e, Constant):
+            if e.value.size != 1:
+                raise ScheduleError(f"{func.name}: constant {e.name} must be a parameter of the function")
+            val = e.value.reshape(()).item()
+            tensors[e] = te.compute(e.shape, lambda *i, v=val, d=e.dtype: te.const(v, d), name="const")
+            continue
+        opdef = get_op(e.op)
+        compute = opdef.compute
+        if e is anchor:
+            impl = opdef.implementations(target.family)[0]
+            compute = impl.compute or compute
+        tensors[e] = compute([tensors[i] for i in e.inputs], e.attrs, e.type)
+    out = tensors[func.body]
+    if out.op is None:
+        out = te.compute(out.shape, lambda *i: tensors[func.body][i], name="copy")
+    anchor_t = tensors[anchor]
+    s = te.create_schedule(out)
+    cfg = None
+    if impl.config_space is not None:
+        wl = workload(anchor)
+        cfg = config_lookup(impl.name, wl) if config_lookup else None
+        if cfg is None:
+            cfg = impl.config_space(wl, target).fallback_config()
+    impl.schedule(s, out, anchor_t, cfg, target)
+    return lower(s, params + [out], func.name)

@@ -1,0 +1,84 @@
+"""2-D convolution (ONNX Conv, opset 1-22): NCHW data, OIHW weights, groups and dilation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc import te
+from tvmc.graph.ir import TensorType
+from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
+from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+from tvmc.ops.transform import pad_compute
+
+
+def conv2d_out_hw(h, w, kh, kw, strides, padding, dilation):
+    """Output (OH, OW) of a conv/pool window: floor((H + pads - ((K-1)*d + 1)) / s) + 1."""
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - ((kh - 1) * dilation[0] + 1)) // strides[0] + 1
+    ow = (w + pl + pr - ((kw - 1) * dilation[1] + 1)) // strides[1] + 1
+    return oh, ow
+
+
+def _type(in_types, attrs):
+    d, w = in_types[0], in_types[1]
+    if len(d.shape) != 4 or len(w.shape) != 4:
+        raise ValueError(f"conv2d needs 4-D data and weight, got {list(d.shape)} and {list(w.shape)}")
+    n, c, h, wd = d.shape
+    o, cg, kh, kw = w.shape
+    g = attrs.get("groups", 1)
+    if c != cg * g or o % g:
+        raise ValueError(f"channels {c} do not match weight {list(w.shape)} with groups={g}")
+    oh, ow = conv2d_out_hw(h, wd, kh, kw, attrs["strides"], attrs["padding"], attrs["dilation"])
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"kernel {kh}x{kw} does not fit input {h}x{wd}")
+    return TensorType((n, o, oh, ow), d.dtype)
+
+
+def conv2d_nchw(data, weight, strides, padding, dilation, groups=1):
+    """out[n, o, y, x] = sum_{ic, kh, kw} pad(data)[n, g(o)*Cg + ic, y*sh + kh*dh, x*sw + kw*dw]
+    * weight[o, ic, kh, kw]; data [N, C, H, W], weight [O, C/groups, KH, KW]."""
+    n, c, h, w = data.shape
+    o, cg, kh, kw = weight.shape
+    pt, pl, pb, pr = padding
+    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
+    padded = pad_compute(data, ((0, 0), (0, 0), (pt, pb), (pl, pr)), name="pad_data")
+    ric, rkh, rkw = te.reduce_axis(cg, "ic"), te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
+    og = o // groups
+    sh, sw = strides
+    dh, dw = dilation
+
+    def f(nn, oc, y, x):
+        cin = ric.var if groups == 1 else (oc // og) * cg + ric.var
+        return te.sum(padded[nn, cin, y * sh + rkh.var * dh, x * sw + rkw.var * dw] * weight[oc, ric, rkh, rkw],
+                      [ric, rkh, rkw])
+
+    return te.compute((n, o, oh, ow), f, name="conv2d", tag="conv2d_nchw")
+
+
+def _reference(x, w, strides, padding, dilation, groups=1):
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    pt, pl, pb, pr = padding
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    oh, ow = conv2d_out_hw(h, wd, kh, kw, strides, padding, dilation)
+    out = np.zeros((n, o, oh, ow), dtype=np.float64)
+    og = o // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        ws = w[g * og:(g + 1) * og].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                y0, x0 = i * dilation[0], j * dilation[1]
+                patch = xs[:, :, y0:y0 + strides[0] * oh:strides[0], x0:x0 + strides[1] * ow:strides[1]]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    return out.astype(x.dtype)
+
+
+def _compute(inputs, attrs, out_type):
+    return conv2d_nchw(inputs[0], inputs[1], attrs["strides"], attrs["padding"], attrs["dilation"],
+                       attrs.get("groups", 1))
+
+
+register_op(OpDef("nn.conv2d", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
+    "cpu": [Implementation("conv2d_nchw.x86", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
+}))

@@ -1,0 +1,59 @@
+"""Dense and batched matrix multiplication (ONNX Gemm, MatMul)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc import te
+from tvmc.graph.ir import TensorType
+from tvmc.ops.cpu.dense import dense_config, matmul_config, schedule_dense, schedule_matmul
+from tvmc.ops.elemwise import broadcast_index, broadcast_shape
+from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+
+
+def _dense_type(in_types, attrs):
+    d, w = in_types
+    if len(d.shape) != 2 or len(w.shape) != 2 or d.shape[1] != w.shape[1]:
+        raise ValueError(f"dense needs data [M,K] and weight [N,K], got {list(d.shape)} and {list(w.shape)}")
+    return TensorType((d.shape[0], w.shape[0]), d.dtype)
+
+
+def dense(data, weight):
+    """out[m, n] = sum_k data[m, k] * weight[n, k]; data [M, K], weight [N, K] (TVM nn.dense)."""
+    m, k = data.shape
+    n = weight.shape[0]
+    rk = te.reduce_axis(k, "k")
+    return te.compute((m, n), lambda i, j: te.sum(data[i, rk] * weight[j, rk], rk), name="dense", tag="dense")
+
+
+register_op(OpDef("nn.dense", _dense_type, lambda x, w: (x.astype(np.float64) @ w.T.astype(np.float64)).astype(x.dtype),
+                  OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: dense(*inputs), {
+                      "cpu": [Implementation("dense.x86", schedule_dense, config_space=dense_config)]}))
+
+
+def _matmul_type(in_types, attrs):
+    a, b = in_types
+    if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul needs [...,M,K] x [...,K,N], got {list(a.shape)} and {list(b.shape)}")
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    return TensorType(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+
+
+def matmul(a, b, out_shape):
+    """Numpy matmul with broadcast batch dims: out[..., i, j] = sum_k a[..., i, k] * b[..., k, j]."""
+    rk = te.reduce_axis(a.shape[-1], "k")
+    nb = len(out_shape) - 2
+
+    def f(*idx):
+        batch, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        ab = broadcast_index(a.shape[:-2], batch)
+        bb = broadcast_index(b.shape[:-2], batch)
+        return te.sum(a[ab + (i, rk.var)] * b[bb + (rk.var, j)], rk)
+
+    return te.compute(out_shape, f, name="matmul", tag="matmul")
+
+
+register_op(OpDef("nn.matmul", _matmul_type,
+                  lambda a, b: np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),
+                  OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: matmul(*inputs, out_type.shape), {
+                      "cpu": [Implementation("matmul.x86", schedule_matmul, config_space=matmul_config)]}))

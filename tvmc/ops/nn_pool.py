@@ -1,0 +1,143 @@
+"""Pooling (ONNX MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool) on NCHW data."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc import te
+from tvmc.graph.ir import TensorType
+from tvmc.ops.cpu.pool import schedule_pool
+from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+from tvmc.ops.transform import pad_compute
+
+POOL_CPU = {"cpu": [Implementation("pool.x86", schedule_pool)]}
+
+
+def pool_out_hw(h, w, attrs):
+    """(OH, OW) with ONNX semantics: floor or ceil of (H + pads - dilated kernel) / stride + 1;
+    with ceil_mode the last window must start inside the input or left padding."""
+    kh, kw = attrs["pool_size"]
+    sh, sw = attrs["strides"]
+    dh, dw = attrs.get("dilation", (1, 1))
+    pt, pl, pb, pr = attrs["padding"]
+    out = []
+    for size, k, s, d, p0, p1 in ((h, kh, sh, dh, pt, pb), (w, kw, sw, dw, pl, pr)):
+        span = size + p0 + p1 - ((k - 1) * d + 1)
+        o = (-(-span // s) if attrs.get("ceil_mode", 0) else span // s) + 1
+        if attrs.get("ceil_mode", 0) and (o - 1) * s >= size + p0:
+            o -= 1
+        out.append(o)
+    return tuple(out)
+
+
+def _pool_type(in_types, attrs):
+    t = in_types[0]
+    if len(t.shape) != 4:
+        raise ValueError(f"2-D pooling needs NCHW data, got {list(t.shape)}")
+    oh, ow = pool_out_hw(t.shape[2], t.shape[3], attrs)
+    if oh <= 0 or ow <= 0:
+        raise ValueError("pooling window larger than the padded input")
+    return TensorType(t.shape[:2] + (oh, ow), t.dtype)
+
+
+def _pool_compute(kind):
+    def compute(inputs, attrs, out_type):
+        x = inputs[0]
+        n, c, h, w = x.shape
+        kh, kw = attrs["pool_size"]
+        sh, sw = attrs["strides"]
+        dh, dw = attrs.get("dilation", (1, 1))
+        pt, pl, pb, pr = attrs["padding"]
+        oh, ow = out_type.shape[2:]
+        # pad far enough for ceil_mode windows too; padded cells never win a max / count
+        eb = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt))
+        er = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl))
+        lowest = -3.4028234663852886e38
+        padded = pad_compute(x, ((0, 0), (0, 0), (pt, eb), (pl, er)),
+                             lowest if kind == "max" else 0.0, name="pad_data")
+        rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+        if kind == "max":
+            return te.compute(out_type.shape, lambda a, b, y, z: te.max(
+                padded[a, b, y * sh + rh.var * dh, z * sw + rw.var * dw], [rh, rw]), name="max_pool2d")
+        total = te.compute(out_type.shape, lambda a, b, y, z: te.sum(
+            padded[a, b, y * sh + rh.var * dh, z * sw + rw.var * dw], [rh, rw]), name="avg_pool_sum")
+        include_pad = attrs.get("count_include_pad", 0)
+
+        def count(y, z):
+            # window cells inside [lo, hi): the input, or the input plus explicit pads
+            lo_h, hi_h = (-pt, h + pb) if include_pad else (0, h)
+            lo_w, hi_w = (-pl, w + pr) if include_pad else (0, w)
+            y0, x0 = y * sh - pt, z * sw - pl
+            ch = te.minimum(y0 + (kh - 1) * dh + 1, hi_h) - te.maximum(y0, lo_h)
+            cw = te.minimum(x0 + (kw - 1) * dw + 1, hi_w) - te.maximum(x0, lo_w)
+            if dh != 1 or dw != 1:
+                ch, cw = (ch + dh - 1) // dh, (cw + dw - 1) // dw
+            return te.cast(x.dtype, ch * cw)
+
+        return te.compute(out_type.shape, lambda a, b, y, z: total[a, b, y, z] / count(y, z), name="avg_pool2d")
+
+    return compute
+
+
+def _pool_reference(kind):
+    def ref(x, pool_size, strides, padding, dilation=(1, 1), ceil_mode=0, count_include_pad=0):
+        attrs = dict(pool_size=pool_size, strides=strides, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+        n, c, h, w = x.shape
+        oh, ow = pool_out_hw(h, w, attrs)
+        pt, pl, pb, pr = padding
+        big = max(oh * strides[0] + pool_size[0] * dilation[0], h + pt + pb) + 1
+        bigw = max(ow * strides[1] + pool_size[1] * dilation[1], w + pl + pr) + 1
+        xp = np.full((n, c, big, bigw), np.nan, dtype=np.float64)
+        xp[:, :, pt:pt + h, pl:pl + w] = x
+        inside = np.zeros((big, bigw), dtype=bool)
+        inside[:h + pt + pb, :w + pl + pr] = True
+        out = np.zeros((n, c, oh, ow), dtype=np.float64)
+        for i in range(oh):
+            for j in range(ow):
+                ys = i * strides[0] + np.arange(pool_size[0]) * dilation[0]
+                xs = j * strides[1] + np.arange(pool_size[1]) * dilation[1]
+                win = xp[:, :, ys][:, :, :, xs]
+                if kind == "max":
+                    out[:, :, i, j] = np.nanmax(win.reshape(n, c, -1), axis=2)
+                else:
+                    s = np.nansum(win.reshape(n, c, -1), axis=2)
+                    cnt = inside[ys][:, xs].sum() if count_include_pad else (~np.isnan(win[0, 0])).sum()
+                    out[:, :, i, j] = s / cnt
+        return out.astype(x.dtype)
+
+    return ref
+
+
+register_op(OpDef("nn.max_pool2d", _pool_type, _pool_reference("max"), OpPattern.OUT_ELEMWISE_FUSABLE,
+                  _pool_compute("max"), POOL_CPU))
+register_op(OpDef("nn.avg_pool2d", _pool_type, _pool_reference("avg"), OpPattern.OUT_ELEMWISE_FUSABLE,
+                  _pool_compute("avg"), POOL_CPU))
+
+
+def _global_type(in_types, attrs):
+    t = in_types[0]
+    if len(t.shape) != 4:
+        raise ValueError(f"global pooling needs NCHW data, got {list(t.shape)}")
+    return TensorType(t.shape[:2] + (1, 1), t.dtype)
+
+
+def _global_compute(kind):
+    def compute(inputs, attrs, out_type):
+        x = inputs[0]
+        n, c, h, w = x.shape
+        rh, rw = te.reduce_axis(h, "rh"), te.reduce_axis(w, "rw")
+        if kind == "max":
+            return te.compute(out_type.shape, lambda a, b, y, z: te.max(x[a, b, rh, rw], [rh, rw]),
+                              name="global_max_pool2d")
+        total = te.compute(out_type.shape, lambda a, b, y, z: te.sum(x[a, b, rh, rw], [rh, rw]), name="global_sum")
+        return te.compute(out_type.shape, lambda a, b, y, z: total[a, b, y, z] * te.const(1.0 / (h * w), x.dtype),
+                          name="global_avg_pool2d")
+
+    return compute
+
+
+register_op(OpDef("nn.global_avg_pool2d", _global_type,
+                  lambda x: x.mean(axis=(2, 3), keepdims=True, dtype=np.float64).astype(x.dtype),
+                  OpPattern.OUT_ELEMWISE_FUSABLE, _global_compute("avg"), POOL_CPU))
+register_op(OpDef("nn.global_max_pool2d", _global_type, lambda x: x.max(axis=(2, 3), keepdims=True),
+                  OpPattern.OUT_ELEMWISE_FUSABLE, _global_compute("max"), POOL_CPU))
