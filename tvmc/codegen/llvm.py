@@ -362,6 +362,8 @@ class CodeGenLLVM:
         b = st.builder
         cond = self._expr(st, e.cond, vec, mask)
         has_load = any(isinstance(x, Load) for x in walk(e.t)) or any(isinstance(x, Load) for x in walk(e.f))
+        if not isinstance(cond, _Vec) and vec is not None and any(x is vec[0] for x in walk(e)):
+            cond = _Vec(self._splat(st, cond, vec[1]), vec[1])  # uniform condition, vector sides
         if isinstance(cond, _Vec):
             lanes = cond.lanes
             m_t = cond.value if mask is None else b.and_(mask, cond.value)

@@ -1,0 +1,60 @@
+"""Test helper: compile one op (as its own fused function) and run it through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from tvmc.codegen.build import compile_ir, link_shared
+from tvmc.codegen.llvm import CodeGenLLVM
+from tvmc.graph.ir import Function, Var, make_call
+from tvmc.ops.fused import lower_fused
+from tvmc.ops.registry import get_op
+from tvmc.target import resolve_target
+
+TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-5), "int64": dict(rtol=0, atol=0)}
+
+_tmp = tempfile.TemporaryDirectory(prefix="tvmc-optest-")
+
+
+def build_and_run(fn: Function, arrays, target=None):
+    """Compile `fn` for `target` (x86 by default) and run it on numpy `arrays`."""
+    target = target or resolve_target("x86")
+    prim = lower_fused(fn, target)
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    so = link_shared(compile_ir(cg.ir_text(), target), target)
+    path = Path(_tmp.name, f"{fn.name}_{id(fn)}.so")
+    path.write_bytes(so)
+    lib = ctypes.CDLL(str(path))
+    out = np.zeros(fn.body.shape, dtype=fn.body.dtype)
+    args = [np.ascontiguousarray(a) for a in arrays] + [out]
+    getattr(lib, fn.name)(*[ctypes.c_void_p(a.ctypes.data) for a in args])
+    return out, prim
+
+
+def run_op(op, arrays, attrs=None, chain=()):
+    """Build `op(arrays...)` followed by elementwise `chain` ops [(name, attrs, extra arrays)],
+    run it compiled, and return (compiled output, numpy reference output)."""
+    params = [Var(f"x{k}", _ttype(a)) for k, a in enumerate(arrays)]
+    body = make_call(op, params, attrs or {})
+    ref = get_op(op).reference(*arrays, **(attrs or {}))
+    all_arrays = list(arrays)
+    for name, cattrs, extra in chain:
+        extra_vars = [Var(f"x{len(params) + k}", _ttype(a)) for k, a in enumerate(extra)]
+        params += extra_vars
+        all_arrays += list(extra)
+        body = make_call(name, [body] + extra_vars, cattrs)
+        ref = get_op(name).reference(ref, *extra, **cattrs)
+    fn = Function(params, body, "fused_" + op.replace(".", "_"))
+    out, _ = build_and_run(fn, all_arrays)
+    return out, ref
+
+
+def _ttype(a):
+    from tvmc.graph.ir import TensorType
+
+    return TensorType(tuple(a.shape), a.dtype.name)
