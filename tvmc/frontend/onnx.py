@@ -1,0 +1,1080 @@
+"""ONNX frontend: an ONNX model (file or ModelProto) -> graph IR, checked and statically shaped."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+import onnx
+import onnx.checker
+import onnx.defs
+import onnx.shape_inference
+from onnx import numpy_helper
+
+from tvmc.errors import ModelError, UnsupportedOpError
+from tvmc.graph import ir
+from tvmc.graph.ir import Call, Expr, Graph, TensorType, Var, make_call
+
+# dtypes a non-constant tensor may have (float32 activations; integer/bool shape tensors)
+SUPPORTED_DTYPES = ("float32", "int64", "int32", "bool")
+_FLOAT32_MIN = float(np.finfo(np.float32).min)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+# ---------------------------------------------------------------------------------------------
+# Converter table: CONVERTERS[op_type] is a function named after the ONNX op type,
+# `fn(ctx, node, inputs, attrs, opset) -> Expr | np.ndarray`; `fn.versions` lists the operator
+# versions (ONNX schema `since_version`s) it implements. An np.ndarray result is a value folded
+# at import (shape arithmetic) and becomes a Constant named after the node's output tensor.
+# ---------------------------------------------------------------------------------------------
+
+CONVERTERS: dict[str, Callable] = {}
+
+
+def _converter(*versions: int):
+    def register(fn):
+        fn.versions = frozenset(versions)
+        CONVERTERS[fn.__name__] = fn
+        return fn
+    return register
+
+
+def supports(op_type: str, opset: int) -> bool:
+    """True when `op_type` (default domain) at model opset `opset` has a converter here."""
+    fn = CONVERTERS.get(op_type)
+    if fn is None:
+        return False
+    try:
+        since = onnx.defs.get_schema(op_type, opset, "").since_version
+    except Exception:  # onnx.defs.SchemaError: no version of the op at this opset
+        return False
+    return since in fn.versions
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+def from_onnx(model, input_shapes: dict | None = None) -> Graph:
+    """Import an ONNX model into the graph IR.
+
+    model:        path (str / os.PathLike) of a .onnx file, or an `onnx.ModelProto`.
+    input_shapes: {graph input name: shape tuple} overriding or fixing input shapes
+                  (symbolic / unknown dimensions must be fixed this way).
+
+    Returns a Graph whose inputs are the ONNX graph inputs that are not initializers
+    (Var with static shape, dtype float32/int64/int32/bool), whose constants are the
+    initializers (Constant named after the initializer), and whose outputs carry the ONNX
+    graph output names. Every tensor is statically shaped (ONNX shape inference, checked
+    against the op registry's type rules).
+
+    Raises:
+      ModelError           unreadable file, onnx.checker failure, bad `input_shapes`,
+                           unresolved symbolic dimension, unsupported dtype on a non-constant
+                           path, unsupported attribute values, shape inconsistencies.
+      UnsupportedOpError   before anything is converted, listing every op type (with opset
+                           and node names) that has no converter for the model's opset.
+
+    Source: ONNX IR spec (onnx/docs/IR.md) and operator spec (onnx/docs/Operators.md, each
+    converter names the op versions it implements).
+    """
+    proto, label = _load(model)
+    _check(proto, label)
+    return _Importer(proto, label).run(input_shapes or {})
+
+
+def _load(model):
+    if isinstance(model, onnx.ModelProto):
+        return model, f"<model {model.graph.name or 'ModelProto'}>"
+    if not isinstance(model, (str, os.PathLike)):
+        raise ModelError(f"expected a path or onnx.ModelProto, got {type(model).__name__}")
+    path = os.fspath(model)
+    if not os.path.isfile(path):
+        raise ModelError(f"{path}: no such file")
+    try:
+        proto = onnx.load(path)
+    except Exception as e:  # DecodeError, external data missing, ...
+        raise ModelError(f"{path}: not a readable ONNX model ({_one_line(e)})") from None
+    if not proto.HasField("graph"):
+        raise ModelError(f"{path}: not an ONNX model (no graph)")
+    return proto, path
+
+
+def _check(proto, label):
+    try:
+        try:
+            onnx.checker.check_model(proto)
+        except ValueError:  # a protobuf over 2 GiB can only be checked from its file
+            if not os.path.isfile(label):
+                raise
+            onnx.checker.check_model(label)
+    except Exception as e:
+        raise ModelError(f"{label}: onnx.checker failed: {_one_line(e)}") from None
+
+
+def _one_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class _Unusable:
+    """Placeholder for a secondary node output (Dropout mask, BatchNorm training statistics,
+    MaxPool indices): tvmc only supports output 0 of such nodes."""
+
+    def __init__(self, node: str, op_type: str, index: int, what: str):
+        self.node, self.op_type, self.index, self.what = node, op_type, index, what
+
+
+_SECONDARY_OUTPUTS = {
+    "Dropout": "mask",
+    "BatchNormalization": "training-mode statistics",
+    "MaxPool": "Indices",
+}
+
+
+class _Importer:
+    """Converts one checked ModelProto; `label` (the file path) prefixes every error."""
+
+    def __init__(self, proto: onnx.ModelProto, label: str):
+        self.proto = proto
+        self.label = label
+        self.graph = proto.graph
+        self.opset = _default_opset(proto, label)
+        self.env: dict = {}
+        self.used_names: set = set()
+        self.derived: dict = {}
+        self.inferred: dict = {}
+
+    def error(self, msg: str) -> ModelError:
+        return ModelError(f"{self.label}: {msg}")
+
+    # -- driver ---------------------------------------------------------------------------
+    def run(self, input_shapes: dict) -> Graph:
+        g = self.graph
+        self._scan_ops()
+        init_names = {t.name for t in g.initializer}
+        real_inputs = [vi for vi in g.input if vi.name not in init_names]
+        self._check_input_shapes(real_inputs, input_shapes)
+        self._infer(real_inputs, input_shapes)
+
+        self.used_names = set(init_names) | {vi.name for vi in g.input}
+        for node in g.node:
+            self.used_names.update(o for o in node.output if o)
+
+        for t in g.initializer:
+            try:
+                value = numpy_helper.to_array(t)
+            except Exception as e:
+                raise self.error(f"initializer '{t.name}' cannot be read: {_one_line(e)}") from None
+            self.env[t.name] = ir.Constant(value, name=t.name)
+
+        inputs = [self._make_input(vi, input_shapes.get(vi.name)) for vi in real_inputs]
+        for v in inputs:
+            self.env[v.name] = v
+
+        for node in g.node:
+            self._convert(node)
+
+        outputs = []
+        for vi in g.output:
+            outputs.append(self._lookup(vi.name, f"graph output '{vi.name}'"))
+        return Graph(inputs, outputs, [vi.name for vi in g.output])
+
+    def _scan_ops(self):
+        """Every op type without a converter, listed at once (before any conversion)."""
+        opsets = {o.domain: o.version for o in self.proto.opset_import}
+        missing: dict = {}
+        for node in self.graph.node:
+            if node.domain in _DEFAULT_DOMAINS:
+                ok, key, version = supports(node.op_type, self.opset), node.op_type, self.opset
+            else:
+                ok, key, version = False, f"{node.domain}.{node.op_type}", opsets.get(node.domain, 0)
+            if not ok:
+                missing.setdefault((key, version), []).append(_node_label(node))
+        if missing:
+            raise UnsupportedOpError(self.label, [(k, v, names) for (k, v), names in missing.items()])
+
+    def _check_input_shapes(self, real_inputs, input_shapes):
+        names = [vi.name for vi in real_inputs]
+        for name, shape in input_shapes.items():
+            if name not in names:
+                raise self.error(f"--input-shapes names '{name}', which is not a graph input; "
+                                 f"inputs: {', '.join(names) or '(none)'}")
+            try:
+                ok = all(int(d) == d and int(d) >= 0 for d in shape)
+            except TypeError:
+                ok = False
+            if not ok:
+                raise self.error(f"--input-shapes for '{name}' must be a list of non-negative ints, got {shape!r}")
+
+    def _make_input(self, vi, override) -> Var:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise self.error(f"graph input '{vi.name}' is not a tensor")
+        dtype = _np_dtype_name(tt.elem_type)
+        if dtype not in SUPPORTED_DTYPES:
+            raise self.error(f"graph input '{vi.name}' has dtype {dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")
+        declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim] \
+            if tt.HasField("shape") else None
+        if override is not None:
+            shape = tuple(int(d) for d in override)
+            if declared is not None and len(declared) != len(shape):
+                raise self.error(f"--input-shapes gives '{vi.name}' rank {len(shape)} but the model declares "
+                                 f"rank {len(declared)} {_fmt_dims(declared)}")
+            return Var(vi.name, TensorType(shape, dtype))
+        if declared is None:
+            raise self.error(f"graph input '{vi.name}' has no shape; fix it with "
+                             f"--input-shapes \"{vi.name}:[1,3,224,224]\"")
+        for i, d in enumerate(declared):
+            if not isinstance(d, int):
+                what = f"symbolic ('{d}')" if d else "unknown"
+                hint = ",".join(str(x) if isinstance(x, int) else "1" for x in declared)
+                raise self.error(f"graph input '{vi.name}' dimension {i} is {what}; fix it with "
+                                 f"--input-shapes \"{vi.name}:[{hint}]\"")
+        return Var(vi.name, TensorType(tuple(declared), dtype))
+
+    def _infer(self, real_inputs, input_shapes):
+        """ONNX shape inference (with input overrides applied) -> self.inferred[name] = TensorType
+        for every tensor whose shape ONNX knows statically; used to cross-check our types."""
+        proto = self.proto
+        if input_shapes:
+            proto = onnx.ModelProto()
+            proto.CopyFrom(self.proto)
+            del proto.graph.value_info[:]
+            for vi in proto.graph.input:
+                if vi.name in input_shapes:
+                    shape = vi.type.tensor_type.shape
+                    del shape.dim[:]
+                    for d in input_shapes[vi.name]:
+                        shape.dim.add().dim_value = int(d)
+            for vi in proto.graph.output:
+                vi.type.tensor_type.ClearField("shape")
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+        except ValueError:  # a protobuf over 2 GiB cannot be serialized for inference: no cross-check
+            return
+        except Exception as e:
+            raise self.error(f"ONNX shape inference failed: {_one_line(e)}") from None
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type") or not tt.HasField("shape") or not tt.elem_type:
+                continue
+            if not all(d.HasField("dim_value") for d in tt.shape.dim):
+                continue
+            self.inferred[vi.name] = TensorType(tuple(d.dim_value for d in tt.shape.dim),
+                                                _np_dtype_name(tt.elem_type))
+
+    # -- nodes ----------------------------------------------------------------------------
+    def _lookup(self, name: str, user: str):
+        try:
+            e = self.env[name]
+        except KeyError:
+            raise self.error(f"{user} reads tensor '{name}', which no node produces") from None
+        if isinstance(e, _Unusable):
+            raise self.error(f"{user} reads tensor '{name}', output {e.index} ({e.what}) of {e.op_type} "
+                             f"node '{e.node}'; tvmc supports only output 0 of {e.op_type} (inference mode)")
+        return e
+
+    def _convert(self, node):
+        label = _node_label(node)
+        user = f"node '{label}' ({node.op_type})"
+        inputs = [self._lookup(n, user) if n else None for n in node.input]
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+        ctx = _NodeContext(self, node, label)
+        result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, self.opset)
+        if isinstance(result, np.ndarray) or np.isscalar(result):
+            result = ir.Constant(np.asarray(result), name=node.output[0])
+        if not isinstance(result, Expr):
+            raise AssertionError(f"converter {node.op_type} returned {type(result).__name__}")
+        if not isinstance(result, ir.Constant) and result.dtype not in SUPPORTED_DTYPES:
+            raise ctx.error(f"tensor '{node.output[0]}' has dtype {result.dtype}; "
+                            f"supported: {', '.join(SUPPORTED_DTYPES)}")
+        expected = self.inferred.get(node.output[0])
+        if expected is not None and (tuple(result.shape) != expected.shape or result.dtype != expected.dtype):
+            raise ctx.error(f"tensor '{node.output[0]}': tvmc infers {result.type} but the model "
+                            f"(value_info / ONNX shape inference) says {expected}")
+        self.env[node.output[0]] = result
+        for i, out in enumerate(node.output[1:], 1):
+            if out:
+                if node.op_type not in _SECONDARY_OUTPUTS:
+                    raise ctx.error(f"output {i} ('{out}') is not supported")
+                self.env[out] = _Unusable(label, node.op_type, i, _SECONDARY_OUTPUTS[node.op_type])
+
+    def unique_name(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used_names:
+            name = f"{base}_{k}"
+            k += 1
+        self.used_names.add(name)
+        return name
+
+
+class _NodeContext:
+    """What a converter may use: errors naming the file and node, calls, new constants."""
+
+    def __init__(self, importer: _Importer, node, label: str):
+        self.importer = importer
+        self.node = node
+        self.name = label
+        self.op_type = node.op_type
+
+    def error(self, msg: str) -> ModelError:
+        return self.importer.error(f"node '{self.name}' ({self.op_type}): {msg}")
+
+    def call(self, op: str, inputs, attrs=None) -> Call:
+        """make_call with the node's name; dtype and type-rule failures name file and node."""
+        for e in inputs:
+            if isinstance(e, ir.Constant) and e.dtype not in SUPPORTED_DTYPES:
+                raise self.error(f"constant '{e.name}' has dtype {e.dtype}; "
+                                 f"supported: {', '.join(SUPPORTED_DTYPES)}")
+        try:
+            return make_call(op, list(inputs), attrs or {}, name=self.name)
+        except ModelError as e:
+            raise self.importer.error(str(e)) from None
+
+    def const(self, value, suffix: str) -> ir.Constant:
+        """A new constant named f"{node}.{suffix}" (made unique in the graph)."""
+        return ir.Constant(np.asarray(value), name=self.importer.unique_name(f"{self.name}.{suffix}"))
+
+    def derived(self, src: ir.Constant, suffix: str, fn: Callable) -> ir.Constant:
+        """`fn(src.value)` as a new Constant; memoized per (source constant, suffix) so a
+        weight shared by several nodes is transformed once."""
+        key = (src, suffix)
+        hit = self.importer.derived.get(key)
+        if hit is None:
+            hit = self.const(fn(src.value), suffix)
+            self.importer.derived[key] = hit
+        return hit
+
+    def input_name(self, i: int) -> str:
+        return self.node.input[i] if i < len(self.node.input) else f"#{i}"
+
+    def constant(self, inputs, i: int, what: str) -> np.ndarray:
+        """The value of input `i`, which must be a Constant (initializer or foldable)."""
+        e = inputs[i] if i < len(inputs) else None
+        if e is None:
+            raise self.error(f"missing input {what}")
+        if not isinstance(e, ir.Constant):
+            raise self.error(f"input {what} ('{self.input_name(i)}') must be a constant (initializer or "
+                             f"computable at import); tvmc needs static shapes")
+        return e.value
+
+
+def _node_label(node) -> str:
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
+def _default_opset(proto, label) -> int:
+    for o in proto.opset_import:
+        if o.domain in _DEFAULT_DOMAINS:
+            return int(o.version)
+    if proto.ir_version < 3:
+        return 1
+    raise ModelError(f"{label}: the model imports no default-domain (ai.onnx) opset")
+
+
+def _np_dtype_name(elem_type: int) -> str:
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:
+        return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "undefined"
+
+
+def _attr_value(a):
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [s.decode("utf-8") for s in v]
+    return v
+
+
+def _fmt_dims(dims) -> str:
+    return "[" + ",".join(str(d) if d is not None else "?" for d in dims) + "]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by converters
+# ---------------------------------------------------------------------------------------------
+
+def _is_const(e) -> bool:
+    return isinstance(e, ir.Constant)
+
+
+def _reshape(ctx, x: Expr, newshape) -> Expr:
+    newshape = tuple(int(d) for d in newshape)
+    if tuple(x.shape) == newshape:
+        return x
+    if _is_const(x):
+        return ctx.derived(x, "reshape" + "x".join(map(str, newshape)), lambda v: v.reshape(newshape))
+    return ctx.call("reshape", [x], {"newshape": newshape})
+
+
+def _norm_axis(ctx, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ctx.error(f"{what} {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _prod(dims) -> int:
+    return int(np.prod(dims, dtype=np.int64))
+
+
+def _is_int_const(e) -> bool:
+    return _is_const(e) and np.issubdtype(e.value.dtype, np.integer)
+
+
+def _auto_pads(ctx, attrs, in_spatial, kernel, strides, dilations) -> tuple:
+    """Pads (x1_begin, x2_begin, ..., x1_end, x2_end, ...) in ONNX order, resolving auto_pad.
+
+    ONNX Conv/MaxPool/AveragePool: SAME_UPPER / SAME_LOWER give output = ceil(in / stride) with
+    the odd padding at the end (UPPER) or the beginning (LOWER); VALID means no padding.
+    """
+    n = len(in_spatial)
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", ""):
+        pads = tuple(attrs.get("pads", [0] * (2 * n)))
+        if len(pads) != 2 * n:
+            raise ctx.error(f"pads {list(pads)} must have {2 * n} values")
+        return pads
+    if auto_pad == "VALID":
+        return (0,) * (2 * n)
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ctx.error(f"unknown auto_pad '{auto_pad}'")
+    begin, end = [], []
+    for size, k, s, d in zip(in_spatial, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, large = total // 2, total - total // 2
+        begin.append(small if auto_pad == "SAME_UPPER" else large)
+        end.append(large if auto_pad == "SAME_UPPER" else small)
+    return tuple(begin + end)
+
+
+# ---------------------------------------------------------------------------------------------
+# Converters, named after the ONNX op type
+# ---------------------------------------------------------------------------------------------
+
+@_converter(1, 11, 22)
+def Conv(ctx, node, inputs, attrs, opset):
+    """ONNX Conv-1/11/22 -> nn.conv2d (+ add of the bias as [C,1,1]); 1-D convs run as 2-D with H=1."""
+    if len(inputs) < 2:
+        raise ctx.error("Conv needs inputs X and W")
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    rank = len(x.shape)
+    if rank not in (3, 4) or len(w.shape) != rank:
+        raise ctx.error(f"only 1-D and 2-D convolutions are supported; input '{ctx.input_name(0)}' "
+                        f"is {x.type}, weight {w.type}")
+    n_sp = rank - 2
+    kernel = tuple(attrs.get("kernel_shape", w.shape[2:]))
+    if tuple(kernel) != tuple(w.shape[2:]):
+        raise ctx.error(f"kernel_shape {list(kernel)} does not match weight '{ctx.input_name(1)}' {w.type}")
+    strides = tuple(attrs.get("strides", [1] * n_sp))
+    dilations = tuple(attrs.get("dilations", [1] * n_sp))
+    groups = int(attrs.get("group", 1))
+    pads = _auto_pads(ctx, attrs, x.shape[2:], kernel, strides, dilations)
+    if n_sp == 1:
+        x = _reshape(ctx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+        w = _reshape(ctx, w, (w.shape[0], w.shape[1], 1, w.shape[2]))
+        strides, dilations, padding = (1, strides[0]), (1, dilations[0]), (0, pads[0], 0, pads[1])
+    else:
+        padding = (pads[0], pads[1], pads[2], pads[3])
+    out = ctx.call("nn.conv2d", [x, w], {"strides": tuple(map(int, strides)), "padding": tuple(map(int, padding)),
+                                         "dilation": tuple(map(int, dilations)), "groups": groups})
+    if b is not None:
+        if _is_const(b):
+            bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, 1, 1))
+        else:
+            bias = _reshape(ctx, b, (b.shape[0], 1, 1))
+        out = ctx.call("add", [out, bias])
+    if n_sp == 1:
+        out = _reshape(ctx, out, (out.shape[0], out.shape[1], out.shape[3]))
+    return out
+
+
+@_converter(1, 6, 7, 9, 14, 15)
+def BatchNormalization(ctx, node, inputs, attrs, opset):
+    """ONNX BatchNormalization-1..15 (inference mode) -> nn.batch_norm(axis=1)."""
+    if attrs.get("training_mode", 0):
+        raise ctx.error("training_mode=1 is not supported (inference only)")
+    if len(inputs) != 5:
+        raise ctx.error("BatchNormalization needs 5 inputs (X, scale, B, mean, var)")
+    x = inputs[0]
+    if len(x.shape) < 2:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must have rank >= 2")
+    c = x.shape[1]
+    for i, p in enumerate(inputs[1:], 1):
+        if tuple(p.shape) != (c,):
+            # spatial=0 (opset < 9) allows per-activation [C,H,W] statistics
+            raise ctx.error(f"input '{ctx.input_name(i)}' {p.type} must be [{c}] (per-channel statistics)")
+    return ctx.call("nn.batch_norm", inputs, {"epsilon": float(attrs.get("epsilon", 1e-5)), "axis": 1})
+
+
+@_converter(1, 6, 13, 14)
+def Relu(ctx, node, inputs, attrs, opset):
+    """ONNX Relu -> nn.relu."""
+    return ctx.call("nn.relu", [inputs[0]])
+
+
+@_converter(1, 6, 13)
+def Sigmoid(ctx, node, inputs, attrs, opset):
+    """ONNX Sigmoid -> sigmoid."""
+    return ctx.call("sigmoid", [inputs[0]])
+
+
+@_converter(1, 6, 13)
+def Tanh(ctx, node, inputs, attrs, opset):
+    """ONNX Tanh -> tanh."""
+    return ctx.call("tanh", [inputs[0]])
+
+
+@_converter(1, 6, 13)
+def Exp(ctx, node, inputs, attrs, opset):
+    """ONNX Exp -> exp."""
+    return ctx.call("exp", [inputs[0]])
+
+
+@_converter(1, 6, 13)
+def Sqrt(ctx, node, inputs, attrs, opset):
+    """ONNX Sqrt -> sqrt."""
+    return ctx.call("sqrt", [inputs[0]])
+
+
+@_converter(1, 6, 13)
+def Neg(ctx, node, inputs, attrs, opset):
+    """ONNX Neg -> negative."""
+    return ctx.call("negative", [inputs[0]])
+
+
+@_converter(1, 6, 13)
+def Abs(ctx, node, inputs, attrs, opset):
+    """ONNX Abs -> abs."""
+    return ctx.call("abs", [inputs[0]])
+
+
+@_converter(1, 6, 16)
+def LeakyRelu(ctx, node, inputs, attrs, opset):
+    """ONNX LeakyRelu (alpha default 0.01) -> nn.leaky_relu."""
+    return ctx.call("nn.leaky_relu", [inputs[0]], {"alpha": float(attrs.get("alpha", 0.01))})
+
+
+@_converter(1, 6, 11, 12, 13)
+def Clip(ctx, node, inputs, attrs, opset):
+    """ONNX Clip -> clip(a_min, a_max): bounds are attributes before opset 11 and optional
+    inputs from 11 (non-constant bounds become maximum/minimum); missing bounds are the
+    float32 limits."""
+    x = inputs[0]
+    if opset < 11:
+        return ctx.call("clip", [x], {"a_min": float(attrs.get("min", _FLOAT32_MIN)),
+                                      "a_max": float(attrs.get("max", _FLOAT32_MAX))})
+    lo = inputs[1] if len(inputs) > 1 else None
+    hi = inputs[2] if len(inputs) > 2 else None
+    if (lo is None or _is_const(lo)) and (hi is None or _is_const(hi)):
+        bounds = []
+        for e, default, i in ((lo, _FLOAT32_MIN, 1), (hi, _FLOAT32_MAX, 2)):
+            if e is None:
+                bounds.append(default)
+            elif e.value.size != 1:
+                raise ctx.error(f"bound '{ctx.input_name(i)}' must be a scalar, got {e.type}")
+            else:
+                bounds.append(float(e.value.reshape(())))
+        return ctx.call("clip", [x], {"a_min": bounds[0], "a_max": bounds[1]})
+    out = x
+    if lo is not None:
+        out = ctx.call("maximum", [out, lo])
+    if hi is not None:
+        out = ctx.call("minimum", [out, hi])
+    return out
+
+
+_BINARY = {"Add": ("add", np.add), "Sub": ("subtract", np.subtract),
+           "Mul": ("multiply", np.multiply), "Div": ("divide", None)}
+
+
+def _binary(ctx, node, inputs, attrs, opset):
+    """Add/Sub/Mul/Div: numpy broadcasting; before opset 7, `broadcast`/`axis` attributes
+    align B with A starting at `axis` (B is reshaped to that rank)."""
+    op, fn = _BINARY[ctx.op_type]
+    a, b = inputs[0], inputs[1]
+    if opset < 7:
+        if attrs.get("broadcast", 0) and "axis" in attrs:
+            axis = _norm_axis(ctx, int(attrs["axis"]), len(a.shape))
+            trailing = len(a.shape) - axis - len(b.shape)
+            if trailing < 0:
+                raise ctx.error(f"axis {axis} does not fit B {b.type} into A {a.type}")
+            b = _reshape(ctx, b, tuple(b.shape) + (1,) * trailing)
+        elif not attrs.get("broadcast", 0) and tuple(a.shape) != tuple(b.shape):
+            raise ctx.error(f"shapes {a.type} and {b.type} differ and broadcast=0")
+    if _is_int_const(a) and _is_int_const(b):  # shape arithmetic
+        if ctx.op_type == "Div":  # ONNX integer Div truncates toward zero
+            q = np.abs(a.value) // np.abs(b.value)
+            return np.where((a.value < 0) != (b.value < 0), -q, q)
+        return fn(a.value, b.value)
+    return ctx.call(op, [a, b])
+
+
+@_converter(1, 6, 7, 13, 14)
+def Add(ctx, node, inputs, attrs, opset):
+    """ONNX Add -> add."""
+    return _binary(ctx, node, inputs, attrs, opset)
+
+
+@_converter(1, 6, 7, 13, 14)
+def Sub(ctx, node, inputs, attrs, opset):
+    """ONNX Sub -> subtract."""
+    return _binary(ctx, node, inputs, attrs, opset)
+
+
+@_converter(1, 6, 7, 13, 14)
+def Mul(ctx, node, inputs, attrs, opset):
+    """ONNX Mul -> multiply."""
+    return _binary(ctx, node, inputs, attrs, opset)
+
+
+@_converter(1, 6, 7, 13, 14)
+def Div(ctx, node, inputs, attrs, opset):
+    """ONNX Div -> divide."""
+    return _binary(ctx, node, inputs, attrs, opset)
+
+
+def _variadic(ctx, inputs, op):
+    out = inputs[0]
+    if len(inputs) == 1:
+        return out if _is_const(out) else ctx.call("identity", [out])
+    for e in inputs[1:]:
+        out = ctx.call(op, [out, e])
+    return out
+
+
+@_converter(1, 6, 8, 13)
+def Sum(ctx, node, inputs, attrs, opset):
+    """ONNX Sum -> chain of add (one input -> identity)."""
+    return _variadic(ctx, inputs, "add")
+
+
+@_converter(1, 6, 8, 12, 13)
+def Max(ctx, node, inputs, attrs, opset):
+    """ONNX Max -> chain of maximum."""
+    return _variadic(ctx, inputs, "maximum")
+
+
+@_converter(1, 6, 8, 12, 13)
+def Min(ctx, node, inputs, attrs, opset):
+    """ONNX Min -> chain of minimum."""
+    return _variadic(ctx, inputs, "minimum")
+
+
+@_converter(1, 9, 13)
+def MatMul(ctx, node, inputs, attrs, opset):
+    """ONNX MatMul (numpy matmul semantics).
+
+    Constant 2-D B -> nn.dense(A[M,K], transpose(B)[N,K]) (A of rank > 2 is flattened to 2-D
+    and reshaped back); otherwise nn.matmul. 1-D operands are promoted as numpy does.
+    """
+    a, b = inputs[0], inputs[1]
+    if len(a.shape) == 0 or len(b.shape) == 0:
+        raise ctx.error(f"MatMul operands must have rank >= 1, got {a.type} and {b.type}")
+    a1, b1 = len(a.shape) == 1, len(b.shape) == 1
+    if a1:
+        a = _reshape(ctx, a, (1, a.shape[0]))
+    if b1:
+        b = _reshape(ctx, b, (b.shape[0], 1))
+    if _is_const(b) and len(b.shape) == 2 and a.dtype == "float32":
+        k, n = b.shape
+        w = ctx.derived(b, "weight_t", lambda v: np.ascontiguousarray(v.T))
+        lead = tuple(a.shape[:-1])
+        a2 = _reshape(ctx, a, (_prod(lead), k)) if len(lead) != 1 else a
+        out = ctx.call("nn.dense", [a2, w])
+        out_shape = lead + (n,)
+    else:
+        out = ctx.call("nn.matmul", [a, b])
+        out_shape = tuple(out.shape)
+    if a1:
+        out_shape = out_shape[:-2] + out_shape[-1:]
+    if b1:
+        out_shape = out_shape[:-1]
+    return _reshape(ctx, out, out_shape)
+
+
+@_converter(1, 6, 7, 9, 11, 13)
+def Gemm(ctx, node, inputs, attrs, opset):
+    """ONNX Gemm: Y = alpha * A' @ B' + beta * C -> nn.dense(A', W[N,K]) (+ multiply, add).
+
+    Constant transposes and the alpha/beta scales are folded into new Constants at import;
+    a non-constant B that needs transposing goes through the `transpose` op.
+    """
+    a, b = inputs[0], inputs[1]
+    c = inputs[2] if len(inputs) > 2 else None
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    trans_a, trans_b = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ctx.error(f"Gemm operands must be 2-D, got {a.type} and {b.type}")
+    if trans_a:
+        a = ctx.derived(a, "a_t", lambda v: np.ascontiguousarray(v.T)) if _is_const(a) \
+            else ctx.call("transpose", [a], {"axes": (1, 0)})
+    scaled = False
+    if _is_const(b):
+        if not trans_b or alpha != 1.0:
+            suffix = "weight_t" if not trans_b else "weight"
+            suffix += "" if alpha == 1.0 else "_scaled"
+
+            def weight(v, t=not trans_b, s=alpha):
+                w = v.T if t else v
+                return np.ascontiguousarray(w * np.asarray(s, dtype=v.dtype) if s != 1.0 else w)
+            w = ctx.derived(b, suffix, weight)
+            scaled = alpha != 1.0
+        else:
+            w = b
+    else:
+        w = b if trans_b else ctx.call("transpose", [b], {"axes": (1, 0)})
+    out = ctx.call("nn.dense", [a, w])
+    if alpha != 1.0 and not scaled:
+        out = ctx.call("multiply", [out, ctx.const(np.float32(alpha), "alpha")])
+    if c is not None and beta != 0.0:
+        if beta != 1.0:
+            c = ctx.derived(c, "bias_scaled", lambda v: v * np.asarray(beta, dtype=v.dtype)) if _is_const(c) \
+                else ctx.call("multiply", [c, ctx.const(np.float32(beta), "beta")])
+        out = ctx.call("add", [out, c])
+    return out
+
+
+def _pool_common(ctx, inputs, attrs, opset, dilation_since):
+    x = inputs[0]
+    if len(x.shape) != 4:
+        raise ctx.error(f"only 2-D pooling is supported; input '{ctx.input_name(0)}' is {x.type}")
+    kernel = tuple(int(k) for k in attrs.get("kernel_shape", ()))
+    if len(kernel) != 2:
+        raise ctx.error(f"kernel_shape {list(kernel)} must have 2 values")
+    strides = tuple(int(s) for s in attrs.get("strides", (1, 1)))
+    dilations = tuple(int(d) for d in attrs.get("dilations", (1, 1))) if opset >= dilation_since else (1, 1)
+    pads = _auto_pads(ctx, attrs, x.shape[2:], kernel, strides, dilations)
+    return x, {"pool_size": kernel, "strides": strides, "padding": tuple(int(p) for p in pads),
+               "dilation": dilations, "ceil_mode": int(attrs.get("ceil_mode", 0)) if opset >= 10 else 0}
+
+
+@_converter(1, 8, 10, 11, 12, 22)
+def MaxPool(ctx, node, inputs, attrs, opset):
+    """ONNX MaxPool (2-D; kernel_shape, strides, pads, auto_pad, dilations from 10, ceil_mode
+    from 10) -> nn.max_pool2d. The optional Indices output may not be used."""
+    x, pattrs = _pool_common(ctx, inputs, attrs, opset, dilation_since=10)
+    return ctx.call("nn.max_pool2d", [x], pattrs)
+
+
+@_converter(1, 7, 10, 11, 19, 22)
+def AveragePool(ctx, node, inputs, attrs, opset):
+    """ONNX AveragePool (2-D; count_include_pad from 7, ceil_mode from 10, dilations from 19)
+    -> nn.avg_pool2d."""
+    x, pattrs = _pool_common(ctx, inputs, attrs, opset, dilation_since=19)
+    pattrs["count_include_pad"] = int(attrs.get("count_include_pad", 0)) if opset >= 7 else 0
+    return ctx.call("nn.avg_pool2d", [x], pattrs)
+
+
+def _global_pool(ctx, inputs, op):
+    x = inputs[0]
+    if len(x.shape) != 4:
+        raise ctx.error(f"only 2-D global pooling is supported; input '{ctx.input_name(0)}' is {x.type}")
+    return ctx.call(op, [x])
+
+
+@_converter(1, 22)
+def GlobalAveragePool(ctx, node, inputs, attrs, opset):
+    """ONNX GlobalAveragePool [N,C,H,W] -> nn.global_avg_pool2d [N,C,1,1]."""
+    return _global_pool(ctx, inputs, "nn.global_avg_pool2d")
+
+
+@_converter(1, 22)
+def GlobalMaxPool(ctx, node, inputs, attrs, opset):
+    """ONNX GlobalMaxPool [N,C,H,W] -> nn.global_max_pool2d [N,C,1,1]."""
+    return _global_pool(ctx, inputs, "nn.global_max_pool2d")
+
+
+@_converter(1, 13)
+def LRN(ctx, node, inputs, attrs, opset):
+    """ONNX LRN (size; alpha 1e-4, beta 0.75, bias 1.0 by default) -> nn.lrn."""
+    if "size" not in attrs:
+        raise ctx.error("attribute 'size' is required")
+    x = inputs[0]
+    if len(x.shape) != 4:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must be 4-D (NCHW)")
+    return ctx.call("nn.lrn", [x], {"size": int(attrs["size"]), "alpha": float(attrs.get("alpha", 1e-4)),
+                                    "beta": float(attrs.get("beta", 0.75)), "bias": float(attrs.get("bias", 1.0))})
+
+
+@_converter(1, 9, 11, 13, 21, 23, 24, 25)
+def Flatten(ctx, node, inputs, attrs, opset):
+    """ONNX Flatten(axis=1) -> reshape to [prod(shape[:axis]), prod(shape[axis:])]."""
+    x = inputs[0]
+    rank = len(x.shape)
+    axis = int(attrs.get("axis", 1))
+    if not -rank <= axis <= rank:
+        raise ctx.error(f"axis {axis} out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    newshape = (_prod(x.shape[:axis]), _prod(x.shape[axis:]))
+    if _is_const(x):
+        return x.value.reshape(newshape)
+    return _reshape(ctx, x, newshape)
+
+
+def _resolve_reshape(ctx, in_shape, shape, allowzero) -> tuple:
+    """ONNX Reshape target: 0 copies the input dim (unless allowzero), -1 is inferred."""
+    out = []
+    for i, d in enumerate(int(s) for s in shape):
+        if d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ctx.error(f"shape {list(shape)}: 0 at index {i} has no input dimension to copy")
+            out.append(int(in_shape[i]))
+        else:
+            out.append(d)
+    if out.count(-1) > 1:
+        raise ctx.error(f"shape {list(shape)} has more than one -1")
+    total = _prod(in_shape)
+    if -1 in out:
+        known = _prod([d for d in out if d != -1])
+        if known == 0 or total % known:
+            raise ctx.error(f"cannot reshape {_fmt_dims(in_shape)} to {list(shape)}")
+        out[out.index(-1)] = total // known
+    if any(d < 0 for d in out) or _prod(out) != total:
+        raise ctx.error(f"cannot reshape {_fmt_dims(in_shape)} to {list(shape)}")
+    return tuple(out)
+
+
+@_converter(1, 5, 13, 14, 19, 21, 23, 24, 25)
+def Reshape(ctx, node, inputs, attrs, opset):
+    """ONNX Reshape: target shape from the `shape` attribute (opset < 5) or a constant input
+    (opset >= 5), 0 and -1 resolved statically -> reshape(newshape)."""
+    x = inputs[0]
+    if opset < 5:
+        if "shape" not in attrs:
+            raise ctx.error("attribute 'shape' is required")
+        shape = attrs["shape"]
+    else:
+        shape = ctx.constant(inputs, 1, "shape").reshape(-1).tolist()
+    newshape = _resolve_reshape(ctx, x.shape, shape, int(attrs.get("allowzero", 0)))
+    if _is_const(x):
+        return x.value.reshape(newshape)
+    return _reshape(ctx, x, newshape)
+
+
+@_converter(1, 13, 21, 23, 24, 25)
+def Transpose(ctx, node, inputs, attrs, opset):
+    """ONNX Transpose(perm, default reversed) -> transpose(axes)."""
+    x = inputs[0]
+    rank = len(x.shape)
+    perm = tuple(int(p) for p in attrs.get("perm", range(rank - 1, -1, -1)))
+    if sorted(perm) != list(range(rank)):
+        raise ctx.error(f"perm {list(perm)} is not a permutation of {rank} axes")
+    if perm == tuple(range(rank)):
+        return x
+    if _is_int_const(x):
+        return np.transpose(x.value, perm)
+    return ctx.call("transpose", [x], {"axes": perm})
+
+
+@_converter(1, 4, 11, 13)
+def Concat(ctx, node, inputs, attrs, opset):
+    """ONNX Concat(axis; default 1 in opset 1, negative from 11) -> concatenate."""
+    inputs = [e for e in inputs if e is not None]
+    if "axis" not in attrs and opset >= 4:
+        raise ctx.error("attribute 'axis' is required")
+    rank = len(inputs[0].shape)
+    axis = _norm_axis(ctx, int(attrs.get("axis", 1)), rank)
+    if all(_is_int_const(e) for e in inputs):  # shape arithmetic
+        return np.concatenate([e.value for e in inputs], axis=axis)
+    return ctx.call("concatenate", inputs, {"axis": axis})
+
+
+@_converter(1, 11, 13)
+def Softmax(ctx, node, inputs, attrs, opset):
+    """ONNX Softmax.
+
+    opset < 13: input coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])] (axis default 1),
+    softmax over the second dim -> reshape, nn.softmax(axis=1), reshape (a single
+    nn.softmax when axis is the last dim). opset >= 13: nn.softmax along `axis` (default -1).
+    """
+    x = inputs[0]
+    rank = len(x.shape)
+    if opset >= 13:
+        return ctx.call("nn.softmax", [x], {"axis": _norm_axis(ctx, int(attrs.get("axis", -1)), rank)})
+    axis = _norm_axis(ctx, int(attrs.get("axis", 1)), rank)
+    if axis == rank - 1:  # the coerced 2-D softmax is a softmax along the last dim
+        return ctx.call("nn.softmax", [x], {"axis": axis})
+    flat = _reshape(ctx, x, (_prod(x.shape[:axis]), _prod(x.shape[axis:])))
+    return _reshape(ctx, ctx.call("nn.softmax", [flat], {"axis": 1}), x.shape)
+
+
+@_converter(1, 6, 7, 10, 12, 13, 22)
+def Dropout(ctx, node, inputs, attrs, opset):
+    """ONNX Dropout (inference) -> nn.dropout; the mask output may not be used, and
+    training_mode (opset >= 12 input) must be absent or constant false."""
+    if opset >= 12 and len(inputs) > 2 and inputs[2] is not None:
+        mode = ctx.constant(inputs, 2, "training_mode")
+        if bool(np.asarray(mode).reshape(-1)[0]):
+            raise ctx.error("training_mode=true is not supported (inference only)")
+    return ctx.call("nn.dropout", [inputs[0]])
+
+
+@_converter(1, 13, 14, 16, 19, 21, 23, 24, 25)
+def Identity(ctx, node, inputs, attrs, opset):
+    """ONNX Identity -> identity (a constant passes through unchanged)."""
+    x = inputs[0]
+    return x if _is_const(x) else ctx.call("identity", [x])
+
+
+@_converter(1, 9, 11, 12, 13, 19, 21, 23, 24, 25)
+def Constant(ctx, node, inputs, attrs, opset):
+    """ONNX Constant (value / value_float(s) / value_int(s)) -> a Constant named after its output."""
+    if "value" in attrs:
+        return numpy_helper.to_array(attrs["value"])
+    if "value_float" in attrs:
+        return np.asarray(attrs["value_float"], dtype=np.float32)
+    if "value_floats" in attrs:
+        return np.asarray(attrs["value_floats"], dtype=np.float32)
+    if "value_int" in attrs:
+        return np.asarray(attrs["value_int"], dtype=np.int64)
+    if "value_ints" in attrs:
+        return np.asarray(attrs["value_ints"], dtype=np.int64)
+    raise ctx.error(f"unsupported constant attribute(s) {sorted(attrs)}; "
+                    f"supported: value, value_float(s), value_int(s)")
+
+
+@_converter(9, 20, 21, 23, 24, 25)
+def ConstantOfShape(ctx, node, inputs, attrs, opset):
+    """ONNX ConstantOfShape: constant shape input -> np.full with `value` (default float32 0)."""
+    shape = ctx.constant(inputs, 0, "shape").reshape(-1)
+    if "value" in attrs:
+        fill = numpy_helper.to_array(attrs["value"]).reshape(-1)
+        if fill.size != 1:
+            raise ctx.error(f"attribute 'value' must hold one element, got {fill.size}")
+        value, dtype = fill[0], fill.dtype
+    else:
+        value, dtype = 0, np.float32
+    return np.full(tuple(int(d) for d in shape), value, dtype=dtype)
+
+
+@_converter(1, 13, 15, 19, 21, 23, 24, 25)
+def Shape(ctx, node, inputs, attrs, opset):
+    """ONNX Shape (start/end from opset 15) -> int64 Constant (shapes are static)."""
+    shape = np.asarray(inputs[0].shape, dtype=np.int64)
+    rank = len(shape)
+    start, end = int(attrs.get("start", 0)), attrs.get("end")
+    end = rank if end is None else int(end)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return shape[start:end]
+
+
+def _axes(ctx, inputs, attrs, opset, since_input=13):
+    if opset < since_input:
+        return attrs.get("axes")
+    if len(inputs) > 1 and inputs[1] is not None:
+        return ctx.constant(inputs, 1, "axes").reshape(-1).tolist()
+    return None
+
+
+@_converter(1, 11, 13, 21, 23, 24, 25)
+def Unsqueeze(ctx, node, inputs, attrs, opset):
+    """ONNX Unsqueeze (axes attribute before 13, input from 13; axes index the output)
+    -> reshape with a static newshape."""
+    x = inputs[0]
+    axes = _axes(ctx, inputs, attrs, opset)
+    if axes is None:
+        raise ctx.error("axes are required")
+    out_rank = len(x.shape) + len(axes)
+    axes = sorted(_norm_axis(ctx, int(a), out_rank, "axes") for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ctx.error(f"duplicate axes {axes}")
+    dims = iter(x.shape)
+    newshape = tuple(1 if i in axes else next(dims) for i in range(out_rank))
+    if _is_const(x):
+        return x.value.reshape(newshape)
+    return _reshape(ctx, x, newshape)
+
+
+@_converter(1, 11, 13, 21, 23, 24, 25)
+def Squeeze(ctx, node, inputs, attrs, opset):
+    """ONNX Squeeze (axes attribute before 13, input from 13; none = every 1-dim)
+    -> reshape with a static newshape."""
+    x = inputs[0]
+    rank = len(x.shape)
+    axes = _axes(ctx, inputs, attrs, opset)
+    if axes is None:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    axes = {_norm_axis(ctx, int(a), rank, "axes") for a in axes}
+    for a in sorted(axes):
+        if x.shape[a] != 1:
+            raise ctx.error(f"cannot squeeze axis {a} of {x.type}: size is not 1")
+    newshape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    if _is_const(x):
+        return x.value.reshape(newshape)
+    return _reshape(ctx, x, newshape)
+
+
+@_converter(1, 6, 9, 13, 19, 21, 23, 24, 25, 28)
+def Cast(ctx, node, inputs, attrs, opset):
+    """ONNX Cast(to) -> cast(dtype); nothing when the dtype is unchanged; folded for constants."""
+    x = inputs[0]
+    to = attrs.get("to")
+    if isinstance(to, str):  # Cast-1 names the type as a string
+        try:
+            to = onnx.TensorProto.DataType.Value(to.upper())
+        except ValueError:
+            raise ctx.error(f"unknown type '{to}'") from None
+    dtype = _np_dtype_name(int(to))
+    if dtype == x.dtype:
+        return x
+    if _is_const(x):
+        try:
+            return x.value.astype(dtype)
+        except TypeError:
+            raise ctx.error(f"cannot cast constant to {dtype}") from None
+    if dtype not in SUPPORTED_DTYPES:
+        raise ctx.error(f"tensor '{node.output[0]}' would have dtype {dtype}; "
+                        f"supported: {', '.join(SUPPORTED_DTYPES)}")
+    return ctx.call("cast", [x], {"dtype": dtype})
+
+
+@_converter(1, 11, 13)
+def Gather(ctx, node, inputs, attrs, opset):
+    """ONNX Gather on constant data and indices (shape arithmetic, folded with np.take)."""
+    data = ctx.constant(inputs, 0, "data")
+    indices = ctx.constant(inputs, 1, "indices")
+    axis = _norm_axis(ctx, int(attrs.get("axis", 0)), data.ndim)
+    return np.take(data, indices.astype(np.int64), axis=axis)
+
+
+@_converter(1, 2, 11, 13, 18, 19, 21, 23, 24, 25)
+def Pad(ctx, node, inputs, attrs, opset):
+    """ONNX Pad, mode 'constant' only (pads as attribute before 11, constant inputs from 11;
+    axes input from 18) -> pad(pad_width, pad_value)."""
+    x = inputs[0]
+    rank = len(x.shape)
+    mode = attrs.get("mode", "constant")
+    if mode != "constant":
+        raise ctx.error(f"mode '{mode}' is not supported (only 'constant')")
+    if opset < 11:
+        pads = attrs.get("pads", attrs.get("paddings"))
+        value = float(attrs.get("value", 0.0))
+        axes = list(range(rank))
+    else:
+        pads = ctx.constant(inputs, 1, "pads").reshape(-1).tolist()
+        value = 0.0
+        if len(inputs) > 2 and inputs[2] is not None:
+            value = float(ctx.constant(inputs, 2, "constant_value").reshape(-1)[0])
+        axes = list(range(rank))
+        if opset >= 18 and len(inputs) > 3 and inputs[3] is not None:
+            axes = [_norm_axis(ctx, int(a), rank, "axes") for a in ctx.constant(inputs, 3, "axes").reshape(-1)]
+    if pads is None or len(pads) != 2 * len(axes):
+        raise ctx.error(f"pads {pads} must have {2 * len(axes)} values")
+    width = [[0, 0] for _ in range(rank)]
+    for j, a in enumerate(axes):
+        width[a] = [int(pads[j]), int(pads[j + len(axes)])]
+    if any(b < 0 or e < 0 for b, e in width):
+        raise ctx.error(f"negative pads {pads} are not supported")
+    if not any(b or e for b, e in width):
+        return x
+    return ctx.call("pad", [x], {"pad_width": tuple(tuple(w) for w in width), "pad_value": value})
