@@ -78,6 +78,9 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                       dump_dir=options.dump_dir if "graph" in options.dump_ir else None)
     graph = optimize(graph, ctx)
     timings["passes"] = time.perf_counter() - t0
+    for name, ms in ctx.pass_times:
+        key = f"passes/{name}"
+        timings[key] = timings.get(key, 0.0) + ms / 1e3
 
     graph_json, params = build_executor_json(graph)
     functions = {}
@@ -101,7 +104,10 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                     "pass_config": dict(options.pass_config),
                     "input_shapes": {k: list(v) for k, v in options.input_shapes}},
         "num_kernels": len(functions),
+        "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
+        "planned_activation_bytes": graph.meta.get("planned_bytes"),
+        "unplanned_activation_bytes": graph.meta.get("unplanned_bytes"),
         "tuning_records": None,
     }
-    params = {k: np.ascontiguousarray(v) for k, v in params.items()}
+    params = {k: np.require(v, requirements="C") for k, v in params.items()}
     return CompiledModule(library, graph_json, params, metadata, timings)

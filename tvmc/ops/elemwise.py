@@ -45,7 +45,12 @@ def _f(x, v):
 _unary("nn.relu", lambda x, a: te.maximum(x, _f(x, 0.0)), lambda x: np.maximum(x, 0).astype(x.dtype))
 _unary("nn.leaky_relu", lambda x, a: te.select(x > _f(x, 0.0), x, x * _f(x, a["alpha"])),
        lambda x, alpha: np.where(x > 0, x, x * np.float32(alpha)).astype(x.dtype))
-_unary("sigmoid", lambda x, a: te.sigmoid(x), lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype))
+def _sigmoid_ref(x):
+    e = np.exp(-np.abs(x))  # stable on both sides: never overflows
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+
+
+_unary("sigmoid", lambda x, a: te.sigmoid(x), _sigmoid_ref)
 _unary("tanh", lambda x, a: te.tanh(x), lambda x: np.tanh(x))
 _unary("exp", lambda x, a: te.exp(x), lambda x: np.exp(x))
 _unary("sqrt", lambda x, a: te.sqrt(x), lambda x: np.sqrt(x))

@@ -63,7 +63,8 @@ class Linear:
 
     def to_expr(self) -> PrimExpr:
         out = None
-        for _, (atom, c) in sorted(self.terms.items(), key=lambda kv: str(kv[0])):
+        # order by printed form (stable for ties), never by object ids: builds must be reproducible
+        for atom, c in sorted(self.terms.values(), key=lambda ac: repr(ac[0])):
             term = atom if c == 1 else atom * IntImm(c)
             out = term if out is None else BinOp("add", out, term)
         if out is None:

@@ -1,0 +1,55 @@
+"""End to end: ONNX -> tvmc compile (x86) -> mod.tar -> GraphExecutor, against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.e2e.builders import mlp, resnet_style_cnn
+from tests.e2e.models import LIGHT_MODELS, compile_and_run, expose_pre_softmax, light_model_path, onnxruntime_outputs
+
+pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
+
+# Random-weight models: values are O(1), so an absolute floor is meaningful.
+RANDOM_TOL = dict(rtol=1e-3, atol=1e-4)
+# Light zoo models: constant weights make activations huge (up to 1e31), so the tolerance is
+# relative to the tensor's largest magnitude.
+LIGHT_RTOL = 1e-3
+
+
+def _input_name(model):
+    inits = {i.name for i in model.graph.initializer}
+    return next(i.name for i in model.graph.input if i.name not in inits)
+
+
+@pytest.mark.parametrize("opt_level", [0, 3])
+def test_resnet_style_cnn_matches_onnxruntime(opt_level):
+    model = resnet_style_cnn(seed=1, size=33)  # odd size: stride-2 edges and vector tails
+    x = np.random.default_rng(0).standard_normal((1, 3, 33, 33)).astype(np.float32)
+    got = compile_and_run(model, {"input": x}, opt_level=opt_level)["logits"]
+    ref = onnxruntime_outputs(model, {"input": x})["logits"]
+    np.testing.assert_allclose(got, ref, **RANDOM_TOL)
+
+
+@pytest.mark.parametrize("opt_level", [0, 3])
+def test_mlp_matches_onnxruntime(opt_level):
+    model = mlp(seed=2, batch=3, sizes=(50, 130, 70, 10))
+    x = np.random.default_rng(1).standard_normal((3, 50)).astype(np.float32) * 3
+    got = compile_and_run(model, {"x": x}, opt_level=opt_level)["y"]
+    ref = onnxruntime_outputs(model, {"x": x})["y"]
+    np.testing.assert_allclose(got, ref, **RANDOM_TOL)
+
+
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_matches_onnxruntime(name):
+    model, pre = expose_pre_softmax(onnx.load(light_model_path(name)))
+    inp = _input_name(model)
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    got = compile_and_run(model, {inp: x}, opt_level=3)
+    ref = onnxruntime_outputs(model, {inp: x})
+    scale = float(np.abs(ref[pre]).max())
+    assert scale > 0
+    np.testing.assert_allclose(got[pre], ref[pre], rtol=LIGHT_RTOL, atol=LIGHT_RTOL * scale)
+    # the informative tensor must really vary with position, else the check proves nothing
+    assert np.unique(ref[pre]).size > 1 or name == "densenet121"
