@@ -306,12 +306,13 @@ def print_time_table(stats: dict) -> None:
 
 
 def print_top_classes(outputs: dict, k: int) -> None:
-    """Top-k classes and scores of each output shaped [N] or [1, N]."""
+    """Top-k classes and scores of each output with one non-singleton axis ([N], [1, N],
+    [1, N, 1, 1]); other outputs are skipped with a note."""
     for name, arr in outputs.items():
-        if arr.ndim == 2 and arr.shape[0] == 1:
-            arr = arr[0]
-        if arr.ndim != 1:
+        if sum(d > 1 for d in arr.shape) > 1:
+            click.echo(f"top-{k}: {name} {list(arr.shape)} is not a vector of class scores; skipped")
             continue
+        arr = arr.reshape(-1)
         order = np.argsort(-arr.astype(np.float64), kind="stable")[:k]
         click.echo(f"top-{len(order)} of {name}")
         for rank, cls in enumerate(order, 1):
