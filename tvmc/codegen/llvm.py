@@ -335,7 +335,6 @@ class CodeGenLLVM:
     # --- expressions ----------------------------------------------------------------------
     def _expr(self, st, e: PrimExpr, vec, mask=None):
         """Scalar llvm value, or _Vec inside a vectorized loop when `e` depends on its var."""
-        b = st.builder
         if isinstance(e, IntImm):
             return llvm_type(e.dtype)(e.value)
         if isinstance(e, FloatImm):

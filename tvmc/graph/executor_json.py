@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvmc.errors import PassError
-from tvmc.graph.ir import Call, Constant, Function, Graph, Var
+from tvmc.graph.ir import Constant, Function, Graph, Var
 
 
 def _unique(name: str, taken: set) -> str:

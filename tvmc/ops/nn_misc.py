@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from tvmc import te
-from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.reduction import schedule_lrn, schedule_softmax
 from tvmc.ops.elemwise import INJECTIVE_CPU
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op

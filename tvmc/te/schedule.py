@@ -8,7 +8,7 @@ cache_write. A schedule never changes what is computed, only the loop nest that 
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import TensorLoad, Var
+from tvmc.te.expr import TensorLoad
 from tvmc.te.tensor import ComputeOp, IterVar, Tensor
 
 
@@ -176,17 +176,4 @@ def create_schedule(outputs) -> Schedule:
     return Schedule(outputs)
 
 
-def leaf_var_map(stage: Stage) -> dict:
-    """Map each root IterVar to its expression in leaf loop vars (inverting split/fuse)."""
-    expr = {iv: iv.var for iv in stage.leaf}
-    for rel in reversed(stage.relations):
-        if isinstance(rel, Split):
-            expr[rel.parent] = expr[rel.outer] * rel.factor + expr[rel.inner]
-        else:
-            f = expr[rel.fused]
-            expr[rel.outer] = f // rel.inner.extent
-            expr[rel.inner] = f % rel.inner.extent
-    return {iv: expr[iv] for iv in stage.root}
-
-
-__all__ = ["Schedule", "Stage", "create_schedule", "leaf_var_map", "Var"]
+__all__ = ["Schedule", "Stage", "create_schedule"]

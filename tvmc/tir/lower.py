@@ -7,7 +7,7 @@ from __future__ import annotations
 from tvmc.errors import ScheduleError
 from tvmc.te.expr import (BinOp, IntImm, Load, Reduce, TensorLoad, Var, logical_and, substitute,
                           transform, walk)
-from tvmc.te.schedule import Fuse, Schedule, Split, Stage
+from tvmc.te.schedule import Schedule, Split, Stage
 from tvmc.tir.ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Store
 from tvmc.tir.simplify import Linear, simplify, simplify_stmt
 

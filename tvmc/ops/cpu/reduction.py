@@ -5,7 +5,7 @@ vectorized where the axis fits a vector."""
 from __future__ import annotations
 
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
-from tvmc.ops.cpu.tiling import schedule_tiled_reduction
+from tvmc.ops.cpu.tiling import schedule_window_reduction
 
 
 def _root_reduction(stage):
@@ -30,11 +30,4 @@ def schedule_softmax(s, out, anchor, cfg, target):
 def schedule_lrn(s, out, anchor, cfg, target):
     """LRN: channel-window sums of squares per row tile, then the normalization epilogue."""
     sq = next(st.tensor for st in s.stages if st.op.reduce_axis)
-    pad = next((t for t in sq.op.input_tensors() if t.op is not None), None)
-    if pad is not None:
-        schedule_elementwise_loops(s, pad, target)
-    ow = out.shape[3]
-    lanes = target.vector_lanes(out.dtype)
-    tile_w = max(f for f in range(1, min(ow, lanes) + 1) if ow % f == 0)
-    schedule_tiled_reduction(s, out, sq, tiles={3: tile_w}, vector_axis=3, parallel_depth=2, target=target,
-                             keep=[pad] if pad is not None else ())
+    schedule_window_reduction(s, out, sq, target)

@@ -54,6 +54,21 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
     _order_accumulator(s[acc], vector_axis, unroll_axes, reduce_order)
 
 
+def schedule_window_reduction(s, out, red, target):
+    """NCHW window reductions (pooling, LRN): the padded input materialized once, output rows
+    tiled along W by the largest divisor of OW that fits a vector, (n, c) rows in parallel."""
+    from tvmc.ops.cpu.injective import schedule_elementwise_loops
+
+    pad = next((t for t in red.op.input_tensors() if t.op is not None), None)
+    if pad is not None:
+        schedule_elementwise_loops(s, pad, target)
+    ow = out.shape[3]
+    lanes = target.vector_lanes(out.dtype)
+    tile_w = max(f for f in range(1, min(ow, lanes) + 1) if ow % f == 0)
+    schedule_tiled_reduction(s, out, red, tiles={3: tile_w}, vector_axis=3, parallel_depth=2, target=target,
+                             keep=[pad] if pad is not None else ())
+
+
 def _order_accumulator(ast, vector_axis, unroll_axes, reduce_order):
     spatial = list(ast.op.axis)
     red = [ast.op.reduce_axis[k] for k in reduce_order] if reduce_order else list(ast.op.reduce_axis)
