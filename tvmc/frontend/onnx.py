@@ -515,46 +515,24 @@ def BatchNormalization(ctx, node, inputs, attrs, opset):
     return ctx.call("nn.batch_norm", inputs, {"epsilon": float(attrs.get("epsilon", 1e-5)), "axis": 1})
 
 
-@_converter(1, 6, 13, 14)
-def Relu(ctx, node, inputs, attrs, opset):
-    """ONNX Relu -> nn.relu."""
-    return ctx.call("nn.relu", [inputs[0]])
+def _unary(op_type: str, op: str, *versions: int):
+    """Register the converter of a one-input ONNX op that maps 1:1 onto our op `op`."""
+
+    def convert(ctx, node, inputs, attrs, opset):
+        return ctx.call(op, [inputs[0]])
+
+    convert.__name__ = op_type
+    convert.__doc__ = f"ONNX {op_type} -> {op}."
+    _converter(*versions)(convert)
 
 
-@_converter(1, 6, 13)
-def Sigmoid(ctx, node, inputs, attrs, opset):
-    """ONNX Sigmoid -> sigmoid."""
-    return ctx.call("sigmoid", [inputs[0]])
-
-
-@_converter(1, 6, 13)
-def Tanh(ctx, node, inputs, attrs, opset):
-    """ONNX Tanh -> tanh."""
-    return ctx.call("tanh", [inputs[0]])
-
-
-@_converter(1, 6, 13)
-def Exp(ctx, node, inputs, attrs, opset):
-    """ONNX Exp -> exp."""
-    return ctx.call("exp", [inputs[0]])
-
-
-@_converter(1, 6, 13)
-def Sqrt(ctx, node, inputs, attrs, opset):
-    """ONNX Sqrt -> sqrt."""
-    return ctx.call("sqrt", [inputs[0]])
-
-
-@_converter(1, 6, 13)
-def Neg(ctx, node, inputs, attrs, opset):
-    """ONNX Neg -> negative."""
-    return ctx.call("negative", [inputs[0]])
-
-
-@_converter(1, 6, 13)
-def Abs(ctx, node, inputs, attrs, opset):
-    """ONNX Abs -> abs."""
-    return ctx.call("abs", [inputs[0]])
+_unary("Relu", "nn.relu", 1, 6, 13, 14)
+_unary("Sigmoid", "sigmoid", 1, 6, 13)
+_unary("Tanh", "tanh", 1, 6, 13)
+_unary("Exp", "exp", 1, 6, 13)
+_unary("Sqrt", "sqrt", 1, 6, 13)
+_unary("Neg", "negative", 1, 6, 13)
+_unary("Abs", "abs", 1, 6, 13)
 
 
 @_converter(1, 6, 16)
