@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from util import build_and_run, run_op
 
 from tvmc.errors import CodegenError
 from tvmc.graph.ir import Constant, Function, TensorType, Var, make_call
 from tvmc.ops.registry import all_ops, get_op
 from tvmc.target import resolve_target
-from util import build_and_run, run_op
 
 # One tolerance per output dtype. Compiled float32 kernels accumulate in float32 in the schedule's
 # order; references accumulate in float64 (or are exact), so the bound covers float32 rounding of
@@ -78,6 +78,8 @@ UNSIGNED_CODEGEN = ("codegen emits signed icmp for integer min/max and sdiv/srem
                     "uint8 (comparisons already use unsigned icmp), so uint8 values >= 128 act as negatives")
 INT_FLOAT_LITERAL = ("ops/elemwise.py _f() builds FloatImm(0.0, 'int64') for the relu/clip/leaky_relu bounds; "
                      "codegen prints 'i64 0.0' and LLVM rejects the IR, so ONNX Relu/Clip on ints cannot compile")
+ABS_INT = ("abs lowers to the fabs intrinsic, which codegen rejects for integers "
+           "('intrinsic fabs needs a float argument'); ONNX Abs accepts int types")
 
 BIG = [0.0, -0.0, 1e30, -1e30, 3.0e38, -3.0e38, 1e-30, -1e-30, 1.5, -1.5]
 
@@ -276,8 +278,7 @@ CASES = [
     Case("clip_int32", "clip", lambda r: [r.integers(-100, 100, (3, 17)).astype(np.int32)],
          dict(a_min=-5.0, a_max=7.0), xfail=(INT_FLOAT_LITERAL, CodegenError)),
     Case("abs_int64", "abs", lambda r: [r.integers(-100, 100, (3, 17))],
-         xfail=("abs lowers to the fabs intrinsic, which codegen rejects for integers "
-                "('intrinsic fabs needs a float argument'); ONNX Abs accepts int types", CodegenError)),
+         xfail=(ABS_INT, CodegenError)),
 ]
 
 

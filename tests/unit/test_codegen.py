@@ -82,7 +82,7 @@ def kernels(x86, tmp_path_factory):
 
 def claimed_error(name):
     """(kind 'relative'|'absolute', bound) from the intrinsics module docstring."""
-    m = re.search(rf"^{name}\s+(relative|absolute)\s+([0-9.]+e-[0-9]+)", intrinsics.__doc__, re.M)
+    m = re.search(rf"^{name}\s+(relative|absolute)\s+([0-9.]+e-[0-9]+)", intrinsics.__doc__, re.MULTILINE)
     assert m, f"intrinsics.py docstring states no maximum error for {name}"
     return m.group(1), float(m.group(2))
 
@@ -273,7 +273,7 @@ def test_build_library_dumps_tir_ll_asm(x86, tmp_path):
     assert sorted(p.name for p in dump.iterdir()) == ["mod.ll", "mod.s", "mod.tir"]
     assert "primfn fused_add_nn_relu(" in (dump / "mod.tir").read_text()
     assert re.search(r"define void @\"?fused_add_nn_relu\"?\(", (dump / "mod.ll").read_text())
-    assert re.search(r"^fused_add_nn_relu:", (dump / "mod.s").read_text(), re.M)
+    assert re.search(r"^fused_add_nn_relu:", (dump / "mod.s").read_text(), re.MULTILINE)
     # the library runs
     path = tmp_path / "mod.so"
     path.write_bytes(so)

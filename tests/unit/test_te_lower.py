@@ -13,8 +13,8 @@ from tvmc import te
 from tvmc.codegen.build import compile_ir, link_shared
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import BinOp, IntImm, Reduce, Var, const
 from tvmc.target import resolve_target
+from tvmc.te.expr import BinOp, IntImm, Reduce, Var, const
 from tvmc.tir.ir import Allocate, For, IfThenElse, stmt_children
 from tvmc.tir.lower import lower
 from tvmc.tir.simplify import simplify
@@ -243,7 +243,7 @@ def test_schedule_errors():
     B = te.compute((4, 5, 6), lambda a, b, c: A[a, b, c] * 2.0, name="B")
     s = te.create_schedule(B)
     st = s[B]
-    a, b, c = st.op.axis
+    a, _, c = st.op.axis
     st.split(c, 2)
     with pytest.raises(ScheduleError, match="not a current loop"):
         st.split(c, 3)  # c is no longer a leaf
@@ -262,7 +262,6 @@ def test_schedule_errors():
     s2 = te.create_schedule(S)
     with pytest.raises(ScheduleError, match="is a reduction"):
         s2[R].compute_inline()
-    i, = s2[S].op.axis
     with pytest.raises(ScheduleError, match="cannot fuse a reduce axis"):
         s2[R].fuse(s2[R].op.axis[0], k)
     with pytest.raises(ScheduleError, match="not a current loop"):
