@@ -71,15 +71,8 @@ def edges(rng, shape, values, scale=1.0):
 # Known compiler bugs, reproduced by the xfail cases below (minimal repros in their ids).
 F64_INTRINSICS = ("float64 exp/log/tanh/erf/sigmoid emit invalid LLVM IR: tvmc/codegen/intrinsics.py builds "
                   "i32 bit patterns (_int_type_like width 32, 23-bit mantissa shifts) and bitcasts a double to them")
-NARROW_INT_SIMPLIFY = ("tir.simplify canonicalizes add/sub/mul of every integer dtype through Linear, whose "
-                       "to_expr() builds int64 IntImm coefficients: int32/int8 x - y becomes x + y * (int64 -1) "
-                       "and codegen fails with llvmlite 'Operands must be the same type' (ValueError)")
 UNSIGNED_CODEGEN = ("codegen emits signed icmp for integer min/max and sdiv/srem for floordiv/floormod even for "
                     "uint8 (comparisons already use unsigned icmp), so uint8 values >= 128 act as negatives")
-INT_FLOAT_LITERAL = ("ops/elemwise.py _f() builds FloatImm(0.0, 'int64') for the relu/clip/leaky_relu bounds; "
-                     "codegen prints 'i64 0.0' and LLVM rejects the IR, so ONNX Relu/Clip on ints cannot compile")
-ABS_INT = ("abs lowers to the fabs intrinsic, which codegen rejects for integers "
-           "('intrinsic fabs needs a float argument'); ONNX Abs accepts int types")
 
 BIG = [0.0, -0.0, 1e30, -1e30, 3.0e38, -3.0e38, 1e-30, -1e-30, 1.5, -1.5]
 
@@ -263,22 +256,18 @@ CASES = [
     Case("maximum_int64_large", "maximum",
          lambda r: [r.integers(-2**62, 2**62, (3, 17)), r.integers(-2**62, 2**62, (17,))]),
     Case("subtract_int32", "subtract", lambda r: [r.integers(-1000, 1000, (2, 17)).astype(np.int32),
-                                                  r.integers(-1000, 1000, (2, 17)).astype(np.int32)],
-         xfail=(NARROW_INT_SIMPLIFY, ValueError)),
-    Case("negative_int8", "negative", lambda r: [r.integers(-127, 128, (2, 16)).astype(np.int8)],
-         xfail=(NARROW_INT_SIMPLIFY, ValueError)),
+                                                  r.integers(-1000, 1000, (2, 17)).astype(np.int32)]),
+    Case("negative_int8", "negative", lambda r: [r.integers(-127, 128, (2, 16)).astype(np.int8)]),
     Case("maximum_uint8", "maximum", lambda r: [np.array([200, 100, 3, 255, 0, 129, 127, 128], np.uint8),
                                                 np.array([100, 200, 250, 1, 255, 2, 128, 127], np.uint8)],
          xfail=(UNSIGNED_CODEGEN, AssertionError)),
     Case("divide_uint8", "divide", lambda r: [np.array([200, 100, 255, 129, 7, 128, 254, 9], np.uint8),
                                               np.array([100, 3, 1, 2, 7, 200, 127, 130], np.uint8)],
          xfail=(UNSIGNED_CODEGEN, AssertionError)),
-    Case("relu_int64", "nn.relu", lambda r: [r.integers(-100, 100, (3, 17))],
-         xfail=(INT_FLOAT_LITERAL, CodegenError)),
+    Case("relu_int64", "nn.relu", lambda r: [r.integers(-100, 100, (3, 17))]),
     Case("clip_int32", "clip", lambda r: [r.integers(-100, 100, (3, 17)).astype(np.int32)],
-         dict(a_min=-5.0, a_max=7.0), xfail=(INT_FLOAT_LITERAL, CodegenError)),
-    Case("abs_int64", "abs", lambda r: [r.integers(-100, 100, (3, 17))],
-         xfail=(ABS_INT, CodegenError)),
+         dict(a_min=-5.0, a_max=7.0)),
+    Case("abs_int64", "abs", lambda r: [r.integers(-100, 100, (3, 17))]),
 ]
 
 
@@ -355,9 +344,6 @@ def test_epilogue_is_fused_into_the_anchor_loops():
 
 
 @pytest.mark.parametrize("op", ["negative", "tanh"])
-@pytest.mark.xfail(strict=True, reason="sign of zero lost: `negative` lowers -x to (0.0 - x), so -(+0.0) is "
-                                       "+0.0; tanh selects fabs(x) for |x| < 1e-4 and negates only when "
-                                       "x < 0, so tanh(-0.0) is +0.0 (IEEE and numpy give -0.0)")
 def test_sign_of_zero(op):
     x = np.array([0.0, -0.0] * 8, np.float32)
     out, ref = run_op(op, [x])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tvmc.target import resolve_target
 TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-5), "int64": dict(rtol=0, atol=0)}
 
 _tmp = tempfile.TemporaryDirectory(prefix="tvmc-optest-")
+_serial = itertools.count()
 
 
 def build_and_run(fn: Function, arrays, target=None):
@@ -27,7 +29,9 @@ def build_and_run(fn: Function, arrays, target=None):
     cg = CodeGenLLVM(target)
     cg.add_function(prim)
     so = link_shared(compile_ir(cg.ir_text(), target), target)
-    path = Path(_tmp.name, f"{fn.name}_{id(fn)}.so")
+    # a fresh file each time: rewriting a path that is still dlopen()ed corrupts the loaded code,
+    # and dlopen() of a known path returns the old library
+    path = Path(_tmp.name, f"{fn.name}_{next(_serial)}.so")
     path.write_bytes(so)
     lib = ctypes.CDLL(str(path))
     out = np.zeros(fn.body.shape, dtype=fn.body.dtype)

@@ -39,7 +39,8 @@ def _unary(name, fn, ref, pattern=OpPattern.ELEMWISE, infer=_same_type):
 
 
 def _f(x, v):
-    return te.const(float(v), x.dtype)
+    """A literal of x's dtype (integer tensors get integer literals)."""
+    return te.const(float(v) if x.dtype.startswith("float") else int(v), x.dtype)
 
 
 _unary("nn.relu", lambda x, a: te.maximum(x, _f(x, 0.0)), lambda x: np.maximum(x, 0).astype(x.dtype))
@@ -55,7 +56,8 @@ _unary("tanh", lambda x, a: te.tanh(x), lambda x: np.tanh(x))
 _unary("exp", lambda x, a: te.exp(x), lambda x: np.exp(x))
 _unary("sqrt", lambda x, a: te.sqrt(x), lambda x: np.sqrt(x))
 _unary("negative", lambda x, a: -x, lambda x: -x)
-_unary("abs", lambda x, a: te.fabs(x), lambda x: np.abs(x))
+_unary("abs", lambda x, a: te.fabs(x) if x.dtype.startswith("float") else te.select(x < _f(x, 0), -x, x),
+       lambda x: np.abs(x))
 _unary("clip", lambda x, a: te.minimum(te.maximum(x, _f(x, a["a_min"])), _f(x, a["a_max"])),
        lambda x, a_min, a_max: np.clip(x, np.float32(a_min), np.float32(a_max)).astype(x.dtype))
 _unary("identity", lambda x, a: x, lambda x: x)

@@ -78,6 +78,8 @@ class PrimExpr:
         return BinOp("floormod", self, _wrap(o, self))
 
     def __neg__(self):
+        if is_float(self.dtype):  # x * -1 keeps the sign of zero, 0 - x would not
+            return BinOp("mul", self, FloatImm(-1.0, self.dtype))
         return BinOp("sub", _wrap(0, self), self)
 
     def __lt__(self, o):

@@ -4,7 +4,7 @@ and range-aware floordiv/floormod elimination (TVM's arith::Analyzer, reduced to
 
 from __future__ import annotations
 
-from tvmc.te.expr import (BinOp, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var,
+from tvmc.te.expr import (INDEX, BinOp, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var,
                           is_float, transform)
 from tvmc.tir.ir import Allocate, For, IfThenElse, Seq, Stmt, Store
 
@@ -147,7 +147,7 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
                 if x.op == "add" and isinstance(b, FloatImm) and b.value == 0.0:
                     return a
                 return None
-            if x.dtype == "bool":
+            if x.dtype != INDEX:  # canonical forms build int64 literals: index arithmetic only
                 return None
             if x.op in ("add", "sub", "mul"):
                 return Linear.of(x).to_expr()
@@ -164,7 +164,7 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
                 if not d.terms:
                     return a if (d.const <= 0) == (x.op == "min") else b
             return None
-        if isinstance(x, Cmp) and x.a.dtype != "bool" and not is_float(x.a.dtype):
+        if isinstance(x, Cmp) and x.a.dtype == INDEX:
             d = Linear.of(x.a).add(Linear.of(x.b), -1)
             bnd = d.bounds(ranges) if d.terms else (d.const, d.const)
             if bnd is not None:
