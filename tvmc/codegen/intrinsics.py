@@ -127,6 +127,8 @@ def emit(cg, b, name: str, args, dtype: str):
     if not dtype.startswith("float"):
         raise CodegenError(f"codegen: intrinsic {name} needs a float argument, got {dtype}")
     x = args[0]
+    if dtype != "float32" and name in ("exp", "log", "tanh", "sigmoid", "erf", "pow"):
+        raise CodegenError(f"codegen: intrinsic {name} is implemented for float32 only, got {dtype}")
     if name == "exp":
         return exp(cg, b, x)
     if name == "log":

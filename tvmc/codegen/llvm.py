@@ -409,10 +409,16 @@ class CodeGenLLVM:
                     c = b.fcmp_ordered("<" if e.op == "min" else ">", x, y)
                     return b.select(c, x, y)
                 return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[e.op](x, y)
+            unsigned = e.a.dtype in ("uint8", "bool")
             if e.op in ("min", "max"):
-                return b.select(b.icmp_signed("<" if e.op == "min" else ">", x, y), x, y)
+                cmp = b.icmp_unsigned if unsigned else b.icmp_signed
+                return b.select(cmp("<" if e.op == "min" else ">", x, y), x, y)
             if e.op in ("add", "sub", "mul"):
                 return {"add": b.add, "sub": b.sub, "mul": b.mul}[e.op](x, y)
+            if unsigned and e.op in ("floordiv", "div"):
+                return b.udiv(x, y)
+            if unsigned and e.op == "floormod":
+                return b.urem(x, y)
             if e.op in ("floordiv", "div"):
                 q, r = b.sdiv(x, y), b.srem(x, y)
                 adjust = b.and_(b.icmp_signed("!=", r, _zero(r.type)),
