@@ -1,0 +1,322 @@
+"""Benchmark: tvmc against onnxruntime on the onnx package's nine light model-zoo networks (x86 CPU).
+
+What it measures, per model (`make bench`, or `python bench/bench.py [--threads N]
+[--models a,b] [--repeat N]`):
+
+    gflops       work of one inference in GFLOP: 2 * multiply-accumulates of every Conv, Gemm
+                 and MatMul, counted from the ONNX graph with shapes from onnx.shape_inference
+                 (elementwise ops, pooling, normalization are not counted)
+    tvmc_ms      median latency of GraphExecutor.run() in milliseconds (tvmc compiled for x86 at
+                 opt level 3 through the Python API, saved to a mod.tar and loaded back)
+    ort_ms       median latency of InferenceSession.run() in milliseconds (CPUExecutionProvider,
+                 intra-op threads = --threads, inter-op threads 1, all graph optimizations)
+    ratio        tvmc_ms / ort_ms (below 1: tvmc is faster)
+    tvmc_gflop_s achieved GFLOP/s of tvmc: gflops / (tvmc_ms / 1000)
+    compile_s    wall seconds of compile_model + save_artifact
+    check        'ok' when tvmc's final output, and the tensor feeding the final Softmax when
+                 there is one, equal onnxruntime's (np.allclose, rtol 1e-3); else 'MISMATCH'.
+                 The light models hold constant weights, so their Softmax output is uniform
+                 whatever the input; the pre-Softmax tensor is the informative one. It is added
+                 as an extra graph output to the model both runtimes execute.
+
+How: both runtimes live in this one process and see the same input (numpy default_rng(0),
+uniform [0, 1), float32). Each does 2 untimed warm-up runs; then `--repeat` rounds follow,
+each timing one tvmc run and then one onnxruntime run (perf_counter around a single call),
+so that drifts in machine load touch both alike. Reported times are medians over the rounds.
+tvmc's thread count is set with GraphExecutor.set_num_threads (libgomp), onnxruntime's with its
+session options. onnxruntime runs with `session.force_spinning_stop`: its threads still spin
+inside a run, but stop when the run returns, so they do not steal the cores of the tvmc run
+that follows. Timings need an otherwise idle machine: the header shows the load average.
+The last line is the geometric mean of the ratios over the models that ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+                "squeezenet", "vgg19", "zfnet512"]
+WARMUP_RUNS = 2
+RTOL = 1e-3
+OPT_LEVEL = 3
+
+
+def light_model_path(name: str) -> Path:
+    """Path of light_<name>.onnx inside the installed onnx package."""
+    return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+
+
+# ---------------------------------------------------------------------------------------------
+# Work count
+
+
+def _shape(value_info) -> list | None:
+    dims = value_info.type.tensor_type.shape.dim
+    if not dims or any(not d.HasField("dim_value") for d in dims):
+        return None
+    return [d.dim_value for d in dims]
+
+
+def count_gflops(model: onnx.ModelProto) -> float:
+    """GFLOP of one inference: 2 * MACs of Conv (ONNX Conv), Gemm and MatMul nodes.
+
+    Conv:   prod(Y shape) * prod(W shape[1:])           (W is [M, C/group, kH, kW])
+    Gemm:   M * N * K, K from A's shape and transA
+    MatMul: prod(Y shape) * K, K the last dim of A
+    Shapes come from onnx.shape_inference; a node whose shapes stay unknown counts 0.
+    """
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    shapes = {}
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        s = _shape(v)
+        if s is not None:
+            shapes[v.name] = s
+    for t in g.initializer:
+        shapes.setdefault(t.name, list(t.dims))
+
+    macs = 0
+    for node in g.node:
+        if node.op_type not in ("Conv", "Gemm", "MatMul"):
+            continue
+        a, b, y = (shapes.get(node.input[0]), shapes.get(node.input[1]), shapes.get(node.output[0]))
+        if a is None or b is None or y is None:
+            continue
+        if node.op_type == "Conv":
+            macs += math.prod(y) * math.prod(b[1:])
+        elif node.op_type == "Gemm":
+            trans_a = next((attr.i for attr in node.attribute if attr.name == "transA"), 0)
+            k = a[0] if trans_a else a[1]
+            macs += math.prod(y) * k
+        else:
+            macs += math.prod(y) * a[-1]
+    return 2 * macs / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# Runtimes
+
+
+def expose_pre_softmax(model: onnx.ModelProto) -> tuple:
+    """Add the tensor feeding the last Softmax as an extra graph output.
+
+    Returns (model, [names of the outputs to compare]): the original outputs, plus that tensor
+    when the model has a Softmax.
+    """
+    names = [o.name for o in model.graph.output]
+    softmax = [n for n in model.graph.node if n.op_type == "Softmax"]
+    if not softmax:
+        return model, names
+    name = softmax[-1].input[0]
+    inferred = onnx.shape_inference.infer_shapes(model)
+    info = next(v for v in inferred.graph.value_info if v.name == name)
+    model.graph.output.append(info)
+    return model, names + [name]
+
+
+def model_inputs(model: onnx.ModelProto) -> dict:
+    """{name: array} for every graph input that is not an initializer: uniform [0, 1), seed 0."""
+    rng = np.random.default_rng(0)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for v in model.graph.input:
+        if v.name in inits:
+            continue
+        t = v.type.tensor_type
+        shape = tuple(d.dim_value for d in t.shape.dim)
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+        feeds[v.name] = rng.random(shape).astype(dtype)
+    return feeds
+
+
+def build_tvmc(model: onnx.ModelProto, folder: str):
+    """Compile for x86 at OPT_LEVEL, save mod.tar in `folder`, load it. Returns (executor, compile_s)."""
+    from tvmc.driver import CompileOptions, compile_model
+    from tvmc.package import save_artifact
+    from tvmc.runtime import GraphExecutor
+    from tvmc.target import resolve_target
+
+    t0 = time.perf_counter()
+    module = compile_model(model, resolve_target("x86"), CompileOptions(opt_level=OPT_LEVEL))
+    path = save_artifact(module, Path(folder, "mod.tar"))
+    compile_s = time.perf_counter() - t0
+    return GraphExecutor(path), compile_s
+
+
+def build_ort(model: onnx.ModelProto, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3  # the light models carry unused initializers; ORT warns about each
+    # ORT's pool threads otherwise keep spinning for tens of ms after run() returns, taking the
+    # cores from the tvmc run that follows (3x slower on squeezenet with 2 threads on 2 cores).
+    opts.add_session_config_entry("session.force_spinning_stop", "1")
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _timed_ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def bench_model(name: str, threads: int, repeat: int) -> dict:
+    """Compile, check and time one light model; returns one table row as a dict."""
+    from tvmc.runtime import GraphExecutor
+
+    model = onnx.load(str(light_model_path(name)))
+    row = {"model": name, "gflops": count_gflops(model)}
+    model, compared = expose_pre_softmax(model)
+    feeds = model_inputs(model)
+
+    with tempfile.TemporaryDirectory(prefix="tvmc-bench-") as tmp:
+        ex, row["compile_s"] = build_tvmc(model, tmp)
+    GraphExecutor.set_num_threads(threads)
+    for k, v in feeds.items():
+        ex.set_input(k, v)
+    sess = build_ort(model, threads)
+    ort_names = [o.name for o in sess.get_outputs()]
+
+    def run_ort():
+        return sess.run(ort_names, feeds)
+
+    for _ in range(WARMUP_RUNS):
+        ex.run()
+        run_ort()
+
+    ort_out = dict(zip(ort_names, run_ort()))
+    ok = True
+    for out in compared:
+        ours = ex.get_output(out)
+        want = ort_out[out]
+        if ours.shape != want.shape or not np.allclose(ours, want, rtol=RTOL):
+            ok = False
+    row["check"] = "ok" if ok else "MISMATCH"
+
+    tvmc_ms, ort_ms = [], []
+    for _ in range(repeat):
+        tvmc_ms.append(_timed_ms(ex.run))
+        ort_ms.append(_timed_ms(run_ort))
+    row["tvmc_ms"] = statistics.median(tvmc_ms)
+    row["ort_ms"] = statistics.median(ort_ms)
+    row["ratio"] = row["tvmc_ms"] / row["ort_ms"]
+    row["tvmc_gflop_s"] = row["gflops"] / (row["tvmc_ms"] / 1e3)
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+COLUMNS = [  # (key, header, format)
+    ("model", "model", "{}"),
+    ("gflops", "GFLOPs", "{:.2f}"),
+    ("tvmc_ms", "tvmc ms", "{:.2f}"),
+    ("ort_ms", "ORT ms", "{:.2f}"),
+    ("ratio", "tvmc/ORT", "{:.2f}"),
+    ("tvmc_gflop_s", "tvmc GFLOP/s", "{:.1f}"),
+    ("compile_s", "compile s", "{:.1f}"),
+    ("check", "check", "{}"),
+]
+
+
+def _cells(row: dict) -> list:
+    if "error" in row:
+        return [row["model"]] + [""] * (len(COLUMNS) - 2) + [row["error"]]
+    return [fmt.format(row[key]) for key, _, fmt in COLUMNS]
+
+
+def print_table(rows: list) -> None:
+    headers = [h for _, h, _ in COLUMNS]
+    cells = [_cells(r) for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+
+    def line(values):
+        out = []
+        for i, (v, w) in enumerate(zip(values, widths)):
+            if i == len(values) - 1:
+                out.append(v)
+            else:
+                out.append(v.ljust(w) if i == 0 else v.rjust(w))
+        return "  ".join(out).rstrip()
+
+    print(line(headers))
+    print(line(["-" * w for w in widths]))
+    for c in cells:
+        print(line(c))
+
+
+def host_summary(threads: int, repeat: int) -> str:
+    import onnxruntime as ort
+
+    import tvmc
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"tvmc {tvmc.__version__} (x86, opt level {OPT_LEVEL}) vs onnxruntime {ort.__version__} "
+            f"(CPUExecutionProvider) | {cpu}, {os.cpu_count()} cpus | threads {threads} | "
+            f"{WARMUP_RUNS} warm-up + {repeat} alternating runs each, medians | "
+            f"load average {os.getloadavg()[0]:.2f}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2, help="threads for both runtimes (default 2)")
+    parser.add_argument("--models", default=",".join(LIGHT_MODELS),
+                        help="comma-separated light model names (default: all nine)")
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs per runtime (default 10)")
+    args = parser.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if not light_model_path(m).is_file()]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(LIGHT_MODELS)}")
+    if args.threads < 1 or args.repeat < 1:
+        parser.error("--threads and --repeat must be at least 1")
+
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)
+    print(host_summary(args.threads, args.repeat), flush=True)
+    rows = []
+    for name in models:
+        print(f"  {name} ...", end="", flush=True)
+        try:
+            row = bench_model(name, args.threads, args.repeat)
+        except Exception as e:  # one failing model must not hide the others' numbers
+            row = {"model": name, "error": f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        rows.append(row)
+        print(" done" if "error" not in row else " failed", flush=True)
+
+    print()
+    print_table(rows)
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    if ratios:
+        geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        print(f"\ngeometric mean tvmc/ORT over {len(ratios)} model(s): {geomean:.2f}")
+    mismatches = [r["model"] for r in rows if r.get("check") == "MISMATCH"]
+    if mismatches:
+        print(f"outputs differ from onnxruntime: {', '.join(mismatches)}")
+    failed = [r["model"] for r in rows if "error" in r]
+    return 1 if failed or mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
