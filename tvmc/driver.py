@@ -89,7 +89,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
             functions.setdefault(e.op.name, e.op)
 
     t0 = time.perf_counter()
-    library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir)
+    library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir,
+                            graph_json=graph_json)
     timings["codegen"] = time.perf_counter() - t0
 
     metadata = {

@@ -165,6 +165,15 @@ class GraphExecutor:
             fn.restype = None
             self._calls.append((fn, args))
 
+        # The graph entry (tvmc_graph_run) runs all kernels in one native call over a table of
+        # one pointer per data entry; libraries without it are run kernel by kernel.
+        self._entry = getattr(self._lib, "tvmc_graph_run", None) if self._calls else None
+        if self._entry is not None:
+            self._entry.argtypes = [ctypes.c_void_p]
+            self._entry.restype = None
+            table = (ctypes.c_void_p * len(self._views))(*[v.ctypes.data for v in self._views])
+            self._entry_args = (table,)
+
         self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
         names = [o["name"] for o in artifact.metadata.get("outputs", [])]
         if len(names) != len(self._heads):
@@ -199,7 +208,11 @@ class GraphExecutor:
         np.copyto(dst, src)
 
     def run(self) -> None:
-        """Call every kernel once, in graph order."""
+        """Run the graph once: one call of the library's graph entry, or, for libraries
+        without one, every kernel in graph order."""
+        if self._entry is not None:
+            self._entry(*self._entry_args)
+            return
         for fn, args in self._calls:
             fn(*args)
 

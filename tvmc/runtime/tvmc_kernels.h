@@ -47,6 +47,9 @@
  *   5. dlopen("mod.so"), and for each "tvm_op" node in node order, dlsym(func_name) and
  *      call it with the storage pointers of its input entries, then its output entry.
  *      A node whose func_name is "__nop" is an in-place view: skip it.
+ *      Or, instead of step 5: build a table `void *entries[]` with the storage pointer of
+ *      every entry e (entries[e]) and make one call, tvmc_graph_run(entries): the library's
+ *      generated graph entry calls every kernel in node order.
  *   6. Read the outputs from the storage buffers of the entries listed in "heads".
  */
 #ifndef TVMC_KERNELS_H_
@@ -61,6 +64,9 @@ extern "C" {
 
 /* Alignment in bytes of every buffer passed to a kernel. */
 #define TVMC_BUFFER_ALIGNMENT 64
+
+/* The graph entry: runs the whole model; entries[e] points to the buffer of data entry e. */
+void tvmc_graph_run(void *const *entries);
 
 /* A kernel with one input and one output, e.g. void fused_nn_relu(void *x, void *y). */
 typedef void (*tvmc_kernel1_t)(void *in0, void *out);
