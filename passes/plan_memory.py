@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 from tvmc.errors import PassError
-from tvmc.graph.ir import Call, Graph
+from tvmc.graph.ir import Call, Function, Graph
+from tvmc.ops.registry import OpPattern, get_op
 from tvmc.passes.pass_infra import graph_pass
+
+_ELEMWISE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
 
 
 def _aligned(nbytes: int, alignment: int) -> int:
@@ -39,7 +42,30 @@ class _Storages:
         return sid
 
 
-@graph_pass("PlanMemory", opt_level=1, required=("FuseOps",), options={"alignment_bytes": 64})
+def _is_elementwise(func: Function) -> bool:
+    """True when every op of the fused function is ELEMWISE/BROADCAST: output element i reads
+    only element i of each input of the output's shape (TVM's kElemWise/kBroadcast)."""
+    calls = Graph(func.params, [func.body]).calls()
+    return all(isinstance(c.op, str) and get_op(c.op).pattern in _ELEMWISE for c in calls)
+
+
+def _inplace_input(call: Call, pending: Counter, outputs: set, elementwise: dict):
+    """The input of the elementwise fused intermediate `call` whose storage its output may take:
+    an intermediate Call output of the same type (shape and dtype) whose last use is this call;
+    else None. `elementwise` caches _is_elementwise per Function."""
+    if not isinstance(call, Call) or not isinstance(call.op, Function) or call in outputs:
+        return None
+    if call.op not in elementwise:
+        elementwise[call.op] = _is_elementwise(call.op)
+    if not elementwise[call.op]:
+        return None
+    for i in call.inputs:
+        if isinstance(i, Call) and i not in outputs and pending[i] == 1 and i.type == call.type:
+            return i
+    return None
+
+
+@graph_pass("PlanMemory", opt_level=1, required=("FuseOps",), options={"alignment_bytes": 64, "inplace": False})
 def plan_memory(graph: Graph, ctx) -> Graph:
     """Liveness-based storage planning over the topological order of the fused graph (TVM's
     GraphPlanMemory / StorageAllocator).
@@ -47,39 +73,58 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     Every graph input, Constant and Call output gets a storage id. Each intermediate Call
     output takes the best-fitting free storage of its dtype (grown if needed) or a new one; a
     storage becomes free once the last user of its tensor has run (the output is allocated
-    before the inputs are released: kernels are not in place). Graph inputs, constants and
+    before the inputs are released, so kernels are not in place unless `inplace`). Graph inputs, constants and
     graph outputs get storages of their own, never shared. With the pass gated off (opt level
     0 or disabled) every tensor gets its own storage. Sizes are bytes rounded up to
     `alignment_bytes` (64).
+
+    Option `inplace` (default False): an intermediate output of a fused function made only of
+    ELEMWISE/BROADCAST ops takes the storage of an input of its own type (shape and dtype) that
+    is an intermediate Call output used last by this call (TVM's in-place reuse for
+    elementwise kernels). Off by default: the kernels declare every pointer argument
+    `noalias` (tvmc/codegen/llvm.py), and an input that is also the output breaks that
+    promise, so LLVM may reorder loads and stores across it. Turn it on only with a codegen
+    that drops `noalias` for aliased arguments.
 
     Returns a new Graph (same nodes) with meta:
       storage_id:      {Expr: sid} for every graph input and reachable Var, Constant, Call
       storage_bytes:   [bytes per sid]
       planned_bytes:   bytes of the storages holding intermediate (non-output) Call outputs
       unplanned_bytes: bytes of all intermediate Call outputs, one storage each
+      inplace:         {Call: input Call whose storage it writes} (empty unless `inplace`)
     Raises PassError on a bad alignment option.
     """
     alignment = ctx.option("PlanMemory", "alignment_bytes")
     if alignment < 1:
         raise PassError(f"PlanMemory.alignment_bytes must be >= 1, got {alignment}")
     reuse = ctx.is_enabled("PlanMemory")
+    inplace_on = reuse and ctx.option("PlanMemory", "inplace")
     order = graph.topo()
     outputs = set(graph.outputs)
     pending = Counter(i for e in order if isinstance(e, Call) for i in e.inputs)
 
     table = _Storages()
     sid_of: dict = {}
+    inplace: dict = {}
+    elementwise: dict = {}
     for e in list(graph.inputs) + order:
         if e in sid_of:
             continue
         size = _aligned(e.type.nbytes, alignment)
         intermediate = isinstance(e, Call) and e not in outputs
-        sid_of[e] = table.reuse(size, e.dtype) if (intermediate and reuse) else table.new(size, e.dtype)
+        src = _inplace_input(e, pending, outputs, elementwise) if inplace_on else None
+        if src is not None:
+            sid_of[e] = sid_of[src]
+            inplace[e] = src
+        elif intermediate and reuse:
+            sid_of[e] = table.reuse(size, e.dtype)
+        else:
+            sid_of[e] = table.new(size, e.dtype)
         if not isinstance(e, Call):
             continue
         for i in e.inputs:
             pending[i] -= 1
-            if pending[i] == 0 and reuse and isinstance(i, Call) and i not in outputs:
+            if pending[i] == 0 and reuse and isinstance(i, Call) and i not in outputs and i is not src:
                 table.free.append(sid_of[i])
 
     intermediates = [e for e in order if isinstance(e, Call) and e not in outputs]
@@ -88,4 +133,5 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     meta["storage_bytes"] = list(table.nbytes)
     meta["planned_bytes"] = sum(table.nbytes[s] for s in {sid_of[e] for e in intermediates})
     meta["unplanned_bytes"] = sum(_aligned(e.type.nbytes, alignment) for e in intermediates)
+    meta["inplace"] = inplace
     return Graph(graph.inputs, graph.outputs, graph.output_names, meta)

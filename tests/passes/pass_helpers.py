@@ -61,6 +61,18 @@ def assert_equivalent(before: Graph, after: Graph, seed: int = 0, edge_values: b
         np.testing.assert_allclose(g, r, rtol=RTOL[r.dtype.name], atol=ATOL[r.dtype.name] * scale)
 
 
+def assert_same_graph(got: Graph, expected: Graph):
+    """Structural equality: the same printed text (ops, attrs, types, wiring, constant names) and
+    equal constant values, in topological order."""
+    assert print_graph(got) == print_graph(expected)
+    got_c = [e for e in got.topo() if isinstance(e, Constant)]
+    exp_c = [e for e in expected.topo() if isinstance(e, Constant)]
+    assert len(got_c) == len(exp_c)
+    for g, e in zip(got_c, exp_c):
+        assert g.type == e.type, (g, e)
+        np.testing.assert_allclose(g.value, e.value, rtol=1e-6, atol=0, err_msg=g.name)
+
+
 def op_names(graph: Graph) -> list:
     """Top-level op names in topological order (fused calls give their function name)."""
     return [c.op_name for c in graph.calls()]
@@ -80,7 +92,9 @@ def snapshot(graph: Graph) -> str:
 
 
 def check_plan(graph):
-    """Check a plan against liveness computed here; returns {sid: [exprs]}."""
+    """Check a plan against liveness computed here; returns {sid: [exprs]}. A tensor and the
+    output of the call that uses it last may share a storage only where PlanMemory recorded that
+    call as in place (meta["inplace"]: {call: input})."""
     sid = graph.meta["storage_id"]
     nbytes = graph.meta["storage_bytes"]
     order = graph.topo()
@@ -99,6 +113,10 @@ def check_plan(graph):
     forever = set(graph.inputs) | set(graph.outputs) | {e for e in order if not isinstance(e, Call)}
     end = len(order)
     span = {e: ((-1, end) if e in forever else (step[e], last[e])) for e in sid}
+    inplace = graph.meta.get("inplace", {})
+    for out, src in inplace.items():
+        assert sid[out] == sid[src] and last[src] == step[out] and src in out.inputs
+        assert out.type == src.type and out not in forever and src not in forever
     by_sid = {}
     for e, s in sid.items():
         by_sid.setdefault(s, []).append(e)
@@ -110,5 +128,7 @@ def check_plan(graph):
             for b in es:
                 if a is not b:
                     (a0, a1), (b0, b1) = span[a], span[b]
+                    if inplace.get(b) is a or inplace.get(a) is b:
+                        continue
                     assert a1 < b0 or b1 < a0, f"storage {s}: {a} and {b} both live"
     return by_sid

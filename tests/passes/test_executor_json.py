@@ -54,7 +54,8 @@ def test_schema():
     assert js["input_names"] == ["x"] and js["output_names"] == ["logits", "features"]
     null_names = [nd["name"] for nd in nodes if nd["op"] == "null"]
     assert sorted(params) == sorted(null_names[1:])
-    assert {"conv1_w", "bn1_scale", "bn1_shift", "fc_w", "fc_b"} == set(params)
+    # (FoldScaleAxis folded bn1_scale into the conv weight)
+    assert {"conv1_w_scaled", "bn1_shift", "fc_w", "fc_b"} == set(params)
     for name, value in params.items():
         k = nodes.index({"op": "null", "name": name, "inputs": []})
         assert list(value.shape) == shapes[k] and value.dtype.name == dltypes[k]

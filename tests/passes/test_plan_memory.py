@@ -2,7 +2,8 @@
 
 import pytest
 
-from pass_helpers import call, check_plan, conv, var
+from pass_helpers import call, check_plan, const, conv, var
+from tvmc.errors import PassError
 from tvmc.graph.ir import Constant, Graph, Var
 from tvmc.passes import PassContext, run_passes
 
@@ -81,3 +82,70 @@ def test_input_graph_is_not_modified():
     planned = run_passes(g, ["PlanMemory"], PassContext())
     assert "storage_id" not in g.meta and "storage_id" in planned.meta
     assert planned.outputs == g.outputs
+
+
+def inplace_candidates():
+    """softmax -> (relu, add with a [C,1,1] constant): an elementwise function after an opaque op."""
+    x = var("x", (1, 4, 6, 6))
+    a = call("nn.softmax", conv(x, 4, "c"), axis=1)
+    b = call("add", call("nn.relu", a), const((4, 1, 1), "bias", 1))
+    return x, a, b
+
+
+def _fused_user(g, op_name):
+    return next(c for c in g.calls() if c.op.name == op_name)
+
+
+def test_inplace_is_off_by_default():
+    x, a, b = inplace_candidates()
+    g = plan(Graph([x], [call("nn.softmax", b, axis=1)]))
+    check_plan(g)
+    assert g.meta["inplace"] == {}
+    relu = _fused_user(g, "fused_nn_relu_add")
+    assert g.meta["storage_id"][relu] != g.meta["storage_id"][relu.inputs[0]]
+
+
+def test_inplace_elementwise_takes_its_dead_inputs_storage():
+    x, a, b = inplace_candidates()
+    g = plan(Graph([x], [call("nn.softmax", b, axis=1)]), config={"PlanMemory.inplace": True})
+    check_plan(g)
+    relu = _fused_user(g, "fused_nn_relu_add")
+    src = relu.inputs[0]
+    assert g.meta["inplace"] == {relu: src}
+    assert g.meta["storage_id"][relu] == g.meta["storage_id"][src]
+    off = plan(Graph([x], [call("nn.softmax", b, axis=1)]))
+    assert g.meta["planned_bytes"] <= off.meta["planned_bytes"]
+
+
+@pytest.mark.parametrize("case", ["input_used_later", "graph_input", "graph_output", "input_is_output",
+                                  "not_elementwise", "broadcast_grows", "dtype_changes", "gated_off"])
+def test_inplace_not_applied(case):
+    x, a, b = inplace_candidates()
+    config = {"PlanMemory.inplace": True}
+    kwargs = {}
+    if case == "input_used_later":
+        graph = Graph([x], [call("add", call("nn.softmax", b, axis=1), call("nn.softmax", a, axis=1))])
+    elif case == "graph_input":
+        graph = Graph([x], [call("nn.softmax", call("nn.relu", x), axis=1)])
+    elif case == "graph_output":
+        graph = Graph([x], [b])
+    elif case == "input_is_output":
+        graph = Graph([x], [call("nn.softmax", b, axis=1), a])
+    elif case == "not_elementwise":
+        graph = Graph([x], [call("nn.softmax", call("transpose", a, axes=(0, 1, 3, 2)), axis=1)])
+    elif case == "broadcast_grows":
+        pooled = call("nn.global_avg_pool2d", a)
+        graph = Graph([x], [call("nn.softmax", call("add", pooled, const((1, 4, 6, 6), "grow")), axis=1)])
+    elif case == "dtype_changes":
+        graph = Graph([x], [call("nn.softmax", call("cast", a, dtype="float64"), axis=1)])
+    else:
+        kwargs = {"opt_level": 0}
+    g = plan(graph if case != "gated_off" else Graph([x], [call("nn.softmax", b, axis=1)]),
+             config=config, **kwargs)
+    check_plan(g)
+    assert g.meta["inplace"] == {}
+
+
+def test_inplace_option_is_typed():
+    with pytest.raises(PassError):
+        PassContext(config={"PlanMemory.inplace": 1})

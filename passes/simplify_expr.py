@@ -1,0 +1,79 @@
+"""Graph pass SimplifyExpr: algebraic rewrites of reshapes, transposes, casts and no-op arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc.graph.ir import Call, Constant, Expr, Graph, make_call, rewrite
+from tvmc.passes.dead_code_elimination import is_identity_call
+from tvmc.passes.pass_infra import graph_pass
+
+# op -> (neutral element, may the constant be the left operand?)
+_NEUTRAL = {"add": (0, True), "subtract": (0, False), "multiply": (1, True), "divide": (1, False)}
+
+
+def _is_op(e: Expr, op: str) -> bool:
+    return isinstance(e, Call) and e.op == op
+
+
+def _neutral_operand(call: Call, inputs: tuple):
+    """For x (+ - * /) c with c a Constant of neutral elements that does not broadcast x to a
+    larger shape, return x; else None."""
+    neutral, commutes = _NEUTRAL[call.op]
+    a, b = inputs
+    for x, c in ((a, b), (b, a)) if commutes else ((a, b),):
+        if isinstance(c, Constant) and x.type == call.type and np.all(c.value == neutral):
+            return x
+    return None
+
+
+def _collapse(call: Call, inputs: tuple):
+    """reshape(reshape(x)) / transpose(transpose(x)) as one call on x, or None."""
+    if call.op == "reshape" and _is_op(inputs[0], "reshape"):
+        return Call("reshape", [inputs[0].inputs[0]], call.attrs, call.type, call.name)
+    if call.op == "transpose" and _is_op(inputs[0], "transpose"):
+        inner_axes, outer_axes = inputs[0].attrs["axes"], call.attrs["axes"]
+        axes = tuple(int(inner_axes[a]) for a in outer_axes)
+        return make_call("transpose", [inputs[0].inputs[0]], {"axes": axes}, name=call.name)
+    return None
+
+
+def _passthrough(call: Call, inputs: tuple):
+    """The operand that `call` returns unchanged (no-op reshape/transpose/cast, arithmetic with
+    a neutral constant), or None."""
+    if call.op in ("reshape", "transpose", "cast") and is_identity_call(call):
+        return inputs[0]
+    if call.op in _NEUTRAL:
+        return _neutral_operand(call, inputs)
+    return None
+
+
+@graph_pass("SimplifyExpr", opt_level=2)
+def simplify_expr(graph: Graph, ctx) -> Graph:
+    """Algebraic simplification (TVM's relay.transform.SimplifyExpr: SimplifyReshape,
+    SimplifyTranspose, SimplifyNoOpTranspose, SimplifyCast, EliminateIdentity).
+
+    - reshape(reshape(x, s1), s2) -> reshape(x, s2), or x when s2 is x's shape;
+    - transpose(transpose(x, a1), a2) -> transpose(x, a) with a[k] = a1[a2[k]], or x when a is
+      the identity permutation;
+    - reshape to the same shape, transpose with axes (0, ..., n-1), cast to the same dtype -> x;
+    - x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0 -> x, where the Constant is all ones / zeros
+      and the result has x's type (the constant does not broadcast x to a larger shape).
+      Like TVM, x + 0 -> x keeps -0.0 where IEEE addition would give +0.0.
+
+    Rewrites are bottom-up, so chains (three reshapes, transpose pairs that cancel) collapse
+    in one run. A graph output is not replaced by a graph input or a Constant (a chain there
+    still collapses to one call).
+    """
+    outputs = set(graph.outputs)
+
+    def fn(e: Expr, new_inputs: tuple):
+        if not isinstance(e, Call) or not isinstance(e.op, str):
+            return None
+        collapsed = _collapse(e, new_inputs)
+        x = _passthrough(e, new_inputs) if collapsed is None else _passthrough(collapsed, collapsed.inputs)
+        if x is not None and (isinstance(x, Call) or e not in outputs):
+            return x
+        return collapsed
+
+    return rewrite(graph, fn)

@@ -1,0 +1,115 @@
+"""SimplifyExpr: reshape/transpose chains collapse, no-op casts and neutral-constant arithmetic vanish."""
+
+import numpy as np
+import pytest
+
+from pass_helpers import assert_equivalent, assert_same_graph, call, op_names, snapshot, var
+from tvmc.graph.ir import Constant, Graph
+from tvmc.passes import PassContext, run_passes
+
+
+def simplify(graph):
+    return run_passes(graph, ["SimplifyExpr"], PassContext())
+
+
+def test_reshape_chain_becomes_one_reshape():
+    x = var("x", (2, 3, 4))
+    e = call("reshape", x, newshape=(6, 4))
+    e = call("reshape", e, newshape=(24,))
+    e = call("reshape", e, newshape=(4, 6))
+    before = Graph([x], [call("nn.relu", e)])
+    snap = snapshot(before)
+    after = simplify(before)
+    assert_same_graph(after, Graph([x], [call("nn.relu", call("reshape", x, newshape=(4, 6)))]))
+    assert snapshot(before) == snap
+    assert_equivalent(before, after)
+
+
+def test_reshape_back_to_input_shape_disappears():
+    x = var("x", (2, 3, 4))
+    back = call("reshape", call("reshape", x, newshape=(24,)), newshape=(2, 3, 4))
+    before = Graph([x], [call("nn.relu", back)])
+    after = simplify(before)
+    assert_same_graph(after, Graph([x], [call("nn.relu", x)]))
+
+
+@pytest.mark.parametrize("a1,a2", [((0, 2, 3, 1), (0, 3, 1, 2)), ((1, 0, 3, 2), (2, 3, 0, 1)),
+                                   ((3, 2, 1, 0), (0, 2, 1, 3))])
+def test_transpose_pair_composes(a1, a2):
+    x = var("x", (2, 3, 4, 5))
+    before = Graph([x], [call("nn.relu", call("transpose", call("transpose", x, axes=a1), axes=a2))])
+    after = simplify(before)
+    composed = tuple(a1[a] for a in a2)
+    expected = call("nn.relu", x if composed == (0, 1, 2, 3) else call("transpose", x, axes=composed))
+    assert_same_graph(after, Graph([x], [expected]))
+    assert_equivalent(before, after)
+
+
+def test_no_op_reshape_transpose_cast_removed_real_ones_kept():
+    x = var("x", (2, 3))
+    e = call("cast", call("transpose", call("reshape", x, newshape=(2, 3)), axes=(0, 1)), dtype="float32")
+    before = Graph([x], [call("nn.relu", e), call("cast", x, dtype="int32")])
+    after = simplify(before)
+    assert_same_graph(after, Graph([x], [call("nn.relu", x), call("cast", x, dtype="int32")]))
+
+
+NEUTRAL_CASES = [
+    ("multiply", 1.0, False), ("multiply", 1.0, True), ("divide", 1.0, False),
+    ("add", 0.0, False), ("add", 0.0, True), ("add", -0.0, False), ("subtract", 0.0, False),
+]
+
+
+@pytest.mark.parametrize("op,value,const_first", NEUTRAL_CASES)
+@pytest.mark.parametrize("shape", [(), (4, 1, 1), (1, 4, 1, 1), (1, 4, 5, 6)])
+def test_neutral_constant_arithmetic_removed(op, value, const_first, shape):
+    x = var("x", (1, 4, 5, 6))
+    c = Constant(np.full(shape, value, "float32"), "c")
+    r = call("nn.relu", x)
+    before = Graph([x], [call("sigmoid", call(op, *((c, r) if const_first else (r, c))))])
+    after = simplify(before)
+    assert_same_graph(after, Graph([x], [call("sigmoid", call("nn.relu", x))]))
+    assert_equivalent(before, after)
+
+
+def _pooled(x):
+    return call("nn.global_avg_pool2d", x)
+
+
+def _full(shape, value, name):
+    return Constant(np.full(shape, value, "float32"), name)
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: call("subtract", _full((4, 1, 1), 0.0, "z"), x),                 # 0 - x = -x
+    lambda x: call("divide", _full((4, 1, 1), 1.0, "o"), x),                   # 1 / x
+    lambda x: call("multiply", x, _full((4, 1, 1), 2.0, "two")),
+    lambda x: call("multiply", x, Constant(np.array([1, 1, 2, 1], "float32").reshape(4, 1, 1), "mixed")),
+    lambda x: call("add", x, _full((2, 1, 4, 5, 6), 0.0, "widen")),            # broadcasts x to rank 5
+    lambda x: call("multiply", _pooled(x), _full((1, 4, 5, 6), 1.0, "ones")),  # [1,4,1,1] grows
+], ids=["zero_minus", "one_over", "times_two", "mixed", "widen", "grow"])
+def test_non_neutral_arithmetic_kept(make):
+    x = var("x", (1, 4, 5, 6))
+    before = Graph([x], [make(call("sigmoid", x))])
+    after = simplify(before)
+    assert op_names(after) == op_names(before)
+    assert_equivalent(before, after)
+
+
+def test_output_is_not_replaced_by_an_input():
+    x = var("x", (2, 8))
+    before = Graph([x], [call("multiply", x, Constant(np.ones((8,), "float32"), "one")),
+                         call("reshape", call("reshape", x, newshape=(16,)), newshape=(2, 8))])
+    after = simplify(before)
+    assert [o.op for o in after.outputs] == ["multiply", "reshape"]
+    assert after.outputs[1].inputs[0] is x             # the chain still collapses to one reshape
+    assert_equivalent(before, after)
+
+
+def test_integer_neutral_elements():
+    x = var("x", (3, 4), "int32")
+    one = Constant(np.ones((4,), "int32"), "one")
+    zero = Constant(np.zeros((4,), "int32"), "zero")
+    r = call("abs", x)
+    before = Graph([x], [call("add", call("divide", call("multiply", r, one), one), zero)])
+    after = simplify(before)
+    assert_same_graph(after, Graph([x], [call("abs", x)]))
