@@ -143,21 +143,46 @@ def _fmt_shape(shape) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
+def _fmt_bytes(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.1f} KB"
+
+
+def kernel_counts(metadata: dict, graph_json: dict) -> tuple:
+    """(distinct kernels, kernel calls): metadata's num_kernels / num_kernel_calls, else counted
+    from the graph JSON's tvm_op nodes."""
+    ops = [n for n in graph_json.get("nodes", []) if n.get("op") == "tvm_op"]
+    distinct = metadata.get("num_kernels")
+    calls = metadata.get("num_kernel_calls")
+    return (len({n["attrs"]["func_name"] for n in ops}) if distinct is None else distinct,
+            len(ops) if calls is None else calls)
+
+
+def activation_summary(metadata: dict) -> str | None:
+    """'activations <planned> planned, <unplanned> without reuse (ratio r)' from metadata's
+    planned_activation_bytes / unplanned_activation_bytes (PlanMemory: intermediate tensors with
+    storage reuse vs one buffer each), or None when the metadata lacks them."""
+    planned = metadata.get("planned_activation_bytes")
+    unplanned = metadata.get("unplanned_activation_bytes")
+    if planned is None or unplanned is None:
+        return None
+    ratio = f"{planned / unplanned:.3f}" if unplanned else "-"
+    return f"activations {_fmt_bytes(planned)} planned, {_fmt_bytes(unplanned)} without reuse (ratio {ratio})"
+
+
 def print_compile_summary(model, target, options, module, output, package_s: float, pass_times=False) -> None:
     """Print what was compiled, for which target, into what, and how long each stage took (s)."""
     params_bytes = sum(int(np.asarray(v).nbytes) for v in module.params.values())
-    kernels = module.metadata.get("num_kernels")
-    if kernels is None:
-        kernels = len({n["attrs"]["func_name"] for n in module.graph_json.get("nodes", [])
-                       if n.get("op") == "tvm_op"})
+    distinct, calls = kernel_counts(module.metadata, module.graph_json)
+    activations = activation_summary(module.metadata)
     stages = {k: v for k, v in module.timings_s.items() if "/" not in k}
     stages["package"] = package_s
     rows = [
         ("model", str(model)),
         ("target", str(target)),
         ("opt level", str(options.opt_level)),
-        ("kernels", str(kernels)),
+        ("kernels", f"{distinct} distinct, {calls} calls"),
         ("params", f"{params_bytes / 1e6:.2f} MB"),
+        *([("memory", activations)] if activations else []),
         ("output", str(output)),
         ("time", ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()) + f" (total {sum(stages.values()):.2f} s)"),
     ]
@@ -373,17 +398,19 @@ def inspect_cmd(artifact, verbose):
 
     art = load_artifact(artifact)
     g = art.graph_json
-    ops = [n for n in g["nodes"] if n.get("op") == "tvm_op"]
-    kernels = {n["attrs"]["func_name"] for n in ops}
+    distinct, calls = kernel_counts(art.metadata, g)
+    activations = activation_summary(art.metadata)
     sids = graph_attr(g, "storage_id")
     storage = g.get("storage_bytes")
     storage_total = sum(storage.values() if isinstance(storage, dict) else storage) if storage is not None else None
     click.echo("metadata")
     click.echo("  " + json.dumps(art.metadata, sort_keys=True, indent=2).replace("\n", "\n  "))
-    click.echo(f"kernels        {len(kernels)} distinct, {len(ops)} calls")
+    click.echo(f"kernels        {distinct} distinct, {calls} calls")
     click.echo(f"params         {len(art.params)} tensors, {art.params_bytes} bytes")
     click.echo(f"storage        {len(set(sids))} buffers for {len(sids)} tensors"
                + (f", {storage_total} bytes" if storage_total is not None else ""))
+    if activations:
+        click.echo(f"memory         {activations}")
     click.echo(f"library        {os.path.basename(art.library_path)}, {os.path.getsize(art.library_path)} bytes")
 
 

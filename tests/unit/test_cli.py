@@ -177,6 +177,16 @@ def test_inspect(artifact_path):
     assert '"kernel_abi_version": 1' in r.stdout
 
 
+def test_inspect_prints_kernel_calls_and_activation_memory(tmp_path, fixture_library):
+    module = make_fixture_module(fixture_library)
+    module.metadata.update(num_kernels=1, num_kernel_calls=3, planned_activation_bytes=1024,
+                           unplanned_activation_bytes=4096)
+    r = invoke("inspect", save_artifact(module, tmp_path / "mod.tar"))
+    assert r.exit_code == 0, r.output
+    assert "kernels        1 distinct, 3 calls" in r.stdout
+    assert "memory         activations 1.0 KB planned, 4.1 KB without reuse (ratio 0.250)" in r.stdout
+
+
 def test_main_returns_exit_code(tmp_path, capsys):
     assert main(["run", str(tmp_path / "nope.tar")]) == 7
     assert capsys.readouterr().err.startswith("error: ")
@@ -207,5 +217,6 @@ def test_compile_with_stub_driver(tmp_path, monkeypatch, fixture_library):
     assert opts.pass_config == (("FuseOps.max_depth", 8),) and opts.input_shapes == (("data", (8,)),)
     assert opts.dump_ir == ("ll", "asm") and opts.dump_dir == str(out.parent)
     assert out.is_file()
-    assert "kernels    1" in r.stdout and f"output     {out}" in r.stdout and "params     0.00 MB" in r.stdout
+    assert "kernels    1 distinct, 1 calls" in r.stdout and f"output     {out}" in r.stdout
+    assert "params     0.00 MB" in r.stdout and "memory" not in r.stdout   # (the stub records no plan)
     assert invoke("run", out, "--fill-mode", "zeros").exit_code == 0
