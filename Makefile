@@ -1,8 +1,9 @@
 # Set-up and everyday commands. `make demo` installs tvmc and runs the main job;
-# `make test` installs the test dependencies and runs the fast tests.
+# `make test` installs the test dependencies and runs the fast tests; `make conformance` runs the
+# ONNX backend node cases through tvmc on x86 and rewrites docs/conformance.md.
 PYTHON ?= python3
 
-.PHONY: install demo test test-all bench
+.PHONY: install demo test test-all bench conformance
 
 install:
 	$(PYTHON) -m pip install -e ".[test,bench]"
@@ -18,3 +19,6 @@ test-all: install
 
 bench: install
 	$(PYTHON) bench/bench.py
+
+conformance: install
+	$(PYTHON) -m tvmc.conformance
