@@ -212,12 +212,23 @@ def test_vectorized_kernel_uses_16_lane_vectors(x86):
     cg.add_function(prim)
     ir_text = cg.ir_text()
     assert re.search(r"load <16 x float>", ir_text)
-    assert re.search(r"fmul <16 x float>", ir_text) and re.search(r"fadd <16 x float>", ir_text)
+    assert re.search(r"fmul contract <16 x float>", ir_text) and re.search(r"fadd contract <16 x float>", ir_text)
     assert re.search(r"store <16 x float>", ir_text)
     dumps = {"_want": ("asm",)}
     compile_ir(ir_text, x86, dumps)
     assert "<16 x float>" in dumps["ll"]  # survives LLVM's O3 pipeline
     assert "zmm" in dumps["asm"]          # AVX-512 registers
+    assert "vfmadd" in dumps["asm"]       # x * 2 + 1: the contractable multiply-add is one FMA
+
+
+def test_constant_index_offsets_are_separate_geps(x86):
+    """y[i] = x[i + 3]: the address is x + i, then + 3 as its own GEP, so that unrolled tiles keep
+    their constant offsets as displacements of one pointer."""
+    x = te.placeholder((64,), "float32", name="x")
+    y = te.compute((61,), lambda i: x[i + 3], name="y")
+    cg = CodeGenLLVM(x86)
+    cg.add_function(lower(te.create_schedule(y), [x, y], "shifted"))
+    assert re.search(r"getelementptr inbounds float, ptr %\"?[.\w]+\"?, i64 3\b", cg.ir_text())
 
 
 def test_vectorized_tail_uses_masked_accesses(x86):

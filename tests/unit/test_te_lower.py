@@ -304,6 +304,21 @@ def test_simplify_comparisons_with_ranges():
     assert simplify(te.select(ii < 16, const(1.0), const(2.0)), {ii: 16}).value == 1.0
 
 
+def test_simplify_bounds_of_fused_loop_indices():
+    """Coordinates recovered from a fused loop (f // 56 % 4, f % 56) have known bounds: the
+    guards that compute_at adds on them fold away, and so do their divisions."""
+    f, i = Var("f"), Var("i")
+    ranges = {f: 224, i: 1}
+    assert simplify((f // 56) % 4 + i < 4, ranges).value == 1
+    assert simplify(f % 56 < 56, ranges).value == 1
+    assert simplify(f // 56 < 4, ranges).value == 1
+    assert repr(simplify(f // 56 < 3, ranges)) == "((f // 56) < 3)"      # f // 56 reaches 3
+    assert simplify(((f // 56) % 4) // 4, ranges).value == 0
+    assert repr(simplify((f // 56) % 4, ranges)) == "(f // 56)"          # f // 56 < 4 already
+    assert isinstance(simplify((f // 8) % 4, ranges), BinOp)              # f // 8 reaches 27
+    assert simplify(f % 7 - 7 < 0).value == 1                             # % c is in [0, c) always
+
+
 # --- compiled schedules ------------------------------------------------------------------------
 
 def _matmul(m, k, n):

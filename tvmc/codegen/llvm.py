@@ -28,6 +28,7 @@ PTR = ir.PointerType()
 VOID = ir.VoidType()
 MAX_VECTOR_LANES = 64
 MAX_UNROLL = 64
+FP_CONTRACT = ("contract",)
 
 
 def llvm_type(dtype: str) -> ir.Type:
@@ -244,6 +245,19 @@ class CodeGenLLVM:
     def _addr(self, st, buf: Buffer, index):
         return st.builder.gep(st.buffers[buf], [index], inbounds=True, source_etype=mem_type(buf.dtype))
 
+    def _addr_of(self, st, buf: Buffer, index: PrimExpr):
+        """Address of buf[index] as base + variable part, then the constant part as a second GEP.
+
+        Unrolled tiles access buf[x + k] for many constants k: kept apart, each k stays an
+        addressing-mode displacement instead of becoming its own loop-invariant pointer (LLVM's
+        reassociation would otherwise pair k with the invariant terms and LICM would hoist one
+        pointer per k, spilling them all)."""
+        lin = Linear.of(index)
+        if not lin.terms or lin.const == 0:
+            return self._addr(st, buf, self._expr(st, index, None))
+        ptr = self._addr(st, buf, self._expr(st, Linear(lin.terms).to_expr(), None))
+        return st.builder.gep(ptr, [I64(lin.const)], inbounds=True, source_etype=mem_type(buf.dtype))
+
     def _access_kind(self, index: PrimExpr, vec):
         """('scalar', idx) | ('contiguous', base) | ('gather', None) for an index in a vector loop."""
         if vec is None:
@@ -264,14 +278,14 @@ class CodeGenLLVM:
         kind, idx = self._access_kind(s.index, vec)
         ety = mem_type(s.buffer.dtype)
         if kind == "scalar" and not isinstance(val, _Vec) and mask is None:
-            b.store(self._to_mem(st, val, s.buffer.dtype), self._addr(st, s.buffer, self._expr(st, idx, None)))
+            b.store(self._to_mem(st, val, s.buffer.dtype), self._addr_of(st, s.buffer, idx))
             return
         lanes = vec[1]
         v = val.value if isinstance(val, _Vec) else self._splat(st, val, lanes)
         if s.buffer.dtype == "bool":
             v = b.zext(v, ir.VectorType(I8, lanes))
         if kind == "contiguous":
-            ptr = self._addr(st, s.buffer, self._expr(st, idx, None))
+            ptr = self._addr_of(st, s.buffer, idx)
             if mask is None:
                 b.store(v, ptr, align=4)
             else:
@@ -296,12 +310,12 @@ class CodeGenLLVM:
         kind, idx = self._access_kind(e.index, vec)
         ety = mem_type(e.buffer.dtype)
         if kind == "scalar":
-            val = b.load(self._addr(st, e.buffer, self._expr(st, idx, None)), typ=ety)
+            val = b.load(self._addr_of(st, e.buffer, idx), typ=ety)
             return self._from_mem(st, val, e.buffer.dtype)
         lanes = vec[1]
         vt = ir.VectorType(ety, lanes)
         if kind == "contiguous":
-            ptr = self._addr(st, e.buffer, self._expr(st, idx, None))
+            ptr = self._addr_of(st, e.buffer, idx)
             if mask is None:
                 val = b.load(ptr, typ=vt, align=4)
             else:
@@ -408,7 +422,9 @@ class CodeGenLLVM:
                 if e.op in ("min", "max"):
                     c = b.fcmp_ordered("<" if e.op == "min" else ">", x, y)
                     return b.select(c, x, y)
-                return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[e.op](x, y)
+                # `contract` lets LLVM fuse a multiply and the add that consumes it into one FMA
+                # (one rounding instead of two, like C's -ffp-contract=on)
+                return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[e.op](x, y, flags=FP_CONTRACT)
             unsigned = e.a.dtype in ("uint8", "bool")
             if e.op in ("min", "max"):
                 cmp = b.icmp_unsigned if unsigned else b.icmp_signed

@@ -72,17 +72,36 @@ class Linear:
         return BinOp("add", out, IntImm(self.const)) if self.const else out
 
     def bounds(self, ranges: dict):
-        """(lo, hi) of this form when every atom is a Var with a known extent, else None."""
+        """(lo, hi) of this form when every atom has known bounds (see `atom_bounds`), else None."""
         lo = hi = self.const
         for atom, c in self.terms.values():
-            if not isinstance(atom, Var) or atom not in ranges:
+            b = atom_bounds(atom, ranges)
+            if b is None:
                 return None
-            ext = ranges[atom]
+            alo, ahi = b
             if c > 0:
-                hi += c * (ext - 1)
+                lo, hi = lo + c * alo, hi + c * ahi
             else:
-                lo += c * (ext - 1)
+                lo, hi = lo + c * ahi, hi + c * alo
         return lo, hi
+
+
+def atom_bounds(atom: PrimExpr, ranges: dict):
+    """(lo, hi) of an int64 atom, else None: a loop Var in [0, extent); x // c and x % c (c > 0)
+    from the bounds of x (x % c is always in [0, c), floor semantics). Fused and split loop
+    indices are such atoms: ((i.j // 56) % 4) lies in [0, 3]."""
+    if isinstance(atom, Var):
+        return (0, ranges[atom] - 1) if atom in ranges else None
+    if isinstance(atom, BinOp) and atom.op in ("floordiv", "floormod") and isinstance(atom.b, IntImm) \
+            and atom.b.value > 0:
+        c = atom.b.value
+        inner = Linear.of(atom.a).bounds(ranges)
+        if atom.op == "floordiv":
+            return None if inner is None else (inner[0] // c, inner[1] // c)
+        if inner is not None and 0 <= inner[0] and inner[1] < c:
+            return inner
+        return 0, c - 1
+    return None
 
 
 def _fold_int(op, a, b):
