@@ -22,10 +22,11 @@ _tmp = tempfile.TemporaryDirectory(prefix="tvmc-optest-")
 _serial = itertools.count()
 
 
-def build_and_run(fn: Function, arrays, target=None):
-    """Compile `fn` for `target` (x86 by default) and run it on numpy `arrays`."""
+def build_and_run(fn: Function, arrays, target=None, config=None):
+    """Compile `fn` for `target` (x86 by default), with the anchor's `config` (a ConfigEntity;
+    default: the fallback), and run it on numpy `arrays`."""
     target = target or resolve_target("x86")
-    prim = lower_fused(fn, target)
+    prim = lower_fused(fn, target, config_lookup=(lambda name, wl: config) if config is not None else None)
     cg = CodeGenLLVM(target)
     cg.add_function(prim)
     so = link_shared(compile_ir(cg.ir_text(), target), target)

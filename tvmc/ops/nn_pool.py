@@ -1,4 +1,9 @@
-"""Pooling (ONNX MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool) on NCHW data."""
+"""Pooling (ONNX MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool) on NCHW or NCHW[x]c data.
+
+Every pooling op takes an optional `layout` attribute: "NCHW" (the default, [N, C, H, W]) or
+"NCHW[x]c" ([N, C//x, H, W, x], set by AlterOpLayout; TVM's pool2d `layout`); the window
+runs over H and W either way and the output keeps the input's layout.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.pool import schedule_pool
+from tvmc.ops.layout import channel_block, logical_shape, to_layout
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
@@ -30,37 +36,55 @@ def pool_out_hw(h, w, attrs):
     return tuple(out)
 
 
+def _check_layout(t, attrs):
+    layout = attrs.get("layout", "NCHW")
+    try:
+        logical_shape(t.shape, layout)
+    except ValueError:
+        raise ValueError(f"2-D pooling needs {layout} data, got {list(t.shape)}") from None
+
+
 def _pool_type(in_types, attrs):
     t = in_types[0]
-    if len(t.shape) != 4:
-        raise ValueError(f"2-D pooling needs NCHW data, got {list(t.shape)}")
+    _check_layout(t, attrs)
     oh, ow = pool_out_hw(t.shape[2], t.shape[3], attrs)
     if oh <= 0 or ow <= 0:
         raise ValueError("pooling window larger than the padded input")
-    return TensorType(t.shape[:2] + (oh, ow), t.dtype)
+    return TensorType(t.shape[:2] + (oh, ow) + t.shape[4:], t.dtype)
+
+
+def _blocked(ref):
+    """Run an NCHW numpy reference on NCHW[x]c data (`layout` attribute) and block the result."""
+    def run(x, *args, layout="NCHW", **kwargs):
+        if channel_block(layout) is None:
+            return ref(x, *args, **kwargs)
+        return to_layout(ref(to_layout(x, layout, "NCHW"), *args, **kwargs), "NCHW", layout)
+
+    return run
 
 
 def _pool_compute(kind):
     def compute(inputs, attrs, out_type):
         x = inputs[0]
-        n, c, h, w = x.shape
+        h, w = x.shape[2:4]
+        block = ((0, 0),) * (len(x.shape) - 4)  # the NCHW[x]c channel block: not padded
         kh, kw = attrs["pool_size"]
         sh, sw = attrs["strides"]
         dh, dw = attrs.get("dilation", (1, 1))
         pt, pl, pb, pr = attrs["padding"]
-        oh, ow = out_type.shape[2:]
+        oh, ow = out_type.shape[2:4]
         # pad far enough for ceil_mode windows too; padded cells never win a max / count
         eb = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt))
         er = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl))
         lowest = -3.4028234663852886e38
-        padded = pad_compute(x, ((0, 0), (0, 0), (pt, eb), (pl, er)),
+        padded = pad_compute(x, ((0, 0), (0, 0), (pt, eb), (pl, er)) + block,
                              lowest if kind == "max" else 0.0, name="pad_data")
         rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
         if kind == "max":
-            return te.compute(out_type.shape, lambda a, b, y, z: te.max(
-                padded[a, b, y * sh + rh.var * dh, z * sw + rw.var * dw], [rh, rw]), name="max_pool2d")
-        total = te.compute(out_type.shape, lambda a, b, y, z: te.sum(
-            padded[a, b, y * sh + rh.var * dh, z * sw + rw.var * dw], [rh, rw]), name="avg_pool_sum")
+            return te.compute(out_type.shape, lambda a, b, y, z, *c: te.max(
+                padded[(a, b, y * sh + rh.var * dh, z * sw + rw.var * dw) + c], [rh, rw]), name="max_pool2d")
+        total = te.compute(out_type.shape, lambda a, b, y, z, *c: te.sum(
+            padded[(a, b, y * sh + rh.var * dh, z * sw + rw.var * dw) + c], [rh, rw]), name="avg_pool_sum")
         include_pad = attrs.get("count_include_pad", 0)
 
         def count(y, z):
@@ -74,7 +98,8 @@ def _pool_compute(kind):
                 ch, cw = (ch + dh - 1) // dh, (cw + dw - 1) // dw
             return te.cast(x.dtype, ch * cw)
 
-        return te.compute(out_type.shape, lambda a, b, y, z: total[a, b, y, z] / count(y, z), name="avg_pool2d")
+        return te.compute(out_type.shape, lambda a, b, y, z, *c: total[(a, b, y, z) + c] / count(y, z),
+                          name="avg_pool2d")
 
     return compute
 
@@ -105,7 +130,7 @@ def _pool_reference(kind):
                     out[:, :, i, j] = s / cnt
         return out.astype(x.dtype)
 
-    return ref
+    return _blocked(ref)
 
 
 register_op(OpDef("nn.max_pool2d", _pool_type, _pool_reference("max"), OpPattern.OUT_ELEMWISE_FUSABLE,
@@ -116,28 +141,30 @@ register_op(OpDef("nn.avg_pool2d", _pool_type, _pool_reference("avg"), OpPattern
 
 def _global_type(in_types, attrs):
     t = in_types[0]
-    if len(t.shape) != 4:
-        raise ValueError(f"global pooling needs NCHW data, got {list(t.shape)}")
-    return TensorType(t.shape[:2] + (1, 1), t.dtype)
+    _check_layout(t, attrs)
+    return TensorType(t.shape[:2] + (1, 1) + t.shape[4:], t.dtype)
 
 
 def _global_compute(kind):
     def compute(inputs, attrs, out_type):
         x = inputs[0]
-        n, c, h, w = x.shape
+        h, w = x.shape[2:4]
         rh, rw = te.reduce_axis(h, "rh"), te.reduce_axis(w, "rw")
         if kind == "max":
-            return te.compute(out_type.shape, lambda a, b, y, z: te.max(x[a, b, rh, rw], [rh, rw]),
+            return te.compute(out_type.shape, lambda a, b, y, z, *c: te.max(x[(a, b, rh, rw) + c], [rh, rw]),
                               name="global_max_pool2d")
-        total = te.compute(out_type.shape, lambda a, b, y, z: te.sum(x[a, b, rh, rw], [rh, rw]), name="global_sum")
-        return te.compute(out_type.shape, lambda a, b, y, z: total[a, b, y, z] * te.const(1.0 / (h * w), x.dtype),
+        total = te.compute(out_type.shape, lambda a, b, y, z, *c: te.sum(x[(a, b, rh, rw) + c], [rh, rw]),
+                           name="global_sum")
+        return te.compute(out_type.shape,
+                          lambda a, b, y, z, *c: total[(a, b, y, z) + c] * te.const(1.0 / (h * w), x.dtype),
                           name="global_avg_pool2d")
 
     return compute
 
 
+# (global pooling reduces H and W, axes 2 and 3, in NCHW and NCHW[x]c alike)
 register_op(OpDef("nn.global_avg_pool2d", _global_type,
-                  lambda x: x.mean(axis=(2, 3), keepdims=True, dtype=np.float64).astype(x.dtype),
+                  lambda x, layout="NCHW": x.mean(axis=(2, 3), keepdims=True, dtype=np.float64).astype(x.dtype),
                   OpPattern.OUT_ELEMWISE_FUSABLE, _global_compute("avg"), POOL_CPU))
-register_op(OpDef("nn.global_max_pool2d", _global_type, lambda x: x.max(axis=(2, 3), keepdims=True),
+register_op(OpDef("nn.global_max_pool2d", _global_type, lambda x, layout="NCHW": x.max(axis=(2, 3), keepdims=True),
                   OpPattern.OUT_ELEMWISE_FUSABLE, _global_compute("max"), POOL_CPU))

@@ -41,6 +41,19 @@ def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int
             st.parallel(fused)
 
 
+def schedule_blocked_loops(s: Schedule, t, target):
+    """Loops of a 5-D NCHW[x]c stage at root (e.g. a padded input): (n, c_outer, h) rows fused in
+    parallel, w serial, the channel block x as the vector loop. Blocks of 1 or wider than 4
+    vectors take the generic elementwise loops."""
+    st = s[t]
+    n, co, h, w, ci = st.op.axis
+    if ci.extent == 1 or ci.extent > 4 * target.vector_lanes(t.dtype):
+        schedule_elementwise_loops(s, t, target)
+        return
+    st.parallel(st.fuse(n, co, h))
+    st.vectorize(ci)
+
+
 def schedule_injective(s: Schedule, out, anchor, cfg, target):
     """Implementation schedule for injective/elementwise ops (no knobs)."""
     inline_injective(s, out)

@@ -1,13 +1,30 @@
-"""x86 schedule for pooling: padded input materialized once, windows reduced per output row with
-the output width vectorized (when it fits a vector), (n, c) rows in parallel."""
+"""x86 schedules for pooling: the padded input materialized once, windows reduced per output row.
+
+NCHW: the output width vectorized (when it fits a vector), (n, c) rows in parallel.
+NCHW[x]c: the channel block x is the vector (one register per output column), a tile of
+`tile_ow` columns unrolled, (n, c_outer, oh) rows in parallel. Fallback (no knobs yet):
+tile_ow = the largest divisor of OW <= num_vector_registers // 4 (8 with AVX-512's 32 registers:
+each column holds an accumulator and a loaded window value).
+"""
 
 from __future__ import annotations
 
-from tvmc.ops.cpu.tiling import schedule_window_reduction
+from tvmc.ops.cpu.injective import schedule_blocked_loops
+from tvmc.ops.cpu.tiling import schedule_tiled_reduction, schedule_window_reduction
 
 
 def schedule_pool(s, out, anchor, cfg, target):
     """Schedule a fused pool (the reduction stage under `anchor`) + elementwise epilogue."""
     red = anchor if anchor.op.reduce_axis else next(t for t in anchor.op.input_tensors()
                                                      if t.op is not None and t.op.reduce_axis)
-    schedule_window_reduction(s, out, red, target)
+    if len(red.shape) == 4:
+        schedule_window_reduction(s, out, red, target)
+        return
+    pad = next((t for t in red.op.input_tensors() if t.op is not None), None)
+    if pad is not None:
+        schedule_blocked_loops(s, pad, target)
+    ow = red.shape[3]
+    cap = max(1, target.num_vector_registers // 4)
+    tile_ow = max(f for f in range(1, min(ow, cap) + 1) if ow % f == 0)
+    schedule_tiled_reduction(s, out, red, tiles={3: tile_ow, 4: red.shape[4]}, vector_axis=4, unroll_axes=(3,),
+                             parallel_depth=3, target=target, keep=[pad] if pad is not None else ())

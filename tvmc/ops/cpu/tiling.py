@@ -8,7 +8,8 @@ from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
 
 
 def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unroll_axes=(),
-                             reduce_order=None, parallel_depth: int = 2, target=None, keep=()):
+                             reduce_order=None, parallel_depth: int = 2, target=None, keep=(),
+                             unroll_reduce=()):
     """Tile `out`'s loops, compute `anchor` per tile in a local accumulator, run the epilogue.
 
     tiles:        {axis index: tile size} on the output axes (axes without a tile are kept whole
@@ -17,7 +18,9 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
     unroll_axes:  axes whose tile loops are unrolled (register blocking);
     reduce_order: order of the anchor's reduce axes (default: as declared);
     parallel_depth: how many outer tile loops are fused into the parallel loop;
-    keep:         producer stages that stay materialized (e.g. a padded input).
+    keep:         producer stages that stay materialized (e.g. a padded input);
+    unroll_reduce: indices (in the anchor's declared order) of reduce axes to unroll inside
+                  the accumulator (e.g. conv2d_nchwc's ic_inner).
     """
     inline_injective(s, out, keep=[anchor, *keep])
     if tuple(out.shape) != tuple(anchor.shape):
@@ -52,6 +55,8 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
     attach = outers[-1] if len(outers) > depth else head
     s[acc].compute_at(st, attach)
     _order_accumulator(s[acc], vector_axis, unroll_axes, reduce_order)
+    for k in unroll_reduce:
+        s[acc].unroll(s[acc].op.reduce_axis[k])
 
 
 def schedule_window_reduction(s, out, red, target):

@@ -1,0 +1,119 @@
+"""2-D convolution on channel-blocked data (TVM's conv2d_NCHWc and depthwise_conv2d_NCHWc):
+NCHW[x]c data, weights pre-packed at compile time, NCHW[y]c output."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc import te
+from tvmc.graph.ir import TensorType
+from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, schedule_conv2d_nchwc
+from tvmc.ops.layout import blocked_layout, channel_block, to_layout
+from tvmc.ops.nn_conv2d import _reference as conv2d_nchw_reference
+from tvmc.ops.nn_conv2d import conv2d_out_hw
+from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+from tvmc.ops.transform import pad_compute
+
+
+def pack_weight(weight: np.ndarray, ic_bn: int, oc_bn: int, depthwise: bool = False) -> np.ndarray:
+    """numpy: OIHW conv weight -> the blocked kernel layout of nn.conv2d_nchwc.
+
+    groups == 1:  [O, C, KH, KW] -> OIHW[ic_bn]i[oc_bn]o  [O//oc_bn, C//ic_bn, KH, KW, ic_bn, oc_bn]
+    depthwise:    [C, 1, KH, KW] -> OIHW1i[oc_bn]o        [C//oc_bn, 1, KH, KW, 1, oc_bn]
+    Raises ValueError when a block does not divide its channel count.
+    """
+    o, c, kh, kw = weight.shape
+    if depthwise:
+        ic_bn = 1
+    if o % oc_bn or c % ic_bn:
+        raise ValueError(f"weight {list(weight.shape)} does not divide into blocks ic={ic_bn}, oc={oc_bn}")
+    packed = weight.reshape(o // oc_bn, oc_bn, c // ic_bn, ic_bn, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    return np.ascontiguousarray(packed)
+
+
+def unpack_weight(packed: np.ndarray) -> np.ndarray:
+    """numpy: inverse of `pack_weight` ([O//ob, C//ib, KH, KW, ib, ob] -> OIHW [O, C, KH, KW])."""
+    oo, co, kh, kw, ib, ob = packed.shape
+    return np.ascontiguousarray(packed.transpose(0, 5, 1, 4, 2, 3).reshape(oo * ob, co * ib, kh, kw))
+
+
+def _is_depthwise(data_shape, groups: int) -> bool:
+    return groups > 1 and groups == data_shape[1] * data_shape[4]
+
+
+def _type(in_types, attrs):
+    d, w = in_types[0], in_types[1]
+    if len(d.shape) != 5 or len(w.shape) != 6:
+        raise ValueError(f"conv2d_nchwc needs 5-D data and 6-D weight, got {list(d.shape)} and {list(w.shape)}")
+    n, ico, h, wd, ic_bn = d.shape
+    oco, wico, kh, kw, w_ic_bn, oc_bn = w.shape
+    groups = attrs.get("groups", 1)
+    if _is_depthwise(d.shape, groups):
+        if (wico, w_ic_bn) != (1, 1) or oc_bn != ic_bn or oco != ico:
+            raise ValueError(f"depthwise weight {list(w.shape)} must be [C//{ic_bn}, 1, KH, KW, 1, {ic_bn}] "
+                             f"for data {list(d.shape)}")
+    elif groups != 1:
+        raise ValueError(f"groups={groups}: only groups=1 and depthwise (groups == channels) are supported")
+    elif (wico, w_ic_bn) != (ico, ic_bn):
+        raise ValueError(f"weight {list(w.shape)} does not match data {list(d.shape)}")
+    if channel_block(attrs["out_layout"]) != oc_bn:
+        raise ValueError(f"out_layout {attrs['out_layout']} does not match the weight's output block {oc_bn}")
+    oh, ow = conv2d_out_hw(h, wd, kh, kw, attrs["strides"], attrs["padding"], attrs["dilation"])
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"kernel {kh}x{kw} does not fit input {h}x{wd}")
+    return TensorType((n, oco, oh, ow, oc_bn), d.dtype)
+
+
+def conv2d_nchwc(data, weight, strides, padding, dilation, groups=1):
+    """Tensor expression of a blocked conv2d (TVM's topi.nn.conv2d_NCHWc).
+
+    groups == 1: data [N, C//ib, H, W, ib], weight [O//ob, C//ib, KH, KW, ib, ob] ->
+      out[n, oco, y, x, oci] = sum_{ico, kh, kw, ici} pad(data)[n, ico, y*sh + kh*dh, x*sw + kw*dw, ici]
+                                                       * weight[oco, ico, kh, kw, ici, oci]
+    depthwise (groups == C, ib == ob): weight [C//ob, 1, KH, KW, 1, ob] ->
+      out[n, co, y, x, ci] = sum_{kh, kw} pad(data)[n, co, y*sh + kh*dh, x*sw + kw*dw, ci]
+                                          * weight[co, 0, kh, kw, 0, ci]
+    Output [N, O//ob, OH, OW, ob], the data's dtype. The padding is its own stage `pad_data`
+    (zeros, spatial axes only). Reduce axes in order (ic_outer, kh, kw, ic_inner) for groups == 1,
+    (kh, kw) for depthwise; the x86 schedule relies on that order.
+    """
+    n, ico, h, w, ic_bn = data.shape
+    oco, _, kh, kw, _, oc_bn = weight.shape
+    pt, pl, pb, pr = padding
+    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
+    padded = pad_compute(data, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)), name="pad_data")
+    sh, sw = strides
+    dh, dw = dilation
+    rkh, rkw = te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
+    if _is_depthwise(data.shape, groups):
+        def f(nn, co, y, x, ci):
+            return te.sum(padded[nn, co, y * sh + rkh.var * dh, x * sw + rkw.var * dw, ci]
+                          * weight[co, 0, rkh, rkw, 0, ci], [rkh, rkw])
+
+        return te.compute((n, oco, oh, ow, oc_bn), f, name="depthwise_conv2d_nchwc", tag="depthwise_conv2d_nchwc")
+    rico, rici = te.reduce_axis(ico, "ic_outer"), te.reduce_axis(ic_bn, "ic_inner")
+
+    def g(nn, oc, y, x, oci):
+        return te.sum(padded[nn, rico, y * sh + rkh.var * dh, x * sw + rkw.var * dw, rici]
+                      * weight[oc, rico, rkh, rkw, rici, oci], [rico, rkh, rkw, rici])
+
+    return te.compute((n, oco, oh, ow, oc_bn), g, name="conv2d_nchwc", tag="conv2d_nchwc")
+
+
+def _reference(x, w, strides, padding, dilation, groups=1, out_layout=None):
+    """Unblock data and weight, run the NCHW reference, block the result."""
+    ic_bn, oc_bn = x.shape[4], w.shape[5]
+    nchw = to_layout(x, blocked_layout(ic_bn), "NCHW")
+    # a depthwise weight [C//ob, 1, KH, KW, 1, ob] unpacks to OIHW [C, 1, KH, KW] like any other
+    out = conv2d_nchw_reference(nchw, unpack_weight(w), strides, padding, dilation, groups)
+    return to_layout(out, "NCHW", blocked_layout(oc_bn))
+
+
+def _compute(inputs, attrs, out_type):
+    return conv2d_nchwc(inputs[0], inputs[1], attrs["strides"], attrs["padding"], attrs["dilation"],
+                        attrs.get("groups", 1))
+
+
+register_op(OpDef("nn.conv2d_nchwc", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
+    "cpu": [Implementation("conv2d_nchwc.x86", schedule_conv2d_nchwc, config_space=conv2d_nchwc_config)],
+}))
