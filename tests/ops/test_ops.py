@@ -130,6 +130,16 @@ CASES = [
          conv(padding=(1, 1, 1, 1)),
          lambda r: [("sigmoid", {}, []), ("multiply", {}, [n(r, (1, 4, 1, 1))])]),
 
+    # --- nn.conv2d_nchwc: data [N,C//ib,H,W,ib], weight [O//ob,C//ib,KH,KW,ib,ob] (tests/ops/test_layout_ops.py
+    # compares it with the NCHW reference in depth)
+    Case("conv2d_nchwc_3x3_pad1_bias_relu", "nn.conv2d_nchwc",
+         lambda r: [n(r, (1, 2, 9, 9, 8)), n(r, (2, 2, 3, 3, 8, 16))],
+         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW16c"),
+         lambda r: [("add", {}, [n(r, (2, 1, 1, 16))]), ("nn.relu", {}, [])]),
+    Case("conv2d_nchwc_depthwise_stride2", "nn.conv2d_nchwc",
+         lambda r: [n(r, (1, 2, 11, 11, 8)), n(r, (2, 1, 3, 3, 1, 8))],
+         dict(conv(strides=(2, 2), padding=(1, 1, 1, 1), groups=16), out_layout="NCHW8c")),
+
     # --- nn.dense: data [M,K], weight [N,K]
     Case("dense_n10_bias_relu", "nn.dense", lambda r: [n(r, (3, 40)), n(r, (10, 40))], {},
          lambda r: [("add", {}, [n(r, (10,))]), ("nn.relu", {}, [])]),
@@ -167,6 +177,12 @@ CASES = [
     Case("global_avg_pool_13x13_bias", "nn.global_avg_pool2d", lambda r: [n(r, (1, 19, 13, 13))], {},
          lambda r: [("add", {}, [n(r, (1, 19, 1, 1))])]),
     Case("global_max_pool", "nn.global_max_pool2d", lambda r: [-np.abs(n(r, (2, 5, 7, 9))) - 5.0]),
+    Case("max_pool_nchw8c_3x3_s2_ceil", "nn.max_pool2d", lambda r: [n(r, (1, 2, 14, 14, 8))],
+         pool((3, 3), (2, 2), ceil=1, layout="NCHW8c")),
+    Case("avg_pool_nchw16c_pad1", "nn.avg_pool2d", lambda r: [n(r, (1, 1, 9, 9, 16))],
+         pool((3, 3), (1, 1), (1, 1, 1, 1), count_include_pad=0, layout="NCHW16c")),
+    Case("global_avg_pool_nchw16c", "nn.global_avg_pool2d", lambda r: [n(r, (2, 2, 7, 7, 16))],
+         dict(layout="NCHW16c")),
 
     # --- normalizations
     Case("softmax_2x1000_axis1", "nn.softmax", lambda r: [n(r, (2, 1000), 3.0)], dict(axis=1)),
@@ -191,6 +207,12 @@ CASES = [
          lambda r: [n(r, (2, 3)), n(r, (2, 16)), n(r, (2, 5))], dict(axis=1)),
     Case("concatenate_3_axis0", "concatenate",
          lambda r: [n(r, (1, 4, 33)), n(r, (2, 4, 33)), n(r, (3, 4, 33))], dict(axis=0)),
+    Case("layout_transform_nchw_to_nchw16c", "layout_transform", lambda r: [n(r, (2, 32, 5, 7))],
+         dict(src_layout="NCHW", dst_layout="NCHW16c")),
+    Case("layout_transform_nchw8c_to_nchw", "layout_transform", lambda r: [n(r, (1, 3, 5, 7, 8))],
+         dict(src_layout="NCHW8c", dst_layout="NCHW")),
+    Case("layout_transform_nchw16c_to_nchw8c", "layout_transform", lambda r: [n(r, (1, 2, 3, 5, 16))],
+         dict(src_layout="NCHW16c", dst_layout="NCHW8c")),
     Case("pad_spatial_asym", "pad", lambda r: [n(r, (1, 3, 5, 7))],
          dict(pad_width=((0, 0), (0, 0), (1, 2), (3, 0)), pad_value=0.0)),
     Case("pad_value_all_axes", "pad", lambda r: [n(r, (2, 3, 4))],
@@ -360,6 +382,8 @@ SWEEPS = [
     Case("conv2d_ow64_oc4", "nn.conv2d", lambda r: [n(r, (1, 2, 3, 66)), n(r, (4, 2, 3, 3))], conv()),
     Case("conv2d_depthwise_s2", "nn.conv2d", lambda r: [n(r, (1, 6, 9, 9)), n(r, (6, 1, 3, 3))],
          conv(strides=(2, 2), padding=(1, 1, 1, 1), groups=6)),
+    Case("conv2d_nchwc_ow14", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 6, 14, 4)), n(r, (1, 2, 3, 3, 4, 8))],
+         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
     Case("dense_n12", "nn.dense", lambda r: [n(r, (3, 20)), n(r, (12, 20))]),
     Case("matmul_bcast_m6_n20", "nn.matmul", lambda r: [n(r, (2, 6, 5)), n(r, (5, 20))]),
 ]

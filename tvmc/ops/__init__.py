@@ -7,8 +7,8 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | nn.conv2d | data[N,C,H,W], weight[O,C/groups,KH,KW] | strides (sh,sw), padding (top,left,bottom,right), dilation (dh,dw), groups | OUT_ELEMWISE_FUSABLE |
 | nn.dense | data[M,K], weight[N,K] | - | OUT_ELEMWISE_FUSABLE |
 | nn.matmul | a[...,M,K], b[...,K,N] (numpy matmul broadcasting, rank >= 2) | - | OUT_ELEMWISE_FUSABLE |
-| nn.max_pool2d / nn.avg_pool2d | data[N,C,H,W] | pool_size (kh,kw), strides, padding (t,l,b,r), dilation, ceil_mode (0/1); avg: count_include_pad (0/1) | OUT_ELEMWISE_FUSABLE |
-| nn.global_avg_pool2d / nn.global_max_pool2d | data[N,C,H,W] -> [N,C,1,1] | - | OUT_ELEMWISE_FUSABLE |
+| nn.max_pool2d / nn.avg_pool2d | data[N,C,H,W] | pool_size (kh,kw), strides, padding (t,l,b,r), dilation, ceil_mode (0/1); avg: count_include_pad (0/1); layout (optional: NCHW, or NCHW[x]c with data[N,C/x,H,W,x]) | OUT_ELEMWISE_FUSABLE |
+| nn.global_avg_pool2d / nn.global_max_pool2d | data[N,C,H,W] -> [N,C,1,1] (NCHW[x]c: [N,C/x,1,1,x]) | layout (optional, as above) | OUT_ELEMWISE_FUSABLE |
 | nn.lrn | data[N,C,H,W] | size, alpha, beta, bias (ONNX LRN semantics, across channels) | OPAQUE |
 | nn.softmax | data | axis (normalized, >= 0) | OPAQUE |
 | nn.batch_norm | data[N,C,...], gamma[C], beta[C], mean[C], var[C] | epsilon, axis | BROADCAST (removed by SimplifyInference) |
@@ -22,6 +22,15 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | transpose | x | axes | INJECTIVE |
 | concatenate | x0, x1, ... | axis (>= 0) | INJECTIVE |
 | pad | x | pad_width ((before, after) per axis), pad_value | INJECTIVE |
+
+Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):
+
+| op | inputs | attrs | pattern |
+| --- | --- | --- | --- |
+| layout_transform | x in src_layout | src_layout, dst_layout: NCHW or NCHW[x]c ([N,C/x,H,W,x]) | INJECTIVE |
+| nn.conv2d_nchwc | data[N,C/ib,H,W,ib], weight[O/ob,C/ib,KH,KW,ib,ob] (depthwise: [C/ob,1,KH,KW,1,ob]) -> [N,O/ob,OH,OW,ob] | strides, padding, dilation, groups (1 or C), out_layout (NCHW[ob]c) | OUT_ELEMWISE_FUSABLE |
 """
 
-from tvmc.ops import elemwise, nn_conv2d, nn_dense, nn_pool, nn_misc, transform  # noqa: F401  (registration)
+# each op module registers its operators on import
+from tvmc.ops import (elemwise, layout, nn_conv2d, nn_conv2d_nchwc, nn_dense, nn_misc, nn_pool,  # noqa: F401
+                      transform)
