@@ -106,6 +106,8 @@ class PassContext:
                       `{dump_dir}/graph.{NN}_{PassName}.txt`.
     instruments:      objects with optional `run_before_pass(name, graph)` /
                       `run_after_pass(name, graph)` methods (TVM's PassInstrument).
+    target:           the tvmc.target.Target being compiled for, or None (target-independent
+                      run): target-specific passes such as AlterOpLayout skip themselves without one.
     pass_times:       filled while running: [(pass name, wall time in ms)], in run order.
 
     Raises PassError on an unknown pass name, unknown option key or wrongly typed option value.
@@ -116,6 +118,7 @@ class PassContext:
     config: dict = field(default_factory=dict)
     dump_dir: str | None = None
     instruments: tuple = ()
+    target: object = None
     pass_times: list = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self):

@@ -75,7 +75,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     t0 = time.perf_counter()
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=dict(options.pass_config),
-                      dump_dir=options.dump_dir if "graph" in options.dump_ir else None)
+                      dump_dir=options.dump_dir if "graph" in options.dump_ir else None, target=target)
     graph = optimize(graph, ctx)
     timings["passes"] = time.perf_counter() - t0
     for name, ms in ctx.pass_times:

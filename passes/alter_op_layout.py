@@ -1,0 +1,236 @@
+"""Graph pass AlterOpLayout: NCHW -> NCHW[x]c (channel-blocked) convolutions and their neighbours on CPUs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc.graph.ir import Call, Constant, Expr, Graph, make_call, rewrite
+from tvmc.ops.layout import blocked_layout, channel_block, to_layout
+from tvmc.ops.nn_conv2d_nchwc import pack_weight
+from tvmc.ops.registry import OpPattern, get_op
+from tvmc.passes.pass_infra import graph_pass
+
+NCHW = "NCHW"
+_POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
+_DTYPES = ("float32", "float64")
+
+
+def channel_block_for(channels: int, max_block: int) -> int:
+    """The largest power of two <= `max_block` (the target's vector lanes) dividing `channels`."""
+    b = 1
+    while b * 2 <= max_block and channels % (b * 2) == 0:
+        b *= 2
+    return b
+
+
+def blocked_constant(value: np.ndarray, channels: int, block: int) -> np.ndarray:
+    """numpy: a constant operand of a broadcast op whose other operand becomes NCHW[block]c.
+
+    `value` broadcasts against [N, channels, H, W] (rank <= 4, its channel axis 1 or `channels`);
+    the result broadcasts the same way against [N, channels//block, H, W, block]: e.g. a bias
+    [C, 1, 1] becomes [C//block, 1, 1, block], a [1, 1, H, W] map becomes [1, 1, H, W, 1].
+    Leading axes that `value` did not have are dropped again (numpy broadcasting adds them).
+    Raises ValueError for rank > 4 or a channel axis that is neither 1 nor `channels`.
+    """
+    rank = value.ndim
+    if rank > 4:
+        raise ValueError(f"cannot block a rank-{rank} operand")
+    full = value.reshape((1,) * (4 - rank) + value.shape)
+    n, c, h, w = full.shape
+    if c == 1:
+        out = full.reshape(n, 1, h, w, 1)
+    elif c == channels:
+        out = to_layout(np.broadcast_to(full, (n, c, h, w)), NCHW, blocked_layout(block))
+    else:
+        raise ValueError(f"channel axis {c} of operand {list(value.shape)} does not broadcast to {channels}")
+    return np.ascontiguousarray(out.reshape(out.shape[4 - rank:] if rank else ()))
+
+
+class _Rewriter:
+    """One post-order walk: each old expression maps to (new expression, its layout).
+
+    A layout is "NCHW" (the tensor is stored exactly as before the pass, whatever its rank) or
+    "NCHW[x]c" (a 4-D NCHW tensor now stored blocked). Conversions are memoized per (tensor,
+    layout), so a tensor that several consumers need in one layout is transformed once.
+    """
+
+    def __init__(self, target, min_block: int):
+        self.target = target
+        self.min_block = min_block
+        self.memo: dict = {}        # old Expr -> (new Expr, layout)
+        self.converted: dict = {}   # (new Expr, layout) -> new Expr in that layout
+
+    # --- conversions ------------------------------------------------------------------------
+    def plain(self, old: Expr) -> Expr:
+        """`old`'s replacement in its original layout."""
+        return self.as_layout(old, NCHW)
+
+    def as_layout(self, old: Expr, layout: str) -> Expr:
+        """`old`'s replacement stored as `layout` (a constant is converted here, at compile time;
+        anything else through a layout_transform)."""
+        new, cur = self.memo[old]
+        if cur == layout:
+            return new
+        key = (new, layout)
+        if key not in self.converted:
+            if isinstance(new, Constant) and cur == NCHW:
+                value = to_layout(new.value, NCHW, layout)
+                self.converted[key] = Constant(value, f"{new.name or 'const'}_{layout}")
+            else:
+                self.converted[key] = make_call("layout_transform", [new], {"src_layout": cur, "dst_layout": layout},
+                                                name=f"{getattr(old, 'name', '') or 'tensor'}_{layout}")
+        return self.converted[key]
+
+    def block_of(self, channels: int) -> int:
+        return channel_block_for(channels, self.target.vector_lanes("float32"))
+
+    def layout_of(self, old: Expr) -> str:
+        return self.memo[old][1]
+
+    # --- rules ---------------------------------------------------------------------------------
+    def visit(self, e: Expr):
+        if not isinstance(e, Call):
+            self.memo[e] = (e, NCHW)
+            return
+        out = None
+        if isinstance(e.op, str):
+            if e.op == "nn.conv2d":
+                out = self.conv2d(e)
+            elif e.op in _POOLS:
+                out = self.pool(e)
+            elif e.op == "concatenate":
+                out = self.concatenate(e)
+            else:
+                pattern = get_op(e.op).pattern
+                if pattern == OpPattern.ELEMWISE and len(e.inputs) == 1:
+                    out = self.unary(e)
+                elif pattern == OpPattern.BROADCAST and len(e.inputs) == 2:
+                    out = self.binary(e)
+        if out is None:
+            inputs = [self.plain(i) for i in e.inputs]
+            same = all(a is b for a, b in zip(inputs, e.inputs))
+            out = (e if same else Call(e.op, inputs, e.attrs, e.type, e.name), NCHW)
+        self.memo[e] = out
+
+    def conv2d(self, e: Call):
+        data, weight = e.inputs
+        groups = e.attrs.get("groups", 1)
+        if len(data.shape) != 4 or not isinstance(weight, Constant) or e.dtype not in _DTYPES:
+            return None
+        c, o = data.shape[1], e.shape[1]
+        depthwise = groups > 1 and groups == c == o and weight.shape[1] == 1
+        if groups != 1 and not depthwise:
+            return None
+        oc_bn = self.block_of(o)
+        if oc_bn < self.min_block:
+            return None
+        if depthwise:
+            ic_bn = oc_bn
+        else:
+            ic_bn = channel_block(self.layout_of(data)) or self.block_of(c)
+        x = self.as_layout(data, blocked_layout(ic_bn))
+        w = Constant(pack_weight(weight.value, ic_bn, oc_bn, depthwise),
+                     f"{weight.name or 'weight'}_OIHW{1 if depthwise else ic_bn}i{oc_bn}o")
+        attrs = dict(e.attrs, groups=groups, out_layout=blocked_layout(oc_bn))
+        return make_call("nn.conv2d_nchwc", [x, w], attrs, name=e.name), blocked_layout(oc_bn)
+
+    def unary(self, e: Call):
+        (x,) = e.inputs
+        layout = self.layout_of(x)
+        if layout == NCHW:
+            return None
+        return make_call(e.op, [self.memo[x][0]], e.attrs, name=e.name), layout
+
+    def binary(self, e: Call):
+        blocked = [i for i in e.inputs if self.layout_of(i) != NCHW]
+        if not blocked or len(e.shape) != 4 or blocked[0].shape[1] != e.shape[1]:
+            return None
+        layout = self.layout_of(blocked[0])
+        block = channel_block(layout)
+        channels = e.shape[1]
+        inputs = []
+        for i in e.inputs:
+            if self.layout_of(i) != NCHW or (len(i.shape) == 4 and tuple(i.shape) == tuple(e.shape)):
+                inputs.append(self.as_layout(i, layout))
+            elif isinstance(i, Constant):
+                if i.value.size == 1 and i.value.ndim <= 1:
+                    inputs.append(i)     # a scalar broadcasts the same in every layout
+                    continue
+                try:
+                    value = blocked_constant(i.value, channels, block)
+                except ValueError:
+                    return None
+                inputs.append(Constant(value, f"{i.name or 'const'}_{layout}"))
+            else:
+                return None
+        return make_call(e.op, inputs, e.attrs, name=e.name), layout
+
+    def pool(self, e: Call):
+        (x,) = e.inputs
+        layout = self.layout_of(x)
+        if layout == NCHW:
+            return None
+        return make_call(e.op, [self.memo[x][0]], dict(e.attrs, layout=layout), name=e.name), layout
+
+    def concatenate(self, e: Call):
+        if e.attrs["axis"] != 1 or len(e.shape) != 4 or all(self.layout_of(i) == NCHW for i in e.inputs):
+            return None
+        block = self.block_of(int(np.gcd.reduce([i.shape[1] for i in e.inputs])))
+        if block < self.min_block:
+            return None
+        layout = blocked_layout(block)
+        inputs = [self.as_layout(i, layout) for i in e.inputs]
+        return make_call("concatenate", inputs, e.attrs, name=e.name), layout
+
+
+def _cancel_transforms(graph: Graph) -> Graph:
+    """layout_transform(layout_transform(x, A -> B), B -> C) -> layout_transform(x, A -> C), and
+    A -> A (e.g. a round trip NCHW -> NCHW16c -> NCHW) -> x."""
+
+    def fn(e, new_inputs):
+        if not (isinstance(e, Call) and e.op == "layout_transform"):
+            return None
+        (x,) = new_inputs
+        src = e.attrs["src_layout"]
+        if isinstance(x, Call) and x.op == "layout_transform":
+            src, x = x.attrs["src_layout"], x.inputs[0]
+        if src == e.attrs["dst_layout"]:
+            return x
+        return make_call("layout_transform", [x], dict(e.attrs, src_layout=src), name=e.name)
+
+    return rewrite(graph, fn)
+
+
+@graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8})
+def alter_op_layout(graph: Graph, ctx) -> Graph:
+    """Store convolution activations channel-blocked on CPU targets (TVM's AlterOpLayout with
+    topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc).
+
+    Each nn.conv2d (4-D float data, Constant OIHW weight, groups 1 or depthwise with
+    groups == C == O) becomes nn.conv2d_nchwc on NCHW[ic_bn]c data with the weight packed
+    here, at compile time, to OIHW[ic_bn]i[oc_bn]o ([O//oc_bn, C//ic_bn, KH, KW, ic_bn, oc_bn];
+    depthwise: OIHW1i[oc_bn]o), producing NCHW[oc_bn]c. oc_bn = the largest power of two
+    <= the target's float32 vector lanes (16 with AVX-512) dividing O; ic_bn = the block the
+    input already has, else the same rule on C (1 for a 3-channel image). Convs whose oc_bn
+    would be below the `min_block` option (8) stay NCHW, as do other group counts.
+
+    The blocked layout then flows through: ELEMWISE ops (relu, clip, ...); BROADCAST ops whose
+    other operand is blocked too, a 4-D tensor of the same shape (transformed), or a Constant
+    ([C,1,1] -> [C//c,1,1,c], converted here); pooling (`layout` attribute); concatenate on
+    the channel axis when every input's channel count divides by a block >= min_block. Every
+    other consumer and every graph output gets a layout_transform back to NCHW, once per
+    tensor; then adjacent layout_transforms compose and inverse pairs cancel.
+
+    Runs only with a CPU target in the PassContext (`ctx.target`); without one, or for other
+    target families, the graph is returned unchanged.
+    """
+    target = ctx.target
+    if target is None or getattr(target, "family", None) != "cpu":
+        return graph
+    rw = _Rewriter(target, ctx.option("AlterOpLayout", "min_block"))
+    for e in graph.topo():
+        rw.visit(e)
+    for v in graph.inputs:
+        rw.memo.setdefault(v, (v, NCHW))
+    outputs = [rw.plain(o) for o in graph.outputs]
+    return _cancel_transforms(Graph(graph.inputs, outputs, graph.output_names))

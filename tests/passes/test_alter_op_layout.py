@@ -1,0 +1,271 @@
+"""AlterOpLayout: NCHW convolutions become NCHW[x]c ones; the blocked layout flows through
+elementwise ops, per-channel constants, pooling and concatenation; layout_transform only at the
+boundaries (before/expected structure, interpreter equivalence)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pass_helpers import assert_equivalent, call, const, op_names, snapshot, var
+from tvmc.graph.ir import Constant, Graph
+from tvmc.passes import PassContext, get_pass, run_passes
+from tvmc.passes.alter_op_layout import blocked_constant, channel_block_for
+from tvmc.target import resolve_target
+
+X86 = resolve_target("x86")
+
+
+def alter(graph, target=X86, **config):
+    return run_passes(graph, ["AlterOpLayout"], PassContext(target=target, config=config))
+
+
+def conv(x, oc, name, k=3, stride=1, groups=1, seed=0):
+    pad = k // 2
+    w = const((oc, x.shape[1] // groups, k, k), f"{name}_w", seed)
+    return call("nn.conv2d", x, w, name=name, strides=(stride, stride), padding=(pad, pad, pad, pad),
+                dilation=(1, 1), groups=groups)
+
+
+def bias_relu(y, name, seed=1):
+    return call("nn.relu", call("add", y, const((y.shape[1], 1, 1), f"{name}_b", seed)))
+
+
+def transforms(graph):
+    return [(c.attrs["src_layout"], c.attrs["dst_layout"]) for c in graph.calls() if c.op == "layout_transform"]
+
+
+def check(before, after):
+    assert_equivalent(before, after)
+    assert after.outputs[0].type == before.outputs[0].type
+
+
+def test_two_convs_share_the_blocked_layout():
+    x = var("x", (1, 16, 10, 10))
+    before = Graph([x], [bias_relu(conv(bias_relu(conv(x, 32, "c1"), "c1"), 32, "c2", seed=2), "c2")])
+    snap = snapshot(before)
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "add", "nn.relu",
+                               "nn.conv2d_nchwc", "add", "nn.relu", "layout_transform"]
+    assert transforms(after) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW")]
+    c1, c2 = [c for c in after.calls() if c.op == "nn.conv2d_nchwc"]
+    assert c1.inputs[1].shape == (2, 1, 3, 3, 16, 16) and c2.inputs[1].shape == (2, 2, 3, 3, 16, 16)
+    assert isinstance(c1.inputs[1], Constant) and c2.inputs[0].op == "nn.relu"   # no transform between
+    bias = [c for c in after.calls() if c.op == "add"][0].inputs[1]
+    assert isinstance(bias, Constant) and bias.shape == (2, 1, 1, 16)          # [C,1,1] -> [C//16,1,1,16]
+    assert snapshot(before) == snap
+    check(before, after)
+
+
+def test_three_channel_input_takes_block_1_and_output_block_16():
+    x = var("x", (1, 3, 15, 15))
+    before = Graph([x], [bias_relu(conv(x, 16, "stem", k=7, stride=2), "stem")])
+    after = alter(before)
+    assert transforms(after) == [("NCHW", "NCHW1c"), ("NCHW16c", "NCHW")]
+    (c,) = [c for c in after.calls() if c.op == "nn.conv2d_nchwc"]
+    assert c.inputs[0].shape == (1, 3, 15, 15, 1) and c.inputs[1].shape == (1, 3, 7, 7, 1, 16)
+    check(before, after)
+
+
+def test_transforms_only_at_boundaries():
+    """conv -> pool -> conv -> (residual add) -> global pool -> flatten -> dense -> softmax: one
+    transform in, one before the reshape."""
+    x = var("x", (1, 8, 12, 12))
+    a = bias_relu(conv(x, 32, "c1"), "c1")
+    p = call("nn.max_pool2d", a, pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1),
+             ceil_mode=0)
+    b = call("nn.relu", call("add", conv(p, 32, "c2", seed=2), p))
+    g = call("nn.global_avg_pool2d", b)
+    flat = call("reshape", g, newshape=(1, 32))
+    d = call("nn.dense", flat, const((10, 32), "fc", 3))
+    before = Graph([x], [call("nn.softmax", d, axis=1)])
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "add", "nn.relu", "nn.max_pool2d",
+                               "nn.conv2d_nchwc", "add", "nn.relu", "nn.global_avg_pool2d", "layout_transform",
+                               "reshape", "nn.dense", "nn.softmax"]
+    assert transforms(after) == [("NCHW", "NCHW8c"), ("NCHW16c", "NCHW")]
+    pools = [c for c in after.calls() if c.op.startswith(("nn.max", "nn.global"))]
+    assert [c.attrs["layout"] for c in pools] == ["NCHW16c", "NCHW16c"]
+    check(before, after)
+
+
+def test_ops_that_need_nchw_get_a_transform_each_way():
+    x = var("x", (1, 16, 9, 9))
+    a = conv(x, 16, "c1")
+    lrn = call("nn.lrn", a, size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    before = Graph([x], [conv(lrn, 16, "c2", seed=2)])
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "layout_transform", "nn.lrn",
+                               "layout_transform", "nn.conv2d_nchwc", "layout_transform"]
+    check(before, after)
+
+
+def test_tensor_used_blocked_and_plain_is_transformed_once():
+    x = var("x", (1, 16, 6, 6))
+    a = call("nn.relu", conv(x, 16, "c1"))
+    before = Graph([x], [conv(a, 16, "c2", seed=2), call("transpose", a, axes=(0, 2, 3, 1)), a])
+    after = alter(before)
+    # `a` feeds c2 blocked; the transpose and the graph output share one transform back
+    assert transforms(after) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW"), ("NCHW16c", "NCHW")]
+    back = [c for c in after.calls() if c.op == "layout_transform" and c.attrs["dst_layout"] == "NCHW"]
+    assert after.outputs[2] in back and after.outputs[1].inputs[0] in back
+    check(before, after)
+
+
+def test_concatenate_on_channels_stays_blocked():
+    x = var("x", (1, 16, 8, 8))
+    a, b = conv(x, 32, "a", k=1), conv(x, 16, "b", seed=2)
+    cat = call("concatenate", a, b, axis=1)
+    before = Graph([x], [conv(call("nn.relu", cat), 16, "c", k=1, seed=3)])
+    after = alter(before)
+    assert op_names(after).count("layout_transform") == 2
+    (c,) = [c for c in after.calls() if c.op == "concatenate"]
+    assert c.shape == (1, 3, 8, 8, 16)
+    check(before, after)
+
+
+def test_concatenate_with_a_small_block_input_goes_back_to_nchw():
+    x = var("x", (1, 16, 8, 8))
+    a, b = conv(x, 16, "a", k=1), conv(x, 4, "b", seed=2)      # 4 channels: below min_block 8
+    before = Graph([x], [call("concatenate", a, b, axis=1)])
+    after = alter(before)
+    (c,) = [c for c in after.calls() if c.op == "concatenate"]
+    assert len(c.shape) == 4
+    assert [c.op for c in after.calls() if c.op.startswith("nn.conv")] == ["nn.conv2d_nchwc", "nn.conv2d"]
+    check(before, after)
+
+
+def test_depthwise_converts_grouped_conv_stays_nchw():
+    x = var("x", (1, 32, 9, 9))
+    dw = call("nn.relu", conv(conv(x, 32, "pw", k=1), 32, "dw", groups=32, seed=2))
+    before = Graph([x], [conv(dw, 32, "grouped", groups=2, seed=3)])
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "nn.conv2d_nchwc", "nn.relu",
+                               "layout_transform", "nn.conv2d"]
+    dwc = [c for c in after.calls() if c.op == "nn.conv2d_nchwc"][1]
+    assert dwc.attrs["groups"] == 32 and dwc.inputs[1].shape == (2, 1, 3, 3, 1, 16)
+    check(before, after)
+
+
+def test_broadcast_operands():
+    """Blocked (+) per-channel constant, spatial constant, scalar, same-shape NCHW tensor; a
+    non-constant broadcast operand sends the op back to NCHW."""
+    x, y = var("x", (1, 16, 6, 6)), var("y", (1, 16, 6, 6))
+    a = conv(x, 16, "c1")
+    e = call("multiply", a, const((1, 16, 1, 1), "scale", 1))
+    e = call("add", const((6, 6), "spatial", 2), e)
+    e = call("subtract", e, Constant(np.float32(0.5), "half"))
+    e = call("maximum", e, y)                                       # a graph input: transformed
+    blocked_out = call("nn.relu", e)
+    z = var("z", (1, 1, 6, 6))
+    plain = call("add", blocked_out, call("nn.relu", z))            # [1,1,6,6] non-constant: NCHW
+    before = Graph([x, y, z], [plain])
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "multiply", "add", "subtract",
+                               "layout_transform", "maximum", "nn.relu", "layout_transform", "nn.relu", "add"]
+    consts = {c.op: c.inputs for c in after.calls() if c.op in ("multiply", "add", "subtract")}
+    assert consts["multiply"][1].shape == (1, 1, 1, 1, 16)
+    assert consts["subtract"][1].shape == ()
+    check(before, after)
+
+
+def test_blocked_constant_shapes():
+    c = np.arange(32, dtype=np.float32)
+    assert blocked_constant(c.reshape(32, 1, 1), 32, 16).shape == (2, 1, 1, 16)
+    assert blocked_constant(c.reshape(1, 32, 1, 1), 32, 16).shape == (1, 2, 1, 1, 16)
+    assert blocked_constant(np.ones((5, 7), np.float32), 32, 16).shape == (5, 7, 1)
+    assert blocked_constant(c.reshape(32, 1, 1), 32, 8)[1, 0, 0, 3] == 11.0
+    with pytest.raises(ValueError):
+        blocked_constant(np.ones((3, 1, 1), np.float32), 32, 16)
+    assert [channel_block_for(c, 16) for c in (3, 8, 24, 48, 64, 1000)] == [1, 8, 8, 16, 16, 8]
+    assert channel_block_for(64, 8) == 8
+
+
+def test_adjacent_inverse_transforms_cancel():
+    x = var("x", (1, 16, 4, 4))
+    t1 = call("layout_transform", x, src_layout="NCHW", dst_layout="NCHW16c")
+    t2 = call("layout_transform", t1, src_layout="NCHW16c", dst_layout="NCHW")
+    t3 = call("layout_transform", call("nn.relu", x), src_layout="NCHW", dst_layout="NCHW8c")
+    t4 = call("layout_transform", t3, src_layout="NCHW8c", dst_layout="NCHW16c")
+    before = Graph([x], [call("nn.relu", t2), t4])
+    after = alter(before)
+    assert op_names(after) == ["nn.relu", "nn.relu", "layout_transform"]
+    assert transforms(after) == [("NCHW", "NCHW16c")]
+    check(before, after)
+
+
+def test_non_constant_weight_small_channels_and_other_dtypes_stay_nchw():
+    x, w = var("x", (1, 16, 6, 6)), var("w", (16, 16, 3, 3))
+    dyn = call("nn.conv2d", x, w, strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1)
+    small = conv(x, 4, "small")                                     # oc block 4 < min_block 8
+    before = Graph([x, w], [dyn, small])
+    after = alter(before)
+    assert op_names(after) == ["nn.conv2d", "nn.conv2d"]
+    after4 = alter(Graph([x], [small]), **{"AlterOpLayout.min_block": 4})
+    assert op_names(after4) == ["layout_transform", "nn.conv2d_nchwc", "layout_transform"]
+    check(Graph([x], [small]), after4)
+
+
+def test_needs_a_cpu_target():
+    x = var("x", (1, 16, 6, 6))
+    before = Graph([x], [conv(x, 16, "c")])
+    assert alter(before, target=None) is before
+    gpu = dataclasses.replace(X86, name="gpu", kind="gpu", family="gpu")
+    assert alter(before, target=gpu) is before
+    assert get_pass("AlterOpLayout").opt_level == 3
+
+
+# --- random graphs -------------------------------------------------------------------------------
+
+@st.composite
+def blocked_graphs(draw):
+    """Chains of convs (1x1/3x3, stride 1/2, depthwise), bias, relu, pooling, residual adds,
+    concatenations and a boundary op, over channel counts the pass blocks (and some it does not)."""
+    c = draw(st.sampled_from([3, 8, 16, 24]))
+    x = var("x", (1, c, 9, 9))
+    cur, k = x, 0
+    for _ in range(draw(st.integers(1, 6))):
+        k += 1
+        kind = draw(st.sampled_from(["conv", "conv", "dw", "bias", "relu", "pool", "residual", "concat", "lrn"]))
+        ch = cur.shape[1]
+        if kind == "conv":
+            oc = draw(st.sampled_from([4, 8, 16, 32, 48]))
+            cur = conv(cur, oc, f"c{k}", k=draw(st.sampled_from([1, 3])), stride=draw(st.sampled_from([1, 2])),
+                       seed=k)
+        elif kind == "dw":
+            cur = conv(cur, ch, f"dw{k}", groups=ch, seed=k)
+        elif kind == "bias":
+            cur = call("add", cur, const(draw(st.sampled_from([(ch, 1, 1), (1, ch, 1, 1), ()])), f"b{k}", k))
+        elif kind == "relu":
+            cur = call("nn.relu", cur)
+        elif kind == "pool" and cur.shape[2] >= 3:
+            op = draw(st.sampled_from(["nn.max_pool2d", "nn.avg_pool2d"]))
+            extra = {"count_include_pad": 0} if op == "nn.avg_pool2d" else {}
+            cur = call(op, cur, pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1),
+                       ceil_mode=draw(st.sampled_from([0, 1])), **extra)
+        elif kind == "residual":
+            cur = call("add", cur, call("nn.relu", conv(cur, ch, f"r{k}", seed=k)))
+        elif kind == "concat":
+            cur = call("concatenate", cur, conv(cur, draw(st.sampled_from([8, 16])), f"cc{k}", k=1, seed=k), axis=1)
+        elif kind == "lrn":
+            cur = call("nn.lrn", cur, size=3, alpha=1e-4, beta=0.75, bias=1.0)
+    tail = draw(st.sampled_from(["none", "global", "flatten"]))
+    if tail == "global":
+        cur = call("nn.global_avg_pool2d", cur)
+    elif tail == "flatten":
+        cur = call("reshape", cur, newshape=(1, int(np.prod(cur.shape))))
+    return Graph([x], [cur])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocked_graphs())
+def test_random_graphs_keep_their_meaning(before):
+    after = alter(before)
+    check(before, after)
+    # no transform feeds another transform, and none converts a layout to itself
+    for c in after.calls():
+        if c.op == "layout_transform":
+            assert c.attrs["src_layout"] != c.attrs["dst_layout"]
+            assert getattr(c.inputs[0], "op", None) != "layout_transform"
