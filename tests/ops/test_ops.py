@@ -148,6 +148,12 @@ CASES = [
     Case("dense_n7_tanh", "nn.dense", lambda r: [n(r, (4, 9)), n(r, (7, 9))], {},
          lambda r: [("add", {}, [n(r, (1, 7))]), ("tanh", {}, [])]),
 
+    # --- nn.dense_pack: data [M,K], weight packed [N/bn, K, bn]
+    Case("dense_pack_bn16_bias_relu", "nn.dense_pack", lambda r: [n(r, (1, 300)), n(r, (16, 300, 16))], {},
+         lambda r: [("add", {}, [n(r, (256,))]), ("nn.relu", {}, [])]),
+    Case("dense_pack_bn8_m3_125_blocks", "nn.dense_pack", lambda r: [n(r, (3, 50)), n(r, (125, 50, 8))]),
+    Case("dense_pack_bn16_k1", "nn.dense_pack", lambda r: [n(r, (2, 1)), n(r, (3, 1, 16))]),
+
     # --- nn.matmul: numpy matmul broadcasting
     Case("matmul_2d", "nn.matmul", lambda r: [n(r, (5, 7)), n(r, (7, 33))]),
     Case("matmul_batched", "nn.matmul", lambda r: [n(r, (2, 5, 7)), n(r, (2, 7, 9))]),

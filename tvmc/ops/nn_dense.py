@@ -6,7 +6,8 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.cpu.dense import dense_config, matmul_config, schedule_dense, schedule_matmul
+from tvmc.ops.cpu.dense import (dense_config, dense_pack_config, matmul_config, schedule_dense, schedule_dense_pack,
+                                schedule_matmul)
 from tvmc.ops.elemwise import broadcast_index, broadcast_shape
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
@@ -57,3 +58,38 @@ register_op(OpDef("nn.matmul", _matmul_type,
                   lambda a, b: np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),
                   OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: matmul(*inputs, out_type.shape), {
                       "cpu": [Implementation("matmul.x86", schedule_matmul, config_space=matmul_config)]}))
+
+
+def pack_dense_weight(weight: np.ndarray, bn: int) -> np.ndarray:
+    """Weight [N, K] -> packed [N // bn, K, bn] (column blocks of `bn` outputs contiguous per k),
+    done once at compile time. N must divide by bn."""
+    n, k = weight.shape
+    return np.ascontiguousarray(weight.reshape(n // bn, bn, k).transpose(0, 2, 1))
+
+
+def _dense_pack_type(in_types, attrs):
+    d, w = in_types
+    if len(d.shape) != 2 or len(w.shape) != 3 or d.shape[1] != w.shape[1]:
+        raise ValueError(f"dense_pack needs data [M,K] and weight [N/bn,K,bn], got {list(d.shape)} and {list(w.shape)}")
+    return TensorType((d.shape[0], w.shape[0] * w.shape[2]), d.dtype)
+
+
+def dense_pack(data, weight):
+    """out[m, n] = sum_k data[m, k] * weight[n // bn, k, n % bn]; data [M, K], weight packed
+    [N/bn, K, bn] (TVM's dense_pack.x86): a block of bn outputs reads one contiguous vector per k."""
+    m, k = data.shape
+    nb, _, bn = weight.shape
+    rk = te.reduce_axis(k, "k")
+    return te.compute((m, nb * bn), lambda i, j: te.sum(data[i, rk] * weight[j // bn, rk, j % bn], rk),
+                      name="dense_pack", tag="dense_pack")
+
+
+def _dense_pack_ref(x, w):
+    nb, k, bn = w.shape
+    unpacked = w.transpose(0, 2, 1).reshape(nb * bn, k)
+    return (x.astype(np.float64) @ unpacked.T.astype(np.float64)).astype(x.dtype)
+
+
+register_op(OpDef("nn.dense_pack", _dense_pack_type, _dense_pack_ref, OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: dense_pack(*inputs), {
+                      "cpu": [Implementation("dense_pack.x86", schedule_dense_pack, config_space=dense_pack_config)]}))
