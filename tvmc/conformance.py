@@ -104,7 +104,7 @@ def case_op(case) -> str:
     for name in _SCHEMAS:
         if key.startswith(name.lower()):
             return name
-    return nodes[0].op_type if nodes else "?"
+    return "(function) " + case.name[len("test_"):].split("_")[0]
 
 
 def _tensor_dtypes(model) -> set:

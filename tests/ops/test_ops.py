@@ -25,6 +25,7 @@ TOLERANCE = {
     "int32": dict(rtol=0, atol=0),
     "int8": dict(rtol=0, atol=0),
     "uint8": dict(rtol=0, atol=0),
+    "bool": dict(rtol=0, atol=0),
 }
 
 
@@ -233,7 +234,7 @@ CASES = [
     Case("subtract_bcast_rows", "subtract", lambda r: [n(r, (7, 1)), n(r, (1, 9))]),
     Case("multiply_bcast_last", "multiply", lambda r: [edges(r, (3, 4, 19), BIG), n(r, (19,))]),
     Case("divide_float", "divide", lambda r: [edges(r, (5, 31), BIG), u(r, (5, 31), 0.5, 4.0)]),
-    Case("divide_int64_floor", "divide",
+    Case("divide_int64_trunc", "divide",
          lambda r: [r.integers(-100, 100, (4, 17)).astype(np.int64),
                     np.array([3, -3, 7, -1], np.int64).reshape(4, 1)]),
     Case("maximum_bcast", "maximum", lambda r: [edges(r, (2, 1, 40), BIG), n(r, (3, 1))]),
@@ -292,6 +293,44 @@ CASES = [
     Case("clip_int32", "clip", lambda r: [r.integers(-100, 100, (3, 17)).astype(np.int32)],
          dict(a_min=-5.0, a_max=7.0)),
     Case("abs_int64", "abs", lambda r: [r.integers(-100, 100, (3, 17))]),
+
+    # --- conformance operators (ONNX backend node cases; tvmc/conformance.py)
+    Case("log", "log", lambda r: [np.abs(edges(r, (3, 40), [1.0, 1e-30, 3e38], 10.0)) + 1e-3]),
+    Case("floor", "floor", lambda r: [edges(r, (2, 33), [0.5, -0.5, -0.0, 2.0], 5.0)]),
+    Case("ceil", "ceil", lambda r: [edges(r, (2, 33), [0.5, -0.5, -0.0, 2.0], 5.0)]),
+    Case("erf", "erf", lambda r: [edges(r, (3, 40), [0.0, -0.0, 5.0, -5.0], 2.0)]),
+    Case("elu", "nn.elu", lambda r: [edges(r, (3, 21), BIG)], dict(alpha=0.7)),
+    Case("selu", "nn.selu", lambda r: [n(r, (3, 21), 3.0)], dict(alpha=1.6732632, gamma=1.050701)),
+    Case("power_float", "power", lambda r: [u(r, (3, 17), 0.1, 4.0), n(r, (17,))]),
+    Case("power_int64", "power", lambda r: [r.integers(-5, 6, (2, 9)), r.integers(0, 5, (2, 9))]),
+    Case("prelu_channel_slope", "nn.prelu", lambda r: [n(r, (2, 3, 4, 5)), n(r, (3, 1, 1))]),
+    *[Case(f"{op}_bcast", op, lambda r: [np.round(n(r, (3, 1, 7))), np.round(n(r, (4, 1)))])
+      for op in ("equal", "less", "less_equal", "greater", "greater_equal")],
+    *[Case(f"{op}_bool", op, lambda r: [n(r, (3, 17)) > 0, n(r, (17,)) > 0])
+      for op in ("logical_and", "logical_or", "logical_xor")],
+    Case("logical_not", "logical_not", lambda r: [n(r, (5, 13)) > 0]),
+    Case("where_bcast", "where", lambda r: [n(r, (3, 1)) > 0, n(r, (3, 9)), n(r, (9,))]),
+    Case("sum_axis1_keepdims", "sum", lambda r: [n(r, (3, 40, 5))], dict(axis=(1,), keepdims=1)),
+    Case("sum_all_int64", "sum", lambda r: [r.integers(-100, 100, (4, 9))], dict(axis=(0, 1), keepdims=0)),
+    Case("max_axes02", "max", lambda r: [edges(r, (3, 4, 5), BIG)], dict(axis=(0, 2), keepdims=0)),
+    Case("min_last_int32", "min", lambda r: [r.integers(-2**31, 2**31 - 1, (3, 8)).astype(np.int32)],
+         dict(axis=(1,), keepdims=1)),
+    Case("prod_axis0", "prod", lambda r: [u(r, (4, 6), 0.5, 1.5)], dict(axis=(0,), keepdims=0)),
+    Case("mean_spatial", "mean", lambda r: [n(r, (2, 3, 7, 9))], dict(axis=(2, 3), keepdims=1)),
+    Case("argmax_ties_first", "argmax", lambda r: [np.round(n(r, (3, 6, 4)))], dict(axis=1, keepdims=0)),
+    Case("argmin_ties_last", "argmin", lambda r: [np.round(n(r, (3, 6, 4)))],
+         dict(axis=2, keepdims=1, select_last_index=1)),
+    Case("cumsum_exclusive_reverse", "cumsum", lambda r: [n(r, (3, 9))], dict(axis=1, exclusive=1, reverse=1)),
+    Case("cumsum_axis0", "cumsum", lambda r: [n(r, (5, 4))], dict(axis=0)),
+    Case("strided_slice_negative_step", "strided_slice", lambda r: [n(r, (5, 8, 3))],
+         dict(begin=(1, 7, 0), end=(4, -1, 3), strides=(2, -3, 1))),
+    Case("take_negative_indices", "take", lambda r: [n(r, (3, 5, 4)), np.array([[0, -1], [4, 2]], np.int64)],
+         dict(axis=1)),
+    Case("broadcast_to", "broadcast_to", lambda r: [n(r, (3, 1))], dict(shape=(2, 3, 17))),
+    Case("mirror_pad_reflect", "mirror_pad", lambda r: [n(r, (2, 4, 5))],
+         dict(pad_width=((0, 0), (3, 1), (2, 4)), mode="reflect")),
+    Case("mirror_pad_edge", "mirror_pad", lambda r: [n(r, (2, 3))], dict(pad_width=((2, 1), (0, 5)), mode="edge")),
+    Case("log_softmax_axis1", "nn.log_softmax", lambda r: [n(r, (3, 7, 5), 3.0)], dict(axis=1)),
 ]
 
 

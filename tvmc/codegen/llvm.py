@@ -431,18 +431,19 @@ class CodeGenLLVM:
                 return b.select(cmp("<" if e.op == "min" else ">", x, y), x, y)
             if e.op in ("add", "sub", "mul"):
                 return {"add": b.add, "sub": b.sub, "mul": b.mul}[e.op](x, y)
+            sdiv, srem = _lanewise(b, b.sdiv), _lanewise(b, b.srem)
             if unsigned and e.op in ("floordiv", "div"):
-                return b.udiv(x, y)
+                return _lanewise(b, b.udiv)(x, y)
             if unsigned and e.op == "floormod":
-                return b.urem(x, y)
+                return _lanewise(b, b.urem)(x, y)
             if e.op in ("floordiv", "div"):
-                q, r = b.sdiv(x, y), b.srem(x, y)
+                q, r = sdiv(x, y), srem(x, y)
                 adjust = b.and_(b.icmp_signed("!=", r, _zero(r.type)),
                                 b.icmp_signed("!=", b.icmp_signed("<", r, _zero(r.type)),
                                               b.icmp_signed("<", y, _zero(y.type))))
                 return b.sub(q, b.zext(adjust, q.type))
             if e.op == "floormod":
-                r = b.srem(x, y)
+                r = srem(x, y)
                 fix = b.and_(b.icmp_signed("!=", r, _zero(r.type)),
                              b.icmp_signed("!=", b.icmp_signed("<", r, _zero(r.type)),
                                            b.icmp_signed("<", y, _zero(y.type))))
@@ -466,6 +467,22 @@ class CodeGenLLVM:
 
 def _zero(t):
     return ir.Constant(t, None)
+
+
+def _lanewise(b, op):
+    """`op` (an integer division or remainder builder method) on vectors with zero divisor lanes
+    replaced by 1.
+
+    Loads under a select branch become masked loads whose inactive lanes read 0 (see
+    `_load`), so a division in such a branch divides by 0 in lanes whose result the select
+    discards, and x86 traps (SIGFPE). Those lanes' results are never used; a lane that really
+    divides by zero is undefined behaviour in C and ONNX alike."""
+    def apply(x, y):
+        if not isinstance(x.type, ir.VectorType):
+            return op(x, y)
+        zero, one = ir.Constant(y.type, None), ir.Constant(y.type, [1] * y.type.count)
+        return op(x, b.select(b.icmp_unsigned("==", y, zero), one, y))
+    return apply
 
 
 def _vname(vt: ir.VectorType) -> str:

@@ -286,23 +286,30 @@ class _Importer:
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         ctx = _NodeContext(self, node, label)
         result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, self.opset)
-        if isinstance(result, np.ndarray) or np.isscalar(result):
-            result = ir.Constant(np.asarray(result), name=node.output[0])
-        if not isinstance(result, Expr):
-            raise AssertionError(f"converter {node.op_type} returned {type(result).__name__}")
-        if not isinstance(result, ir.Constant) and result.dtype not in SUPPORTED_DTYPES:
-            raise ctx.error(f"tensor '{node.output[0]}' has dtype {result.dtype}; "
-                            f"supported: {', '.join(SUPPORTED_DTYPES)}")
-        expected = self.inferred.get(node.output[0])
-        if expected is not None and (tuple(result.shape) != expected.shape or result.dtype != expected.dtype):
-            raise ctx.error(f"tensor '{node.output[0]}': tvmc infers {result.type} but the model "
-                            f"(value_info / ONNX shape inference) says {expected}")
-        self.env[node.output[0]] = result
-        for i, out in enumerate(node.output[1:], 1):
+        # a tuple holds one result per node output (Split, TopK, LayerNormalization, ...)
+        results = list(result) if isinstance(result, tuple) else [result]
+        for i, (out, res) in enumerate(zip(node.output, results)):
+            if out:
+                self.env[out] = self._checked(ctx, node, out, res)
+        for i, out in enumerate(node.output[len(results):], len(results)):
             if out:
                 if node.op_type not in _SECONDARY_OUTPUTS:
                     raise ctx.error(f"output {i} ('{out}') is not supported")
                 self.env[out] = _Unusable(label, node.op_type, i, _SECONDARY_OUTPUTS[node.op_type])
+
+    def _checked(self, ctx, node, out: str, result):
+        if isinstance(result, np.ndarray) or np.isscalar(result):
+            result = ir.Constant(np.asarray(result), name=out)
+        if not isinstance(result, Expr):
+            raise AssertionError(f"converter {node.op_type} returned {type(result).__name__}")
+        if not isinstance(result, ir.Constant) and result.dtype not in SUPPORTED_DTYPES:
+            raise ctx.error(f"tensor '{out}' has dtype {result.dtype}; "
+                            f"supported: {', '.join(SUPPORTED_DTYPES)}")
+        expected = self.inferred.get(out)
+        if expected is not None and (tuple(result.shape) != expected.shape or result.dtype != expected.dtype):
+            raise ctx.error(f"tensor '{out}': tvmc infers {result.type} but the model "
+                            f"(value_info / ONNX shape inference) says {expected}")
+        return result
 
     def unique_name(self, base: str) -> str:
         name, k = base, 1
@@ -332,9 +339,17 @@ class _NodeContext:
                 raise self.error(f"constant '{e.name}' has dtype {e.dtype}; "
                                  f"supported: {', '.join(SUPPORTED_DTYPES)}")
         try:
-            return make_call(op, list(inputs), attrs or {}, name=self.name)
+            call = make_call(op, list(inputs), attrs or {}, name=self.name)
         except ModelError as e:
             raise self.importer.error(str(e)) from None
+        if inputs and all(_is_const(e) and e.value.dtype.kind in "biu" for e in inputs):
+            # shape arithmetic on integer constants (Neg of an axis, Equal of shapes, ...) is
+            # folded at import, so later shape-determining inputs stay constant
+            from tvmc.ops.registry import get_op
+
+            value = np.asarray(get_op(op).reference(*[e.value for e in inputs], **(attrs or {})))
+            return self.const(value.astype(call.dtype, copy=False), "folded")
+        return call
 
     def const(self, value, suffix: str) -> ir.Constant:
         """A new constant named f"{node}.{suffix}" (made unique in the graph)."""
@@ -533,6 +548,11 @@ _unary("Exp", "exp", 1, 6, 13)
 _unary("Sqrt", "sqrt", 1, 6, 13)
 _unary("Neg", "negative", 1, 6, 13)
 _unary("Abs", "abs", 1, 6, 13)
+_unary("Log", "log", 1, 6, 13)
+_unary("Floor", "floor", 1, 6, 13)
+_unary("Ceil", "ceil", 1, 6, 13)
+_unary("Erf", "erf", 9, 13)
+_unary("Not", "logical_not", 1)
 
 
 @_converter(1, 6, 16)
@@ -658,6 +678,8 @@ def MatMul(ctx, node, inputs, attrs, opset):
     if len(a.shape) == 0 or len(b.shape) == 0:
         raise ctx.error(f"MatMul operands must have rank >= 1, got {a.type} and {b.type}")
     a1, b1 = len(a.shape) == 1, len(b.shape) == 1
+    if a1 and b1:  # dot product: a scalar result
+        return ctx.call("sum", [ctx.call("multiply", [a, b])], {"axis": (0,), "keepdims": 0})
     if a1:
         a = _reshape(ctx, a, (1, a.shape[0]))
     if b1:
@@ -1018,22 +1040,27 @@ def Cast(ctx, node, inputs, attrs, opset):
 
 @_converter(1, 11, 13)
 def Gather(ctx, node, inputs, attrs, opset):
-    """ONNX Gather on constant data and indices (shape arithmetic, folded with np.take)."""
-    data = ctx.constant(inputs, 0, "data")
-    indices = ctx.constant(inputs, 1, "indices")
-    axis = _norm_axis(ctx, int(attrs.get("axis", 0)), data.ndim)
-    return np.take(data, indices.astype(np.int64), axis=axis)
+    """ONNX Gather -> take(axis); folded with np.take when data and indices are constants."""
+    data, indices = inputs[0], inputs[1]
+    axis = _norm_axis(ctx, int(attrs.get("axis", 0)), len(data.shape))
+    if _is_const(data) and _is_const(indices):
+        n = data.shape[axis]
+        idx = indices.value.astype(np.int64)
+        return np.take(data.value, np.where(idx < 0, idx + n, idx), axis=axis)
+    if indices.dtype not in ("int64", "int32"):
+        raise ctx.error(f"indices '{ctx.input_name(1)}' must be int32/int64, got {indices.dtype}")
+    return ctx.call("take", [data, indices], {"axis": axis})
 
 
 @_converter(1, 2, 11, 13, 18, 19, 21, 23, 24, 25)
 def Pad(ctx, node, inputs, attrs, opset):
-    """ONNX Pad, mode 'constant' only (pads as attribute before 11, constant inputs from 11;
-    axes input from 18) -> pad(pad_width, pad_value)."""
+    """ONNX Pad (pads as attribute before 11, constant inputs from 11; axes input from 18):
+    mode 'constant' -> pad(pad_width, pad_value); 'reflect' / 'edge' -> mirror_pad(pad_width, mode)."""
     x = inputs[0]
     rank = len(x.shape)
     mode = attrs.get("mode", "constant")
-    if mode != "constant":
-        raise ctx.error(f"mode '{mode}' is not supported (only 'constant')")
+    if mode not in ("constant", "reflect", "edge"):
+        raise ctx.error(f"mode '{mode}' is not supported (constant, reflect, edge)")
     if opset < 11:
         pads = attrs.get("pads", attrs.get("paddings"))
         value = float(attrs.get("value", 0.0))
@@ -1055,4 +1082,521 @@ def Pad(ctx, node, inputs, attrs, opset):
         raise ctx.error(f"negative pads {pads} are not supported")
     if not any(b or e for b, e in width):
         return x
+    if mode != "constant":
+        return ctx.call("mirror_pad", [x], {"pad_width": tuple(tuple(w) for w in width), "mode": mode})
     return ctx.call("pad", [x], {"pad_width": tuple(tuple(w) for w in width), "pad_value": value})
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations composed of elementwise ops
+# ---------------------------------------------------------------------------------------------
+
+def _scalar(ctx, like: Expr, value, suffix: str) -> ir.Constant:
+    """A 0-d constant of `like`'s dtype."""
+    return ctx.const(np.asarray(value, dtype=like.dtype), suffix)
+
+
+@_converter(1, 6, 13)
+def Reciprocal(ctx, node, inputs, attrs, opset):
+    """ONNX Reciprocal -> divide(1, x)."""
+    x = inputs[0]
+    return ctx.call("divide", [_scalar(ctx, x, 1, "one"), x])
+
+
+@_converter(1, 22)
+def Softplus(ctx, node, inputs, attrs, opset):
+    """ONNX Softplus: log(exp(x) + 1) -> exp, add, log."""
+    x = inputs[0]
+    return ctx.call("log", [ctx.call("add", [ctx.call("exp", [x]), _scalar(ctx, x, 1, "one")])])
+
+
+@_converter(1, 6, 22)
+def Elu(ctx, node, inputs, attrs, opset):
+    """ONNX Elu (alpha 1.0) -> nn.elu."""
+    return ctx.call("nn.elu", [inputs[0]], {"alpha": float(attrs.get("alpha", 1.0))})
+
+
+@_converter(1, 6, 22)
+def Selu(ctx, node, inputs, attrs, opset):
+    """ONNX Selu (alpha 1.67326..., gamma 1.0507...) -> nn.selu."""
+    return ctx.call("nn.selu", [inputs[0]], {"alpha": float(attrs.get("alpha", 1.67326319217681884765625)),
+                                             "gamma": float(attrs.get("gamma", 1.05070102214813232421875))})
+
+
+def _hard_sigmoid(ctx, x, alpha, beta):
+    y = ctx.call("multiply", [x, _scalar(ctx, x, alpha, "alpha")])
+    return ctx.call("clip", [ctx.call("add", [y, _scalar(ctx, x, beta, "beta")])], {"a_min": 0.0, "a_max": 1.0})
+
+
+@_converter(1, 6, 22)
+def HardSigmoid(ctx, node, inputs, attrs, opset):
+    """ONNX HardSigmoid: clip(alpha * x + beta, 0, 1) (alpha 0.2, beta 0.5)."""
+    return _hard_sigmoid(ctx, inputs[0], float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5)))
+
+
+@_converter(14, 22)
+def HardSwish(ctx, node, inputs, attrs, opset):
+    """ONNX HardSwish: x * clip(x / 6 + 1/2, 0, 1)."""
+    x = inputs[0]
+    return ctx.call("multiply", [x, _hard_sigmoid(ctx, x, 1.0 / 6.0, 0.5)])
+
+
+@_converter(20)
+def Gelu(ctx, node, inputs, attrs, opset):
+    """ONNX Gelu: approximate='none': x/2 * (1 + erf(x / sqrt 2)); 'tanh':
+    x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
+    x = inputs[0]
+    approx = attrs.get("approximate", "none")
+    if approx == "none":
+        inner = ctx.call("erf", [ctx.call("multiply", [x, _scalar(ctx, x, 1 / np.sqrt(2.0), "rsqrt2")])])
+    elif approx == "tanh":
+        cube = ctx.call("multiply", [ctx.call("multiply", [x, x]), x])
+        poly = ctx.call("add", [x, ctx.call("multiply", [cube, _scalar(ctx, x, 0.044715, "c")])])
+        inner = ctx.call("tanh", [ctx.call("multiply", [poly, _scalar(ctx, x, np.sqrt(2 / np.pi), "k")])])
+    else:
+        raise ctx.error(f"unknown approximate '{approx}' (none, tanh)")
+    half = ctx.call("multiply", [x, _scalar(ctx, x, 0.5, "half")])
+    return ctx.call("multiply", [half, ctx.call("add", [inner, _scalar(ctx, x, 1, "one")])])
+
+
+@_converter(1, 6, 7, 9, 16)
+def PRelu(ctx, node, inputs, attrs, opset):
+    """ONNX PRelu: x < 0 ? slope * x : x, slope broadcast onto x (unidirectionally) -> nn.prelu."""
+    x, slope = inputs[0], inputs[1]
+    if opset < 7 and len(slope.shape) == 1 and len(x.shape) > 2 and slope.shape[0] == x.shape[1]:
+        slope = _reshape(ctx, slope, (slope.shape[0],) + (1,) * (len(x.shape) - 2))
+    return ctx.call("nn.prelu", [x, slope])
+
+
+@_converter(1, 6, 8, 13)
+def Mean(ctx, node, inputs, attrs, opset):
+    """ONNX Mean -> chain of add, then divide by the input count."""
+    out = _variadic(ctx, inputs, "add")
+    if len(inputs) == 1:
+        return out
+    return ctx.call("divide", [out, _scalar(ctx, out, len(inputs), "count")])
+
+
+@_converter(1, 7, 12, 13, 15)
+def Pow(ctx, node, inputs, attrs, opset):
+    """ONNX Pow -> power (an exponent of another dtype is cast to the base's); x**2 -> multiply."""
+    x, y = inputs[0], inputs[1]
+    if y.dtype != x.dtype:
+        y = ctx.derived(y, "as_" + x.dtype, lambda v: v.astype(x.dtype)) if _is_const(y) \
+            else ctx.call("cast", [y], {"dtype": x.dtype})
+    if _is_const(y) and y.value.size == 1 and np.broadcast_shapes(x.shape, y.shape) == tuple(x.shape):
+        e = float(y.value.reshape(()))
+        if e in (1.0, 2.0, 3.0, 4.0):  # small integer exponents as products: exact, and defined for x < 0
+            out = x
+            for _ in range(int(e) - 1):
+                out = ctx.call("multiply", [out, x])
+            return out if e != 1.0 else ctx.call("identity", [x])
+    return ctx.call("power", [x, y])
+
+
+def _compare(op: str, op_type: str, *versions: int):
+    def convert(ctx, node, inputs, attrs, opset):
+        a, b = inputs[0], inputs[1]
+        if _is_const(a) and _is_const(b):
+            return ir_ref(op, a.value, b.value)
+        return ctx.call(op, [a, b])
+
+    convert.__name__ = op_type
+    convert.__doc__ = f"ONNX {op_type} -> {op} (bool result; folded for constants)."
+    _converter(*versions)(convert)
+
+
+def ir_ref(op: str, *arrays, **attrs):
+    """The registered op's numpy reference (constant folding at import)."""
+    from tvmc.ops.registry import get_op
+
+    return np.asarray(get_op(op).reference(*arrays, **attrs))
+
+
+_compare("equal", "Equal", 1, 7, 11, 13, 19)
+_compare("less", "Less", 1, 7, 9, 13)
+_compare("greater", "Greater", 1, 7, 9, 13)
+_compare("less_equal", "LessOrEqual", 12, 16)
+_compare("greater_equal", "GreaterOrEqual", 12, 16)
+_compare("logical_and", "And", 1, 7)
+_compare("logical_or", "Or", 1, 7)
+_compare("logical_xor", "Xor", 1, 7)
+
+
+@_converter(9, 16)
+def Where(ctx, node, inputs, attrs, opset):
+    """ONNX Where(cond, x, y) -> where (numpy broadcasting of all three)."""
+    c, a, b = inputs
+    if all(_is_const(e) for e in inputs):
+        return np.where(c.value, a.value, b.value)
+    return ctx.call("where", [c, a, b])
+
+
+@_converter(15, 19, 21, 23, 24, 25)
+def CastLike(ctx, node, inputs, attrs, opset):
+    """ONNX CastLike(x, like) -> cast to like's dtype (nothing when equal)."""
+    x, like = inputs[0], inputs[1]
+    if x.dtype == like.dtype:
+        return x
+    if _is_const(x):
+        return x.value.astype(like.dtype)
+    return ctx.call("cast", [x], {"dtype": like.dtype})
+
+
+@_converter(1, 13, 19, 21, 23, 24, 25)
+def Size(ctx, node, inputs, attrs, opset):
+    """ONNX Size -> int64 scalar Constant (shapes are static)."""
+    return np.asarray(_prod(inputs[0].shape), dtype=np.int64)
+
+
+@_converter(11, 27)
+def Range(ctx, node, inputs, attrs, opset):
+    """ONNX Range(start, limit, delta) on constant scalars -> a Constant (np.arange semantics:
+    ceil((limit - start) / delta) elements)."""
+    start, limit, delta = (ctx.constant(inputs, k, w).reshape(()) for k, w in
+                           enumerate(("start", "limit", "delta")))
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------------------------
+
+def _reduce_axes(ctx, inputs, attrs, opset, since_input):
+    """Normalized reduction axes, or None for 'all axes'; () when noop_with_empty_axes applies."""
+    x = inputs[0]
+    if opset >= since_input:
+        axes = ctx.constant(inputs, 1, "axes").reshape(-1).tolist() if len(inputs) > 1 and inputs[1] is not None \
+            else None
+    else:
+        axes = attrs.get("axes")
+    if axes is not None and len(axes) == 0:
+        axes = None
+    if axes is None:
+        if attrs.get("noop_with_empty_axes", 0) and opset >= since_input:
+            return ()
+        return tuple(range(len(x.shape)))
+    return tuple(sorted({_norm_axis(ctx, int(a), len(x.shape), "axes") for a in axes}))
+
+
+# value of a reduction over an empty set (ONNX Reduce* on a zero-size axis)
+_EMPTY_REDUCTION = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf, "mean": np.nan}
+
+
+def _reduce(ctx, inputs, attrs, opset, op, since_input=18, pre=None, post=None):
+    x = inputs[0]
+    axes = _reduce_axes(ctx, inputs, attrs, opset, since_input)
+    keep = int(attrs.get("keepdims", 1))
+    if axes and any(x.shape[a] == 0 for a in axes):
+        shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape)) if keep \
+            else tuple(d for k, d in enumerate(x.shape) if k not in axes)
+        fill = (op == "min") if x.dtype == "bool" else _EMPTY_REDUCTION[op]  # all() / any() of nothing
+        value = np.full(shape, fill, dtype=np.float64)
+        return _empty_reduction(ctx, value, x.dtype, post)
+    if x.dtype == "bool" and op in ("max", "min"):  # any / all
+        y = _reduce(ctx, [ctx.call("cast", [x], {"dtype": "int32"})] + list(inputs[1:]), attrs, opset, op,
+                    since_input, pre, post)
+        return ctx.call("cast", [y], {"dtype": "bool"})
+    if pre is not None:
+        x = pre(x)
+    if axes == ():
+        out = x if pre is not None else ctx.call("identity", [x])
+    elif len(x.shape) == 0:
+        out = ctx.call("identity", [x])
+    else:
+        out = ctx.call(op, [x], {"axis": axes, "keepdims": keep})
+    return post(out) if post is not None else out
+
+
+def _empty_reduction(ctx, value, dtype, post):
+    out = ctx.const(value.astype(dtype), "empty_reduction")
+    return post(out) if post is not None else out
+
+
+@_converter(1, 11, 13, 18)
+def ReduceMean(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceMean (axes attribute; input from 18; keepdims) -> mean."""
+    return _reduce(ctx, inputs, attrs, opset, "mean")
+
+
+@_converter(1, 11, 13)
+def ReduceSum(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceSum (axes attribute; input from 13; noop_with_empty_axes) -> sum."""
+    return _reduce(ctx, inputs, attrs, opset, "sum", since_input=13)
+
+
+@_converter(1, 11, 12, 13, 18, 20)
+def ReduceMax(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceMax -> max."""
+    return _reduce(ctx, inputs, attrs, opset, "max")
+
+
+@_converter(1, 11, 12, 13, 18, 20)
+def ReduceMin(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceMin -> min."""
+    return _reduce(ctx, inputs, attrs, opset, "min")
+
+
+@_converter(1, 11, 13, 18)
+def ReduceProd(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceProd -> prod."""
+    return _reduce(ctx, inputs, attrs, opset, "prod")
+
+
+@_converter(1, 11, 13, 18)
+def ReduceL2(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceL2: sqrt(sum(x * x))."""
+    return _reduce(ctx, inputs, attrs, opset, "sum", pre=lambda x: ctx.call("multiply", [x, x]),
+                   post=lambda y: ctx.call("sqrt", [y]))
+
+
+@_converter(1, 11, 13, 18)
+def ReduceL1(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceL1: sum(|x|)."""
+    return _reduce(ctx, inputs, attrs, opset, "sum", pre=lambda x: ctx.call("abs", [x]))
+
+
+@_converter(1, 11, 13, 18)
+def ReduceSumSquare(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceSumSquare: sum(x * x)."""
+    return _reduce(ctx, inputs, attrs, opset, "sum", pre=lambda x: ctx.call("multiply", [x, x]))
+
+
+def _arg(ctx, inputs, attrs, opset, op):
+    x = inputs[0]
+    axis = _norm_axis(ctx, int(attrs.get("axis", 0)), len(x.shape))
+    last = int(attrs.get("select_last_index", 0)) if opset >= 12 else 0
+    return ctx.call(op, [x], {"axis": axis, "keepdims": int(attrs.get("keepdims", 1)), "select_last_index": last})
+
+
+@_converter(1, 11, 12, 13)
+def ArgMax(ctx, node, inputs, attrs, opset):
+    """ONNX ArgMax (axis, keepdims, select_last_index from 12) -> argmax (int64)."""
+    return _arg(ctx, inputs, attrs, opset, "argmax")
+
+
+@_converter(1, 11, 12, 13)
+def ArgMin(ctx, node, inputs, attrs, opset):
+    """ONNX ArgMin -> argmin (int64)."""
+    return _arg(ctx, inputs, attrs, opset, "argmin")
+
+
+@_converter(11, 14)
+def CumSum(ctx, node, inputs, attrs, opset):
+    """ONNX CumSum(x, axis input; exclusive, reverse) -> cumsum."""
+    x = inputs[0]
+    axis = _norm_axis(ctx, int(ctx.constant(inputs, 1, "axis").reshape(-1)[0]), len(x.shape))
+    return ctx.call("cumsum", [x], {"axis": axis, "exclusive": int(attrs.get("exclusive", 0)),
+                                    "reverse": int(attrs.get("reverse", 0))})
+
+
+@_converter(1, 11, 13)
+def LogSoftmax(ctx, node, inputs, attrs, opset):
+    """ONNX LogSoftmax: as Softmax (2-D coercion before 13) -> nn.log_softmax."""
+    x = inputs[0]
+    rank = len(x.shape)
+    if opset >= 13:
+        return ctx.call("nn.log_softmax", [x], {"axis": _norm_axis(ctx, int(attrs.get("axis", -1)), rank)})
+    axis = _norm_axis(ctx, int(attrs.get("axis", 1)), rank)
+    if axis == rank - 1:
+        return ctx.call("nn.log_softmax", [x], {"axis": axis})
+    flat = _reshape(ctx, x, (_prod(x.shape[:axis]), _prod(x.shape[axis:])))
+    return _reshape(ctx, ctx.call("nn.log_softmax", [flat], {"axis": 1}), x.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalizations composed of reductions
+# ---------------------------------------------------------------------------------------------
+
+def _normalize(ctx, x, axes, eps):
+    """(x - mean) / sqrt(var + eps) over `axes` (keepdims); returns (normalized, mean, inv_std)."""
+    mean = ctx.call("mean", [x], {"axis": axes, "keepdims": 1})
+    d = ctx.call("subtract", [x, mean])
+    var = ctx.call("mean", [ctx.call("multiply", [d, d])], {"axis": axes, "keepdims": 1})
+    inv_std = ctx.call("divide", [_scalar(ctx, x, 1, "one"),
+                                  ctx.call("sqrt", [ctx.call("add", [var, _scalar(ctx, x, eps, "eps")])])])
+    return ctx.call("multiply", [d, inv_std]), mean, inv_std
+
+
+@_converter(1, 6, 22)
+def InstanceNormalization(ctx, node, inputs, attrs, opset):
+    """ONNX InstanceNormalization: per (n, c) over the spatial axes, then scale[C], B[C]."""
+    x, scale, bias = inputs
+    if len(x.shape) < 3:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must have rank >= 3")
+    y, _, _ = _normalize(ctx, x, tuple(range(2, len(x.shape))), float(attrs.get("epsilon", 1e-5)))
+    per_c = (x.shape[1],) + (1,) * (len(x.shape) - 2)
+    return ctx.call("add", [ctx.call("multiply", [y, _reshape(ctx, scale, per_c)]), _reshape(ctx, bias, per_c)])
+
+
+@_converter(17)
+def LayerNormalization(ctx, node, inputs, attrs, opset):
+    """ONNX LayerNormalization(X, Scale, B; axis -1, epsilon 1e-5): over axes [axis, rank);
+    outputs Y, Mean, InvStdDev (the statistics keep the reduced axes as 1). stash_type must be 1
+    (float32)."""
+    x, scale = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    if int(attrs.get("stash_type", 1)) != 1:
+        raise ctx.error("only stash_type=1 (float32 statistics) is supported")
+    axis = _norm_axis(ctx, int(attrs.get("axis", -1)), len(x.shape))
+    y, mean, inv_std = _normalize(ctx, x, tuple(range(axis, len(x.shape))), float(attrs.get("epsilon", 1e-5)))
+    y = ctx.call("multiply", [y, scale])
+    if bias is not None:
+        y = ctx.call("add", [y, bias])
+    return y, mean, inv_std
+
+
+# ---------------------------------------------------------------------------------------------
+# Data movement
+# ---------------------------------------------------------------------------------------------
+
+def _slice_attrs(shape, starts, ends, axes, steps):
+    """ONNX Slice semantics resolved into per-axis begin/end/strides (clamped, numpy-like)."""
+    rank = len(shape)
+    begin, end, strides = [0] * rank, list(shape), [1] * rank
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        d = shape[a]
+        s, e, st = int(s), int(e), int(st)
+        s = s + d if s < 0 else s
+        e = e + d if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), d), min(max(e, 0), d)
+        else:
+            s, e = min(max(s, -1), d - 1), min(max(e, -1), d - 1)
+        begin[a], end[a], strides[a] = s, e, st
+    return tuple(begin), tuple(end), tuple(strides)
+
+
+def _strided_slice(ctx, x, begin, end, strides):
+    if _is_const(x):
+        return x.value[tuple(slice(b, e if e >= 0 else None, s) for b, e, s in zip(begin, end, strides))]
+    if tuple(begin) == (0,) * len(begin) and tuple(end) == tuple(x.shape) and set(strides) <= {1}:
+        return ctx.call("identity", [x])
+    return ctx.call("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end), "strides": tuple(strides)})
+
+
+@_converter(1, 10, 11, 13)
+def Slice(ctx, node, inputs, attrs, opset):
+    """ONNX Slice (starts/ends/axes attributes before 10; constant inputs starts, ends, axes,
+    steps from 10) -> strided_slice with clamped begin/end."""
+    x = inputs[0]
+    rank = len(x.shape)
+    if opset < 10:
+        starts, ends = attrs.get("starts"), attrs.get("ends")
+        axes, steps = attrs.get("axes"), None
+    else:
+        starts = ctx.constant(inputs, 1, "starts").reshape(-1).tolist()
+        ends = ctx.constant(inputs, 2, "ends").reshape(-1).tolist()
+        axes = ctx.constant(inputs, 3, "axes").reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None \
+            else None
+        steps = ctx.constant(inputs, 4, "steps").reshape(-1).tolist() if len(inputs) > 4 and inputs[4] is not None \
+            else None
+    if starts is None or ends is None or len(starts) != len(ends):
+        raise ctx.error("starts and ends are required and must have the same length")
+    axes = list(range(len(starts))) if axes is None else [_norm_axis(ctx, int(a), rank, "axes") for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if any(int(s) == 0 for s in steps):
+        raise ctx.error("steps must be non-zero")
+    return _strided_slice(ctx, x, *_slice_attrs(x.shape, starts, ends, axes, steps))
+
+
+@_converter(1, 2, 11, 13, 18)
+def Split(ctx, node, inputs, attrs, opset):
+    """ONNX Split (split sizes as attribute before 13, constant input from 13; num_outputs from
+    18; equal parts otherwise, the last one smaller) -> one strided_slice per output."""
+    x = inputs[0]
+    axis = _norm_axis(ctx, int(attrs.get("axis", 0)), len(x.shape))
+    n_out = len(node.output)
+    if opset >= 13:
+        split = ctx.constant(inputs, 1, "split").reshape(-1).tolist() if len(inputs) > 1 and inputs[1] is not None \
+            else None
+    elif opset == 1 and len(inputs) > 1 and inputs[1] is not None:
+        split = ctx.constant(inputs, 1, "split").reshape(-1).tolist()
+    else:
+        split = attrs.get("split")
+    d = x.shape[axis]
+    if split is None:
+        n = int(attrs.get("num_outputs", n_out)) if opset >= 18 else n_out
+        part = -(-d // n)
+        split = [min(part, d - k * part) for k in range(n)]
+    if len(split) != n_out or sum(int(s) for s in split) != d:
+        raise ctx.error(f"split {list(split)} does not divide dimension {d} into {n_out} outputs")
+    outs, start = [], 0
+    for size in split:
+        begin = [0] * len(x.shape)
+        end = list(x.shape)
+        begin[axis], end[axis] = start, start + int(size)
+        outs.append(_strided_slice(ctx, x, begin, end, [1] * len(x.shape)))
+        start += int(size)
+    return tuple(outs)
+
+
+@_converter(8, 13)
+def Expand(ctx, node, inputs, attrs, opset):
+    """ONNX Expand(x, shape): bidirectional broadcast of x with the constant shape -> broadcast_to."""
+    x = inputs[0]
+    shape = ctx.constant(inputs, 1, "shape").reshape(-1).tolist()
+    try:
+        out = tuple(int(d) for d in np.broadcast_shapes(tuple(x.shape), tuple(int(s) for s in shape)))
+    except ValueError:
+        raise ctx.error(f"cannot expand {x.type} to {shape}") from None
+    if _is_const(x):
+        return np.broadcast_to(x.value, out).copy()
+    if out == tuple(x.shape):
+        return ctx.call("identity", [x])
+    return ctx.call("broadcast_to", [x], {"shape": out})
+
+
+@_converter(1, 6, 13)
+def Tile(ctx, node, inputs, attrs, opset):
+    """ONNX Tile(x, repeats) -> reshape to [1, d0, 1, d1, ...], broadcast_to [r0, d0, r1, d1, ...],
+    reshape to [r0 * d0, ...]."""
+    x = inputs[0]
+    if opset < 6:
+        raise ctx.error("Tile-1 (tiles/axis inputs) is not supported")
+    reps = [int(r) for r in ctx.constant(inputs, 1, "repeats").reshape(-1)]
+    if len(reps) != len(x.shape):
+        raise ctx.error(f"repeats {reps} must have {len(x.shape)} values")
+    if _is_const(x):
+        return np.tile(x.value, reps)
+    inter = tuple(v for d in x.shape for v in (1, d))
+    wide = tuple(v for r, d in zip(reps, x.shape) for v in (r, d))
+    y = ctx.call("broadcast_to", [_reshape(ctx, x, inter)], {"shape": wide})
+    return _reshape(ctx, y, tuple(r * d for r, d in zip(reps, x.shape)))
+
+
+@_converter(1, 11, 13, 28)
+def DepthToSpace(ctx, node, inputs, attrs, opset):
+    """ONNX DepthToSpace (blocksize; mode DCR or CRD from 11) -> reshape, transpose, reshape."""
+    x = inputs[0]
+    if len(x.shape) != 4:
+        raise ctx.error(f"input {x.type} must be NCHW")
+    b = int(attrs["blocksize"])
+    n, c, h, w = x.shape
+    if c % (b * b):
+        raise ctx.error(f"channels {c} not divisible by blocksize^2 = {b * b}")
+    if attrs.get("mode", "DCR") == "DCR":
+        y = _reshape(ctx, x, (n, b, b, c // (b * b), h, w))
+        perm = (0, 3, 4, 1, 5, 2)
+    else:
+        y = _reshape(ctx, x, (n, c // (b * b), b, b, h, w))
+        perm = (0, 1, 4, 2, 5, 3)
+    y = ctx.call("transpose", [y], {"axes": perm})
+    return _reshape(ctx, y, (n, c // (b * b), h * b, w * b))
+
+
+@_converter(1, 13, 28)
+def SpaceToDepth(ctx, node, inputs, attrs, opset):
+    """ONNX SpaceToDepth (blocksize; mode DCR or CRD from 28) -> reshape, transpose, reshape."""
+    x = inputs[0]
+    if len(x.shape) != 4:
+        raise ctx.error(f"input {x.type} must be NCHW")
+    b = int(attrs["blocksize"])
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise ctx.error(f"spatial size {h}x{w} not divisible by blocksize {b}")
+    y = _reshape(ctx, x, (n, c, h // b, b, w // b, b))
+    crd = opset >= 28 and attrs.get("mode", "DCR") == "CRD"
+    y = ctx.call("transpose", [y], {"axes": (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)})
+    return _reshape(ctx, y, (n, c * b * b, h // b, w // b))

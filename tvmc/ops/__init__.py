@@ -34,3 +34,4 @@ Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 
 # each op module registers its operators on import
 from tvmc.ops import (elemwise, layout, nn_conv2d, nn_conv2d_nchwc, nn_dense, nn_misc, nn_pool,  # noqa: F401
                       transform)
+from tvmc.ops import reduce  # noqa: F401,E402  (registration: reductions, argmax/argmin, cumsum)

@@ -60,10 +60,28 @@ _unary("abs", lambda x, a: te.fabs(x) if x.dtype.startswith("float") else te.sel
        lambda x: np.abs(x))
 _unary("clip", lambda x, a: te.minimum(te.maximum(x, _f(x, a["a_min"])), _f(x, a["a_max"])),
        lambda x, a_min, a_max: np.clip(x, np.float32(a_min), np.float32(a_max)).astype(x.dtype))
+_unary("log", lambda x, a: te.log(x), lambda x: np.log(x))
+_unary("floor", lambda x, a: te.floor(x), lambda x: np.floor(x))
+_unary("ceil", lambda x, a: te.ceil(x), lambda x: np.ceil(x))
+_unary("erf", lambda x, a: te.erf(x), lambda x: _erf_ref(x))
+_unary("logical_not", lambda x, a: te.expr.Not(x), lambda x: np.logical_not(x))
+_unary("nn.elu", lambda x, a: te.select(x < _f(x, 0.0), (te.exp(x) - _f(x, 1.0)) * _f(x, a["alpha"]), x),
+       lambda x, alpha: np.where(x < 0, (np.exp(x) - 1) * np.float32(alpha), x).astype(x.dtype))
+_unary("nn.selu", lambda x, a: te.select(x > _f(x, 0.0), x * _f(x, a["gamma"]),
+                                         (te.exp(x) * _f(x, a["alpha"]) - _f(x, a["alpha"])) * _f(x, a["gamma"])),
+       lambda x, alpha, gamma: np.where(x > 0, x * np.float32(gamma),
+                                        (np.exp(x) * np.float32(alpha) - np.float32(alpha)) * np.float32(gamma)
+                                        ).astype(x.dtype))
 _unary("identity", lambda x, a: x, lambda x: x)
 _unary("nn.dropout", lambda x, a: x, lambda x, **_: x)
 _unary("cast", lambda x, a: te.cast(a["dtype"], x), lambda x, dtype: x.astype(dtype),
        infer=lambda t, a: TensorType(t[0].shape, a["dtype"]))
+
+
+def _erf_ref(x):
+    import math
+
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
 
 
 def _binary_type(in_types, attrs):
@@ -86,7 +104,87 @@ def _binary(name, fn, ref):
 _binary("add", lambda a, b: a + b, np.add)
 _binary("subtract", lambda a, b: a - b, np.subtract)
 _binary("multiply", lambda a, b: a * b, np.multiply)
-_binary("divide", lambda a, b: a / b if a.dtype.startswith("float") else a // b,
-        lambda a, b: np.divide(a, b).astype(a.dtype) if a.dtype.kind == "f" else np.floor_divide(a, b))
+def _trunc_div(a, b):
+    """Integer division rounding toward zero (C, ONNX Div, TVM's truncdiv): |a| // |b| with
+    the sign of a * b."""
+    if a.dtype in ("uint8", "bool"):
+        return a // b
+    zero = _f(a, 0)
+    q = te.select(a < zero, -a, a) // te.select(b < zero, -b, b)
+    return te.select(te.ne(a < zero, b < zero), -q, q)
+
+
+def _trunc_div_ref(a, b):
+    if a.dtype.kind == "f":
+        return np.divide(a, b).astype(a.dtype)
+    if a.dtype.kind == "u":
+        return np.floor_divide(a, b)
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q).astype(a.dtype)
+
+
+# integer division truncates toward zero (ONNX Div; relay.divide), floats divide exactly
+_binary("divide", lambda a, b: a / b if a.dtype.startswith("float") else _trunc_div(a, b), _trunc_div_ref)
 _binary("maximum", te.maximum, np.maximum)
 _binary("minimum", te.minimum, np.minimum)
+def _power(a, b):
+    if a.dtype.startswith("float"):
+        return te.power(a, b)
+    # integer power: |a| ** b through float32 pow, rounded (exact while results stay below
+    # 2**24), negated for a negative base and an odd exponent
+    zero = _f(a, 0)
+    mag = te.select(a < zero, -a, a)
+    p = te.power(te.cast("float32", mag), te.cast("float32", b))
+    p = te.cast(a.dtype, te.floor(p + te.const(0.5, "float32")))
+    odd = te.ne(b % te.const(2, b.dtype), te.const(0, b.dtype))
+    return te.select(te.logical_and(a < zero, odd), -p, p)
+
+
+_binary("power", _power, lambda a, b: np.power(a, b).astype(a.dtype))
+_binary("nn.prelu", lambda x, slope: te.select(x < _f(x, 0.0), x * slope, x),
+        lambda x, slope: np.where(x < 0, x * slope, x).astype(x.dtype))
+
+
+def _compare_type(in_types, attrs):
+    return TensorType(_binary_type(in_types, attrs).shape, "bool")
+
+
+def _compare(name, fn, ref):
+    """Broadcasting comparison / logical op with a bool result (ONNX Equal, Less, And, ...)."""
+    def compute(inputs, attrs, out_type):
+        a, b = inputs
+        return te.compute(out_type.shape,
+                          lambda *i: fn(a[broadcast_index(a.shape, i)], b[broadcast_index(b.shape, i)]),
+                          name=name)
+
+    register_op(OpDef(name, _compare_type, ref, OpPattern.BROADCAST, compute, INJECTIVE_CPU))
+
+
+_compare("equal", te.eq, np.equal)
+_compare("less", lambda a, b: a < b, np.less)
+_compare("less_equal", lambda a, b: a <= b, np.less_equal)
+_compare("greater", lambda a, b: a > b, np.greater)
+_compare("greater_equal", lambda a, b: a >= b, np.greater_equal)
+_compare("logical_and", te.logical_and, np.logical_and)
+_compare("logical_or", te.logical_or, np.logical_or)
+_compare("logical_xor", te.ne, np.logical_xor)
+
+
+def _where_type(in_types, attrs):
+    c, a, b = in_types
+    if c.dtype != "bool":
+        raise ValueError(f"condition dtype must be bool, got {c.dtype}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"operand dtypes differ: {a.dtype} vs {b.dtype}")
+    return TensorType(broadcast_shape(broadcast_shape(c.shape, a.shape), b.shape), a.dtype)
+
+
+def _where_compute(inputs, attrs, out_type):
+    c, a, b = inputs
+    return te.compute(out_type.shape, lambda *i: te.select(c[broadcast_index(c.shape, i)],
+                                                           a[broadcast_index(a.shape, i)],
+                                                           b[broadcast_index(b.shape, i)]), name="where")
+
+
+register_op(OpDef("where", _where_type, lambda c, a, b: np.where(c, a, b), OpPattern.BROADCAST, _where_compute,
+                  INJECTIVE_CPU))

@@ -106,3 +106,29 @@ def _bn_ref(x, gamma, beta, mean, var, epsilon, axis=1):
 
 
 register_op(OpDef("nn.batch_norm", _bn_type, _bn_ref, OpPattern.BROADCAST, _bn_compute, INJECTIVE_CPU))
+
+
+def log_softmax(x, axis):
+    """out = (x - max_axis(x)) - log(sum_axis(exp(x - max_axis(x)))) along `axis` (ONNX
+    LogSoftmax-13); the same stages as softmax, so it shares its schedule."""
+    red_shape = tuple(1 if k == axis else d for k, d in enumerate(x.shape))
+    r1 = te.reduce_axis(x.shape[axis], "k")
+
+    def at(idx, v):
+        return tuple(v if k == axis else i for k, i in enumerate(idx))
+
+    mx = te.compute(red_shape, lambda *i: te.max(x[at(i, r1.var)], r1), name="softmax_max")
+    e = te.compute(x.shape, lambda *i: te.exp(x[i] - mx[at(i, 0)]), name="softmax_exp")
+    r2 = te.reduce_axis(x.shape[axis], "k2")
+    sm = te.compute(red_shape, lambda *i: te.sum(e[at(i, r2.var)], r2), name="softmax_sum")
+    return te.compute(x.shape, lambda *i: x[i] - mx[at(i, 0)] - te.log(sm[at(i, 0)]), name="log_softmax")
+
+
+def _log_softmax_ref(x, axis):
+    z = x.astype(np.float64) - x.max(axis=axis, keepdims=True)
+    return (z - np.log(np.exp(z).sum(axis=axis, keepdims=True))).astype(x.dtype)
+
+
+register_op(OpDef("nn.log_softmax", _softmax_type, _log_softmax_ref, OpPattern.OPAQUE,
+                  lambda inputs, attrs, out_type: log_softmax(inputs[0], attrs["axis"]),
+                  {"cpu": [Implementation("log_softmax.x86", schedule_softmax)]}))

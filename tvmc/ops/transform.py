@@ -142,3 +142,125 @@ register_op(OpDef("pad", _pad_type,
                   lambda inputs, attrs, out_type: pad_compute(inputs[0], attrs["pad_width"],
                                                               attrs.get("pad_value", 0.0)),
                   INJECTIVE_CPU))
+
+
+# ---- strided_slice (ONNX Slice, Split) -----------------------------------------------------------
+
+def _slice_type(in_types, attrs):
+    """attrs: begin, end, strides: one int per axis, already clamped (ONNX Slice semantics
+    resolved by the frontend: 0 <= begin <= dim for positive strides, -1 <= end < dim for
+    negative ones)."""
+    t = in_types[0]
+    begin, end, strides = attrs["begin"], attrs["end"], attrs["strides"]
+    if not len(begin) == len(end) == len(strides) == len(t.shape):
+        raise ValueError(f"begin/end/strides need {len(t.shape)} values each")
+    if any(s == 0 for s in strides):
+        raise ValueError("strides must be non-zero")
+    return TensorType(tuple(len(range(b, e, s)) for b, e, s in zip(begin, end, strides)), t.dtype)
+
+
+def _slice_compute(inputs, attrs, out_type):
+    x = inputs[0]
+    begin, strides = attrs["begin"], attrs["strides"]
+    return te.compute(out_type.shape, lambda *i: x[tuple(b + s * v for v, b, s in zip(i, begin, strides))],
+                      name="strided_slice")
+
+
+def _slice_ref(x, begin, end, strides):
+    return x[tuple(slice(b, e if e >= 0 else None, s) for b, e, s in zip(begin, end, strides))]
+
+
+register_op(OpDef("strided_slice", _slice_type, _slice_ref, OpPattern.INJECTIVE, _slice_compute, INJECTIVE_CPU))
+
+
+# ---- take (ONNX Gather) --------------------------------------------------------------------------
+
+def _take_type(in_types, attrs):
+    data, idx = in_types
+    axis = attrs["axis"]
+    if not 0 <= axis < len(data.shape):
+        raise ValueError(f"axis {axis} out of range for rank {len(data.shape)}")
+    if idx.dtype not in ("int64", "int32"):
+        raise ValueError(f"indices must be int32/int64, got {idx.dtype}")
+    return TensorType(tuple(data.shape[:axis]) + tuple(idx.shape) + tuple(data.shape[axis + 1:]), data.dtype)
+
+
+def _take_compute(inputs, attrs, out_type):
+    """out[..a, j.., b..] = data[..a, idx[j..], b..]; negative indices count from the end;
+    out-of-range indices are clamped (ONNX leaves them undefined) so no load leaves the tensor."""
+    data, idx = inputs
+    axis = attrs["axis"]
+    n = data.shape[axis]
+
+    def f(*i):
+        j = te.cast("int64", idx[i[axis:axis + len(idx.shape)]])
+        j = te.select(j < te.const(0), j + te.const(n), j)
+        j = te.minimum(te.maximum(j, te.const(0)), te.const(n - 1))
+        return data[tuple(i[:axis]) + (j,) + tuple(i[axis + len(idx.shape):])]
+
+    return te.compute(out_type.shape, f, name="take")
+
+
+register_op(OpDef("take", _take_type, lambda data, idx, axis: np.take(data, idx.astype(np.int64), axis=axis),
+                  OpPattern.INJECTIVE, _take_compute, INJECTIVE_CPU))
+
+
+# ---- broadcast_to (ONNX Expand, Tile) ------------------------------------------------------------
+
+def _broadcast_to_type(in_types, attrs):
+    t = in_types[0]
+    shape = tuple(int(d) for d in attrs["shape"])
+    try:
+        out = np.broadcast_shapes(t.shape, shape)
+    except ValueError:
+        raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}") from None
+    if tuple(out) != shape:
+        raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}")
+    return TensorType(shape, t.dtype)
+
+
+def _broadcast_to_compute(inputs, attrs, out_type):
+    from tvmc.ops.elemwise import broadcast_index
+
+    x = inputs[0]
+    return te.compute(out_type.shape, lambda *i: x[broadcast_index(x.shape, i)], name="broadcast_to")
+
+
+register_op(OpDef("broadcast_to", _broadcast_to_type, lambda x, shape: np.broadcast_to(x, shape).copy(),
+                  OpPattern.BROADCAST, _broadcast_to_compute, INJECTIVE_CPU))
+
+
+# ---- pad with reflect / edge modes (ONNX Pad mode) -----------------------------------------------
+
+def _mirror_pad_compute(inputs, attrs, out_type):
+    """Source index per axis: reflect mirrors around the edge element (excluded), edge repeats it."""
+    x = inputs[0]
+    mode = attrs["mode"]
+
+    def f(*i):
+        src = []
+        for v, (a, _), d in zip(i, attrs["pad_width"], x.shape):
+            k = v - a
+            if mode == "reflect":
+                k = te.select(k < te.const(0), -k, k)
+                k = te.select(k > te.const(d - 1), te.const(2 * (d - 1)) - k, k)
+            else:
+                k = te.minimum(te.maximum(k, te.const(0)), te.const(d - 1))
+            src.append(k)
+        return x[tuple(src)]
+
+    return te.compute(out_type.shape, f, name=f"pad_{mode}")
+
+
+def _mirror_pad_type(in_types, attrs):
+    t = _pad_type(in_types, attrs)
+    if attrs["mode"] not in ("reflect", "edge"):
+        raise ValueError(f"unknown pad mode '{attrs['mode']}'")
+    if attrs["mode"] == "reflect" and any(max(a, b) > d - 1 for d, (a, b) in zip(in_types[0].shape, attrs["pad_width"])):
+        raise ValueError("reflect padding must be smaller than the padded dimension")
+    return t
+
+
+register_op(OpDef("mirror_pad", _mirror_pad_type,
+                  lambda x, pad_width, mode: np.pad(x, pad_width, mode=mode),
+                  OpPattern.INJECTIVE, _mirror_pad_compute, INJECTIVE_CPU))

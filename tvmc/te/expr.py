@@ -210,7 +210,7 @@ class TensorLoad(PrimExpr):
 
 
 class Reduce(PrimExpr):
-    """Commutative reduction `combiner` ('sum', 'max', 'min') of `source` over `axes` (IterVars)."""
+    """Commutative reduction `combiner` ('sum', 'prod', 'max', 'min') of `source` over `axes` (IterVars)."""
 
     def __init__(self, combiner: str, source: PrimExpr, axes):
         self.combiner, self.source, self.axes = combiner, source, tuple(axes)
@@ -219,8 +219,15 @@ class Reduce(PrimExpr):
     def identity(self) -> PrimExpr:
         if self.combiner == "sum":
             return _wrap(0.0 if is_float(self.dtype) else 0, self)
-        big = 3.4028234663852886e38 if is_float(self.dtype) else 2**62
-        return _wrap(-big if self.combiner == "max" else big, self)
+        if self.combiner == "prod":
+            return _wrap(1.0 if is_float(self.dtype) else 1, self)
+        if is_float(self.dtype):
+            big = 3.4028234663852886e38
+            return _wrap(-big if self.combiner == "max" else big, self)
+        import numpy as np
+
+        info = np.iinfo(self.dtype if self.dtype != "bool" else "uint8")
+        return _wrap(int(info.min) if self.combiner == "max" else int(info.max), self)
 
     def __repr__(self):
         return f"{self.combiner}({self.source!r}, axes={[a.var for a in self.axes]})"

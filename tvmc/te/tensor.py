@@ -101,3 +101,4 @@ def _reducer(combiner):
 sum = _reducer("sum")  # noqa: A001  (TVM's name)
 max = _reducer("max")  # noqa: A001
 min = _reducer("min")  # noqa: A001
+prod = _reducer("prod")

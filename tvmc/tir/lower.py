@@ -170,7 +170,7 @@ class _Lowering:
         init_loops = [iv for iv in tail if iv.kind == "spatial"]
         cur = Load(buf, store_index)
         src = value.source
-        combined = {"sum": lambda: cur + src, "max": lambda: BinOp("max", cur, src),
+        combined = {"sum": lambda: cur + src, "prod": lambda: cur * src, "max": lambda: BinOp("max", cur, src),
                     "min": lambda: BinOp("min", cur, src)}[value.combiner]()
         update = guarded(Store(buf, store_index, combined), ("spatial", "reduce"))
         init_nest = self._plain_nest(st, init_loops, ext, guarded(init, ("spatial",)))

@@ -27,6 +27,19 @@ def schedule_softmax(s, out, anchor, cfg, target):
             schedule_elementwise_loops(s, st.tensor, target)
 
 
+def schedule_reduce(s, out, anchor, cfg, target):
+    """Reductions over axes (sum/mean/max/min/prod, argmax/argmin, cumsum): every reduction stage
+    at root with its outer spatial loops parallel; injective inputs inlined; an elementwise
+    epilogue (mean's divide, a fused op) runs as the output's vectorized loop nest."""
+    keep = [st.tensor for st in s.stages if st.op.reduce_axis]
+    inline_injective(s, out, keep=keep)
+    for st in s.stages:
+        if st.op.reduce_axis:
+            _root_reduction(st)
+        elif st.attach == "root" and st.tensor.uid == out.uid:
+            schedule_elementwise_loops(s, st.tensor, target)
+
+
 def schedule_lrn(s, out, anchor, cfg, target):
     """LRN: channel-window sums of squares per row tile, then the normalization epilogue."""
     sq = next(st.tensor for st in s.stages if st.op.reduce_axis)

@@ -1,0 +1,173 @@
+"""Reductions over axes: sum, max, min, mean, prod, argmax, argmin (ONNX Reduce*, ArgMax/ArgMin;
+TVM's topi/reduction.py), plus cumsum (ONNX CumSum)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc import te
+from tvmc.graph.ir import TensorType
+from tvmc.ops.cpu.reduction import schedule_reduce
+from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+
+REDUCE_CPU = {"cpu": [Implementation("reduce.x86", schedule_reduce)]}
+
+
+def _check_axes(shape, axes):
+    axes = tuple(int(a) for a in axes)
+    if any(not 0 <= a < len(shape) for a in axes) or len(set(axes)) != len(axes):
+        raise ValueError(f"axes {list(axes)} invalid for rank {len(shape)}")
+    return axes
+
+
+def _reduced_shape(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if k in axes else d for k, d in enumerate(shape))
+    return tuple(d for k, d in enumerate(shape) if k not in axes)
+
+
+def _reduce_type(in_types, attrs):
+    """attrs: axis (tuple of normalized axes, non-empty), keepdims (0/1)."""
+    t = in_types[0]
+    axes = _check_axes(t.shape, attrs["axis"])
+    if not axes:
+        raise ValueError("reduce needs at least one axis")
+    return TensorType(_reduced_shape(t.shape, axes, attrs["keepdims"]), t.dtype)
+
+
+def _reduce_compute(combiner, finish=None):
+    def compute(inputs, attrs, out_type):
+        x = inputs[0]
+        axes = tuple(attrs["axis"])
+        keep = attrs["keepdims"]
+        raxes = {a: te.reduce_axis(x.shape[a], f"r{a}") for a in axes}
+
+        def source_index(out_idx):
+            it = iter(out_idx)
+            idx = []
+            for k in range(len(x.shape)):
+                if k in raxes:
+                    if keep:
+                        next(it)
+                    idx.append(raxes[k].var)
+                else:
+                    idx.append(next(it))
+            return tuple(idx)
+
+        red = te.compute(out_type.shape, lambda *i: getattr(te, combiner)(x[source_index(i)], list(raxes.values())),
+                         name=f"{combiner}_red" if finish else combiner)
+        if finish is None:
+            return red
+        count = int(np.prod([x.shape[a] for a in axes]))
+        return te.compute(out_type.shape, lambda *i: finish(red[i], count), name="reduce_out")
+    return compute
+
+
+def _ref(fn):
+    def ref(x, axis, keepdims):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x.astype(np.float64) if x.dtype.kind == "f" else x, axis=tuple(axis),
+                                 keepdims=bool(keepdims))).astype(x.dtype)
+    return ref
+
+
+register_op(OpDef("sum", _reduce_type, _ref(np.sum), OpPattern.COMM_REDUCE, _reduce_compute("sum"), REDUCE_CPU))
+register_op(OpDef("max", _reduce_type, _ref(np.max), OpPattern.COMM_REDUCE, _reduce_compute("max"), REDUCE_CPU))
+register_op(OpDef("min", _reduce_type, _ref(np.min), OpPattern.COMM_REDUCE, _reduce_compute("min"), REDUCE_CPU))
+register_op(OpDef("prod", _reduce_type, _ref(np.prod), OpPattern.COMM_REDUCE, _reduce_compute("prod"), REDUCE_CPU))
+register_op(OpDef("mean", _reduce_type, _ref(np.mean), OpPattern.COMM_REDUCE,
+                  _reduce_compute("sum", lambda s, n: s / te.const(float(n), s.dtype) if s.dtype.startswith("float")
+                                  else s // te.const(n, s.dtype)), REDUCE_CPU))
+
+
+# ---- argmax / argmin: the first (or last) index of the extreme value, as int64 -------------------
+
+def _arg_type(in_types, attrs):
+    t = in_types[0]
+    axis = _check_axes(t.shape, (attrs["axis"],))
+    if t.shape[axis[0]] == 0:
+        raise ValueError("cannot take argmax/argmin of an empty axis")
+    return TensorType(_reduced_shape(t.shape, axis, attrs["keepdims"]), "int64")
+
+
+def _arg_compute(combiner):
+    """Two reductions (TVM's argmax is a tuple reduction; ours avoids one): the extreme value m,
+    then the min (first) or max (last, select_last_index) index k with x[k] == m."""
+    def compute(inputs, attrs, out_type):
+        x = inputs[0]
+        axis, keep, last = attrs["axis"], attrs["keepdims"], attrs.get("select_last_index", 0)
+
+        def at(out_idx, v):
+            idx = list(out_idx)
+            if keep:
+                idx[axis] = v
+            else:
+                idx.insert(axis, v)
+            return tuple(idx)
+
+        r1 = te.reduce_axis(x.shape[axis], "r")
+        ext = te.compute(out_type.shape, lambda *i: getattr(te, combiner)(x[at(i, r1.var)], r1), name="arg_value")
+        r2 = te.reduce_axis(x.shape[axis], "k")
+        big = x.shape[axis]
+        if last:
+            return te.compute(out_type.shape, lambda *i: te.max(
+                te.select(te.eq(x[at(i, r2.var)], ext[i]), r2.var, te.const(-1)), r2), name="arg_index")
+        return te.compute(out_type.shape, lambda *i: te.min(
+            te.select(te.eq(x[at(i, r2.var)], ext[i]), r2.var, te.const(big)), r2), name="arg_index")
+    return compute
+
+
+def _arg_ref(fn):
+    def ref(x, axis, keepdims, select_last_index=0):
+        if select_last_index:
+            flipped = np.flip(x, axis)
+            out = x.shape[axis] - 1 - fn(flipped, axis=axis)
+        else:
+            out = fn(x, axis=axis)
+        out = out.astype(np.int64)
+        return np.expand_dims(out, axis) if keepdims else out
+    return ref
+
+
+register_op(OpDef("argmax", _arg_type, _arg_ref(np.argmax), OpPattern.COMM_REDUCE, _arg_compute("max"), REDUCE_CPU))
+register_op(OpDef("argmin", _arg_type, _arg_ref(np.argmin), OpPattern.COMM_REDUCE, _arg_compute("min"), REDUCE_CPU))
+
+
+# ---- cumsum ---------------------------------------------------------------------------------------
+
+def _cumsum_type(in_types, attrs):
+    t = in_types[0]
+    _check_axes(t.shape, (attrs["axis"],))
+    return t
+
+
+def _cumsum_compute(inputs, attrs, out_type):
+    """out[.., i, ..] = sum over k of x[.., k, ..] where k <= i (k < i when exclusive; reversed
+    order with `reverse`): a masked reduction, O(n^2) along the axis."""
+    x = inputs[0]
+    axis, exclusive, reverse = attrs["axis"], attrs.get("exclusive", 0), attrs.get("reverse", 0)
+    n = x.shape[axis]
+    r = te.reduce_axis(n, "k")
+    zero = te.const(0.0 if x.dtype.startswith("float") else 0, x.dtype)
+
+    def f(*i):
+        k = r.var
+        idx = tuple(k if d == axis else v for d, v in enumerate(i))
+        cond = (k > i[axis]) if reverse else (k < i[axis])
+        if not exclusive:
+            cond = te.logical_or(cond, te.eq(k, i[axis]))
+        return te.sum(te.select(cond, x[idx], zero), r)
+
+    return te.compute(out_type.shape, f, name="cumsum")
+
+
+def _cumsum_ref(x, axis, exclusive=0, reverse=0):
+    y = np.flip(x, axis) if reverse else x
+    out = np.cumsum(y, axis=axis, dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
+    if exclusive:
+        out = np.concatenate([np.zeros_like(np.take(out, [0], axis)), np.delete(out, -1, axis)], axis)
+    out = np.flip(out, axis) if reverse else out
+    return out.astype(x.dtype)
+
+
+register_op(OpDef("cumsum", _cumsum_type, _cumsum_ref, OpPattern.COMM_REDUCE, _cumsum_compute, REDUCE_CPU))
