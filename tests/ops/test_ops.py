@@ -157,6 +157,7 @@ CASES = [
 
     # --- nn.matmul: numpy matmul broadcasting
     Case("matmul_2d", "nn.matmul", lambda r: [n(r, (5, 7)), n(r, (7, 33))]),
+    Case("matmul_2d_single_tile", "nn.matmul", lambda r: [n(r, (3, 4)), n(r, (4, 3))]),  # no outer tile loop
     Case("matmul_batched", "nn.matmul", lambda r: [n(r, (2, 5, 7)), n(r, (2, 7, 9))]),
     Case("matmul_broadcast_rhs_2d", "nn.matmul", lambda r: [n(r, (2, 5, 7)), n(r, (7, 9))]),
     Case("matmul_broadcast_both", "nn.matmul", lambda r: [n(r, (3, 1, 4, 6)), n(r, (5, 6, 17))]),

@@ -48,6 +48,9 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
             st.vectorize(i)
         elif k in unroll_axes:
             st.unroll(i)
+    if not outers:  # one tile covers the whole output: the accumulator is computed at root
+        _order_accumulator(s[acc], vector_axis, unroll_axes, reduce_order)
+        return
     depth = max(1, min(parallel_depth, len(outers)))
     head = st.fuse(*outers[:depth]) if depth > 1 else outers[0]
     if head.extent > 1:
