@@ -13,6 +13,7 @@ from pass_helpers import assert_equivalent, call, const, op_names, snapshot, var
 from tvmc.graph.ir import Constant, Graph
 from tvmc.passes import PassContext, get_pass, run_passes
 from tvmc.passes.alter_op_layout import blocked_constant, channel_block_for
+from tvmc.passes.pass_infra import load_pipeline
 from tvmc.target import resolve_target
 
 X86 = resolve_target("x86")
@@ -215,6 +216,12 @@ def test_needs_a_cpu_target():
     gpu = dataclasses.replace(X86, name="gpu", kind="gpu", family="gpu")
     assert alter(before, target=gpu) is before
     assert get_pass("AlterOpLayout").opt_level == 3
+
+
+def test_in_the_level_3_pipeline_before_fuse_ops():
+    names = load_pipeline(3)
+    assert "AlterOpLayout" in names and names.index("AlterOpLayout") < names.index("FuseOps")
+    assert "AlterOpLayout" not in load_pipeline(2)
 
 
 # --- random graphs -------------------------------------------------------------------------------
