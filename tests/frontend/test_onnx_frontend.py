@@ -288,6 +288,69 @@ def avgpool_variants():
 
 
 @case
+def pools_1d_3d():
+    nodes = [helper.make_node("MaxPool", ["x1"], ["a"], kernel_shape=[3], strides=[2], pads=[1, 0], ceil_mode=1),
+             helper.make_node("AveragePool", ["x1"], ["b"], kernel_shape=[2], auto_pad="SAME_UPPER"),
+             helper.make_node("MaxPool", ["x3"], ["c"], kernel_shape=[2, 3, 2], strides=[1, 2, 2], pads=[1, 0, 1, 0, 1, 1]),
+             helper.make_node("AveragePool", ["x3"], ["d"], kernel_shape=[3, 2, 2], pads=[1, 1, 0, 1, 0, 1]),
+             helper.make_node("AveragePool", ["x3"], ["e"], kernel_shape=[3, 3, 2], pads=[1, 1, 0, 1, 0, 1],
+                              count_include_pad=1, strides=[2, 2, 1]),
+             helper.make_node("GlobalAveragePool", ["x3"], ["f"]), helper.make_node("GlobalMaxPool", ["x1"], ["g"])]
+    feeds = {"x1": rand(1, 3, 11), "x3": rand(2, 2, 5, 6, 7, seed=1)}
+    return (make_model(nodes, [("x1", F, [1, 3, 11]), ("x3", F, [2, 2, 5, 6, 7])],
+                       [(n, F, None) for n in "abcdefg"], opset=13), feeds)
+
+
+@case
+def topk_largest_and_smallest():
+    x = np.round(rand(3, 10) * 2)
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("TopK", ["x", "k2"], ["v2", "i2"], axis=0, largest=0)]
+    return (make_model(nodes, [("x", F, [3, 10])], [("v", F, None), ("i", I64, None), ("v2", F, None),
+                                                     ("i2", I64, None)],
+                       {"k": np.array([4], np.int64), "k2": np.array([2], np.int64)}, opset=11), {"x": x})
+
+
+@case
+def convtranspose_variants():
+    w, w1, wg = rand(3, 4, 3, 3, seed=1), rand(3, 2, 4, seed=2), rand(4, 2, 3, 2, seed=3)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["a"], strides=[2, 2], pads=[1, 0, 0, 1],
+                              output_padding=[1, 0]),
+             helper.make_node("ConvTranspose", ["x", "w"], ["b2"], strides=[3, 2], output_shape=[16, 12]),
+             helper.make_node("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER",
+                              dilations=[2, 1]),
+             helper.make_node("ConvTranspose", ["x1", "w1"], ["d"], strides=[2]),
+             helper.make_node("ConvTranspose", ["xg", "wg"], ["e"], group=2, strides=[1, 2], pads=[0, 1, 1, 0])]
+    inits = {"w": w, "b": rand(4, seed=4), "w1": w1, "wg": wg}
+    feeds = {"x": rand(1, 3, 5, 6), "x1": rand(2, 3, 7, seed=5), "xg": rand(1, 4, 4, 5, seed=6)}
+    return (make_model(nodes, [("x", F, [1, 3, 5, 6]), ("x1", F, [2, 3, 7]), ("xg", F, [1, 4, 4, 5])],
+                       [(n, F, None) for n in ("a", "b2", "c", "d", "e")], inits, opset=11), feeds)
+
+
+@case
+def resize_modes():
+    empty = np.zeros(0, np.float32)
+    nodes = [helper.make_node("Resize", ["x", "", "s"], ["a"], mode="linear"),
+             helper.make_node("Resize", ["x", "", "", "sz"], ["b"], mode="cubic",
+                              coordinate_transformation_mode="align_corners"),
+             helper.make_node("Resize", ["x", "", "s2"], ["c"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+             helper.make_node("Resize", ["x", "roi", "", "sz"], ["d"], mode="nearest"),
+             helper.make_node("Resize", ["x", "", "", "sz"], ["e"], mode="linear",
+                              coordinate_transformation_mode="pytorch_half_pixel")]
+    inits = {"s": np.array([1, 1, 2, 1.5], np.float32), "sz": np.array([1, 2, 3, 11], np.int64),
+             "s2": np.array([1, 1, 0.6, 0.5], np.float32), "roi": empty}
+    return make_model(nodes, [("x", F, [1, 2, 5, 6])], [(n, F, None) for n in "abcde"], inits), {"x": rand(1, 2, 5, 6)}
+
+
+@case
+def upsample_opset9():
+    node = helper.make_node("Upsample", ["x", "s"], ["y"], mode="linear")
+    return (make_model([node], [("x", F, [1, 2, 3, 4])], [("y", F, None)],
+                       {"s": np.array([1, 1, 2, 3], np.float32)}, opset=9), {"x": rand(1, 2, 3, 4)})
+
+
+@case
 def global_pools_lrn():
     nodes = [helper.make_node("GlobalAveragePool", ["x"], ["a"]), helper.make_node("GlobalMaxPool", ["x"], ["b"]),
              helper.make_node("LRN", ["x"], ["c"], size=3),

@@ -332,7 +332,30 @@ CASES = [
          dict(pad_width=((0, 0), (3, 1), (2, 4)), mode="reflect")),
     Case("mirror_pad_edge", "mirror_pad", lambda r: [n(r, (2, 3))], dict(pad_width=((2, 1), (0, 5)), mode="edge")),
     Case("log_softmax_axis1", "nn.log_softmax", lambda r: [n(r, (3, 7, 5), 3.0)], dict(axis=1)),
+    Case("topk_values_largest_ties", "topk_values", lambda r: [np.round(n(r, (3, 9)))], dict(axis=1, k=4, largest=1)),
+    Case("topk_indices_smallest_axis0_ties", "topk_indices", lambda r: [np.round(n(r, (7, 5)))],
+         dict(axis=0, k=3, largest=0)),
+    Case("conv2d_transpose_s2_pad_outpad_bias_relu", "nn.conv2d_transpose",
+         lambda r: [n(r, (1, 6, 5, 7)), n(r, (6, 4, 3, 3))],
+         dict(strides=(2, 2), padding=(1, 0, 1, 2), dilation=(1, 1), output_padding=(1, 1), groups=1), bias_relu(4)),
+    Case("conv2d_transpose_groups2_dilation2_s3", "nn.conv2d_transpose",
+         lambda r: [n(r, (2, 4, 4, 3)), n(r, (4, 3, 2, 3))],
+         dict(strides=(3, 2), padding=(0, 0, 0, 0), dilation=(2, 2), output_padding=(0, 0), groups=2)),
+    Case("conv2d_transpose_negative_pad", "nn.conv2d_transpose", lambda r: [n(r, (1, 2, 3, 3)), n(r, (2, 5, 3, 3))],
+         dict(strides=(2, 2), padding=(0, -1, -2, 1), dilation=(1, 1), output_padding=(0, 0), groups=1)),
+    Case("resize2d_nearest_2x", "image.resize2d",
+         lambda r: [n(r, (1, 3, 5, 7)), np.repeat(np.arange(5), 2)[:, None], np.repeat(np.arange(7), 2)[:, None]]),
+    Case("resize2d_linear_h_cubic_w", "image.resize2d", lambda r: [n(r, (2, 3, 4, 6))] + _resize_tables(r, 4, 6)),
 ]
+
+
+def _resize_tables(rng, h, w):
+    """Tables for an upsample by 1.5 in H (linear, half_pixel) and 2.5 in W (cubic, align_corners)."""
+    from tvmc.ops.image import resize_tables
+
+    ih, wh, _ = resize_tables(h, h * 3 // 2, 1.5, "linear", "half_pixel")
+    iw, ww, _ = resize_tables(w, w * 5 // 2, 2.5, "cubic", "align_corners")
+    return [ih, iw, wh, ww]
 
 
 def _ids(cases):

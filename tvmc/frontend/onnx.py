@@ -512,6 +512,65 @@ def Conv(ctx, node, inputs, attrs, opset):
     return out
 
 
+@_converter(1, 11, 22)
+def ConvTranspose(ctx, node, inputs, attrs, opset):
+    """ONNX ConvTranspose-1/11/22 -> nn.conv2d_transpose (+ add of the bias as [C,1,1]); 1-D runs
+    as 2-D with H=1. output_shape (when given) and auto_pad SAME_* become explicit pads, as the
+    ONNX reference does: total = s*(in-1) + output_padding + (k-1)*d + 1 - out, the larger half
+    at the end for SAME_UPPER, at the beginning otherwise."""
+    if len(inputs) < 2:
+        raise ctx.error("ConvTranspose needs inputs X and W")
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    rank = len(x.shape)
+    if rank not in (3, 4) or len(w.shape) != rank:
+        raise ctx.error(f"only 1-D and 2-D transposed convolutions are supported; input "
+                        f"'{ctx.input_name(0)}' is {x.type}, weight {w.type}")
+    n_sp = rank - 2
+    kernel = tuple(int(k) for k in attrs.get("kernel_shape", w.shape[2:]))
+    if kernel != tuple(w.shape[2:]):
+        raise ctx.error(f"kernel_shape {list(kernel)} does not match weight '{ctx.input_name(1)}' {w.type}")
+    strides = tuple(int(s) for s in attrs.get("strides", [1] * n_sp))
+    dilations = tuple(int(d) for d in attrs.get("dilations", [1] * n_sp))
+    out_pad = tuple(int(p) for p in attrs.get("output_padding", [0] * n_sp))
+    groups = int(attrs.get("group", 1))
+    auto_pad = attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    spatial = x.shape[2:]
+    full = [s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, spatial, out_pad, kernel, dilations)]
+    if "output_shape" in attrs or (auto_pad in ("SAME_UPPER", "SAME_LOWER") and "pads" not in attrs):
+        out_shape = [int(o) for o in attrs["output_shape"]] if "output_shape" in attrs \
+            else [i * s for i, s in zip(spatial, strides)]
+        out_shape = out_shape[-n_sp:]
+        total = [f - o for f, o in zip(full, out_shape)]
+        if auto_pad == "SAME_UPPER":
+            pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+        else:
+            pads = [t - t // 2 for t in total] + [t // 2 for t in total]
+    elif auto_pad in ("NOTSET", "VALID"):
+        pads = [int(p) for p in attrs.get("pads", [0] * (2 * n_sp))] if auto_pad == "NOTSET" else [0] * (2 * n_sp)
+    else:
+        raise ctx.error(f"unknown auto_pad '{auto_pad}'")
+    if len(pads) != 2 * n_sp:
+        raise ctx.error(f"pads {pads} must have {2 * n_sp} values")
+    if n_sp == 1:
+        x = _reshape(ctx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
+        w = _reshape(ctx, w, (w.shape[0], w.shape[1], 1, w.shape[2]))
+        strides, dilations, out_pad = (1,) + strides, (1,) + dilations, (0,) + out_pad
+        padding = (0, pads[0], 0, pads[1])
+    else:
+        padding = (pads[0], pads[1], pads[2], pads[3])
+    out = ctx.call("nn.conv2d_transpose", [x, w], {
+        "strides": strides, "padding": tuple(padding), "dilation": dilations, "output_padding": out_pad,
+        "groups": groups})
+    if b is not None:
+        bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, 1, 1)) if _is_const(b) \
+            else _reshape(ctx, b, (b.shape[0], 1, 1))
+        out = ctx.call("add", [out, bias])
+    if n_sp == 1:
+        out = _reshape(ctx, out, (out.shape[0], out.shape[1], out.shape[3]))
+    return out
+
+
 @_converter(1, 6, 7, 9, 14, 15)
 def BatchNormalization(ctx, node, inputs, attrs, opset):
     """ONNX BatchNormalization-1..15 (inference mode) -> nn.batch_norm(axis=1)."""
@@ -744,52 +803,87 @@ def Gemm(ctx, node, inputs, attrs, opset):
 
 
 def _pool_common(ctx, inputs, attrs, opset, dilation_since):
+    """Pooling attributes per spatial axis (1-D, 2-D or 3-D): (x, kernel, strides, dilations,
+    pads in ONNX order, ceil_mode)."""
     x = inputs[0]
-    if len(x.shape) != 4:
-        raise ctx.error(f"only 2-D pooling is supported; input '{ctx.input_name(0)}' is {x.type}")
+    n_sp = len(x.shape) - 2
+    if n_sp not in (1, 2, 3):
+        raise ctx.error(f"only 1-D, 2-D and 3-D pooling are supported; input '{ctx.input_name(0)}' is {x.type}")
     kernel = tuple(int(k) for k in attrs.get("kernel_shape", ()))
-    if len(kernel) != 2:
-        raise ctx.error(f"kernel_shape {list(kernel)} must have 2 values")
-    strides = tuple(int(s) for s in attrs.get("strides", (1, 1)))
-    dilations = tuple(int(d) for d in attrs.get("dilations", (1, 1))) if opset >= dilation_since else (1, 1)
-    pads = _auto_pads(ctx, attrs, x.shape[2:], kernel, strides, dilations)
-    return x, {"pool_size": kernel, "strides": strides, "padding": tuple(int(p) for p in pads),
-               "dilation": dilations, "ceil_mode": int(attrs.get("ceil_mode", 0)) if opset >= 10 else 0}
+    if len(kernel) != n_sp:
+        raise ctx.error(f"kernel_shape {list(kernel)} must have {n_sp} values")
+    strides = tuple(int(s) for s in attrs.get("strides", (1,) * n_sp))
+    dilations = tuple(int(d) for d in attrs.get("dilations", (1,) * n_sp)) if opset >= dilation_since \
+        else (1,) * n_sp
+    pads = tuple(int(p) for p in _auto_pads(ctx, attrs, x.shape[2:], kernel, strides, dilations))
+    ceil_mode = int(attrs.get("ceil_mode", 0)) if opset >= 10 else 0
+    return x, kernel, strides, dilations, pads, ceil_mode
+
+
+def _pool(ctx, op, x, kernel, strides, dilations, pads, ceil_mode, extra):
+    """1-D pooling runs as 2-D with H=1; 3-D pooling as two 2-D poolings, over (H, W) on
+    [N, C*D, H, W] and then over D on [N, C, D, OH*OW]: max and average over a box window are
+    separable (the count of valid cells of a box is the product of the per-axis counts)."""
+    n_sp = len(kernel)
+
+    def call(y, k, s, d, p):
+        attrs = {"pool_size": k, "strides": s, "padding": p, "dilation": d, "ceil_mode": ceil_mode, **extra}
+        return ctx.call(op, [y], attrs)
+
+    if n_sp == 2:
+        return call(x, kernel, strides, dilations, (pads[0], pads[1], pads[2], pads[3]))
+    if n_sp == 1:
+        n, c, w = x.shape
+        y = call(_reshape(ctx, x, (n, c, 1, w)), (1, kernel[0]), (1, strides[0]), (1, dilations[0]),
+                 (0, pads[0], 0, pads[1]))
+        return _reshape(ctx, y, (n, c, y.shape[3]))
+    n, c, d, h, w = x.shape
+    y = call(_reshape(ctx, x, (n, c * d, h, w)), kernel[1:], strides[1:], dilations[1:],
+             (pads[1], pads[2], pads[4], pads[5]))
+    oh, ow = y.shape[2:]
+    y = call(_reshape(ctx, y, (n, c, d, oh * ow)), (kernel[0], 1), (strides[0], 1), (dilations[0], 1),
+             (pads[0], 0, pads[3], 0))
+    return _reshape(ctx, y, (n, c, y.shape[2], oh, ow))
 
 
 @_converter(1, 8, 10, 11, 12, 22)
 def MaxPool(ctx, node, inputs, attrs, opset):
-    """ONNX MaxPool (2-D; kernel_shape, strides, pads, auto_pad, dilations from 10, ceil_mode
-    from 10) -> nn.max_pool2d. The optional Indices output may not be used."""
-    x, pattrs = _pool_common(ctx, inputs, attrs, opset, dilation_since=10)
-    return ctx.call("nn.max_pool2d", [x], pattrs)
+    """ONNX MaxPool (1-D, 2-D, 3-D; kernel_shape, strides, pads, auto_pad, dilations from 10,
+    ceil_mode from 10) -> nn.max_pool2d. The optional Indices output may not be used."""
+    x, kernel, strides, dilations, pads, ceil_mode = _pool_common(ctx, inputs, attrs, opset, dilation_since=10)
+    return _pool(ctx, "nn.max_pool2d", x, kernel, strides, dilations, pads, ceil_mode, {})
 
 
 @_converter(1, 7, 10, 11, 19, 22)
 def AveragePool(ctx, node, inputs, attrs, opset):
-    """ONNX AveragePool (2-D; count_include_pad from 7, ceil_mode from 10, dilations from 19)
-    -> nn.avg_pool2d."""
-    x, pattrs = _pool_common(ctx, inputs, attrs, opset, dilation_since=19)
-    pattrs["count_include_pad"] = int(attrs.get("count_include_pad", 0)) if opset >= 7 else 0
-    return ctx.call("nn.avg_pool2d", [x], pattrs)
+    """ONNX AveragePool (1-D, 2-D, 3-D; count_include_pad from 7, ceil_mode from 10, dilations
+    from 19) -> nn.avg_pool2d."""
+    x, kernel, strides, dilations, pads, ceil_mode = _pool_common(ctx, inputs, attrs, opset, dilation_since=19)
+    extra = {"count_include_pad": int(attrs.get("count_include_pad", 0)) if opset >= 7 else 0}
+    return _pool(ctx, "nn.avg_pool2d", x, kernel, strides, dilations, pads, ceil_mode, extra)
 
 
 def _global_pool(ctx, inputs, op):
+    """Any rank >= 3: the spatial axes flattened into W of a [N, C, 1, prod(spatial)] tensor."""
     x = inputs[0]
-    if len(x.shape) != 4:
-        raise ctx.error(f"only 2-D global pooling is supported; input '{ctx.input_name(0)}' is {x.type}")
-    return ctx.call(op, [x])
+    if len(x.shape) < 3:
+        raise ctx.error(f"global pooling needs rank >= 3; input '{ctx.input_name(0)}' is {x.type}")
+    if len(x.shape) == 4:
+        return ctx.call(op, [x])
+    n, c = x.shape[:2]
+    y = ctx.call(op, [_reshape(ctx, x, (n, c, 1, _prod(x.shape[2:])))])
+    return _reshape(ctx, y, (n, c) + (1,) * (len(x.shape) - 2))
 
 
 @_converter(1, 22)
 def GlobalAveragePool(ctx, node, inputs, attrs, opset):
-    """ONNX GlobalAveragePool [N,C,H,W] -> nn.global_avg_pool2d [N,C,1,1]."""
+    """ONNX GlobalAveragePool [N,C,...] -> nn.global_avg_pool2d [N,C,1,...]."""
     return _global_pool(ctx, inputs, "nn.global_avg_pool2d")
 
 
 @_converter(1, 22)
 def GlobalMaxPool(ctx, node, inputs, attrs, opset):
-    """ONNX GlobalMaxPool [N,C,H,W] -> nn.global_max_pool2d [N,C,1,1]."""
+    """ONNX GlobalMaxPool [N,C,...] -> nn.global_max_pool2d [N,C,1,...]."""
     return _global_pool(ctx, inputs, "nn.global_max_pool2d")
 
 
@@ -1382,6 +1476,24 @@ def ArgMin(ctx, node, inputs, attrs, opset):
     return _arg(ctx, inputs, attrs, opset, "argmin")
 
 
+@_converter(1, 10, 11, 24)
+def TopK(ctx, node, inputs, attrs, opset):
+    """ONNX TopK (k attribute before 10, constant input from 10; largest and sorted from 11)
+    -> (topk_values, topk_indices), both sorted (ties: lower index first)."""
+    x = inputs[0]
+    axis = _norm_axis(ctx, int(attrs.get("axis", -1)), len(x.shape))
+    if opset < 10:
+        if "k" not in attrs:
+            raise ctx.error("attribute 'k' is required")
+        k = int(attrs["k"])
+    else:
+        k = int(ctx.constant(inputs, 1, "K").reshape(-1)[0])
+    if not 0 <= k <= x.shape[axis]:
+        raise ctx.error(f"k={k} out of range for axis {axis} of {x.type}")
+    tattrs = {"axis": axis, "k": k, "largest": int(attrs.get("largest", 1)) if opset >= 11 else 1}
+    return ctx.call("topk_values", [x], tattrs), ctx.call("topk_indices", [x], tattrs)
+
+
 @_converter(11, 14)
 def CumSum(ctx, node, inputs, attrs, opset):
     """ONNX CumSum(x, axis input; exclusive, reverse) -> cumsum."""
@@ -1564,6 +1676,114 @@ def Tile(ctx, node, inputs, attrs, opset):
     wide = tuple(v for r, d in zip(reps, x.shape) for v in (r, d))
     y = ctx.call("broadcast_to", [_reshape(ctx, x, inter)], {"shape": wide})
     return _reshape(ctx, y, tuple(r * d for r, d in zip(reps, x.shape)))
+
+
+def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefer_floor", cubic_a=-0.75,
+            exclude_outside=0, extrapolation=0.0, roi=None, axes=None, policy="stretch"):
+    """Resize/Upsample -> image.resize2d over the two trailing axes (a rank != 4 input runs as
+    [prod(leading), 1, H, W]); scales or sizes per resized axis (`axes`, default all), ONNX
+    Resize-18 keep_aspect_ratio_policy; tf_crop_and_resize positions outside the input take
+    `extrapolation` through a where over a constant mask."""
+    rank = len(x.shape)
+    axes = list(range(rank)) if axes is None else [_norm_axis(ctx, int(a), rank, "axes") for a in axes]
+    scale_of = {a: 1.0 for a in range(rank)}
+    out_of = {a: int(d) for a, d in enumerate(x.shape)}
+    if sizes is not None:
+        if len(sizes) != len(axes):
+            raise ctx.error(f"sizes {list(sizes)} must have {len(axes)} values")
+        for a, n in zip(axes, sizes):
+            scale_of[a], out_of[a] = int(n) / x.shape[a], int(n)
+        if policy != "stretch":
+            pick = {"not_larger": min, "not_smaller": max}.get(policy)
+            if pick is None:
+                raise ctx.error(f"unknown keep_aspect_ratio_policy '{policy}'")
+            s = pick(scale_of[a] for a in axes)
+            for a in axes:
+                scale_of[a], out_of[a] = s, int(s * x.shape[a] + 0.5)
+    else:
+        if len(scales) != len(axes):
+            raise ctx.error(f"scales {list(scales)} must have {len(axes)} values")
+        for a, s in zip(axes, scales):
+            if s <= 0:
+                raise ctx.error(f"scales {list(scales)} must be positive")
+            scale_of[a], out_of[a] = float(s), int(float(s) * x.shape[a])
+    roi_of = {a: (0.0, 1.0) for a in range(rank)}
+    if roi is not None and len(roi) == 2 * len(axes):
+        for k, a in enumerate(axes):
+            roi_of[a] = (float(roi[k]), float(roi[k + len(axes)]))
+    resized = [a for a in range(rank) if out_of[a] != x.shape[a] or scale_of[a] != 1.0
+               or (coord_mode == "tf_crop_and_resize" and roi_of[a] != (0.0, 1.0))]
+    if not resized:
+        return ctx.call("identity", [x])
+    if rank < 2 or any(a < rank - 2 for a in resized):
+        raise ctx.error(f"only the two trailing axes can be resized; {x.type} to "
+                        f"{_fmt_dims([out_of[a] for a in range(rank)])}")
+    from tvmc.ops.image import resize_tables
+
+    tables = [resize_tables(int(x.shape[a]), out_of[a], scale_of[a], method, coord_mode, nearest_mode, cubic_a,
+                            exclude_outside, roi_of[a]) for a in (rank - 2, rank - 1)]
+    (ih, wh, oh), (iw, ww, ow) = tables
+    h, w = x.shape[-2:]
+    y = _reshape(ctx, x, (_prod(x.shape[:-2]), 1, h, w)) if rank != 4 else x
+    args = [y, ctx.const(ih, "idx_h"), ctx.const(iw, "idx_w")]
+    if method != "nearest":
+        args += [ctx.const(wh, "w_h"), ctx.const(ww, "w_w")]
+    y = ctx.call("image.resize2d", args)
+    if oh.any() or ow.any():
+        mask = ctx.const(oh[:, None] | ow[None, :], "outside")
+        y = ctx.call("where", [mask, _scalar(ctx, y, extrapolation, "extrapolation"), y])
+    return _reshape(ctx, y, tuple(out_of[a] for a in range(rank)))
+
+
+_RESIZE_METHODS = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic"}
+
+
+@_converter(10, 11, 13, 18, 19)
+def Resize(ctx, node, inputs, attrs, opset):
+    """ONNX Resize: 10 (X, scales; asymmetric coordinates, nearest rounds as Upsample does),
+    11/13 (roi, scales or sizes; coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
+    exclude_outside, extrapolation_value), 18/19 (axes, keep_aspect_ratio_policy, antialias,
+    half_pixel_symmetric) -> image.resize2d. Scales/sizes must be constant; antialias is not
+    supported."""
+    x = inputs[0]
+    method = _RESIZE_METHODS.get(attrs.get("mode", "nearest"))
+    if method is None or (opset < 11 and method == "cubic"):
+        raise ctx.error(f"unknown mode '{attrs.get('mode')}'")
+    if opset < 11:
+        scales = ctx.constant(inputs, 1, "scales").reshape(-1).tolist()
+        return _resize(ctx, x, scales, None, method, "asymmetric", "simple")
+    if int(attrs.get("antialias", 0)):
+        raise UnsupportedOpError(ctx.importer.label, [("Resize with antialias=1", opset, [ctx.name])])
+    roi = ctx.constant(inputs, 1, "roi").reshape(-1).tolist() if len(inputs) > 1 and inputs[1] is not None else None
+    scales = ctx.constant(inputs, 2, "scales").reshape(-1).tolist() \
+        if len(inputs) > 2 and inputs[2] is not None else None
+    sizes = ctx.constant(inputs, 3, "sizes").reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None else None
+    if not scales:
+        scales = None
+    if (scales is None) == (sizes is None):
+        raise ctx.error("exactly one of scales and sizes must be given")
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+    from tvmc.ops.image import COORDINATE_MODES, NEAREST_MODES
+
+    nearest_mode = attrs.get("nearest_mode", "round_prefer_floor")
+    if coord not in COORDINATE_MODES or nearest_mode not in NEAREST_MODES[:4]:
+        raise ctx.error(f"unknown coordinate_transformation_mode '{coord}' or nearest_mode '{nearest_mode}'")
+    return _resize(ctx, x, scales, sizes, method, coord, nearest_mode, float(attrs.get("cubic_coeff_a", -0.75)),
+                   int(attrs.get("exclude_outside", 0)), float(attrs.get("extrapolation_value", 0.0)), roi,
+                   attrs.get("axes") if opset >= 18 else None, attrs.get("keep_aspect_ratio_policy", "stretch"))
+
+
+@_converter(7, 9, 10)
+def Upsample(ctx, node, inputs, attrs, opset):
+    """ONNX Upsample-7 (scales attribute) / -9 and -10 (deprecated; scales input): nearest or (bi)linear with
+    asymmetric coordinates -> image.resize2d."""
+    method = _RESIZE_METHODS.get(attrs.get("mode", "nearest"))
+    if method not in ("nearest", "linear"):
+        raise ctx.error(f"unknown mode '{attrs.get('mode')}'")
+    scales = attrs.get("scales") if opset < 9 else ctx.constant(inputs, 1, "scales").reshape(-1).tolist()
+    if scales is None:
+        raise ctx.error("scales are required")
+    return _resize(ctx, inputs[0], scales, None, method, "asymmetric", "simple")
 
 
 @_converter(1, 11, 13, 28)

@@ -22,6 +22,9 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | transpose | x | axes | INJECTIVE |
 | concatenate | x0, x1, ... | axis (>= 0) | INJECTIVE |
 | pad | x | pad_width ((before, after) per axis), pad_value | INJECTIVE |
+| nn.conv2d_transpose | data[N,C,H,W], weight[C,O/groups,KH,KW] | strides, padding (t,l,b,r; may be negative), dilation, output_padding (oh,ow), groups | OUT_ELEMWISE_FUSABLE |
+| image.resize2d | data[N,C,H,W], idx_h[OH,Th], idx_w[OW,Tw] (int64), optional w_h[OH,Th], w_w[OW,Tw] (tables from image.resize_tables) | - | INJECTIVE |
+| topk_values / topk_indices | x | axis, k, largest (0/1); sorted, ties by lower index; indices int64 | OPAQUE |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):
 
@@ -35,3 +38,6 @@ Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 
 from tvmc.ops import (elemwise, layout, nn_conv2d, nn_conv2d_nchwc, nn_dense, nn_misc, nn_pool,  # noqa: F401
                       transform)
 from tvmc.ops import reduce  # noqa: F401,E402  (registration: reductions, argmax/argmin, cumsum)
+from tvmc.ops import image  # noqa: F401,E402  (registration: image.resize2d)
+from tvmc.ops import nn_conv2d_transpose  # noqa: F401,E402  (registration: nn.conv2d_transpose)
+from tvmc.ops import sort  # noqa: F401,E402  (registration: topk_values, topk_indices)
