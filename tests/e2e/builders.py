@@ -84,3 +84,64 @@ def mlp(seed: int = 0, batch: int = 4, sizes=(64, 128, 96, 10)) -> onnx.ModelPro
     b.nodes[-1].output[0] = "y"
     return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, sizes[-1]])], "mlp")
+
+
+def bert_encoder(seed: int = 0, seq: int = 128, hidden: int = 256, heads: int = 4, layers: int = 2,
+                 vocab: int = 1000, batch: int = 1) -> onnx.ModelProto:
+    """A BERT-style encoder (opset 17): token + position embeddings (Gather on int64 ids),
+    LayerNormalization; per layer Q/K/V MatMul + Add, reshape/transpose to heads, batched MatMul
+    scaled by 1/sqrt(head dim) plus the attention-mask bias (Where on mask == 0: -1e9), Softmax,
+    context MatMul, output projection, residual, LayerNormalization; a GELU (Erf) feed-forward
+    of 4 * hidden, residual, LayerNormalization. Layer 1 (the second) writes its normalizations
+    as ReduceMean/Sub/Pow/Sqrt/Div, the others as LayerNormalization.
+    Inputs 'input_ids' and 'attention_mask' int64 [batch, seq]; output 'last_hidden_state'
+    float32 [batch, seq, hidden]."""
+    b = _Builder(seed)
+    dh = hidden // heads
+
+    def i64(arr, prefix="i"):
+        nm = b.name(prefix)
+        b.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=np.int64), nm))
+        return nm
+
+    def dense(x, cin, cout):
+        w = b.const(b.rng.standard_normal((cin, cout)) / np.sqrt(cin))
+        return b.node("Add", [b.node("MatMul", [x, w]), b.const(b.rng.standard_normal(cout) * 0.1)])
+
+    def layer_norm(x, decomposed):
+        gamma, beta = b.const(b.rng.uniform(0.5, 1.5, hidden)), b.const(b.rng.standard_normal(hidden) * 0.1)
+        if not decomposed:
+            return b.node("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
+        mean = b.node("ReduceMean", [x], axes=[-1])
+        d = b.node("Sub", [x, mean])
+        var = b.node("ReduceMean", [b.node("Pow", [d, b.const(2.0)])], axes=[-1])
+        y = b.node("Div", [d, b.node("Sqrt", [b.node("Add", [var, b.const(1e-5)])])])
+        return b.node("Add", [b.node("Mul", [y, gamma]), beta])
+
+    def heads_of(x, perm):
+        return b.node("Transpose", [b.node("Reshape", [x, i64([batch, seq, heads, dh])])], perm=perm)
+
+    tok = b.node("Gather", [b.const(b.rng.standard_normal((vocab, hidden))), "input_ids"])
+    pos = b.node("Gather", [b.const(b.rng.standard_normal((seq, hidden)) * 0.5), i64(np.arange(seq)[None, :])])
+    x = layer_norm(b.node("Add", [tok, pos]), decomposed=False)
+    pad = b.node("Equal", ["attention_mask", i64(0)])
+    pad = b.node("Unsqueeze", [pad, i64([1, 2])])  # [batch, 1, 1, seq]
+    mask_bias = b.node("Where", [pad, b.const(-1e9), b.const(0.0)])
+    for layer in range(layers):
+        decomposed = layer == 1
+        q = heads_of(dense(x, hidden, hidden), [0, 2, 1, 3])
+        k = heads_of(dense(x, hidden, hidden), [0, 2, 3, 1])
+        v = heads_of(dense(x, hidden, hidden), [0, 2, 1, 3])
+        scores = b.node("Div", [b.node("MatMul", [q, k]), b.const(np.sqrt(dh))])
+        probs = b.node("Softmax", [b.node("Add", [scores, mask_bias])], axis=-1)
+        ctx = b.node("Transpose", [b.node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        ctx = b.node("Reshape", [ctx, i64([batch, seq, hidden])])
+        x = layer_norm(b.node("Add", [x, dense(ctx, hidden, hidden)]), decomposed)
+        h = dense(x, hidden, 4 * hidden)
+        gelu = b.node("Mul", [b.node("Mul", [h, b.const(0.5)]),
+                              b.node("Add", [b.const(1.0), b.node("Erf", [b.node("Div", [h, b.const(np.sqrt(2.0))])])])])
+        x = layer_norm(b.node("Add", [x, dense(gelu, 4 * hidden, hidden)]), decomposed)
+    b.nodes[-1].output[0] = "last_hidden_state"
+    ids = [helper.make_tensor_value_info(n, TensorProto.INT64, [batch, seq]) for n in ("input_ids", "attention_mask")]
+    return b.model(ids, [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [batch, seq, hidden])],
+                   "bert_encoder", opset=17)
