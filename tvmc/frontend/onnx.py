@@ -157,6 +157,7 @@ class _Importer:
         init_names = {t.name for t in g.initializer}
         real_inputs = [vi for vi in g.input if vi.name not in init_names]
         self._check_input_shapes(real_inputs, input_shapes)
+        self._check_resolved(real_inputs, input_shapes)
         self._infer(real_inputs, input_shapes)
 
         self.used_names = set(init_names) | {vi.name for vi in g.input}
@@ -208,6 +209,30 @@ class _Importer:
                 ok = False
             if not ok:
                 raise self.error(f"--input-shapes for '{name}' must be a list of non-negative ints, got {shape!r}")
+
+    def _check_resolved(self, real_inputs, input_shapes):
+        """Every symbolic or unknown input dimension not fixed by `input_shapes`, in one error
+        line that names them all and shows the --input-shapes value to use (1 where unknown)."""
+        problems, hints = [], []
+        for vi in real_inputs:
+            if vi.name in input_shapes:
+                hints.append(f"{vi.name}:[{','.join(str(int(d)) for d in input_shapes[vi.name])}]")
+                continue
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type"):
+                continue
+            if not tt.HasField("shape"):
+                problems.append(f"input '{vi.name}' has no shape")
+                hints.append(f"{vi.name}:[1,3,224,224]")
+                continue
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+            bad = [(i, d) for i, d in enumerate(dims) if not isinstance(d, int)]
+            for i, d in bad:
+                problems.append(f"input '{vi.name}' dimension {i} is " + (f"symbolic ('{d}')" if d else "unknown"))
+            hints.append(f"{vi.name}:[{','.join(str(d) if isinstance(d, int) else '1' for d in dims)}]")
+        if problems:
+            raise self.error(f"unresolved input dimensions: {', '.join(problems)}; fix them with "
+                             f"--input-shapes \"{' '.join(hints)}\"")
 
     def _make_input(self, vi, override) -> Var:
         tt = vi.type.tensor_type
