@@ -351,6 +351,19 @@ def upsample_opset9():
 
 
 @case
+def einsum_equations():
+    eqs = [("bij,bjk->bik", ["a3", "b3"]), ("ij,jk->ik", ["a2", "b2"]), ("ij->ji", ["a2"]),
+           ("bhid,bhjd->bhij", ["q", "k"]), ("ij->i", ["a2"]), ("...ij,...jk", ["a3", "b3"]),
+           ("ij,jk,kl->il", ["a2", "b2", "c2"]), ("bij,jk->bk", ["a3", "b2"])]
+    nodes = [helper.make_node("Einsum", ins, [f"y{k}"], equation=eq) for k, (eq, ins) in enumerate(eqs)]
+    shapes = {"a3": [2, 3, 4], "b3": [2, 4, 5], "a2": [3, 4], "b2": [4, 5], "c2": [5, 2], "q": [1, 2, 3, 8],
+              "k": [1, 2, 6, 8]}
+    feeds = {n: rand(*s, seed=k) for k, (n, s) in enumerate(shapes.items())}
+    return (make_model(nodes, [(n, F, s) for n, s in shapes.items()], [(f"y{k}", F, None) for k in range(len(eqs))],
+                       opset=12), feeds)
+
+
+@case
 def global_pools_lrn():
     nodes = [helper.make_node("GlobalAveragePool", ["x"], ["a"]), helper.make_node("GlobalMaxPool", ["x"], ["b"]),
              helper.make_node("LRN", ["x"], ["c"], size=3),
@@ -848,16 +861,16 @@ def test_unsupported_dtype_on_constant_path():
 
 def test_unsupported_ops_are_all_listed_before_conversion():
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Einsum", ["r", "r"], ["e"], name="ein1", equation="ij,ij->ij"),
-             helper.make_node("Einsum", ["e", "r"], ["e2"], name="ein2", equation="ij,ij->ij"),
+             helper.make_node("LpNormalization", ["r"], ["e"], name="lp1"),
+             helper.make_node("LpNormalization", ["e"], ["e2"], name="lp2"),
              helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["sel"], name="nms")]
     model = make_model(nodes, [("x", F, [2, 2]), ("boxes", F, [1, 3, 4]), ("scores", F, [1, 1, 3])],
                        [("e2", F, None), ("sel", I64, None)])
     with pytest.raises(UnsupportedOpError) as info:
         from_onnx(model)
     msg = str(info.value)
-    assert "Einsum (opset 13) at ein1, ein2" in msg and "NonMaxSuppression (opset 13) at nms" in msg
-    assert [m[0] for m in info.value.missing] == ["Einsum", "NonMaxSuppression"]
+    assert "LpNormalization (opset 13) at lp1, lp2" in msg and "NonMaxSuppression (opset 13) at nms" in msg
+    assert [m[0] for m in info.value.missing] == ["LpNormalization", "NonMaxSuppression"]
     assert "\n" not in msg
 
 
@@ -949,3 +962,15 @@ def test_light_model_imports(path):
     assert g.outputs[0].shape in ((1, 1000), (1, 1000, 1, 1))
     assert not any(isinstance(e, Var) and e.name != g.inputs[0].name for e in g.topo())
     assert all(isinstance(c, Call) for c in g.calls())
+
+
+def test_einsum_lowers_to_transpose_reshape_matmul_sum():
+    g = build("einsum_equations")
+    assert set(ops(g)) <= {"nn.matmul", "transpose", "reshape", "sum"}
+    assert len(calls_of(g, "nn.matmul")) == 7 and calls_of(g, "sum")
+
+
+def test_einsum_diagonal_is_a_clear_error():
+    node = helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")
+    with pytest.raises(ModelError, match=r"repeated indices"):
+        from_onnx(make_model([node], [("x", F, [3, 3])], [("y", F, [3])], opset=12))

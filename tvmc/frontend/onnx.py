@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 from typing import Callable
 
@@ -1809,6 +1810,83 @@ def Upsample(ctx, node, inputs, attrs, opset):
     if scales is None:
         raise ctx.error("scales are required")
     return _resize(ctx, inputs[0], scales, None, method, "asymmetric", "simple")
+
+
+def _einsum_terms(ctx, equation, ranks):
+    """Parse an einsum equation into ([letters per operand], output letters); '...' becomes
+    upper-case letters (broadcast dims must have equal sizes), implicit output = the letters
+    seen once, sorted."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ctx.error(f"equation '{equation}' has {len(terms)} operands, the node {len(ranks)}")
+    n_ell = max((r - len(t.replace("...", "")) for t, r in zip(terms, ranks) if "..." in t), default=0)
+    ell = "".join(chr(ord("Z") - k) for k in range(n_ell))[::-1]
+    out_terms = []
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            t = t.replace("...", ell[n_ell - (r - len(t.replace("...", ""))):])
+        if len(t) != r or not t.isalpha():
+            raise ctx.error(f"equation '{equation}': term '{t}' does not match an operand of rank {r}")
+        if len(set(t)) != len(t):
+            raise ctx.error(f"equation '{equation}': repeated indices in one operand (diagonals) are not supported")
+        out_terms.append(t)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        counts = collections.Counter("".join(out_terms))
+        out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
+    return out_terms, out
+
+
+def _einsum_pair(ctx, a, ta, b, tb, keep):
+    """Contract a (letters ta) with b (letters tb) into letters batch + free_a + free_b, keeping
+    the letters in `keep`: transpose/reshape to [B, M, K] x [B, K, N], nn.matmul, reshape."""
+    dims = {**dict(zip(ta, a.shape)), **dict(zip(tb, b.shape))}
+    for c in set(ta) & set(tb):
+        if dict(zip(ta, a.shape))[c] != dict(zip(tb, b.shape))[c]:
+            raise ctx.error(f"einsum index '{c}' has sizes {dict(zip(ta, a.shape))[c]} and "
+                            f"{dict(zip(tb, b.shape))[c]}; broadcasting is not supported")
+    batch = [c for c in ta if c in tb and c in keep]
+    contract = [c for c in ta if c in tb and c not in keep]
+    free_a = [c for c in ta if c not in tb]
+    free_b = [c for c in tb if c not in ta]
+    a = _einsum_permute(ctx, a, ta, batch + free_a + contract)
+    b = _einsum_permute(ctx, b, tb, batch + contract + free_b)
+    nb, m, k, n = (_prod([dims[c] for c in cs]) for cs in (batch, free_a, contract, free_b))
+    y = ctx.call("nn.matmul", [_reshape(ctx, a, (nb, m, k)), _reshape(ctx, b, (nb, k, n))])
+    letters = batch + free_a + free_b
+    return _reshape(ctx, y, tuple(dims[c] for c in letters)), "".join(letters)
+
+
+def _einsum_permute(ctx, x, have, want):
+    perm = tuple(have.index(c) for c in want)
+    return x if perm == tuple(range(len(perm))) else ctx.call("transpose", [x], {"axes": perm})
+
+
+@_converter(12, 28)
+def Einsum(ctx, node, inputs, attrs, opset):
+    """ONNX Einsum-12/28 (28 adds dtypes) without diagonals: letters used by one operand only and not in the output
+    are summed first; operands are contracted pairwise as batched matmuls (transpose + reshape +
+    nn.matmul); the result is transposed to the output order. E.g. "bij,bjk->bik",
+    "bhid,bhjd->bhij", "ij->ji", "ij->i"."""
+    terms, out = _einsum_terms(ctx, attrs["equation"], [len(x.shape) for x in inputs])
+    if len(set(out)) != len(out) or any(c not in "".join(terms) for c in out):
+        raise ctx.error(f"equation '{attrs['equation']}': bad output indices '{out}'")
+    operands = []
+    for k, (x, t) in enumerate(zip(inputs, terms)):
+        elsewhere = set(out) | {c for j, u in enumerate(terms) if j != k for c in u}
+        axes = tuple(i for i, c in enumerate(t) if c not in elsewhere)
+        if axes:
+            x = ctx.call("sum", [x], {"axis": axes, "keepdims": 0})
+            t = "".join(c for c in t if c in elsewhere)
+        operands.append((x, t))
+    x, t = operands[0]
+    for j, (y, u) in enumerate(operands[1:], 1):
+        keep = set(out) | {c for _, v in operands[j + 1:] for c in v}
+        x, t = _einsum_pair(ctx, x, t, y, u, keep)
+    return _einsum_permute(ctx, x, t, list(out)) if t != out else x
 
 
 @_converter(1, 11, 13, 28)
