@@ -56,7 +56,8 @@ class _Rewriter:
 
     def __init__(self, target, min_block: int):
         self.target = target
-        self.min_block = min_block
+        self.max_block = target.vector_lanes("float32")
+        self.min_block = min(min_block, self.max_block)
         self.memo: dict = {}        # old Expr -> (new Expr, layout)
         self.converted: dict = {}   # (new Expr, layout) -> new Expr in that layout
 
@@ -82,7 +83,7 @@ class _Rewriter:
         return self.converted[key]
 
     def block_of(self, channels: int) -> int:
-        return channel_block_for(channels, self.target.vector_lanes("float32"))
+        return channel_block_for(channels, self.max_block)
 
     def layout_of(self, old: Expr) -> str:
         return self.memo[old][1]
@@ -212,7 +213,8 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     depthwise: OIHW1i[oc_bn]o), producing NCHW[oc_bn]c. oc_bn = the largest power of two
     <= the target's float32 vector lanes (16 with AVX-512) dividing O; ic_bn = the block the
     input already has, else the same rule on C (1 for a 3-channel image). Convs whose oc_bn
-    would be below the `min_block` option (8) stay NCHW, as do other group counts.
+    would be below min(`min_block` option (8), vector lanes) stay NCHW (a narrower block
+    leaves most of each vector register idle), as do other group counts.
 
     The blocked layout then flows through: ELEMWISE ops (relu, clip, ...); BROADCAST ops whose
     other operand is blocked too, a 4-D tensor of the same shape (transformed), or a Constant

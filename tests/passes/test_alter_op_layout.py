@@ -209,6 +209,17 @@ def test_non_constant_weight_small_channels_and_other_dtypes_stay_nchw():
     check(Graph([x], [small]), after4)
 
 
+def test_blocks_follow_the_target_vector_width():
+    """128-bit vectors (4 float32 lanes): blocks of 4, and min_block 8 shrinks to the lanes."""
+    neon_like = dataclasses.replace(X86, vector_width_bits=128)
+    x = var("x", (1, 16, 6, 6))
+    before = Graph([x], [conv(conv(x, 12, "c1"), 16, "c2", seed=2)])
+    after = alter(before, target=neon_like)
+    assert transforms(after) == [("NCHW", "NCHW4c"), ("NCHW4c", "NCHW")]
+    assert [c.shape for c in after.calls() if c.op == "nn.conv2d_nchwc"] == [(1, 3, 6, 6, 4), (1, 4, 6, 6, 4)]
+    check(before, after)
+
+
 def test_needs_a_cpu_target():
     x = var("x", (1, 16, 6, 6))
     before = Graph([x], [conv(x, 16, "c")])
