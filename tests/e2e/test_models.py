@@ -41,12 +41,13 @@ def test_mlp_matches_onnxruntime(opt_level):
     np.testing.assert_allclose(got, ref, **RANDOM_TOL)
 
 
+@pytest.mark.parametrize("opt_level", [0, 3])
 @pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_light_model_matches_onnxruntime(name):
+def test_light_model_matches_onnxruntime(name, opt_level):
     model, pre = expose_pre_softmax(onnx.load(light_model_path(name)))
     inp = _input_name(model)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    got = compile_and_run(model, {inp: x}, opt_level=3)
+    got = compile_and_run(model, {inp: x}, opt_level=opt_level)
     ref = onnxruntime_outputs(model, {inp: x})
     scale = float(np.abs(ref[pre]).max())
     assert scale > 0
