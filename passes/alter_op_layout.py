@@ -7,6 +7,7 @@ import numpy as np
 from tvmc.graph.ir import Call, Constant, Expr, Graph, make_call, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
+from tvmc.ops.nn_dense import pack_dense_weight
 from tvmc.ops.registry import OpPattern, get_op
 from tvmc.passes.pass_infra import graph_pass
 
@@ -97,6 +98,8 @@ class _Rewriter:
         if isinstance(e.op, str):
             if e.op == "nn.conv2d":
                 out = self.conv2d(e)
+            elif e.op == "nn.dense":
+                out = self.dense(e)
             elif e.op in _POOLS:
                 out = self.pool(e)
             elif e.op == "concatenate":
@@ -134,6 +137,16 @@ class _Rewriter:
                      f"{weight.name or 'weight'}_OIHW{1 if depthwise else ic_bn}i{oc_bn}o")
         attrs = dict(e.attrs, groups=groups, out_layout=blocked_layout(oc_bn))
         return make_call("nn.conv2d_nchwc", [x, w], attrs, name=e.name), blocked_layout(oc_bn)
+
+    def dense(self, e: Call):
+        data, weight = e.inputs
+        if not isinstance(weight, Constant) or e.dtype not in _DTYPES:
+            return None
+        bn = self.block_of(weight.shape[0])
+        if bn < self.min_block:
+            return None
+        w = Constant(pack_dense_weight(weight.value, bn), f"{weight.name or 'weight'}_NK{bn}n")
+        return make_call("nn.dense_pack", [self.plain(data), w], {}, name=e.name), NCHW
 
     def unary(self, e: Call):
         (x,) = e.inputs
@@ -204,8 +217,9 @@ def _cancel_transforms(graph: Graph) -> Graph:
 
 @graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8})
 def alter_op_layout(graph: Graph, ctx) -> Graph:
-    """Store convolution activations channel-blocked on CPU targets (TVM's AlterOpLayout with
-    topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc).
+    """Store convolution activations channel-blocked and dense weights column-blocked on CPU
+    targets (TVM's AlterOpLayout with topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc,
+    dense -> dense_pack).
 
     Each nn.conv2d (4-D float data, Constant OIHW weight, groups 1 or depthwise with
     groups == C == O) becomes nn.conv2d_nchwc on NCHW[ic_bn]c data with the weight packed
@@ -215,6 +229,10 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     input already has, else the same rule on C (1 for a 3-channel image). Convs whose oc_bn
     would be below min(`min_block` option (8), vector lanes) stay NCHW (a narrower block
     leaves most of each vector register idle), as do other group counts.
+
+    Each nn.dense with a Constant [N, K] weight becomes nn.dense_pack with the weight packed
+    here to [N//bn, K, bn] (TVM's dense_alter_op: dense -> dense_pack), bn chosen like oc_bn
+    from N (N=1000 -> 8); a dense whose bn would be below the minimum block stays.
 
     The blocked layout then flows through: ELEMWISE ops (relu, clip, ...); BROADCAST ops whose
     other operand is blocked too, a 4-D tensor of the same shape (transformed), or a Constant

@@ -454,6 +454,7 @@ SWEEPS = [
     Case("conv2d_nchwc_ow14", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 6, 14, 4)), n(r, (1, 2, 3, 3, 4, 8))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
     Case("dense_n12", "nn.dense", lambda r: [n(r, (3, 20)), n(r, (12, 20))]),
+    Case("dense_pack_m6_nb4_bn8", "nn.dense_pack", lambda r: [n(r, (6, 9)), n(r, (4, 9, 8))]),
     Case("matmul_bcast_m6_n20", "nn.matmul", lambda r: [n(r, (2, 6, 5)), n(r, (5, 20))]),
 ]
 

@@ -209,6 +209,20 @@ def test_non_constant_weight_small_channels_and_other_dtypes_stay_nchw():
     check(Graph([x], [small]), after4)
 
 
+def test_dense_with_constant_weight_becomes_dense_pack():
+    """[N, K] weights packed to [N//bn, K, bn] at compile time (N=1000 -> bn 8); the bias add and
+    relu stay after it; a non-constant weight and N=4 (block below min_block) stay nn.dense."""
+    x, w = var("x", (3, 40)), var("w", (12, 40))
+    wide = call("nn.relu", call("add", call("nn.dense", x, const((1000, 40), "fc_w", 0)), const((1000,), "fc_b", 1)))
+    narrow = call("nn.dense", x, const((4, 40), "small_w", 2))
+    before = Graph([x, w], [wide, narrow, call("nn.dense", x, w)])
+    after = alter(before)
+    assert sorted(op_names(after)) == sorted(["nn.dense_pack", "add", "nn.relu", "nn.dense", "nn.dense"])
+    (packed,) = [c for c in after.calls() if c.op == "nn.dense_pack"]
+    assert isinstance(packed.inputs[1], Constant) and packed.inputs[1].shape == (125, 40, 8)
+    check(before, after)
+
+
 def test_blocks_follow_the_target_vector_width():
     """128-bit vectors (4 float32 lanes): blocks of 4, and min_block 8 shrinks to the lanes."""
     neon_like = dataclasses.replace(X86, vector_width_bits=128)
