@@ -1,9 +1,11 @@
 # Set-up and everyday commands. `make demo` installs tvmc and runs the main job;
-# `make test` installs the test dependencies and runs the fast tests; `make conformance` runs the
-# ONNX backend node cases through tvmc on x86 and rewrites docs/conformance.md.
+# `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc
+# against onnxruntime at 1 and 2 threads, `make bench-layers` ResNet-18's conv layers against the
+# machine's peak; `make conformance` runs the ONNX backend node cases through tvmc on x86 and
+# rewrites docs/conformance.md.
 PYTHON ?= python3
 
-.PHONY: install demo test test-all bench conformance
+.PHONY: install demo test test-all bench bench-layers conformance
 
 install:
 	$(PYTHON) -m pip install -e ".[test,bench]"
@@ -19,6 +21,9 @@ test-all: install
 
 bench: install
 	$(PYTHON) bench/bench.py
+
+bench-layers: install
+	$(PYTHON) bench/layers.py
 
 conformance: install
 	$(PYTHON) -m tvmc.conformance
