@@ -20,6 +20,14 @@ def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int
     st = s[out]
     lanes = target.vector_lanes(out.dtype)
     axes = list(st.op.axis)
+    # trailing unit axes (a block of 1 in NCHW1c, a kept reduced axis) would leave the vector
+    # loop with one lane; they go outside, where a unit loop costs nothing
+    trailing = len(axes)
+    while trailing > 0 and axes[trailing - 1].extent == 1:
+        trailing -= 1
+    if 0 < trailing < len(axes):
+        axes = axes[trailing:] + axes[:trailing]
+        st.reorder(*axes)
     if not axes:
         return
     inner = axes[-1]

