@@ -419,8 +419,8 @@ def test_epilogue_is_fused_into_the_anchor_loops():
     """conv2d + bias + relu lower to one kernel whose output is written once, by the epilogue."""
     from tvmc.ops.fused import lower_fused
 
-    x = Var("x", TensorType((1, 8, 13, 13), "float32"))
-    w = Var("w", TensorType((16, 8, 3, 3), "float32"))
+    x = Var("x", TensorType((1, 32, 13, 13), "float32"))  # 779K multiply-adds: above MIN_PARALLEL_MACS
+    w = Var("w", TensorType((16, 32, 3, 3), "float32"))
     b = Var("b", TensorType((16, 1, 1), "float32"))
     body = make_call("nn.relu", [make_call("add", [make_call("nn.conv2d", [x, w], conv(padding=(1, 1, 1, 1))), b])])
     prim = lower_fused(Function([x, w, b], body, "fused_conv"), resolve_target("x86"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.cpu.injective import inline_injective
-from tvmc.ops.cpu.tiling import schedule_tiled_reduction
+from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
 
 
 def dense_config(workload, target) -> ConfigSpace:
@@ -74,12 +74,13 @@ def dense_pack_config(workload, target) -> ConfigSpace:
 def schedule_dense_pack(s, out, anchor, cfg, target):
     """Packed dense + epilogue: per (tile of tile_m rows, tile of tile_nb*bn outputs), tile_m x
     tile_nb vector accumulators take tile_m broadcast data elements and tile_nb contiguous weight
-    vectors per k; the (row tile, column tile) pairs run in parallel; the epilogue is applied to
-    the tile as it is stored."""
+    vectors per k; the (row tile, column tile) pairs run in parallel (when worth_parallel); the
+    epilogue is applied to the tile as it is stored."""
     bn = next(t for t in anchor.op.input_tensors() if t.ndim == 3).shape[2]  # the packed weight
     if tuple(out.shape) != tuple(anchor.shape):  # an epilogue that reshapes: anchor kept at root
         schedule_tiled_reduction(s, out, anchor, tiles={1: bn}, vector_axis=1, parallel_depth=1, target=target)
         return
+    parallel = worth_parallel(anchor)  # before cache_write turns `anchor` into a copy
     inline_injective(s, out, keep=[anchor])
     acc = s.cache_write(out) if out is anchor else anchor
     st = s[out]
@@ -92,7 +93,8 @@ def schedule_dense_pack(s, out, anchor, cfg, target):
     st.unroll(nib)
     st.vectorize(nil)
     head = st.fuse(mo, no)
-    st.parallel(head)
+    if parallel:
+        st.parallel(head)
     s[acc].compute_at(st, head)
     am, an = s[acc].op.axis
     (rk,) = s[acc].op.reduce_axis

@@ -6,6 +6,23 @@ from __future__ import annotations
 
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
 
+# Launching and joining a parallel region through libgomp costs about 5 us (DESIGN.md section 4);
+# a reduction with fewer multiply-adds than this (about 5 us of one core at ~100 GFLOP/s) gains
+# less from a second thread than the launch costs, so its tiles run serially. E.g. the MLP of
+# tests/e2e/builders.py at batch 1 ([1,64] x [64,128] ...): a whole inference is ~2 us.
+MIN_PARALLEL_MACS = 1 << 18
+
+
+def worth_parallel(anchor) -> bool:
+    """True when `anchor` (a te reduction) does at least MIN_PARALLEL_MACS multiply-adds: its output
+    elements times the product of its reduce extents."""
+    work = 1
+    for e in anchor.shape:
+        work *= e
+    for r in anchor.op.reduce_axis:
+        work *= r.extent
+    return work >= MIN_PARALLEL_MACS
+
 
 def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unroll_axes=(),
                              reduce_order=None, parallel_depth: int = 2, target=None, keep=(),
@@ -22,6 +39,7 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
     unroll_reduce: indices (in the anchor's declared order) of reduce axes to unroll inside
                   the accumulator (e.g. conv2d_nchwc's ic_inner).
     """
+    parallel = worth_parallel(anchor)  # before cache_write turns `anchor` into a copy
     inline_injective(s, out, keep=[anchor, *keep])
     if tuple(out.shape) != tuple(anchor.shape):
         # the epilogue changes the shape: keep the anchor at root, the rest elementwise
@@ -53,7 +71,7 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
         return
     depth = max(1, min(parallel_depth, len(outers)))
     head = st.fuse(*outers[:depth]) if depth > 1 else outers[0]
-    if head.extent > 1:
+    if head.extent > 1 and parallel:
         st.parallel(head)
     attach = outers[-1] if len(outers) > depth else head
     s[acc].compute_at(st, attach)

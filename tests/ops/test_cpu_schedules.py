@@ -1,0 +1,53 @@
+"""x86 schedule decisions that the numeric op tests do not see: which loops run in parallel, and
+which stages stay materialized."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from util import build_and_run
+
+from tvmc.graph.ir import Function, TensorType, Var, make_call
+from tvmc.ops.cpu.tiling import MIN_PARALLEL_MACS
+from tvmc.ops.fused import lower_fused
+from tvmc.target import resolve_target
+
+X86 = resolve_target("x86")
+
+
+def _dense_pack(m, k, nb, bn=16):
+    x = Var("x", TensorType((m, k), "float32"))
+    w = Var("w", TensorType((nb, k, bn), "float32"))
+    return Function([x, w], make_call("nn.dense_pack", [x, w]), "fused_dense_pack")
+
+
+@pytest.mark.parametrize("m,k,nb,parallel", [(1, 64, 8, False), (128, 256, 16, True)])
+def test_dense_pack_runs_in_parallel_only_above_the_work_threshold(m, k, nb, parallel):
+    """A batch-1 [1,64] x [64,128] dense (8K multiply-adds) costs less than a parallel launch."""
+    assert (m * k * nb * 16 >= MIN_PARALLEL_MACS) == parallel
+    text = str(lower_fused(_dense_pack(m, k, nb), X86))
+    assert ("parallel for" in text) == parallel
+
+
+def test_depthwise_pads_per_tile_into_a_local_buffer():
+    """Depthwise conv2d_nchwc and blocked pooling pad their input windows per register tile (no
+    padded copy of the whole input at root); results match the references at the borders."""
+    rng = np.random.default_rng(0)
+    x = Var("x", TensorType((1, 2, 9, 11, 16), "float32"))
+    w = Var("w", TensorType((2, 1, 3, 3, 1, 16), "float32"))
+    attrs = dict(strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1), groups=32, out_layout="NCHW16c")
+    conv = Function([x, w], make_call("nn.conv2d_nchwc", [x, w], attrs), "fused_dw")
+    text = str(lower_fused(conv, X86))
+    assert "allocate pad_data" in text and "(local)" in text.split("allocate pad_data")[1].splitlines()[0]
+    a = rng.standard_normal((1, 2, 9, 11, 16)).astype(np.float32)
+    b = rng.standard_normal((2, 1, 3, 3, 1, 16)).astype(np.float32)
+    from tvmc.ops.registry import get_op
+
+    out, _ = build_and_run(conv, [a, b])
+    np.testing.assert_allclose(out, get_op("nn.conv2d_nchwc").reference(a, b, **attrs), rtol=1e-4, atol=1e-5)
+    pattrs = dict(pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1), ceil_mode=0,
+                  layout="NCHW16c")
+    pool = Function([x], make_call("nn.max_pool2d", [x], pattrs), "fused_pool")
+    assert "(local)" in str(lower_fused(pool, X86)).split("allocate pad")[1].splitlines()[0]
+    out, _ = build_and_run(pool, [a])
+    np.testing.assert_allclose(out, get_op("nn.max_pool2d").reference(a, **pattrs), rtol=0, atol=0)
