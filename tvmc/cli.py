@@ -1,4 +1,4 @@
-"""Command-line stage: `tvmc compile`, `tvmc run` and `tvmc inspect` (click).
+"""Command-line stage: `tvmc compile`, `tvmc tune`, `tvmc run` and `tvmc inspect` (click).
 
 Every tvmc.errors.TVMCError becomes one line `error: <message>` on stderr and the error's
 exit code; any other exception becomes `internal error: ...` and exit code 70. `--verbose`
@@ -211,10 +211,11 @@ def print_compile_summary(model, target, options, module, output, package_s: flo
 @click.option("--dump-ir", multiple=True, metavar="STAGES",
               help=f"Write IR text next to the output, comma-separated from: {','.join(DUMP_STAGES)}.")
 @click.option("--print-pass-times", is_flag=True, help="Print the time spent in each graph pass.")
+@click.option("--tuning-records", type=click.Path(dir_okay=False), help="Apply the best configs of a `tvmc tune` records file.")
 @verbose_option
 @_handle_errors
 def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_pass, pass_config,
-                input_shapes, dump_ir, print_pass_times, verbose):
+                input_shapes, dump_ir, print_pass_times, tuning_records, verbose):
     """Compile an ONNX MODEL into a mod.tar for a target."""
     from tvmc.driver import CompileOptions, compile_model
     from tvmc.package import save_artifact
@@ -237,11 +238,68 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
         raise ArtifactError(f"{out.parent}: cannot create output folder: {e.strerror or e}") from None
     options = CompileOptions(opt_level=opt_level, disabled_passes=frozenset(disabled),
                              pass_config=tuple(sorted(pass_cfg.items())), input_shapes=shapes,
-                             dump_ir=dumps, dump_dir=dump_dir)
+                             dump_ir=dumps, dump_dir=dump_dir, tuning_records=tuning_records)
     module = compile_model(model, target, options)
     t0 = time.perf_counter()
     save_artifact(module, out)
     print_compile_summary(model, target, options, module, out, time.perf_counter() - t0, print_pass_times)
+    if tuning_records:
+        from tvmc.autotune.tune import records_summary_lines
+
+        for line in records_summary_lines(module.metadata["tuning_records"]):
+            click.echo(line)
+
+
+# ---------------------------------------------------------------------------------------------
+# tune
+
+
+@cli.command("tune")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--target", "target_spec", required=True, help="Target name or descriptor, as for compile.")
+@click.option("--target-option", multiple=True, metavar="KEY=VALUE", help="Override a target descriptor field.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Records file (JSON lines); appended to, and resumed from when it exists.")
+@click.option("--trials", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Total measurements, split over tasks in proportion to their FLOPs.")
+@click.option("--tuner", type=click.Choice(["xgb", "ga", "random", "grid"]), default="xgb", show_default=True)
+@click.option("--early-stopping", type=click.IntRange(min=1), help="Stop a task after N trials without a new best.")
+@click.option("--number", type=click.IntRange(min=1), default=4, show_default=True, help="Runs per timing round.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True, help="Timing rounds per candidate.")
+@click.option("--min-repeat-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Grow --number until a round lasts this long.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds per candidate, build and run.")
+@click.option("--parallel", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default=True,
+              help="Build worker processes.")
+@click.option("--tuning-records", "prior", type=click.Path(dir_okay=False),
+              help="Prior records: their configs are not measured again; other tasks' train the xgb model.")
+@click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224]".')
+@click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True,
+              help="Opt level of the graph passes the tasks are taken after (use the compile one).")
+@verbose_option
+@_handle_errors
+def tune_cmd(model, target_spec, target_option, output, trials, tuner, early_stopping, number, repeat, min_repeat_ms,
+             timeout, parallel, prior, input_shapes, opt_level, verbose):
+    """Tune the kernels of an ONNX MODEL on this machine; write measurement records."""
+    from tvmc.autotune.measure import MeasureOptions
+    from tvmc.autotune.task import extract_tasks
+    from tvmc.autotune.tune import TuneOptions, format_summary, tune_tasks
+    from tvmc.driver import CompileOptions
+    from tvmc.target import resolve_target
+
+    if not os.path.exists(model):
+        raise ModelError(f"{model}: no such file")
+    target = resolve_target(target_spec, _parse_pairs(target_option, "--target-option"))
+    options = CompileOptions(opt_level=opt_level, input_shapes=parse_input_shapes(input_shapes))
+    tasks = extract_tasks(model, target, options)
+    click.echo(f"{len(tasks)} tasks from {model} (opt level {opt_level}, target {target.name})")
+    topts = TuneOptions(trials=trials, tuner=tuner, early_stopping=early_stopping, prior_records=prior,
+                        measure=MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                                               timeout_s=timeout, parallel=parallel))
+    results = tune_tasks(tasks, target, output, topts)
+    click.echo(format_summary(results))
+    click.echo(f"records: {output}")
 
 
 # ---------------------------------------------------------------------------------------------

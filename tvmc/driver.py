@@ -27,6 +27,8 @@ class CompileOptions:
     input_shapes:     tuple of (input name, shape tuple) fixing symbolic dimensions
     dump_ir:          tuple of stage names to dump ('graph', 'tir', 'll', 'asm')
     dump_dir:         folder where dumps go (next to the output file)
+    tuning_records:   path of a `tvmc tune` records file: the best valid config per task for
+                      this target is applied, other tasks use their fallback configs
     """
 
     opt_level: int = 3
@@ -35,6 +37,7 @@ class CompileOptions:
     input_shapes: tuple = ()
     dump_ir: tuple = ()
     dump_dir: str | None = None
+    tuning_records: str | None = None
 
 
 @dataclass
@@ -88,9 +91,14 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         if isinstance(e, Call) and isinstance(e.op, Function):
             functions.setdefault(e.op.name, e.op)
 
+    config_lookup = None
+    if options.tuning_records:
+        from tvmc.autotune.record import ApplyHistoryBest
+
+        config_lookup = ApplyHistoryBest.from_file(options.tuning_records, target)
     t0 = time.perf_counter()
     library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir,
-                            graph_json=graph_json)
+                            graph_json=graph_json, config_lookup=config_lookup)
     timings["codegen"] = time.perf_counter() - t0
 
     metadata = {
@@ -108,7 +116,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
         "planned_activation_bytes": graph.meta.get("planned_bytes"),
         "unplanned_activation_bytes": graph.meta.get("unplanned_bytes"),
-        "tuning_records": None,
+        "tuning_records": config_lookup.summary() if config_lookup is not None else None,
     }
     params = {k: np.require(v, requirements="C") for k, v in params.items()}
     return CompiledModule(library, graph_json, params, metadata, timings)

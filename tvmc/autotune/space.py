@@ -36,6 +36,30 @@ class ConfigSpace:
     def fallback_config(self) -> "ConfigEntity":
         return ConfigEntity(self.fallback, is_fallback=True)
 
+    @property
+    def dims(self) -> list:
+        """Number of candidates per knob, in declaration order."""
+        return [len(c) for c in self.knobs.values()]
+
+    def get(self, index: int) -> "ConfigEntity":
+        """Config number `index` in [0, len(self)) (mixed radix over the knobs, the last knob
+        varying fastest: the order of all_configs)."""
+        values = {}
+        for name in reversed(list(self.knobs)):
+            cands = self.knobs[name]
+            index, k = divmod(index, len(cands))
+            values[name] = cands[k]
+        return ConfigEntity({n: values[n] for n in self.knobs})
+
+    def index_of(self, config) -> int | None:
+        """Inverse of `get`; None when `config` is not a point of this space."""
+        index = 0
+        for name, cands in self.knobs.items():
+            if name not in config or config[name] not in cands or len(config) != len(self.knobs):
+                return None
+            index = index * len(cands) + cands.index(config[name])
+        return index
+
     def all_configs(self):
         names = list(self.knobs)
         for values in itertools.product(*(self.knobs[n] for n in names)):

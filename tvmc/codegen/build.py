@@ -77,18 +77,20 @@ def link_shared(obj: bytes, target) -> bytes:
         return so.read_bytes()
 
 
-def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None) -> bytes:
+def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None) -> bytes:
     """Compile fused graph `Function`s for `target` into shared-library bytes.
 
     Each Function becomes a kernel `void <name>(void* arg0, ..., void* out)` (see the kernel
     ABI header tvmc_kernels.h); with `graph_json`, the library also gets the graph entry
     `tvmc_graph_run` (tvmc.codegen.entry). `dump_ir` may contain 'tir', 'll', 'asm': those
-    stages are written into `dump_dir` as mod.tir, mod.ll, mod.s.
+    stages are written into `dump_dir` as mod.tir, mod.ll, mod.s. `config_lookup(impl_name,
+    workload) -> ConfigEntity | None` (e.g. autotune.record.ApplyHistoryBest) supplies tuned
+    configs to lower_fused.
     """
     from tvmc.codegen.entry import add_graph_entry
     from tvmc.ops.fused import lower_fused
 
-    prims = [lower_fused(f, target) for f in functions]
+    prims = [lower_fused(f, target, config_lookup) for f in functions]
     cg = CodeGenLLVM(target)
     for p in prims:
         cg.add_function(p)

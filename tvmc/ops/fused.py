@@ -33,18 +33,21 @@ def workload(call: Call) -> tuple:
 def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     """Lower fused Function `func` for `target` into a PrimFunc named `func.name`.
 
-    `config_lookup(impl_name, workload) -> ConfigEntity | None` supplies tuned configs;
-    without one (or a miss) the implementation's fallback config is used.
+    `config_lookup(impl_name, workload) -> ConfigEntity | None` supplies tuned configs; it is
+    asked for each implementation of the anchor op, and the one whose config has the lowest
+    `cost_s` wins (a config without cost counts as best), so the choice between implementations
+    follows the tuning records. Without a lookup, or when every implementation misses, the first
+    implementation runs with its fallback config.
     Raises ScheduleError when an op has no implementation for the target family.
     """
     anchor = anchor_call(func)
+    impl, cfg = _choose_implementation(anchor, target, config_lookup)
     tensors = {}
     params = []
     for k, p in enumerate(func.params):
         t = te.placeholder(p.shape, p.dtype, name=f"arg{k}")
         tensors[p] = t
         params.append(t)
-    impl = None
     for e in post_order([func.body]):
         if isinstance(e, Var):
             if e not in tensors:
@@ -59,7 +62,6 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
         opdef = get_op(e.op)
         compute = opdef.compute
         if e is anchor:
-            impl = opdef.implementations(target.family)[0]
             compute = impl.compute or compute
         tensors[e] = compute([tensors[i] for i in e.inputs], e.attrs, e.type)
     out = tensors[func.body]
@@ -67,11 +69,23 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
         out = te.compute(out.shape, lambda *i: tensors[func.body][i], name="copy")
     anchor_t = tensors[anchor]
     s = te.create_schedule(out)
-    cfg = None
-    if impl.config_space is not None:
-        wl = workload(anchor)
-        cfg = config_lookup(impl.name, wl) if config_lookup else None
-        if cfg is None:
-            cfg = impl.config_space(wl, target).fallback_config()
+    if cfg is None and impl.config_space is not None:
+        cfg = impl.config_space(workload(anchor), target).fallback_config()
     impl.schedule(s, out, anchor_t, cfg, target)
     return lower(s, params + [out], func.name)
+
+
+def _choose_implementation(anchor, target, config_lookup):
+    """(Implementation, tuned ConfigEntity or None) for the anchor call (see lower_fused)."""
+    impls = get_op(anchor.op).implementations(target.family)
+    if config_lookup is None:
+        return impls[0], None
+    wl = workload(anchor)
+    best = (impls[0], None)
+    for impl in impls:
+        if impl.config_space is None:
+            continue
+        cfg = config_lookup(impl.name, wl)
+        if cfg is not None and (best[1] is None or getattr(cfg, "cost_s", 0.0) < getattr(best[1], "cost_s", 0.0)):
+            best = (impl, cfg)
+    return best

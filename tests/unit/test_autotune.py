@@ -1,0 +1,319 @@
+"""Tuning: config spaces, tuners on synthetic costs, records (round trip, resume, apply-best,
+other targets, bad files), and measurement faults (build errors, crashes, hangs, wrong results)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvmc.autotune.measure import MeasureError, MeasureOptions, MeasureResult, Measurer, build_candidate
+from tvmc.autotune.record import ApplyHistoryBest, RecordWriter, load_records
+from tvmc.autotune.space import ConfigSpace
+from tvmc.autotune.task import extract_tasks, workload_key
+from tvmc.autotune.tune import Progress, TuneOptions, split_budget, tune_tasks
+from tvmc.autotune.tuner import TUNERS, make_tuner
+from tvmc.cli import main
+from tvmc.driver import CompileOptions, compile_model
+from tvmc.errors import TuningError
+from tvmc.ops.fused import lower_fused
+from tvmc.target import resolve_target
+
+FAST = MeasureOptions(number=1, repeat=1, timeout_s=20.0, parallel=2)
+
+
+def _conv_model(c=8, k=16, hw=6) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((k, c, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["c"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, k, hw, hw])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.fixture(scope="module")
+def target():
+    return resolve_target("x86")
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tune") / "conv.onnx"
+    onnx.save(_conv_model(), str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def task(model_path, target):
+    (t,) = extract_tasks(model_path, target)
+    return t
+
+
+# ---- config spaces and tasks ------------------------------------------------------------------
+
+def test_config_space_index_round_trip():
+    space = ConfigSpace()
+    space.define_split("tile", 12, fallback=5)
+    space.define_knob("unroll", [False, True], fallback=True)
+    assert space.knobs["tile"] == [1, 2, 3, 4, 6, 12]
+    assert dict(space.fallback_config()) == {"tile": 4, "unroll": True}  # 5 does not divide 12
+    assert space.fallback_config().is_fallback
+    configs = list(space.all_configs())
+    assert len(configs) == len(space) == 12
+    assert [space.index_of(c) for c in configs] == list(range(12))
+    assert [dict(space.get(i)) for i in range(12)] == [dict(c) for c in configs]
+    assert space.index_of({"tile": 5, "unroll": True}) is None
+    assert space.index_of({"tile": 4}) is None
+
+
+def test_task_extraction(task, target):
+    assert task.impl == "conv2d_nchwc.x86" and task.op == "nn.conv2d_nchwc"
+    assert task.flops == 2 * (16 * 6 * 6) * (8 * 3 * 3)  # 2 x outputs x reduction taps
+    space = task.config_space(target)
+    assert set(space.knobs) == {"tile_ow", "unroll_ic", "unroll_kw", "tile_oh"}
+    assert space.index_of(space.fallback_config()) is not None
+    # list and tuple spellings of a workload are the same key
+    assert workload_key(task.workload) == workload_key(json.loads(json.dumps(task.workload)))
+
+
+def test_identical_layers_are_one_task(tmp_path, target):
+    w = numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["a"], ["b"]),
+                           helper.make_node("Conv", ["b", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])], [w])
+    tasks = extract_tasks(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), target)
+    assert len(tasks) == 1 and tasks[0].calls == 2
+
+
+def test_budget_split_in_proportion_to_flops(task, target):
+    from dataclasses import replace
+
+    big = replace(task, flops=task.flops * 3)
+    size = len(task.config_space(target))
+    assert split_budget([task, big], 8, target) == [2, 6]
+    assert split_budget([task, big], 10 * size, target) == [size, size]  # capped at the space
+
+
+# ---- tuners -----------------------------------------------------------------------------------
+
+def _synthetic_space():
+    space = ConfigSpace()
+    space.define_knob("a", list(range(8)), fallback=0)
+    space.define_knob("b", list(range(8)), fallback=0)
+    space.define_knob("c", [False, True], fallback=False)
+    return space
+
+
+def _synthetic_flops(cfg) -> float:
+    """A smooth peak at a=5, b=2, c=True."""
+    return 100.0 - (cfg["a"] - 5) ** 2 - 2 * (cfg["b"] - 2) ** 2 - 10 * (not cfg["c"])
+
+
+@pytest.mark.parametrize("kind", TUNERS)
+def test_tuner_finds_the_best_of_a_synthetic_cost(kind):
+    space = _synthetic_space()
+    tuner = make_tuner(kind, space, featurize=lambda c: np.array([c["a"], c["b"], c["c"]], np.float32), seed=1)
+    budget = len(space) if kind in ("grid", "random") else len(space) // 2
+    seen = []
+    tuner.tune(budget, lambda cfgs: [_synthetic_flops(c) for c in cfgs], batch_size=8,
+               callback=lambda t, b, f: seen.extend(b))
+    assert len(seen) == len(set(seen)) <= budget  # never measures a config twice
+    assert dict(space.get(tuner.best_index)) == {"a": 5, "b": 2, "c": True}
+
+
+def test_xgb_beats_random_to_the_best():
+    """The cost model reaches the optimum in fewer trials than the expected half of the space."""
+    space = _synthetic_space()
+    tuner = make_tuner("xgb", space, featurize=lambda c: np.array([c["a"], c["b"], c["c"]], np.float32), seed=2)
+    tuner.tune(len(space), lambda cfgs: [_synthetic_flops(c) for c in cfgs], batch_size=8, early_stopping=16)
+    assert tuner.best_flops == 100.0 and tuner.best_trial < len(space) // 2
+
+
+def test_early_stopping():
+    space = _synthetic_space()
+    tuner = make_tuner("grid", space)
+    tuner.tune(len(space), lambda cfgs: [1.0] * len(cfgs), batch_size=4, early_stopping=8)
+    assert tuner.trials == 8
+
+
+# ---- measurement and records ------------------------------------------------------------------
+
+def test_tune_writes_records_and_resumes(task, target, tmp_path):
+    out = tmp_path / "records.json"
+    opts = TuneOptions(trials=5, tuner="random", measure=FAST)
+    (res,) = tune_tasks([task], target, str(out), opts, Progress(live=False))
+    records = load_records(out)
+    assert len(records) == 5 and res.trials == 5
+    assert all(r.ok for r in records), [r.data["error_msg"] for r in records]
+    fallback = task.config_space(target).fallback_config()
+    assert records[0].config == dict(fallback)  # the fallback is measured first
+    assert res.fallback_flops > 0 and res.best_flops >= res.fallback_flops
+    line = json.loads(out.read_text().splitlines()[0])
+    assert {"version", "target", "task", "config", "costs_s", "error", "timestamp"} <= set(line)
+    assert line["target"] == {"name": "x86", "hash": target.hash}
+    # resume with a larger budget: measured configs are skipped, 3 new ones are measured
+    (res2,) = tune_tasks([task], target, str(out), TuneOptions(trials=8, tuner="xgb", measure=FAST),
+                         Progress(live=False))
+    records = load_records(out)
+    assert res2.resumed == 5 and res2.trials == 3 and len(records) == 8
+    assert len({r.config_key() for r in records}) == 8
+
+
+def test_torn_last_line_is_skipped(task, target, tmp_path):
+    out = tmp_path / "r.json"
+    with RecordWriter(out) as w:
+        w.write(target, task, task.config_space(target).fallback_config(), MeasureResult([1e-3]))
+    with open(out, "a") as f:
+        f.write('{"version": 1, "target": {"na')  # killed mid-line
+    assert len(load_records(out)) == 1
+
+
+def _write_records(path, target, task, rows):
+    with RecordWriter(path) as w:
+        for cfg, cost, err in rows:
+            w.write(target, task, cfg, MeasureResult([cost] if cost else [], MeasureError(err)))
+
+
+def test_apply_best_uses_the_best_valid_record(task, target, model_path, tmp_path):
+    space = task.config_space(target)
+    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3}
+    failed = {"tile_ow": 1, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1}
+    path = tmp_path / "r.json"
+    _write_records(path, target, task, [(dict(space.fallback_config()), 2e-3, 0), (good, 1e-3, 0),
+                                        (failed, 1e-6, int(MeasureError.WRONG_ANSWER))])
+    lookup = ApplyHistoryBest.from_file(path, target)
+    cfg = lookup(task.impl, task.workload)
+    assert dict(cfg) == good and cfg.cost_s == pytest.approx(1e-3)
+    prim = lower_fused(task.function(), target, lookup)
+    assert "unroll for conv2d_nchwc_i2 in 0..3" in str(prim)  # the tile_oh = 3 rows of the tuned tile
+    # the compiled model uses it, and says so in metadata.json
+    module = compile_model(model_path, target, CompileOptions(tuning_records=str(path)))
+    meta = module.metadata["tuning_records"]
+    assert (meta["tasks"], meta["tasks_from_records"], meta["tasks_fallback"]) == (1, 1, 0)
+    assert meta["applied"][0]["config"] == good
+
+
+def test_records_for_another_target_are_not_applicable(task, target, model_path, tmp_path, capsys):
+    other = resolve_target("x86 -mcpu=skylake-avx512")
+    path = tmp_path / "r.json"
+    _write_records(path, other, task, [(dict(task.config_space(other).fallback_config()), 1e-3, 0)])
+    lookup = ApplyHistoryBest.from_file(path, target)
+    assert lookup(task.impl, task.workload) is None and lookup.not_applicable == 1
+    assert main(["compile", model_path, "--target", "x86", "-o", str(tmp_path / "m.tar"),
+                 "--tuning-records", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "0/1 tasks from records, 1 fallback" in text
+    assert f"1 records for target x86 ({other.hash}) not applicable" in text
+
+
+def test_stale_record_falls_back(task, target, tmp_path):
+    path = tmp_path / "r.json"
+    _write_records(path, target, task, [({"tile_ow": 2, "no_such_knob": 1}, 1e-3, 0)])
+    lookup = ApplyHistoryBest.from_file(path, target)
+    assert lookup(task.impl, task.workload) is None and len(lookup.stale) == 1
+
+
+def test_missing_or_corrupt_records_are_errors(target, model_path, tmp_path, capsys):
+    with pytest.raises(TuningError, match="not found"):
+        load_records(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("this is not json\n")
+    with pytest.raises(TuningError, match="not a tuning records file"):
+        load_records(bad)
+    code = main(["compile", model_path, "--target", "x86", "-o", str(tmp_path / "m.tar"),
+                 "--tuning-records", str(bad)])
+    assert code == TuningError.exit_code
+    assert "not a tuning records file" in capsys.readouterr().err
+
+
+# ---- measurement faults -----------------------------------------------------------------------
+
+_C_CRASH = "void tvmc_task(void *a, void *b, void *c) { *(volatile int *)0 = 1; }\n"
+_C_HANG = "void tvmc_task(void *a, void *b, void *c) { for (volatile int i = 0;; i++) {} }\n"
+_C_WRONG = "void tvmc_task(void *a, void *b, float *c) { for (int i = 0; i < 16 * 36; i++) c[i] = 7.0f; }\n"
+
+
+def _c_library(code: str, path: str):
+    src = path + ".c"
+    with open(src, "w") as f:
+        f.write(code)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", path, src], check=True)
+
+
+def _hangs(config) -> bool:
+    return config["tile_oh"] == 3 and config["tile_ow"] == 6 and not config["unroll_ic"] and not config["unroll_kw"]
+
+
+def faulty_build(task, target, config, path):
+    """A build function with faults keyed on the config: tile_oh 2 crashes at run time, one config
+    hangs (_hangs), tile_oh 4 computes wrong values, tile_ow 1 fails to build; the rest build for
+    real."""
+    if config["tile_oh"] == 2:
+        _c_library(_C_CRASH, path)
+    elif _hangs(config):
+        _c_library(_C_HANG, path)
+    elif config["tile_oh"] == 4:
+        _c_library(_C_WRONG, path)
+    elif config["tile_ow"] == 1:
+        return MeasureError.INSTANTIATION_ERROR, "ValueError: injected", 0.0
+    else:
+        return build_candidate(task, target, config, path)
+    return MeasureError.NO_ERROR, "", 0.0
+
+
+def slow_build(task, target, config, path):
+    import time
+
+    if config["unroll_kw"]:
+        time.sleep(30)
+    return build_candidate(task, target, config, path)
+
+
+def test_faulty_candidates_are_recorded_and_tuning_goes_on(task, target, tmp_path):
+    out = tmp_path / "r.json"
+    space = task.config_space(target)
+    opts = TuneOptions(trials=len(space), tuner="grid", measure=MeasureOptions(number=1, repeat=1, timeout_s=6.0))
+    (res,) = tune_tasks([task], target, str(out), opts, Progress(live=False), build_fn=faulty_build)
+    records = load_records(out)
+    assert len(records) == len(space)  # every config measured once, the tuner never stopped
+    by_error = {}
+    for r in records:
+        by_error.setdefault(MeasureError(r.error), []).append(r.config)
+    assert all(c["tile_oh"] == 2 for c in by_error[MeasureError.RUNTIME_DEVICE])
+    assert [_hangs(c) for c in by_error[MeasureError.RUN_TIMEOUT]] == [True]
+    assert all(c["tile_oh"] == 4 for c in by_error[MeasureError.WRONG_ANSWER])
+    assert all(c["tile_ow"] == 1 for c in by_error[MeasureError.INSTANTIATION_ERROR])
+    assert len(by_error[MeasureError.NO_ERROR]) == len([c for c in space.all_configs() if c["tile_oh"] in (1, 3)
+                                                         and c["tile_ow"] != 1 and not _hangs(c)]), \
+        [(r.config, r.data["error_msg"]) for r in records if r.error and r.config["tile_oh"] in (1, 3)]
+    assert res.best_flops > 0 and res.best_config["tile_oh"] in (1, 3) and not _hangs(res.best_config)
+    assert "signal 11" in next(r for r in records if r.error == MeasureError.RUNTIME_DEVICE).data["error_msg"]
+
+
+def test_build_timeout(task, target):
+    space = task.config_space(target)
+    configs = [c for c in space.all_configs() if c["tile_oh"] == 1 and c["tile_ow"] == 6]
+    assert [c["unroll_kw"] for c in configs] == [False, True, False, True]
+    with Measurer(target, MeasureOptions(number=1, repeat=1, timeout_s=2.0, parallel=2), slow_build) as m:
+        results = m.measure(task, configs, reference=True)
+    assert [r.error for r in results] == [MeasureError.NO_ERROR, MeasureError.BUILD_TIMEOUT,
+                                          MeasureError.NO_ERROR, MeasureError.BUILD_TIMEOUT]
+
+
+def test_cli_tune_then_compile(model_path, tmp_path, capsys):
+    out = tmp_path / "records.json"
+    assert main(["tune", model_path, "--target", "x86", "-o", str(out), "--trials", "3", "--tuner", "ga",
+                 "--number", "1", "--repeat", "1", "--parallel", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "[Task  1/ 1]  Current/Best:" in text and "Progress: (3/3)" in text
+    assert "best GFLOP/s" in text and "speed-up" in text
+    assert len(load_records(out)) == 3
+    assert main(["compile", model_path, "--target", "x86", "-o", str(tmp_path / "m.tar"),
+                 "--tuning-records", str(out)]) == 0
+    assert "1/1 tasks from records, 0 fallback" in capsys.readouterr().out

@@ -1,0 +1,353 @@
+"""Measurement of tuning candidates: build in parallel worker processes, run and time on this
+machine in a separate runner process, check results against the fallback config's output.
+
+Build: a ProcessPoolExecutor of `parallel` forked workers lowers the task's anchor op with the
+candidate config and compiles it into its own .so (`build_candidate`). At most `parallel` builds
+are in flight, so a build's wait starts when it starts; a build that passes the timeout has its
+pool killed and replaced (the other builds in flight are resubmitted).
+
+Run: one runner process (spawned, numpy + ctypes only, so a segfault or a hang in a candidate
+kills the runner, never the tuner) loads the library, feeds seeded random inputs (uniform in
+[-1, 1)), runs once as warm-up and compares the output with the fallback config's (rtol 1e-4,
+atol 1e-5 x the reference's largest magnitude: float32 sums in another order), then times
+`repeat` rounds of `number` runs (a fresh runner first runs its first kernel for 0.2 s: the
+first timings of a new process are several times slower); a round shorter than `min_repeat_ms` makes `number` grow until
+a round lasts that long (TVM's LocalRunner). Costs are seconds per run, one per round. A runner
+that dies or passes the candidate's remaining time (timeout minus build time) is killed and
+restarted.
+
+Error codes follow AutoTVM's MeasureErrorNo.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import enum
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+
+
+class MeasureError(enum.IntEnum):
+    NO_ERROR = 0
+    INSTANTIATION_ERROR = 1  # the schedule or lowering raised for this config
+    COMPILE_HOST = 2         # LLVM or the linker failed, or the build worker died
+    RUNTIME_DEVICE = 4       # the kernel crashed the runner (segfault, abort)
+    WRONG_ANSWER = 5         # output differs from the fallback config's output
+    BUILD_TIMEOUT = 6
+    RUN_TIMEOUT = 7
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """number/repeat/min_repeat_ms: timing (module docstring); timeout_s: per candidate, build plus
+    run; parallel: build worker processes; check: compare outputs with the fallback's."""
+
+    number: int = 4
+    repeat: int = 3
+    min_repeat_ms: float = 0.0
+    timeout_s: float = 10.0
+    parallel: int = 2
+    check: bool = True
+
+
+@dataclass
+class MeasureResult:
+    costs_s: list
+    error: MeasureError = MeasureError.NO_ERROR
+    error_msg: str = ""
+    build_s: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.error == MeasureError.NO_ERROR
+
+    @property
+    def mean_s(self) -> float:
+        return sum(self.costs_s) / len(self.costs_s) if self.ok and self.costs_s else float("inf")
+
+
+def build_candidate(task, target, config: dict, path: str):
+    """Lower `task`'s anchor op with `config` and write its shared library to `path`.
+
+    Returns (MeasureError, message, build seconds); runs in a build worker."""
+    t0 = time.perf_counter()
+    try:
+        from tvmc.autotune.space import ConfigEntity
+        from tvmc.codegen.build import compile_ir, link_shared
+        from tvmc.codegen.llvm import CodeGenLLVM
+        from tvmc.errors import CodegenError
+        from tvmc.ops.fused import lower_fused
+
+        cfg = ConfigEntity(config)
+        try:
+            prim = lower_fused(task.function(), target,
+                               config_lookup=lambda name, wl: cfg if name == task.impl else None)
+            cg = CodeGenLLVM(target)
+            cg.add_function(prim)
+            ir = cg.ir_text()
+        except Exception as e:  # any failure of the schedule for this config
+            return MeasureError.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0
+        try:
+            so = link_shared(compile_ir(ir, target), target)
+        except CodegenError as e:
+            return MeasureError.COMPILE_HOST, str(e), time.perf_counter() - t0
+        with open(path, "wb") as f:
+            f.write(so)
+        return MeasureError.NO_ERROR, "", time.perf_counter() - t0
+    except Exception as e:
+        return MeasureError.COMPILE_HOST, f"{type(e).__name__}: {e}", time.perf_counter() - t0
+
+
+# ---- runner process -------------------------------------------------------------------------
+
+def _runner_entry(fd: int):
+    _runner_main(Connection(fd))
+
+
+def _runner_main(conn):
+    """Loop of the runner process: messages ('ref', key, array) and ('run', request dict)."""
+    import _ctypes
+    import ctypes
+
+    import numpy as np
+
+    # libgomp stays loaded: unloading it with a candidate's library (its last user) while its
+    # worker threads idle would crash the next candidate
+    ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL)
+    refs, inputs = {}, {}
+    fresh = True
+    conn.send(("ready",))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] == "ref":
+            refs[msg[1]] = msg[2]
+            continue
+        req = msg[1]
+        key = req["key"]
+        if key not in inputs:
+            rng = np.random.default_rng(req["seed"])
+            arrs = []
+            for shape, dtype in req["inputs"]:
+                dt = np.dtype(dtype)
+                a = rng.uniform(-1, 1, shape).astype(dt) if dt.kind == "f" else rng.integers(0, 10, shape).astype(dt)
+                arrs.append(np.ascontiguousarray(a))
+            inputs = {key: arrs}  # one task at a time
+        arrs = inputs[key]
+        out = np.zeros(req["out_shape"], req["out_dtype"])
+        lib = ctypes.CDLL(req["path"])
+        try:
+            fn = getattr(lib, req["func"])
+            args = [ctypes.c_void_p(a.ctypes.data) for a in arrs + [out]]
+            fn(*args)
+            check = None
+            if req["want_output"]:
+                check = out.copy()
+            ref = refs.get(key)
+            if ref is not None and req["check"]:
+                atol = 1e-5 * float(np.max(np.abs(ref))) if ref.size else 0.0
+                if not np.allclose(out, ref, rtol=1e-4, atol=atol):
+                    err = float(np.max(np.abs(out - ref)))
+                    conn.send(("wrong", f"max abs error {err:.3g} against the fallback config's output"))
+                    continue
+            if fresh:  # a new process times its first kernel slow (thread pool start-up): run 0.2 s first
+                t_end = time.perf_counter() + 0.2
+                while time.perf_counter() < t_end:
+                    fn(*args)
+                fresh = False
+            number = req["number"]
+            costs = []
+            for _ in range(req["repeat"]):
+                while True:
+                    t0 = time.perf_counter()
+                    for _ in range(number):
+                        fn(*args)
+                    dt = time.perf_counter() - t0
+                    if dt * 1e3 >= req["min_repeat_ms"] or number >= 1 << 20:
+                        break
+                    number = max(number * 2, int(number * req["min_repeat_ms"] / max(dt * 1e3, 1e-3)) + 1)
+                costs.append(dt / number)
+            conn.send(("ok", costs, check))
+        finally:
+            _ctypes.dlclose(lib._handle)  # thousands of candidates: unload each one
+
+
+class Measurer:
+    """Builds and runs candidates of tasks (see the module docstring). Use as a context manager.
+
+    `build_fn(task, target, config, path) -> (MeasureError, msg, build_s)` replaces the build
+    (tests inject faults through it; it must be a module-level function)."""
+
+    def __init__(self, target, options: MeasureOptions = MeasureOptions(), build_fn=build_candidate):
+        self.target, self.options, self.build_fn = target, options, build_fn
+        self.tmp = tempfile.mkdtemp(prefix="tvmc-tune-")
+        self._pool = None
+        self._runner = None
+        self._conn = None
+        self._runner_refs = set()
+        self._refs = {}
+        self._serial = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._kill_pool()
+        self._stop_runner()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- build pool
+    def _new_pool(self):
+        ctx = multiprocessing.get_context("fork")
+        self._pool = cf.ProcessPoolExecutor(max_workers=max(1, self.options.parallel), mp_context=ctx)
+
+    def _kill_pool(self):
+        if self._pool is None:
+            return
+        for p in list((self._pool._processes or {}).values()):
+            try:
+                p.kill()
+            except Exception:
+                pass
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = None
+
+    def build(self, task, configs) -> list:
+        """Build every config of `configs` (dicts); returns [(MeasureError, msg, build_s, path)]."""
+        results = [None] * len(configs)
+        queue = list(range(len(configs)))
+        pending = {}
+        limit = self.options.timeout_s
+        while queue or pending:
+            if self._pool is None:
+                self._new_pool()
+            while queue and len(pending) < max(1, self.options.parallel):
+                i = queue.pop(0)
+                self._serial += 1
+                path = os.path.join(self.tmp, f"cand_{self._serial}.so")
+                try:
+                    fut = self._pool.submit(self.build_fn, task, self.target, dict(configs[i]), path)
+                except cf.process.BrokenProcessPool:
+                    self._kill_pool()
+                    queue.insert(0, i)
+                    break
+                pending[fut] = (i, path, time.perf_counter())
+            if not pending:
+                continue
+            first = min(t0 for _, _, t0 in pending.values())
+            done, _ = cf.wait(pending, timeout=max(0.0, first + limit - time.perf_counter()),
+                              return_when=cf.FIRST_COMPLETED)
+            broken = False
+            for fut in done:
+                i, path, t0 = pending.pop(fut)
+                try:
+                    err, msg, build_s = fut.result()
+                except cf.process.BrokenProcessPool:
+                    err, msg, build_s, broken = MeasureError.COMPILE_HOST, "the build worker died", 0.0, True
+                except Exception as e:
+                    err, msg, build_s = MeasureError.COMPILE_HOST, f"{type(e).__name__}: {e}", 0.0
+                results[i] = (MeasureError(err), msg, build_s, path)
+            now = time.perf_counter()
+            late = [f for f, (_, _, t0) in pending.items() if now - t0 >= limit]
+            if late or broken:
+                for f in late:
+                    i, path, t0 = pending.pop(f)
+                    results[i] = (MeasureError.BUILD_TIMEOUT, f"build took longer than {limit:g} s", now - t0, path)
+                for f, (i, _, _) in pending.items():  # lost with the pool: build them again
+                    queue.insert(0, i)
+                pending.clear()
+                self._kill_pool()
+        return results
+
+    # -- runner
+    def _start_runner(self):
+        # a fresh interpreter (not multiprocessing's spawn, which re-runs the parent's __main__)
+        # talking over a socket pair wrapped as multiprocessing Connections
+        parent, child = socket.socketpair()
+        code = f"from tvmc.autotune.measure import _runner_entry; _runner_entry({child.fileno()})"
+        self._runner = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child.fileno(),))
+        child.close()
+        self._conn = Connection(parent.detach())
+        self._runner_refs = set()
+        if not self._conn.poll(120) or self._conn.recv() != ("ready",):
+            raise RuntimeError("the measurement runner process did not start")
+
+    def _stop_runner(self):
+        if self._runner is not None:
+            self._runner.kill()
+            self._runner.wait()
+            self._conn.close()
+            self._runner = None
+
+    def run(self, task, path: str, limit_s: float, want_output=False):
+        """Run one built candidate; returns (MeasureError, msg, costs_s, output or None)."""
+        import numpy as np
+
+        if self._runner is None or self._runner.poll() is not None:
+            self._start_runner()
+        key = task.key
+        ref = self._refs.get(key)
+        if ref is not None and key not in self._runner_refs:
+            self._conn.send(("ref", key, ref))
+            self._runner_refs.add(key)
+        n_in = len(task.in_dtypes)
+        req = {"key": key, "seed": 0, "path": path, "func": "tvmc_task",
+               "inputs": [(tuple(s), d) for s, d in zip(task.workload[:n_in], task.in_dtypes)],
+               "out_shape": tuple(task.workload[n_in]), "out_dtype": np.dtype(task.workload[n_in + 1]).name,
+               "number": self.options.number, "repeat": self.options.repeat,
+               "min_repeat_ms": self.options.min_repeat_ms, "check": self.options.check,
+               "want_output": want_output}
+        self._conn.send(("run", req))
+        if not self._conn.poll(max(limit_s, 0.0)):
+            self._stop_runner()
+            return MeasureError.RUN_TIMEOUT, f"run took longer than {limit_s:.3g} s", [], None
+        try:
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            try:
+                code = self._runner.wait(5)
+            except subprocess.TimeoutExpired:
+                code = None
+            self._stop_runner()
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            return MeasureError.RUNTIME_DEVICE, f"the kernel crashed the runner ({how})", [], None
+        if reply[0] == "wrong":
+            return MeasureError.WRONG_ANSWER, reply[1], [], None
+        return MeasureError.NO_ERROR, "", reply[1], reply[2]
+
+    def set_reference(self, task, output):
+        """The output every later candidate of `task` is compared with (the fallback config's)."""
+        self._refs[task.key] = output
+
+    def measure(self, task, configs, reference=False) -> list:
+        """Build then run `configs` of `task`; returns one MeasureResult each. With `reference`,
+        the first config's output becomes the task's reference (see set_reference)."""
+        results = []
+        for k, (err, msg, build_s, path) in enumerate(self.build(task, configs)):
+            costs = []
+            if err == MeasureError.NO_ERROR:
+                want = reference and k == 0
+                err, msg, costs, output = self.run(task, path, self.options.timeout_s - build_s, want_output=want)
+                if want and err == MeasureError.NO_ERROR:
+                    self.set_reference(task, output)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            results.append(MeasureResult(costs, err, msg[:500], build_s))
+        return results
+

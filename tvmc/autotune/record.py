@@ -1,0 +1,204 @@
+"""Tuning records: one JSON line per measurement, appended and flushed line by line, so a file
+stays readable after a kill (a torn last line is skipped when loading).
+
+A line (format version 1):
+
+    {"version": 1, "target": {"name": "x86", "hash": "<Target.hash>"},
+     "task": {"name": "conv2d_nchwc.x86", "op": "nn.conv2d_nchwc", "workload": [...],
+              "in_dtypes": ["float32", ...], "flops": 231211008},
+     "config": {"tile_ow": 28, ...}, "costs_s": [0.0012, ...], "error": 0, "error_msg": "",
+     "timestamp": 1700000000.0}
+
+`ApplyHistoryBest` is the `config_lookup` that `tvmc compile --tuning-records` passes down to
+lower_fused: the best valid record (lowest mean cost, error 0) per (implementation, workload)
+for the target's hash; records of another target hash are counted as not applicable, and a
+record whose config does not fit the implementation's current config space is counted as stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from tvmc.autotune.space import ConfigEntity
+from tvmc.autotune.task import Task, workload_json, workload_key
+from tvmc.errors import TuningError
+
+FORMAT_VERSION = 1
+
+
+def _tupled(x):
+    return tuple(_tupled(v) for v in x) if isinstance(x, list) else x
+
+
+class Record:
+    """One parsed line."""
+
+    def __init__(self, data: dict):
+        self.data = data
+        self.target_hash = data["target"]["hash"]
+        self.target_name = data["target"].get("name", "?")
+        t = data["task"]
+        self.impl = t["name"]
+        self.workload_key = workload_key(t["workload"])
+        self.config = dict(data["config"])
+        self.costs_s = list(data.get("costs_s") or [])
+        self.error = int(data.get("error", 0))
+
+    @property
+    def key(self) -> tuple:
+        return (self.impl, self.workload_key)
+
+    @property
+    def ok(self) -> bool:
+        return self.error == 0 and bool(self.costs_s)
+
+    @property
+    def mean_s(self) -> float:
+        return sum(self.costs_s) / len(self.costs_s) if self.ok else float("inf")
+
+    def task(self) -> Task:
+        t = self.data["task"]
+        return Task(t["op"], t["name"], _tupled(t["workload"]), tuple(t["in_dtypes"]), int(t["flops"]))
+
+    def config_key(self) -> str:
+        return json.dumps(self.config, sort_keys=True)
+
+
+def config_key(config: dict) -> str:
+    return json.dumps(dict(config), sort_keys=True)
+
+
+def encode(target, task: Task, config: dict, result) -> str:
+    """One record line (no newline) for MeasureResult `result` of `config` on `task`."""
+    return json.dumps({
+        "version": FORMAT_VERSION,
+        "target": {"name": target.name, "hash": target.hash},
+        "task": {"name": task.impl, "op": task.op, "workload": workload_json(task.workload),
+                 "in_dtypes": list(task.in_dtypes), "flops": task.flops},
+        "config": dict(config),
+        "costs_s": [float(c) for c in result.costs_s],
+        "error": int(result.error),
+        "error_msg": result.error_msg,
+        "timestamp": float(getattr(result, "timestamp", time.time())),
+    }, separators=(",", ":"))
+
+
+class RecordWriter:
+    """Appends record lines to `path`, flushing (and fsync-ing) each one."""
+
+    def __init__(self, path):
+        try:
+            self.f = open(path, "a", encoding="utf-8")
+        except OSError as e:
+            raise TuningError(f"{path}: cannot open tuning records for writing: {e.strerror or e}") from None
+
+    def write(self, target, task, config, result):
+        self.f.write(encode(target, task, config, result) + "\n")
+        self.f.flush()
+        os.fsync(self.f.fileno())
+
+    def close(self):
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def load_records(path) -> list:
+    """Records of a file. A missing or unreadable file, or one without a single valid record
+    line, raises TuningError; single malformed lines (a line torn by a kill) are skipped."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise TuningError(f"{path}: tuning records file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TuningError(f"{path}: cannot read tuning records: {getattr(e, 'strerror', None) or e}") from None
+    records, bad = [], 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if data.get("version") != FORMAT_VERSION:
+                raise ValueError(f"format version {data.get('version')}")
+            records.append(Record(data))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad += 1
+    if not records and bad:
+        raise TuningError(f"{path}: not a tuning records file ({bad} unreadable lines, none in format "
+                          f"version {FORMAT_VERSION})")
+    return records
+
+
+class ApplyHistoryBest:
+    """config_lookup(impl_name, workload) -> ConfigEntity | None from the best valid records of
+    `target` (see the module docstring). Remembers what compile asked for: `queried` (task keys),
+    `applied` ({task key: record})."""
+
+    def __init__(self, records, target, source: str = ""):
+        self.target, self.source = target, source
+        self.best: dict = {}
+        self.other_targets: dict = {}  # target name (hash) -> record count
+        for r in records:
+            if r.target_hash != target.hash:
+                name = f"{r.target_name} ({r.target_hash})"
+                self.other_targets[name] = self.other_targets.get(name, 0) + 1
+                continue
+            if r.ok and (r.key not in self.best or r.mean_s < self.best[r.key].mean_s):
+                self.best[r.key] = r
+        self.queried: dict = {}
+        self.applied: dict = {}
+        self.stale: dict = {}
+
+    @classmethod
+    def from_file(cls, path, target) -> "ApplyHistoryBest":
+        return cls(load_records(path), target, os.fspath(path))
+
+    @property
+    def not_applicable(self) -> int:
+        return sum(self.other_targets.values())
+
+    def __call__(self, impl_name: str, wl) -> ConfigEntity | None:
+        key = (impl_name, workload_key(wl))
+        self.queried[key] = wl
+        r = self.best.get(key)
+        if r is None:
+            return None
+        space = _space_of(impl_name, wl, self.target)
+        if space is not None and (set(r.config) != set(space.knobs)
+                                  or any(v not in space.knobs[k] for k, v in r.config.items())):
+            self.stale[key] = r
+            return None
+        self.applied[key] = r
+        cfg = ConfigEntity(r.config)
+        cfg.cost_s = r.mean_s
+        return cfg
+
+    def summary(self) -> dict:
+        """For metadata.json "tuning_records": file, counts, and the records used."""
+        return {
+            "file": self.source,
+            "tasks": len(self.queried),
+            "tasks_from_records": len(self.applied),
+            "tasks_fallback": len(self.queried) - len(self.applied),
+            "not_applicable_records": self.other_targets,
+            "stale_records": len(self.stale),
+            "applied": [r.data for r in self.applied.values()],
+        }
+
+
+def _space_of(impl_name, wl, target):
+    from tvmc.ops.registry import all_ops
+
+    for opdef in all_ops().values():
+        for impl in opdef.strategy.get(target.family, ()):
+            if impl.name == impl_name and impl.config_space is not None:
+                return impl.config_space(wl, target)
+    return None

@@ -1,0 +1,245 @@
+"""`tvmc tune`: extract a model's tasks, search each task's config space with a tuner while
+measuring candidates for real, and append every measurement to a records file.
+
+Budget: `trials` is the total number of measurements for the model; each task gets a share in
+proportion to its FLOPs in the model (FLOPs of one call x calls), at least 1, at most its space
+size; what a capped task leaves is shared again among the others in the same proportion.
+
+Resume: measurements already in the output file or in `prior_records` for this target and
+task count as made (their configs are never measured again, and they count against the task's
+share). Records of other tasks train the xgb tuner's model before its first batch (transfer).
+Each task starts with its fallback config (the reference for the results check, and the
+summary's fallback GFLOP/s).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tvmc.autotune.features import config_features
+from tvmc.autotune.measure import MeasureOptions, Measurer, build_candidate
+from tvmc.autotune.record import RecordWriter, config_key, load_records
+from tvmc.autotune.tuner import make_tuner
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    trials: int = 200
+    tuner: str = "xgb"
+    early_stopping: int | None = None
+    batch_size: int = 8
+    measure: MeasureOptions = MeasureOptions()
+    prior_records: str | None = None
+    seed: int = 0
+
+
+@dataclass
+class TaskResult:
+    task: object
+    trials: int = 0                  # measurements made now
+    resumed: int = 0                 # measurements taken from records
+    best_flops: float = 0.0
+    best_config: dict | None = None
+    fallback_flops: float = 0.0
+    errors: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    curve: list = field(default_factory=list)  # best FLOP/s after each trial made now
+
+    @property
+    def speedup(self) -> float:
+        return self.best_flops / self.fallback_flops if self.fallback_flops else float("nan")
+
+
+def split_budget(tasks, trials: int, target) -> list:
+    """Trials per task (see the module docstring)."""
+    sizes = [len(t.config_space(target)) for t in tasks]
+    weights = [t.flops * t.calls for t in tasks]
+    share = [0] * len(tasks)
+    open_ = set(range(len(tasks)))
+    left = trials
+    while left > 0 and open_:
+        total = sum(weights[i] for i in open_) or 1
+        grant = {i: max(1, int(left * weights[i] / total)) for i in open_}
+        spent = 0
+        for i in sorted(open_, key=lambda i: -weights[i]):
+            g = min(grant[i], sizes[i] - share[i], left - spent)
+            share[i] += g
+            spent += g
+            if share[i] >= sizes[i]:
+                open_.discard(i)
+        left -= spent
+        if spent == 0:
+            break
+    return share
+
+
+class Progress:
+    """The one updating line per task: `[Task  3/12]  Current/Best: ... | Progress: (n/N) | t s`."""
+
+    def __init__(self, stream=None, live=None):
+        self.stream = stream or sys.stdout
+        self.live = self.stream.isatty() if live is None else live
+
+    def line(self, k, n, cur, best, done, total, seconds) -> str:
+        return (f"[Task {k:2d}/{n:2d}]  Current/Best: {cur / 1e9:7.2f}/{best / 1e9:7.2f} GFLOPS | "
+                f"Progress: ({done}/{total}) | {seconds:.2f} s")
+
+    def update(self, *args):
+        if self.live:
+            self.stream.write("\r" + self.line(*args))
+            self.stream.flush()
+
+    def done(self, *args):
+        self.stream.write(("\r" if self.live else "") + self.line(*args) + "\n")
+        self.stream.flush()
+
+
+def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), progress: Progress | None = None,
+               build_fn=build_candidate, budgets=None) -> list:
+    """Tune `tasks` on this machine, appending records to `output`; returns a TaskResult each.
+    `budgets` overrides the trial split (one count per task)."""
+    previous = []
+    if options.prior_records:
+        previous += load_records(options.prior_records)
+    if os.path.exists(output) and os.path.getsize(output) > 0:
+        previous += load_records(output)
+    mine = [r for r in previous if r.target_hash == target.hash]
+    budgets = budgets or split_budget(tasks, options.trials, target)
+    progress = progress or Progress()
+    results = []
+    with Measurer(target, options.measure, build_fn) as measurer, RecordWriter(output) as writer:
+        for k, (task, budget) in enumerate(zip(tasks, budgets), 1):
+            res = _tune_one(task, target, budget, options, measurer, writer, mine, progress, k, len(tasks))
+            results.append(res)
+    return results
+
+
+def _flops_of(task, result) -> float:
+    return task.flops / result.mean_s if result.ok and result.mean_s > 0 else 0.0
+
+
+def _tune_one(task, target, budget, options, measurer, writer, records, progress, k, n):
+    space = task.config_space(target)
+    tuner = make_tuner(options.tuner, space, lambda cfg: config_features(task, target, cfg), options.seed + k)
+    res = TaskResult(task)
+    t0 = time.perf_counter()
+    done_keys = {r.config_key(): r for r in records if r.key == task.key}
+    fallback = space.fallback_config()
+    fb_key = config_key(fallback)
+    # resumed measurements of this task
+    idx, fl = [], []
+    for key, r in done_keys.items():
+        i = space.index_of(r.config)
+        if i is None:
+            continue
+        idx.append(i)
+        fl.append(task.flops / r.mean_s if r.ok else 0.0)
+    if idx:
+        tuner.update(idx, fl)
+        res.resumed = len(idx)
+    if options.tuner == "xgb":
+        _add_transfer(tuner, task, target, records)
+
+    def measure(configs, reference=False):
+        outs = measurer.measure(task, configs, reference=reference)
+        flops = []
+        for cfg, r in zip(configs, outs):
+            writer.write(target, task, cfg, r)
+            f = _flops_of(task, r)
+            flops.append(f)
+            if not r.ok:
+                res.errors[int(r.error)] = res.errors.get(int(r.error), 0) + 1
+            res.best_flops = max(res.best_flops, f)
+            res.curve.append(res.best_flops)
+        return flops
+
+    total = min(max(budget, res.resumed), len(space))
+    res.best_flops = tuner.best_flops
+    # the fallback first: the results check's reference and the summary's baseline
+    fb_index = space.index_of(fallback)
+    if fb_key in done_keys and done_keys[fb_key].ok:
+        res.fallback_flops = task.flops / done_keys[fb_key].mean_s
+        # the runner needs the reference output: run it again without recording
+        err, msg, build_s, path = measurer.build(task, [fallback])[0]
+        if err == 0:
+            e, _, _, out = measurer.run(task, path, options.measure.timeout_s, want_output=True)
+            if e == 0:
+                measurer.set_reference(task, out)
+    elif res.resumed < budget:
+        f = measure([fallback], reference=True)[0]
+        res.fallback_flops = f
+        res.trials += 1
+        tuner.update([fb_index], [f])
+
+    def counted_measure(configs):
+        out = measure(configs)
+        res.trials += len(configs)
+        return out
+
+    progress.update(k, n, res.fallback_flops, res.best_flops, res.resumed + res.trials, total, 0.0)
+    remaining = budget - res.resumed - res.trials
+    if remaining > 0:
+        tuner.trials = 0
+        tuner.best_trial = 0
+        tuner.tune(remaining, counted_measure, options.batch_size, options.early_stopping,
+                   callback=lambda tn, b, f: progress.update(k, n, max(f) if f else 0.0, res.best_flops,
+                                                             res.resumed + res.trials, total,
+                                                             time.perf_counter() - t0))
+    res.best_flops = max(res.best_flops, tuner.best_flops)
+    if tuner.best_index is not None:
+        res.best_config = dict(space.get(tuner.best_index))
+    res.seconds = time.perf_counter() - t0
+    progress.done(k, n, res.curve[-1] if res.curve else res.best_flops, res.best_flops,
+                  res.resumed + res.trials, total, res.seconds)
+    return res
+
+
+def _add_transfer(tuner, task, target, records):
+    """Prior measurements of other tasks of the same implementation train the xgb model."""
+    by_task: dict = {}
+    for r in records:
+        if r.key != task.key and r.impl == task.impl:
+            by_task.setdefault(r.key, []).append(r)
+    for key, rs in by_task.items():
+        other = rs[0].task()
+        feats, flops = [], []
+        for r in rs:
+            feats.append(config_features(other, target, r.config))
+            flops.append(other.flops / r.mean_s if r.ok else 0.0)
+        tuner.add_prior(np.stack(feats), flops)
+
+
+def summary_rows(results) -> list:
+    """(task number, name, workload, trials, best GFLOP/s, fallback GFLOP/s, speed-up) per task."""
+    rows = []
+    for k, r in enumerate(results, 1):
+        rows.append((k, r.task.impl, r.task.describe(), r.trials + r.resumed, r.best_flops / 1e9,
+                     r.fallback_flops / 1e9, r.speedup))
+    return rows
+
+
+def format_summary(results) -> str:
+    head = f"{'task':>4}  {'implementation':<18} {'workload':<52} {'trials':>6} {'best GFLOP/s':>12} " \
+           f"{'fallback':>9} {'speed-up':>8}"
+    lines = [head]
+    for k, name, wl, trials, best, fb, sp in summary_rows(results):
+        lines.append(f"{k:>4}  {name:<18} {wl:<52} {trials:>6} {best:>12.2f} {fb:>9.2f} {sp:>7.2f}x")
+    return "\n".join(lines)
+
+
+def records_summary_lines(summary: dict) -> list:
+    """What `tvmc compile --tuning-records` prints: "N/M tasks from records, K fallback", and
+    the records that did not apply."""
+    lines = [f"tuning records {summary['file']}: {summary['tasks_from_records']}/{summary['tasks']} tasks from "
+             f"records, {summary['tasks_fallback']} fallback"]
+    for name, count in summary["not_applicable_records"].items():
+        lines.append(f"  {count} records for target {name} not applicable to this target")
+    if summary["stale_records"]:
+        lines.append(f"  {summary['stale_records']} tasks' best records do not fit the current config space "
+                     f"(schedule changed); fallback used")
+    return lines
