@@ -56,25 +56,25 @@ class TaskResult:
 
 
 def split_budget(tasks, trials: int, target) -> list:
-    """Trials per task (see the module docstring)."""
+    """Trials per task (see the module docstring): 1 each first (the fallback) when the budget
+    allows, the rest in proportion to FLOPs x calls, capped at the space size, what a capped
+    task leaves shared again; rounding remainders go to the largest tasks."""
     sizes = [len(t.config_space(target)) for t in tasks]
     weights = [t.flops * t.calls for t in tasks]
-    share = [0] * len(tasks)
-    open_ = set(range(len(tasks)))
-    left = trials
-    while left > 0 and open_:
-        total = sum(weights[i] for i in open_) or 1
-        grant = {i: max(1, int(left * weights[i] / total)) for i in open_}
-        spent = 0
-        for i in sorted(open_, key=lambda i: -weights[i]):
-            g = min(grant[i], sizes[i] - share[i], left - spent)
-            share[i] += g
-            spent += g
-            if share[i] >= sizes[i]:
-                open_.discard(i)
-        left -= spent
-        if spent == 0:
+    share = [1 if trials >= len(tasks) else 0 for _ in tasks]
+    left = trials - sum(share)
+    while left > 0:
+        open_ = [i for i in range(len(tasks)) if share[i] < sizes[i]]
+        if not open_:
             break
+        total = sum(weights[i] for i in open_) or 1
+        grant = {i: min(sizes[i] - share[i], int(left * weights[i] / total)) for i in open_}
+        if not any(grant.values()):  # rounding: one more trial to the heaviest open tasks
+            for i in sorted(open_, key=lambda i: -weights[i])[:left]:
+                grant[i] = 1
+        for i, g in grant.items():
+            share[i] += g
+            left -= g
     return share
 
 
