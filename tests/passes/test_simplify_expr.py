@@ -113,3 +113,29 @@ def test_integer_neutral_elements():
     before = Graph([x], [call("add", call("divide", call("multiply", r, one), one), zero)])
     after = simplify(before)
     assert_same_graph(after, Graph([x], [call("abs", x)]))
+
+
+def test_elementwise_ops_sink_below_the_reshape_of_a_dense():
+    """A rank-3 MatMul imports as reshape(dense(reshape(x))): the bias add, a GELU-like chain of
+    scalar ops and the residual add move below the reshape, onto the dense's 2-D output, where
+    FuseOps makes them its epilogue; a constant that varies along a reshaped axis stops them."""
+    from pass_helpers import const
+
+    x = var("x", (1, 4, 8))
+    w = const((6, 8), "w")
+    h = call("reshape", call("nn.dense", call("reshape", x, newshape=(4, 8)), w), newshape=(1, 4, 6))
+    h = call("add", h, const((6,), "bias", 1))
+    g = call("multiply", call("erf", call("multiply", h, Constant(np.float32(0.7), "s"))), h)
+    r = var("r", (1, 4, 6))
+    stop = call("add", call("add", g, r), const((4, 1), "rows", 2))
+    before = Graph([x, r], [stop])
+    after = simplify(before)
+    assert_equivalent(before, after)
+    # x reshaped, dense, bias add, GELU-like chain, r reshaped to [4, 6], residual add, then the
+    # one reshape back before the row constant
+    assert op_names(after) == ["reshape", "nn.dense", "add", "multiply", "erf", "multiply", "reshape", "add",
+                               "reshape", "add"]
+    dense_consumers = [c for c in after.calls() if any(getattr(i, "op", None) == "nn.dense" for i in c.inputs)]
+    assert [c.op for c in dense_consumers] == ["add"] and dense_consumers[0].shape == (4, 6)
+    last = after.outputs[0]
+    assert last.op == "add" and last.inputs[0].op == "reshape"   # the row constant keeps its reshape
