@@ -61,8 +61,8 @@ def resnet18_conv_layers() -> list:
 
 def conv_model(c, h, w, o, k, stride, pad, seed=0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
-    w = rng.standard_normal((o, c, k, k)) * np.sqrt(2 / (c * k * k))
-    weight = numpy_helper.from_array(w.astype(np.float32), "W")
+    values = rng.standard_normal((o, c, k, k)) * np.sqrt(2 / (c * k * k))
+    weight = numpy_helper.from_array(values.astype(np.float32), "W")
     node = helper.make_node("Conv", ["X", "W"], ["Y"], kernel_shape=[k, k], strides=[stride] * 2, pads=[pad] * 4)
     oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
     graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, c, h, w])],
