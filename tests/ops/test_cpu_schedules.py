@@ -51,3 +51,18 @@ def test_depthwise_pads_per_tile_into_a_local_buffer():
     assert "(local)" in str(lower_fused(pool, X86)).split("allocate pad")[1].splitlines()[0]
     out, _ = build_and_run(pool, [a])
     np.testing.assert_allclose(out, get_op("nn.max_pool2d").reference(a, **pattrs), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape,axis,vectorized", [((2, 4, 64), 2, True), ((2, 40, 20), 1, False),
+                                                   ((3, 24), 1, False)])
+def test_softmax_over_the_contiguous_axis_is_vectorized(shape, axis, vectorized):
+    """max and sum over a contiguous last axis of >= 2 vectors go through rfactor (lane-wise
+    partial results in vector registers); other axes keep the scalar reduction loop."""
+    from tvmc.ops.registry import get_op
+
+    x = Var("x", TensorType(shape, "float32"))
+    fn = Function([x], make_call("nn.softmax", [x], {"axis": axis}), "fused_softmax")
+    assert ("softmax_max_rf" in str(lower_fused(fn, X86))) == vectorized
+    a = (np.random.default_rng(1).standard_normal(shape) * 4).astype(np.float32)
+    out, _ = build_and_run(fn, [a])
+    np.testing.assert_allclose(out, get_op("nn.softmax").reference(a, axis), rtol=1e-5, atol=1e-6)

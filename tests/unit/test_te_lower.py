@@ -428,3 +428,44 @@ def test_compiled_integer_index_arithmetic(compile_prim):
     out = np.zeros(16, dtype=np.int64)
     fn(a, out)
     np.testing.assert_array_equal(out, a // 3 + (a % 5) * 100)
+
+
+def test_rfactor_vectorizes_a_contiguous_reduction(compile_prim):
+    """rfactor(C, 16): a [5, 16] stage of lane-wise partial sums/maxima (vectorized over the
+    lanes, reduced over k_outer), then C reduces the 16 lanes; same result as the plain reduction."""
+    A = te.placeholder((5, 64), name="A")
+    k = te.reduce_axis(64, "k")
+    S = te.compute((5,), lambda i: te.sum(A[i, k] * 2.0, k), name="S")
+    k2 = te.reduce_axis(64, "k2")
+    M = te.compute((5,), lambda i: te.max(A[i, k2], k2), name="M")
+    OUT = te.compute((5,), lambda i: S[i] + M[i], name="OUT")
+    s = te.create_schedule(OUT)
+    for t in (S, M):
+        rf = s.rfactor(t, 16)
+        assert rf.shape == (5, 16) and [iv.extent for iv in s[rf].op.reduce_axis] == [4]
+        assert [iv.extent for iv in s[t].op.reduce_axis] == [16]
+        row, lane = s[rf].op.axis
+        s[rf].reorder(row, s[rf].op.reduce_axis[0], lane)
+        s[rf].vectorize(lane)
+    assert sorted(st.tensor.name for st in s.stages) == ["M", "M_rf", "OUT", "S", "S_rf"]
+    prim = lower(s, [A, OUT], "rfactor")
+    vector_loops = [(name, e) for name, e, kd in loops(prim) if kd == "vectorize"]
+    assert {name.split("_lane")[0] for name, _ in vector_loops} == {"S", "M"}   # S_rf/M_rf: init and update
+    assert all(e == 16 for _, e in vector_loops)
+    a = np.random.default_rng(3).standard_normal((5, 64)).astype("float32")
+    a[1] = -1e30
+    out = np.zeros(5, dtype="float32")
+    compile_prim(prim)(a, out)
+    np.testing.assert_allclose(out, (a * 2).sum(1) + a.max(1), rtol=1e-5, atol=1e-5)
+
+
+def test_rfactor_errors():
+    A = te.placeholder((5, 64), name="A")
+    k = te.reduce_axis(64, "k")
+    S = te.compute((5,), lambda i: te.sum(A[i, k], k), name="S")
+    T = te.compute((5,), lambda i: S[i] * 2.0, name="T")
+    s = te.create_schedule(T)
+    with pytest.raises(ScheduleError, match="does not divide"):
+        s.rfactor(S, 3)
+    with pytest.raises(ScheduleError, match="exactly one axis"):
+        s.rfactor(T, 2)

@@ -1,6 +1,6 @@
 """Schedules: loop transformations on the stages of a tensor-expression graph (TVM's te.Schedule).
 
-Primitives: split, fuse, reorder, vectorize, parallel, unroll, compute_inline, compute_at,
+Primitives: split, fuse, reorder, vectorize, parallel, unroll, compute_inline, compute_at, rfactor,
 cache_write. A schedule never changes what is computed, only the loop nest that computes it;
 `tvmc.tir.lower` turns it into loop IR.
 """
@@ -8,7 +8,7 @@ cache_write. A schedule never changes what is computed, only the loop nest that 
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import TensorLoad
+from tvmc.te.expr import Reduce, TensorLoad, substitute
 from tvmc.te.tensor import ComputeOp, IterVar, Tensor
 
 
@@ -151,6 +151,38 @@ class Schedule:
         self.stages[k + 1] = Stage(t)
         self._by_tensor[t.uid] = self.stages[k + 1]
         return cache
+
+    def rfactor(self, t: Tensor, factor: int) -> Tensor:
+        """Factor `t`'s reduction (one reduce axis k, extent divisible by `factor`) through a new
+        stage (returned) of shape t.shape + (factor,) that reduces over k_outer with
+        k = k_outer * factor + lane, a spatial last axis (vectorizable when k is the innermost,
+        contiguous index of the source); `t` becomes the reduction of that stage over its
+        last axis. TVM's rfactor, for one axis. Raises ScheduleError otherwise."""
+        st = self[t]
+        body = t.op.body
+        if not isinstance(body, Reduce) or len(body.axes) != 1:
+            raise ScheduleError(f"rfactor: {t.name} must reduce over exactly one axis")
+        if st.leaf != st.root or st.relations:
+            raise ScheduleError("rfactor must come before other primitives on the stage")
+        (k,) = body.axes
+        if factor < 1 or k.extent % factor:
+            raise ScheduleError(f"rfactor: factor {factor} does not divide {t.name}'s reduction of {k.extent}")
+        axis = [IterVar(e, f"{t.name}_rf{n}") for n, e in enumerate(t.shape)] + [IterVar(factor, f"{t.name}_lane")]
+        ko = IterVar(k.extent // factor, k.name + "_outer", "reduce")
+        mapping = {old.var: new.var for old, new in zip(t.op.axis, axis)}
+        mapping[k.var] = ko.var * factor + axis[-1].var
+        partial = Tensor(t.shape + (factor,), t.dtype, t.name + "_rf",
+                         ComputeOp(axis, Reduce(body.combiner, substitute(body.source, mapping), [ko]), t.op.tag))
+        lane = IterVar(factor, k.name + "_lane", "reduce")
+        t.op = ComputeOp(t.op.axis, Reduce(body.combiner, TensorLoad(partial, [a.var for a in t.op.axis] + [lane.var]),
+                                           [lane]), t.op.tag)
+        k_at = self.stages.index(st)
+        new_stage = Stage(partial)
+        self.stages.insert(k_at, new_stage)
+        self._by_tensor[partial.uid] = new_stage
+        self.stages[k_at + 1] = Stage(t)
+        self._by_tensor[t.uid] = self.stages[k_at + 1]
+        return partial
 
 
 def _topo(outputs) -> list:

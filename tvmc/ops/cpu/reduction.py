@@ -1,10 +1,12 @@
-"""x86 schedules for normalizations built from reductions (softmax, LRN): every reduction and the
-output at root, each with its outer spatial loops fused in parallel and the innermost axis
-vectorized where the axis fits a vector."""
+"""x86 schedules for normalizations built from reductions (softmax, LRN) and reductions over axes:
+every reduction and the output at root, each with its outer spatial loops fused in parallel and
+the innermost axis vectorized where the axis fits a vector; reductions over a contiguous
+innermost axis are vectorized through rfactor (see _reduction_at_root)."""
 
 from __future__ import annotations
 
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
+from tvmc.te.expr import TensorLoad, Var, walk
 from tvmc.ops.cpu.tiling import schedule_window_reduction
 
 
@@ -16,13 +18,46 @@ def _root_reduction(stage):
         stage.parallel(outer[0])
 
 
+def _contiguous_reduce_axis(t):
+    """The single reduce axis of `t` when every load of its source has it as the last
+    (innermost, contiguous) index, else None."""
+    if len(t.op.reduce_axis) != 1:
+        return None
+    k = t.op.reduce_axis[0]
+    loads = [x for x in walk(t.op.body.source) if isinstance(x, TensorLoad)]
+    if not loads or any(not (isinstance(ld.indices[-1], Var) and ld.indices[-1] is k.var) for ld in loads):
+        return None
+    return k
+
+
+def _reduction_at_root(s, t, target):
+    """A reduction stage at root. Over a contiguous innermost axis whose extent is a multiple of
+    the vector lanes (and at least two vectors), the reduction is vectorized (TVM's rfactor):
+    lane-wise partial results accumulate one vector per step, then one short reduction over
+    the lanes; e.g. softmax over 128 keys: 8 vector steps and 16 lanes instead of 128 dependent
+    scalar steps. Otherwise the reduction loop stays innermost and scalar."""
+    lanes = target.vector_lanes(t.dtype)
+    k = _contiguous_reduce_axis(t)
+    if k is not None and k.extent % lanes == 0 and k.extent >= 2 * lanes:
+        partial = s.rfactor(t, lanes)
+        ps = s[partial]
+        *outer, lane = ps.op.axis
+        (ko,) = ps.op.reduce_axis
+        rows = [iv for iv in outer if iv.extent > 1]
+        ps.reorder(*rows, ko, *[iv for iv in outer if iv.extent == 1], lane)
+        ps.vectorize(lane)
+        if rows:
+            ps.parallel(rows[0])
+    _root_reduction(s[t])
+
+
 def schedule_softmax(s, out, anchor, cfg, target):
     """softmax: max and sum reductions at root, exp materialized once, divide as the output."""
     keep = [st.tensor for st in s.stages if st.op.reduce_axis or st.tensor.name == "softmax_exp"]
     inline_injective(s, out, keep=keep)
-    for st in s.stages:
+    for st in list(s.stages):
         if st.op.reduce_axis:
-            _root_reduction(st)
+            _reduction_at_root(s, st.tensor, target)
         elif st.attach == "root":
             schedule_elementwise_loops(s, st.tensor, target)
 
@@ -33,9 +68,9 @@ def schedule_reduce(s, out, anchor, cfg, target):
     epilogue (mean's divide, a fused op) runs as the output's vectorized loop nest."""
     keep = [st.tensor for st in s.stages if st.op.reduce_axis]
     inline_injective(s, out, keep=keep)
-    for st in s.stages:
+    for st in list(s.stages):
         if st.op.reduce_axis:
-            _root_reduction(st)
+            _reduction_at_root(s, st.tensor, target)
         elif st.attach == "root" and st.tensor.uid == out.uid:
             schedule_elementwise_loops(s, st.tensor, target)
 
