@@ -107,9 +107,33 @@ def build_candidate(task, target, config: dict, path: str):
         return MeasureError.COMPILE_HOST, f"{type(e).__name__}: {e}", time.perf_counter() - t0
 
 
+def _die_with_parent():
+    """Ask Linux to kill this process when the tuner dies (PR_SET_PDEATHSIG = 1, SIGKILL), so a
+    killed `tvmc tune` leaves no build workers or runner behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _build_worker_init(parent_fds):
+    """Build workers are forked: close the tuner's end of the runner socket they inherited (held
+    open here, it would keep the runner from seeing the tuner exit)."""
+    _die_with_parent()
+    for fd in parent_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 # ---- runner process -------------------------------------------------------------------------
 
 def _runner_entry(fd: int):
+    _die_with_parent()
     _runner_main(Connection(fd))
 
 
@@ -213,7 +237,9 @@ class Measurer:
     # -- build pool
     def _new_pool(self):
         ctx = multiprocessing.get_context("fork")
-        self._pool = cf.ProcessPoolExecutor(max_workers=max(1, self.options.parallel), mp_context=ctx)
+        fds = [self._conn.fileno()] if self._conn is not None and not self._conn.closed else []
+        self._pool = cf.ProcessPoolExecutor(max_workers=max(1, self.options.parallel), mp_context=ctx,
+                                            initializer=_build_worker_init, initargs=(fds,))
 
     def _kill_pool(self):
         if self._pool is None:

@@ -49,6 +49,7 @@ class TaskResult:
     errors: dict = field(default_factory=dict)
     seconds: float = 0.0
     curve: list = field(default_factory=list)  # best FLOP/s after each trial made now
+    last_flops: float = 0.0                    # the latest measurement's FLOP/s
 
     @property
     def speedup(self) -> float:
@@ -156,6 +157,7 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
                 res.errors[int(r.error)] = res.errors.get(int(r.error), 0) + 1
             res.best_flops = max(res.best_flops, f)
             res.curve.append(res.best_flops)
+            res.last_flops = f
         return flops
 
     total = min(max(budget, res.resumed), len(space))
@@ -194,7 +196,7 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
     if tuner.best_index is not None:
         res.best_config = dict(space.get(tuner.best_index))
     res.seconds = time.perf_counter() - t0
-    progress.done(k, n, res.curve[-1] if res.curve else res.best_flops, res.best_flops,
+    progress.done(k, n, res.last_flops, res.best_flops,
                   res.resumed + res.trials, total, res.seconds)
     return res
 
