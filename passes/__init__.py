@@ -3,7 +3,7 @@
 from tvmc.passes.pass_infra import (PassContext, PassInfo, get_pass, graph_pass, list_passes, optimize,
                                     register_pass, run_passes)
 # each pass module registers its pass on import
-from tvmc.passes import (alter_op_layout, dead_code_elimination, eliminate_common_subexpr,  # noqa: F401
+from tvmc.passes import (alter_op_layout, dead_code_elimination, eliminate_common_subexpr, gelu_fusion,  # noqa: F401
                          fold_constant, fold_scale_axis, fuse_ops, plan_memory, simplify_expr, simplify_inference)
 
 __all__ = ["PassContext", "PassInfo", "optimize", "run_passes", "graph_pass", "register_pass", "get_pass",

@@ -300,6 +300,7 @@ CASES = [
     Case("floor", "floor", lambda r: [edges(r, (2, 33), [0.5, -0.5, -0.0, 2.0], 5.0)]),
     Case("ceil", "ceil", lambda r: [edges(r, (2, 33), [0.5, -0.5, -0.0, 2.0], 5.0)]),
     Case("erf", "erf", lambda r: [edges(r, (3, 40), [0.0, -0.0, 5.0, -5.0], 2.0)]),
+    Case("gelu", "nn.gelu", lambda r: [edges(r, (3, 40), [0.0, -0.0, 6.0, -6.0, 1e4, -1e4], 3.0)]),
     Case("elu", "nn.elu", lambda r: [edges(r, (3, 21), BIG)], dict(alpha=0.7)),
     Case("selu", "nn.selu", lambda r: [n(r, (3, 21), 3.0)], dict(alpha=1.6732632, gamma=1.050701)),
     Case("power_float", "power", lambda r: [u(r, (3, 17), 0.1, 4.0), n(r, (17,))]),

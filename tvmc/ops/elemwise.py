@@ -64,6 +64,8 @@ _unary("log", lambda x, a: te.log(x), lambda x: np.log(x))
 _unary("floor", lambda x, a: te.floor(x), lambda x: np.floor(x))
 _unary("ceil", lambda x, a: te.ceil(x), lambda x: np.ceil(x))
 _unary("erf", lambda x, a: te.erf(x), lambda x: _erf_ref(x))
+_unary("nn.gelu", lambda x, a: x * _f(x, 0.5) * (_f(x, 1.0) + te.erf(x * _f(x, 0.7071067811865476))),
+       lambda x: (0.5 * x * (1.0 + _erf_ref(x.astype(np.float64) * 0.7071067811865476))).astype(x.dtype))
 _unary("logical_not", lambda x, a: te.expr.Not(x), lambda x: np.logical_not(x))
 _unary("nn.elu", lambda x, a: te.select(x < _f(x, 0.0), (te.exp(x) - _f(x, 1.0)) * _f(x, a["alpha"]), x),
        lambda x, alpha: np.where(x < 0, (np.exp(x) - 1) * np.float32(alpha), x).astype(x.dtype))
