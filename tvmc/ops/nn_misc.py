@@ -18,8 +18,9 @@ def _softmax_type(in_types, attrs):
     return t
 
 
-def softmax(x, axis):
-    """out = exp(x - max_axis(x)) / sum_axis(exp(x - max_axis(x))) along `axis`."""
+def _softmax_stages(x, axis):
+    """The stages softmax and log_softmax share: (max over `axis`, exp(x - max), sum of that exp,
+    and `at(idx, v)`, the index `idx` with position `axis` replaced by `v`)."""
     red_shape = tuple(1 if k == axis else d for k, d in enumerate(x.shape))
     r1 = te.reduce_axis(x.shape[axis], "k")
 
@@ -30,6 +31,12 @@ def softmax(x, axis):
     e = te.compute(x.shape, lambda *i: te.exp(x[i] - mx[at(i, 0)]), name="softmax_exp")
     r2 = te.reduce_axis(x.shape[axis], "k2")
     sm = te.compute(red_shape, lambda *i: te.sum(e[at(i, r2.var)], r2), name="softmax_sum")
+    return mx, e, sm, at
+
+
+def softmax(x, axis):
+    """out = exp(x - max_axis(x)) / sum_axis(exp(x - max_axis(x))) along `axis`."""
+    _, e, sm, at = _softmax_stages(x, axis)
     return te.compute(x.shape, lambda *i: e[i] / sm[at(i, 0)], name="softmax")
 
 
@@ -111,16 +118,7 @@ register_op(OpDef("nn.batch_norm", _bn_type, _bn_ref, OpPattern.BROADCAST, _bn_c
 def log_softmax(x, axis):
     """out = (x - max_axis(x)) - log(sum_axis(exp(x - max_axis(x)))) along `axis` (ONNX
     LogSoftmax-13); the same stages as softmax, so it shares its schedule."""
-    red_shape = tuple(1 if k == axis else d for k, d in enumerate(x.shape))
-    r1 = te.reduce_axis(x.shape[axis], "k")
-
-    def at(idx, v):
-        return tuple(v if k == axis else i for k, i in enumerate(idx))
-
-    mx = te.compute(red_shape, lambda *i: te.max(x[at(i, r1.var)], r1), name="softmax_max")
-    e = te.compute(x.shape, lambda *i: te.exp(x[i] - mx[at(i, 0)]), name="softmax_exp")
-    r2 = te.reduce_axis(x.shape[axis], "k2")
-    sm = te.compute(red_shape, lambda *i: te.sum(e[at(i, r2.var)], r2), name="softmax_sum")
+    mx, _, sm, at = _softmax_stages(x, axis)
     return te.compute(x.shape, lambda *i: x[i] - mx[at(i, 0)] - te.log(sm[at(i, 0)]), name="log_softmax")
 
 
