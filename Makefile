@@ -2,10 +2,11 @@
 # `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc
 # against onnxruntime at 1 and 2 threads, `make bench-layers` ResNet-18's conv layers against the
 # machine's peak; `make conformance` runs the ONNX backend node cases through tvmc on x86 and
-# rewrites docs/conformance.md.
+# rewrites docs/conformance.md; `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
+# bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first).
 PYTHON ?= python3
 
-.PHONY: install demo test test-all bench bench-layers conformance
+.PHONY: install demo test test-all bench bench-layers conformance tune-demo
 
 install:
 	$(PYTHON) -m pip install -e ".[test,bench]"
@@ -27,3 +28,7 @@ bench-layers: install
 
 conformance: install
 	$(PYTHON) -m tvmc.conformance
+
+tune-demo: install
+	$(PYTHON) -m pip install -e ".[tune]"
+	$(PYTHON) bench/tune_demo.py
