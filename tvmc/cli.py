@@ -12,7 +12,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -349,24 +348,9 @@ def load_inputs(path: str, expected_names) -> dict:
 
 def save_outputs(path: str, outputs: dict) -> None:
     """Write `outputs` ({name: array}) to the .npz `path` atomically (temporary file + rename)."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot write outputs: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **outputs)
-        os.replace(tmp, target)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise ArtifactError(f"{path}: cannot write outputs: {e.strerror or e}") from None
-        raise
+    from tvmc.package import write_atomically
+
+    write_atomically(path, lambda f: np.savez(f, **outputs), "outputs")
 
 
 def print_outputs_summary(outputs: dict) -> None:

@@ -56,9 +56,31 @@ def _params_bytes(params: dict) -> bytes:
         raise ArtifactError(f"cannot serialize params to safetensors: {e}") from None
 
 
-def _remove(path):
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+def write_atomically(path, write, what: str) -> Path:
+    """Create `path` through `write(binary file)`: written to a temporary file in the same folder,
+    made mode 0644, then renamed over `path`, so an error never leaves a partial file behind.
+
+    Raises ArtifactError ("<path>: cannot write <what>: <reason>") on any OSError; other
+    exceptions propagate after the temporary file is removed.
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot write {what}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise ArtifactError(f"{path}: cannot write {what}: {e.strerror or e}") from None
+        raise
+    return path
 
 
 def save_artifact(module, path) -> Path:
@@ -77,33 +99,21 @@ def save_artifact(module, path) -> Path:
         library_name(module.metadata): bytes(module.library),
         HEADER_NAME: kernel_header(),
     }
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot write artifact: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-                for name in sorted(members):
-                    data = members[name]
-                    info = tarfile.TarInfo(name)
-                    info.size = len(data)
-                    info.mtime = 0
-                    info.mode = 0o644
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = ""
-                    info.type = tarfile.REGTYPE
-                    tar.addfile(info, io.BytesIO(data))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as e:
-        _remove(tmp)
-        raise ArtifactError(f"{path}: cannot write artifact: {e.strerror or e}") from None
-    except BaseException:
-        _remove(tmp)
-        raise
-    return path
+
+    def write_tar(f):
+        with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name in sorted(members):
+                data = members[name]
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mtime = 0
+                info.mode = 0o644
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.type = tarfile.REGTYPE
+                tar.addfile(info, io.BytesIO(data))
+
+    return write_atomically(path, write_tar, "artifact")
 
 
 # ---------------------------------------------------------------------------------------------
