@@ -93,14 +93,15 @@ def _binary_type(in_types, attrs):
     return TensorType(broadcast_shape(a.shape, b.shape), a.dtype)
 
 
-def _binary(name, fn, ref):
+def _binary(name, fn, ref, infer=_binary_type):
+    """Register a broadcasting binary op: out[i] = fn(a[bcast(i)], b[bcast(i)])."""
     def compute(inputs, attrs, out_type):
         a, b = inputs
         return te.compute(out_type.shape,
                           lambda *i: fn(a[broadcast_index(a.shape, i)], b[broadcast_index(b.shape, i)]),
                           name=name)
 
-    register_op(OpDef(name, _binary_type, ref, OpPattern.BROADCAST, compute, INJECTIVE_CPU))
+    register_op(OpDef(name, infer, ref, OpPattern.BROADCAST, compute, INJECTIVE_CPU))
 
 
 _binary("add", lambda a, b: a + b, np.add)
@@ -153,13 +154,7 @@ def _compare_type(in_types, attrs):
 
 def _compare(name, fn, ref):
     """Broadcasting comparison / logical op with a bool result (ONNX Equal, Less, And, ...)."""
-    def compute(inputs, attrs, out_type):
-        a, b = inputs
-        return te.compute(out_type.shape,
-                          lambda *i: fn(a[broadcast_index(a.shape, i)], b[broadcast_index(b.shape, i)]),
-                          name=name)
-
-    register_op(OpDef(name, _compare_type, ref, OpPattern.BROADCAST, compute, INJECTIVE_CPU))
+    _binary(name, fn, ref, infer=_compare_type)
 
 
 _compare("equal", te.eq, np.equal)
