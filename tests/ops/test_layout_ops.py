@@ -10,6 +10,7 @@ import pytest
 from util import TOLERANCE, build_and_run, run_op
 
 from tvmc.autotune.space import ConfigEntity
+from tvmc.autotune.task import tasks_of_functions
 from tvmc.errors import ModelError
 from tvmc.graph.ir import Function, TensorType, Var, make_call
 from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, fallback_tile_ow
@@ -129,6 +130,45 @@ def test_conv2d_nchwc_vs_nchw_reference(case):
     np.testing.assert_allclose(to_layout(out, block, "NCHW"), ref, **TOLERANCE["float32"])
 
 
+@pytest.mark.parametrize("case", [c for c in CONVS if c[6] == 1], ids=[c[0] for c in CONVS if c[6] == 1])
+def test_conv2d_nchwc_im2col_vs_nchw_reference(case):
+    """The im2col + GEMM implementation (the tuner's alternative to the direct form)."""
+    x, w, xb, wb, attrs, ref = _conv_case(case)
+    out, _ = run_op("nn.conv2d_nchwc", [xb, wb], attrs, impl="conv2d_nchwc_im2col.x86")
+    np.testing.assert_allclose(to_layout(out, attrs["out_layout"], "NCHW"), ref, **TOLERANCE["float32"])
+
+
+def _conv_function(xb, wb, attrs, name="fused_conv2d_nchwc_cfg"):
+    params = [Var("x", TensorType(xb.shape)), Var("w", TensorType(wb.shape))]
+    return Function(params, make_call("nn.conv2d_nchwc", params, attrs), name)
+
+
+def test_im2col_applies_to_groups_1_only():
+    """Depthwise convolutions offer only the direct form, so tvmc tune extracts one task for them."""
+    target = resolve_target("x86")
+    names = {}
+    for case in (CONVS[0], CONVS[7]):
+        _, _, xb, wb, attrs, _ = _conv_case(case)
+        names[case[0]] = [t.impl for t in tasks_of_functions([_conv_function(xb, wb, attrs)], target)]
+    assert names == {"3x3_pad1": ["conv2d_nchwc.x86", "conv2d_nchwc_im2col.x86"],
+                     "depthwise_3x3": ["conv2d_nchwc.x86"]}
+
+
+@pytest.mark.parametrize("faster", ["conv2d_nchwc.x86", "conv2d_nchwc_im2col.x86"])
+def test_records_choose_the_faster_implementation(faster):
+    """With a tuned config for both implementations, lowering takes the one of lower cost."""
+    target = resolve_target("x86")
+    _, _, xb, wb, attrs, _ = _conv_case(CONVS[0])
+    fn = _conv_function(xb, wb, attrs)
+    configs = {}
+    for t in tasks_of_functions([fn], target):
+        cfg = ConfigEntity(t.config_space(target).fallback)
+        cfg.cost_s = 1e-4 if t.impl == faster else 2e-4
+        configs[t.impl] = cfg
+    prim = lower_fused(fn, target, lambda name, wl: configs.get(name))
+    assert ("im2col" in str(prim)) == (faster == "conv2d_nchwc_im2col.x86")
+
+
 def test_partial_tile_cases_do_take_a_partial_tile():
     target = resolve_target("x86")
     regs = target.num_vector_registers - 4
@@ -166,6 +206,8 @@ def test_conv2d_nchwc_tuned_configs(cfg):
     func = Function(params, make_call("nn.conv2d_nchwc", params, attrs), "fused_conv2d_nchwc_cfg")
     out, prim = build_and_run(func, [xb, wb], config=ConfigEntity(cfg))
     assert ("unroll for ic_inner" in str(prim)) == cfg["unroll_ic"]
+    np.testing.assert_allclose(to_layout(out, "NCHW16c", "NCHW"), ref, **TOLERANCE["float32"])
+    out, _ = build_and_run(func, [xb, wb], config=ConfigEntity(cfg), impl="conv2d_nchwc_im2col.x86")
     np.testing.assert_allclose(to_layout(out, "NCHW16c", "NCHW"), ref, **TOLERANCE["float32"])
 
 

@@ -22,11 +22,21 @@ _tmp = tempfile.TemporaryDirectory(prefix="tvmc-optest-")
 _serial = itertools.count()
 
 
-def build_and_run(fn: Function, arrays, target=None, config=None):
+def build_and_run(fn: Function, arrays, target=None, config=None, impl=None):
     """Compile `fn` for `target` (x86 by default), with the anchor's `config` (a ConfigEntity;
-    default: the fallback), and run it on numpy `arrays`."""
+    default: the fallback) and implementation `impl` (a name; default: the op's first), and run
+    it on numpy `arrays`."""
     target = target or resolve_target("x86")
-    prim = lower_fused(fn, target, config_lookup=(lambda name, wl: config) if config is not None else None)
+    lookup = None
+    if impl is not None:
+        from tvmc.autotune.task import tasks_of_functions
+
+        task = next(t for t in tasks_of_functions([fn], target) if t.impl == impl)
+        chosen = config if config is not None else task.config_space(target).fallback_config()
+        lookup = lambda name, wl: chosen if name == impl else None  # noqa: E731
+    elif config is not None:
+        lookup = lambda name, wl: config  # noqa: E731
+    prim = lower_fused(fn, target, config_lookup=lookup)
     cg = CodeGenLLVM(target)
     cg.add_function(prim)
     so = link_shared(compile_ir(cg.ir_text(), target), target)
@@ -41,9 +51,10 @@ def build_and_run(fn: Function, arrays, target=None, config=None):
     return out, prim
 
 
-def run_op(op, arrays, attrs=None, chain=()):
+def run_op(op, arrays, attrs=None, chain=(), impl=None):
     """Build `op(arrays...)` followed by elementwise `chain` ops [(name, attrs, extra arrays)],
-    run it compiled, and return (compiled output, numpy reference output)."""
+    run it compiled (implementation `impl`, default the op's first), and return (compiled
+    output, numpy reference output)."""
     params = [Var(f"x{k}", _ttype(a)) for k, a in enumerate(arrays)]
     body = make_call(op, params, attrs or {})
     ref = get_op(op).reference(*arrays, **(attrs or {}))
@@ -55,7 +66,7 @@ def run_op(op, arrays, attrs=None, chain=()):
         body = make_call(name, [body] + extra_vars, cattrs)
         ref = get_op(name).reference(ref, *extra, **cattrs)
     fn = Function(params, body, "fused_" + op.replace(".", "_"))
-    out, _ = build_and_run(fn, all_arrays)
+    out, _ = build_and_run(fn, all_arrays, impl=impl)
     return out, ref
 
 

@@ -48,9 +48,13 @@ def model_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def task(model_path, target):
-    (t,) = extract_tasks(model_path, target)
-    return t
+def tasks(model_path, target):
+    return extract_tasks(model_path, target)
+
+
+@pytest.fixture(scope="module")
+def task(tasks):
+    return tasks[0]
 
 
 # ---- config spaces and tasks ------------------------------------------------------------------
@@ -70,8 +74,10 @@ def test_config_space_index_round_trip():
     assert space.index_of({"tile": 4}) is None
 
 
-def test_task_extraction(task, target):
-    assert task.impl == "conv2d_nchwc.x86" and task.op == "nn.conv2d_nchwc"
+def test_task_extraction(tasks, task, target):
+    # one task per implementation of the conv: the choice between them is part of the search
+    assert [t.impl for t in tasks] == ["conv2d_nchwc.x86", "conv2d_nchwc_im2col.x86"]
+    assert tasks[0].workload == tasks[1].workload and task.op == "nn.conv2d_nchwc"
     assert task.flops == 2 * (16 * 6 * 6) * (8 * 3 * 3)  # 2 x outputs x reduction taps
     space = task.config_space(target)
     assert set(space.knobs) == {"tile_ow", "unroll_ic", "unroll_kw", "tile_oh"}
@@ -88,7 +94,17 @@ def test_identical_layers_are_one_task(tmp_path, target):
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])], [w])
     tasks = extract_tasks(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), target)
-    assert len(tasks) == 1 and tasks[0].calls == 2
+    assert len(tasks) == 2 and [t.calls for t in tasks] == [2, 2]  # direct and im2col
+
+
+def test_summary_marks_the_faster_implementation(tasks):
+    from tvmc.autotune.tune import TaskResult, format_summary
+
+    direct, im2col = (TaskResult(t, trials=4, best_flops=f, fallback_flops=1e9) for t, f in zip(tasks, (3e9, 5e9)))
+    rows = format_summary([direct, im2col]).splitlines()
+    assert "conv2d_nchwc.x86 " in rows[1] and "conv2d_nchwc_im2col.x86*" in rows[2]
+    assert rows[-1].startswith("* the faster implementation")
+    assert "*" not in format_summary([direct])  # one implementation: nothing to choose
 
 
 def test_budget_split_in_proportion_to_flops(task, target):
@@ -311,7 +327,8 @@ def test_cli_tune_then_compile(model_path, tmp_path, capsys):
     assert main(["tune", model_path, "--target", "x86", "-o", str(out), "--trials", "3", "--tuner", "ga",
                  "--number", "1", "--repeat", "1", "--parallel", "1"]) == 0
     text = capsys.readouterr().out
-    assert "[Task  1/ 1]  Current/Best:" in text and "Progress: (3/3)" in text
+    # 3 trials over the direct and im2col tasks of the one conv, in proportion to FLOPs (equal)
+    assert "[Task  1/ 2]  Current/Best:" in text and "[Task  2/ 2]" in text
     assert "best GFLOP/s" in text and "speed-up" in text
     assert len(load_records(out)) == 3
     assert main(["compile", model_path, "--target", "x86", "-o", str(tmp_path / "m.tar"),

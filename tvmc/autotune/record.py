@@ -13,6 +13,9 @@ A line (format version 1):
 lower_fused: the best valid record (lowest mean cost, error 0) per (implementation, workload)
 for the target's hash; records of another target hash are counted as not applicable, and a
 record whose config does not fit the implementation's current config space is counted as stale.
+An op whose implementations (e.g. direct and im2col conv2d) both have records runs the one of
+lower mean cost; the compile summary counts tasks per op workload, so a workload counts as
+"from records" when any of its implementations was tuned, and its chosen record is "applied".
 """
 
 from __future__ import annotations
@@ -182,15 +185,23 @@ class ApplyHistoryBest:
         return cfg
 
     def summary(self) -> dict:
-        """For metadata.json "tuning_records": file, counts, and the records used."""
+        """For metadata.json "tuning_records": file, counts per op workload (see the module
+        docstring), and the records used (per workload, the implementation of lowest cost, the
+        rule of tvmc.ops.fused._choose_implementation)."""
+        by_workload: dict = {}
+        for _, wl_key in self.queried:
+            by_workload.setdefault(wl_key, [])
+        for (_, wl_key), r in self.applied.items():
+            by_workload[wl_key].append(r)
+        chosen = [min(rs, key=lambda r: r.mean_s) for rs in by_workload.values() if rs]
         return {
             "file": self.source,
-            "tasks": len(self.queried),
-            "tasks_from_records": len(self.applied),
-            "tasks_fallback": len(self.queried) - len(self.applied),
+            "tasks": len(by_workload),
+            "tasks_from_records": len(chosen),
+            "tasks_fallback": len(by_workload) - len(chosen),
             "not_applicable_records": self.other_targets,
             "stale_records": len(self.stale),
-            "applied": [r.data for r in self.applied.values()],
+            "applied": [r.data for r in chosen],
         }
 
 

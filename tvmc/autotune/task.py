@@ -46,7 +46,7 @@ class Task:
         return (self.impl, workload_key(self.workload))
 
     def implementation(self, target):
-        return next(i for i in get_op(self.op).implementations(target.family) if i.name == self.impl)
+        return next(i for i in get_op(self.op).implementations(target.family, self.workload) if i.name == self.impl)
 
     def config_space(self, target):
         return self.implementation(target).config_space(self.workload, target)
@@ -118,7 +118,7 @@ def tasks_of_functions(functions, target) -> list:
             continue
         opdef = get_op(anchor.op)
         wl = workload(anchor)
-        for impl in opdef.implementations(target.family):
+        for impl in opdef.implementations(target.family, wl):
             if impl.config_space is None:
                 continue
             key = (impl.name, workload_key(wl))

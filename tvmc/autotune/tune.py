@@ -1,6 +1,10 @@
 """`tvmc tune`: extract a model's tasks, search each task's config space with a tuner while
 measuring candidates for real, and append every measurement to a records file.
 
+Tasks: one per (implementation, workload), so an op with two implementations (conv2d: direct
+and im2col + GEMM) on one workload is two tasks, each tuned on its own share; compile then runs
+the implementation whose best record is faster (the summary table marks it with "*").
+
 Budget: `trials` is the total number of measurements for the model; each task gets a share in
 proportion to its FLOPs in the model (FLOPs of one call x calls), at least 1, at most its space
 size; what a capped task leaves is shared again among the others in the same proportion.
@@ -24,6 +28,7 @@ import numpy as np
 from tvmc.autotune.features import config_features
 from tvmc.autotune.measure import MeasureOptions, Measurer, build_candidate
 from tvmc.autotune.record import RecordWriter, config_key, load_records
+from tvmc.autotune.task import workload_key
 from tvmc.autotune.tuner import make_tuner
 
 
@@ -217,20 +222,31 @@ def _add_transfer(tuner, task, target, records):
 
 
 def summary_rows(results) -> list:
-    """(task number, name, workload, trials, best GFLOP/s, fallback GFLOP/s, speed-up) per task."""
+    """(task number, name, workload, trials, best GFLOP/s, fallback GFLOP/s, speed-up) per task;
+    the name ends in "*" for the fastest implementation of a workload that has several tasks
+    (the one compile applies)."""
+    by_workload: dict = {}
+    for r in results:
+        by_workload.setdefault((r.task.op, workload_key(r.task.workload)), []).append(r)
+    chosen = {id(max(rs, key=lambda r: r.best_flops)) for rs in by_workload.values()
+              if len(rs) > 1 and max(r.best_flops for r in rs) > 0}
     rows = []
     for k, r in enumerate(results, 1):
-        rows.append((k, r.task.impl, r.task.describe(), r.trials + r.resumed, r.best_flops / 1e9,
+        name = r.task.impl + ("*" if id(r) in chosen else "")
+        rows.append((k, name, r.task.describe(), r.trials + r.resumed, r.best_flops / 1e9,
                      r.fallback_flops / 1e9, r.speedup))
     return rows
 
 
 def format_summary(results) -> str:
-    head = f"{'task':>4}  {'implementation':<18} {'workload':<52} {'trials':>6} {'best GFLOP/s':>12} " \
+    head = f"{'task':>4}  {'implementation':<24} {'workload':<52} {'trials':>6} {'best GFLOP/s':>12} " \
            f"{'fallback':>9} {'speed-up':>8}"
     lines = [head]
-    for k, name, wl, trials, best, fb, sp in summary_rows(results):
-        lines.append(f"{k:>4}  {name:<18} {wl:<52} {trials:>6} {best:>12.2f} {fb:>9.2f} {sp:>7.2f}x")
+    rows = summary_rows(results)
+    for k, name, wl, trials, best, fb, sp in rows:
+        lines.append(f"{k:>4}  {name:<24} {wl:<52} {trials:>6} {best:>12.2f} {fb:>9.2f} {sp:>7.2f}x")
+    if any(row[1].endswith("*") for row in rows):
+        lines.append("* the faster implementation of its workload: tvmc compile --tuning-records applies it")
     return "\n".join(lines)
 
 

@@ -77,10 +77,10 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
 
 def _choose_implementation(anchor, target, config_lookup):
     """(Implementation, tuned ConfigEntity or None) for the anchor call (see lower_fused)."""
-    impls = get_op(anchor.op).implementations(target.family)
+    wl = workload(anchor)
+    impls = get_op(anchor.op).implementations(target.family, wl)
     if config_lookup is None:
         return impls[0], None
-    wl = workload(anchor)
     best = (impls[0], None)
     for impl in impls:
         if impl.config_space is None:

@@ -7,7 +7,7 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, schedule_conv2d_nchwc
+from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, schedule_conv2d_nchwc, schedule_conv2d_nchwc_im2col
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.nn_conv2d import _reference as conv2d_nchw_reference
 from tvmc.ops.nn_conv2d import conv2d_out_hw
@@ -100,6 +100,40 @@ def conv2d_nchwc(data, weight, strides, padding, dilation, groups=1):
     return te.compute((n, oco, oh, ow, oc_bn), g, name="conv2d_nchwc", tag="conv2d_nchwc")
 
 
+def conv2d_nchwc_im2col(data, weight, strides, padding, dilation):
+    """Tensor expression of a blocked conv2d as im2col + GEMM (groups == 1 only).
+
+    The input windows are first gathered into a GEMM operand whose panels hold one output row:
+      col[n, y, ico, kh, kw, ici, x] = pad(data)[n, ico, y*sh + kh*dh, x*sw + kw*dw, ici]
+    ([N, OH, C//ib, KH, KW, ib, OW]: for each reduction index k = (ico, kh, kw, ici) the OW
+    columns of a row are contiguous), then
+      out[n, oco, y, x, oci] = sum_k col[n, y, k, x] * weight[oco, k, oci]
+    a GEMM of the [OH*OW, K] matrix col by the packed weight [O//ob, K, ob], K = C*KH*KW.
+    Shapes, dtype and reduce-axis order (ic_outer, kh, kw, ic_inner) are those of
+    `conv2d_nchwc`; col is the stage named "im2col" (the padding is inlined into it).
+    Costs OH*OW*K extra bytes x itemsize of memory, written once; the register tile then reads
+    its broadcast operands from consecutive addresses, where the direct form strides by
+    sw * ib elements between output columns.
+    """
+    n, ico, h, w, ic_bn = data.shape
+    oco, _, kh, kw, _, oc_bn = weight.shape
+    pt, pl, pb, pr = padding
+    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
+    padded = pad_compute(data, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)), name="pad_data")
+    sh, sw = strides
+    dh, dw = dilation
+    col = te.compute((n, oh, ico, kh, kw, ic_bn, ow),
+                     lambda nn, y, c, i, j, ci, x: padded[nn, c, y * sh + i * dh, x * sw + j * dw, ci], name="im2col")
+    rico, rkh, rkw = te.reduce_axis(ico, "ic_outer"), te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
+    rici = te.reduce_axis(ic_bn, "ic_inner")
+
+    def g(nn, oc, y, x, oci):
+        return te.sum(col[nn, y, rico, rkh, rkw, rici, x] * weight[oc, rico, rkh, rkw, rici, oci],
+                      [rico, rkh, rkw, rici])
+
+    return te.compute((n, oco, oh, ow, oc_bn), g, name="conv2d_nchwc_im2col", tag="conv2d_nchwc")
+
+
 def _reference(x, w, strides, padding, dilation, groups=1, out_layout=None):
     """Unblock data and weight, run the NCHW reference, block the result."""
     ic_bn, oc_bn = x.shape[4], w.shape[5]
@@ -114,6 +148,19 @@ def _compute(inputs, attrs, out_type):
                         attrs.get("groups", 1))
 
 
+def _im2col_compute(inputs, attrs, out_type):
+    return conv2d_nchwc_im2col(inputs[0], inputs[1], attrs["strides"], attrs["padding"], attrs["dilation"])
+
+
+def _not_depthwise(wl) -> bool:
+    """im2col applies to groups == 1 (a depthwise window has no reduction over channels to GEMM)."""
+    return dict(wl[-1]).get("groups", 1) == 1
+
+
+# The direct form is the default (no records); `tvmc tune` measures both and compile takes the
+# faster per workload (tvmc.ops.fused._choose_implementation).
 register_op(OpDef("nn.conv2d_nchwc", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
-    "cpu": [Implementation("conv2d_nchwc.x86", schedule_conv2d_nchwc, config_space=conv2d_nchwc_config)],
+    "cpu": [Implementation("conv2d_nchwc.x86", schedule_conv2d_nchwc, config_space=conv2d_nchwc_config),
+            Implementation("conv2d_nchwc_im2col.x86", schedule_conv2d_nchwc_im2col, compute=_im2col_compute,
+                           config_space=conv2d_nchwc_config, applies=_not_depthwise)],
 }))

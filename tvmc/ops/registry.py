@@ -40,12 +40,15 @@ class Implementation:
                   tensor this op computes.
     config_space: (workload: tuple, target: Target) -> autotune.ConfigSpace, or None when the
                   schedule has no knobs.
+    applies:      (workload: tuple) -> bool, the workloads this implementation can compute
+                  (TVM's specialized strategy conditions, e.g. groups == 1); None: every one.
     """
 
     name: str
     schedule: Callable
     compute: Callable | None = None
     config_space: Callable | None = None
+    applies: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,13 @@ class OpDef:
         except (ValueError, IndexError) as e:
             raise ModelError(f"node '{node_name or '?'}' ({self.name}): {e}") from None
 
-    def implementations(self, family: str) -> list:
+    def implementations(self, family: str, workload: tuple | None = None) -> list:
+        """Implementations for target `family`, the default first; with `workload`
+        (tvmc.ops.fused.workload of a call), only those that apply to it.
+        Raises ScheduleError when none is left."""
         impls = self.strategy.get(family)
+        if impls and workload is not None:
+            impls = [i for i in impls if i.applies is None or i.applies(workload)]
         if not impls:
             raise ScheduleError(f"operator {self.name} has no implementation for target family '{family}'")
         return impls

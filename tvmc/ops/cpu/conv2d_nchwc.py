@@ -33,7 +33,7 @@ Fallback heuristic (from the target descriptor):
 from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
-from tvmc.ops.cpu.injective import schedule_blocked_loops
+from tvmc.ops.cpu.injective import schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction
 
 # Registers kept free of accumulators (weight vector, broadcast input, spills of addresses).
@@ -69,6 +69,23 @@ def schedule_conv2d_nchwc(s, out, anchor, cfg, target):
     depthwise = len(anchor.op.reduce_axis) == 2
     if pad is not None and not depthwise:
         schedule_blocked_loops(s, pad, target)
+    _schedule_register_tile(s, out, anchor, cfg, target, pad)
+    if pad is not None and depthwise:
+        _pad_per_tile(s, pad)
+
+
+def schedule_conv2d_nchwc_im2col(s, out, anchor, cfg, target):
+    """Schedule the im2col + GEMM form (nn_conv2d_nchwc.conv2d_nchwc_im2col): the im2col stage
+    [N, OH, C//ib, KH, KW, ib, OW] materialized once (padding inlined into it, rows in parallel,
+    OW as the vector loop), then the same register tile and knobs as the direct form."""
+    col = next(t for t in anchor.op.input_tensors() if t.op is not None)
+    schedule_elementwise_loops(s, col, target)
+    _schedule_register_tile(s, out, anchor, cfg, target, col)
+
+
+def _schedule_register_tile(s, out, anchor, cfg, target, keep):
+    """The tile_oh x tile_ow x oc_bn register tile shared by both forms (see the module docstring);
+    `keep` is the materialized input stage (padded data or im2col), or None."""
     # reduce axes as conv2d_nchwc declares them: (ic_outer, kh, kw, ic_inner), depthwise (kh, kw)
     n_red = len(anchor.op.reduce_axis)
     kw_axis = n_red - 2 if n_red == 4 else n_red - 1
@@ -77,9 +94,7 @@ def schedule_conv2d_nchwc(s, out, anchor, cfg, target):
     if cfg.get("tile_oh", 1) > 1:  # a one-row tile leaves OH whole in the outer loops
         tiles[2] = cfg["tile_oh"]
     schedule_tiled_reduction(s, out, anchor, tiles=tiles, vector_axis=4, unroll_axes=(2, 3), unroll_reduce=unroll,
-                             parallel_depth=3, target=target, keep=[pad] if pad is not None else ())
-    if pad is not None and depthwise:
-        _pad_per_tile(s, pad)
+                             parallel_depth=3, target=target, keep=[keep] if keep is not None else ())
 
 
 def _pad_per_tile(s, pad):
