@@ -133,7 +133,7 @@ def test_conv2d_nchwc_vs_nchw_reference(case):
 @pytest.mark.parametrize("case", [c for c in CONVS if c[6] == 1], ids=[c[0] for c in CONVS if c[6] == 1])
 def test_conv2d_nchwc_im2col_vs_nchw_reference(case):
     """The im2col + GEMM implementation (the tuner's alternative to the direct form)."""
-    x, w, xb, wb, attrs, ref = _conv_case(case)
+    _, _, xb, wb, attrs, ref = _conv_case(case)
     out, _ = run_op("nn.conv2d_nchwc", [xb, wb], attrs, impl="conv2d_nchwc_im2col.x86")
     np.testing.assert_allclose(to_layout(out, attrs["out_layout"], "NCHW"), ref, **TOLERANCE["float32"])
 

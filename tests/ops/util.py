@@ -33,9 +33,9 @@ def build_and_run(fn: Function, arrays, target=None, config=None, impl=None):
 
         task = next(t for t in tasks_of_functions([fn], target) if t.impl == impl)
         chosen = config if config is not None else task.config_space(target).fallback_config()
-        lookup = lambda name, wl: chosen if name == impl else None  # noqa: E731
+        lookup = lambda name, wl: chosen if name == impl else None
     elif config is not None:
-        lookup = lambda name, wl: config  # noqa: E731
+        lookup = lambda name, wl: config
     prim = lower_fused(fn, target, config_lookup=lookup)
     cg = CodeGenLLVM(target)
     cg.add_function(prim)

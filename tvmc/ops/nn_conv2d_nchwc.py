@@ -7,7 +7,11 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, schedule_conv2d_nchwc, schedule_conv2d_nchwc_im2col
+from tvmc.ops.cpu.conv2d_nchwc import (
+    conv2d_nchwc_config,
+    schedule_conv2d_nchwc,
+    schedule_conv2d_nchwc_im2col,
+)
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.nn_conv2d import _reference as conv2d_nchw_reference
 from tvmc.ops.nn_conv2d import conv2d_out_hw
