@@ -282,7 +282,7 @@ def tune_cmd(model, target_spec, target_option, output, trials, tuner, early_sto
              timeout, parallel, prior, input_shapes, opt_level, verbose):
     """Tune the kernels of an ONNX MODEL on this machine; write measurement records."""
     from tvmc.autotune.measure import MeasureOptions
-    from tvmc.autotune.task import extract_tasks
+    from tvmc.autotune.task import extract_tasks, workload_key
     from tvmc.autotune.tune import TuneOptions, format_summary, tune_tasks
     from tvmc.driver import CompileOptions
     from tvmc.target import resolve_target
@@ -292,7 +292,9 @@ def tune_cmd(model, target_spec, target_option, output, trials, tuner, early_sto
     target = resolve_target(target_spec, _parse_pairs(target_option, "--target-option"))
     options = CompileOptions(opt_level=opt_level, input_shapes=parse_input_shapes(input_shapes))
     tasks = extract_tasks(model, target, options)
-    click.echo(f"{len(tasks)} tasks from {model} (opt level {opt_level}, target {target.name})")
+    workloads = len({(t.op, workload_key(t.workload)) for t in tasks})
+    click.echo(f"{len(tasks)} tasks ({workloads} kernel workload{'s' * (workloads != 1)}, one task per "
+               f"implementation) from {model} (opt level {opt_level}, target {target.name})")
     topts = TuneOptions(trials=trials, tuner=tuner, early_stopping=early_stopping, prior_records=prior,
                         measure=MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
                                                timeout_s=timeout, parallel=parallel))

@@ -283,6 +283,24 @@ def faulty_build(task, target, config, path):
     return MeasureError.NO_ERROR, "", 0.0
 
 
+def wrong_im2col_build(task, target, config, path):
+    """Every im2col candidate (its fallback too) computes wrong values; the direct form builds for real."""
+    if task.impl == "conv2d_nchwc_im2col.x86":
+        _c_library(_C_WRONG, path)
+        return MeasureError.NO_ERROR, "", 0.0
+    return build_candidate(task, target, config, path)
+
+
+def test_alternative_implementation_is_checked_against_the_default(tasks, target, tmp_path):
+    """The im2col task's reference is the direct form's fallback output, so a wrong im2col
+    fallback cannot become the reference that wrong candidates then agree with."""
+    out = tmp_path / "r.json"
+    opts = TuneOptions(trials=3, tuner="grid", measure=MeasureOptions(number=1, repeat=1, timeout_s=20.0))
+    (res,) = tune_tasks([tasks[1]], target, str(out), opts, Progress(live=False), build_fn=wrong_im2col_build)
+    assert [r.error for r in load_records(out)] == [MeasureError.WRONG_ANSWER] * 3
+    assert res.best_flops == 0
+
+
 def slow_build(task, target, config, path):
     import time
 
@@ -328,6 +346,7 @@ def test_cli_tune_then_compile(model_path, tmp_path, capsys):
                  "--number", "1", "--repeat", "1", "--parallel", "1"]) == 0
     text = capsys.readouterr().out
     # 3 trials over the direct and im2col tasks of the one conv, in proportion to FLOPs (equal)
+    assert "2 tasks (1 kernel workload, one task per implementation)" in text
     assert "[Task  1/ 2]  Current/Best:" in text and "[Task  2/ 2]" in text
     assert "best GFLOP/s" in text and "speed-up" in text
     assert len(load_records(out)) == 3

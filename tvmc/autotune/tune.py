@@ -13,7 +13,8 @@ Resume: measurements already in the output file or in `prior_records` for this t
 task count as made (their configs are never measured again, and they count against the task's
 share). Records of other tasks train the xgb tuner's model before its first batch (transfer).
 Each task starts with its fallback config (the reference for the results check, and the
-summary's fallback GFLOP/s).
+summary's fallback GFLOP/s); a task of an alternative implementation (im2col) is checked
+against the default implementation's fallback output instead, its own fallback included.
 """
 
 from __future__ import annotations
@@ -167,18 +168,18 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
 
     total = min(max(budget, res.resumed), len(space))
     res.best_flops = tuner.best_flops
-    # the fallback first: the results check's reference and the summary's baseline
+    # the fallback first: the results check's reference and the summary's baseline; a task of an
+    # alternative implementation is checked against the default implementation's fallback
+    # (what compile runs without records), its own fallback included
     fb_index = space.index_of(fallback)
+    default = _default_task(task, target)
+    has_ref = default is not None and _set_reference(measurer, default, task, options.measure.timeout_s)
     if fb_key in done_keys and done_keys[fb_key].ok:
         res.fallback_flops = task.flops / done_keys[fb_key].mean_s
-        # the runner needs the reference output: run it again without recording
-        err, msg, build_s, path = measurer.build(task, [fallback])[0]
-        if err == 0:
-            e, _, _, out = measurer.run(task, path, options.measure.timeout_s, want_output=True)
-            if e == 0:
-                measurer.set_reference(task, out)
+        if not has_ref:  # the runner needs the reference output: run it again without recording
+            _set_reference(measurer, task, task, options.measure.timeout_s)
     elif res.resumed < budget:
-        f = measure([fallback], reference=True)[0]
+        f = measure([fallback], reference=not has_ref)[0]
         res.fallback_flops = f
         res.trials += 1
         tuner.update([fb_index], [f])
@@ -204,6 +205,36 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
     progress.done(k, n, res.last_flops, res.best_flops,
                   res.resumed + res.trials, total, res.seconds)
     return res
+
+
+def _default_task(task, target):
+    """The task of the op's default implementation on `task`'s workload, or None when `task` is it."""
+    from dataclasses import replace
+
+    from tvmc.ops.registry import get_op
+
+    default = get_op(task.op).implementations(target.family, task.workload)[0]
+    if default.name == task.impl or default.config_space is None:
+        return None
+    return replace(task, impl=default.name)
+
+
+def _set_reference(measurer, source, task, timeout_s) -> bool:
+    """Build and run `source`'s fallback config once (not recorded); its output becomes `task`'s
+    reference for the results check. False when it did not build or run."""
+    fallback = source.config_space(measurer.target).fallback_config()
+    err, _, _, path = measurer.build(source, [fallback])[0]
+    if err != 0:
+        return False
+    e, _, _, out = measurer.run(source, path, timeout_s, want_output=True)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    if e != 0:
+        return False
+    measurer.set_reference(task, out)
+    return True
 
 
 def _add_transfer(tuner, task, target, records):
