@@ -7,10 +7,11 @@
     interleaved rounds (one run each per round, 3 warm-up runs first), medians reported.
 (b) Three conv2d tasks of ResNet-18 (3x3 convolutions at 56x56, 28x28 and 7x7): best GFLOP/s
     against trial count for the xgb, ga and random tuners with the same budget each
-    (`--curve-trials`, default 48); every tuner measures for real and starts with the fallback
-    config. Saved as bench/results/tune_curves.csv and .png. "xgb reaches random's final best"
-    is counted at 97% of it: repeated timings of one kernel spread by a few percent here.
-(c) Transfer: each of the three tasks tuned by xgb again, with the seed of its from-scratch
+    (`--curve-trials`, default 48), each repeated with `--seeds` seeds (default 2); every tuner
+    measures for real and starts with the fallback config. Saved as bench/results/tune_curves.csv
+    and .png. "xgb reaches random's final best" is counted at 97% of it: repeated timings of one
+    kernel spread by a few percent here.
+(c) Transfer: each of the three tasks tuned by xgb again, with the seed of each from-scratch
     run in (b), now starting from prior records of other tasks ((a)'s records of the other
     ResNet-18 tasks when (a) has run, and (b)'s records of the other two tasks): trials to reach
     the from-scratch run's final best (97%), for both runs. Data: tune_transfer.csv.
@@ -140,67 +141,71 @@ def first_reach(curve, level) -> int | None:
     return next((k + 1 for k, v in enumerate(curve) if v >= level), None)
 
 
-def part_b(model, target, trials: int, measure: MeasureOptions, tmp: str) -> tuple:
-    print(f"(b) three conv2d tasks, {trials} trials per tuner", flush=True)
+def part_b(model, target, trials: int, seeds: int, measure: MeasureOptions, tmp: str) -> tuple:
+    print(f"(b) three conv2d tasks, {trials} trials per tuner, {seeds} seeds", flush=True)
     tasks = {t.describe().split("->")[0]: t for t in extract_tasks(model, target) if t.impl == "conv2d_nchwc.x86"}
     chosen = [tasks[k] for k in CURVE_TASKS]
     curves = {}
     record_files = {}
     wait_for_idle()
-    for task in chosen:
-        for tuner in TUNERS:
-            wait_for_idle(None)
-            path = os.path.join(tmp, f"{tuner}_{len(record_files)}.json")
-            (res,) = tune_tasks([task], target, path, TuneOptions(trials=trials, tuner=tuner, measure=measure),
-                                Progress(live=False), budgets=[trials])
-            curves[(task.describe(), tuner)] = res.curve
-            record_files[(task.describe(), tuner)] = path
+    for seed in range(seeds):
+        for task in chosen:
+            for tuner in TUNERS:
+                wait_for_idle(None)
+                path = os.path.join(tmp, f"{tuner}_{len(record_files)}.json")
+                (res,) = tune_tasks([task], target, path, TuneOptions(trials=trials, tuner=tuner, measure=measure,
+                                                                      seed=seed),
+                                    Progress(live=False), budgets=[trials])
+                curves[(task.describe(), tuner, seed)] = res.curve
+                record_files[(task.describe(), tuner, seed)] = path
     with open(RESULTS / "tune_curves.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["task", "tuner", "trial", "best_gflops"])
-        for (wl, tuner), curve in curves.items():
+        w.writerow(["task", "tuner", "seed", "trial", "best_gflops"])
+        for (wl, tuner, seed), curve in curves.items():
             for k, v in enumerate(curve, 1):
-                w.writerow([wl, tuner, k, f"{v / 1e9:.3f}"])
-    _plot(curves, trials)
-    lines = [f"## (b) best GFLOP/s against trials, {trials} trials per tuner", "",
-             "| task | space | xgb best | ga best | random best | xgb trials to random's final best (97%) |",
+                w.writerow([wl, tuner, seed, k, f"{v / 1e9:.3f}"])
+    _plot(curves, trials, seeds)
+    lines = [f"## (b) best GFLOP/s against trials, {trials} trials per tuner, seeds 0-{seeds - 1}", "",
+             "Best GFLOP/s: mean over the seeds. Reach: per seed, the trial at which xgb reached 97% of "
+             "random's final best with the same seed.", "",
+             "| task | space | xgb best | ga best | random best | xgb reach of random's final best |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for task in chosen:
         wl = task.describe()
-        best = {t: curves[(wl, t)][-1] / 1e9 for t in TUNERS}
-        reach = first_reach(curves[(wl, "xgb")], REACH * curves[(wl, "random")][-1])
+        best = {t: statistics.mean(curves[(wl, t, k)][-1] for k in range(seeds)) / 1e9 for t in TUNERS}
+        reach = [first_reach(curves[(wl, "xgb", k)], REACH * curves[(wl, "random", k)][-1]) for k in range(seeds)]
         lines.append(f"| {wl} | {len(task.config_space(target))} | {best['xgb']:.1f} | {best['ga']:.1f} | "
-                     f"{best['random']:.1f} | {reach if reach else 'not reached'} of {trials} |")
-    lines += ["", "Curves: bench/results/tune_curves.png, data: bench/results/tune_curves.csv.", ""]
+                     f"{best['random']:.1f} | {', '.join(str(r or 'not reached') for r in reach)} of {trials} |")
+    lines += ["", "Curves (mean over seeds): bench/results/tune_curves.png, data: bench/results/tune_curves.csv.", ""]
     print("\n".join(lines), flush=True)
     return lines, chosen, record_files
 
 
-def _plot(curves, trials):
+def _plot(curves, trials, seeds):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(dict.fromkeys(wl for wl, _ in curves))
+    names = list(dict.fromkeys(wl for wl, _, _ in curves))
     fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4))
     for ax, wl in zip(np.atleast_1d(axes), names):
         for tuner in TUNERS:
-            c = np.asarray(curves[(wl, tuner)]) / 1e9
+            c = np.mean([curves[(wl, tuner, k)] for k in range(seeds)], axis=0) / 1e9
             ax.plot(np.arange(1, len(c) + 1), c, label=tuner)
         ax.set_title(wl, fontsize=8)
         ax.set_xlabel("trials")
-        ax.set_ylabel("best GFLOP/s")
+        ax.set_ylabel(f"best GFLOP/s (mean of {seeds} seeds)")
         ax.set_xlim(1, trials)
         ax.legend()
     fig.tight_layout()
     fig.savefig(RESULTS / "tune_curves.png", dpi=110)
 
 
-def part_c(target, chosen, record_files, trials: int, measure: MeasureOptions, tmp: str) -> list:
-    """Each of the three tasks tuned again by xgb with the same seed as its from-scratch run in
-    (b), now with prior records of other tasks: (a)'s ResNet-18 records of every other task when
-    (a) has run, plus (b)'s records of the other two tasks."""
+def part_c(target, chosen, record_files, trials: int, seeds: int, measure: MeasureOptions, tmp: str) -> list:
+    """Each of the three tasks tuned again by xgb with the seed of each from-scratch run in (b),
+    now with prior records of other tasks: (a)'s ResNet-18 records of every other task when (a)
+    has run, plus (b)'s records of the other two tasks."""
     print("(c) transfer", flush=True)
     a_records = RESULTS / "resnet18_records.json"
     rows = []
@@ -212,34 +217,38 @@ def part_c(target, chosen, record_files, trials: int, measure: MeasureOptions, t
                 for line in a_records.read_text().splitlines():
                     if line.strip() and Record(json.loads(line)).key != task.key:
                         out.write(line + "\n")
-            for other in chosen:
-                if other is not task:
-                    for tuner in TUNERS:
-                        out.write(Path(record_files[(other.describe(), tuner)]).read_text())
+            for (wl, _, _), path in record_files.items():
+                if wl != task.describe():
+                    out.write(Path(path).read_text())
         n_prior = sum(1 for r in load_records(prior) if r.impl == task.impl)
-        wait_for_idle(None)
-        path = os.path.join(tmp, f"transfer_{len(rows)}.json")
-        (res,) = tune_tasks([task], target, path, TuneOptions(trials=trials, tuner="xgb", measure=measure,
-                                                              prior_records=prior),
-                            Progress(live=False), budgets=[trials])
-        scratch = curves[(task.describe(), "scratch")] = record_curve(record_files[(task.describe(), "xgb")])
-        curves[(task.describe(), "transfer")] = res.curve
-        level = REACH * scratch[-1]
-        rows.append((task, n_prior, scratch[-1], res.curve[-1], first_reach(scratch, level),
-                     first_reach(res.curve, level)))
+        for seed in range(seeds):
+            wait_for_idle(None)
+            path = os.path.join(tmp, f"transfer_{len(rows)}.json")
+            (res,) = tune_tasks([task], target, path, TuneOptions(trials=trials, tuner="xgb", measure=measure,
+                                                                  prior_records=prior, seed=seed),
+                                Progress(live=False), budgets=[trials])
+            scratch = record_curve(record_files[(task.describe(), "xgb", seed)])
+            curves[(task.describe(), "scratch", seed)] = scratch
+            curves[(task.describe(), "transfer", seed)] = res.curve
+            level = REACH * scratch[-1]
+            rows.append((task, seed, n_prior, scratch[-1], res.curve[-1], first_reach(scratch, level),
+                         first_reach(res.curve, level)))
     with open(RESULTS / "tune_transfer.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["task", "run", "trial", "best_gflops"])
-        for (wl, run), curve in curves.items():
+        w.writerow(["task", "run", "seed", "trial", "best_gflops"])
+        for (wl, run, seed), curve in curves.items():
             for k, v in enumerate(curve, 1):
-                w.writerow([wl, run, k, f"{v / 1e9:.3f}"])
-    lines = ["## (c) transfer: xgb from scratch (the run of (b)) vs with prior records of other tasks", "",
-             f"Same seed, {trials} trials each; \"reach\" = trials until 97% of the from-scratch run's final best.",
-             "", "| task | prior records | scratch best | transfer best | scratch reach | transfer reach |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for task, n_prior, sb, tb, sr, tr in rows:
-        lines.append(f"| {task.describe()} | {n_prior} | {sb / 1e9:.1f} | {tb / 1e9:.1f} | {sr} | {tr or 'not reached'} |")
-    lines += ["", "Data: bench/results/tune_transfer.csv.", ""]
+                w.writerow([wl, run, seed, k, f"{v / 1e9:.3f}"])
+    lines = ["## (c) transfer: xgb from scratch (the runs of (b)) vs with prior records of other tasks", "",
+             f"Same seed, {trials} trials each; reach = trials until 97% of the from-scratch run's final best.",
+             "", "| task | seed | prior records | scratch best | transfer best | scratch reach | transfer reach |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for task, seed, n_prior, sb, tb, sr, tr in rows:
+        lines.append(f"| {task.describe()} | {seed} | {n_prior} | {sb / 1e9:.1f} | {tb / 1e9:.1f} | {sr} | "
+                     f"{tr or 'not reached'} |")
+    total = [sum(r[5] for r in rows), sum(r[6] or trials for r in rows)]
+    lines += ["", f"Trials to reach, summed over the {len(rows)} runs: scratch {total[0]}, transfer {total[1]}.",
+              "", "Data: bench/results/tune_transfer.csv.", ""]
     print("\n".join(lines), flush=True)
     return lines
 
@@ -257,6 +266,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=1000, help="(a) ResNet-18 budget")
     ap.add_argument("--curve-trials", type=int, default=48, help="(b), (c) budget per tuner and task")
+    ap.add_argument("--seeds", type=int, default=2, help="(b), (c) runs per tuner and task, seeds 0..N-1")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=30, help="(a) timing rounds")
     ap.add_argument("--parts", default="abc")
@@ -277,10 +287,10 @@ def main(argv=None) -> int:
         if "a" in args.parts:
             section("a", part_a(model, target, args.trials, args.threads, args.rounds, tmp, measure))
         if "b" in args.parts or "c" in args.parts:
-            blines, chosen, record_files = part_b(model, target, args.curve_trials, measure, tmp)
+            blines, chosen, record_files = part_b(model, target, args.curve_trials, args.seeds, measure, tmp)
             section("b", blines)
             if "c" in args.parts:
-                section("c", part_c(target, chosen, record_files, args.curve_trials, measure, tmp))
+                section("c", part_c(target, chosen, record_files, args.curve_trials, args.seeds, measure, tmp))
     parts = [(RESULTS / f"tune_demo_{p}.md").read_text() for p in "abc" if (RESULTS / f"tune_demo_{p}.md").exists()]
     (RESULTS / "tune_demo.md").write_text("# tvmc tune evidence (make tune-demo)\n\n" + "\n".join(parts))
     print(f"wrote {RESULTS / 'tune_demo.md'}")

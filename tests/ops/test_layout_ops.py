@@ -196,8 +196,11 @@ def test_conv2d_nchwc_fused_bias_relu_residual():
                                  dict(tile_ow=5, unroll_ic=False, unroll_kw=True),
                                  dict(tile_ow=16, unroll_ic=True, unroll_kw=False),
                                  dict(tile_ow=7, unroll_ic=False, unroll_kw=False, tile_oh=4),
-                                 dict(tile_ow=14, unroll_ic=False, unroll_kw=True, tile_oh=2)],
-                         ids=["tile8_unroll_all", "tile5", "tile16_unroll_ic", "rows4_partial", "rows2"])
+                                 dict(tile_ow=14, unroll_ic=False, unroll_kw=True, tile_oh=2),
+                                 dict(tile_ow=9, unroll_ic=True, unroll_kw=False, tile_oh=3,
+                                      reorder_kernel_first=True)],
+                         ids=["tile8_unroll_all", "tile5", "tile16_unroll_ic", "rows4_partial", "rows2",
+                              "kernel_first"])
 def test_conv2d_nchwc_tuned_configs(cfg):
     """Configs a tuner may pick, including tiles that do not divide OW = 14 or OH = 14."""
     case = ("configs", (1, 16, 16, 16), (16, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1, 16, 16)
@@ -222,7 +225,8 @@ def test_conv2d_nchwc_schedule_shape():
                                                      groups=1, out_layout="NCHW16c"))
     body = make_call("nn.relu", [make_call("add", [conv, b])])
     cfg = conv2d_nchwc_config(workload(conv), target).fallback_config()
-    assert dict(cfg) == {"tile_ow": 28, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1}
+    assert dict(cfg) == {"tile_ow": 28, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1,
+                         "reorder_kernel_first": False}
     text = str(lower_fused(Function([x, w, b], body, "fused_conv"), target))
     assert "allocate conv2d_nchwc: float32[1,1,1,28,16] (local)" in text
     assert "parallel for nn_relu_i0.nn_relu_i1.nn_relu_i2 in 0..224" in text

@@ -80,7 +80,7 @@ def test_task_extraction(tasks, task, target):
     assert tasks[0].workload == tasks[1].workload and task.op == "nn.conv2d_nchwc"
     assert task.flops == 2 * (16 * 6 * 6) * (8 * 3 * 3)  # 2 x outputs x reduction taps
     space = task.config_space(target)
-    assert set(space.knobs) == {"tile_ow", "unroll_ic", "unroll_kw", "tile_oh"}
+    assert set(space.knobs) == {"tile_ow", "unroll_ic", "unroll_kw", "tile_oh", "reorder_kernel_first"}
     assert space.index_of(space.fallback_config()) is not None
     # list and tuple spellings of a workload are the same key
     assert workload_key(task.workload) == workload_key(json.loads(json.dumps(task.workload)))
@@ -198,8 +198,8 @@ def _write_records(path, target, task, rows):
 
 def test_apply_best_uses_the_best_valid_record(task, target, model_path, tmp_path):
     space = task.config_space(target)
-    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3}
-    failed = {"tile_ow": 1, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1}
+    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3, "reorder_kernel_first": True}
+    failed = {"tile_ow": 1, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1, "reorder_kernel_first": False}
     path = tmp_path / "r.json"
     _write_records(path, target, task, [(dict(space.fallback_config()), 2e-3, 0), (good, 1e-3, 0),
                                         (failed, 1e-6, int(MeasureError.WRONG_ANSWER))])
@@ -263,7 +263,8 @@ def _c_library(code: str, path: str):
 
 
 def _hangs(config) -> bool:
-    return config["tile_oh"] == 3 and config["tile_ow"] == 6 and not config["unroll_ic"] and not config["unroll_kw"]
+    return (config["tile_oh"] == 3 and config["tile_ow"] == 6 and not config["unroll_ic"] and not config["unroll_kw"]
+            and not config["reorder_kernel_first"])
 
 
 def faulty_build(task, target, config, path):
@@ -332,7 +333,8 @@ def test_faulty_candidates_are_recorded_and_tuning_goes_on(task, target, tmp_pat
 
 def test_build_timeout(task, target):
     space = task.config_space(target)
-    configs = [c for c in space.all_configs() if c["tile_oh"] == 1 and c["tile_ow"] == 6]
+    configs = [c for c in space.all_configs()
+               if c["tile_oh"] == 1 and c["tile_ow"] == 6 and not c["reorder_kernel_first"]]
     assert [c["unroll_kw"] for c in configs] == [False, True, False, True]
     with Measurer(target, MeasureOptions(number=1, repeat=1, timeout_s=2.0, parallel=2), slow_build) as m:
         results = m.measure(task, configs, reference=True)
