@@ -158,16 +158,11 @@ def part_b(model, target, trials: int, seeds: int, measure: MeasureOptions, tmp:
                                     Progress(live=False), budgets=[trials])
                 curves[(task.describe(), tuner, seed)] = res.curve
                 record_files[(task.describe(), tuner, seed)] = path
-    with open(RESULTS / "tune_curves.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["task", "tuner", "seed", "trial", "best_gflops"])
-        for (wl, tuner, seed), curve in curves.items():
-            for k, v in enumerate(curve, 1):
-                w.writerow([wl, tuner, seed, k, f"{v / 1e9:.3f}"])
+    write_curves(RESULTS / "tune_curves.csv", "tuner", curves)
     _plot(curves, trials, seeds)
     lines = [f"## (b) best GFLOP/s against trials, {trials} trials per tuner, seeds 0-{seeds - 1}", "",
-             "Best GFLOP/s: mean over the seeds. Reach: per seed, the trial at which xgb reached 97% of "
-             "random's final best with the same seed.", "",
+             ("Best GFLOP/s: mean over the seeds. Reach: per seed, the trial at which xgb reached 97% of "
+              "random's final best with the same seed."), "",
              "| task | space | xgb best | ga best | random best | xgb reach of random's final best |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for task in chosen:
@@ -233,12 +228,7 @@ def part_c(target, chosen, record_files, trials: int, seeds: int, measure: Measu
             level = REACH * scratch[-1]
             rows.append((task, seed, n_prior, scratch[-1], res.curve[-1], first_reach(scratch, level),
                          first_reach(res.curve, level)))
-    with open(RESULTS / "tune_transfer.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["task", "run", "seed", "trial", "best_gflops"])
-        for (wl, run, seed), curve in curves.items():
-            for k, v in enumerate(curve, 1):
-                w.writerow([wl, run, seed, k, f"{v / 1e9:.3f}"])
+    write_curves(RESULTS / "tune_transfer.csv", "run", curves)
     lines = ["## (c) transfer: xgb from scratch (the runs of (b)) vs with prior records of other tasks", "",
              f"Same seed, {trials} trials each; reach = trials until 97% of the from-scratch run's final best.",
              "", "| task | seed | prior records | scratch best | transfer best | scratch reach | transfer reach |",
@@ -251,6 +241,16 @@ def part_c(target, chosen, record_files, trials: int, seeds: int, measure: Measu
               "", "Data: bench/results/tune_transfer.csv.", ""]
     print("\n".join(lines), flush=True)
     return lines
+
+
+def write_curves(path, kind: str, curves: dict) -> None:
+    """CSV of best-so-far curves {(task, tuner or run, seed): [FLOP/s per trial]}: one row per trial."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["task", kind, "seed", "trial", "best_gflops"])
+        for (wl, label, seed), curve in curves.items():
+            for k, v in enumerate(curve, 1):
+                w.writerow([wl, label, seed, k, f"{v / 1e9:.3f}"])
 
 
 def record_curve(path) -> list:
