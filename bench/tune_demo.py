@@ -14,7 +14,8 @@
 (c) Transfer: each of the three tasks tuned by xgb again, with the seed of each from-scratch
     run in (b), now starting from prior records of other tasks ((a)'s records of the other
     ResNet-18 tasks when (a) has run, and (b)'s records of the other two tasks): trials to reach
-    the from-scratch run's final best (97%), for both runs. Data: tune_transfer.csv.
+    the from-scratch run's final best (97%), for both runs. Data: tune_transfer.csv. With
+    `--parts c` alone, the from-scratch xgb runs are made first (priors: (a)'s records).
 
 Timings need an idle machine: the script waits while bench/bench.py or bench/layers.py run
 or the load average is above 0.7 (before each part; between the runs of a part only for the
@@ -143,8 +144,7 @@ def first_reach(curve, level) -> int | None:
 
 def part_b(model, target, trials: int, seeds: int, measure: MeasureOptions, tmp: str) -> tuple:
     print(f"(b) three conv2d tasks, {trials} trials per tuner, {seeds} seeds", flush=True)
-    tasks = {t.describe().split("->")[0]: t for t in extract_tasks(model, target) if t.impl == "conv2d_nchwc.x86"}
-    chosen = [tasks[k] for k in CURVE_TASKS]
+    chosen = curve_tasks(model, target)
     curves = {}
     record_files = {}
     wait_for_idle()
@@ -176,6 +176,12 @@ def part_b(model, target, trials: int, seeds: int, measure: MeasureOptions, tmp:
     return lines, chosen, record_files
 
 
+def curve_tasks(model, target) -> list:
+    """The three direct conv2d tasks of CURVE_TASKS."""
+    tasks = {t.describe().split("->")[0]: t for t in extract_tasks(model, target) if t.impl == "conv2d_nchwc.x86"}
+    return [tasks[k] for k in CURVE_TASKS]
+
+
 def _plot(curves, trials, seeds):
     import matplotlib
 
@@ -197,10 +203,22 @@ def _plot(curves, trials, seeds):
     fig.savefig(RESULTS / "tune_curves.png", dpi=110)
 
 
-def part_c(target, chosen, record_files, trials: int, seeds: int, measure: MeasureOptions, tmp: str) -> list:
+def part_c(model, target, record_files, trials: int, seeds: int, measure: MeasureOptions, tmp: str) -> list:
     """Each of the three tasks tuned again by xgb with the seed of each from-scratch run in (b),
     now with prior records of other tasks: (a)'s ResNet-18 records of every other task when (a)
-    has run, plus (b)'s records of the other two tasks."""
+    has run, plus (b)'s records of the other two tasks. Without (b) in this run
+    (`record_files` None), the from-scratch xgb runs are made here first."""
+    chosen = curve_tasks(model, target)
+    if record_files is None:
+        record_files = {}
+        wait_for_idle()
+        for seed in range(seeds):
+            for task in chosen:
+                wait_for_idle(None)
+                path = os.path.join(tmp, f"scratch_{len(record_files)}.json")
+                tune_tasks([task], target, path, TuneOptions(trials=trials, tuner="xgb", measure=measure, seed=seed),
+                           Progress(live=False), budgets=[trials])
+                record_files[(task.describe(), "xgb", seed)] = path
     print("(c) transfer", flush=True)
     a_records = RESULTS / "resnet18_records.json"
     rows = []
@@ -286,11 +304,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tvmc-tune-demo-") as tmp:
         if "a" in args.parts:
             section("a", part_a(model, target, args.trials, args.threads, args.rounds, tmp, measure))
-        if "b" in args.parts or "c" in args.parts:
-            blines, chosen, record_files = part_b(model, target, args.curve_trials, args.seeds, measure, tmp)
+        record_files = None
+        if "b" in args.parts:
+            blines, _, record_files = part_b(model, target, args.curve_trials, args.seeds, measure, tmp)
             section("b", blines)
-            if "c" in args.parts:
-                section("c", part_c(target, chosen, record_files, args.curve_trials, args.seeds, measure, tmp))
+        if "c" in args.parts:
+            section("c", part_c(model, target, record_files, args.curve_trials, args.seeds, measure, tmp))
     parts = [(RESULTS / f"tune_demo_{p}.md").read_text() for p in "abc" if (RESULTS / f"tune_demo_{p}.md").exists()]
     (RESULTS / "tune_demo.md").write_text("# tvmc tune evidence (make tune-demo)\n\n" + "\n".join(parts))
     print(f"wrote {RESULTS / 'tune_demo.md'}")

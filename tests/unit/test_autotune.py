@@ -151,6 +151,34 @@ def test_xgb_beats_random_to_the_best():
     assert tuner.best_flops == 100.0 and tuner.best_trial < len(space) // 2
 
 
+def _features(c):
+    return np.array([c["a"], c["b"], c["c"]], np.float32)
+
+
+def _trials_to_best(prior_peak, seed) -> int:
+    """xgb with prior records of a synthetic task peaking at `prior_peak` (a, b); None: no prior."""
+    space = _synthetic_space()
+    tuner = make_tuner("xgb", space, featurize=_features, seed=seed)
+    if prior_peak is not None:
+        configs = list(space.all_configs())
+        pa, pb = prior_peak
+        tuner.add_prior(np.stack([_features(c) for c in configs]),
+                        [100.0 - (c["a"] - pa) ** 2 - 2 * (c["b"] - pb) ** 2 - 10 * (not c["c"]) for c in configs])
+    tuner.tune(len(space), lambda cfgs: [_synthetic_flops(c) for c in cfgs], batch_size=8, early_stopping=24)
+    assert tuner.best_flops == 100.0
+    return tuner.best_trial + 1
+
+
+def test_xgb_transfer_from_a_related_task():
+    """Prior records of a task whose optimum is one step away put the optimum in the first batch;
+    misleading priors (optimum far away) cost trials but the task's own data still wins."""
+    related = [_trials_to_best((5, 3), seed) for seed in range(3)]
+    scratch = [_trials_to_best(None, seed) for seed in range(3)]
+    misleading = [_trials_to_best((0, 7), seed) for seed in range(3)]
+    assert max(related) <= 8 < sum(scratch) / 3, (related, scratch)
+    assert max(misleading) < len(_synthetic_space()) // 2, misleading
+
+
 def test_early_stopping():
     space = _synthetic_space()
     tuner = make_tuner("grid", space)

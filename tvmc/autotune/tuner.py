@@ -13,9 +13,12 @@ has not measured yet and learns from measured throughputs (FLOP/s; 0 for a faile
             proposed by simulated annealing over the knob space on the model's scores (parallel
             chains, one knob changed per step, temperature falling linearly to 0), the best
             unmeasured points kept; 5% of each batch is random (exploration). With prior
-            records (`add_prior`), the model is trained on them before the first batch, each
-            prior task its own ranking group (transfer learning, AutoTVM's XGBTuner with
-            transfer).
+            records (`add_prior`), a base model is trained on them (each prior task its own
+            ranking group) and proposes the first batches; the task's own model is then trained
+            on the task's measurements only, starting from the base model's margin scaled by a
+            discount that falls linearly from 1 to 0 over `transfer_trials` own measurements
+            (AutoTVM's XGBoostCostModel with a base model): the priors steer the start, the
+            task's own data decides once there is enough of it.
 """
 
 from __future__ import annotations
@@ -171,13 +174,16 @@ class XGBTuner(Tuner):
     """See the module docstring. `featurize(config) -> np.ndarray` gives a config's features."""
 
     def __init__(self, space, featurize, seed=0, num_rounds: int = 60, sa_chains: int = 16, sa_steps: int = 60,
-                 epsilon: float = 0.05):
+                 epsilon: float = 0.05, transfer_trials: int = 32):
         super().__init__(space, seed)
         self.featurize = featurize
         self.num_rounds, self.sa_chains, self.sa_steps, self.epsilon = num_rounds, sa_chains, sa_steps, epsilon
+        self.transfer_trials = transfer_trials
         self.cache: dict = {}
         self.prior: list = []       # (features [n, F], labels [n]) per prior task
-        self.model = None
+        self.base = None            # model of the prior records
+        self.model = None           # model of this task's measurements (on the base margin)
+        self.discount = 0.0         # weight of the base margin in `model`
         self.fit_s = 0.0
 
     def features(self, indices) -> np.ndarray:
@@ -192,39 +198,55 @@ class XGBTuner(Tuner):
         if len(flops) >= 2 and flops.max() > 0:
             self.prior.append((np.asarray(features, np.float32), flops / flops.max()))
 
-    def fit(self) -> None:
+    def _train(self, groups, base_margin=None):
         import xgboost as xgb
 
-        t0 = time.perf_counter()
-        groups = list(self.prior)
-        ys = np.asarray(self.ys, np.float64)
-        if len(ys) >= 2 and ys.max() > 0:
-            groups.append((self.features(self.xs), ys / ys.max()))
-        if not groups:
-            return
         x = np.concatenate([g[0] for g in groups])
-        y = np.concatenate([g[1] for g in groups])
-        dm = xgb.DMatrix(x, label=y)
+        dm = xgb.DMatrix(x, label=np.concatenate([g[1] for g in groups]))
         dm.set_group([len(g[1]) for g in groups])
+        if base_margin is not None:
+            dm.set_base_margin(base_margin)
         params = {"objective": "rank:pairwise", "max_depth": 6, "eta": 0.3, "gamma": 1e-4,
                   "min_child_weight": 1, "subsample": 1.0, "verbosity": 0, "nthread": 1,
                   "seed": int(self.rng.integers(1 << 30))}
-        self.model = xgb.train(params, dm, self.num_rounds)
+        return xgb.train(params, dm, self.num_rounds)
+
+    def _base_margin(self, x):
+        import xgboost as xgb
+
+        return self.base.predict(xgb.DMatrix(x), output_margin=True)
+
+    def fit(self) -> None:
+        t0 = time.perf_counter()
+        if self.base is None and self.prior:
+            self.base = self._train(self.prior)
+        ys = np.asarray(self.ys, np.float64)
+        if len(ys) >= 2 and ys.max() > 0:
+            x = self.features(self.xs)
+            self.discount = max(0.0, 1.0 - len(ys) / self.transfer_trials) if self.base is not None else 0.0
+            margin = self.discount * self._base_margin(x) if self.discount > 0 else None
+            self.model = self._train([(x, ys / ys.max())], margin)
         self.fit_s += time.perf_counter() - t0
 
     def predict(self, indices) -> np.ndarray:
         import xgboost as xgb
 
-        return self.model.predict(xgb.DMatrix(self.features(indices)))
+        x = self.features(indices)
+        if self.model is None:
+            return self._base_margin(x)
+        dm = xgb.DMatrix(x)
+        if self.discount > 0:
+            dm.set_base_margin(self.discount * self._base_margin(x))
+        return self.model.predict(dm, output_margin=True)
 
     def update(self, indices, flops):
         super().update(indices, flops)
         self.fit()
 
     def next_batch(self, n):
-        if self.model is None and self.prior:
+        if self.base is None and self.prior:
             self.fit()
-        if self.model is None:
+        if self.model is None and self.base is None:
             return self._random_unvisited(n)
         n_random = int(math.floor(n * self.epsilon)) if n >= 1 / self.epsilon else 0
         picks = self._anneal(n - n_random)
