@@ -247,7 +247,7 @@ def part_c(model, target, record_files, trials: int, seeds: int, measure: Measur
             rows.append((task, seed, n_prior, scratch[-1], res.curve[-1], first_reach(scratch, level),
                          first_reach(res.curve, level)))
     write_curves(RESULTS / "tune_transfer.csv", "run", curves)
-    lines = ["## (c) transfer: xgb from scratch (the runs of (b)) vs with prior records of other tasks", "",
+    lines = ["## (c) transfer: xgb from scratch vs with prior records of other tasks (same seed)", "",
              f"Same seed, {trials} trials each; reach = trials until 97% of the from-scratch run's final best.",
              "", "| task | seed | prior records | scratch best | transfer best | scratch reach | transfer reach |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
