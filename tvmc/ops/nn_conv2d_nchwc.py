@@ -68,6 +68,17 @@ def _type(in_types, attrs):
     return TensorType((n, oco, oh, ow, oc_bn), d.dtype)
 
 
+def _padded_input(data, weight, strides, padding, dilation):
+    """The zero-padded input stage `pad_data` (spatial axes only) of both conv2d_nchwc forms, and
+    the sizes (N, C//ib, ib, O//ob, KH, KW, ob, OH, OW)."""
+    n, ico, h, w, ic_bn = data.shape
+    oco, _, kh, kw, _, oc_bn = weight.shape
+    pt, pl, pb, pr = padding
+    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
+    padded = pad_compute(data, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)), name="pad_data")
+    return padded, (n, ico, ic_bn, oco, kh, kw, oc_bn, oh, ow)
+
+
 def conv2d_nchwc(data, weight, strides, padding, dilation, groups=1):
     """Tensor expression of a blocked conv2d (TVM's topi.nn.conv2d_NCHWc).
 
@@ -81,11 +92,7 @@ def conv2d_nchwc(data, weight, strides, padding, dilation, groups=1):
     (zeros, spatial axes only). Reduce axes in order (ic_outer, kh, kw, ic_inner) for groups == 1,
     (kh, kw) for depthwise; the x86 schedule relies on that order.
     """
-    n, ico, h, w, ic_bn = data.shape
-    oco, _, kh, kw, _, oc_bn = weight.shape
-    pt, pl, pb, pr = padding
-    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
-    padded = pad_compute(data, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)), name="pad_data")
+    padded, (n, ico, ic_bn, oco, kh, kw, oc_bn, oh, ow) = _padded_input(data, weight, strides, padding, dilation)
     sh, sw = strides
     dh, dw = dilation
     rkh, rkw = te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
@@ -119,11 +126,7 @@ def conv2d_nchwc_im2col(data, weight, strides, padding, dilation):
     its broadcast operands from consecutive addresses, where the direct form strides by
     sw * ib elements between output columns.
     """
-    n, ico, h, w, ic_bn = data.shape
-    oco, _, kh, kw, _, oc_bn = weight.shape
-    pt, pl, pb, pr = padding
-    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
-    padded = pad_compute(data, ((0, 0), (0, 0), (pt, pb), (pl, pr), (0, 0)), name="pad_data")
+    padded, (n, ico, ic_bn, oco, kh, kw, oc_bn, oh, ow) = _padded_input(data, weight, strides, padding, dilation)
     sh, sw = strides
     dh, dw = dilation
     col = te.compute((n, oh, ico, kh, kw, ic_bn, ow),
