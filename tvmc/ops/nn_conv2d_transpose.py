@@ -7,7 +7,7 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.cpu.conv2d_transpose import conv2d_transpose_nchw_config, schedule_conv2d_transpose_nchw
+from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
 from tvmc.ops.nn_conv2d import conv2d_nchw
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
@@ -102,7 +102,9 @@ def _compute(inputs, attrs, out_type):
                                  attrs.get("output_padding", (0, 0)), attrs.get("groups", 1))
 
 
+# x86: the dilated, padded input is the anchor's first producer (kept, elementwise loops) and the
+# flipped weight view is inlined into the accumulator, so the convolution runs with
+# conv2d_nchw.x86's schedule and knobs (register tiles over oc x ow, epilogue on the tile).
 register_op(OpDef("nn.conv2d_transpose", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
-    "cpu": [Implementation("conv2d_transpose_nchw.x86", schedule_conv2d_transpose_nchw,
-                           config_space=conv2d_transpose_nchw_config)],
+    "cpu": [Implementation("conv2d_transpose_nchw.x86", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
 }))

@@ -14,8 +14,9 @@ from tvmc.ops.cpu.tiling import schedule_tiled_reduction
 
 
 def conv2d_nchw_config(workload, target) -> ConfigSpace:
-    """Config space for workload (data shape, weight shape, out shape, attrs...)."""
-    (_, _, _, _), (oc, _, _, _), (_, _, _, ow) = workload[:3]
+    """Config space for workload (data shape, weight shape, out shape [N, O, OH, OW], attrs...);
+    only the output shape is read, so nn.conv2d_transpose (IOHW weights) shares it."""
+    _, oc, _, ow = workload[2]
     lanes = target.vector_lanes("float32")
     space = ConfigSpace()
     space.define_split("tile_ow", ow, fallback=lanes, max_factor=4 * lanes)
