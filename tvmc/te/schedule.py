@@ -144,12 +144,7 @@ class Schedule:
         cache = Tensor(t.shape, t.dtype, t.name + "_local", t.op)
         axis = [IterVar(e, f"{t.name}_c{k}") for k, e in enumerate(t.shape)]
         t.op = ComputeOp(axis, TensorLoad(cache, [a.var for a in axis]), t.op.tag)
-        k = self.stages.index(st)
-        new_stage = Stage(cache)
-        self.stages.insert(k, new_stage)
-        self._by_tensor[cache.uid] = new_stage
-        self.stages[k + 1] = Stage(t)
-        self._by_tensor[t.uid] = self.stages[k + 1]
+        self._insert_producer(st, cache)
         return cache
 
     def rfactor(self, t: Tensor, factor: int) -> Tensor:
@@ -176,13 +171,18 @@ class Schedule:
         lane = IterVar(factor, k.name + "_lane", "reduce")
         t.op = ComputeOp(t.op.axis, Reduce(body.combiner, TensorLoad(partial, [a.var for a in t.op.axis] + [lane.var]),
                                            [lane]), t.op.tag)
-        k_at = self.stages.index(st)
-        new_stage = Stage(partial)
-        self.stages.insert(k_at, new_stage)
-        self._by_tensor[partial.uid] = new_stage
-        self.stages[k_at + 1] = Stage(t)
-        self._by_tensor[t.uid] = self.stages[k_at + 1]
+        self._insert_producer(st, partial)
         return partial
+
+    def _insert_producer(self, st: "Stage", producer: Tensor) -> None:
+        """Give `producer` (a new tensor that `st`'s tensor now reads) a stage right before `st`,
+        and replace `st` with a fresh stage of its rewritten op (cache_write, rfactor)."""
+        k = self.stages.index(st)
+        new_stage = Stage(producer)
+        self.stages.insert(k, new_stage)
+        self._by_tensor[producer.uid] = new_stage
+        self.stages[k + 1] = Stage(st.tensor)
+        self._by_tensor[st.tensor.uid] = self.stages[k + 1]
 
 
 def _topo(outputs) -> list:
