@@ -500,42 +500,57 @@ def _auto_pads(ctx, attrs, in_spatial, kernel, strides, dilations) -> tuple:
 # Converters, named after the ONNX op type
 # ---------------------------------------------------------------------------------------------
 
-@_converter(1, 11, 22)
-def Conv(ctx, node, inputs, attrs, opset):
-    """ONNX Conv-1/11/22 -> nn.conv2d (+ add of the bias as [C,1,1]); 1-D convs run as 2-D with H=1."""
+def _conv_operands(ctx, inputs, attrs, op_type: str, what: str):
+    """Shared start of Conv and ConvTranspose: (x, w, bias or None, number of spatial axes,
+    kernel, strides, dilations, groups), all ints; raises the node's error for a missing
+    input, a rank other than 3 (1-D) or 4 (2-D), or a kernel_shape that is not the weight's."""
     if len(inputs) < 2:
-        raise ctx.error("Conv needs inputs X and W")
+        raise ctx.error(f"{op_type} needs inputs X and W")
     x, w = inputs[0], inputs[1]
-    b = inputs[2] if len(inputs) > 2 else None
     rank = len(x.shape)
     if rank not in (3, 4) or len(w.shape) != rank:
-        raise ctx.error(f"only 1-D and 2-D convolutions are supported; input '{ctx.input_name(0)}' "
+        raise ctx.error(f"only 1-D and 2-D {what}s are supported; input '{ctx.input_name(0)}' "
                         f"is {x.type}, weight {w.type}")
     n_sp = rank - 2
-    kernel = tuple(attrs.get("kernel_shape", w.shape[2:]))
-    if tuple(kernel) != tuple(w.shape[2:]):
+    kernel = tuple(int(k) for k in attrs.get("kernel_shape", w.shape[2:]))
+    if kernel != tuple(w.shape[2:]):
         raise ctx.error(f"kernel_shape {list(kernel)} does not match weight '{ctx.input_name(1)}' {w.type}")
-    strides = tuple(attrs.get("strides", [1] * n_sp))
-    dilations = tuple(attrs.get("dilations", [1] * n_sp))
-    groups = int(attrs.get("group", 1))
-    pads = _auto_pads(ctx, attrs, x.shape[2:], kernel, strides, dilations)
-    if n_sp == 1:
-        x = _reshape(ctx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
-        w = _reshape(ctx, w, (w.shape[0], w.shape[1], 1, w.shape[2]))
-        strides, dilations, padding = (1, strides[0]), (1, dilations[0]), (0, pads[0], 0, pads[1])
-    else:
-        padding = (pads[0], pads[1], pads[2], pads[3])
-    out = ctx.call("nn.conv2d", [x, w], {"strides": tuple(map(int, strides)), "padding": tuple(map(int, padding)),
-                                         "dilation": tuple(map(int, dilations)), "groups": groups})
+    strides = tuple(int(v) for v in attrs.get("strides", [1] * n_sp))
+    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * n_sp))
+    b = inputs[2] if len(inputs) > 2 else None
+    return x, w, b, n_sp, kernel, strides, dilations, int(attrs.get("group", 1))
+
+
+def _lift_1d(ctx, x, w):
+    """1-D convolution operands as 2-D ones with H = 1: [N, C, W] -> [N, C, 1, W] (weight alike)."""
+    return (_reshape(ctx, x, (x.shape[0], x.shape[1], 1, x.shape[2])),
+            _reshape(ctx, w, (w.shape[0], w.shape[1], 1, w.shape[2])))
+
+
+def _conv_epilogue(ctx, out, b, n_sp):
+    """Add the bias [C] as [C, 1, 1] (folded when constant) and drop the H = 1 axis of a 1-D conv."""
     if b is not None:
-        if _is_const(b):
-            bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, 1, 1))
-        else:
-            bias = _reshape(ctx, b, (b.shape[0], 1, 1))
+        bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, 1, 1)) if _is_const(b) \
+            else _reshape(ctx, b, (b.shape[0], 1, 1))
         out = ctx.call("add", [out, bias])
     if n_sp == 1:
         out = _reshape(ctx, out, (out.shape[0], out.shape[1], out.shape[3]))
     return out
+
+
+@_converter(1, 11, 22)
+def Conv(ctx, node, inputs, attrs, opset):
+    """ONNX Conv-1/11/22 -> nn.conv2d (+ add of the bias as [C,1,1]); 1-D convs run as 2-D with H=1."""
+    x, w, b, n_sp, kernel, strides, dilations, groups = _conv_operands(ctx, inputs, attrs, "Conv", "convolution")
+    pads = _auto_pads(ctx, attrs, x.shape[2:], kernel, strides, dilations)
+    if n_sp == 1:
+        x, w = _lift_1d(ctx, x, w)
+        strides, dilations, padding = (1, strides[0]), (1, dilations[0]), (0, pads[0], 0, pads[1])
+    else:
+        padding = (pads[0], pads[1], pads[2], pads[3])
+    out = ctx.call("nn.conv2d", [x, w], {"strides": strides, "padding": tuple(map(int, padding)),
+                                         "dilation": dilations, "groups": groups})
+    return _conv_epilogue(ctx, out, b, n_sp)
 
 
 @_converter(1, 11, 22)
@@ -544,22 +559,9 @@ def ConvTranspose(ctx, node, inputs, attrs, opset):
     as 2-D with H=1. output_shape (when given) and auto_pad SAME_* become explicit pads, as the
     ONNX reference does: total = s*(in-1) + output_padding + (k-1)*d + 1 - out, the larger half
     at the end for SAME_UPPER, at the beginning otherwise."""
-    if len(inputs) < 2:
-        raise ctx.error("ConvTranspose needs inputs X and W")
-    x, w = inputs[0], inputs[1]
-    b = inputs[2] if len(inputs) > 2 else None
-    rank = len(x.shape)
-    if rank not in (3, 4) or len(w.shape) != rank:
-        raise ctx.error(f"only 1-D and 2-D transposed convolutions are supported; input "
-                        f"'{ctx.input_name(0)}' is {x.type}, weight {w.type}")
-    n_sp = rank - 2
-    kernel = tuple(int(k) for k in attrs.get("kernel_shape", w.shape[2:]))
-    if kernel != tuple(w.shape[2:]):
-        raise ctx.error(f"kernel_shape {list(kernel)} does not match weight '{ctx.input_name(1)}' {w.type}")
-    strides = tuple(int(s) for s in attrs.get("strides", [1] * n_sp))
-    dilations = tuple(int(d) for d in attrs.get("dilations", [1] * n_sp))
+    x, w, b, n_sp, kernel, strides, dilations, groups = _conv_operands(ctx, inputs, attrs, "ConvTranspose",
+                                                                         "transposed convolution")
     out_pad = tuple(int(p) for p in attrs.get("output_padding", [0] * n_sp))
-    groups = int(attrs.get("group", 1))
     auto_pad = attrs.get("auto_pad", "NOTSET") or "NOTSET"
     spatial = x.shape[2:]
     full = [s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, spatial, out_pad, kernel, dilations)]
@@ -579,8 +581,7 @@ def ConvTranspose(ctx, node, inputs, attrs, opset):
     if len(pads) != 2 * n_sp:
         raise ctx.error(f"pads {pads} must have {2 * n_sp} values")
     if n_sp == 1:
-        x = _reshape(ctx, x, (x.shape[0], x.shape[1], 1, x.shape[2]))
-        w = _reshape(ctx, w, (w.shape[0], w.shape[1], 1, w.shape[2]))
+        x, w = _lift_1d(ctx, x, w)
         strides, dilations, out_pad = (1,) + strides, (1,) + dilations, (0,) + out_pad
         padding = (0, pads[0], 0, pads[1])
     else:
@@ -588,13 +589,7 @@ def ConvTranspose(ctx, node, inputs, attrs, opset):
     out = ctx.call("nn.conv2d_transpose", [x, w], {
         "strides": strides, "padding": tuple(padding), "dilation": dilations, "output_padding": out_pad,
         "groups": groups})
-    if b is not None:
-        bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, 1, 1)) if _is_const(b) \
-            else _reshape(ctx, b, (b.shape[0], 1, 1))
-        out = ctx.call("add", [out, bias])
-    if n_sp == 1:
-        out = _reshape(ctx, out, (out.shape[0], out.shape[1], out.shape[3]))
-    return out
+    return _conv_epilogue(ctx, out, b, n_sp)
 
 
 @_converter(1, 6, 7, 9, 14, 15)
