@@ -359,6 +359,21 @@ class Measurer:
         """The output every later candidate of `task` is compared with (the fallback config's)."""
         self._refs[task.key] = output
 
+    def set_reference_from(self, source, task) -> bool:
+        """Build and run `source`'s fallback config once, unrecorded (e.g. the default
+        implementation of `task`'s workload, or `task` itself when its fallback's record is
+        resumed); its output becomes `task`'s reference. False when it did not build or run."""
+        fallback = source.config_space(self.target).fallback_config()
+        err, _, build_s, path = self.build(source, [fallback])[0]
+        if err != MeasureError.NO_ERROR:
+            return False
+        err, _, _, output = self.run(source, path, self.options.timeout_s - build_s, want_output=True)
+        _unlink(path)
+        if err != MeasureError.NO_ERROR:
+            return False
+        self.set_reference(task, output)
+        return True
+
     def measure(self, task, configs, reference=False) -> list:
         """Build then run `configs` of `task`; returns one MeasureResult each. With `reference`,
         the first config's output becomes the task's reference (see set_reference)."""
@@ -370,10 +385,14 @@ class Measurer:
                 err, msg, costs, output = self.run(task, path, self.options.timeout_s - build_s, want_output=want)
                 if want and err == MeasureError.NO_ERROR:
                     self.set_reference(task, output)
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            _unlink(path)
             results.append(MeasureResult(costs, err, msg[:500], build_s))
         return results
 
+
+def _unlink(path) -> None:
+    """Remove a candidate's library; one that was never written is no error."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

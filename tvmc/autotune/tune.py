@@ -173,11 +173,11 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
     # (what compile runs without records), its own fallback included
     fb_index = space.index_of(fallback)
     default = _default_task(task, target)
-    has_ref = default is not None and _set_reference(measurer, default, task, options.measure.timeout_s)
+    has_ref = default is not None and measurer.set_reference_from(default, task)
     if fb_key in done_keys and done_keys[fb_key].ok:
         res.fallback_flops = task.flops / done_keys[fb_key].mean_s
         if not has_ref:  # the runner needs the reference output: run it again without recording
-            _set_reference(measurer, task, task, options.measure.timeout_s)
+            measurer.set_reference_from(task, task)
     elif res.resumed < budget:
         f = measure([fallback], reference=not has_ref)[0]
         res.fallback_flops = f
@@ -217,24 +217,6 @@ def _default_task(task, target):
     if default.name == task.impl or default.config_space is None:
         return None
     return replace(task, impl=default.name)
-
-
-def _set_reference(measurer, source, task, timeout_s) -> bool:
-    """Build and run `source`'s fallback config once (not recorded); its output becomes `task`'s
-    reference for the results check. False when it did not build or run."""
-    fallback = source.config_space(measurer.target).fallback_config()
-    err, _, _, path = measurer.build(source, [fallback])[0]
-    if err != 0:
-        return False
-    e, _, _, out = measurer.run(source, path, timeout_s, want_output=True)
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-    if e != 0:
-        return False
-    measurer.set_reference(task, out)
-    return True
 
 
 def _add_transfer(tuner, task, target, records):
