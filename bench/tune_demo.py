@@ -173,7 +173,7 @@ def part_b(model, target, trials: int, seeds: int, measure: MeasureOptions, tmp:
                      f"{best['random']:.1f} | {', '.join(str(r or 'not reached') for r in reach)} of {trials} |")
     lines += ["", "Curves (mean over seeds): bench/results/tune_curves.png, data: bench/results/tune_curves.csv.", ""]
     print("\n".join(lines), flush=True)
-    return lines, chosen, record_files
+    return lines, record_files
 
 
 def curve_tasks(model, target) -> list:
@@ -306,7 +306,7 @@ def main(argv=None) -> int:
             section("a", part_a(model, target, args.trials, args.threads, args.rounds, tmp, measure))
         record_files = None
         if "b" in args.parts:
-            blines, _, record_files = part_b(model, target, args.curve_trials, args.seeds, measure, tmp)
+            blines, record_files = part_b(model, target, args.curve_trials, args.seeds, measure, tmp)
             section("b", blines)
         if "c" in args.parts:
             section("c", part_c(model, target, record_files, args.curve_trials, args.seeds, measure, tmp))
