@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import statistics
 import subprocess
@@ -40,10 +39,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import resnet18  # noqa: E402
 
-from tvmc.autotune.measure import MeasureOptions  # noqa: E402
-from tvmc.autotune.record import Record, load_records  # noqa: E402
+from tvmc.autotune.features import config_features  # noqa: E402
+from tvmc.autotune.measure import MeasureOptions, Measurer  # noqa: E402
+from tvmc.autotune.record import config_key, load_records  # noqa: E402
 from tvmc.autotune.task import extract_tasks  # noqa: E402
-from tvmc.autotune.tune import Progress, TuneOptions, format_summary, tune_tasks  # noqa: E402
+from tvmc.autotune.tune import TuneOptions, add_transfer, format_summary, tune_tasks  # noqa: E402
+from tvmc.autotune.tuner import make_tuner  # noqa: E402
 from tvmc.driver import CompileOptions, compile_model  # noqa: E402
 from tvmc.target import resolve_target  # noqa: E402
 
@@ -142,38 +143,119 @@ def first_reach(curve, level) -> int | None:
     return next((k + 1 for k, v in enumerate(curve) if v >= level), None)
 
 
-def part_b(model, target, trials: int, seeds: int, measure: MeasureOptions, tmp: str) -> tuple:
-    print(f"(b) three conv2d tasks, {trials} trials per tuner, {seeds} seeds", flush=True)
-    chosen = curve_tasks(model, target)
-    curves = {}
-    record_files = {}
+RACE_BATCH = 8
+
+
+def race(task, target, tuners: dict, trials: int, measure: MeasureOptions) -> dict:
+    """Run `tuners` ({label: Tuner} of `task`'s config space) side by side for `trials` trials each
+    and return their best-so-far curves ({label: [FLOP/s after each trial]}).
+
+    One Measurer serves them all: the fallback config is measured once (the results check's
+    reference and every tuner's trial 1), then each round gives every tuner one batch of
+    RACE_BATCH proposals; a config two tuners propose is measured once and both get the same
+    FLOP/s (a trial for each). Timing drift on this machine (a few percent over minutes) thus hits
+    every tuner alike, which separate runs cannot promise."""
+    space = task.config_space(target)
+    fallback = space.fallback_config()
+    fb_index = space.index_of(fallback)
+    known: dict = {}
+    with Measurer(target, measure) as measurer:
+
+        def flops_of(indices):
+            new = [i for i in dict.fromkeys(indices) if i not in known]
+            if new:
+                outs = measurer.measure(task, [space.get(i) for i in new], reference=fb_index in new)
+                for i, r in zip(new, outs):
+                    known[i] = task.flops / r.mean_s if r.ok and r.mean_s > 0 else 0.0
+            return [known[i] for i in indices]
+
+        (fb,) = flops_of([fb_index])
+        curves = {label: [fb] for label in tuners}
+        for tuner in tuners.values():
+            tuner.update([fb_index], [fb])
+        live = dict(tuners)
+        while live:
+            for label, tuner in list(live.items()):
+                left = trials - len(curves[label])
+                batch = tuner.next_batch(min(RACE_BATCH, left)) if left > 0 and tuner.has_next() else []
+                if not batch:
+                    del live[label]
+                    continue
+                flops = flops_of(batch)
+                tuner.update(batch, flops)
+                for f in flops:
+                    curves[label].append(max(curves[label][-1], f))
+    return curves
+
+
+def part_bc(model, target, parts: str, trials: int, seeds: int, measure: MeasureOptions) -> dict:
+    """The races of (b) (xgb, ga, random) and (c) (xgb from scratch against xgb with transfer from
+    (a)'s records of the other ResNet-18 tasks) for each of the three tasks and seeds, as one race
+    per (task, seed) when both parts run. Returns {(task, label, seed): curve}."""
+    labels = (list(TUNERS) if "b" in parts else ["xgb"]) + (["transfer"] if "c" in parts else [])
+    priors = []
+    if "c" in parts:
+        a_records = RESULTS / "resnet18_records.json"
+        if not a_records.exists():
+            raise SystemExit(f"(c) needs (a)'s records {a_records}: run part a first (--parts a)")
+        priors = load_records(a_records)
+    curves, n_prior = {}, {}
     wait_for_idle()
-    for seed in range(seeds):
-        for task in chosen:
-            for tuner in TUNERS:
-                wait_for_idle(None)
-                path = os.path.join(tmp, f"{tuner}_{len(record_files)}.json")
-                (res,) = tune_tasks([task], target, path, TuneOptions(trials=trials, tuner=tuner, measure=measure,
-                                                                      seed=seed),
-                                    Progress(live=False), budgets=[trials])
-                curves[(task.describe(), tuner, seed)] = res.curve
-                record_files[(task.describe(), tuner, seed)] = path
-    write_curves(RESULTS / "tune_curves.csv", "tuner", curves)
-    _plot(curves, trials, seeds)
+    for task in curve_tasks(model, target):
+        space = task.config_space(target)
+        feats: dict = {}
+
+        def featurize(cfg, task=task, feats=feats):
+            key = config_key(cfg)
+            if key not in feats:
+                feats[key] = config_features(task, target, cfg)
+            return feats[key]
+
+        prior_groups = None
+        for seed in range(seeds):
+            tuners = {label: make_tuner("xgb" if label == "transfer" else label, space, featurize, seed)
+                      for label in labels}
+            if "transfer" in tuners:
+                if prior_groups is None:
+                    n_prior[task.describe()] = add_transfer(tuners["transfer"], task, target, priors)
+                    prior_groups = tuners["transfer"].prior
+                tuners["transfer"].prior = list(prior_groups)
+            wait_for_idle(None)
+            t0 = time.perf_counter()
+            for label, curve in race(task, target, tuners, trials, measure).items():
+                curves[(task.describe(), label, seed)] = curve
+            print(f"  {task.describe()} seed {seed}: " + ", ".join(
+                f"{lb} {curves[(task.describe(), lb, seed)][-1] / 1e9:.1f}" for lb in labels)
+                + f" GFLOP/s ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return curves, n_prior
+
+
+def report_b(model, target, curves: dict, trials: int, seeds: int) -> list:
+    """(b)'s table, tune_curves.csv and tune_curves.png from the race curves."""
+    chosen = curve_tasks(model, target)
+    b_curves = {k: v for k, v in curves.items() if k[1] in TUNERS}
+    write_curves(RESULTS / "tune_curves.csv", "tuner", b_curves)
+    _plot(b_curves, trials, seeds)
     lines = [f"## (b) best GFLOP/s against trials, {trials} trials per tuner, seeds 0-{seeds - 1}", "",
-             ("Best GFLOP/s: mean over the seeds. Reach: per seed, the trial at which xgb reached 97% of "
-              "random's final best with the same seed."), "",
+             ("The three tuners of one seed race side by side on one measurer (one batch of "
+              f"{RACE_BATCH} each per round, the fallback measured once as everyone's trial 1, a config "
+              "proposed twice measured once), so timing drift hits them alike. Best GFLOP/s: mean over "
+              "the seeds. Reach: per seed, the trial at which xgb reached 97% of random's final best."), "",
              "| task | space | xgb best | ga best | random best | xgb reach of random's final best |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    reached = 0
     for task in chosen:
         wl = task.describe()
         best = {t: statistics.mean(curves[(wl, t, k)][-1] for k in range(seeds)) / 1e9 for t in TUNERS}
         reach = [first_reach(curves[(wl, "xgb", k)], REACH * curves[(wl, "random", k)][-1]) for k in range(seeds)]
+        reached += sum(1 for r in reach if r is not None and r <= trials // 3)
         lines.append(f"| {wl} | {len(task.config_space(target))} | {best['xgb']:.1f} | {best['ga']:.1f} | "
                      f"{best['random']:.1f} | {', '.join(str(r or 'not reached') for r in reach)} of {trials} |")
-    lines += ["", "Curves (mean over seeds): bench/results/tune_curves.png, data: bench/results/tune_curves.csv.", ""]
+    lines += ["", (f"xgb reached random's final best within a third of the trials ({trials // 3}) in {reached} "
+                   f"of {len(chosen) * seeds} runs."), "",
+              "Curves (mean over seeds): bench/results/tune_curves.png, data: bench/results/tune_curves.csv.", ""]
     print("\n".join(lines), flush=True)
-    return lines, record_files
+    return lines
 
 
 def curve_tasks(model, target) -> list:
@@ -203,59 +285,33 @@ def _plot(curves, trials, seeds):
     fig.savefig(RESULTS / "tune_curves.png", dpi=110)
 
 
-def part_c(model, target, record_files, trials: int, seeds: int, measure: MeasureOptions, tmp: str) -> list:
-    """Each of the three tasks tuned again by xgb with the seed of each from-scratch run in (b),
-    now with prior records of other tasks: (a)'s ResNet-18 records of every other task when (a)
-    has run, plus (b)'s records of the other two tasks. Without (b) in this run
-    (`record_files` None), the from-scratch xgb runs are made here first."""
-    chosen = curve_tasks(model, target)
-    if record_files is None:
-        record_files = {}
-        wait_for_idle()
-        for seed in range(seeds):
-            for task in chosen:
-                wait_for_idle(None)
-                path = os.path.join(tmp, f"scratch_{len(record_files)}.json")
-                tune_tasks([task], target, path, TuneOptions(trials=trials, tuner="xgb", measure=measure, seed=seed),
-                           Progress(live=False), budgets=[trials])
-                record_files[(task.describe(), "xgb", seed)] = path
-    print("(c) transfer", flush=True)
-    a_records = RESULTS / "resnet18_records.json"
+def report_c(model, target, curves: dict, n_prior: dict, trials: int, seeds: int) -> list:
+    """(c)'s table and tune_transfer.csv: trials until xgb with transfer, and xgb from scratch,
+    reach 97% of the from-scratch run's final best."""
     rows = []
-    curves = {}
-    for task in chosen:
-        prior = os.path.join(tmp, "prior.json")
-        with open(prior, "w") as out:
-            if a_records.exists():
-                for line in a_records.read_text().splitlines():
-                    if line.strip() and Record(json.loads(line)).key != task.key:
-                        out.write(line + "\n")
-            for (wl, _, _), path in record_files.items():
-                if wl != task.describe():
-                    out.write(Path(path).read_text())
-        n_prior = sum(1 for r in load_records(prior) if r.impl == task.impl)
+    c_curves = {}
+    for task in curve_tasks(model, target):
+        wl = task.describe()
         for seed in range(seeds):
-            wait_for_idle(None)
-            path = os.path.join(tmp, f"transfer_{len(rows)}.json")
-            (res,) = tune_tasks([task], target, path, TuneOptions(trials=trials, tuner="xgb", measure=measure,
-                                                                  prior_records=prior, seed=seed),
-                                Progress(live=False), budgets=[trials])
-            scratch = record_curve(record_files[(task.describe(), "xgb", seed)])
-            curves[(task.describe(), "scratch", seed)] = scratch
-            curves[(task.describe(), "transfer", seed)] = res.curve
+            scratch, transfer = curves[(wl, "xgb", seed)], curves[(wl, "transfer", seed)]
+            c_curves[(wl, "scratch", seed)], c_curves[(wl, "transfer", seed)] = scratch, transfer
             level = REACH * scratch[-1]
-            rows.append((task, seed, n_prior, scratch[-1], res.curve[-1], first_reach(scratch, level),
-                         first_reach(res.curve, level)))
-    write_curves(RESULTS / "tune_transfer.csv", "run", curves)
+            rows.append((wl, seed, n_prior[wl], scratch[-1], transfer[-1], first_reach(scratch, level),
+                         first_reach(transfer, level)))
+    write_curves(RESULTS / "tune_transfer.csv", "run", c_curves)
     lines = ["## (c) transfer: xgb from scratch vs with prior records of other tasks (same seed)", "",
-             f"Same seed, {trials} trials each; reach = trials until 97% of the from-scratch run's final best.",
+             (f"Same seed, {trials} trials each, raced side by side on one measurer as in (b); the transfer "
+              "run starts from (a)'s ResNet-18 records of the other tasks. Reach = trials until 97% of "
+              "the from-scratch run's final best."),
              "", "| task | seed | prior records | scratch best | transfer best | scratch reach | transfer reach |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for task, seed, n_prior, sb, tb, sr, tr in rows:
-        lines.append(f"| {task.describe()} | {seed} | {n_prior} | {sb / 1e9:.1f} | {tb / 1e9:.1f} | {sr} | "
-                     f"{tr or 'not reached'} |")
+    for wl, seed, n, sb, tb, sr, tr in rows:
+        lines.append(f"| {wl} | {seed} | {n} | {sb / 1e9:.1f} | {tb / 1e9:.1f} | {sr} | {tr or 'not reached'} |")
     total = [sum(r[5] for r in rows), sum(r[6] or trials for r in rows)]
-    lines += ["", f"Trials to reach, summed over the {len(rows)} runs: scratch {total[0]}, transfer {total[1]}.",
+    faster = sum(1 for r in rows if (r[6] or trials + 1) < r[5])
+    slower = sum(1 for r in rows if (r[6] or trials + 1) > r[5])
+    lines += ["", (f"Trials to reach, summed over the {len(rows)} runs: scratch {total[0]}, transfer {total[1]} "
+                   f"(transfer faster in {faster}, slower in {slower}, tied in {len(rows) - faster - slower})."),
               "", "Data: bench/results/tune_transfer.csv.", ""]
     print("\n".join(lines), flush=True)
     return lines
@@ -269,15 +325,6 @@ def write_curves(path, kind: str, curves: dict) -> None:
         for (wl, label, seed), curve in curves.items():
             for k, v in enumerate(curve, 1):
                 w.writerow([wl, label, seed, k, f"{v / 1e9:.3f}"])
-
-
-def record_curve(path) -> list:
-    """Best FLOP/s after each measurement of a one-task records file, in file order."""
-    curve, best = [], 0.0
-    for r in load_records(path):
-        best = max(best, r.task().flops / r.mean_s if r.ok else 0.0)
-        curve.append(best)
-    return curve
 
 
 def main(argv=None) -> int:
@@ -296,6 +343,8 @@ def main(argv=None) -> int:
     target = resolve_target("x86")
     model = resnet18()
     measure = MeasureOptions(number=2, repeat=3, min_repeat_ms=20, timeout_s=20, parallel=2)
+    # the races time each config once for several tuners: more and longer rounds for less noise
+    race_measure = MeasureOptions(number=2, repeat=5, min_repeat_ms=30, timeout_s=20, parallel=2)
     stamp = f"({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores)"
 
     def section(part, lines):  # each part its own file: parts can be rerun one at a time
@@ -304,12 +353,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tvmc-tune-demo-") as tmp:
         if "a" in args.parts:
             section("a", part_a(model, target, args.trials, args.threads, args.rounds, tmp, measure))
-        record_files = None
+    if "b" in args.parts or "c" in args.parts:
+        curves, n_prior = part_bc(model, target, args.parts, args.curve_trials, args.seeds, race_measure)
         if "b" in args.parts:
-            blines, record_files = part_b(model, target, args.curve_trials, args.seeds, measure, tmp)
-            section("b", blines)
+            section("b", report_b(model, target, curves, args.curve_trials, args.seeds))
         if "c" in args.parts:
-            section("c", part_c(model, target, record_files, args.curve_trials, args.seeds, measure, tmp))
+            section("c", report_c(model, target, curves, n_prior, args.curve_trials, args.seeds))
     parts = [(RESULTS / f"tune_demo_{p}.md").read_text() for p in "abc" if (RESULTS / f"tune_demo_{p}.md").exists()]
     (RESULTS / "tune_demo.md").write_text("# tvmc tune evidence (make tune-demo)\n\n" + "\n".join(parts))
     print(f"wrote {RESULTS / 'tune_demo.md'}")

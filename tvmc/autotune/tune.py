@@ -150,7 +150,7 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
         tuner.update(idx, fl)
         res.resumed = len(idx)
     if options.tuner == "xgb":
-        _add_transfer(tuner, task, target, records)
+        add_transfer(tuner, task, target, records)
 
     def measure(configs, reference=False):
         outs = measurer.measure(task, configs, reference=reference)
@@ -219,19 +219,22 @@ def _default_task(task, target):
     return replace(task, impl=default.name)
 
 
-def _add_transfer(tuner, task, target, records):
-    """Prior measurements of other tasks of the same implementation train the xgb model."""
+def add_transfer(tuner, task, target, records) -> int:
+    """Give an XGBTuner for `task` the measurements in `records` (Record list) of other tasks of
+    the same implementation as prior data (XGBTuner.add_prior: one ranking group per task, its
+    FLOP/s normalized to the task's best). Returns how many records it used."""
     by_task: dict = {}
     for r in records:
         if r.key != task.key and r.impl == task.impl:
             by_task.setdefault(r.key, []).append(r)
-    for key, rs in by_task.items():
+    for rs in by_task.values():
         other = rs[0].task()
         feats, flops = [], []
         for r in rs:
             feats.append(config_features(other, target, r.config))
             flops.append(other.flops / r.mean_s if r.ok else 0.0)
         tuner.add_prior(np.stack(feats), flops)
+    return sum(len(rs) for rs in by_task.values())
 
 
 def summary_rows(results) -> list:
