@@ -7,15 +7,17 @@
     interleaved rounds (one run each per round, 3 warm-up runs first), medians reported.
 (b) Three conv2d tasks of ResNet-18 (3x3 convolutions at 56x56, 28x28 and 7x7): best GFLOP/s
     against trial count for the xgb, ga and random tuners with the same budget each
-    (`--curve-trials`, default 48), each repeated with `--seeds` seeds (default 2); every tuner
-    measures for real and starts with the fallback config. Saved as bench/results/tune_curves.csv
-    and .png. "xgb reaches random's final best" is counted at 97% of it: repeated timings of one
-    kernel spread by a few percent here.
-(c) Transfer: each of the three tasks tuned by xgb again, with the seed of each from-scratch
-    run in (b), now starting from prior records of other tasks ((a)'s records of the other
-    ResNet-18 tasks when (a) has run, and (b)'s records of the other two tasks): trials to reach
-    the from-scratch run's final best (97%), for both runs. Data: tune_transfer.csv. With
-    `--parts c` alone, the from-scratch xgb runs are made first (priors: (a)'s records).
+    (`--curve-trials`, default 48), each repeated with `--seeds` seeds (default 3). The tuners of
+    one (task, seed) race side by side on one measurer (`race`): the fallback config is measured
+    once and is every tuner's trial 1, each round gives every tuner one batch, and a config two
+    tuners propose is measured once. Separate runs minutes apart differed by up to 12% on the
+    same config here; in a race, drift hits every tuner alike. Saved as
+    bench/results/tune_curves.csv and .png. "xgb reaches random's final best" is counted at 97%
+    of it: repeated timings of one kernel spread by a few percent here.
+(c) Transfer: in the same race, a fourth tuner, xgb with the same seed, starts from (a)'s
+    ResNet-18 records of the other tasks (`tvmc tune --tuning-records` does the same): trials
+    until it, and xgb from scratch, reach the from-scratch run's final best (97%). Data:
+    tune_transfer.csv. Needs (a)'s records (bench/results/resnet18_records.json).
 
 Timings need an idle machine: the script waits while bench/bench.py or bench/layers.py run
 or the load average is above 0.7 (before each part; between the runs of a part only for the
@@ -331,7 +333,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=1000, help="(a) ResNet-18 budget")
     ap.add_argument("--curve-trials", type=int, default=48, help="(b), (c) budget per tuner and task")
-    ap.add_argument("--seeds", type=int, default=2, help="(b), (c) runs per tuner and task, seeds 0..N-1")
+    ap.add_argument("--seeds", type=int, default=3, help="(b), (c) runs per tuner and task, seeds 0..N-1")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=30, help="(a) timing rounds")
     ap.add_argument("--parts", default="abc")
