@@ -45,7 +45,7 @@ from tvmc.autotune.features import config_features  # noqa: E402
 from tvmc.autotune.measure import MeasureOptions, Measurer  # noqa: E402
 from tvmc.autotune.record import config_key, load_records  # noqa: E402
 from tvmc.autotune.task import extract_tasks  # noqa: E402
-from tvmc.autotune.tune import TuneOptions, add_transfer, format_summary, tune_tasks  # noqa: E402
+from tvmc.autotune.tune import TuneOptions, add_transfer, format_summary, measured_flops, tune_tasks  # noqa: E402
 from tvmc.autotune.tuner import make_tuner  # noqa: E402
 from tvmc.driver import CompileOptions, compile_model  # noqa: E402
 from tvmc.target import resolve_target  # noqa: E402
@@ -168,7 +168,7 @@ def race(task, target, tuners: dict, trials: int, measure: MeasureOptions) -> di
             if new:
                 outs = measurer.measure(task, [space.get(i) for i in new], reference=fb_index in new)
                 for i, r in zip(new, outs):
-                    known[i] = task.flops / r.mean_s if r.ok and r.mean_s > 0 else 0.0
+                    known[i] = measured_flops(task, r)
             return [known[i] for i in indices]
 
         (fb,) = flops_of([fb_index])
@@ -190,10 +190,11 @@ def race(task, target, tuners: dict, trials: int, measure: MeasureOptions) -> di
     return curves
 
 
-def part_bc(model, target, parts: str, trials: int, seeds: int, measure: MeasureOptions) -> dict:
+def part_bc(chosen, target, parts: str, trials: int, seeds: int, measure: MeasureOptions) -> tuple:
     """The races of (b) (xgb, ga, random) and (c) (xgb from scratch against xgb with transfer from
     (a)'s records of the other ResNet-18 tasks) for each of the three tasks and seeds, as one race
-    per (task, seed) when both parts run. Returns {(task, label, seed): curve}."""
+    per (task, seed) when both parts run, for the tasks `chosen` (curve_tasks). Returns
+    ({(task, label, seed): curve}, {task: prior records used by the transfer run})."""
     labels = (list(TUNERS) if "b" in parts else ["xgb"]) + (["transfer"] if "c" in parts else [])
     priors = []
     if "c" in parts:
@@ -203,7 +204,7 @@ def part_bc(model, target, parts: str, trials: int, seeds: int, measure: Measure
         priors = load_records(a_records)
     curves, n_prior = {}, {}
     wait_for_idle()
-    for task in curve_tasks(model, target):
+    for task in chosen:
         space = task.config_space(target)
         feats: dict = {}
 
@@ -232,9 +233,8 @@ def part_bc(model, target, parts: str, trials: int, seeds: int, measure: Measure
     return curves, n_prior
 
 
-def report_b(model, target, curves: dict, trials: int, seeds: int) -> list:
-    """(b)'s table, tune_curves.csv and tune_curves.png from the race curves."""
-    chosen = curve_tasks(model, target)
+def report_b(chosen, target, curves: dict, trials: int, seeds: int) -> list:
+    """(b)'s table, tune_curves.csv and tune_curves.png from the race curves of the tasks `chosen`."""
     b_curves = {k: v for k, v in curves.items() if k[1] in TUNERS}
     write_curves(RESULTS / "tune_curves.csv", "tuner", b_curves)
     _plot(b_curves, trials, seeds)
@@ -287,12 +287,12 @@ def _plot(curves, trials, seeds):
     fig.savefig(RESULTS / "tune_curves.png", dpi=110)
 
 
-def report_c(model, target, curves: dict, n_prior: dict, trials: int, seeds: int) -> list:
+def report_c(chosen, curves: dict, n_prior: dict, trials: int, seeds: int) -> list:
     """(c)'s table and tune_transfer.csv: trials until xgb with transfer, and xgb from scratch,
     reach 97% of the from-scratch run's final best."""
     rows = []
     c_curves = {}
-    for task in curve_tasks(model, target):
+    for task in chosen:
         wl = task.describe()
         for seed in range(seeds):
             scratch, transfer = curves[(wl, "xgb", seed)], curves[(wl, "transfer", seed)]
@@ -356,11 +356,12 @@ def main(argv=None) -> int:
         if "a" in args.parts:
             section("a", part_a(model, target, args.trials, args.threads, args.rounds, tmp, measure))
     if "b" in args.parts or "c" in args.parts:
-        curves, n_prior = part_bc(model, target, args.parts, args.curve_trials, args.seeds, race_measure)
+        chosen = curve_tasks(model, target)
+        curves, n_prior = part_bc(chosen, target, args.parts, args.curve_trials, args.seeds, race_measure)
         if "b" in args.parts:
-            section("b", report_b(model, target, curves, args.curve_trials, args.seeds))
+            section("b", report_b(chosen, target, curves, args.curve_trials, args.seeds))
         if "c" in args.parts:
-            section("c", report_c(model, target, curves, n_prior, args.curve_trials, args.seeds))
+            section("c", report_c(chosen, curves, n_prior, args.curve_trials, args.seeds))
     parts = [(RESULTS / f"tune_demo_{p}.md").read_text() for p in "abc" if (RESULTS / f"tune_demo_{p}.md").exists()]
     (RESULTS / "tune_demo.md").write_text("# tvmc tune evidence (make tune-demo)\n\n" + "\n".join(parts))
     print(f"wrote {RESULTS / 'tune_demo.md'}")

@@ -126,7 +126,9 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
     return results
 
 
-def _flops_of(task, result) -> float:
+def measured_flops(task, result) -> float:
+    """Throughput in FLOP/s of a MeasureResult of `task` (task.flops / mean cost in seconds);
+    0.0 for a failed measurement, as the tuners learn it."""
     return task.flops / result.mean_s if result.ok and result.mean_s > 0 else 0.0
 
 
@@ -157,7 +159,7 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
         flops = []
         for cfg, r in zip(configs, outs):
             writer.write(target, task, cfg, r)
-            f = _flops_of(task, r)
+            f = measured_flops(task, r)
             flops.append(f)
             if not r.ok:
                 res.errors[int(r.error)] = res.errors.get(int(r.error), 0) + 1
