@@ -21,7 +21,9 @@
 
 Timings need an idle machine: the script waits while bench/bench.py or bench/layers.py run
 or the load average is above 0.7 (before each part; between the runs of a part only for the
-former). Writes bench/results/tune_demo_{a,b,c}.md and tune_demo.md (the three together).
+former). Writes bench/results/tune_demo_{a,b,c}.md and tune_demo.md (the three together), or into
+`--results`; `--tasks` races a subset of the three tasks (e.g. `--tasks 0 --seeds 6`: the 56x56 task
+with more seeds). bench/tune_replay.py replays (b) for many seeds on a fully measured space.
 """
 
 from __future__ import annotations
@@ -146,6 +148,8 @@ def first_reach(curve, level) -> int | None:
 
 
 RACE_BATCH = 8
+# the races time each config once for several tuners: more and longer rounds than (a) for less noise
+RACE_MEASURE = MeasureOptions(number=2, repeat=5, min_repeat_ms=30, timeout_s=20, parallel=2)
 
 
 def race(task, target, tuners: dict, trials: int, measure: MeasureOptions) -> dict:
@@ -171,23 +175,43 @@ def race(task, target, tuners: dict, trials: int, measure: MeasureOptions) -> di
                     known[i] = measured_flops(task, r)
             return [known[i] for i in indices]
 
-        (fb,) = flops_of([fb_index])
-        curves = {label: [fb] for label in tuners}
-        for tuner in tuners.values():
-            tuner.update([fb_index], [fb])
-        live = dict(tuners)
-        while live:
-            for label, tuner in list(live.items()):
-                left = trials - len(curves[label])
-                batch = tuner.next_batch(min(RACE_BATCH, left)) if left > 0 and tuner.has_next() else []
-                if not batch:
-                    del live[label]
-                    continue
-                flops = flops_of(batch)
-                tuner.update(batch, flops)
-                for f in flops:
-                    curves[label].append(max(curves[label][-1], f))
+        return run_race(flops_of, fb_index, tuners, trials)
+
+
+def run_race(flops_of, fb_index: int, tuners: dict, trials: int) -> dict:
+    """The rounds of `race` on any source of throughputs: `flops_of(config numbers) -> FLOP/s`
+    (a Measurer in `race`, a table of measured configs in tune_replay.py)."""
+    (fb,) = flops_of([fb_index])
+    curves = {label: [fb] for label in tuners}
+    for tuner in tuners.values():
+        tuner.update([fb_index], [fb])
+    live = dict(tuners)
+    while live:
+        for label, tuner in list(live.items()):
+            left = trials - len(curves[label])
+            batch = tuner.next_batch(min(RACE_BATCH, left)) if left > 0 and tuner.has_next() else []
+            if not batch:
+                del live[label]
+                continue
+            flops = flops_of(batch)
+            tuner.update(batch, flops)
+            for f in flops:
+                curves[label].append(max(curves[label][-1], f))
     return curves
+
+
+def cached_featurize(task, target):
+    """config -> config_features(task, target, config), each config featurized once (the
+    tuners of a race, and every seed, share it)."""
+    feats: dict = {}
+
+    def featurize(cfg):
+        key = config_key(cfg)
+        if key not in feats:
+            feats[key] = config_features(task, target, cfg)
+        return feats[key]
+
+    return featurize
 
 
 def part_bc(chosen, target, parts: str, trials: int, seeds: int, measure: MeasureOptions) -> tuple:
@@ -206,14 +230,7 @@ def part_bc(chosen, target, parts: str, trials: int, seeds: int, measure: Measur
     wait_for_idle()
     for task in chosen:
         space = task.config_space(target)
-        feats: dict = {}
-
-        def featurize(cfg, task=task, feats=feats):
-            key = config_key(cfg)
-            if key not in feats:
-                feats[key] = config_features(task, target, cfg)
-            return feats[key]
-
+        featurize = cached_featurize(task, target)
         prior_groups = None
         for seed in range(seeds):
             tuners = {label: make_tuner("xgb" if label == "transfer" else label, space, featurize, seed)
@@ -255,7 +272,7 @@ def report_b(chosen, target, curves: dict, trials: int, seeds: int) -> list:
                      f"{best['random']:.1f} | {', '.join(str(r or 'not reached') for r in reach)} of {trials} |")
     lines += ["", (f"xgb reached random's final best within a third of the trials ({trials // 3}) in {reached} "
                    f"of {len(chosen) * seeds} runs."), "",
-              "Curves (mean over seeds): bench/results/tune_curves.png, data: bench/results/tune_curves.csv.", ""]
+              "Curves (mean over seeds): tune_curves.png, data: tune_curves.csv (next to this file).", ""]
     print("\n".join(lines), flush=True)
     return lines
 
@@ -314,7 +331,7 @@ def report_c(chosen, curves: dict, n_prior: dict, trials: int, seeds: int) -> li
     slower = sum(1 for r in rows if (r[6] or trials + 1) > r[5])
     lines += ["", (f"Trials to reach, summed over the {len(rows)} runs: scratch {total[0]}, transfer {total[1]} "
                    f"(transfer faster in {faster}, slower in {slower}, tied in {len(rows) - faster - slower})."),
-              "", "Data: bench/results/tune_transfer.csv.", ""]
+              "", "Data: tune_transfer.csv (next to this file).", ""]
     print("\n".join(lines), flush=True)
     return lines
 
@@ -330,6 +347,7 @@ def write_curves(path, kind: str, curves: dict) -> None:
 
 
 def main(argv=None) -> int:
+    global NO_WAIT, RESULTS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=1000, help="(a) ResNet-18 budget")
     ap.add_argument("--curve-trials", type=int, default=48, help="(b), (c) budget per tuner and task")
@@ -337,16 +355,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=30, help="(a) timing rounds")
     ap.add_argument("--parts", default="abc")
+    ap.add_argument("--tasks", default="012", help="(b), (c) tasks by position in CURVE_TASKS, e.g. 0 for 56x56 alone")
+    ap.add_argument("--results", type=Path, default=None, help="folder of the outputs (default bench/results; (c) reads (a)'s records there)")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for an idle machine (smoke tests)")
     args = ap.parse_args(argv)
-    global NO_WAIT
-    NO_WAIT = args.no_wait
+    NO_WAIT, RESULTS = args.no_wait, args.results or RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = resolve_target("x86")
     model = resnet18()
     measure = MeasureOptions(number=2, repeat=3, min_repeat_ms=20, timeout_s=20, parallel=2)
-    # the races time each config once for several tuners: more and longer rounds for less noise
-    race_measure = MeasureOptions(number=2, repeat=5, min_repeat_ms=30, timeout_s=20, parallel=2)
     stamp = f"({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores)"
 
     def section(part, lines):  # each part its own file: parts can be rerun one at a time
@@ -356,8 +373,8 @@ def main(argv=None) -> int:
         if "a" in args.parts:
             section("a", part_a(model, target, args.trials, args.threads, args.rounds, tmp, measure))
     if "b" in args.parts or "c" in args.parts:
-        chosen = curve_tasks(model, target)
-        curves, n_prior = part_bc(chosen, target, args.parts, args.curve_trials, args.seeds, race_measure)
+        chosen = [curve_tasks(model, target)[int(k)] for k in args.tasks]
+        curves, n_prior = part_bc(chosen, target, args.parts, args.curve_trials, args.seeds, RACE_MEASURE)
         if "b" in args.parts:
             section("b", report_b(chosen, target, curves, args.curve_trials, args.seeds))
         if "c" in args.parts:
