@@ -3,10 +3,11 @@
 # against onnxruntime at 1 and 2 threads, `make bench-layers` ResNet-18's conv layers against the
 # machine's peak; `make conformance` runs the ONNX backend node cases through tvmc on x86 and
 # rewrites docs/conformance.md; `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
-# bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first).
+# bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
+# measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds.
 PYTHON ?= python3
 
-.PHONY: install demo test test-all bench bench-layers conformance tune-demo
+.PHONY: install demo test test-all bench bench-layers conformance tune-demo tune-replay
 
 install:
 	$(PYTHON) -m pip install -e ".[test,bench]"
@@ -32,3 +33,7 @@ conformance: install
 tune-demo: install
 	$(PYTHON) -m pip install -e ".[tune]"
 	$(PYTHON) bench/tune_demo.py
+
+tune-replay: install
+	$(PYTHON) -m pip install -e ".[tune]"
+	$(PYTHON) bench/tune_replay.py --sweep
