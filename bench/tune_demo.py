@@ -162,25 +162,28 @@ def race(task, target, tuners: dict, trials: int, measure: MeasureOptions) -> di
     FLOP/s (a trial for each). Timing drift on this machine (a few percent over minutes) thus hits
     every tuner alike, which separate runs cannot promise."""
     space = task.config_space(target)
-    fallback = space.fallback_config()
-    fb_index = space.index_of(fallback)
-    known: dict = {}
+    fb_index = space.index_of(space.fallback_config())
     with Measurer(target, measure) as measurer:
 
-        def flops_of(indices):
-            new = [i for i in dict.fromkeys(indices) if i not in known]
-            if new:
-                outs = measurer.measure(task, [space.get(i) for i in new], reference=fb_index in new)
-                for i, r in zip(new, outs):
-                    known[i] = measured_flops(task, r)
-            return [known[i] for i in indices]
+        def measure_new(indices):
+            outs = measurer.measure(task, [space.get(i) for i in indices], reference=fb_index in indices)
+            return [measured_flops(task, r) for r in outs]
 
-        return run_race(flops_of, fb_index, tuners, trials)
+        return run_race(measure_new, fb_index, tuners, trials)
 
 
-def run_race(flops_of, fb_index: int, tuners: dict, trials: int) -> dict:
-    """The rounds of `race` on any source of throughputs: `flops_of(config numbers) -> FLOP/s`
-    (a Measurer in `race`, a table of measured configs in tune_replay.py)."""
+def run_race(measure_new, fb_index: int, tuners: dict, trials: int) -> dict:
+    """The rounds of `race` on any source of throughputs: `measure_new(distinct config numbers
+    not measured yet) -> FLOP/s each` (a Measurer in `race`, a table of measured configs in
+    tune_replay.py). Each config is measured once; tuners that propose it again share the value."""
+    known: dict = {}
+
+    def flops_of(indices):
+        new = [i for i in dict.fromkeys(indices) if i not in known]
+        if new:
+            known.update(zip(new, measure_new(new)))
+        return [known[i] for i in indices]
+
     (fb,) = flops_of([fb_index])
     curves = {label: [fb] for label in tuners}
     for tuner in tuners.values():
@@ -359,6 +362,8 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=None, help="folder of the outputs (default bench/results; (c) reads (a)'s records there)")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for an idle machine (smoke tests)")
     args = ap.parse_args(argv)
+    if not args.tasks or any(k not in "012" for k in args.tasks):
+        ap.error(f"--tasks takes digits 0-2 (positions in CURVE_TASKS), not '{args.tasks}'")
     NO_WAIT, RESULTS = args.no_wait, args.results or RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = resolve_target("x86")

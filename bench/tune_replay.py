@@ -63,8 +63,7 @@ def sweep(task, target) -> None:
     space = task.config_space(target)
     done = load_table(task, space)
     fb = space.index_of(space.fallback_config())
-    todo = [i for i in [fb] + list(range(len(space))) if i not in done]
-    todo = list(dict.fromkeys(todo))
+    todo = [i for i in dict.fromkeys([fb, *range(len(space))]) if i not in done]
     wait_for_idle()
     t0 = time.perf_counter()
     with Measurer(target, RACE_MEASURE) as measurer, open(table_path(task), "a") as f:
@@ -78,9 +77,8 @@ def sweep(task, target) -> None:
             print(f"  swept {len(done) + k + len(batch)}/{len(space)} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-def replay(task, target, table: dict, seeds: int, trials: int, noise: float) -> list:
-    """Report lines of the replayed races (see the module docstring)."""
-    space = task.config_space(target)
+def replay(task, target, space, table: dict, seeds: int, trials: int, noise: float) -> list:
+    """Report lines of the replayed races on `task`'s config `space` (see the module docstring)."""
     fb = space.index_of(space.fallback_config())
     flops = np.array([table[i] for i in range(len(space))])
     rng = np.random.default_rng(0)
@@ -92,15 +90,11 @@ def replay(task, target, table: dict, seeds: int, trials: int, noise: float) -> 
     for seed in range(seeds):
         for t in TUNERS:
             draw = np.random.default_rng([seed, TUNERS.index(t)])
-            known: dict = {}
 
-            def flops_of(indices, known=known, draw=draw):
-                for i in indices:
-                    if i not in known:
-                        known[i] = flops[i] * max(0.0, 1 + noise * draw.standard_normal())
-                return [known[i] for i in indices]
+            def measure_new(indices, draw=draw):
+                return [flops[i] * max(0.0, 1 + noise * draw.standard_normal()) for i in indices]
 
-            curves[t] += run_race(flops_of, fb, {t: make_tuner(t, space, featurize, seed)}, trials).values()
+            curves[t] += run_race(measure_new, fb, {t: make_tuner(t, space, featurize, seed)}, trials).values()
     third = trials // 3
     lines = [f"## Replay on {task.describe()}: {len(space)} configs measured, {seeds} seeds, {trials} trials, "
              f"noise {noise:.0%}", "",
@@ -131,12 +125,13 @@ def main(argv=None) -> int:
     task = curve_tasks(resnet18(), target)[args.task]
     if args.sweep:
         sweep(task, target)
-    table = load_table(task, task.config_space(target))
-    missing = len(task.config_space(target)) - len(table)
+    space = task.config_space(target)
+    table = load_table(task, space)
+    missing = len(space) - len(table)
     if missing:
         print(f"error: {table_path(task)} lacks {missing} configs: run with --sweep", file=sys.stderr)
         return 1
-    lines = replay(task, target, table, args.seeds, args.trials, args.noise)
+    lines = replay(task, target, space, table, args.seeds, args.trials, args.noise)
     print("\n".join(lines))
     (RESULTS / "tune_replay.md").write_text(f"<!-- {time.strftime('%Y-%m-%d %H:%M')} -->\n" + "\n".join(lines))
     return 0

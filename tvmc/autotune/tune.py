@@ -127,8 +127,8 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
 
 
 def measured_flops(task, result) -> float:
-    """Throughput in FLOP/s of a MeasureResult of `task` (task.flops / mean cost in seconds);
-    0.0 for a failed measurement, as the tuners learn it."""
+    """Throughput in FLOP/s of a MeasureResult or Record of `task` (task.flops / mean cost in
+    seconds); 0.0 for a failed measurement, as the tuners learn it."""
     return task.flops / result.mean_s if result.ok and result.mean_s > 0 else 0.0
 
 
@@ -147,7 +147,7 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
         if i is None:
             continue
         idx.append(i)
-        fl.append(task.flops / r.mean_s if r.ok else 0.0)
+        fl.append(measured_flops(task, r))
     if idx:
         tuner.update(idx, fl)
         res.resumed = len(idx)
@@ -234,7 +234,7 @@ def add_transfer(tuner, task, target, records) -> int:
         feats, flops = [], []
         for r in rs:
             feats.append(config_features(other, target, r.config))
-            flops.append(other.flops / r.mean_s if r.ok else 0.0)
+            flops.append(measured_flops(other, r))
         tuner.add_prior(np.stack(feats), flops)
     return sum(len(rs) for rs in by_task.values())
 
