@@ -171,7 +171,7 @@ def build_tvmc(model: onnx.ModelProto, folder: str):
     from tvmc.target import resolve_target
 
     t0 = time.perf_counter()
-    module = compile_model(model, resolve_target("x86"), CompileOptions(opt_level=OPT_LEVEL))
+    module = compile_model(model, resolve_target("native"), CompileOptions(opt_level=OPT_LEVEL))
     path = save_artifact(module, Path(folder, "mod.tar"))
     compile_s = time.perf_counter() - t0
     return GraphExecutor(path), compile_s

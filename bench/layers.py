@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     from tvmc.target import resolve_target
 
     ort.set_default_logger_severity(3)
-    lanes = resolve_target("x86").vector_lanes("float32")
+    lanes = resolve_target("native").vector_lanes("float32")
     mhz = cpu_mhz()
     per_core = mhz / 1e3 * args.fma_units * lanes * 2
     print(f"peak = threads x clock x FMA units x lanes x 2 = threads x {mhz / 1e3:.2f} GHz x {args.fma_units} x "

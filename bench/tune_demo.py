@@ -366,7 +366,7 @@ def main(argv=None) -> int:
         ap.error(f"--tasks takes digits 0-2 (positions in CURVE_TASKS), not '{args.tasks}'")
     NO_WAIT, RESULTS = args.no_wait, args.results or RESULTS
     RESULTS.mkdir(parents=True, exist_ok=True)
-    target = resolve_target("x86")
+    target = resolve_target("native")
     model = resnet18()
     measure = MeasureOptions(number=2, repeat=3, min_repeat_ms=20, timeout_s=20, parallel=2)
     stamp = f"({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores)"

@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--noise", type=float, default=0.03, help="relative standard deviation of each draw")
     args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    target = resolve_target("x86")
+    target = resolve_target("native")
     task = curve_tasks(resnet18(), target)[args.task]
     if args.sweep:
         sweep(task, target)

@@ -18,7 +18,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from tvmc.errors import InputError
 
-DEFAULT_TARGET = "x86"
+DEFAULT_TARGET = "native"
 
 
 class TvmcBackendRep(BackendRep):

@@ -200,7 +200,7 @@ def print_compile_summary(model, target, options, module, output, package_s: flo
 @cli.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--target", "target_spec", required=True,
-              help='Target name (x86), a descriptor YAML path, optionally with overrides: "x86 -mcpu=skylake-avx512".')
+              help='Target: a shipped name (native = this host; x86, x86-avx2, x86-64), or a descriptor YAML path, optionally with LLVM-style overrides: "x86 -mcpu=skylake-avx512", "native -mattr=-avx2".')
 @click.option("--target-option", multiple=True, metavar="KEY=VALUE", help="Override a target descriptor field.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output artifact (mod.tar).")
 @click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True, help="Optimization level.")

@@ -90,7 +90,7 @@ def main() -> int:
     inputs_path = OUT_DIR / "resnet50_inputs.npz"
     outputs_path = OUT_DIR / "resnet50_outputs.npz"
 
-    code = _step("compile", ["compile", str(model), "--target", "x86", "--opt-level", "3", "-o", str(artifact)])
+    code = _step("compile", ["compile", str(model), "--target", "native", "--opt-level", "3", "-o", str(artifact)])
     if code:
         return code
 

@@ -1,13 +1,19 @@
 """Target descriptors: YAML files checked against targets/schema.json, loaded into a frozen Target.
 
-`--target x86`, `--target path/to/descriptor.yaml`, `--target "x86 -mcpu=skylake-avx512"` and
-`--target-option cpu=...` all resolve to one `Target` through `resolve_target`.
+`--target x86`, `--target path/to/descriptor.yaml`, `--target "x86 -mcpu=skylake-avx512"`,
+`--target native` and `--target-option cpu=...` all resolve to one `Target` through
+`resolve_target`. What the code may use of the CPU follows from the resolved `cpu` and
+`features` through the architecture's ISA table (targets/isa/<arch>.yaml): the CPU flags
+`tvmc run` demands (`host_features`) and the vector unit the schedules tile for are derived
+there, never written by hand.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import platform
 import shlex
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
@@ -33,7 +39,7 @@ class Target:
     runtime: str
     cpu: str = ""
     features: tuple = ()
-    host_features: tuple = ()
+    host_features: tuple = ()  # derived by resolve_target: /proc/cpuinfo flags the code needs
     num_vector_registers: int = 16
     l1d_bytes: int = 32768
     l2_bytes: int = 1048576
@@ -59,6 +65,11 @@ class Target:
         blob = json.dumps(self.to_dict(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
+    @property
+    def arch(self) -> str:
+        """Architecture component of the triple (x86_64, aarch64, wasm32, nvptx64)."""
+        return self.triple.split("-")[0]
+
     def __str__(self):
         return f"{self.name} ({self.triple}, cpu={self.cpu or 'generic'})"
 
@@ -68,65 +79,257 @@ def _schema() -> dict:
 
 
 def known_targets() -> list:
-    """Names of the descriptors shipped in targets/."""
-    return sorted(p.name[:-5] for p in resources.files("tvmc.targets").iterdir() if p.name.endswith(".yaml"))
+    """Names of the descriptors shipped in targets/, plus `native` (this host's CPU)."""
+    names = [p.name[:-5] for p in resources.files("tvmc.targets").iterdir() if p.name.endswith(".yaml")]
+    return sorted(names + [NATIVE])
 
 
-def load_descriptor(text: str, origin: str) -> Target:
-    """Parse and validate a YAML descriptor; raises TargetError naming `origin` and the bad field."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise TargetError(f"{origin}: not valid YAML: {str(e).splitlines()[0]}") from None
+def _descriptor_dict(target: Target) -> dict:
+    """The YAML form of `target` (what the schema checks): cache sizes nested, derived fields left out."""
+    data = target.to_dict()
+    data.pop("host_features")
+    data["cache"] = {"l1d_bytes": data.pop("l1d_bytes"), "l2_bytes": data.pop("l2_bytes")}
+    if not data["max_threads_per_block"]:
+        data.pop("max_threads_per_block")
+    return data
+
+
+def _validate(data, origin: str) -> None:
     try:
         jsonschema.validate(data, _schema())
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
         raise TargetError(f"{origin}: invalid target descriptor at '{where}': {e.message}") from None
+
+
+def load_descriptor(text: str, origin: str) -> Target:
+    """Parse and validate a YAML descriptor; raises TargetError naming `origin` and the bad field.
+
+    The result is not resolved yet (no CPU check, no derived fields): use resolve_target.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise TargetError(f"{origin}: not valid YAML: {str(e).splitlines()[0]}") from None
+    _validate(data, origin)
     cache = data.pop("cache", {}) or {}
     data.update(cache)
-    for key in ("features", "host_features", "linker"):
+    for key in ("features", "linker"):
         if key in data:
             data[key] = tuple(data[key])
     return Target(**data)
 
 
+# ---------------------------------------------------------------------------------------------
+# ISA tables: what a cpu name and a feature list let the generated code use
+
+
+class IsaTable:
+    """targets/isa/<arch>.yaml: CPU names and the features they imply, feature implications,
+    /proc/cpuinfo spellings, vector units. See the file's header for each section."""
+
+    def __init__(self, arch: str, data: dict):
+        self.arch = arch
+        levels = data.get("levels") or {}
+        self.cpus = {}
+        for cpu, spec in (data.get("cpus") or {}).items():
+            self.cpus[cpu] = frozenset(levels.get(spec.get("level"), [])) | frozenset(spec.get("add", []))
+        self.requires = {k: tuple(v) for k, v in (data.get("requires") or {}).items()}
+        self.host_flags = dict(data.get("host_flags") or {})
+        self.vector_units = list(data.get("vector_units") or [])
+        self.tuning = frozenset(data.get("tuning") or [])
+        known = set(self.requires) | set(self.host_flags)
+        for feats in self.cpus.values():
+            known |= feats
+        for deps in self.requires.values():
+            known |= set(deps)
+        self.features = frozenset(known)
+
+    def _closure_up(self, feature: str) -> set:
+        out, todo = set(), [feature]
+        while todo:
+            f = todo.pop()
+            if f not in out:
+                out.add(f)
+                todo.extend(self.requires.get(f, ()))
+        return out
+
+    def _closure_down(self, feature: str, enabled: set) -> set:
+        out = {feature}
+        changed = True
+        while changed:
+            changed = False
+            for f in enabled - out:
+                if any(d in out for d in self.requires.get(f, ())):
+                    out.add(f)
+                    changed = True
+        return out
+
+    def enabled_features(self, cpu: str, features, origin: str) -> frozenset:
+        """ISA features the code for (`cpu`, `features`) may use: the cpu's, then each '+f'
+        with what it requires and each '-f' with what requires it, in order (LLVM's -mattr).
+        Raises TargetError naming `origin` on an unknown cpu or feature."""
+        if cpu and cpu not in self.cpus:
+            raise TargetError(f"{origin}: unknown cpu '{cpu}' for {self.arch}; known: {', '.join(sorted(self.cpus))}")
+        enabled = set(self.cpus.get(cpu, ()))
+        for item in features:
+            sign, name = item[:1], item[1:]
+            if name in self.tuning:
+                continue
+            if sign not in "+-" or name not in self.features:
+                raise TargetError(f"{origin}: unknown feature '{item}' for {self.arch}; known: "
+                                  f"{', '.join('+' + f for f in sorted(self.features | self.tuning))}")
+            if sign == "+":
+                enabled |= self._closure_up(name)
+            else:
+                enabled -= self._closure_down(name, enabled)
+        return frozenset(enabled)
+
+    def host_flag(self, feature: str) -> str:
+        return self.host_flags.get(feature, feature)
+
+    def vector_unit(self, enabled) -> dict | None:
+        return next((u for u in self.vector_units if u["feature"] in enabled), None)
+
+
+@functools.lru_cache(maxsize=None)
+def isa_table(arch: str) -> IsaTable | None:
+    """The ISA table of `arch` (targets/isa/<arch>.yaml), or None when tvmc ships none."""
+    path = resources.files("tvmc.targets").joinpath("isa", f"{arch}.yaml")
+    if not path.is_file():
+        return None
+    return IsaTable(arch, yaml.safe_load(path.read_text()))
+
+
+def _derive(target: Target, origin: str) -> Target:
+    """Check `cpu`/`features` against the ISA table and fill the derived fields: host_features
+    (cpuinfo flags of every enabled feature) and the vector unit (vector_width_bits and
+    num_vector_registers capped by the widest unit the enabled features provide)."""
+    isa = isa_table(target.arch)
+    if isa is None:
+        return target
+    enabled = isa.enabled_features(target.cpu, target.features, origin)
+    changes = {"host_features": tuple(sorted({isa.host_flag(f) for f in enabled}))}
+    unit = isa.vector_unit(enabled)
+    if unit is not None:
+        changes["vector_width_bits"] = min(target.vector_width_bits, unit["width_bits"])
+        changes["num_vector_registers"] = min(target.num_vector_registers, unit["registers"])
+    return replace(target, **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution
+
+NATIVE = "native"
+
+# Architecture component of an LLVM triple -> the values platform.machine() reports for it.
+ARCH_ALIASES = {
+    "x86_64": {"x86_64", "amd64"},
+    "aarch64": {"aarch64", "arm64"},
+}
+
+
+def host_arch() -> str:
+    """This host's architecture as an LLVM triple component (x86_64, aarch64, ...)."""
+    machine = platform.machine().lower()
+    return next((arch for arch, names in ARCH_ALIASES.items() if machine in names), machine)
+
+
+def _shipped(name: str) -> Target:
+    text = resources.files("tvmc.targets").joinpath(name + ".yaml").read_text()
+    return load_descriptor(text, f"targets/{name}.yaml")
+
+
+def native_target() -> Target:
+    """The shipped descriptor that fits this host best, with the host's CPU and features.
+
+    Among the shipped CPU descriptors for this host's architecture whose derived feature set
+    the host has (llvmlite's host CPU name and feature map), the one with the widest vector unit
+    wins (then the most features); its `cpu` becomes the host's CPU name (when the ISA table
+    knows it) and `features` the host's ISA features. Raises TargetError when no shipped
+    descriptor runs on this host.
+    """
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    arch = host_arch()
+    isa = isa_table(arch)
+    host_cpu = llvm.get_host_cpu_name()
+    host_on = {k for k, v in llvm.get_host_cpu_features().items() if v}
+    best = None
+    for name in known_targets():
+        if name == NATIVE:
+            continue
+        t = _shipped(name)
+        if t.kind != "cpu" or t.arch != arch:
+            continue
+        need = isa.enabled_features(t.cpu, t.features, f"targets/{name}.yaml") if isa else frozenset()
+        if not need <= host_on:
+            continue
+        key = (_derive(t, name).vector_width_bits, len(need))
+        if best is None or key > best[0]:
+            best = (key, t)
+    if best is None:
+        raise TargetError(f"target 'native': no shipped CPU descriptor runs on this host ({arch}, cpu {host_cpu}); "
+                          f"known targets: {', '.join(known_targets())}")
+    target = best[1]
+    if isa is not None:
+        cpu = host_cpu if host_cpu in isa.cpus else target.cpu
+        target = replace(target, cpu=cpu, features=tuple(f"+{f}" for f in sorted(host_on & isa.features)))
+    return target
+
+
 _OPTION_FLAGS = {"-mcpu": "cpu", "-mtriple": "triple", "-mattr": "features"}
+_DERIVED = ("host_features",)
 
 
 def resolve_target(spec: str, options: dict | None = None) -> Target:
     """Resolve `--target SPEC` plus `--target-option key=value` pairs into a Target.
 
-    SPEC is a shipped name (`x86`), a path to a YAML file, optionally followed by LLVM-style
-    overrides (`-mcpu=NAME`, `-mattr=+a,+b`). Raises TargetError on an unknown name (listing
-    the known ones), an unreadable file, an invalid descriptor or an unknown option.
+    SPEC is a shipped name (`x86`, `x86-avx2`, `x86-64`), `native` (this host, see
+    native_target), or a path to a YAML file, optionally followed by LLVM-style overrides:
+    `-mcpu=NAME`, `-mtriple=TRIPLE`, `-mattr=+a,-b` (added to the descriptor's features, later
+    entries win, as LLVM's -mattr). `options` set descriptor fields (`features=...` replaces the
+    list). The result is checked against the schema again, its cpu and features against the
+    ISA table, and its derived fields filled (see _derive). Raises TargetError on an unknown
+    name (listing the known ones), an unreadable file, an invalid descriptor, an unknown
+    option, cpu or feature.
     """
-    words = shlex.split(spec or "")
+    try:
+        words = shlex.split(spec or "")
+    except ValueError as e:
+        raise TargetError(f"target '{spec}': {e}") from None
     if not words:
         raise TargetError(f"no target given; known targets: {', '.join(known_targets())}")
     head, flags = words[0], words[1:]
     path = Path(head)
-    if head.endswith((".yaml", ".yml")) or path.is_file():
+    if head == NATIVE:
+        target = native_target()
+    elif head.endswith((".yaml", ".yml")) or path.is_file():
         try:
             text = path.read_text()
-        except OSError as e:
-            raise TargetError(f"{head}: cannot read target descriptor: {e.strerror}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise TargetError(f"{head}: cannot read target descriptor: {getattr(e, 'strerror', None) or e}") from None
         target = load_descriptor(text, head)
     else:
         if head not in known_targets():
             raise TargetError(f"unknown target '{head}'; known targets: {', '.join(known_targets())}")
-        text = resources.files("tvmc.targets").joinpath(head + ".yaml").read_text()
-        target = load_descriptor(text, f"targets/{head}.yaml")
+        target = _shipped(head)
     overrides = dict(options or {})
     for flag in flags:
         key, _, value = flag.partition("=")
         if key not in _OPTION_FLAGS or not value:
             raise TargetError(f"target '{spec}': unknown option '{flag}' (known: {', '.join(_OPTION_FLAGS)}=VALUE)")
+        if key == "-mattr":
+            value = ",".join([overrides.get("features", ",".join(target.features)), value]).strip(",")
         overrides[_OPTION_FLAGS[key]] = value
     names = {f.name: f for f in fields(Target)}
     for key, value in overrides.items():
         if key not in names:
-            raise TargetError(f"unknown target option '{key}'; known: {', '.join(sorted(names))}")
+            raise TargetError(f"unknown target option '{key}'; known: "
+                              f"{', '.join(sorted(n for n in names if n not in _DERIVED))}")
+        if key in _DERIVED:
+            raise TargetError(f"target option '{key}' is derived from cpu and features; set those instead")
         cur = getattr(target, key)
         if isinstance(cur, tuple):
             value = tuple(v for v in str(value).split(",") if v)
@@ -136,4 +339,7 @@ def resolve_target(spec: str, options: dict | None = None) -> Target:
             except ValueError:
                 raise TargetError(f"target option '{key}' needs an integer, got '{value}'") from None
         target = replace(target, **{key: value})
-    return target
+    origin = f"target '{spec}'"
+    if overrides:
+        _validate(_descriptor_dict(target), origin)
+    return _derive(target, origin)

@@ -38,7 +38,7 @@ def compile_and_run(model, inputs: dict, opt_level: int = 3):
     from tvmc.runtime import GraphExecutor
     from tvmc.target import resolve_target
 
-    module = compile_model(model, resolve_target("x86"), CompileOptions(opt_level=opt_level))
+    module = compile_model(model, resolve_target("native"), CompileOptions(opt_level=opt_level))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "mod.tar")
         save_artifact(module, path)

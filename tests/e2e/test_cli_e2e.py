@@ -28,7 +28,7 @@ def compiled(tmp_path_factory):
     model = mlp(seed=3, batch=2, sizes=(32, 48, 16, 8))
     path = d / "mlp.onnx"
     onnx.save(model, path)
-    tvmc("compile", path, "--target", "x86", "-o", d / "mlp.tar")
+    tvmc("compile", path, "--target", "native", "-o", d / "mlp.tar")
     return d, model
 
 
@@ -45,7 +45,7 @@ def test_compile_run_matches_onnxruntime(compiled):
 
 def test_same_inputs_give_byte_identical_tar(compiled, tmp_path):
     d, _ = compiled
-    tvmc("compile", d / "mlp.onnx", "--target", "x86", "-o", tmp_path / "again.tar")
+    tvmc("compile", d / "mlp.onnx", "--target", "native", "-o", tmp_path / "again.tar")
     assert (tmp_path / "again.tar").read_bytes() == (d / "mlp.tar").read_bytes()
 
 
@@ -68,7 +68,7 @@ def test_unsupported_ops_listed_before_compiling(tmp_path):
                           [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, 2])])
     path = tmp_path / "bad.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
-    res = tvmc("compile", path, "--target", "x86", "-o", tmp_path / "bad.tar", check=False)
+    res = tvmc("compile", path, "--target", "native", "-o", tmp_path / "bad.tar", check=False)
     assert res.returncode != 0
     assert "LpNormalization" in res.stderr and "Hardmax" in res.stderr and "e1" in res.stderr and "h1" in res.stderr
     assert "Traceback" not in res.stderr
@@ -96,7 +96,7 @@ def _symbolic_model():
 def test_input_shapes_fix_symbolic_dims_end_to_end(tmp_path):
     model = _symbolic_model()
     onnx.save(model, tmp_path / "sym.onnx")
-    tvmc("compile", tmp_path / "sym.onnx", "--target", "x86", "-o", tmp_path / "sym.tar",
+    tvmc("compile", tmp_path / "sym.onnx", "--target", "native", "-o", tmp_path / "sym.tar",
          "--input-shapes", "x:[2,3,9,7] tokens:[2,128]")
     rng = np.random.default_rng(5)
     feeds = {"x": rng.standard_normal((2, 3, 9, 7)).astype(np.float32),
@@ -109,7 +109,7 @@ def test_input_shapes_fix_symbolic_dims_end_to_end(tmp_path):
 
 def test_unresolved_symbolic_dims_are_one_line_naming_them_all(tmp_path):
     onnx.save(_symbolic_model(), tmp_path / "sym.onnx")
-    res = tvmc("compile", tmp_path / "sym.onnx", "--target", "x86", "-o", tmp_path / "sym.tar", check=False)
+    res = tvmc("compile", tmp_path / "sym.onnx", "--target", "native", "-o", tmp_path / "sym.tar", check=False)
     assert res.returncode != 0 and not (tmp_path / "sym.tar").exists()
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
@@ -118,7 +118,7 @@ def test_unresolved_symbolic_dims_are_one_line_naming_them_all(tmp_path):
                  "input 'tokens' dimension 1 is symbolic ('seq')", '--input-shapes "x:[1,3,1,1] tokens:[1,1]"'):
         assert part in line, line
     # fixing only some of them names the rest and keeps the given shapes in the suggestion
-    res = tvmc("compile", tmp_path / "sym.onnx", "--target", "x86", "-o", tmp_path / "sym.tar",
+    res = tvmc("compile", tmp_path / "sym.onnx", "--target", "native", "-o", tmp_path / "sym.tar",
                "--input-shapes", "x:[1,3,8,8]", check=False)
     assert res.returncode != 0 and "tokens" in res.stderr and "'x'" not in res.stderr.split(";")[0]
     assert '--input-shapes "x:[1,3,8,8] tokens:[1,1]"' in res.stderr

@@ -64,7 +64,7 @@ def test_graph_entry_runs_the_whole_model_in_one_call(tmp_path):
     from tvmc.target import resolve_target
 
     model = mlp(seed=4, batch=2, sizes=(40, 60, 30, 5))
-    save_artifact(compile_model(model, resolve_target("x86")), tmp_path / "m.tar")
+    save_artifact(compile_model(model, resolve_target("native")), tmp_path / "m.tar")
     ex = GraphExecutor(tmp_path / "m.tar")
     assert ex._entry is not None and ex.num_kernels > 1
     x = np.random.default_rng(5).standard_normal((2, 40)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""x86 schedule decisions that the numeric op tests do not see: which loops run in parallel, and
+"""CPU schedule decisions that the numeric op tests do not see: which loops run in parallel, and
 which stages stay materialized."""
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from tvmc.ops.cpu.tiling import MIN_PARALLEL_MACS
 from tvmc.ops.fused import lower_fused
 from tvmc.target import resolve_target
 
+# The schedule decisions are asserted for the fixed AVX-512 descriptor (16 float32 lanes, 32
+# registers); the numbers are checked on this host's CPU (build_and_run's default target).
 X86 = resolve_target("x86")
 
 

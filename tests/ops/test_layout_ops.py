@@ -145,7 +145,7 @@ def _conv_function(xb, wb, attrs, name="fused_conv2d_nchwc_cfg"):
 
 def test_im2col_applies_to_groups_1_only():
     """Depthwise convolutions offer only the direct form, so tvmc tune extracts one task for them."""
-    target = resolve_target("x86")
+    target = resolve_target("native")
     names = {}
     for case in (CONVS[0], CONVS[7]):
         _, _, xb, wb, attrs, _ = _conv_case(case)
@@ -157,7 +157,7 @@ def test_im2col_applies_to_groups_1_only():
 @pytest.mark.parametrize("faster", ["conv2d_nchwc.x86", "conv2d_nchwc_im2col.x86"])
 def test_records_choose_the_faster_implementation(faster):
     """With a tuned config for both implementations, lowering takes the one of lower cost."""
-    target = resolve_target("x86")
+    target = resolve_target("native")
     _, _, xb, wb, attrs, _ = _conv_case(CONVS[0])
     fn = _conv_function(xb, wb, attrs)
     configs = {}
@@ -170,7 +170,7 @@ def test_records_choose_the_faster_implementation(faster):
 
 
 def test_partial_tile_cases_do_take_a_partial_tile():
-    target = resolve_target("x86")
+    target = resolve_target("x86")  # the AVX-512 descriptor's fallback (compile only)
     regs = target.num_vector_registers - 4
     assert fallback_tile_ow(31, regs) == 16 and fallback_tile_ow(109, regs) == 22
     assert fallback_tile_ow(56, regs) == 28 and fallback_tile_ow(7, regs) == 7
@@ -217,7 +217,7 @@ def test_conv2d_nchwc_tuned_configs(cfg):
 def test_conv2d_nchwc_schedule_shape():
     """The register tile: a local accumulator of tile_ow x oc_bn, the oc_bn loop vectorized, the
     (n, oc_outer, oh) loops fused in parallel, no bounds guards left when the tile divides OW."""
-    target = resolve_target("x86")
+    target = resolve_target("x86")  # the AVX-512 descriptor's fallback (compile only)
     x = Var("x", TensorType((1, 4, 56, 56, 16)))
     w = Var("w", TensorType((4, 4, 3, 3, 16, 16)))
     b = Var("b", TensorType((4, 1, 1, 16)))

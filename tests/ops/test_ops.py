@@ -424,7 +424,7 @@ def test_epilogue_is_fused_into_the_anchor_loops():
     w = Var("w", TensorType((16, 32, 3, 3), "float32"))
     b = Var("b", TensorType((16, 1, 1), "float32"))
     body = make_call("nn.relu", [make_call("add", [make_call("nn.conv2d", [x, w], conv(padding=(1, 1, 1, 1))), b])])
-    prim = lower_fused(Function([x, w, b], body, "fused_conv"), resolve_target("x86"))
+    prim = lower_fused(Function([x, w, b], body, "fused_conv"), resolve_target("native"))
     text, out_name = str(prim), prim.params[-1].name
     stores = [line for line in text.splitlines() if line.strip().startswith(out_name + "[")]
     assert len(stores) == 1 and "max(" in stores[0]  # relu applied where the tile is stored
@@ -469,7 +469,7 @@ def test_every_config_in_the_space_is_correct(case, tmp_path):
     from tvmc.codegen.llvm import CodeGenLLVM
     from tvmc.ops.fused import lower_fused, workload
 
-    target = resolve_target("x86")
+    target = resolve_target("native")
     arrays, _ = case.build()
     params = [Var(f"x{k}", TensorType(a.shape, a.dtype.name)) for k, a in enumerate(arrays)]
     body = make_call(case.op, params, case.attrs)

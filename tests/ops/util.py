@@ -23,10 +23,10 @@ _serial = itertools.count()
 
 
 def build_and_run(fn: Function, arrays, target=None, config=None, impl=None):
-    """Compile `fn` for `target` (x86 by default), with the anchor's `config` (a ConfigEntity;
+    """Compile `fn` for `target` (this host, `native`, by default), with the anchor's `config` (a ConfigEntity;
     default: the fallback) and implementation `impl` (a name; default: the op's first), and run
     it on numpy `arrays`."""
-    target = target or resolve_target("x86")
+    target = target or resolve_target("native")
     lookup = None
     if impl is not None:
         from tvmc.autotune.task import tasks_of_functions

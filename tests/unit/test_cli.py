@@ -45,23 +45,23 @@ def test_unknown_target_lists_known(tmp_path):
 def test_unknown_target_option(tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(b"x")
-    r = invoke("compile", model, "--target", "x86", "--target-option", "colour=red", "-o", tmp_path / "o.tar")
+    r = invoke("compile", model, "--target", "native", "--target-option", "colour=red", "-o", tmp_path / "o.tar")
     assert r.exit_code == 3 and "colour" in error_line(r)
 
 
 def test_missing_model_file(tmp_path):
-    r = invoke("compile", tmp_path / "missing.onnx", "--target", "x86", "-o", tmp_path / "o.tar")
+    r = invoke("compile", tmp_path / "missing.onnx", "--target", "native", "-o", tmp_path / "o.tar")
     assert r.exit_code == 2
     assert error_line(r) == f"error: {tmp_path / 'missing.onnx'}: no such file"
 
 
 def test_compile_bad_dump_stage_is_usage_error(tmp_path):
-    r = invoke("compile", tmp_path / "m.onnx", "--target", "x86", "-o", tmp_path / "o.tar", "--dump-ir", "graph,xyz")
+    r = invoke("compile", tmp_path / "m.onnx", "--target", "native", "-o", tmp_path / "o.tar", "--dump-ir", "graph,xyz")
     assert r.exit_code == 2 and "xyz" in r.output
 
 
 def test_compile_opt_level_range(tmp_path):
-    r = invoke("compile", tmp_path / "m.onnx", "--target", "x86", "-o", tmp_path / "o.tar", "--opt-level", "4")
+    r = invoke("compile", tmp_path / "m.onnx", "--target", "native", "-o", tmp_path / "o.tar", "--opt-level", "4")
     assert r.exit_code == 2
 
 

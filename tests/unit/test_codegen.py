@@ -25,8 +25,9 @@ LANES = 16           # float32 lanes of AVX-512 (x86 descriptor: vector_width_bi
 
 
 @pytest.fixture(scope="module")
-def x86():
-    return resolve_target("x86")
+def host():
+    """This host's CPU (`native`): the kernels below are run here."""
+    return resolve_target("native")
 
 
 def _unary_prim(name, fn, vectorize, n=N, nargs=1):
@@ -65,7 +66,7 @@ INTRINSICS = {"exp": te.exp, "log": te.log, "tanh": te.tanh, "erf": te.erf, "sig
 
 
 @pytest.fixture(scope="module")
-def kernels(x86, tmp_path_factory):
+def kernels(host, tmp_path_factory):
     """{(intrinsic, 'scalar'|'vector'): f(x) -> y} from one library (one LLVM compile)."""
     prims, names = [], {}
     for mode in ("scalar", "vector"):
@@ -74,7 +75,7 @@ def kernels(x86, tmp_path_factory):
             names[(name, mode)] = f"{name}_{mode}"
         prims.append(_unary_prim(f"pow_{mode}", te.power, mode == "vector", nargs=2))
         names[("pow", mode)] = f"pow_{mode}"
-    lib = _load_library(prims, x86, tmp_path_factory.mktemp("codegen") / "intrin.so")
+    lib = _load_library(prims, host, tmp_path_factory.mktemp("codegen") / "intrin.so")
     return {key: _caller(lib, sym) for key, sym in names.items()}
 
 
@@ -196,17 +197,18 @@ def test_log_special_values(kernels):
     assert (y[5:] == 0).all()
 
 
-def test_intrinsic_on_integer_is_a_codegen_error(x86):
+def test_intrinsic_on_integer_is_a_codegen_error(host):
     a = te.placeholder((4,), "int64", name="a")
     b = te.compute((4,), lambda i: te.exp(a[i]), name="b")
-    cg = CodeGenLLVM(x86)
+    cg = CodeGenLLVM(host)
     with pytest.raises(CodegenError, match="needs a float argument"):
         cg.add_function(lower(te.create_schedule(b), [a, b], "bad"))
 
 
 # --- vector IR, parallel loops ----------------------------------------------------------------
 
-def test_vectorized_kernel_uses_16_lane_vectors(x86):
+def test_vectorized_kernel_uses_16_lane_vectors():
+    x86 = resolve_target("x86")  # the AVX-512 descriptor, compiled only
     prim = _unary_prim("vadd", lambda v: v * 2.0 + 1.0, vectorize=True, n=64)
     cg = CodeGenLLVM(x86)
     cg.add_function(prim)
@@ -221,26 +223,26 @@ def test_vectorized_kernel_uses_16_lane_vectors(x86):
     assert "vfmadd" in dumps["asm"]       # x * 2 + 1: the contractable multiply-add is one FMA
 
 
-def test_constant_index_offsets_are_separate_geps(x86):
+def test_constant_index_offsets_are_separate_geps(host):
     """y[i] = x[i + 3]: the address is x + i, then + 3 as its own GEP, so that unrolled tiles keep
     their constant offsets as displacements of one pointer."""
     x = te.placeholder((64,), "float32", name="x")
     y = te.compute((61,), lambda i: x[i + 3], name="y")
-    cg = CodeGenLLVM(x86)
+    cg = CodeGenLLVM(host)
     cg.add_function(lower(te.create_schedule(y), [x, y], "shifted"))
     assert re.search(r"getelementptr inbounds float, ptr %\"?[.\w]+\"?, i64 3\b", cg.ir_text())
 
 
-def test_vectorized_tail_uses_masked_accesses(x86):
+def test_vectorized_tail_uses_masked_accesses(host):
     prim = _unary_prim("vtail", lambda v: v + 1.0, vectorize=True, n=50)
-    cg = CodeGenLLVM(x86)
+    cg = CodeGenLLVM(host)
     cg.add_function(prim)
     text = cg.ir_text()
     assert re.search(r"call <16 x float> @\"?llvm\.masked\.load\.v16f32", text)
     assert re.search(r"call void @\"?llvm\.masked\.store\.v16f32", text)
 
 
-def test_parallel_kernel_calls_gomp_parallel(x86, tmp_path):
+def test_parallel_kernel_calls_gomp_parallel(host, tmp_path):
     a = te.placeholder((64, 128), name="a")
     b = te.compute((64, 128), lambda i, j: te.tanh(a[i, j]) * 3.0, name="b")
     s = te.create_schedule(b)
@@ -249,12 +251,12 @@ def test_parallel_kernel_calls_gomp_parallel(x86, tmp_path):
     _, ji = s[b].split(j, LANES)
     s[b].vectorize(ji)
     prim = lower(s, [a, b], "par")
-    cg = CodeGenLLVM(x86)
+    cg = CodeGenLLVM(host)
     cg.add_function(prim)
     text = cg.ir_text()
     assert re.search(r"call void @\"?GOMP_parallel\"?\(", text)
     assert "omp_get_thread_num" in text and "omp_get_num_threads" in text
-    lib = _load_library([prim], x86, tmp_path / "par.so")
+    lib = _load_library([prim], host, tmp_path / "par.so")
     x = np.random.default_rng(3).uniform(-4, 4, (64, 128)).astype(np.float32)
     out = np.zeros_like(x)
     lib.par(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data))
@@ -270,10 +272,10 @@ def _relu_add_function():
     return Function([x, b], body, "fused_add_nn_relu")
 
 
-def test_build_library_dumps_tir_ll_asm(x86, tmp_path):
+def test_build_library_dumps_tir_ll_asm(host, tmp_path):
     fn = _relu_add_function()
     dump = tmp_path / "dump"
-    so = build_library([fn], x86, dump_ir=("tir", "ll", "asm"), dump_dir=str(dump))
+    so = build_library([fn], host, dump_ir=("tir", "ll", "asm"), dump_dir=str(dump))
     assert so[:4] == b"\x7fELF"
     assert sorted(p.name for p in dump.iterdir()) == ["mod.ll", "mod.s", "mod.tir"]
     assert "primfn fused_add_nn_relu(" in (dump / "mod.tir").read_text()
@@ -290,25 +292,25 @@ def test_build_library_dumps_tir_ll_asm(x86, tmp_path):
     np.testing.assert_allclose(out, np.maximum(xa + ba, 0), rtol=1e-6)
 
 
-def test_build_library_dump_subset(x86, tmp_path):
-    build_library([_relu_add_function()], x86, dump_ir=("ll",), dump_dir=str(tmp_path / "d"))
+def test_build_library_dump_subset(host, tmp_path):
+    build_library([_relu_add_function()], host, dump_ir=("ll",), dump_dir=str(tmp_path / "d"))
     assert [p.name for p in (tmp_path / "d").iterdir()] == ["mod.ll"]
 
 
-def test_broken_linker_is_a_codegen_error(x86):
-    target = dataclasses.replace(x86, linker=("false",))
+def test_broken_linker_is_a_codegen_error(host):
+    target = dataclasses.replace(host, linker=("false",))
     with pytest.raises(CodegenError, match=r"linking failed.*command: false -o"):
         build_library([_relu_add_function()], target)
 
 
-def test_missing_linker_is_a_codegen_error(x86):
-    target = dataclasses.replace(x86, linker=("/nonexistent/tvmc-ld",))
+def test_missing_linker_is_a_codegen_error(host):
+    target = dataclasses.replace(host, linker=("/nonexistent/tvmc-ld",))
     with pytest.raises(CodegenError, match="not found"):
         link_shared(b"", target)
 
 
-def test_invalid_ir_and_unknown_triple_are_codegen_errors(x86):
+def test_invalid_ir_and_unknown_triple_are_codegen_errors(host):
     with pytest.raises(CodegenError, match="LLVM rejected"):
-        compile_ir("define void @f() { ret i32 0 }", x86)
+        compile_ir("define void @f() { ret i32 0 }", host)
     with pytest.raises(CodegenError, match="triple"):
-        compile_ir("", dataclasses.replace(x86, triple="nonsense-unknown-none"))
+        compile_ir("", dataclasses.replace(host, triple="nonsense-unknown-none"))

@@ -71,6 +71,70 @@ def test_mattr_override_and_target_option():
     t = resolve_target("x86 -mattr=+avx2,+fma", {"l2_bytes": "1048576"})
     assert t.features == ("+avx2", "+fma") and t.l2_bytes == 1048576
     assert resolve_target("x86", {"cpu": "znver4"}).cpu == "znver4"
+    assert resolve_target("x86-avx2 -mattr=-fma -mattr=+fma").features == ("-fma", "+fma")
+
+
+@pytest.mark.parametrize("name,width,registers,level", [("x86", 512, 32, "avx512f"), ("x86-avx2", 256, 16, "avx2"),
+                                                        ("x86-64", 128, 16, "sse4_2")])
+def test_shipped_x86_descriptors(name, width, registers, level):
+    """Each x86 descriptor's vector unit, and the CPU flags `tvmc run` demands for it."""
+    t = resolve_target(name)
+    assert (t.vector_width_bits, t.num_vector_registers) == (width, registers)
+    assert level in t.host_features
+    wider = {"x86-64": ["avx", "avx2", "fma", "avx512f"], "x86-avx2": ["avx512f"], "x86": []}[name]
+    assert not set(wider) & set(t.host_features)
+
+
+def test_run_time_check_follows_the_generated_code():
+    """An override that drops AVX-512 drops it (and what needs it) from what tvmc run demands,
+    and caps the vector unit the schedules tile for; one that adds a feature adds it with what
+    it requires."""
+    dropped = resolve_target("x86 -mattr=-avx512f")
+    assert not any(f.startswith("avx512") for f in dropped.host_features) and "avx2" in dropped.host_features
+    assert (dropped.vector_width_bits, dropped.num_vector_registers) == (256, 16)
+    assert resolve_target("x86 -mcpu=znver3").host_features == resolve_target("x86-avx2").host_features
+    added = resolve_target("x86-64 -mattr=+avx512f")
+    assert {"avx512f", "avx2", "avx", "fma"} <= set(added.host_features)
+    assert added.vector_width_bits == 128  # the descriptor's choice; the feature only allows wider
+    assert "avx512_vnni" in resolve_target("x86 -mcpu=cascadelake").host_features  # cpuinfo spelling
+    no_avx = resolve_target("x86-avx2 -mattr=-avx")
+    assert not {"avx", "avx2", "fma", "f16c"} & set(no_avx.host_features) and no_avx.vector_width_bits == 128
+
+
+def test_unknown_cpu_or_feature_is_a_target_error_before_llvm():
+    with pytest.raises(TargetError) as e:
+        resolve_target("x86 -mcpu=pentium-9000")
+    assert "unknown cpu 'pentium-9000'" in str(e.value) and "znver4" in str(e.value)
+    with pytest.raises(TargetError, match="unknown feature '\\+avx1024'"):
+        resolve_target("x86", {"features": "+avx1024"})
+    assert resolve_target("x86 -mattr=+prefer-256-bit").vector_width_bits == 512  # tuning flags pass
+
+
+def test_native_fits_this_host():
+    """`native` is a shipped descriptor whose derived CPU flags this host has, with the host's
+    CPU name (when the ISA table knows it) and features."""
+    import llvmlite.binding as llvm
+
+    from tvmc.runtime.executor import host_cpu_flags
+
+    t = resolve_target("native")
+    assert t.name in known_targets() and t.name != "native"
+    flags = host_cpu_flags()
+    if flags is not None:
+        assert set(t.host_features) <= flags
+    if llvm.get_host_cpu_name() in ("znver3", "znver4", "skylake-avx512", "haswell"):
+        assert t.cpu == llvm.get_host_cpu_name()
+    assert all(f.startswith("+") for f in t.features)
+    assert resolve_target("native -mattr=-avx2").host_features != t.host_features or "avx2" not in t.host_features
+
+
+def test_derived_and_unsafe_options_are_refused():
+    with pytest.raises(TargetError, match="derived from cpu and features"):
+        resolve_target("x86", {"host_features": "sse2"})
+    with pytest.raises(TargetError, match="library_format"):
+        resolve_target("x86", {"library_format": "so/../../x"})
+    with pytest.raises(TargetError, match="No closing quotation"):
+        resolve_target('x86 -mcpu="znver3')
 
 
 def test_unknown_option():

@@ -45,7 +45,7 @@ def guards(prim):
 
 @pytest.fixture(scope="module")
 def x86():
-    return resolve_target("x86")
+    return resolve_target("native")
 
 
 @pytest.fixture(scope="module")

@@ -48,12 +48,15 @@ class MeasureError(enum.IntEnum):
 @dataclass(frozen=True)
 class MeasureOptions:
     """number/repeat/min_repeat_ms: timing (module docstring); timeout_s: per candidate, build plus
-    run; parallel: build worker processes; check: compare outputs with the fallback's."""
+    run, or the run alone when build_timeout_s is set (then the build has build_timeout_s, as
+    AutoTVM's separate LocalBuilder and LocalRunner timeouts); parallel: build worker
+    processes; check: compare outputs with the fallback's."""
 
     number: int = 4
     repeat: int = 3
     min_repeat_ms: float = 0.0
     timeout_s: float = 10.0
+    build_timeout_s: float | None = None
     parallel: int = 2
     check: bool = True
 
@@ -257,7 +260,7 @@ class Measurer:
         results = [None] * len(configs)
         queue = list(range(len(configs)))
         pending = {}
-        limit = self.options.timeout_s
+        limit = self.options.build_timeout_s or self.options.timeout_s
         while queue or pending:
             if self._pool is None:
                 self._new_pool()
@@ -359,6 +362,11 @@ class Measurer:
         """The output every later candidate of `task` is compared with (the fallback config's)."""
         self._refs[task.key] = output
 
+    def _run_limit(self, build_s: float) -> float:
+        """Seconds a candidate may run: what its build left of timeout_s, or all of timeout_s
+        when builds have their own build_timeout_s."""
+        return self.options.timeout_s if self.options.build_timeout_s else self.options.timeout_s - build_s
+
     def set_reference_from(self, source, task) -> bool:
         """Build and run `source`'s fallback config once, unrecorded (e.g. the default
         implementation of `task`'s workload, or `task` itself when its fallback's record is
@@ -367,7 +375,7 @@ class Measurer:
         err, _, build_s, path = self.build(source, [fallback])[0]
         if err != MeasureError.NO_ERROR:
             return False
-        err, _, _, output = self.run(source, path, self.options.timeout_s - build_s, want_output=True)
+        err, _, _, output = self.run(source, path, self._run_limit(build_s), want_output=True)
         _unlink(path)
         if err != MeasureError.NO_ERROR:
             return False
@@ -382,7 +390,7 @@ class Measurer:
             costs = []
             if err == MeasureError.NO_ERROR:
                 want = reference and k == 0
-                err, msg, costs, output = self.run(task, path, self.options.timeout_s - build_s, want_output=want)
+                err, msg, costs, output = self.run(task, path, self._run_limit(build_s), want_output=want)
                 if want and err == MeasureError.NO_ERROR:
                     self.set_reference(task, output)
             _unlink(path)

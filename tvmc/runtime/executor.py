@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import statistics
 import time
 
@@ -15,14 +14,9 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, graph_attr, load_artifact
+from tvmc.target import host_arch
 
 ALIGNMENT_BYTES = 64
-
-# Architecture component of an LLVM triple -> the values platform.machine() reports for it.
-_ARCH_ALIASES = {
-    "x86_64": {"x86_64", "amd64"},
-    "aarch64": {"aarch64", "arm64"},
-}
 
 
 def _fmt_shape(shape) -> str:
@@ -45,8 +39,9 @@ def host_cpu_flags() -> set | None:
 def check_host(metadata: dict, origin: str = "artifact") -> None:
     """Raise ArtifactError unless this host can run code for metadata["target"].
 
-    Checks the runtime kind (only 'cpu' runs here), the triple's architecture against
-    platform.machine(), and that every target host_features flag is in /proc/cpuinfo.
+    Checks the runtime kind (only 'cpu' runs here), the triple's architecture against this
+    host's, and that every target host_features flag (the CPU features the generated code may
+    use, derived at compile time from the target's cpu and features) is in /proc/cpuinfo.
     """
     target = metadata.get("target") or {}
     name = target.get("name", "?")
@@ -55,9 +50,8 @@ def check_host(metadata: dict, origin: str = "artifact") -> None:
         raise ArtifactError(f"{origin}: target '{name}' needs the '{runtime}' runtime; "
                             f"this tvmc runs 'cpu' artifacts only")
     arch = str(target.get("triple", "")).split("-")[0]
-    machine = platform.machine().lower()
-    if arch and machine not in _ARCH_ALIASES.get(arch, {arch}):
-        raise ArtifactError(f"{origin}: compiled for {arch} (target '{name}'), this host is {machine}")
+    if arch and arch != host_arch():
+        raise ArtifactError(f"{origin}: compiled for {arch} (target '{name}'), this host is {host_arch()}")
     wanted = list(target.get("host_features") or [])
     flags = host_cpu_flags()
     if wanted and flags is not None:
