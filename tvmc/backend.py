@@ -32,13 +32,13 @@ class TvmcBackendRep(BackendRep):
 
     def __init__(self, module, target_name: str):
         from tvmc.package import save_artifact
-        from tvmc.runtime import GraphExecutor
+        from tvmc.runtime import create_executor
 
         self.module = module
         self.target_name = target_name
         self._tmp = tempfile.TemporaryDirectory(prefix="tvmc-backend-")
         path = save_artifact(module, Path(self._tmp.name, "mod.tar"))
-        self.executor = GraphExecutor(path)
+        self.executor = create_executor(path)
         self.input_names = [i["name"] for i in module.metadata["inputs"]]
         self.output_names = [o["name"] for o in module.metadata["outputs"]]
 

@@ -403,9 +403,9 @@ def print_top_classes(outputs: dict, k: int) -> None:
 @_handle_errors
 def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, print_top, threads, verbose):
     """Run a compiled ARTIFACT (mod.tar) on this machine."""
-    from tvmc.runtime.executor import GraphExecutor, benchmark
+    from tvmc.runtime import benchmark, create_executor
 
-    executor = GraphExecutor(artifact)
+    executor = create_executor(artifact)
     if threads:
         executor.set_num_threads(threads)
     if inputs_path:

@@ -1,5 +1,36 @@
-"""Runtime stage: load a mod.tar and execute it (CPU targets; other runtimes are planned)."""
+"""Runtime stage: load a mod.tar and execute it on the device its target names.
 
+Every runtime keeps one executor contract (GraphExecutor's public methods): construct from an
+Artifact or a mod.tar path (checking the artifact before any kernel touches memory),
+`input_names`, `output_names`, `input_info(name)`, `set_input(name, array)`, `run()`,
+`get_output(index or name)`, `num_outputs`, `set_num_threads(n)`; `benchmark(executor, ...)`
+times any of them. `create_executor` picks the runtime module from the artifact's metadata
+(target "runtime" field): one module per device kind, added with the target that needs it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tvmc.errors import ArtifactError
+from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.executor import GraphExecutor, benchmark
 
-__all__ = ["GraphExecutor", "benchmark"]
+__all__ = ["GraphExecutor", "benchmark", "create_executor"]
+
+
+def create_executor(artifact: Artifact | str | os.PathLike, device: str | None = None):
+    """An executor for `artifact` (an Artifact or a mod.tar path) on the runtime its target
+    names: `cpu` -> GraphExecutor (ctypes, this host's CPU). `device` selects a device where a
+    runtime has several (e.g. "opencl:0:1"); None takes the default.
+
+    Raises ArtifactError when the artifact is invalid or no runtime here can execute it.
+    """
+    if not isinstance(artifact, Artifact):
+        artifact = load_artifact(artifact)
+    runtime = (artifact.metadata.get("target") or {}).get("runtime", "cpu")
+    if runtime == "cpu":
+        if device not in (None, "cpu"):
+            raise ArtifactError(f"{artifact.path}: a cpu artifact runs on device 'cpu', not '{device}'")
+        return GraphExecutor(artifact)
+    raise ArtifactError(f"{artifact.path}: target runtime '{runtime}' is not supported by this tvmc")
