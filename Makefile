@@ -7,10 +7,13 @@
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds.
 PYTHON ?= python3
 
-.PHONY: install demo test test-all bench bench-layers conformance tune-demo tune-replay
+.PHONY: install demo test test-all bench bench-layers bench-vector conformance tune-demo tune-replay
 
+# pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
+# shipped target descriptors name (cross linker, emulator) where apt-get can run.
 install:
 	$(PYTHON) -m pip install -e ".[test,bench]"
+	$(PYTHON) -m tvmc.toolchain install
 
 demo: install
 	$(PYTHON) -m tvmc.demo
@@ -26,6 +29,11 @@ bench: install
 
 bench-layers: install
 	$(PYTHON) bench/layers.py
+
+# Vectorization evidence from the generated assembly (no timing): hot loops of ResNet-18's convs
+# and the BERT encoder's dense layers for TARGET (default arm).
+bench-vector: install
+	$(PYTHON) bench/vector_report.py --target $(or $(TARGET),arm) --out bench/results/vector_$(or $(TARGET),arm).md
 
 conformance: install
 	$(PYTHON) -m tvmc.conformance

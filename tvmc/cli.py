@@ -211,14 +211,17 @@ def print_compile_summary(model, target, options, module, output, package_s: flo
               help=f"Write IR text next to the output, comma-separated from: {','.join(DUMP_STAGES)}.")
 @click.option("--print-pass-times", is_flag=True, help="Print the time spent in each graph pass.")
 @click.option("--tuning-records", type=click.Path(dir_okay=False), help="Apply the best configs of a `tvmc tune` records file.")
+@click.option("--cross-compiler", metavar="CC", help="Compiler driver that links the library instead of the target's linker "
+              "command's first word (e.g. aarch64-linux-gnu-gcc, clang); the descriptor's linker flags stay.")
+@click.option("--cross-compiler-options", metavar="OPTS", help='Extra linker arguments, shell-quoted: "-L/opt/sysroot/lib -Wl,-rpath,.".')
 @verbose_option
 @_handle_errors
 def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_pass, pass_config,
-                input_shapes, dump_ir, print_pass_times, tuning_records, verbose):
+                input_shapes, dump_ir, print_pass_times, tuning_records, cross_compiler, cross_compiler_options, verbose):
     """Compile an ONNX MODEL into a mod.tar for a target."""
     from tvmc.driver import CompileOptions, compile_model
     from tvmc.package import save_artifact
-    from tvmc.target import resolve_target
+    from tvmc.target import resolve_target, with_cross_compiler
 
     target_options = _parse_pairs(target_option, "--target-option")
     pass_cfg = {k: _parse_value(v) for k, v in _parse_pairs(pass_config, "--pass-config").items()}
@@ -228,7 +231,7 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
 
     if not os.path.exists(model):
         raise ModelError(f"{model}: no such file")
-    target = resolve_target(target_spec, target_options)
+    target = with_cross_compiler(resolve_target(target_spec, target_options), cross_compiler, cross_compiler_options)
     out = Path(output)
     dump_dir = str(out.parent if str(out.parent) else Path("."))
     try:

@@ -58,6 +58,16 @@ class CompiledModule:
     timings_s: dict = field(default_factory=dict)
 
 
+def _device_requirements(library: bytes, target: Target) -> dict | None:
+    """What the device needs to load the library: shared libraries and the newest glibc symbol
+    version (ELF libraries; None for other formats)."""
+    if target.library_format != "so":
+        return None
+    from tvmc.codegen.elf import library_requirements
+
+    return library_requirements(library)
+
+
 def compile_model(model, target: Target, options: CompileOptions = CompileOptions()) -> CompiledModule:
     """Compile an ONNX model (path or ModelProto) for `target`.
 
@@ -117,6 +127,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "planned_activation_bytes": graph.meta.get("planned_bytes"),
         "unplanned_activation_bytes": graph.meta.get("unplanned_bytes"),
         "tuning_records": config_lookup.summary() if config_lookup is not None else None,
+        "device_requirements": _device_requirements(library, target),
     }
     params = {k: np.require(v, requirements="C") for k, v in params.items()}
     return CompiledModule(library, graph_json, params, metadata, timings)

@@ -45,6 +45,9 @@ class Target:
     l2_bytes: int = 1048576
     max_threads_per_block: int = 0
     linker: tuple = field(default=("gcc", "-shared"))
+    linker_package: str = ""
+    emulator: tuple = ()
+    emulator_package: str = ""
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """Number of `dtype` elements in one vector register."""
@@ -89,8 +92,9 @@ def _descriptor_dict(target: Target) -> dict:
     data = target.to_dict()
     data.pop("host_features")
     data["cache"] = {"l1d_bytes": data.pop("l1d_bytes"), "l2_bytes": data.pop("l2_bytes")}
-    if not data["max_threads_per_block"]:
-        data.pop("max_threads_per_block")
+    for key in ("max_threads_per_block", "linker_package", "emulator", "emulator_package"):
+        if not data[key]:  # optional fields a descriptor leaves out
+            data.pop(key)
     return data
 
 
@@ -114,7 +118,7 @@ def load_descriptor(text: str, origin: str) -> Target:
     _validate(data, origin)
     cache = data.pop("cache", {}) or {}
     data.update(cache)
-    for key in ("features", "linker"):
+    for key in ("features", "linker", "emulator"):
         if key in data:
             data[key] = tuple(data[key])
     return Target(**data)
@@ -343,3 +347,23 @@ def resolve_target(spec: str, options: dict | None = None) -> Target:
     if overrides:
         _validate(_descriptor_dict(target), origin)
     return _derive(target, origin)
+
+
+def with_cross_compiler(target: Target, compiler: str | None = None, options: str | None = None) -> Target:
+    """`target` linked by another compiler driver (TVM's --cross-compiler): `compiler` replaces
+    the descriptor's linker command (its first word), `options` (a shell-quoted string, TVM's
+    --cross-compiler-options) are appended to the linker's arguments. Raises TargetError on
+    unbalanced quotes or an empty compiler name."""
+    linker = list(target.linker)
+    if compiler is not None:
+        if not compiler.strip():
+            raise TargetError("--cross-compiler: empty compiler name")
+        linker[0] = compiler
+        target = replace(target, linker_package="")  # the user's own tool: no package to name
+    if options:
+        try:
+            linker += shlex.split(options)
+        except ValueError as e:
+            raise TargetError(f"--cross-compiler-options '{options}': {e}") from None
+    return replace(target, linker=tuple(linker))
+

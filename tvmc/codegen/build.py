@@ -11,6 +11,7 @@ import llvmlite.binding as llvm
 
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import CodegenError
+from tvmc.toolchain import find_tool
 
 _initialized = False
 
@@ -67,10 +68,11 @@ def link_shared(obj: bytes, target) -> bytes:
         o, so = Path(tmp, "mod.o"), Path(tmp, "mod.so")
         o.write_bytes(obj)
         cmd = list(target.linker) + ["-o", str(so), str(o)]
+        find_tool(cmd, target.linker_package, f"target {target.name}: linker", CodegenError)
         try:
             res = subprocess.run(cmd, capture_output=True, text=True)
-        except FileNotFoundError:
-            raise CodegenError(f"linker '{cmd[0]}' not found (target {target.name} needs it)") from None
+        except OSError as e:
+            raise CodegenError(f"target {target.name}: cannot run linker '{cmd[0]}': {e.strerror or e}") from None
         if res.returncode != 0:
             err = (res.stderr.strip().splitlines() or ["?"])[0]
             raise CodegenError(f"linking failed: {err} (command: {' '.join(cmd)})")
