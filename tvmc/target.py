@@ -45,6 +45,9 @@ class Target:
     l2_bytes: int = 1048576
     max_threads_per_block: int = 0
     linker: tuple = field(default=("gcc", "-shared"))
+    # GPU facts (absent from CPU descriptors and from their dicts, so CPU hashes do not move)
+    max_shared_memory_per_block: int = 0
+    thread_warp_size: int = 0
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """Number of `dtype` elements in one vector register."""
@@ -56,6 +59,8 @@ class Target:
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name in GPU_FIELDS and not v:
+                continue
             out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
@@ -72,6 +77,9 @@ class Target:
 
     def __str__(self):
         return f"{self.name} ({self.triple}, cpu={self.cpu or 'generic'})"
+
+
+GPU_FIELDS = ("max_shared_memory_per_block", "thread_warp_size")
 
 
 def _schema() -> dict:
