@@ -39,6 +39,11 @@ MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf"
 NARROW_INTS = ("int8", "uint8", "int16")   # C promotes them to int: results are cast back (wrap)
 VECTOR_WIDTHS = (2, 3, 4, 8, 16)            # OpenCL C floatN types
 VECTOR_MATH = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil")
+# names a buffer or loop variable must not take (built-in functions and keywords of OpenCL C)
+RESERVED = frozenset(MATH.values()) | {"sigmoid", "min", "max", "fmin", "fmax", "select", "abs", "clamp", "mix",
+                                       "sign", "round", "rint", "trunc", "exp2", "log2", "pow", "half", "float",
+                                       "double", "int", "long", "char", "short", "bool", "kernel", "global",
+                                       "local", "private", "constant", "barrier", "vload4", "vstore4"}
 
 # helpers emitted on demand: name -> C text (T is the type)
 HELPERS = {
@@ -77,10 +82,10 @@ class CodeGenOpenCL:
             raise CodegenError(f"kernel {prim.name}: not lowered for a GPU (no launch configuration)")
         self._lines, self._depth, self._ranges, self._launch = [], 1, {}, prim.launch
         self._names, self._used = {}, set()
-        args = ", ".join(f"__global {self._mem_type(b.dtype)}* restrict {b.name}" for b in prim.params)
+        args = ", ".join(f"__global {self._mem_type(b.dtype)}* restrict {self._var_name(b)}" for b in prim.params)
         lines = [f"__kernel void {prim.name}({args}) {{"]
         for buf in shared_buffers(prim):
-            lines.append(f"  __local {self._mem_type(buf.dtype)} {buf.name}[{buf.size}];")
+            lines.append(f"  __local {self._mem_type(buf.dtype)} {self._var_name(buf)}[{buf.size}];")
         self._stmt(prim.body)
         self.kernels.append("\n".join(lines + self._lines + ["}"]))
 
@@ -127,10 +132,10 @@ class CodeGenOpenCL:
         elif isinstance(s, For):
             self._for(s)
         elif isinstance(s, Store):
-            self._emit(f"{s.buffer.name}[{self._expr(s.index)}] = {self._stored(s.value, s.buffer.dtype)};")
+            self._emit(f"{self._var_name(s.buffer)}[{self._expr(s.index)}] = {self._stored(s.value, s.buffer.dtype)};")
         elif isinstance(s, Allocate):
             if s.buffer.scope == "local":
-                self._emit(f"{self._mem_type(s.buffer.dtype)} {s.buffer.name}[{s.buffer.size}];")
+                self._emit(f"{self._mem_type(s.buffer.dtype)} {self._var_name(s.buffer)}[{s.buffer.size}];")
             self._stmt(s.body)  # shared buffers are declared at kernel scope (OpenCL requires it)
         elif isinstance(s, IfThenElse):
             self._block(f"if ({self._expr(s.cond)})", s.then)
@@ -141,10 +146,12 @@ class CodeGenOpenCL:
         else:
             raise CodegenError(f"OpenCL codegen: unsupported statement {type(s).__name__}")
 
-    def _var_name(self, var: Var) -> str:
-        """A C identifier for loop variable `var`, unique in the kernel (IR names may hold dots)."""
+    def _var_name(self, var) -> str:
+        """A C identifier for loop variable or buffer `var`, unique in the kernel (IR names may
+        hold dots or be the names of built-in functions, such as a buffer named tanh)."""
         if var not in self._names:
             base = "".join(c if c.isalnum() or c == "_" else "_" for c in var.name) or "v"
+            base = base + "_" if base in RESERVED else base
             name, k = base, 1
             while name in self._used:
                 name, k = f"{base}_{k}", k + 1
@@ -183,14 +190,14 @@ class CodeGenOpenCL:
         if base is None or not _vector_expr_ok(s.body.value, var):
             return False
         value = self._vexpr(s.body.value, var, lanes)
-        self._emit(f"vstore{lanes}({value}, 0, {s.body.buffer.name} + {self._expr(base)});")
+        self._emit(f"vstore{lanes}({value}, 0, {self._var_name(s.body.buffer)} + {self._expr(base)});")
         return True
 
     def _vexpr(self, e, var, lanes):
         if not any(x is var for x in walk(e)):
             return self._expr(e)  # uniform: a scalar, widened by OpenCL C
         if isinstance(e, Load):
-            return f"vload{lanes}(0, {e.buffer.name} + {self._expr(_contiguous_base(e.index, var))})"
+            return f"vload{lanes}(0, {self._var_name(e.buffer)} + {self._expr(_contiguous_base(e.index, var))})"
         if isinstance(e, BinOp) and e.op in ("min", "max"):
             return f"f{e.op}({self._vexpr(e.a, var, lanes)}, {self._vexpr(e.b, var, lanes)})"
         if isinstance(e, BinOp):
@@ -215,7 +222,7 @@ class CodeGenOpenCL:
         if isinstance(e, Var):
             return self._var_name(e)
         if isinstance(e, Load):
-            text = f"{e.buffer.name}[{self._expr(e.index)}]"
+            text = f"{self._var_name(e.buffer)}[{self._expr(e.index)}]"
             return f"({text} != 0)" if e.dtype == "bool" else text
         if isinstance(e, Select):
             return f"({self._expr(e.cond)} ? {self._expr(e.t)} : {self._expr(e.f)})"
