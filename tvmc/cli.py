@@ -399,13 +399,18 @@ def print_top_classes(outputs: dict, k: int) -> None:
 @click.option("--number", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per measurement.")
 @click.option("--print-top", type=click.IntRange(min=1), metavar="K", help="Print the top-K classes of each output.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for parallel loops (also: OMP_NUM_THREADS).")
+@click.option("--device", metavar="DEVICE",
+              help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE (default: the first).")
 @verbose_option
 @_handle_errors
-def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, print_top, threads, verbose):
+def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, print_top, threads, device,
+            verbose):
     """Run a compiled ARTIFACT (mod.tar) on this machine."""
     from tvmc.runtime import benchmark, create_executor
 
-    executor = create_executor(artifact)
+    executor = create_executor(artifact, device)
+    if getattr(executor, "device_name", None):
+        click.echo(f"device: {executor.device_name}")
     if threads:
         executor.set_num_threads(threads)
     if inputs_path:

@@ -78,6 +78,8 @@ class KernelProgram:
         except cl.RuntimeError as e:
             lines = [ln for ln in str(e).splitlines() if "error" in ln.lower()] or str(e).splitlines() or ["?"]
             raise ArtifactError(f"{origin}: the OpenCL driver rejected the kernels: {lines[0].strip()}") from None
+        self._names = set(self.program.kernel_names.split(";"))
+        self._kernels: dict = {}
 
     def buffer(self, nbytes: int):
         return self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, max(int(nbytes), 1))
@@ -89,7 +91,13 @@ class KernelProgram:
         self.cl.enqueue_copy(self.queue, array, buf)
 
     def kernel(self, name: str):
-        return getattr(self.program, name)
+        """The kernel `name` (one object per name: arguments are set anew at each launch).
+        Raises AttributeError when the program has no such kernel."""
+        if name not in self._kernels:
+            if name not in self._names:
+                raise AttributeError(name)
+            self._kernels[name] = self.cl.Kernel(self.program, name)
+        return self._kernels[name]
 
     def launch(self, kernel, launch: dict, buffers):
         """Enqueue `kernel` over `buffers` with launch {"grid": [x,y,z], "block": [x,y,z]};
