@@ -1,11 +1,13 @@
 # Set-up and everyday commands. `make demo` installs tvmc and runs the main job;
 # `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc
 # against onnxruntime at 1 and 2 threads, `make bench-layers` ResNet-18's conv layers against the
-# machine's peak; `make conformance` runs the ONNX backend node cases through tvmc on x86 and
-# rewrites docs/conformance.md; `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
+# machine's peak; `make conformance [TARGET=opencl]` runs the ONNX backend node cases through tvmc on
+# x86 (or TARGET) and rewrites docs/conformance.md (TARGET: docs/conformance-TARGET.md and its row
+# in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds.
 PYTHON ?= python3
+TARGET ?= native
 
 .PHONY: install demo test test-all bench bench-layers conformance tune-demo tune-replay
 
@@ -28,7 +30,7 @@ bench-layers: install
 	$(PYTHON) bench/layers.py
 
 conformance: install
-	$(PYTHON) -m tvmc.conformance
+	$(PYTHON) -m tvmc.conformance --target $(TARGET)
 
 tune-demo: install
 	$(PYTHON) -m pip install -e ".[tune]"

@@ -164,8 +164,8 @@ def _shared_access(s) -> tuple:
 def _sync(s: Stmt) -> Stmt:
     """Insert Barriers (see the module docstring): between statements of a sequence where one
     reads a shared buffer that an earlier one wrote since the last barrier (or writes one that an
-    earlier one read), and at the end of a loop body that reads and writes the same shared buffer
-    (the next iteration's writes)."""
+    earlier one read), and at the end of a loop body that reads a shared buffer after its last
+    barrier and writes it (the next iteration's writes)."""
     if isinstance(s, Seq):
         out, read, written = [], set(), set()
         for x in s.stmts:
@@ -183,8 +183,8 @@ def _sync(s: Stmt) -> Stmt:
         return Seq(out)
     if isinstance(s, For):
         body = _sync(s.body)
-        r, w = _shared_access(body)
-        if s.kind not in THREAD_TAGS and (r & w):
+        _, written = _shared_access(body)
+        if s.kind not in THREAD_TAGS and (_tail_reads(body)[0] & written):
             body = Seq([body, Barrier()])
         return For(s.var, s.extent, s.kind, body)
     if isinstance(s, Allocate):
@@ -192,6 +192,24 @@ def _sync(s: Stmt) -> Stmt:
     if isinstance(s, IfThenElse):
         return IfThenElse(s.cond, _sync(s.then), _sync(s.otherwise) if s.otherwise is not None else None)
     return s
+
+
+def _tail_reads(s: Stmt) -> tuple:
+    """(shared buffers read after the last barrier every thread passes in `s`, whether `s`
+    passes one): what the next iteration of a loop around `s` may overwrite too early."""
+    if isinstance(s, Barrier):
+        return set(), True
+    if isinstance(s, Seq):
+        reads = set()
+        for x in reversed(s.stmts):
+            r, found = _tail_reads(x)
+            reads |= r
+            if found:
+                return reads, True
+        return reads, False
+    if isinstance(s, (For, Allocate)):
+        return _tail_reads(s.body)
+    return _shared_access(s)[0], False
 
 
 def shared_buffers(prim: PrimFunc) -> list:
