@@ -18,7 +18,8 @@ Knobs: tile_x, tile_y, reg_x, reg_y (tiling.define_gemm_tile), tile_k.
 Fallback: reg_y = 4 channels, reg_x = 1 column per thread where the extents allow, tile_x the
 power of two covering OW (<= 16), tile_y the rest of max_threads_per_block; tile_k: direct, the
 largest divisor of C whose two shared tiles fit half of max_shared_memory_per_block (8 at
-most); im2col, the largest divisor of C*KH*KW <= 8.
+most; where even one channel does not fit, reg_y and then tile_y are halved until it does);
+im2col, the largest divisor of C*KH*KW <= 8.
 """
 
 from __future__ import annotations
@@ -47,9 +48,21 @@ def conv2d_direct_config(workload, target) -> ConfigSpace:
     space = ConfigSpace()
     define_gemm_tile(space, target, out[1], out[3], 4, 1)
     c = data[1]
-    budget = target.max_shared_memory_per_block // 2
-    fits = [f for f in range(1, min(c, TILE_K_MAX) + 1)
-            if c % f == 0 and _direct_shared_bytes(space.fallback, (0, 0) + tuple(weight[2:]), attrs, f) <= budget]
+    kernel = (0, 0) + tuple(weight[2:])
+
+    def fitting(budget):
+        return [f for f in range(1, min(c, TILE_K_MAX) + 1)
+                if c % f == 0 and _direct_shared_bytes(space.fallback, kernel, attrs, f) <= budget]
+
+    # large kernels (AlexNet's 11 x 11): fewer channels per thread, then per block, until one
+    # input channel's tiles fit the descriptor's shared memory
+    fb = space.fallback
+    while not fitting(target.max_shared_memory_per_block) and fb["tile_y"] * fb["reg_y"] > 1:
+        if fb["reg_y"] > 1:
+            fb["reg_y"] //= 2
+        else:
+            fb["tile_y"] //= 2
+    fits = fitting(target.max_shared_memory_per_block // 2) or fitting(target.max_shared_memory_per_block)
     space.define_split("tile_k", c, fallback=max(fits or [1]), max_factor=32)
     return space
 
