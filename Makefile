@@ -5,11 +5,14 @@
 # x86 (or TARGET) and rewrites docs/conformance.md (TARGET: docs/conformance-TARGET.md and its row
 # in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
-# measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds.
+# measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds;
+# `make bench-kernels [GPU_TARGET=opencl]` writes the per-kernel table (launch, shared memory, bytes per
+# FLOP) of ResNet-18 and the BERT-style encoder for a GPU target (bench/kernels.py).
 PYTHON ?= python3
 TARGET ?= native
+GPU_TARGET ?= opencl
 
-.PHONY: install demo test test-all bench bench-layers conformance tune-demo tune-replay
+.PHONY: install demo test test-all bench bench-layers bench-kernels conformance tune-demo tune-replay
 
 install:
 	$(PYTHON) -m pip install -e ".[test,bench]"
@@ -28,6 +31,9 @@ bench: install
 
 bench-layers: install
 	$(PYTHON) bench/layers.py
+
+bench-kernels: install
+	$(PYTHON) bench/kernels.py --target $(GPU_TARGET)
 
 conformance: install
 	$(PYTHON) -m tvmc.conformance --target $(TARGET)

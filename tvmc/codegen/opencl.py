@@ -19,7 +19,7 @@ from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var, is_float,
                           walk)
 from tvmc.te.schedule import THREAD_TAGS
-from tvmc.tir.gpu import shared_buffers
+from tvmc.tir.gpu import global_traffic_bytes, shared_buffers
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store
 from tvmc.tir.simplify import Linear
 
@@ -294,11 +294,22 @@ def _vector_expr_ok(e, var) -> bool:
     return False
 
 
-def kernel_info(prim: PrimFunc) -> dict:
-    """What mod.json records of a kernel: its launch (grid, block, shared bytes) and its
-    arguments in call order (inputs, then the output), each with name, shape and dtype."""
+def kernel_info(prim: PrimFunc, flops: int) -> dict:
+    """What mod.json records of a kernel: its launch (grid, block, shared bytes), its arguments
+    in call order (inputs, then the output; name, shape, dtype), its FLOPs (the anchor op's,
+    tvmc.autotune.task.task_flops) and the global memory bytes it loads and stores
+    (tvmc.tir.gpu.global_traffic_bytes)."""
     return dict(prim.launch.to_dict(), args=[{"name": b.name, "shape": list(b.shape), "dtype": b.dtype}
-                                             for b in prim.params])
+                                             for b in prim.params],
+                flops=flops, global_bytes=global_traffic_bytes(prim))
+
+
+def _flops(func) -> int:
+    from tvmc.autotune.task import task_flops
+    from tvmc.ops.fused import anchor_call, workload
+
+    anchor = anchor_call(func)
+    return task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
 
 
 def build_opencl(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None) -> bytes:
@@ -317,7 +328,7 @@ def build_opencl(functions, target, dump_ir=(), dump_dir=None, graph_json=None, 
     for p in prims:
         cg.add_function(p)
     if graph_json is not None:
-        graph_json["kernels"] = {p.name: kernel_info(p) for p in prims}
+        graph_json["kernels"] = {p.name: kernel_info(p, _flops(f)) for p, f in zip(prims, functions)}
     if dump_dir and "tir" in dump_ir:
         os.makedirs(dump_dir, exist_ok=True)
         Path(dump_dir, "mod.tir").write_text("".join(str(p) for p in prims))

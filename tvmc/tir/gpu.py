@@ -212,6 +212,41 @@ def _tail_reads(s: Stmt) -> tuple:
     return _shared_access(s)[0], False
 
 
+def global_traffic_bytes(prim: PrimFunc) -> int:
+    """Bytes of global memory a launch of device kernel `prim` loads and stores: every load and
+    store of a global buffer counted once per execution (loop trip counts times the threads of
+    every block and the blocks of the grid; guards taken as true, no cache). The traffic the
+    kernel asks of the memory system, an upper bound of what DRAM sees behind caches."""
+    total = 0
+
+    def visit(s, trips, active):
+        nonlocal total
+        if isinstance(s, For) and s.kind in THREAD_TAGS and s.kind in active:
+            # the same threads again (a nested loop bound to the same axis): only its extent of them
+            trips = trips // active[s.kind] * s.extent
+            active = dict(active, **{s.kind: s.extent})
+        elif isinstance(s, For):
+            trips *= s.extent
+            if s.kind in THREAD_TAGS:
+                active = dict(active, **{s.kind: s.extent})
+        exprs = []
+        if isinstance(s, Store):
+            if s.buffer.scope == "global":
+                total += trips * s.buffer.nbytes // max(1, s.buffer.size)
+            exprs = [s.index, s.value]
+        elif isinstance(s, IfThenElse):
+            exprs = [s.cond]
+        for e in exprs:
+            for n in walk(e):
+                if isinstance(n, Load) and n.buffer.scope == "global":
+                    total += trips * n.buffer.nbytes // max(1, n.buffer.size)
+        for c in stmt_children(s):
+            visit(c, trips, active)
+
+    visit(prim.body, 1, {})
+    return total
+
+
 def shared_buffers(prim: PrimFunc) -> list:
     """The distinct shared Buffers a kernel allocates, in first-seen order."""
     out, seen = [], set()
@@ -222,4 +257,4 @@ def shared_buffers(prim: PrimFunc) -> list:
     return out
 
 
-__all__ = ["LaunchConfig", "launch_config", "lower_device", "shared_buffers"]
+__all__ = ["LaunchConfig", "global_traffic_bytes", "launch_config", "lower_device", "shared_buffers"]
