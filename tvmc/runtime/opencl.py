@@ -19,6 +19,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, graph_attr, load_artifact
+from tvmc.runtime.executor import output_position
 
 DRIVER_HINT = "pip install pyopencl pocl-binary-distribution (PoCL, a CPU OpenCL driver), or a GPU vendor's driver"
 
@@ -228,13 +229,7 @@ class OpenCLExecutor:
 
     def get_output(self, index) -> np.ndarray:
         """A host copy of output `index` (position or name)."""
-        if isinstance(index, str):
-            if index not in self.output_names:
-                raise InputError(f"unknown output '{index}'; the model's outputs are: {', '.join(self.output_names)}")
-            index = self.output_names.index(index)
-        if not 0 <= index < len(self._heads):
-            raise InputError(f"output index {index} out of range: the model has {len(self._heads)} outputs")
-        sid, shape, dtype = self._entries[self._heads[index]]
+        sid, shape, dtype = self._entries[self._heads[output_position(index, self.output_names)]]
         out = np.empty(shape, dtype)
         self.program.download(self._buffers[sid], out)
         return out

@@ -143,21 +143,27 @@ def _check_barriers(s, launch, where, tvars, divergent):
 
 # ---- barrier insertion ------------------------------------------------------------------------
 
+def _accesses(s: Stmt):
+    """(buffer, is_store) of every load and store statement `s` itself makes (not its children)."""
+    exprs = []
+    if isinstance(s, Store):
+        yield s.buffer, True
+        exprs = [s.index, s.value]
+    elif isinstance(s, IfThenElse):
+        exprs = [s.cond]
+    for e in exprs:
+        for n in walk(e):
+            if isinstance(n, Load):
+                yield n.buffer, False
+
+
 def _shared_access(s) -> tuple:
     """(read, written): ids of the shared buffers `s` loads and stores, anywhere inside."""
     read, written = set(), set()
     for x in _stmts(s):
-        exprs = []
-        if isinstance(x, Store):
-            if x.buffer.scope == "shared":
-                written.add(id(x.buffer))
-            exprs = [x.index, x.value]
-        elif isinstance(x, IfThenElse):
-            exprs = [x.cond]
-        for e in exprs:
-            for n in walk(e):
-                if isinstance(n, Load) and n.buffer.scope == "shared":
-                    read.add(id(n.buffer))
+        for buf, is_store in _accesses(x):
+            if buf.scope == "shared":
+                (written if is_store else read).add(id(buf))
     return read, written
 
 
@@ -229,17 +235,9 @@ def global_traffic_bytes(prim: PrimFunc) -> int:
             trips *= s.extent
             if s.kind in THREAD_TAGS:
                 active = dict(active, **{s.kind: s.extent})
-        exprs = []
-        if isinstance(s, Store):
-            if s.buffer.scope == "global":
-                total += trips * s.buffer.nbytes // max(1, s.buffer.size)
-            exprs = [s.index, s.value]
-        elif isinstance(s, IfThenElse):
-            exprs = [s.cond]
-        for e in exprs:
-            for n in walk(e):
-                if isinstance(n, Load) and n.buffer.scope == "global":
-                    total += trips * n.buffer.nbytes // max(1, n.buffer.size)
+        for buf, _ in _accesses(s):
+            if buf.scope == "global":
+                total += trips * buf.nbytes // max(1, buf.size)
         for c in stmt_children(s):
             visit(c, trips, active)
 
