@@ -15,7 +15,7 @@ from tests.targets import TARGETS  # noqa: E402
 
 @pytest.fixture(params=[t.name for t in TARGETS])
 def target(request):
-    """A TestTarget (tests/targets.py) that runs here; skips with the reason otherwise."""
+    """A TargetUnderTest (tests/targets.py) that runs here; skips with the reason otherwise."""
     t = next(t for t in TARGETS if t.name == request.param)
     reason = t.missing()
     if reason:

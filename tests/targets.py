@@ -68,7 +68,7 @@ KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel}
 
 
 @dataclass(frozen=True)
-class TestTarget:
+class TargetUnderTest:
     """name: the pytest id; spec: what `--target` takes; missing: () -> None when the target runs
     here, else the skip reason naming the missing tool."""
 
@@ -85,8 +85,8 @@ class TestTarget:
 
 
 TARGETS = [
-    TestTarget("native", "native"),
-    TestTarget("opencl", "opencl", _opencl_missing),
+    TargetUnderTest("native", "native"),
+    TargetUnderTest("opencl", "opencl", _opencl_missing),
 ]
 BY_NAME = {t.name: t for t in TARGETS}
 

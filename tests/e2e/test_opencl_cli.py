@@ -69,3 +69,17 @@ def test_run_on_a_missing_device_is_one_line(compiled):
     d, _ = compiled
     res = tvmc("run", d / "mlp.tar", "--device", "opencl:9", check=False)
     assert res.returncode == 7 and res.stderr.count("\n") == 1 and "opencl" in res.stderr.lower()
+
+
+def test_profile_times_each_kernel_with_opencl_events(compiled):
+    from tvmc.runtime import create_executor
+
+    target = BY_NAME["opencl"]
+    if target.missing():
+        pytest.skip(f"target opencl: {target.missing()}")
+    d, _ = compiled
+    ex = create_executor(d / "mlp.tar", "opencl")
+    ex.set_input("x", np.zeros((2, 32), np.float32))
+    times = ex.profile()
+    assert [name for name, _ in times] == [call[0] for call in ex._calls] and len(times) == ex.num_kernels
+    assert all(ms >= 0 for _, ms in times)
