@@ -95,7 +95,7 @@ class _Lowering:
         for rel in st.relations:
             if isinstance(rel, Split):
                 pe = ext[rel.parent]
-                f = min(rel.factor, pe)
+                f = max(1, min(rel.factor, pe))  # (an empty tensor's axis has extent 0)
                 ext[rel.inner] = f
                 ext[rel.outer] = -(-pe // f)
                 if pe % f:
