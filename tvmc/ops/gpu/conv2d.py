@@ -28,6 +28,9 @@ from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_gemm_tile, schedule_per_thread
 
 TILE_K_MAX = 8
+# register tile per thread the fallback aims for: 4 output channels x 1 output column (one
+# input value reused by 4 weights; columns stay one per thread so the input window is shared)
+REGISTER_TILE = (4, 1)
 
 
 def _direct_shared_bytes(cfg, weight, attrs, tile_ic: int, itemsize: int = 4) -> int:
@@ -46,7 +49,7 @@ def conv2d_direct_config(workload, target) -> ConfigSpace:
     data, weight, out = workload[:3]
     attrs = dict(workload[-1])
     space = ConfigSpace()
-    define_gemm_tile(space, target, out[1], out[3], 4, 1)
+    define_gemm_tile(space, target, out[1], out[3], *REGISTER_TILE)
     c = data[1]
     kernel = (0, 0) + tuple(weight[2:])
 
@@ -71,7 +74,7 @@ def conv2d_im2col_config(workload, target) -> ConfigSpace:
     """Config space of conv2d_nchw_im2col.gpu: the GEMM tile and tile_k over C*KH*KW."""
     data, weight, out = workload[:3]
     space = ConfigSpace()
-    define_gemm_tile(space, target, out[1], out[3], 4, 1)
+    define_gemm_tile(space, target, out[1], out[3], *REGISTER_TILE)
     space.define_split("tile_k", data[1] * weight[2] * weight[3], fallback=TILE_K_MAX, max_factor=32)
     return space
 

@@ -15,6 +15,9 @@ from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_gemm_tile, schedule_per_thread
 
 TILE_K_FALLBACK = 8
+# register tile per thread the fallback aims for (rows x columns): 16 accumulators, and per k
+# step 4 + 4 shared-memory loads for 16 multiply-adds
+REGISTER_TILE = (4, 4)
 
 
 def gemm_config(workload, target) -> ConfigSpace:
@@ -22,7 +25,7 @@ def gemm_config(workload, target) -> ConfigSpace:
     out = workload[-3]
     k = workload[0][-1]
     space = ConfigSpace()
-    define_gemm_tile(space, target, out[-2], out[-1], 4, 4)
+    define_gemm_tile(space, target, out[-2], out[-1], *REGISTER_TILE)
     space.define_split("tile_k", k, fallback=TILE_K_FALLBACK, max_factor=32)
     return space
 

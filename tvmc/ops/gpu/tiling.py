@@ -19,10 +19,10 @@ def pow2_at_least(n: int) -> int:
 
 
 def thread_counts(target, at_most: int | None = None) -> list:
-    """Powers of two from the warp size (at least 32 when the descriptor gives less, so a small
-    warp does not make tiny blocks) up to max_threads_per_block (and `at_most` when given)."""
+    """Powers of two from the descriptor's warp size (a block of fewer threads leaves lanes of
+    its warps idle) up to max_threads_per_block (and `at_most` when given)."""
     top = min(target.max_threads_per_block, at_most or target.max_threads_per_block)
-    out, n = [], max(1, min(32, target.thread_warp_size or 32))
+    out, n = [], max(1, target.thread_warp_size)
     while n <= top:
         out.append(n)
         n *= 2
@@ -120,14 +120,16 @@ def define_gemm_tile(space: ConfigSpace, target, rows: int, cols: int, reg_rows:
     """Knobs of a GEMM-like output tile of `rows` x `cols` per kernel (schedule_gemm_tile):
     tile_x / tile_y threads along columns / rows (powers of two), reg_x / reg_y outputs per
     thread along them (1, 2, 4, 8). Fallback: `reg_cols` x `reg_rows` registers per thread where
-    the extent allows; tile_x the smallest power of two covering the columns left (at most 16:
-    a half-warp of consecutive columns for coalesced accesses), tile_y the rest of
+    the extent holds at least 4 such tiles, else 1; tile_x the smallest power of two covering
+    the columns left, at most half the descriptor's warp (consecutive threads on consecutive
+    columns: coalesced accesses; the generic GPU's 32 -> 16), tile_y the rest of
     max_threads_per_block, no more than the rows left need."""
     regs = [1, 2, 4, 8]
     reg_x = reg_cols if cols >= 4 * reg_cols else 1
     reg_y = reg_rows if rows >= 4 * reg_rows else 1
     counts = [1] + [c for c in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if c <= target.max_threads_per_block]
-    tile_x = min(16, pow2_at_least(-(-cols // reg_x)), target.max_threads_per_block)
+    tile_x = min(max(1, target.thread_warp_size // 2), pow2_at_least(-(-cols // reg_x)),
+                 target.max_threads_per_block)
     tile_y = min(target.max_threads_per_block // tile_x, pow2_at_least(-(-rows // reg_y)))
     space.define_knob("tile_x", counts, fallback=tile_x)
     space.define_knob("tile_y", counts, fallback=tile_y)
