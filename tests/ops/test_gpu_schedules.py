@@ -142,3 +142,14 @@ def test_configs_beyond_the_descriptor_are_schedule_errors(knobs, limit):
     with pytest.raises(ScheduleError, match=limit) as err:
         _lower(LARGE_DENSE, **knobs)
     assert "\n" not in str(err.value) and "fused_nn_dense" in str(err.value)
+
+
+def test_injective_contiguous_data_moves_as_float4():
+    from tvmc.codegen.opencl import CodeGenOpenCL
+
+    case = Case("injective.gpu", "add", lambda r: [n(r, (4, 64, 32)), n(r, (4, 64, 32))], {},
+                lambda r: [("nn.relu", {}, []), ("exp", {}, [])])
+    cg = CodeGenOpenCL(OPENCL)
+    cg.add_function(_lower(case))
+    src = cg.source()
+    assert src.count("vload4(") == 2 and "vstore4(exp(fmax(" in src

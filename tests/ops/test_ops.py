@@ -365,14 +365,6 @@ def _ids(cases):
     return [c.id for c in cases]
 
 
-def _params(cases):
-    out = []
-    for c in cases:
-        marks = [pytest.mark.xfail(reason=c.xfail[0], raises=c.xfail[1], strict=True)] if c.xfail else []
-        out.append(pytest.param(c, id=c.id, marks=marks))
-    return out
-
-
 def _assert_close(out, ref, tol=None):
     assert out.dtype == ref.dtype and out.shape == ref.shape
     tol = tol or TOLERANCE[str(out.dtype)]
@@ -385,14 +377,9 @@ def _assert_close(out, ref, tol=None):
         np.testing.assert_array_equal(out, ref)
 
 
-def _params_over_targets(cases):
-    """Cases whose xfail (an LLVM codegen limitation) holds on LLVM targets only are marked per
-    target at run time (see test_op_vs_numpy)."""
-    return [pytest.param(c, id=c.id) for c in cases]
-
-
-@pytest.mark.parametrize("case", _params_over_targets(CASES))
+@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
 def test_op_vs_numpy(case, target, request):
+    """A case's xfail (an LLVM codegen limitation) holds on LLVM targets only: marked per target here."""
     if case.xfail and target.target.codegen == "llvm":
         request.applymarker(pytest.mark.xfail(reason=case.xfail[0], raises=case.xfail[1], strict=True))
     arrays, chain = case.build()

@@ -38,16 +38,17 @@ def define_num_threads(space: ConfigSpace, target, work: int) -> None:
 
 def bind_threads(s, t, num_threads: int, vector_lanes: int = 1):
     """Fuse every axis of stage `t`, split it into (blocks, threads[, vector]) and bind: one
-    element (or `vector_lanes` consecutive elements) per thread, consecutive threads on
-    consecutive elements (coalesced). Returns the thread loop, or None for a rank-0 stage."""
+    element (or `vector_lanes` consecutive elements of the innermost axis, which must divide it)
+    per thread, consecutive threads on consecutive elements (coalesced). Returns the thread
+    loop, or None for a rank-0 stage."""
     st = s[t]
     axes = list(st.op.axis)
     if not axes:
         return None
-    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
-    if vector_lanes > 1:
-        fused, lanes = st.split(fused, vector_lanes)
+    if vector_lanes > 1:  # split before fusing, so the vector lanes stay contiguous in the index
+        axes[-1], lanes = st.split(axes[-1], vector_lanes)
         st.vectorize(lanes)
+    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
     bx, tx = st.split(fused, num_threads)
     st.bind(bx, thread_axis("blockIdx.x"))
     st.bind(tx, thread_axis("threadIdx.x"))
