@@ -10,14 +10,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.targets import TARGETS  # noqa: E402
+from tests.targets import TARGETS, require  # noqa: E402
 
 
 @pytest.fixture(params=[t.name for t in TARGETS])
 def target(request):
     """A TargetUnderTest (tests/targets.py) that runs here; skips with the reason otherwise."""
-    t = next(t for t in TARGETS if t.name == request.param)
-    reason = t.missing()
-    if reason:
-        pytest.skip(f"target {t.name}: {reason}")
-    return t
+    return require(request.param)

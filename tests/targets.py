@@ -91,6 +91,17 @@ TARGETS = [
 BY_NAME = {t.name: t for t in TARGETS}
 
 
+def require(name: str) -> TargetUnderTest:
+    """The target `name` when it runs here; otherwise the calling test is skipped with the reason."""
+    import pytest
+
+    t = BY_NAME[name]
+    reason = t.missing()
+    if reason:
+        pytest.skip(f"target {name}: {reason}")
+    return t
+
+
 def by_runtime(target) -> Callable:
     """The kernel runner of a resolved tvmc Target (by its runtime)."""
     return functools.partial(KERNEL_RUNNERS[target.runtime], target=target)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.e2e.builders import mlp, resnet_style_cnn
 from tests.e2e.models import LIGHT_MODELS, compile_and_run, expose_pre_softmax, light_model_path, onnxruntime_outputs
-from tests.targets import BY_NAME
+from tests.targets import require
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
@@ -54,9 +54,7 @@ def _light_params():
 
 @pytest.mark.parametrize("name,target_name,opt_level", _light_params())
 def test_light_model_matches_onnxruntime(name, target_name, opt_level):
-    target = BY_NAME[target_name]
-    if target.missing():
-        pytest.skip(f"target {target_name}: {target.missing()}")
+    target = require(target_name)
     model, pre = expose_pre_softmax(onnx.load(light_model_path(name)))
     inp = _input_name(model)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)

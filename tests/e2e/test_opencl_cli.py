@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.builders import mlp
 from tests.e2e.models import onnxruntime_outputs
 from tests.e2e.test_cli_e2e import tvmc
-from tests.targets import BY_NAME
+from tests.targets import require
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
@@ -52,9 +52,7 @@ def test_inspect_prints_the_device_kernels(compiled):
 
 
 def test_run_on_the_opencl_device_matches_onnxruntime(compiled):
-    target = BY_NAME["opencl"]
-    if target.missing():
-        pytest.skip(f"target opencl: {target.missing()}")
+    require("opencl")
     d, model = compiled
     x = np.random.default_rng(0).standard_normal((2, 32)).astype(np.float32)
     np.savez(d / "in.npz", x=x)
@@ -74,9 +72,7 @@ def test_run_on_a_missing_device_is_one_line(compiled):
 def test_profile_times_each_kernel_with_opencl_events(compiled):
     from tvmc.runtime import create_executor
 
-    target = BY_NAME["opencl"]
-    if target.missing():
-        pytest.skip(f"target opencl: {target.missing()}")
+    require("opencl")
     d, _ = compiled
     ex = create_executor(d / "mlp.tar", "opencl")
     ex.set_input("x", np.zeros((2, 32), np.float32))

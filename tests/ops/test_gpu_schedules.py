@@ -12,7 +12,7 @@ import pytest
 from test_ops import Case, _assert_close, bias_relu, conv, n, pool
 from util import op_function, run_op
 
-from tests.targets import BY_NAME
+from tests.targets import require
 from tvmc.autotune.task import tasks_of_functions
 from tvmc.errors import ScheduleError
 from tvmc.ops.fused import lower_fused
@@ -92,10 +92,7 @@ def _configs(case, count=2):
 
 @pytest.mark.parametrize("impl", sorted(BY_IMPL))
 def test_gpu_schedule_fallback_and_two_other_configs(impl):
-    target = BY_NAME["opencl"]
-    reason = target.missing()
-    if reason:
-        pytest.skip(f"target opencl: {reason}")
+    target = require("opencl")
     case = BY_IMPL[impl]
     configs = _configs(case)
     assert len(configs) == 3, f"{impl}: fewer than two valid non-default configs"

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from util import build_and_run, run_op
 
+from tests.targets import TARGETS, require
+
 from tvmc.errors import CodegenError
 from tvmc.graph.ir import Constant, Function, TensorType, Var, make_call
 from tvmc.ops.registry import all_ops, get_op
@@ -377,9 +379,24 @@ def _assert_close(out, ref, tol=None):
         np.testing.assert_array_equal(out, ref)
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
-def test_op_vs_numpy(case, target, request):
+def _op_params():
+    """Every case on this host's CPU; on the other targets the first case of each operator in
+    make test, the others slow (make test-all): each one is a driver compile there."""
+    out, seen = [], set()
+    for t in TARGETS:
+        for c in CASES:
+            sample = t.name == "native" or c.op not in seen
+            if t.name != "native":
+                seen.add(c.op)
+            out.append(pytest.param(c, t.name, id=f"{t.name}-{c.id}", marks=() if sample else pytest.mark.slow))
+        seen = set()
+    return out
+
+
+@pytest.mark.parametrize("case,target_name", _op_params())
+def test_op_vs_numpy(case, target_name, request):
     """A case's xfail (an LLVM codegen limitation) holds on LLVM targets only: marked per target here."""
+    target = require(target_name)
     if case.xfail and target.target.codegen == "llvm":
         request.applymarker(pytest.mark.xfail(reason=case.xfail[0], raises=case.xfail[1], strict=True))
     arrays, chain = case.build()

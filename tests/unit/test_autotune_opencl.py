@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.targets import BY_NAME
+from tests.targets import require
 from tvmc.autotune.measure import MeasureError, MeasureOptions, Measurer
 from tvmc.autotune.task import tasks_of_functions
 from tvmc.graph.ir import Function, TensorType, Var, make_call
@@ -13,10 +13,7 @@ from tvmc.graph.ir import Function, TensorType, Var, make_call
 
 @pytest.fixture(scope="module")
 def opencl():
-    target = BY_NAME["opencl"]
-    if target.missing():
-        pytest.skip(f"target opencl: {target.missing()}")
-    return target.target
+    return require("opencl").target
 
 
 def test_measure_on_opencl_records_oversized_configs_as_invalid(opencl):

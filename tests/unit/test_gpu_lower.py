@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.targets import BY_NAME
+from tests.targets import require
 from tvmc import te
 from tvmc.codegen.opencl import CodeGenOpenCL
 from tvmc.errors import ScheduleError
@@ -30,10 +30,7 @@ def _barriers(prim) -> int:
 
 
 def _run(prim, arrays, out_shape, dtype="float32"):
-    target = BY_NAME["opencl"]
-    if target.missing():
-        pytest.skip(f"target opencl: {target.missing()}")
-    return target.run_kernel(prim, arrays, np.zeros(out_shape, dtype))
+    return require("opencl").run_kernel(prim, arrays, np.zeros(out_shape, dtype))
 
 
 def _elementwise(n=1000, threads=128):
