@@ -1,13 +1,18 @@
 # Set-up and everyday commands. `make demo` installs tvmc and runs the main job;
 # `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc
 # against onnxruntime at 1 and 2 threads, `make bench-layers` ResNet-18's conv layers against the
-# machine's peak; `make conformance` runs the ONNX backend node cases through tvmc on x86 and
-# rewrites docs/conformance.md; `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
+# machine's peak; `make conformance [TARGET=opencl]` runs the ONNX backend node cases through tvmc on
+# x86 (or TARGET) and rewrites docs/conformance.md (TARGET: docs/conformance-TARGET.md and its row
+# in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
-# measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds.
+# measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds;
+# `make bench-kernels [GPU_TARGET=opencl]` writes the per-kernel table (launch, shared memory, bytes per
+# FLOP) of ResNet-18 and the BERT-style encoder for a GPU target (bench/kernels.py).
 PYTHON ?= python3
+TARGET ?= native
+GPU_TARGET ?= opencl
 
-.PHONY: install demo test test-all bench bench-layers bench-vector conformance tune-demo tune-replay
+.PHONY: install demo test test-all bench bench-layers bench-vector bench-kernels conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator) where apt-get can run.
@@ -31,12 +36,15 @@ bench-layers: install
 	$(PYTHON) bench/layers.py
 
 # Vectorization evidence from the generated assembly (no timing): hot loops of ResNet-18's convs
-# and the BERT encoder's dense layers for TARGET (default arm).
+# and the BERT encoder's dense layers for a CPU TARGET (e.g. make bench-vector TARGET=arm).
 bench-vector: install
-	$(PYTHON) bench/vector_report.py --target $(or $(TARGET),arm) --out bench/results/vector_$(or $(TARGET),arm).md
+	$(PYTHON) bench/vector_report.py --target $(TARGET) --out bench/results/vector_$(TARGET).md
+
+bench-kernels: install
+	$(PYTHON) bench/kernels.py --target $(GPU_TARGET)
 
 conformance: install
-	$(PYTHON) -m tvmc.conformance
+	$(PYTHON) -m tvmc.conformance --target $(TARGET)
 
 tune-demo: install
 	$(PYTHON) -m pip install -e ".[tune]"

@@ -402,13 +402,18 @@ def print_top_classes(outputs: dict, k: int) -> None:
 @click.option("--number", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per measurement.")
 @click.option("--print-top", type=click.IntRange(min=1), metavar="K", help="Print the top-K classes of each output.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for parallel loops (also: OMP_NUM_THREADS).")
+@click.option("--device", metavar="DEVICE",
+              help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE (default: the first).")
 @verbose_option
 @_handle_errors
-def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, print_top, threads, verbose):
+def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, print_top, threads, device,
+            verbose):
     """Run a compiled ARTIFACT (mod.tar) on this machine."""
     from tvmc.runtime import benchmark, create_executor
 
-    executor = create_executor(artifact)
+    executor = create_executor(artifact, device)
+    if getattr(executor, "device_name", None):
+        click.echo(f"device: {executor.device_name}")
     if threads:
         executor.set_num_threads(threads)
     if inputs_path:
@@ -459,6 +464,26 @@ def inspect_cmd(artifact, verbose):
     if activations:
         click.echo(f"memory         {activations}")
     click.echo(f"library        {os.path.basename(art.library_path)}, {os.path.getsize(art.library_path)} bytes")
+    if isinstance(g.get("kernels"), dict):
+        print_kernel_table(g)
+
+
+def print_kernel_table(graph_json: dict) -> None:
+    """The device kernels of a GPU artifact (mod.json "kernels"): calls, launch grid and block,
+    threads and shared memory per block, MFLOP, global memory bytes per FLOP."""
+    calls: dict = {}
+    for node in graph_json["nodes"]:
+        if node.get("op") == "tvm_op":
+            name = node["attrs"]["func_name"]
+            calls[name] = calls.get(name, 0) + 1
+    click.echo("device kernels")
+    click.echo(f"  {'kernel':<44} {'calls':>5} {'grid':>14} {'block':>12} {'threads':>7} {'shared B':>8} "
+               f"{'MFLOP':>9} {'B/FLOP':>7}")
+    for name, k in graph_json["kernels"].items():
+        per_flop = f"{k['global_bytes'] / k['flops']:.3f}" if k.get("flops") else "-"
+        click.echo(f"  {name[:44]:<44} {calls.get(name, 0):>5} {'x'.join(map(str, k['grid'])):>14} "
+                   f"{'x'.join(map(str, k['block'])):>12} {k['block'][0] * k['block'][1] * k['block'][2]:>7} "
+                   f"{k['shared_bytes']:>8} {k.get('flops', 0) / 1e6:>9.2f} {per_flop:>7}")
 
 
 def main(argv=None) -> int:

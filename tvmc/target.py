@@ -48,6 +48,9 @@ class Target:
     linker_package: str = ""
     emulator: tuple = ()
     emulator_package: str = ""
+    # GPU facts (absent from CPU descriptors and from their dicts, so CPU hashes do not move)
+    max_shared_memory_per_block: int = 0
+    thread_warp_size: int = 0
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """Number of `dtype` elements in one vector register."""
@@ -59,6 +62,8 @@ class Target:
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name in GPU_FIELDS and not v:
+                continue
             out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
@@ -77,6 +82,9 @@ class Target:
         return f"{self.name} ({self.triple}, cpu={self.cpu or 'generic'})"
 
 
+GPU_FIELDS = ("max_shared_memory_per_block", "thread_warp_size")
+
+
 def _schema() -> dict:
     return json.loads(resources.files("tvmc.targets").joinpath("schema.json").read_text())
 
@@ -93,8 +101,8 @@ def _descriptor_dict(target: Target) -> dict:
     data.pop("host_features")
     data["cache"] = {"l1d_bytes": data.pop("l1d_bytes"), "l2_bytes": data.pop("l2_bytes")}
     for key in ("max_threads_per_block", "linker_package", "emulator", "emulator_package"):
-        if not data[key]:  # optional fields a descriptor leaves out
-            data.pop(key)
+        if not data.get(key):  # optional fields a descriptor leaves out
+            data.pop(key, None)
     return data
 
 

@@ -31,18 +31,19 @@ def expose_pre_softmax(model: onnx.ModelProto) -> tuple:
     return model, name
 
 
-def compile_and_run(model, inputs: dict, opt_level: int = 3):
-    """Compile `model` (ModelProto) for x86 through the package/runtime path; return outputs dict."""
+def compile_and_run(model, inputs: dict, opt_level: int = 3, target=None):
+    """Compile `model` (ModelProto) for `target` (a resolved Target, default this host's CPU)
+    through the package/runtime path (the runtime the target names); return outputs dict."""
     from tvmc.driver import CompileOptions, compile_model
     from tvmc.package import save_artifact
-    from tvmc.runtime import GraphExecutor
+    from tvmc.runtime import create_executor
     from tvmc.target import resolve_target
 
-    module = compile_model(model, resolve_target("native"), CompileOptions(opt_level=opt_level))
+    module = compile_model(model, target or resolve_target("native"), CompileOptions(opt_level=opt_level))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "mod.tar")
         save_artifact(module, path)
-        ex = GraphExecutor(path)
+        ex = create_executor(path)
         for k, v in inputs.items():
             ex.set_input(k, v)
         ex.run()

@@ -1,4 +1,5 @@
-"""End to end: ONNX -> tvmc compile (x86) -> mod.tar -> GraphExecutor, against onnxruntime."""
+"""End to end: ONNX -> tvmc compile -> mod.tar -> the target's executor, against onnxruntime, on
+every target of tests/targets.py that runs here (the light zoo models on OpenCL are slow tests)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from tests.e2e.builders import mlp, resnet_style_cnn
 from tests.e2e.models import LIGHT_MODELS, compile_and_run, expose_pre_softmax, light_model_path, onnxruntime_outputs
+from tests.targets import require
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
@@ -24,30 +26,39 @@ def _input_name(model):
 
 
 @pytest.mark.parametrize("opt_level", [0, 3])
-def test_resnet_style_cnn_matches_onnxruntime(opt_level):
+def test_resnet_style_cnn_matches_onnxruntime(opt_level, target):
     model = resnet_style_cnn(seed=1, size=33)  # odd size: stride-2 edges and vector tails
     x = np.random.default_rng(0).standard_normal((1, 3, 33, 33)).astype(np.float32)
-    got = compile_and_run(model, {"input": x}, opt_level=opt_level)["logits"]
+    got = compile_and_run(model, {"input": x}, opt_level=opt_level, target=target.target)["logits"]
     ref = onnxruntime_outputs(model, {"input": x})["logits"]
     np.testing.assert_allclose(got, ref, **RANDOM_TOL)
 
 
 @pytest.mark.parametrize("opt_level", [0, 3])
-def test_mlp_matches_onnxruntime(opt_level):
+def test_mlp_matches_onnxruntime(opt_level, target):
     model = mlp(seed=2, batch=3, sizes=(50, 130, 70, 10))
     x = np.random.default_rng(1).standard_normal((3, 50)).astype(np.float32) * 3
-    got = compile_and_run(model, {"x": x}, opt_level=opt_level)["y"]
+    got = compile_and_run(model, {"x": x}, opt_level=opt_level, target=target.target)["y"]
     ref = onnxruntime_outputs(model, {"x": x})["y"]
     np.testing.assert_allclose(got, ref, **RANDOM_TOL)
 
 
-@pytest.mark.parametrize("opt_level", [0, 3])
-@pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_light_model_matches_onnxruntime(name, opt_level):
+def _light_params():
+    """x86 at opt levels 0 and 3 in make test; OpenCL (PoCL: 20-60 s a model) at opt level 3, slow."""
+    out = []
+    for name in LIGHT_MODELS:
+        out += [pytest.param(name, "native", level, id=f"native-{name}-O{level}") for level in (0, 3)]
+        out.append(pytest.param(name, "opencl", 3, id=f"opencl-{name}-O3", marks=pytest.mark.slow))
+    return out
+
+
+@pytest.mark.parametrize("name,target_name,opt_level", _light_params())
+def test_light_model_matches_onnxruntime(name, target_name, opt_level):
+    target = require(target_name)
     model, pre = expose_pre_softmax(onnx.load(light_model_path(name)))
     inp = _input_name(model)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    got = compile_and_run(model, {inp: x}, opt_level=opt_level)
+    got = compile_and_run(model, {inp: x}, opt_level=opt_level, target=target.target)
     ref = onnxruntime_outputs(model, {inp: x})
     scale = float(np.abs(ref[pre]).max())
     assert scale > 0

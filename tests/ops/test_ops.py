@@ -1,5 +1,7 @@
-"""Every registered operator compiled for x86 (its cpu implementation, fused with an elementwise
-epilogue where listed) against its numpy reference, on seeded inputs with edge values."""
+"""Every registered operator compiled for every target that runs here (tests/targets.py: this
+host's CPU, OpenCL; the target family's default implementation, fused with an elementwise
+epilogue where listed) against its numpy reference, on seeded inputs with edge values; and every
+GPU implementation with its fallback and two other configs."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 from util import build_and_run, run_op
+
+from tests.targets import TARGETS, require
 
 from tvmc.errors import CodegenError
 from tvmc.graph.ir import Constant, Function, TensorType, Var, make_call
@@ -363,14 +367,6 @@ def _ids(cases):
     return [c.id for c in cases]
 
 
-def _params(cases):
-    out = []
-    for c in cases:
-        marks = [pytest.mark.xfail(reason=c.xfail[0], raises=c.xfail[1], strict=True)] if c.xfail else []
-        out.append(pytest.param(c, id=c.id, marks=marks))
-    return out
-
-
 def _assert_close(out, ref, tol=None):
     assert out.dtype == ref.dtype and out.shape == ref.shape
     tol = tol or TOLERANCE[str(out.dtype)]
@@ -383,20 +379,39 @@ def _assert_close(out, ref, tol=None):
         np.testing.assert_array_equal(out, ref)
 
 
-@pytest.mark.parametrize("case", _params(CASES))
-def test_op_x86_vs_numpy(case):
+def _op_params():
+    """Every case on this host's CPU; on the other targets the first case of each operator in
+    make test, the others slow (make test-all): each one is a driver compile there."""
+    out, seen = [], set()
+    for t in TARGETS:
+        for c in CASES:
+            sample = t.name == "native" or c.op not in seen
+            if t.name != "native":
+                seen.add(c.op)
+            out.append(pytest.param(c, t.name, id=f"{t.name}-{c.id}", marks=() if sample else pytest.mark.slow))
+        seen = set()
+    return out
+
+
+@pytest.mark.parametrize("case,target_name", _op_params())
+def test_op_vs_numpy(case, target_name, request):
+    """A case's xfail (an LLVM codegen limitation) holds on LLVM targets only: marked per target here."""
+    target = require(target_name)
+    if case.xfail and target.target.codegen == "llvm":
+        request.applymarker(pytest.mark.xfail(reason=case.xfail[0], raises=case.xfail[1], strict=True))
     arrays, chain = case.build()
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        out, ref = run_op(case.op, arrays, case.attrs, chain)
+        out, ref = run_op(case.op, arrays, case.attrs, chain, target=target.target)
     _assert_close(out, ref, case.tol)
 
 
-def test_every_registered_op_has_cpu_implementation_and_a_case():
+@pytest.mark.parametrize("family", ["cpu", "gpu"])
+def test_every_registered_op_has_an_implementation_per_family_and_a_case(family):
     ops = all_ops()
     anchors = {c.op for c in CASES if not c.xfail}
     assert anchors <= set(ops), sorted(anchors - set(ops))
     for name, opdef in ops.items():
-        assert opdef.implementations("cpu"), name
+        assert opdef.implementations(family), name
     untested = sorted(set(ops) - anchors)
     assert not untested, f"operators without a case in tests/ops/test_ops.py: {untested}"
 

@@ -1,16 +1,11 @@
-"""Test helper: compile one op (as its own fused function) and run it through ctypes."""
+"""Test helper: compile one op (as its own fused function) for a target and run it there
+(the target's kernel runner from tests/targets.py: ctypes for CPUs, pyopencl for OpenCL)."""
 
 from __future__ import annotations
 
-import ctypes
-import itertools
-import tempfile
-from pathlib import Path
-
 import numpy as np
 
-from tvmc.codegen.build import compile_ir, link_shared
-from tvmc.codegen.llvm import CodeGenLLVM
+from tests.targets import by_runtime
 from tvmc.graph.ir import Function, Var, make_call
 from tvmc.ops.fused import lower_fused
 from tvmc.ops.registry import get_op
@@ -18,14 +13,12 @@ from tvmc.target import resolve_target
 
 TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-5), "int64": dict(rtol=0, atol=0)}
 
-_tmp = tempfile.TemporaryDirectory(prefix="tvmc-optest-")
-_serial = itertools.count()
-
 
 def build_and_run(fn: Function, arrays, target=None, config=None, impl=None):
-    """Compile `fn` for `target` (this host, `native`, by default), with the anchor's `config` (a ConfigEntity;
-    default: the fallback) and implementation `impl` (a name; default: the op's first), and run
-    it on numpy `arrays`."""
+    """Compile `fn` for `target` (a resolved Target; this host, `native`, by default), with the
+    anchor's `config` (a ConfigEntity; default: the fallback) and implementation `impl` (a name;
+    default: the op's first), and run it on numpy `arrays` on that target's runtime.
+    Returns (output array, the lowered PrimFunc)."""
     target = target or resolve_target("native")
     lookup = None
     if impl is not None:
@@ -37,24 +30,15 @@ def build_and_run(fn: Function, arrays, target=None, config=None, impl=None):
     elif config is not None:
         lookup = lambda name, wl: config
     prim = lower_fused(fn, target, config_lookup=lookup)
-    cg = CodeGenLLVM(target)
-    cg.add_function(prim)
-    so = link_shared(compile_ir(cg.ir_text(), target), target)
-    # a fresh file each time: rewriting a path that is still dlopen()ed corrupts the loaded code,
-    # and dlopen() of a known path returns the old library
-    path = Path(_tmp.name, f"{fn.name}_{next(_serial)}.so")
-    path.write_bytes(so)
-    lib = ctypes.CDLL(str(path))
     out = np.zeros(fn.body.shape, dtype=fn.body.dtype)
-    args = [np.ascontiguousarray(a) for a in arrays] + [out]
-    getattr(lib, fn.name)(*[ctypes.c_void_p(a.ctypes.data) for a in args])
+    by_runtime(target)(prim, arrays=[np.ascontiguousarray(a) for a in arrays], out=out)
     return out, prim
 
 
-def run_op(op, arrays, attrs=None, chain=(), impl=None):
-    """Build `op(arrays...)` followed by elementwise `chain` ops [(name, attrs, extra arrays)],
-    run it compiled (implementation `impl`, default the op's first), and return (compiled
-    output, numpy reference output)."""
+def op_function(op, arrays, attrs=None, chain=()):
+    """`op(arrays...)` followed by elementwise `chain` ops [(name, attrs, extra arrays)] as one
+    fused Function, with every array it takes and the numpy reference output:
+    (Function, arrays, reference)."""
     params = [Var(f"x{k}", _ttype(a)) for k, a in enumerate(arrays)]
     body = make_call(op, params, attrs or {})
     ref = get_op(op).reference(*arrays, **(attrs or {}))
@@ -65,8 +49,15 @@ def run_op(op, arrays, attrs=None, chain=(), impl=None):
         all_arrays += list(extra)
         body = make_call(name, [body] + extra_vars, cattrs)
         ref = get_op(name).reference(ref, *extra, **cattrs)
-    fn = Function(params, body, "fused_" + op.replace(".", "_"))
-    out, _ = build_and_run(fn, all_arrays, impl=impl)
+    return Function(params, body, "fused_" + op.replace(".", "_")), all_arrays, ref
+
+
+def run_op(op, arrays, attrs=None, chain=(), impl=None, target=None, config=None):
+    """Build `op(arrays...)` followed by elementwise `chain` ops [(name, attrs, extra arrays)],
+    run it compiled for `target` (default native; implementation `impl`, default the op's first,
+    with `config`, default its fallback), and return (compiled output, numpy reference output)."""
+    fn, all_arrays, ref = op_function(op, arrays, attrs, chain)
+    out, _ = build_and_run(fn, all_arrays, target=target, impl=impl, config=config)
     return out, ref
 
 

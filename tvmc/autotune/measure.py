@@ -2,12 +2,14 @@
 machine in a separate runner process, check results against the fallback config's output.
 
 Build: a ProcessPoolExecutor of `parallel` forked workers lowers the task's anchor op with the
-candidate config and compiles it into its own .so (`build_candidate`). At most `parallel` builds
+candidate config and compiles it into its own .so (`build_candidate`; for an OpenCL target, the
+kernel's OpenCL C and launch in a JSON file, built by the driver in the runner). At most `parallel` builds
 are in flight, so a build's wait starts when it starts; a build that passes the timeout has its
 pool killed and replaced (the other builds in flight are resubmitted).
 
-Run: one runner process (spawned, numpy + ctypes only, so a segfault or a hang in a candidate
-kills the runner, never the tuner) loads the library, feeds seeded random inputs (uniform in
+Run: one runner process (spawned, numpy + ctypes or pyopencl only, so a segfault or a hang in a
+candidate kills the runner, never the tuner) loads the library (OpenCL: builds the program for
+the first OpenCL device and runs the kernel there), feeds seeded random inputs (uniform in
 [-1, 1)), runs once as warm-up and compares the output with the fallback config's (rtol 1e-4,
 atol 1e-5 x the reference's largest magnitude: float32 sums in another order), then times
 `repeat` rounds of `number` runs (a fresh runner first runs its first kernel for 0.2 s: the
@@ -94,10 +96,20 @@ def build_candidate(task, target, config: dict, path: str):
         try:
             prim = lower_fused(task.function(), target,
                                config_lookup=lambda name, wl: cfg if name == task.impl else None)
+            if target.codegen == "opencl":
+                import json
+
+                from tvmc.codegen.opencl import CodeGenOpenCL
+
+                cl = CodeGenOpenCL(target)
+                cl.add_function(prim)
+                with open(path, "w") as f:
+                    json.dump({"source": cl.source(), "launch": prim.launch.to_dict()}, f)
+                return MeasureError.NO_ERROR, "", time.perf_counter() - t0
             cg = CodeGenLLVM(target)
             cg.add_function(prim)
             ir = cg.ir_text()
-        except Exception as e:  # any failure of the schedule for this config
+        except Exception as e:  # any failure of the schedule for this config (e.g. beyond the GPU's limits)
             return MeasureError.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0
         try:
             so = link_shared(compile_ir(ir, target), target)
@@ -173,11 +185,26 @@ def _runner_main(conn):
             inputs = {key: arrs}  # one task at a time
         arrs = inputs[key]
         out = np.zeros(req["out_shape"], req["out_dtype"])
-        lib = ctypes.CDLL(req["path"])
-        try:
+        if req["runtime"] == "opencl":
+            try:
+                call, fetch = _opencl_call(req, arrs, out)
+            except Exception as e:  # the driver rejected or could not run the kernel
+                conn.send(("wrong", f"OpenCL: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+                continue
+            lib = None
+        else:
+            lib = ctypes.CDLL(req["path"])
             fn = getattr(lib, req["func"])
             args = [ctypes.c_void_p(a.ctypes.data) for a in arrs + [out]]
-            fn(*args)
+
+            def call(fn=fn, args=args):
+                fn(*args)
+
+            def fetch():
+                pass
+        try:
+            call()
+            fetch()
             check = None
             if req["want_output"]:
                 check = out.copy()
@@ -191,7 +218,7 @@ def _runner_main(conn):
             if fresh:  # a new process times its first kernel slow (thread pool start-up): run 0.2 s first
                 t_end = time.perf_counter() + 0.2
                 while time.perf_counter() < t_end:
-                    fn(*args)
+                    call()
                 fresh = False
             number = req["number"]
             costs = []
@@ -199,7 +226,7 @@ def _runner_main(conn):
                 while True:
                     t0 = time.perf_counter()
                     for _ in range(number):
-                        fn(*args)
+                        call()
                     dt = time.perf_counter() - t0
                     if dt * 1e3 >= req["min_repeat_ms"] or number >= 1 << 20:
                         break
@@ -207,7 +234,31 @@ def _runner_main(conn):
                 costs.append(dt / number)
             conn.send(("ok", costs, check))
         finally:
-            _ctypes.dlclose(lib._handle)  # thousands of candidates: unload each one
+            if lib is not None:
+                _ctypes.dlclose(lib._handle)  # thousands of candidates: unload each one
+
+
+def _opencl_call(req, arrs, out):
+    """(call, fetch) for an OpenCL candidate (a JSON file with "source" and "launch"): call runs
+    the kernel once on the device and waits; fetch copies the output into `out`."""
+    import json
+
+    from tvmc.runtime.opencl import KernelProgram
+
+    with open(req["path"]) as f:
+        built = json.load(f)
+    program = KernelProgram(built["source"], origin="candidate")
+    kernel = program.kernel(req["func"])
+    bufs = []
+    for a in arrs + [out]:
+        bufs.append(program.buffer(a.nbytes))
+        program.upload(bufs[-1], a)
+
+    def call():
+        program.launch(kernel, built["launch"], bufs)
+        program.queue.finish()
+
+    return call, lambda: program.download(bufs[-1], out)
 
 
 class Measurer:
@@ -339,7 +390,7 @@ class Measurer:
                "out_shape": tuple(task.workload[n_in]), "out_dtype": np.dtype(task.workload[n_in + 1]).name,
                "number": self.options.number, "repeat": self.options.repeat,
                "min_repeat_ms": self.options.min_repeat_ms, "check": self.options.check,
-               "want_output": want_output}
+               "want_output": want_output, "runtime": self.target.runtime}
         self._conn.send(("run", req))
         if not self._conn.poll(max(limit_s, 0.0)):
             self._stop_runner()

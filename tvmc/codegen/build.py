@@ -89,6 +89,10 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     workload) -> ConfigEntity | None` (e.g. autotune.record.ApplyHistoryBest) supplies tuned
     configs to lower_fused.
     """
+    if target.codegen == "opencl":  # OpenCL C source (mod.cl); launch configurations go into graph_json
+        from tvmc.codegen.opencl import build_opencl
+
+        return build_opencl(functions, target, dump_ir, dump_dir, graph_json, config_lookup)
     from tvmc.codegen.entry import add_graph_entry
     from tvmc.ops.fused import lower_fused
 

@@ -7,9 +7,12 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.injective import schedule_injective
+from tvmc.ops.gpu.injective import injective_config
+from tvmc.ops.gpu.injective import schedule_injective as schedule_injective_gpu
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
-INJECTIVE_CPU = {"cpu": [Implementation("injective.cpu", schedule_injective)]}
+INJECTIVE = {"cpu": [Implementation("injective.cpu", schedule_injective)],
+             "gpu": [Implementation("injective.gpu", schedule_injective_gpu, config_space=injective_config)]}
 
 
 def broadcast_shape(a: tuple, b: tuple) -> tuple:
@@ -35,7 +38,7 @@ def _unary(name, fn, ref, pattern=OpPattern.ELEMWISE, infer=_same_type):
         x = inputs[0]
         return te.compute(x.shape, lambda *i: fn(x[i], attrs), name=name.replace(".", "_"))
 
-    register_op(OpDef(name, infer, ref, pattern, compute, INJECTIVE_CPU))
+    register_op(OpDef(name, infer, ref, pattern, compute, INJECTIVE))
 
 
 def _f(x, v):
@@ -101,7 +104,7 @@ def _binary(name, fn, ref, infer=_binary_type):
                           lambda *i: fn(a[broadcast_index(a.shape, i)], b[broadcast_index(b.shape, i)]),
                           name=name)
 
-    register_op(OpDef(name, infer, ref, OpPattern.BROADCAST, compute, INJECTIVE_CPU))
+    register_op(OpDef(name, infer, ref, OpPattern.BROADCAST, compute, INJECTIVE))
 
 
 _binary("add", lambda a, b: a + b, np.add)
@@ -184,4 +187,4 @@ def _where_compute(inputs, attrs, out_type):
 
 
 register_op(OpDef("where", _where_type, lambda c, a, b: np.where(c, a, b), OpPattern.BROADCAST, _where_compute,
-                  INJECTIVE_CPU))
+                  INJECTIVE))

@@ -8,6 +8,7 @@ from tvmc import te
 from tvmc.errors import ScheduleError
 from tvmc.graph.ir import Call, Constant, Var, post_order
 from tvmc.ops.registry import OpPattern, get_op
+from tvmc.tir.gpu import lower_device
 from tvmc.tir.ir import PrimFunc
 from tvmc.tir.lower import lower
 
@@ -38,7 +39,9 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     `cost_s` wins (a config without cost counts as best), so the choice between implementations
     follows the tuning records. Without a lookup, or when every implementation misses, the first
     implementation runs with its fallback config.
-    Raises ScheduleError when an op has no implementation for the target family.
+    For a GPU target the result is a device kernel (tvmc.tir.gpu.lower_device: `launch` set).
+    Raises ScheduleError when an op has no implementation for the target family, or a GPU
+    kernel exceeds the target's limits.
     """
     anchor = anchor_call(func)
     impl, cfg = _choose_implementation(anchor, target, config_lookup)
@@ -72,7 +75,10 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     if cfg is None and impl.config_space is not None:
         cfg = impl.config_space(workload(anchor), target).fallback_config()
     impl.schedule(s, out, anchor_t, cfg, target)
-    return lower(s, params + [out], func.name)
+    prim = lower(s, params + [out], func.name)
+    if target.kind == "gpu":  # one device kernel: launch configuration, barriers, limits checked
+        prim = lower_device(prim, target)
+    return prim
 
 
 def _choose_implementation(anchor, target, config_lookup):

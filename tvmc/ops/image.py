@@ -18,7 +18,7 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.elemwise import INJECTIVE_CPU
+from tvmc.ops.elemwise import INJECTIVE
 from tvmc.ops.registry import OpDef, OpPattern, register_op
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -148,4 +148,4 @@ def _reference(data, idx_h, idx_w, w_h=None, w_w=None):
     return g.sum(axis=(3, 5)).astype(data.dtype)
 
 
-register_op(OpDef("image.resize2d", _type, _reference, OpPattern.INJECTIVE, _compute, INJECTIVE_CPU))
+register_op(OpDef("image.resize2d", _type, _reference, OpPattern.INJECTIVE, _compute, INJECTIVE))

@@ -9,7 +9,7 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.elemwise import INJECTIVE_CPU
+from tvmc.ops.elemwise import INJECTIVE
 from tvmc.ops.registry import OpDef, OpPattern, register_op
 
 _BLOCKED = re.compile(r"^NCHW([1-9][0-9]*)c$")
@@ -105,4 +105,4 @@ def _compute(inputs, attrs, out_type):
 
 register_op(OpDef("layout_transform", _type,
                   lambda x, src_layout, dst_layout: to_layout(x, src_layout, dst_layout),
-                  OpPattern.INJECTIVE, _compute, INJECTIVE_CPU))
+                  OpPattern.INJECTIVE, _compute, INJECTIVE))

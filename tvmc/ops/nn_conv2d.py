@@ -7,6 +7,9 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
+from tvmc.ops.gpu.conv2d import (conv2d_direct_config, conv2d_im2col_config, schedule_conv2d_direct,
+                                 schedule_conv2d_im2col)
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
@@ -55,6 +58,30 @@ def conv2d_nchw(data, weight, strides, padding, dilation, groups=1):
     return te.compute((n, o, oh, ow), f, name="conv2d", tag="conv2d_nchw")
 
 
+def conv2d_nchw_im2col(data, weight, strides, padding, dilation):
+    """conv2d (groups 1) as im2col + GEMM: with K = C*KH*KW and k = (ic, kh, kw) flattened,
+      im2col[n, k, y, x] = pad(data)[n, ic, y*sh + kh*dh, x*sw + kw*dw]   ([N, K, OH, OW])
+      weight_2d[o, k]    = weight[o, ic, kh, kw]                           ([O, K])
+      out[n, o, y, x]    = sum_k weight_2d[o, k] * im2col[n, k, y, x]
+    Same output, dtype and numbers as conv2d_nchw; one reduce axis of extent K, so a GEMM
+    schedule tiles it in panels of weight_2d and im2col (the GPU schedule gathers the im2col
+    panel while staging it, the stages themselves are inlined)."""
+    n, c, h, w = data.shape
+    o, _, kh, kw = weight.shape
+    pt, pl, pb, pr = padding
+    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
+    padded = pad_compute(data, ((0, 0), (0, 0), (pt, pb), (pl, pr)), name="pad_data")
+    taps = kh * kw
+    sh, sw = strides
+    dh, dw = dilation
+    col = te.compute((n, c * taps, oh, ow), lambda nn, k, y, x: padded[
+        nn, k // taps, y * sh + ((k // kw) % kh) * dh, x * sw + (k % kw) * dw], name="im2col")
+    w2 = te.compute((o, c * taps), lambda oc, k: weight[oc, k // taps, (k // kw) % kh, k % kw], name="weight_2d")
+    rk = te.reduce_axis(c * taps, "k")
+    return te.compute((n, o, oh, ow), lambda nn, oc, y, x: te.sum(w2[oc, rk] * col[nn, rk, y, x], rk),
+                      name="conv2d_im2col", tag="conv2d_nchw")
+
+
 def _reference(x, w, strides, padding, dilation, groups=1):
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
@@ -79,6 +106,25 @@ def _compute(inputs, attrs, out_type):
                        attrs.get("groups", 1))
 
 
+def _im2col_compute(inputs, attrs, out_type):
+    return conv2d_nchw_im2col(inputs[0], inputs[1], attrs["strides"], attrs["padding"], attrs["dilation"])
+
+
+def ungrouped(wl) -> bool:
+    """The GEMM-tiled GPU forms take groups == 1; grouped and depthwise convolutions run per thread."""
+    return dict(wl[-1]).get("groups", 1) == 1
+
+
+def grouped(wl) -> bool:
+    return not ungrouped(wl)
+
+
 register_op(OpDef("nn.conv2d", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
     "cpu": [Implementation("conv2d_nchw.x86", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
+    "gpu": [Implementation("conv2d_nchw.gpu", schedule_conv2d_direct, config_space=conv2d_direct_config,
+                           applies=ungrouped),
+            Implementation("conv2d_nchw_im2col.gpu", schedule_conv2d_im2col, compute=_im2col_compute,
+                           config_space=conv2d_im2col_config, applies=ungrouped),
+            Implementation("conv2d_nchw_grouped.gpu", schedule_generic, config_space=generic_config,
+                           applies=grouped)],
 }))

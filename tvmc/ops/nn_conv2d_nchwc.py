@@ -12,6 +12,7 @@ from tvmc.ops.cpu.conv2d_nchwc import (
     schedule_conv2d_nchwc,
     schedule_conv2d_nchwc_im2col,
 )
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.nn_conv2d import _reference as conv2d_nchw_reference
 from tvmc.ops.nn_conv2d import conv2d_out_hw
@@ -170,4 +171,5 @@ register_op(OpDef("nn.conv2d_nchwc", _type, _reference, OpPattern.OUT_ELEMWISE_F
     "cpu": [Implementation("conv2d_nchwc.x86", schedule_conv2d_nchwc, config_space=conv2d_nchwc_config),
             Implementation("conv2d_nchwc_im2col.x86", schedule_conv2d_nchwc_im2col, compute=_im2col_compute,
                            config_space=conv2d_nchwc_config, applies=_not_depthwise)],
+    "gpu": [Implementation("conv2d_nchwc.gpu", schedule_generic, config_space=generic_config)],
 }))

@@ -8,7 +8,9 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
-from tvmc.ops.nn_conv2d import conv2d_nchw
+from tvmc.ops.gpu.conv2d import conv2d_direct_config, schedule_conv2d_direct
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
+from tvmc.ops.nn_conv2d import conv2d_nchw, grouped, ungrouped
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 
@@ -107,4 +109,8 @@ def _compute(inputs, attrs, out_type):
 # conv2d_nchw.x86's schedule and knobs (register tiles over oc x ow, epilogue on the tile).
 register_op(OpDef("nn.conv2d_transpose", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
     "cpu": [Implementation("conv2d_transpose_nchw.x86", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
+    "gpu": [Implementation("conv2d_transpose_nchw.gpu", schedule_conv2d_direct, config_space=conv2d_direct_config,
+                           applies=ungrouped),
+            Implementation("conv2d_transpose_nchw_grouped.gpu", schedule_generic, config_space=generic_config,
+                           applies=grouped)],
 }))

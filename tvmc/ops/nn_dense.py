@@ -9,6 +9,8 @@ from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.dense import (dense_config, dense_pack_config, matmul_config, schedule_dense, schedule_dense_pack,
                                 schedule_matmul)
 from tvmc.ops.elemwise import broadcast_index, broadcast_shape
+from tvmc.ops.gpu.dense import gemm_config, schedule_gemm
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 
@@ -29,7 +31,8 @@ def dense(data, weight):
 
 register_op(OpDef("nn.dense", _dense_type, lambda x, w: (x.astype(np.float64) @ w.T.astype(np.float64)).astype(x.dtype),
                   OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: dense(*inputs), {
-                      "cpu": [Implementation("dense.x86", schedule_dense, config_space=dense_config)]}))
+                      "cpu": [Implementation("dense.x86", schedule_dense, config_space=dense_config)],
+                      "gpu": [Implementation("dense.gpu", schedule_gemm, config_space=gemm_config)]}))
 
 
 def _matmul_type(in_types, attrs):
@@ -57,7 +60,8 @@ def matmul(a, b, out_shape):
 register_op(OpDef("nn.matmul", _matmul_type,
                   lambda a, b: np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),
                   OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: matmul(*inputs, out_type.shape), {
-                      "cpu": [Implementation("matmul.x86", schedule_matmul, config_space=matmul_config)]}))
+                      "cpu": [Implementation("matmul.x86", schedule_matmul, config_space=matmul_config)],
+                      "gpu": [Implementation("matmul.gpu", schedule_gemm, config_space=gemm_config)]}))
 
 
 def pack_dense_weight(weight: np.ndarray, bn: int) -> np.ndarray:
@@ -92,4 +96,5 @@ def _dense_pack_ref(x, w):
 
 register_op(OpDef("nn.dense_pack", _dense_pack_type, _dense_pack_ref, OpPattern.OUT_ELEMWISE_FUSABLE,
                   lambda inputs, attrs, out_type: dense_pack(*inputs), {
-                      "cpu": [Implementation("dense_pack.x86", schedule_dense_pack, config_space=dense_pack_config)]}))
+                      "cpu": [Implementation("dense_pack.x86", schedule_dense_pack, config_space=dense_pack_config)],
+                      "gpu": [Implementation("dense_pack.gpu", schedule_generic, config_space=generic_config)]}))

@@ -6,7 +6,10 @@ import numpy as np
 
 from tvmc import te
 from tvmc.ops.cpu.reduction import schedule_lrn, schedule_softmax
-from tvmc.ops.elemwise import INJECTIVE_CPU
+from tvmc.ops.elemwise import INJECTIVE
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
+from tvmc.ops.gpu.reduction import schedule_softmax as schedule_softmax_gpu
+from tvmc.ops.gpu.reduction import softmax_config
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
@@ -48,7 +51,8 @@ def _softmax_ref(x, axis):
 
 register_op(OpDef("nn.softmax", _softmax_type, _softmax_ref, OpPattern.OPAQUE,
                   lambda inputs, attrs, out_type: softmax(inputs[0], attrs["axis"]),
-                  {"cpu": [Implementation("softmax.x86", schedule_softmax)]}))
+                  {"cpu": [Implementation("softmax.x86", schedule_softmax)],
+                   "gpu": [Implementation("softmax.gpu", schedule_softmax_gpu, config_space=softmax_config)]}))
 
 
 def _lrn_type(in_types, attrs):
@@ -83,7 +87,8 @@ def _lrn_ref(x, size, alpha, beta, bias):
 register_op(OpDef("nn.lrn", _lrn_type, _lrn_ref, OpPattern.OPAQUE,
                   lambda inputs, attrs, out_type: lrn(inputs[0], attrs["size"], attrs["alpha"], attrs["beta"],
                                                       attrs["bias"]),
-                  {"cpu": [Implementation("lrn.x86", schedule_lrn)]}))
+                  {"cpu": [Implementation("lrn.x86", schedule_lrn)],
+                   "gpu": [Implementation("lrn.gpu", schedule_generic, config_space=generic_config)]}))
 
 
 def _bn_type(in_types, attrs):
@@ -112,7 +117,7 @@ def _bn_ref(x, gamma, beta, mean, var, epsilon, axis=1):
     return ((x - r(mean)) / np.sqrt(r(var) + np.float32(epsilon)) * r(gamma) + r(beta)).astype(x.dtype)
 
 
-register_op(OpDef("nn.batch_norm", _bn_type, _bn_ref, OpPattern.BROADCAST, _bn_compute, INJECTIVE_CPU))
+register_op(OpDef("nn.batch_norm", _bn_type, _bn_ref, OpPattern.BROADCAST, _bn_compute, INJECTIVE))
 
 
 def log_softmax(x, axis):
@@ -129,4 +134,5 @@ def _log_softmax_ref(x, axis):
 
 register_op(OpDef("nn.log_softmax", _softmax_type, _log_softmax_ref, OpPattern.OPAQUE,
                   lambda inputs, attrs, out_type: log_softmax(inputs[0], attrs["axis"]),
-                  {"cpu": [Implementation("log_softmax.x86", schedule_softmax)]}))
+                  {"cpu": [Implementation("log_softmax.x86", schedule_softmax)],
+                   "gpu": [Implementation("log_softmax.gpu", schedule_softmax_gpu, config_space=softmax_config)]}))

@@ -12,11 +12,16 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.pool import schedule_pool
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
+from tvmc.ops.gpu.reduction import reduce_config, schedule_reduce
 from tvmc.ops.layout import channel_block, logical_shape, to_layout
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
-POOL_CPU = {"cpu": [Implementation("pool.x86", schedule_pool)]}
+POOL = {"cpu": [Implementation("pool.x86", schedule_pool)],
+        "gpu": [Implementation("pool.gpu", schedule_generic, config_space=generic_config)]}
+# global pooling on GPUs: a block per (n, c), its threads reducing H x W (cross-thread reduction)
+GLOBAL_POOL = {"cpu": POOL["cpu"], "gpu": [Implementation("global_pool.gpu", schedule_reduce, config_space=reduce_config)]}
 
 
 def pool_out_hw(h, w, attrs):
@@ -134,9 +139,9 @@ def _pool_reference(kind):
 
 
 register_op(OpDef("nn.max_pool2d", _pool_type, _pool_reference("max"), OpPattern.OUT_ELEMWISE_FUSABLE,
-                  _pool_compute("max"), POOL_CPU))
+                  _pool_compute("max"), POOL))
 register_op(OpDef("nn.avg_pool2d", _pool_type, _pool_reference("avg"), OpPattern.OUT_ELEMWISE_FUSABLE,
-                  _pool_compute("avg"), POOL_CPU))
+                  _pool_compute("avg"), POOL))
 
 
 def _global_type(in_types, attrs):
@@ -165,6 +170,6 @@ def _global_compute(kind):
 # (global pooling reduces H and W, axes 2 and 3, in NCHW and NCHW[x]c alike)
 register_op(OpDef("nn.global_avg_pool2d", _global_type,
                   lambda x, layout="NCHW": x.mean(axis=(2, 3), keepdims=True, dtype=np.float64).astype(x.dtype),
-                  OpPattern.OUT_ELEMWISE_FUSABLE, _global_compute("avg"), POOL_CPU))
+                  OpPattern.OUT_ELEMWISE_FUSABLE, _global_compute("avg"), GLOBAL_POOL))
 register_op(OpDef("nn.global_max_pool2d", _global_type, lambda x, layout="NCHW": x.max(axis=(2, 3), keepdims=True),
-                  OpPattern.OUT_ELEMWISE_FUSABLE, _global_compute("max"), POOL_CPU))
+                  OpPattern.OUT_ELEMWISE_FUSABLE, _global_compute("max"), GLOBAL_POOL))

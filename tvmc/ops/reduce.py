@@ -8,9 +8,12 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.reduction import schedule_reduce
+from tvmc.ops.gpu.reduction import reduce_config
+from tvmc.ops.gpu.reduction import schedule_reduce as schedule_reduce_gpu
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
-REDUCE_CPU = {"cpu": [Implementation("reduce.x86", schedule_reduce)]}
+REDUCE = {"cpu": [Implementation("reduce.x86", schedule_reduce)],
+          "gpu": [Implementation("reduce.gpu", schedule_reduce_gpu, config_space=reduce_config)]}
 
 
 def _check_axes(shape, axes):
@@ -71,13 +74,13 @@ def _ref(fn):
     return ref
 
 
-register_op(OpDef("sum", _reduce_type, _ref(np.sum), OpPattern.COMM_REDUCE, _reduce_compute("sum"), REDUCE_CPU))
-register_op(OpDef("max", _reduce_type, _ref(np.max), OpPattern.COMM_REDUCE, _reduce_compute("max"), REDUCE_CPU))
-register_op(OpDef("min", _reduce_type, _ref(np.min), OpPattern.COMM_REDUCE, _reduce_compute("min"), REDUCE_CPU))
-register_op(OpDef("prod", _reduce_type, _ref(np.prod), OpPattern.COMM_REDUCE, _reduce_compute("prod"), REDUCE_CPU))
+register_op(OpDef("sum", _reduce_type, _ref(np.sum), OpPattern.COMM_REDUCE, _reduce_compute("sum"), REDUCE))
+register_op(OpDef("max", _reduce_type, _ref(np.max), OpPattern.COMM_REDUCE, _reduce_compute("max"), REDUCE))
+register_op(OpDef("min", _reduce_type, _ref(np.min), OpPattern.COMM_REDUCE, _reduce_compute("min"), REDUCE))
+register_op(OpDef("prod", _reduce_type, _ref(np.prod), OpPattern.COMM_REDUCE, _reduce_compute("prod"), REDUCE))
 register_op(OpDef("mean", _reduce_type, _ref(np.mean), OpPattern.COMM_REDUCE,
                   _reduce_compute("sum", lambda s, n: s / te.const(float(n), s.dtype) if s.dtype.startswith("float")
-                                  else s // te.const(n, s.dtype)), REDUCE_CPU))
+                                  else s // te.const(n, s.dtype)), REDUCE))
 
 
 # ---- argmax / argmin: the first (or last) index of the extreme value, as int64 -------------------
@@ -129,8 +132,8 @@ def _arg_ref(fn):
     return ref
 
 
-register_op(OpDef("argmax", _arg_type, _arg_ref(np.argmax), OpPattern.COMM_REDUCE, _arg_compute("max"), REDUCE_CPU))
-register_op(OpDef("argmin", _arg_type, _arg_ref(np.argmin), OpPattern.COMM_REDUCE, _arg_compute("min"), REDUCE_CPU))
+register_op(OpDef("argmax", _arg_type, _arg_ref(np.argmax), OpPattern.COMM_REDUCE, _arg_compute("max"), REDUCE))
+register_op(OpDef("argmin", _arg_type, _arg_ref(np.argmin), OpPattern.COMM_REDUCE, _arg_compute("min"), REDUCE))
 
 
 # ---- cumsum ---------------------------------------------------------------------------------------
@@ -170,4 +173,4 @@ def _cumsum_ref(x, axis, exclusive=0, reverse=0):
     return out.astype(x.dtype)
 
 
-register_op(OpDef("cumsum", _cumsum_type, _cumsum_ref, OpPattern.COMM_REDUCE, _cumsum_compute, REDUCE_CPU))
+register_op(OpDef("cumsum", _cumsum_type, _cumsum_ref, OpPattern.COMM_REDUCE, _cumsum_compute, REDUCE))

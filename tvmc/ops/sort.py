@@ -15,9 +15,11 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.reduction import schedule_reduce
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
-TOPK_CPU = {"cpu": [Implementation("topk.x86", schedule_reduce)]}
+TOPK = {"cpu": [Implementation("topk.x86", schedule_reduce)],
+        "gpu": [Implementation("topk.gpu", schedule_generic, config_space=generic_config)]}
 
 
 def _topk_type(dtype):
@@ -77,7 +79,7 @@ def topk_reference(x, axis, k, largest=1):
 
 
 register_op(OpDef("topk_values", _topk_type(None), lambda x, axis, k, largest=1: topk_reference(x, axis, k, largest)[0],
-                  OpPattern.OPAQUE, _values_compute, TOPK_CPU))
+                  OpPattern.OPAQUE, _values_compute, TOPK))
 register_op(OpDef("topk_indices", _topk_type("int64"),
                   lambda x, axis, k, largest=1: topk_reference(x, axis, k, largest)[1],
-                  OpPattern.OPAQUE, _indices_compute, TOPK_CPU))
+                  OpPattern.OPAQUE, _indices_compute, TOPK))

@@ -7,7 +7,7 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.elemwise import INJECTIVE_CPU
+from tvmc.ops.elemwise import INJECTIVE
 from tvmc.ops.registry import OpDef, OpPattern, register_op
 
 
@@ -41,7 +41,7 @@ def _reshape_compute(inputs, attrs, out_type):
 
 
 register_op(OpDef("reshape", _reshape_type, lambda x, newshape: x.reshape(newshape), OpPattern.INJECTIVE,
-                  _reshape_compute, INJECTIVE_CPU))
+                  _reshape_compute, INJECTIVE))
 
 
 def _transpose_type(in_types, attrs):
@@ -66,7 +66,7 @@ def _transpose_compute(inputs, attrs, out_type):
 
 
 register_op(OpDef("transpose", _transpose_type, lambda x, axes: np.transpose(x, axes), OpPattern.INJECTIVE,
-                  _transpose_compute, INJECTIVE_CPU))
+                  _transpose_compute, INJECTIVE))
 
 
 def _concat_type(in_types, attrs):
@@ -104,7 +104,7 @@ def _concat_compute(inputs, attrs, out_type):
 
 
 register_op(OpDef("concatenate", _concat_type, lambda *xs, axis: np.concatenate(xs, axis=axis),
-                  OpPattern.INJECTIVE, _concat_compute, INJECTIVE_CPU))
+                  OpPattern.INJECTIVE, _concat_compute, INJECTIVE))
 
 
 def _pad_type(in_types, attrs):
@@ -141,7 +141,7 @@ register_op(OpDef("pad", _pad_type,
                   OpPattern.INJECTIVE,
                   lambda inputs, attrs, out_type: pad_compute(inputs[0], attrs["pad_width"],
                                                               attrs.get("pad_value", 0.0)),
-                  INJECTIVE_CPU))
+                  INJECTIVE))
 
 
 # ---- strided_slice (ONNX Slice, Split) -----------------------------------------------------------
@@ -170,7 +170,7 @@ def _slice_ref(x, begin, end, strides):
     return x[tuple(slice(b, e if e >= 0 else None, s) for b, e, s in zip(begin, end, strides))]
 
 
-register_op(OpDef("strided_slice", _slice_type, _slice_ref, OpPattern.INJECTIVE, _slice_compute, INJECTIVE_CPU))
+register_op(OpDef("strided_slice", _slice_type, _slice_ref, OpPattern.INJECTIVE, _slice_compute, INJECTIVE))
 
 
 # ---- take (ONNX Gather) --------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def _take_compute(inputs, attrs, out_type):
 
 
 register_op(OpDef("take", _take_type, lambda data, idx, axis: np.take(data, idx.astype(np.int64), axis=axis),
-                  OpPattern.INJECTIVE, _take_compute, INJECTIVE_CPU))
+                  OpPattern.INJECTIVE, _take_compute, INJECTIVE))
 
 
 # ---- broadcast_to (ONNX Expand, Tile) ------------------------------------------------------------
@@ -227,7 +227,7 @@ def _broadcast_to_compute(inputs, attrs, out_type):
 
 
 register_op(OpDef("broadcast_to", _broadcast_to_type, lambda x, shape: np.broadcast_to(x, shape).copy(),
-                  OpPattern.BROADCAST, _broadcast_to_compute, INJECTIVE_CPU))
+                  OpPattern.BROADCAST, _broadcast_to_compute, INJECTIVE))
 
 
 # ---- pad with reflect / edge modes (ONNX Pad mode) -----------------------------------------------
@@ -263,4 +263,4 @@ def _mirror_pad_type(in_types, attrs):
 
 register_op(OpDef("mirror_pad", _mirror_pad_type,
                   lambda x, pad_width, mode: np.pad(x, pad_width, mode=mode),
-                  OpPattern.INJECTIVE, _mirror_pad_compute, INJECTIVE_CPU))
+                  OpPattern.INJECTIVE, _mirror_pad_compute, INJECTIVE))

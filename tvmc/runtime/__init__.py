@@ -21,8 +21,9 @@ __all__ = ["GraphExecutor", "benchmark", "create_executor"]
 
 def create_executor(artifact: Artifact | str | os.PathLike, device: str | None = None):
     """An executor for `artifact` (an Artifact or a mod.tar path) on the runtime its target
-    names: `cpu` -> GraphExecutor (ctypes, this host's CPU). `device` selects a device where a
-    runtime has several (e.g. "opencl:0:1"); None takes the default.
+    names: `cpu` -> GraphExecutor (ctypes, this host's CPU), `opencl` -> OpenCLExecutor
+    (pyopencl). `device` selects a device where a runtime has several (e.g. "opencl:0:1");
+    None takes the default.
 
     Raises ArtifactError when the artifact is invalid or no runtime here can execute it.
     """
@@ -33,4 +34,8 @@ def create_executor(artifact: Artifact | str | os.PathLike, device: str | None =
         if device not in (None, "cpu"):
             raise ArtifactError(f"{artifact.path}: a cpu artifact runs on device 'cpu', not '{device}'")
         return GraphExecutor(artifact)
+    if runtime == "opencl":
+        from tvmc.runtime.opencl import OpenCLExecutor
+
+        return OpenCLExecutor(artifact, device)
     raise ArtifactError(f"{artifact.path}: target runtime '{runtime}' is not supported by this tvmc")

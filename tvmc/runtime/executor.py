@@ -61,6 +61,18 @@ def check_host(metadata: dict, origin: str = "artifact") -> None:
                                 f"target '{name}'; recompile for this host (e.g. --target-option)")
 
 
+def output_position(index, output_names) -> int:
+    """Position of output `index` (a position, or an output name) among `output_names`.
+    Raises InputError on an unknown name or a position out of range."""
+    if isinstance(index, str):
+        if index not in output_names:
+            raise InputError(f"unknown output '{index}'; the model's outputs are: {', '.join(output_names)}")
+        index = output_names.index(index)
+    if not 0 <= index < len(output_names):
+        raise InputError(f"output index {index} out of range: the model has {len(output_names)} outputs")
+    return index
+
+
 def _aligned_empty(nbytes: int) -> np.ndarray:
     """A uint8 array of `nbytes` bytes whose data starts on an ALIGNMENT_BYTES boundary."""
     raw = np.empty(nbytes + ALIGNMENT_BYTES, dtype=np.uint8)
@@ -212,13 +224,7 @@ class GraphExecutor:
 
     def get_output(self, index) -> np.ndarray:
         """A copy of output `index` (position in mod.json heads, or output name), with its shape."""
-        if isinstance(index, str):
-            if index not in self.output_names:
-                raise InputError(f"unknown output '{index}'; the model's outputs are: {', '.join(self.output_names)}")
-            index = self.output_names.index(index)
-        if not 0 <= index < len(self._heads):
-            raise InputError(f"output index {index} out of range: the model has {len(self._heads)} outputs")
-        return self._views[self._heads[index]].copy()
+        return self._views[self._heads[output_position(index, self.output_names)]].copy()
 
     @property
     def num_outputs(self) -> int:

@@ -5,4 +5,4 @@ from tvmc.te.expr import (  # noqa: F401
     logical_and, logical_or, exp, log, sqrt, tanh, erf, sigmoid, fabs, power, floor, ceil,
 )
 from tvmc.te.tensor import Tensor, IterVar, placeholder, compute, reduce_axis, sum, max, min, prod  # noqa: F401,A004
-from tvmc.te.schedule import Schedule, Stage, create_schedule  # noqa: F401
+from tvmc.te.schedule import Schedule, Stage, ThreadAxis, create_schedule, thread_axis  # noqa: F401

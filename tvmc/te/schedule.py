@@ -1,15 +1,41 @@
 """Schedules: loop transformations on the stages of a tensor-expression graph (TVM's te.Schedule).
 
 Primitives: split, fuse, reorder, vectorize, parallel, unroll, compute_inline, compute_at, rfactor,
-cache_write. A schedule never changes what is computed, only the loop nest that computes it;
-`tvmc.tir.lower` turns it into loop IR.
+cache_write, and for GPUs bind (a loop to a `thread_axis`), cache_read and set_scope (memory scopes
+global / shared / local). A schedule never changes what is computed, only the loop nest that
+computes it; `tvmc.tir.lower` turns it into loop IR (and `tvmc.tir.gpu` into a device kernel).
 """
 
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import Reduce, TensorLoad, substitute
+from tvmc.te.expr import Reduce, TensorLoad, substitute, transform
 from tvmc.te.tensor import ComputeOp, IterVar, Tensor
+
+# GPU thread axes (TVM's names): the grid of blocks, and the threads of one block.
+BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+THREAD_TAGS = BLOCK_AXES + THREAD_AXES
+# Memory scopes of a stage's buffer: device memory, memory shared by the threads of a block,
+# memory private to one thread (registers).
+SCOPES = ("global", "shared", "local")
+
+
+class ThreadAxis:
+    """A GPU thread axis `tag` (one of THREAD_TAGS) that a loop can be bound to (TVM's te.thread_axis)."""
+
+    def __init__(self, tag: str):
+        if tag not in THREAD_TAGS:
+            raise ScheduleError(f"unknown thread axis '{tag}'; known: {', '.join(THREAD_TAGS)}")
+        self.tag = tag
+
+    def __repr__(self):
+        return f"thread_axis({self.tag})"
+
+
+def thread_axis(tag: str) -> ThreadAxis:
+    """The thread axis `tag` ('blockIdx.x' .. 'threadIdx.z'); raises ScheduleError on another name."""
+    return ThreadAxis(tag)
 
 
 class Split:
@@ -30,7 +56,10 @@ class Stage:
     """The loop nest of one compute tensor.
 
     `leaf` is the current loop order (outermost first); `annotations` maps a leaf IterVar to
-    'parallel', 'vectorize' or 'unroll'; `attach` is 'root', 'inline' or (stage, IterVar).
+    'parallel', 'vectorize', 'unroll' or a thread tag ('blockIdx.x', ...: bound by `bind`);
+    `attach` is 'root', 'inline' or (stage, IterVar); `scope` is the memory scope of the
+    stage's buffer ('global', 'shared', 'local'), or None for the default (global at root,
+    local when attached).
     """
 
     def __init__(self, tensor: Tensor):
@@ -41,6 +70,7 @@ class Stage:
         self.relations: list = []
         self.annotations: dict = {}
         self.attach = "root"
+        self.scope = None
 
     # --- loop transformations -----------------------------------------------------------
     def _check_leaf(self, iv, what):
@@ -96,6 +126,22 @@ class Stage:
         self._check_leaf(iv, "unroll")
         self.annotations[iv] = "unroll"
 
+    def bind(self, iv: IterVar, axis: ThreadAxis):
+        """Run loop `iv` on GPU thread axis `axis` (TVM's bind): one block or thread per
+        iteration instead of a loop. A bound reduce axis becomes a cross-thread reduction."""
+        self._check_leaf(iv, "bind")
+        if not isinstance(axis, ThreadAxis):
+            raise ScheduleError(f"bind: {axis!r} is not a thread_axis")
+        if axis.tag in self.annotations.values():
+            raise ScheduleError(f"bind: stage {self.tensor.name} already binds {axis.tag}")
+        self.annotations[iv] = axis.tag
+
+    def set_scope(self, scope: str):
+        """Keep this stage's buffer in memory `scope` ('global', 'shared' or 'local')."""
+        if scope not in SCOPES:
+            raise ScheduleError(f"set_scope: unknown scope '{scope}'; known: {', '.join(SCOPES)}")
+        self.scope = scope
+
     # --- placement ------------------------------------------------------------------------
     def compute_inline(self):
         """Substitute this stage's body into its consumers (no buffer, no loops)."""
@@ -135,9 +181,10 @@ class Schedule:
         except KeyError:
             raise ScheduleError(f"{t.name} is not a compute stage of this schedule") from None
 
-    def cache_write(self, t: Tensor) -> Tensor:
-        """Compute `t` into a new stage (returned); `t` becomes a copy of it. Used for register
-        accumulators: schedule the cache stage with compute_at into `t`'s loops."""
+    def cache_write(self, t: Tensor, scope: str | None = None) -> Tensor:
+        """Compute `t` into a new stage (returned, in memory `scope`, default local when
+        attached); `t` becomes a copy of it. Used for register accumulators: schedule the cache
+        stage with compute_at into `t`'s loops."""
         st = self[t]
         if st.leaf != st.root or st.relations:
             raise ScheduleError("cache_write must come before other primitives on the stage")
@@ -145,6 +192,35 @@ class Schedule:
         axis = [IterVar(e, f"{t.name}_c{k}") for k, e in enumerate(t.shape)]
         t.op = ComputeOp(axis, TensorLoad(cache, [a.var for a in axis]), t.op.tag)
         self._insert_producer(st, cache)
+        if scope is not None:
+            self[cache].set_scope(scope)
+        return cache
+
+    def cache_read(self, t: Tensor, scope: str, readers) -> Tensor:
+        """A copy of `t` (returned) in memory `scope` that the stages of `readers` read instead
+        of `t` (TVM's cache_read): e.g. a tile of a GEMM operand staged in shared memory, with
+        compute_at into the readers' block loop and its own loops bound to the block's threads."""
+        if scope not in SCOPES:
+            raise ScheduleError(f"cache_read: unknown scope '{scope}'; known: {', '.join(SCOPES)}")
+        reader_stages = [self[r] for r in readers]
+        cache = Tensor(t.shape, t.dtype, f"{t.name}_{scope}")
+        axis = [IterVar(e, f"{cache.name}_i{k}") for k, e in enumerate(t.shape)]
+        cache.op = ComputeOp(axis, TensorLoad(t, [a.var for a in axis]), "cache_read")
+
+        def reread(x):
+            return TensorLoad(cache, x.indices) if isinstance(x, TensorLoad) and x.tensor.uid == t.uid else None
+
+        for st in reader_stages:
+            op = st.op
+            if not any(i.uid == t.uid for i in op.input_tensors()):
+                raise ScheduleError(f"cache_read: {st.tensor.name} does not read {t.name}")
+            # same axis and reduce-axis objects: the stage's leaves and relations still apply
+            st.op = st.tensor.op = ComputeOp(op.axis, transform(op.body, reread), op.tag)
+        first = min(self.stages.index(st) for st in reader_stages)
+        stage = Stage(cache)
+        stage.scope = scope
+        self.stages.insert(first, stage)
+        self._by_tensor[cache.uid] = stage
         return cache
 
     def rfactor(self, t: Tensor, factor: int) -> Tensor:
@@ -208,4 +284,4 @@ def create_schedule(outputs) -> Schedule:
     return Schedule(outputs)
 
 
-__all__ = ["Schedule", "Stage", "create_schedule"]
+__all__ = ["Schedule", "Stage", "ThreadAxis", "create_schedule", "thread_axis"]

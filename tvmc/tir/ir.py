@@ -1,4 +1,4 @@
-"""Loop IR: buffers, statements (For, Store, Allocate, Seq, IfThenElse) and PrimFunc, with a printer."""
+"""Loop IR: buffers, statements (For, Store, Allocate, Seq, IfThenElse, Barrier) and PrimFunc, with a printer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from tvmc.te.expr import PrimExpr, Var
 
 
 class Buffer:
-    """A flat memory region of `shape` (row-major) and `dtype`; scope 'global' or 'local'."""
+    """A flat memory region of `shape` (row-major) and `dtype`; scope 'global', 'shared' (the
+    threads of a GPU block) or 'local' (one thread's registers or stack)."""
 
     def __init__(self, name: str, shape, dtype: str, scope: str = "global"):
         self.name, self.shape, self.dtype, self.scope = name, tuple(int(s) for s in shape), dtype, scope
@@ -42,7 +43,9 @@ class Stmt:
 
 
 class For(Stmt):
-    """`for var in [0, extent)`; kind is 'serial', 'parallel', 'vectorize' or 'unroll'."""
+    """`for var in [0, extent)`; kind is 'serial', 'parallel', 'vectorize', 'unroll', or a GPU
+    thread tag ('blockIdx.x' .. 'threadIdx.z'): then `var` is that block or thread index, one
+    iteration per block or thread (tvmc.tir.gpu)."""
 
     def __init__(self, var: Var, extent: int, kind: str, body: Stmt):
         self.var, self.extent, self.kind, self.body = var, int(extent), kind, body
@@ -73,14 +76,25 @@ class IfThenElse(Stmt):
         self.cond, self.then, self.otherwise = cond, then, otherwise
 
 
-class PrimFunc:
-    """A kernel: `params` (Buffers, inputs then output) and a loop-IR `body`."""
+class Barrier(Stmt):
+    """Every thread of a GPU block waits here until all have arrived, and their writes to
+    `scope` memory ('shared') are visible to each other (CUDA __syncthreads, OpenCL barrier)."""
 
-    def __init__(self, name: str, params, body: Stmt):
-        self.name, self.params, self.body = name, list(params), body
+    def __init__(self, scope: str = "shared"):
+        self.scope = scope
+
+
+class PrimFunc:
+    """A kernel: `params` (Buffers, inputs then output) and a loop-IR `body`. A GPU device kernel
+    also has `launch` (tvmc.tir.gpu.LaunchConfig: grid and block sizes, shared memory bytes)."""
+
+    def __init__(self, name: str, params, body: Stmt, launch=None):
+        self.name, self.params, self.body, self.launch = name, list(params), body, launch
 
     def __str__(self):
         lines = [f"primfn {self.name}(" + ", ".join(map(repr, self.params)) + ") {"]
+        if self.launch is not None:
+            lines.append(f"  // launch {self.launch}")
         _print(self.body, 1, lines)
         lines.append("}")
         return "\n".join(lines) + "\n"
@@ -108,6 +122,8 @@ def _print(s: Stmt, depth: int, lines: list):
             lines.append(pad + "} else {")
             _print(s.otherwise, depth + 1, lines)
         lines.append(pad + "}")
+    elif isinstance(s, Barrier):
+        lines.append(f"{pad}barrier({s.scope})")
     else:
         raise TypeError(s)
 

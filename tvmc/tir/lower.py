@@ -1,14 +1,15 @@
 """Lowering: a te.Schedule -> loop IR PrimFunc (inlining, bound inference for compute_at,
-loop nests from split/fuse relations, reduction init/update, buffer flattening).
+loop nests from split/fuse relations, reduction init/update, buffer flattening; for GPU
+schedules, memory scopes, loops bound to thread axes and cross-thread reductions).
 """
 
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import (BinOp, IntImm, Load, Reduce, TensorLoad, Var, logical_and, substitute,
+from tvmc.te.expr import (BinOp, IntImm, Load, Reduce, TensorLoad, Var, eq, logical_and, substitute,
                           transform, walk)
-from tvmc.te.schedule import Schedule, Split, Stage
-from tvmc.tir.ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Store
+from tvmc.te.schedule import THREAD_AXES, THREAD_TAGS, Schedule, Split, Stage
+from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
 from tvmc.tir.simplify import Linear, simplify, simplify_stmt
 
 
@@ -27,12 +28,13 @@ class _Lowering:
         self.bodies = {}       # stage -> body expr with inline stages substituted
         self.children = {}     # (id(stage), id(iv)) -> [Stage]
         self.names = set()
+        self.thread_ranges = {}  # Var of a loop bound to threadIdx.* -> extent (shared regions relax them)
 
-    def _buffer(self, t, shape, scope="global"):
-        name = t.name
-        k = 1
+    def _buffer(self, t, shape, scope="global", name=None):
+        base = name or t.name
+        name, k = base, 1
         while name in self.names:
-            name, k = f"{t.name}_{k}", k + 1
+            name, k = f"{base}_{k}", k + 1
         self.names.add(name)
         return Buffer(name, shape, t.dtype, scope)
 
@@ -52,7 +54,7 @@ class _Lowering:
         nests = []
         for st in roots:
             if st.tensor.uid not in self.buffers:
-                buf = self._buffer(st.tensor, st.tensor.shape)
+                buf = self._buffer(st.tensor, st.tensor.shape, st.scope or "global")
                 self.buffers[st.tensor.uid] = (buf, None)
                 allocs.append(buf)
             region = [(IntImm(0), e) for e in st.tensor.shape]
@@ -93,7 +95,7 @@ class _Lowering:
         for rel in st.relations:
             if isinstance(rel, Split):
                 pe = ext[rel.parent]
-                f = min(rel.factor, pe)
+                f = max(1, min(rel.factor, pe))  # (an empty tensor's axis has extent 0)
                 ext[rel.inner] = f
                 ext[rel.outer] = -(-pe // f)
                 if pe % f:
@@ -117,6 +119,9 @@ class _Lowering:
     def _stage_nest(self, st: Stage, region):
         """Loop nest computing stage `st` over `region` [(base, extent)] of its spatial axes."""
         ext, guard_ivs = self._extents(st, region)
+        for iv in st.leaf:
+            if st.annotations.get(iv) in THREAD_AXES:
+                self.thread_ranges[iv.var] = ext[iv]
         local = self._root_exprs(st, ext)
         ranges = {iv.var: ext[iv] for iv in st.leaf}
         coord = {}
@@ -135,7 +140,7 @@ class _Lowering:
         for iv in st.leaf:
             for child in self.children.get((id(st), id(iv)), []):
                 creg = self._infer_region(st, iv, child, ext, coord)
-                buf = self._buffer(child.tensor, [e for _, e in creg], "local")
+                buf = self._buffer(child.tensor, [e for _, e in creg], child.scope or "local")
                 self.buffers[child.tensor.uid] = (buf, [b for b, _ in creg])
                 attached.setdefault(iv, []).append((child, creg, buf))
 
@@ -166,16 +171,50 @@ class _Lowering:
 
         first = next(k for k, iv in enumerate(st.leaf) if iv.kind == "reduce")
         common, tail = st.leaf[:first], st.leaf[first:]
+        bound = [iv for iv in tail if iv.kind == "reduce" and st.annotations.get(iv) in THREAD_TAGS]
+        if bound:
+            return nest(common, self._cross_thread_reduce(st, tail, bound, value, buf, store_index, ext,
+                                                          guarded, nest))
         init = Store(buf, store_index, value.identity())
         init_loops = [iv for iv in tail if iv.kind == "spatial"]
-        cur = Load(buf, store_index)
-        src = value.source
-        combined = {"sum": lambda: cur + src, "prod": lambda: cur * src, "max": lambda: BinOp("max", cur, src),
-                    "min": lambda: BinOp("min", cur, src)}[value.combiner]()
+        combined = _combine(value.combiner, Load(buf, store_index), value.source)
         update = guarded(Store(buf, store_index, combined), ("spatial", "reduce"))
         init_nest = self._plain_nest(st, init_loops, ext, guarded(init, ("spatial",)))
         update_nest = nest(tail, update)
         return nest(common, Seq([init_nest, update_nest]))
+
+    def _cross_thread_reduce(self, st, tail, bound, value, buf, store_index, ext, guarded, nest):
+        """A reduction whose reduce loop `bound[0]` is bound to a thread axis (TVM's
+        lower_thread_allreduce): each thread folds its share of the reduce loops into a local
+        accumulator, the block combines the T partial results in a shared buffer by halving
+        steps (log2 T barriers), and the result is stored by every thread into a local buffer,
+        by thread 0 into shared or global memory."""
+        if len(bound) != 1 or any(iv.kind == "spatial" for iv in tail):
+            raise ScheduleError(f"{st.tensor.name}: a cross-thread reduction binds exactly one reduce loop "
+                                "and has no spatial loop inside its reduce loops")
+        tiv = bound[0]
+        if (id(st), id(tiv)) in self.children:
+            raise ScheduleError(f"{st.tensor.name}: no stage can be attached to the thread-bound loop {tiv.name}")
+        threads, tid = ext[tiv], tiv.var
+        acc = self._buffer(st.tensor, (1,), "local", name=f"{buf.name}_acc")
+        red = self._buffer(st.tensor, (threads,), "shared", name=f"{buf.name}_red")
+        zero = IntImm(0)
+        update = guarded(Store(acc, zero, _combine(value.combiner, Load(acc, zero), value.source)), ("spatial", "reduce"))
+        steps = [Store(acc, zero, value.identity()), nest([iv for iv in tail if iv is not tiv], update),
+                 Store(red, tid, Load(acc, zero)), Barrier()]
+        half = 1
+        while 2 * half < threads:
+            half *= 2
+        while half >= 1:
+            cond = tid < half if 2 * half <= threads else logical_and(tid < half, tid + half < threads)
+            steps += [IfThenElse(cond, Store(red, tid, _combine(value.combiner, Load(red, tid), Load(red, tid + half)))),
+                      Barrier()]
+            half //= 2
+        result = guarded(Store(buf, store_index, Load(red, zero)), ("spatial",))
+        if buf.scope != "local":
+            result = IfThenElse(eq(tid, 0), result)
+        body = Allocate(acc, Allocate(red, Seq(steps + [result, Barrier()])))
+        return For(tid, threads, st.annotations[tiv], body)
 
     @staticmethod
     def _plain_nest(st, leaves, ext, inner):
@@ -205,6 +244,9 @@ class _Lowering:
         ranges = {}
         for iv in st.leaf[pos + 1:]:
             ranges[iv.var] = (IntImm(0), IntImm(ext[iv] - 1))
+        if child.scope == "shared":  # one buffer for the block: relaxed over the threads of every enclosing stage
+            for var, extent in self.thread_ranges.items():
+                ranges.setdefault(var, (IntImm(0), IntImm(extent - 1)))
         loads = [x for x in walk(self.bodies[st]) if isinstance(x, TensorLoad) and x.tensor is child.tensor]
         region = None
         for ld in loads:
@@ -221,6 +263,15 @@ class _Lowering:
         if region is None:
             raise ScheduleError(f"compute_at: {st.tensor.name} does not read {child.tensor.name}")
         return region
+
+
+def _combine(combiner: str, a, b):
+    """a (the running value) combined with b by a Reduce's combiner."""
+    if combiner == "sum":
+        return a + b
+    if combiner == "prod":
+        return a * b
+    return BinOp(combiner, a, b)  # max, min
 
 
 def _same(a, b) -> bool:

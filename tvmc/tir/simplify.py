@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tvmc.te.expr import (INDEX, BinOp, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var,
                           is_float, transform)
-from tvmc.tir.ir import Allocate, For, IfThenElse, Seq, Stmt, Store
+from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Seq, Stmt, Store
 
 
 def _key(e):
@@ -243,4 +243,6 @@ def simplify_stmt(s: Stmt, ranges: dict | None = None) -> Stmt:
             return simplify_stmt(s.otherwise, ranges) if s.otherwise is not None else Seq([])
         return IfThenElse(c, simplify_stmt(s.then, ranges),
                           simplify_stmt(s.otherwise, ranges) if s.otherwise is not None else None)
+    if isinstance(s, Barrier):
+        return s
     raise TypeError(s)

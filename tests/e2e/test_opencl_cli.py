@@ -1,0 +1,81 @@
+"""The OpenCL target as a user meets it: `tvmc compile --target opencl`, the artifact's members,
+`tvmc inspect`'s kernel table, `tvmc run --device` against onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.e2e.builders import mlp
+from tests.e2e.models import onnxruntime_outputs
+from tests.e2e.test_cli_e2e import tvmc
+from tests.targets import require
+
+pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli_opencl")
+    model = mlp(seed=3, batch=2, sizes=(32, 48, 16, 8))
+    onnx.save(model, d / "mlp.onnx")
+    tvmc("compile", d / "mlp.onnx", "--target", "opencl", "-o", d / "mlp.tar")
+    return d, model
+
+
+def test_artifact_holds_opencl_source_and_each_kernels_launch(compiled, tmp_path):
+    d, _ = compiled
+    with tarfile.open(d / "mlp.tar") as tar:
+        names = tar.getnames()
+        graph = json.loads(tar.extractfile("mod.json").read())
+        source = tar.extractfile("mod.cl").read().decode()
+    assert {"mod.cl", "mod.json", "mod.params", "metadata.json"} <= set(names) and "mod.so" not in names
+    calls = {n["attrs"]["func_name"]: n for n in graph["nodes"] if n["op"] == "tvm_op"}
+    assert set(calls) == set(graph["kernels"])
+    for name, node in calls.items():
+        k = graph["kernels"][name]
+        assert f"__kernel void {name}(" in source
+        assert len(k["args"]) == len(node["inputs"]) + 1  # inputs in node order, then the output
+        assert len(k["grid"]) == len(k["block"]) == 3 and k["block"][0] * k["block"][1] * k["block"][2] <= 256
+    tvmc("compile", d / "mlp.onnx", "--target", "opencl", "-o", tmp_path / "again.tar")
+    assert (tmp_path / "again.tar").read_bytes() == (d / "mlp.tar").read_bytes()
+
+
+def test_inspect_prints_the_device_kernels(compiled):
+    d, _ = compiled
+    out = tvmc("inspect", d / "mlp.tar").stdout
+    assert "device kernels" in out and "fused_nn_dense" in out and "B/FLOP" in out
+
+
+def test_run_on_the_opencl_device_matches_onnxruntime(compiled):
+    require("opencl")
+    d, model = compiled
+    x = np.random.default_rng(0).standard_normal((2, 32)).astype(np.float32)
+    np.savez(d / "in.npz", x=x)
+    res = tvmc("run", d / "mlp.tar", "--device", "opencl:0:0", "--inputs", d / "in.npz", "--outputs", d / "out.npz",
+               "--print-time", "--repeat", "2")
+    assert res.stdout.startswith("device: ")
+    np.testing.assert_allclose(np.load(d / "out.npz")["y"], onnxruntime_outputs(model, {"x": x})["y"],
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_run_on_a_missing_device_is_one_line(compiled):
+    d, _ = compiled
+    res = tvmc("run", d / "mlp.tar", "--device", "opencl:9", check=False)
+    assert res.returncode == 7 and res.stderr.count("\n") == 1 and "opencl" in res.stderr.lower()
+
+
+def test_profile_times_each_kernel_with_opencl_events(compiled):
+    from tvmc.runtime import create_executor
+
+    require("opencl")
+    d, _ = compiled
+    ex = create_executor(d / "mlp.tar", "opencl")
+    ex.set_input("x", np.zeros((2, 32), np.float32))
+    times = ex.profile()
+    assert [name for name, _ in times] == [call[0] for call in ex._calls] and len(times) == ex.num_kernels
+    assert all(ms >= 0 for _, ms in times)

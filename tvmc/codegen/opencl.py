@@ -1,0 +1,335 @@
+"""OpenCL codegen: device kernels (loop IR after tvmc.tir.gpu.lower_device) -> OpenCL C source.
+
+A printer made of spelling tables, like tinygrad's cstyle renderers: thread axes become
+get_group_id / get_local_id, scopes __global / __local / private arrays, barriers
+barrier(CLK_LOCAL_MEM_FENCE); vectorized loops over contiguous float32 data become vloadN /
+vstoreN on floatN values (other vectorized loops are unrolled scalar code). Math intrinsics
+are OpenCL built-ins (exp, log, tanh, erf, pow, sqrt: within 16 ulp in OpenCL's full profile,
+far inside the tests' float32 tolerance of 1e-4 relative). Semantics follow the LLVM codegen:
+floor division and modulo for signed integers, NaN-propagating min/max as `a < b ? a : b`,
+narrow integer arithmetic wrapping to its width, bool tensors stored as uchar. Index
+arithmetic is 64-bit (`long`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvmc.errors import CodegenError
+from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var, is_float,
+                          walk)
+from tvmc.te.schedule import THREAD_TAGS
+from tvmc.tir.gpu import global_traffic_bytes, shared_buffers
+from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store
+from tvmc.tir.simplify import Linear
+
+# ---- spelling tables ----------------------------------------------------------------------------
+
+TYPES = {"float32": "float", "float64": "double", "int64": "long", "int32": "int", "int16": "short",
+         "int8": "char", "uint8": "uchar", "bool": "bool"}
+MEMORY_TYPES = dict(TYPES, bool="uchar")  # bool is not a valid buffer element type in OpenCL C
+THREAD_INDEX = {"blockIdx.x": "get_group_id(0)", "blockIdx.y": "get_group_id(1)", "blockIdx.z": "get_group_id(2)",
+                "threadIdx.x": "get_local_id(0)", "threadIdx.y": "get_local_id(1)", "threadIdx.z": "get_local_id(2)"}
+SCOPE_QUALIFIERS = {"global": "__global", "shared": "__local", "local": ""}
+BARRIERS = {"shared": "barrier(CLK_LOCAL_MEM_FENCE);", "global": "barrier(CLK_GLOBAL_MEM_FENCE);"}
+OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&&", "or": "||",
+             "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "fabs": "fabs", "floor": "floor",
+        "ceil": "ceil", "pow": "pow"}
+NARROW_INTS = ("int8", "uint8", "int16")   # C promotes them to int: results are cast back (wrap)
+VECTOR_WIDTHS = (2, 3, 4, 8, 16)            # OpenCL C floatN types
+VECTOR_MATH = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil")
+# names a buffer or loop variable must not take (built-in functions and keywords of OpenCL C)
+RESERVED = frozenset(MATH.values()) | {"sigmoid", "min", "max", "fmin", "fmax", "select", "abs", "clamp", "mix",
+                                       "sign", "round", "rint", "trunc", "exp2", "log2", "pow", "half", "float",
+                                       "double", "int", "long", "char", "short", "bool", "kernel", "global",
+                                       "local", "private", "constant", "barrier", "vload4", "vstore4"}
+
+# helpers emitted on demand: name -> C text (T is the type)
+HELPERS = {
+    "floordiv": "inline {T} tvmc_floordiv_{T}({T} a, {T} b) {{ {T} q = a / b; {T} r = a % b; "
+                "return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q; }}",
+    "floormod": "inline {T} tvmc_floormod_{T}({T} a, {T} b) {{ {T} r = a % b; "
+                "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}",
+    "min": "inline {T} tvmc_min_{T}({T} a, {T} b) {{ return a < b ? a : b; }}",
+    "max": "inline {T} tvmc_max_{T}({T} a, {T} b) {{ return a > b ? a : b; }}",
+}
+
+
+def _float_literal(value: float, dtype: str) -> str:
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
+    text = repr(float(value))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return f"({text}f)" if dtype == "float32" else f"({text})"
+
+
+class CodeGenOpenCL:
+    """OpenCL C source for device-kernel PrimFuncs (one `__kernel` each), in one program text."""
+
+    def __init__(self, target):
+        self.target = target
+        self.kernels: list = []
+        self.helpers: dict = {}
+        self.fp64 = False
+
+    def add_function(self, prim: PrimFunc):
+        """Print `prim` (a kernel after lower_device) as `__kernel void <name>(__global T* restrict ...)`."""
+        if prim.launch is None:
+            raise CodegenError(f"kernel {prim.name}: not lowered for a GPU (no launch configuration)")
+        self._lines, self._depth, self._ranges, self._launch = [], 1, {}, prim.launch
+        self._names, self._used = {}, set()
+        args = ", ".join(f"__global {self._mem_type(b.dtype)}* restrict {self._var_name(b)}" for b in prim.params)
+        lines = [f"__kernel void {prim.name}({args}) {{"]
+        for buf in shared_buffers(prim):
+            lines.append(f"  __local {self._mem_type(buf.dtype)} {self._var_name(buf)}[{buf.size}];")
+        self._stmt(prim.body)
+        self.kernels.append("\n".join(lines + self._lines + ["}"]))
+
+    def source(self) -> str:
+        """The program: extension pragmas, helper functions, then every kernel."""
+        head = ["// OpenCL C generated by tvmc"]
+        if self.fp64:
+            head.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        head += [self.helpers[k] for k in sorted(self.helpers)]
+        return "\n".join(head) + "\n\n" + "\n\n".join(self.kernels) + "\n"
+
+    # --- types ---------------------------------------------------------------------------------
+    def _type(self, dtype: str) -> str:
+        if dtype == "float64":
+            self.fp64 = True
+        if dtype not in TYPES:
+            raise CodegenError(f"OpenCL codegen: dtype {dtype} is not supported")
+        return TYPES[dtype]
+
+    def _mem_type(self, dtype: str) -> str:
+        self._type(dtype)
+        return MEMORY_TYPES[dtype]
+
+    def _helper(self, name: str, dtype: str) -> str:
+        t = self._type(dtype)
+        self.helpers[f"{name}_{t}"] = HELPERS[name].format(T=t)
+        return f"tvmc_{name}_{t}"
+
+    # --- statements ----------------------------------------------------------------------------
+    def _emit(self, text: str):
+        self._lines.append("  " * self._depth + text)
+
+    def _block(self, head: str, body: Stmt):
+        self._emit(head + " {")
+        self._depth += 1
+        self._stmt(body)
+        self._depth -= 1
+        self._emit("}")
+
+    def _stmt(self, s: Stmt):
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self._stmt(x)
+        elif isinstance(s, For):
+            self._for(s)
+        elif isinstance(s, Store):
+            self._emit(f"{self._var_name(s.buffer)}[{self._expr(s.index)}] = {self._stored(s.value, s.buffer.dtype)};")
+        elif isinstance(s, Allocate):
+            if s.buffer.scope == "local":
+                self._emit(f"{self._mem_type(s.buffer.dtype)} {self._var_name(s.buffer)}[{s.buffer.size}];")
+            self._stmt(s.body)  # shared buffers are declared at kernel scope (OpenCL requires it)
+        elif isinstance(s, IfThenElse):
+            self._block(f"if ({self._expr(s.cond)})", s.then)
+            if s.otherwise is not None:
+                self._block("else", s.otherwise)
+        elif isinstance(s, Barrier):
+            self._emit(BARRIERS[s.scope])
+        else:
+            raise CodegenError(f"OpenCL codegen: unsupported statement {type(s).__name__}")
+
+    def _var_name(self, var) -> str:
+        """A C identifier for loop variable or buffer `var`, unique in the kernel (IR names may
+        hold dots or be the names of built-in functions, such as a buffer named tanh)."""
+        if var not in self._names:
+            base = "".join(c if c.isalnum() or c == "_" else "_" for c in var.name) or "v"
+            base = base + "_" if base in RESERVED else base
+            name, k = base, 1
+            while name in self._used:
+                name, k = f"{base}_{k}", k + 1
+            self._used.add(name)
+            self._names[var] = name
+        return self._names[var]
+
+    def _for(self, s: For):
+        name = self._var_name(s.var)
+        self._ranges[s.var] = s.extent
+        if s.kind in THREAD_TAGS:
+            self._emit("{")
+            self._depth += 1
+            self._emit(f"const long {name} = (long){THREAD_INDEX[s.kind]};")
+            if s.extent < self._launch.extent(s.kind):
+                self._block(f"if ({name} < {s.extent})", s.body)
+            else:
+                self._stmt(s.body)
+            self._depth -= 1
+            self._emit("}")
+            return
+        if s.kind == "vectorize" and self._vector_store(s):
+            return
+        if s.kind in ("unroll", "vectorize"):
+            self._emit("#pragma unroll")
+        self._block(f"for (long {name} = 0; {name} < {s.extent}; ++{name})", s.body)
+
+    # --- vectorized loops ------------------------------------------------------------------------
+    def _vector_store(self, s: For) -> bool:
+        """Print `for v: buf[base + v] = f(...)` as one vstoreN of floatN values when every load
+        is contiguous in v or does not depend on it, and f has a vector form; False otherwise."""
+        if s.extent not in VECTOR_WIDTHS or not isinstance(s.body, Store) or s.body.buffer.dtype != "float32":
+            return False
+        var, lanes = s.var, s.extent
+        base = _contiguous_base(s.body.index, var)
+        if base is None or not _vector_expr_ok(s.body.value, var):
+            return False
+        value = self._vexpr(s.body.value, var, lanes)
+        self._emit(f"vstore{lanes}({value}, 0, {self._var_name(s.body.buffer)} + {self._expr(base)});")
+        return True
+
+    def _vexpr(self, e, var, lanes):
+        if not any(x is var for x in walk(e)):
+            return self._expr(e)  # uniform: a scalar, widened by OpenCL C
+        if isinstance(e, Load):
+            return f"vload{lanes}(0, {self._var_name(e.buffer)} + {self._expr(_contiguous_base(e.index, var))})"
+        if isinstance(e, BinOp) and e.op in ("min", "max"):
+            return f"f{e.op}({self._vexpr(e.a, var, lanes)}, {self._vexpr(e.b, var, lanes)})"
+        if isinstance(e, BinOp):
+            return f"({self._vexpr(e.a, var, lanes)} {OPERATORS[e.op]} {self._vexpr(e.b, var, lanes)})"
+        if isinstance(e, Call) and e.name == "sigmoid":
+            return f"((float{lanes})(1.0f) / ((float{lanes})(1.0f) + exp(-{self._vexpr(e.args[0], var, lanes)})))"
+        return f"{MATH[e.name]}({', '.join(self._vexpr(a, var, lanes) for a in e.args)})"
+
+    # --- expressions ---------------------------------------------------------------------------
+    def _stored(self, value: PrimExpr, dtype: str) -> str:
+        text = self._expr(value)
+        return f"(uchar)({text})" if dtype == "bool" else text
+
+    def _expr(self, e: PrimExpr) -> str:
+        if isinstance(e, IntImm):
+            if e.dtype == "bool":
+                return "true" if e.value else "false"
+            return f"{e.value}L" if e.dtype == "int64" else f"(({self._type(e.dtype)}){e.value})"
+        if isinstance(e, FloatImm):
+            self._type(e.dtype)
+            return _float_literal(e.value, e.dtype)
+        if isinstance(e, Var):
+            return self._var_name(e)
+        if isinstance(e, Load):
+            text = f"{self._var_name(e.buffer)}[{self._expr(e.index)}]"
+            return f"({text} != 0)" if e.dtype == "bool" else text
+        if isinstance(e, Select):
+            return f"({self._expr(e.cond)} ? {self._expr(e.t)} : {self._expr(e.f)})"
+        if isinstance(e, Not):
+            return f"(!{self._expr(e.a)})"
+        if isinstance(e, Cmp):
+            return f"({self._expr(e.a)} {OPERATORS[e.op]} {self._expr(e.b)})"
+        if isinstance(e, Cast):
+            if e.dtype == "bool":
+                return f"({self._expr(e.value)} != 0)"
+            return f"(({self._type(e.dtype)}){self._expr(e.value)})"
+        if isinstance(e, BinOp):
+            return self._binop(e)
+        if isinstance(e, Call):
+            return self._call(e)
+        raise CodegenError(f"OpenCL codegen: unsupported expression {type(e).__name__}")
+
+    def _binop(self, e: BinOp) -> str:
+        a, b, dtype = self._expr(e.a), self._expr(e.b), e.a.dtype
+        if e.op in ("min", "max"):
+            return f"{self._helper(e.op, dtype)}({a}, {b})"
+        if e.op in ("floordiv", "floormod"):
+            c_op = "/" if e.op == "floordiv" else "%"
+            if dtype in ("uint8", "bool") or self._nonnegative(e.a) and isinstance(e.b, IntImm) and e.b.value > 0:
+                text = f"({a} {c_op} {b})"
+            else:
+                text = f"{self._helper(e.op, dtype)}({a}, {b})"
+        elif e.op == "div" and not is_float(dtype):  # integer true division (floor, as the LLVM codegen)
+            text = f"{self._helper('floordiv', dtype)}({a}, {b})" if dtype not in ("uint8", "bool") else f"({a} / {b})"
+        else:
+            text = f"({a} {OPERATORS[e.op]} {b})"
+        return f"(({TYPES[dtype]}){text})" if dtype in NARROW_INTS else text
+
+    def _nonnegative(self, e) -> bool:
+        bounds = Linear.of(e).bounds(self._ranges)
+        return bounds is not None and bounds[0] >= 0
+
+    def _call(self, e: Call) -> str:
+        if e.dtype not in ("float32", "float64"):
+            raise CodegenError(f"OpenCL codegen: intrinsic {e.name} needs a float argument, got {e.dtype}")
+        args = [self._expr(a) for a in e.args]
+        if e.name == "sigmoid":
+            one = _float_literal(1.0, e.dtype)
+            return f"({one} / ({one} + exp(-{args[0]})))"
+        return f"{MATH[e.name]}({', '.join(args)})"
+
+
+def _contiguous_base(index: PrimExpr, var: Var):
+    """`index` - var when `index` is var + (terms free of var), else None."""
+    lin = Linear.of(index)
+    if lin.coef(var) != 1:
+        return None
+    rest = lin.add(Linear({("v", id(var)): (var, 1)}), -1).to_expr()
+    return None if any(x is var for x in walk(rest)) else rest
+
+
+def _vector_expr_ok(e, var) -> bool:
+    """True when `e` has a floatN form in a loop over `var` (see _vector_store)."""
+    if not any(x is var for x in walk(e)):
+        return e.dtype == "float32"
+    if isinstance(e, Load):
+        return e.dtype == "float32" and _contiguous_base(e.index, var) is not None
+    if isinstance(e, BinOp) and e.dtype == "float32":
+        if e.op in ("min", "max") and not isinstance(e.b, FloatImm):
+            return False  # fmin/fmax differ from `a < b ? a : b` when b is NaN
+        return e.op in ("add", "sub", "mul", "div", "min", "max") and all(_vector_expr_ok(x, var) for x in (e.a, e.b))
+    if isinstance(e, Call) and e.dtype == "float32" and (e.name in VECTOR_MATH or e.name == "sigmoid"):
+        return all(_vector_expr_ok(x, var) for x in e.args)
+    return False
+
+
+def kernel_info(prim: PrimFunc, flops: int) -> dict:
+    """What mod.json records of a kernel: its launch (grid, block, shared bytes), its arguments
+    in call order (inputs, then the output; name, shape, dtype), its FLOPs (the anchor op's,
+    tvmc.autotune.task.task_flops) and the global memory bytes it loads and stores
+    (tvmc.tir.gpu.global_traffic_bytes)."""
+    return dict(prim.launch.to_dict(), args=[{"name": b.name, "shape": list(b.shape), "dtype": b.dtype}
+                                             for b in prim.params],
+                flops=flops, global_bytes=global_traffic_bytes(prim))
+
+
+def _flops(func) -> int:
+    from tvmc.autotune.task import task_flops
+    from tvmc.ops.fused import anchor_call, workload
+
+    anchor = anchor_call(func)
+    return task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
+
+
+def build_opencl(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None) -> bytes:
+    """Lower fused graph `Function`s for GPU `target` and print them as one OpenCL C program
+    (mod.cl bytes). With `graph_json`, each kernel's launch configuration and argument order
+    are added to it as graph_json["kernels"][func_name] (kernel_info). `dump_ir` 'tir' writes
+    the device kernels' loop IR to `dump_dir`/mod.tir. Raises ScheduleError (a kernel beyond
+    the target's limits) or CodegenError (a dtype OpenCL C cannot hold)."""
+    import os
+    from pathlib import Path
+
+    from tvmc.ops.fused import lower_fused
+
+    prims = [lower_fused(f, target, config_lookup) for f in functions]
+    cg = CodeGenOpenCL(target)
+    for p in prims:
+        cg.add_function(p)
+    if graph_json is not None:
+        graph_json["kernels"] = {p.name: kernel_info(p, _flops(f)) for p, f in zip(prims, functions)}
+    if dump_dir and "tir" in dump_ir:
+        os.makedirs(dump_dir, exist_ok=True)
+        Path(dump_dir, "mod.tir").write_text("".join(str(p) for p in prims))
+    return cg.source().encode()

@@ -1,0 +1,189 @@
+"""Shared GPU schedule pieces: binding a stage's loops to blocks and threads, cooperative fetches
+of shared-memory tiles, the per-thread placement of reductions, and the thread-count knobs
+every GPU config space starts from (derived from the target descriptor)."""
+
+from __future__ import annotations
+
+from tvmc.autotune.space import ConfigSpace
+from tvmc.ops.cpu.injective import inline_injective
+from tvmc.te.expr import TensorLoad, walk
+from tvmc.te.schedule import thread_axis
+
+
+def pow2_at_least(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def thread_counts(target, at_most: int | None = None) -> list:
+    """Powers of two from the descriptor's warp size (a block of fewer threads leaves lanes of
+    its warps idle) up to max_threads_per_block (and `at_most` when given)."""
+    top = min(target.max_threads_per_block, at_most or target.max_threads_per_block)
+    out, n = [], max(1, target.thread_warp_size)
+    while n <= top:
+        out.append(n)
+        n *= 2
+    return out or [1]
+
+
+def define_num_threads(space: ConfigSpace, target, work: int) -> None:
+    """Knob `num_threads` (threads per block): powers of two up to the descriptor's limit; the
+    fallback is the limit itself, or the smallest power of two covering `work` when less."""
+    cands = thread_counts(target)
+    space.define_knob("num_threads", cands, fallback=min(cands[-1], max(cands[0], pow2_at_least(work))))
+
+
+def bind_threads(s, t, num_threads: int, vector_lanes: int = 1):
+    """Fuse every axis of stage `t`, split it into (blocks, threads[, vector]) and bind: one
+    element (or `vector_lanes` consecutive elements of the innermost axis, which must divide it)
+    per thread, consecutive threads on consecutive elements (coalesced). Returns the thread
+    loop, or None for a rank-0 stage."""
+    st = s[t]
+    axes = list(st.op.axis)
+    if not axes:
+        return None
+    if vector_lanes > 1:  # split before fusing, so the vector lanes stay contiguous in the index
+        axes[-1], lanes = st.split(axes[-1], vector_lanes)
+        st.vectorize(lanes)
+    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    bx, tx = st.split(fused, num_threads)
+    st.bind(bx, thread_axis("blockIdx.x"))
+    st.bind(tx, thread_axis("threadIdx.x"))
+    return tx
+
+
+def readers_after_inlining(s) -> dict:
+    """tensor uid -> the stages (not inlined) whose bodies read it, directly or through inlined stages."""
+    inlined = {st.tensor.uid: st for st in s.stages if st.attach == "inline"}
+    out: dict = {}
+    for st in s.stages:
+        if st.attach == "inline":
+            continue
+        todo, seen = [st.op.body], set()
+        while todo:
+            for x in walk(todo.pop()):
+                if isinstance(x, TensorLoad) and x.tensor.uid not in seen:
+                    seen.add(x.tensor.uid)
+                    if x.tensor.uid in inlined:
+                        todo.append(inlined[x.tensor.uid].op.body)
+                    else:
+                        out.setdefault(x.tensor.uid, []).append(st)
+    return out
+
+
+def attach_reductions_per_thread(s, out, thread_loop, skip=()):
+    """Compute every reduction stage (other than `out` and `skip`) in local memory inside the
+    loops of the stage that reads it: at `thread_loop` when `out` reads it, else at its reader's
+    innermost spatial loop; each thread then computes the region its outputs need."""
+    readers = readers_after_inlining(s)
+    skip_ids = {t.uid for t in skip} | {out.uid}
+    for st in reversed(s.stages):
+        if not st.op.reduce_axis or st.tensor.uid in skip_ids or st.attach != "root":
+            continue
+        users = readers.get(st.tensor.uid, [])
+        consumer = s[out] if any(u.tensor.uid == out.uid for u in users) or not users else users[0]
+        if consumer is s[out] and thread_loop is not None:
+            at = thread_loop
+        else:
+            spatial = [iv for iv in consumer.leaf if iv.kind == "spatial"]
+            at = spatial[-1] if spatial else consumer.leaf[0]
+        st.set_scope("local")
+        st.compute_at(consumer, at)
+
+
+def schedule_per_thread(s, out, num_threads: int, keep=()):
+    """Generic GPU schedule: injective stages inlined, one output element per thread, every
+    reduction computed per thread where it is read (attach_reductions_per_thread)."""
+    reductions = [st.tensor for st in s.stages if st.op.reduce_axis]
+    inline_injective(s, out, keep=[*reductions, *keep])
+    tx = bind_threads(s, out, num_threads)
+    attach_reductions_per_thread(s, out, tx)
+
+
+def cooperative_fetch(s, cache, threads_x: int, threads_y: int = 1):
+    """Loops of a shared-memory tile stage `cache` (attached into a block): its elements fused,
+    spread over the block's threadIdx.x (consecutive threads on consecutive elements) and
+    threadIdx.y, the rest a serial loop."""
+    st = s[cache]
+    axes = list(st.op.axis)
+    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
+    rest, tx = st.split(fused, threads_x)
+    st.bind(tx, thread_axis("threadIdx.x"))
+    if threads_y > 1:
+        rest, ty = st.split(rest, threads_y)
+        st.bind(ty, thread_axis("threadIdx.y"))
+
+
+def define_gemm_tile(space: ConfigSpace, target, rows: int, cols: int, reg_rows: int, reg_cols: int) -> None:
+    """Knobs of a GEMM-like output tile of `rows` x `cols` per kernel (schedule_gemm_tile):
+    tile_x / tile_y threads along columns / rows (powers of two), reg_x / reg_y outputs per
+    thread along them (1, 2, 4, 8). Fallback: `reg_cols` x `reg_rows` registers per thread where
+    the extent holds at least 4 such tiles, else 1; tile_x the smallest power of two covering
+    the columns left, at most half the descriptor's warp (consecutive threads on consecutive
+    columns: coalesced accesses; the generic GPU's 32 -> 16), tile_y the rest of
+    max_threads_per_block, no more than the rows left need."""
+    regs = [1, 2, 4, 8]
+    reg_x = reg_cols if cols >= 4 * reg_cols else 1
+    reg_y = reg_rows if rows >= 4 * reg_rows else 1
+    counts = [1] + [c for c in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if c <= target.max_threads_per_block]
+    tile_x = min(max(1, target.thread_warp_size // 2), pow2_at_least(-(-cols // reg_x)),
+                 target.max_threads_per_block)
+    tile_y = min(target.max_threads_per_block // tile_x, pow2_at_least(-(-rows // reg_y)))
+    space.define_knob("tile_x", counts, fallback=tile_x)
+    space.define_knob("tile_y", counts, fallback=tile_y)
+    space.define_knob("reg_x", regs, fallback=reg_x)
+    space.define_knob("reg_y", regs, fallback=reg_y)
+
+
+def schedule_gemm_tile(s, out, anchor, cfg, row_axis: int, col_axis: int, split_reduce: int, order=None):
+    """The shared-memory tiled GEMM skeleton (TVM's CUDA dense/conv2d schedules) for a reduction
+    `anchor` with an elementwise epilogue `out` of the same shape.
+
+    Output axes `row_axis` and `col_axis` are tiled: a block computes (tile_y * reg_y) x
+    (tile_x * reg_x) outputs, each thread a reg_y x reg_x register tile (contiguous, so the
+    epilogue stores reg_x consecutive values: one vector store); every other output axis is a
+    block axis (blockIdx.z, fused). The accumulator lives in registers; the reduce axis number
+    `split_reduce` is split by cfg["tile_k"] and, per step of its outer loop, every operand the
+    reduction reads is copied into a shared-memory tile by the whole block (cooperative_fetch),
+    then read from there (barriers inserted by tvmc.tir.gpu). `order` gives the remaining reduce
+    axes' order inside a step (default: as declared). Returns the accumulator tensor."""
+    ty, tx, vy, vx = cfg["tile_y"], cfg["tile_x"], cfg["reg_y"], cfg["reg_x"]
+    inline_injective(s, out, keep=[anchor])
+    operands = anchor.op.input_tensors()
+    if out is anchor:
+        acc = s.cache_write(out, "local")
+    else:
+        acc = anchor
+        s[acc].set_scope("local")
+    st = s[out]
+    axes = list(st.op.axis)
+    others = [iv for k, iv in enumerate(axes) if k not in (row_axis, col_axis)]
+    yo, yi = st.split(axes[row_axis], ty * vy)
+    yt, yv = st.split(yi, vy)
+    xo, xi = st.split(axes[col_axis], tx * vx)
+    xt, xv = st.split(xi, vx)
+    st.reorder(*others, yo, xo, yt, xt, yv, xv)
+    if others:
+        st.bind(st.fuse(*others) if len(others) > 1 else others[0], thread_axis("blockIdx.z"))
+    st.bind(yo, thread_axis("blockIdx.y"))
+    st.bind(xo, thread_axis("blockIdx.x"))
+    st.bind(yt, thread_axis("threadIdx.y"))
+    st.bind(xt, thread_axis("threadIdx.x"))
+    st.unroll(yv)
+    st.vectorize(xv)
+    ast = s[acc]
+    ast.compute_at(st, xt)
+    red = list(ast.op.reduce_axis)
+    ko, ki = ast.split(red[split_reduce], cfg["tile_k"])
+    rest = [red[k] for k in (order or range(len(red))) if k != split_reduce]
+    ast.reorder(ko, *rest, ki, *ast.op.axis)
+    for iv in ast.op.axis:
+        ast.unroll(iv)
+    for t in operands:  # the block's threads as the output binds them (small extents clamp the knobs)
+        cache = s.cache_read(t, "shared", [acc])
+        s[cache].compute_at(ast, ko)
+        cooperative_fetch(s, cache, xt.extent, yt.extent)
+    return acc

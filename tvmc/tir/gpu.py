@@ -1,0 +1,258 @@
+"""GPU lowering of a loop-IR PrimFunc into a device kernel (TVM's host/device split,
+storage-sync and VerifyGPUCode passes, for one kernel per fused function).
+
+A GPU schedule binds loops to thread axes (`For.kind` 'blockIdx.x' .. 'threadIdx.z'), keeps
+per-thread values in `local` buffers and block-wide tiles in `shared` buffers. `lower_device`
+turns such a PrimFunc into a kernel that one launch runs:
+
+- launch configuration: the grid (blockIdx extents) and the block (threadIdx extents) from the
+  static loop extents; a loop bound to a tag with a smaller extent than the launch's runs
+  under a guard;
+- barriers: inserted where a shared buffer written by some threads is then read by others
+  (read after write), or rewritten while others may still read it (write after read, also
+  across iterations of a loop);
+- checks, as ScheduleErrors at compile time: threads per block and shared memory per block
+  within the target descriptor's limits; every store to global or shared memory inside loops
+  bound to every launch axis wider than 1 (no thread writes what another also writes); no
+  global buffer inside a kernel (a stage left at root needs compute_at or inline); no barrier
+  that only some threads of a block reach.
+
+The result keeps thread tags as IR (no OpenCL or CUDA spelling): tvmc/codegen/opencl.py prints
+it as OpenCL C; an NVPTX codegen reads the same kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvmc.errors import ScheduleError
+from tvmc.te.expr import Load, Var, walk
+from tvmc.te.schedule import BLOCK_AXES, THREAD_AXES, THREAD_TAGS
+from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How a device kernel is launched: grid (blocks along x, y, z), block (threads along x, y,
+    z), shared_bytes (shared memory per block, bytes)."""
+
+    grid: tuple
+    block: tuple
+    shared_bytes: int = 0
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    def extent(self, tag: str) -> int:
+        """Launch extent of thread tag `tag`."""
+        axes = BLOCK_AXES if tag in BLOCK_AXES else THREAD_AXES
+        return (self.grid if tag in BLOCK_AXES else self.block)[axes.index(tag)]
+
+    def to_dict(self) -> dict:
+        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+
+    def __str__(self):
+        return f"grid={self.grid} block={self.block} shared={self.shared_bytes}B"
+
+
+def _stmts(s: Stmt):
+    yield s
+    for c in stmt_children(s):
+        yield from _stmts(c)
+
+
+def launch_config(prim: PrimFunc) -> LaunchConfig:
+    """The launch of `prim`: per tag, the largest extent of a loop bound to it (1 if none), and
+    the bytes of its distinct shared buffers."""
+    extents = dict.fromkeys(THREAD_TAGS, 1)
+    shared = {}
+    for s in _stmts(prim.body):
+        if isinstance(s, For) and s.kind in THREAD_TAGS:
+            extents[s.kind] = max(extents[s.kind], s.extent)
+        elif isinstance(s, Allocate) and s.buffer.scope == "shared":
+            shared[id(s.buffer)] = s.buffer.nbytes
+    return LaunchConfig(tuple(extents[t] for t in BLOCK_AXES), tuple(extents[t] for t in THREAD_AXES),
+                        sum(shared.values()))
+
+
+def lower_device(prim: PrimFunc, target) -> PrimFunc:
+    """`prim` as a device kernel for GPU `target`: barriers inserted, `launch` set, checked
+    (see the module docstring). Raises ScheduleError naming the kernel and what is wrong."""
+    launch = launch_config(prim)
+    where = f"kernel {prim.name}"
+    if target.max_threads_per_block and launch.threads_per_block > target.max_threads_per_block:
+        raise ScheduleError(f"{where}: {launch.threads_per_block} threads per block {launch.block}, target "
+                            f"{target.name} allows {target.max_threads_per_block}")
+    limit = target.max_shared_memory_per_block
+    if launch.shared_bytes > limit:
+        raise ScheduleError(f"{where}: {launch.shared_bytes} bytes of shared memory per block, target "
+                            f"{target.name} allows {limit}")
+    for s in _stmts(prim.body):
+        if isinstance(s, Allocate) and s.buffer.scope == "global":
+            raise ScheduleError(f"{where}: stage {s.buffer.name} needs a global buffer inside the kernel; "
+                                "compute it inline or with compute_at into the kernel's loops")
+    _check_coverage(prim, launch, where)
+    body = _sync(prim.body)
+    _check_barriers(body, launch, where, _thread_vars(body), divergent=False)
+    return PrimFunc(prim.name, prim.params, body, launch)
+
+
+# ---- checks -----------------------------------------------------------------------------------
+
+def _check_coverage(prim, launch, where):
+    """Every store to global or shared memory lies inside loops bound to each launch axis wider
+    than 1 (thread axes only, for shared memory: one block owns it)."""
+    wide = [t for t in THREAD_TAGS if launch.extent(t) > 1]
+    if not wide and prim.params and prim.params[-1].size > 1:
+        raise ScheduleError(f"{where}: no loop is bound to blockIdx/threadIdx, one thread would compute "
+                            f"{prim.params[-1].size} outputs (bind the output's loops)")
+
+    def visit(s, tags):
+        if isinstance(s, For) and s.kind in THREAD_TAGS:
+            tags = tags | {s.kind}
+        if isinstance(s, Store) and s.buffer.scope != "local":
+            need = [t for t in wide if s.buffer.scope == "global" or t in THREAD_AXES]
+            missing = [t for t in need if t not in tags]
+            if missing:
+                raise ScheduleError(f"{where}: the store to {s.buffer.name} is not inside loops bound to "
+                                    f"{', '.join(missing)}: every thread of that axis would write it")
+        for c in stmt_children(s):
+            visit(c, tags)
+
+    visit(prim.body, frozenset())
+
+
+def _thread_vars(s) -> set:
+    return {x.var for x in _stmts(s) if isinstance(x, For) and x.kind in THREAD_TAGS}
+
+
+def _check_barriers(s, launch, where, tvars, divergent):
+    """No Barrier under a condition that depends on a thread index or inside a thread loop that
+    runs guarded (extent below the launch's): some threads would never arrive."""
+    if isinstance(s, Barrier) and divergent:
+        raise ScheduleError(f"{where}: a barrier is reached by only some threads of the block (it sits under "
+                            "a thread-dependent condition); give every thread-bound loop the launch's extent")
+    if isinstance(s, For) and s.kind in THREAD_TAGS and s.extent < launch.extent(s.kind):
+        divergent = True
+    if isinstance(s, IfThenElse) and any(isinstance(x, Var) and x in tvars for x in walk(s.cond)):
+        divergent = True
+    for c in stmt_children(s):
+        _check_barriers(c, launch, where, tvars, divergent)
+
+
+# ---- barrier insertion ------------------------------------------------------------------------
+
+def _accesses(s: Stmt):
+    """(buffer, is_store) of every load and store statement `s` itself makes (not its children)."""
+    exprs = []
+    if isinstance(s, Store):
+        yield s.buffer, True
+        exprs = [s.index, s.value]
+    elif isinstance(s, IfThenElse):
+        exprs = [s.cond]
+    for e in exprs:
+        for n in walk(e):
+            if isinstance(n, Load):
+                yield n.buffer, False
+
+
+def _shared_access(s) -> tuple:
+    """(read, written): ids of the shared buffers `s` loads and stores, anywhere inside."""
+    read, written = set(), set()
+    for x in _stmts(s):
+        for buf, is_store in _accesses(x):
+            if buf.scope == "shared":
+                (written if is_store else read).add(id(buf))
+    return read, written
+
+
+def _sync(s: Stmt) -> Stmt:
+    """Insert Barriers (see the module docstring): between statements of a sequence where one
+    reads a shared buffer that an earlier one wrote since the last barrier (or writes one that an
+    earlier one read), and at the end of a loop body that reads a shared buffer after its last
+    barrier and writes it (the next iteration's writes)."""
+    if isinstance(s, Seq):
+        out, read, written = [], set(), set()
+        for x in s.stmts:
+            if isinstance(x, Barrier):
+                read, written = set(), set()
+                out.append(x)
+                continue
+            r, w = _shared_access(x)
+            if (r & written) or (w & read):
+                out.append(Barrier())
+                read, written = set(), set()
+            read |= r
+            written |= w
+            out.append(_sync(x))
+        return Seq(out)
+    if isinstance(s, For):
+        body = _sync(s.body)
+        _, written = _shared_access(body)
+        if s.kind not in THREAD_TAGS and (_tail_reads(body)[0] & written):
+            body = Seq([body, Barrier()])
+        return For(s.var, s.extent, s.kind, body)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _sync(s.body))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, _sync(s.then), _sync(s.otherwise) if s.otherwise is not None else None)
+    return s
+
+
+def _tail_reads(s: Stmt) -> tuple:
+    """(shared buffers read after the last barrier every thread passes in `s`, whether `s`
+    passes one): what the next iteration of a loop around `s` may overwrite too early."""
+    if isinstance(s, Barrier):
+        return set(), True
+    if isinstance(s, Seq):
+        reads = set()
+        for x in reversed(s.stmts):
+            r, found = _tail_reads(x)
+            reads |= r
+            if found:
+                return reads, True
+        return reads, False
+    if isinstance(s, (For, Allocate)):
+        return _tail_reads(s.body)
+    return _shared_access(s)[0], False
+
+
+def global_traffic_bytes(prim: PrimFunc) -> int:
+    """Bytes of global memory a launch of device kernel `prim` loads and stores: every load and
+    store of a global buffer counted once per execution (loop trip counts times the threads of
+    every block and the blocks of the grid; guards taken as true, no cache). The traffic the
+    kernel asks of the memory system, an upper bound of what DRAM sees behind caches."""
+    total = 0
+
+    def visit(s, trips, active):
+        nonlocal total
+        if isinstance(s, For) and s.kind in THREAD_TAGS and s.kind in active:
+            # the same threads again (a nested loop bound to the same axis): only its extent of them
+            trips = trips // active[s.kind] * s.extent
+            active = dict(active, **{s.kind: s.extent})
+        elif isinstance(s, For):
+            trips *= s.extent
+            if s.kind in THREAD_TAGS:
+                active = dict(active, **{s.kind: s.extent})
+        for buf, _ in _accesses(s):
+            if buf.scope == "global":
+                total += trips * buf.nbytes // max(1, buf.size)
+        for c in stmt_children(s):
+            visit(c, trips, active)
+
+    visit(prim.body, 1, {})
+    return total
+
+
+def shared_buffers(prim: PrimFunc) -> list:
+    """The distinct shared Buffers a kernel allocates, in first-seen order."""
+    out, seen = [], set()
+    for s in _stmts(prim.body):
+        if isinstance(s, Allocate) and s.buffer.scope == "shared" and id(s.buffer) not in seen:
+            seen.add(id(s.buffer))
+            out.append(s.buffer)
+    return out
+
+
+__all__ = ["LaunchConfig", "global_traffic_bytes", "launch_config", "lower_device", "shared_buffers"]
