@@ -363,6 +363,9 @@ def with_cross_compiler(target: Target, compiler: str | None = None, options: st
     --cross-compiler-options) are appended to the linker's arguments. Raises TargetError on
     unbalanced quotes or an empty compiler name."""
     linker = list(target.linker)
+    if not linker and (compiler or options):
+        raise TargetError(f"target {target.name} links no library ({target.library_format}); "
+                          f"--cross-compiler does not apply")
     if compiler is not None:
         if not compiler.strip():
             raise TargetError("--cross-compiler: empty compiler name")
