@@ -438,9 +438,10 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
 @_handle_errors
 def inspect_cmd(artifact, verbose):
     """Print what a compiled ARTIFACT (mod.tar) holds."""
-    from tvmc.package import graph_attr, load_artifact
+    from tvmc.graph.executor_json import graph_attr
+    from tvmc.package import load_artifact
 
-    art = load_artifact(artifact)
+    art = load_artifact(artifact, read_data=False)
     g = art.graph_json
     distinct, calls = kernel_counts(art.metadata, g)
     activations = activation_summary(art.metadata)
@@ -450,12 +451,13 @@ def inspect_cmd(artifact, verbose):
     click.echo("metadata")
     click.echo("  " + json.dumps(art.metadata, sort_keys=True, indent=2).replace("\n", "\n  "))
     click.echo(f"kernels        {distinct} distinct, {calls} calls")
-    click.echo(f"params         {len(art.params)} tensors, {art.params_bytes} bytes")
+    click.echo(f"params         {len(art.param_info)} tensors, {art.params_bytes} bytes")
     click.echo(f"storage        {len(set(sids))} buffers for {len(sids)} tensors"
                + (f", {storage_total} bytes" if storage_total is not None else ""))
     if activations:
         click.echo(f"memory         {activations}")
-    click.echo(f"library        {os.path.basename(art.library_path)}, {os.path.getsize(art.library_path)} bytes")
+    click.echo(f"library        {art.library_name}, {art.member_bytes[art.library_name]} bytes; "
+               f"its embedded description matches mod.json, mod.params and metadata.json (not loaded)")
 
 
 def main(argv=None) -> int:

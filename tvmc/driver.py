@@ -98,7 +98,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         config_lookup = ApplyHistoryBest.from_file(options.tuning_records, target)
     t0 = time.perf_counter()
     library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir,
-                            graph_json=graph_json, config_lookup=config_lookup)
+                            graph_json=graph_json, config_lookup=config_lookup, params=params)
     timings["codegen"] = time.perf_counter() - t0
 
     metadata = {

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import tvmc
 from test_package import build_fixture_library, make_fixture_module
 from tvmc.cli import cli, main, parse_input_shapes
 from tvmc.package import save_artifact
@@ -174,7 +175,8 @@ def test_inspect(artifact_path):
     assert "kernels        1 distinct, 1 calls" in r.stdout
     assert "params         1 tensors, 32 bytes" in r.stdout
     assert "3 buffers for 3 tensors, 96 bytes" in r.stdout
-    assert '"kernel_abi_version": 1' in r.stdout
+    assert f'"kernel_abi_version": {tvmc.KERNEL_ABI_VERSION}' in r.stdout
+    assert "mod.so, " in r.stdout and "embedded description matches" in r.stdout
 
 
 def test_inspect_prints_kernel_calls_and_activation_memory(tmp_path, fixture_library):

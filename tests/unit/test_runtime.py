@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from test_package import build_fixture_library, make_fixture_module
+from test_package import build_fixture_library, fixture_graph, fixture_params, make_fixture_module
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import load_artifact, save_artifact
 from tvmc.runtime import GraphExecutor, benchmark
@@ -57,9 +57,18 @@ def test_storage_without_storage_bytes(tmp_path, fixture_library):
     np.testing.assert_array_equal(ex.get_output(0), np.arange(8, dtype=np.float32))
 
 
-def test_storage_bytes_too_small(tmp_path, fixture_library):
-    module = make_fixture_module(fixture_library)
-    module.graph_json["storage_bytes"] = [32, 32, 16]
+def _consistent_module(tmp_path, edit):
+    """The fixture module with mod.json changed by `edit` and a library compiled for that graph,
+    so the artifact checks pass and the executor's own checks are what is left."""
+    graph = fixture_graph()
+    edit(graph)
+    module = make_fixture_module(build_fixture_library(str(tmp_path), graph, fixture_params()))
+    module.graph_json = graph
+    return module
+
+
+def test_storage_bytes_too_small(tmp_path):
+    module = _consistent_module(tmp_path, lambda g: g.__setitem__("storage_bytes", [32, 32, 16]))
     with pytest.raises(ArtifactError, match="storage 2"):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 
@@ -115,16 +124,14 @@ def test_wrong_arch(tmp_path, fixture_library):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 
 
-def test_missing_kernel(tmp_path, fixture_library):
-    module = make_fixture_module(fixture_library)
-    module.graph_json["nodes"][2]["attrs"]["func_name"] = "no_such_kernel"
+def test_missing_kernel(tmp_path):
+    module = _consistent_module(tmp_path, lambda g: g["nodes"][2]["attrs"].__setitem__("func_name", "no_such_kernel"))
     with pytest.raises(ArtifactError, match="kernel 'no_such_kernel'"):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 
 
-def test_plan_writing_into_param_storage_rejected(tmp_path, fixture_library):
-    module = make_fixture_module(fixture_library)
-    module.graph_json["attrs"]["storage_id"] = ["list_int", [0, 1, 1]]
+def test_plan_writing_into_param_storage_rejected(tmp_path):
+    module = _consistent_module(tmp_path, lambda g: g["attrs"].__setitem__("storage_id", ["list_int", [0, 1, 1]]))
     with pytest.raises(ArtifactError, match="bad storage plan"):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from tvmc.codegen import description
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import CodegenError
 
@@ -77,12 +78,14 @@ def link_shared(obj: bytes, target) -> bytes:
         return so.read_bytes()
 
 
-def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None) -> bytes:
+def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
+                  params=None) -> bytes:
     """Compile fused graph `Function`s for `target` into shared-library bytes.
 
     Each Function becomes a kernel `void <name>(void* arg0, ..., void* out)` (see the kernel
-    ABI header tvmc_kernels.h); with `graph_json`, the library also gets the graph entry
-    `tvmc_graph_run` (tvmc.codegen.entry). `dump_ir` may contain 'tir', 'll', 'asm': those
+    ABI header tvmc_kernels.h); with `graph_json` (and its `params`, {name: np.ndarray}), the
+    library also gets the graph entry `tvmc_graph_run` (tvmc.codegen.entry), the module
+    description it was compiled for (tvmc.codegen.description) and the C API. `dump_ir` may contain 'tir', 'll', 'asm': those
     stages are written into `dump_dir` as mod.tir, mod.ll, mod.s. `config_lookup(impl_name,
     workload) -> ConfigEntity | None` (e.g. autotune.record.ApplyHistoryBest) supplies tuned
     configs to lower_fused.
@@ -96,6 +99,7 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
         cg.add_function(p)
     if graph_json is not None:
         add_graph_entry(cg, graph_json)
+        description.embed(cg.module, description.module_description(graph_json, description.param_info(params or {})))
     dumps = {"_want": tuple(dump_ir)}
     obj = compile_ir(cg.ir_text(), target, dumps)
     if dump_dir and dump_ir:

@@ -21,6 +21,11 @@ from typing import Callable, Iterable
 import numpy as np
 
 
+# The largest tensor tvmc compiles: element counts and byte offsets stay far from 64-bit
+# overflow, and any buffer of this size is beyond what a host allocates.
+MAX_TENSOR_BYTES = 1 << 40
+
+
 @dataclass(frozen=True)
 class TensorType:
     """Static tensor type: `shape` (tuple of ints, row-major) and `dtype` (numpy name, e.g. 'float32')."""

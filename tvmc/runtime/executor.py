@@ -8,12 +8,14 @@ from __future__ import annotations
 import ctypes
 import os
 import statistics
+import tempfile
 import time
 
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.package import Artifact, graph_attr, load_artifact
+from tvmc.graph.executor_json import graph_attr
+from tvmc.package import Artifact, load_artifact
 from tvmc.target import host_arch
 
 ALIGNMENT_BYTES = 64
@@ -61,6 +63,38 @@ def check_host(metadata: dict, origin: str = "artifact") -> None:
                                 f"target '{name}'; recompile for this host (e.g. --target-option)")
 
 
+def load_library(data: bytes, name: str, origin: str) -> ctypes.CDLL:
+    """dlopen the library bytes `data` without leaving a file behind: from an anonymous memory
+    file (memfd) where the OS has one, else from a temporary file removed right after loading.
+    Loading runs the library's initializers: only load checked artifacts. Raises ArtifactError."""
+    mode = os.RTLD_LOCAL | getattr(os, "RTLD_NOW", 0)
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create(name, getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            _write_all(fd, data)
+            return _cdll(f"/proc/self/fd/{fd}", mode, origin)
+        finally:
+            os.close(fd)
+    with tempfile.TemporaryDirectory(prefix="tvmc-lib-") as tmp:
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return _cdll(path, mode, origin)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _cdll(path: str, mode: int, origin: str) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(path, mode=mode)
+    except OSError as e:
+        raise ArtifactError(f"{origin}: cannot load kernel library: {e}") from None
+
+
 def _aligned_empty(nbytes: int) -> np.ndarray:
     """A uint8 array of `nbytes` bytes whose data starts on an ALIGNMENT_BYTES boundary."""
     raw = np.empty(nbytes + ALIGNMENT_BYTES, dtype=np.uint8)
@@ -84,11 +118,10 @@ class GraphExecutor:
         self.artifact = artifact
         origin = artifact.path
         check_host(artifact.metadata, origin)
+        if artifact.library is None or artifact.params is None:
+            raise ArtifactError(f"{origin}: loaded without its library and params (load_artifact read_data=False)")
         g = artifact.graph_json
-        try:
-            self._lib = ctypes.CDLL(artifact.library_path, mode=os.RTLD_LOCAL)
-        except OSError as e:
-            raise ArtifactError(f"{origin}: cannot load kernel library: {e}") from None
+        self._lib = load_library(artifact.library, artifact.library_name, origin)
 
         nodes, row_ptr = g["nodes"], g["node_row_ptr"]
         shapes = graph_attr(g, "shape")

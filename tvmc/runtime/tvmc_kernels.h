@@ -60,7 +60,7 @@ extern "C" {
 #endif
 
 /* Version of this ABI; metadata.json "kernel_abi_version" carries the same number. */
-#define TVMC_KERNEL_ABI_VERSION 1
+#define TVMC_KERNEL_ABI_VERSION 2
 
 /* Alignment in bytes of every buffer passed to a kernel. */
 #define TVMC_BUFFER_ALIGNMENT 64
