@@ -64,35 +64,19 @@ def check_host(metadata: dict, origin: str = "artifact") -> None:
 
 
 def load_library(data: bytes, name: str, origin: str) -> ctypes.CDLL:
-    """dlopen the library bytes `data` without leaving a file behind: from an anonymous memory
-    file (memfd) where the OS has one, else from a temporary file removed right after loading.
-    Loading runs the library's initializers: only load checked artifacts. Raises ArtifactError."""
-    mode = os.RTLD_LOCAL | getattr(os, "RTLD_NOW", 0)
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create(name, getattr(os, "MFD_CLOEXEC", 0))
-        try:
-            _write_all(fd, data)
-            return _cdll(f"/proc/self/fd/{fd}", mode, origin)
-        finally:
-            os.close(fd)
+    """dlopen the library bytes `data` from a file in a fresh private folder that is removed as
+    soon as the library is loaded, so no run (not even one that crashes in a kernel) leaves it
+    behind. The unique path also keeps the dynamic loader from handing back another library
+    loaded earlier under the same name. Loading runs the library's initializers: load checked
+    artifacts only. Raises ArtifactError."""
     with tempfile.TemporaryDirectory(prefix="tvmc-lib-") as tmp:
         path = os.path.join(tmp, name)
         with open(path, "wb") as f:
             f.write(data)
-        return _cdll(path, mode, origin)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _cdll(path: str, mode: int, origin: str) -> ctypes.CDLL:
-    try:
-        return ctypes.CDLL(path, mode=mode)
-    except OSError as e:
-        raise ArtifactError(f"{origin}: cannot load kernel library: {e}") from None
+        try:
+            return ctypes.CDLL(path, mode=os.RTLD_LOCAL | getattr(os, "RTLD_NOW", 0))
+        except OSError as e:
+            raise ArtifactError(f"{origin}: cannot load kernel library: {str(e)[:200]}") from None
 
 
 def _aligned_empty(nbytes: int) -> np.ndarray:
