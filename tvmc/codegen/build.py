@@ -24,6 +24,7 @@ import llvmlite.binding as llvm
 from tvmc.codegen import description
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import CodegenError, TargetError
+from tvmc.paths import write_new_text
 
 RUNTIME_SOURCE = "tvmc_runtime.c"
 log = logging.getLogger("tvmc")
@@ -196,9 +197,9 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     if dump_dir and dump_ir:
         os.makedirs(dump_dir, exist_ok=True)
         if "tir" in dump_ir:
-            Path(dump_dir, "mod.tir").write_text("".join(str(p) for p in prims))
+            write_new_text(Path(dump_dir, "mod.tir"), "".join(str(p) for p in prims))
         if "ll" in dump_ir:
-            Path(dump_dir, "mod.ll").write_text(dumps["ll"])
+            write_new_text(Path(dump_dir, "mod.ll"), dumps["ll"])
         if "asm" in dump_ir:
-            Path(dump_dir, "mod.s").write_text(dumps["asm"])
+            write_new_text(Path(dump_dir, "mod.s"), dumps["asm"])
     return link_shared(obj, target, [compile_runtime(target)] if graph_json is not None else [])
