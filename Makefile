@@ -5,9 +5,14 @@
 # rewrites docs/conformance.md; `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds.
+# `make fuzz` runs tests/unit/test_fuzz.py with FUZZ_EXAMPLES random examples per fuzz test (the
+# fast derandomized sample runs in `make test`), the runtime's buffers between guard pages and
+# the C API's parsers under AddressSanitizer.
 PYTHON ?= python3
 
-.PHONY: install demo test test-all bench bench-layers conformance tune-demo tune-replay
+FUZZ_EXAMPLES ?= 400
+
+.PHONY: install demo test test-all fuzz bench bench-layers conformance tune-demo tune-replay
 
 install:
 	$(PYTHON) -m pip install -e ".[test,bench]"
@@ -20,6 +25,9 @@ test: install
 
 test-all: install
 	$(PYTHON) -m pytest -q tests
+
+fuzz: install
+	TVMC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TVMC_GUARD_PAGES=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests/unit/test_fuzz.py
 
 bench: install
 	$(PYTHON) bench/bench.py

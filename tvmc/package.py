@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import json
 import math
@@ -38,7 +39,8 @@ HEADER_NAME = "tvmc_kernels.h"
 GRAPH_NAME = "mod.json"
 PARAMS_NAME = "mod.params"
 METADATA_NAME = "metadata.json"
-MEMBER_BYTES_KEY = "member_bytes"  # metadata.json: {member name: size in bytes} of every other member
+MEMBER_BYTES_KEY = "member_bytes"    # metadata.json: {member name: size in bytes} of every other member
+MEMBER_SHA256_KEY = "member_sha256"  # metadata.json: {member name: sha256 hex digest} of every other member
 
 
 def library_name(metadata: dict) -> str:
@@ -97,7 +99,8 @@ def write_atomically(path, write, what: str, reads=()) -> Path:
 
 def artifact_members(module) -> dict:
     """{member name: bytes} of the mod.tar of `module`. metadata.json is module.metadata plus
-    "member_bytes", the size of every other member, which load_artifact checks before reading."""
+    "member_bytes" and "member_sha256", the size and digest of every other member, which
+    load_artifact checks (sizes before reading, digests of what it reads)."""
     members = {
         GRAPH_NAME: _json_bytes(module.graph_json),
         PARAMS_NAME: _params_bytes(module.params),
@@ -105,7 +108,8 @@ def artifact_members(module) -> dict:
         HEADER_NAME: kernel_header(),
     }
     sizes = {name: len(data) for name, data in sorted(members.items())}
-    members[METADATA_NAME] = _json_bytes({**module.metadata, MEMBER_BYTES_KEY: sizes})
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(members.items())}
+    members[METADATA_NAME] = _json_bytes({**module.metadata, MEMBER_BYTES_KEY: sizes, MEMBER_SHA256_KEY: digests})
     return members
 
 
@@ -166,7 +170,7 @@ _OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
 # What tvmc reads of metadata.json and mod.json: checked before any field is used.
 METADATA_SCHEMA = {
     "type": "object",
-    "required": ["kernel_abi_version", "target", "inputs", "outputs", MEMBER_BYTES_KEY],
+    "required": ["kernel_abi_version", "target", "inputs", "outputs", MEMBER_BYTES_KEY, MEMBER_SHA256_KEY],
     "properties": {
         "kernel_abi_version": {"type": "integer"},
         "target": {"type": "object", "properties": {
@@ -176,6 +180,7 @@ METADATA_SCHEMA = {
         "inputs": _TENSORS,
         "outputs": _TENSORS,
         MEMBER_BYTES_KEY: {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        MEMBER_SHA256_KEY: {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
         "num_kernels": _OPTIONAL_INT,
         "num_kernel_calls": _OPTIONAL_INT,
         "planned_activation_bytes": _OPTIONAL_INT,
@@ -400,13 +405,18 @@ class _Members:
                                 f"(the member was changed after packaging)")
         return _MemberFile(self.f, m.offset_data, m.size)
 
-    def read(self, name: str, expected: int | None = None, limit: int | None = None) -> bytes:
+    def read(self, name: str, expected: int | None = None, limit: int | None = None, sha256: str | None = None) -> bytes:
+        """The bytes of member `name`: its size must be `expected` (and at most `limit`), their
+        digest `sha256`, when given."""
         if limit is not None and self.size(name) > limit:
             raise ArtifactError(f"{self.origin}: {name} is {self.size(name)} bytes, more than the limit of {limit}")
         with self.open(name, expected) as f:
             data = f.read()
         if len(data) != self.size(name):
             raise ArtifactError(f"{self.origin}: {name} is truncated")
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise ArtifactError(f"{self.origin}: {name} differs from the one packaged (its sha256 is not the one "
+                                f"{METADATA_NAME} records)")
         return data
 
 
@@ -449,7 +459,8 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
     an uncompressed tar with every member present once; metadata.json (at most
     MAX_METADATA_BYTES) is JSON of the expected structure, with the kernel ABI version of this
     tvmc; every other member has the size metadata.json records for it (so a member is read
-    only when its size is the packaged one); mod.json has the expected structure, indices in
+    only when its size is the packaged one) and, when read whole, its sha256 (a damaged or
+    swapped member, the library's code included, is refused); mod.json has the expected structure, indices in
     range and tensors of at most MAX_TENSOR_BYTES; the mod.params header is well formed; and
     the description embedded in the library (tvmc.codegen.description) equals the one of
     mod.json, mod.params and metadata.json. With `read_data` False (tvmc inspect) the library
@@ -468,13 +479,14 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
         _check_schema(origin, METADATA_NAME, metadata, METADATA_SCHEMA)
         lib = library_name(metadata)
         members.require([GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME])
-        sizes = metadata[MEMBER_BYTES_KEY]
-        unrecorded = [m for m in (GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME) if m not in sizes]
+        sizes, digests = metadata[MEMBER_BYTES_KEY], metadata[MEMBER_SHA256_KEY]
+        unrecorded = [m for m in (GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME) if m not in sizes or m not in digests]
         if unrecorded:
-            raise ArtifactError(f"{origin}: {METADATA_NAME} records no size for {', '.join(unrecorded)}")
+            raise ArtifactError(f"{origin}: {METADATA_NAME} records no size or sha256 for {', '.join(unrecorded)}")
 
-        header = members.read(HEADER_NAME, sizes[HEADER_NAME], MAX_METADATA_BYTES)
-        graph_json = _parse_json(origin, GRAPH_NAME, members.read(GRAPH_NAME, sizes[GRAPH_NAME], MAX_GRAPH_BYTES))
+        header = members.read(HEADER_NAME, sizes[HEADER_NAME], MAX_METADATA_BYTES, digests[HEADER_NAME])
+        graph_json = _parse_json(origin, GRAPH_NAME, members.read(GRAPH_NAME, sizes[GRAPH_NAME], MAX_GRAPH_BYTES,
+                                                                  digests[GRAPH_NAME]))
         _check_schema(origin, GRAPH_NAME, graph_json, GRAPH_SCHEMA)
         _check_graph_structure(origin, graph_json)
         with members.open(PARAMS_NAME, sizes[PARAMS_NAME]) as pf:
@@ -482,10 +494,10 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
         params = library = None
         fmt = lib.split(".", 1)[1]
         if read_data:
-            library = members.read(lib, sizes[lib])
+            library = members.read(lib, sizes[lib], sha256=digests[lib])
             description = read_description(io.BytesIO(library), len(library), fmt, f"{origin}: {lib}")
             try:
-                params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME]))
+                params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME], sha256=digests[PARAMS_NAME]))
             except Exception as e:  # safetensors raises its own SafetensorError / ValueError types
                 raise ArtifactError(f"{origin}: {PARAMS_NAME} is not a valid safetensors file: {_short(e)}") from None
         else:

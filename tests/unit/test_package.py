@@ -1,5 +1,6 @@
 """Packaging: mod.tar round trip, byte reproducibility, and the checks of load_artifact."""
 
+import hashlib
 import io
 import json
 import os
@@ -97,7 +98,7 @@ def fixture_library(tmp_path_factory):
 
 def _rewrite_tar(src, dst, drop=(), replace=None, resize=True):
     """Copy tar `src` to `dst` without members in `drop`, with member bytes from `replace`; with
-    `resize`, metadata.json records the new sizes (a tamperer who knew the format)."""
+    `resize`, metadata.json records the new sizes and digests (a tamperer who knew the format)."""
     replace = dict(replace or {})
     with tarfile.open(src) as tin:
         members = {m.name: (m, tin.extractfile(m).read()) for m in tin.getmembers()}
@@ -105,6 +106,7 @@ def _rewrite_tar(src, dst, drop=(), replace=None, resize=True):
         meta = json.loads(members["metadata.json"][1])
         for name, data in replace.items():
             meta["member_bytes"][name] = len(data)
+            meta["member_sha256"][name] = hashlib.sha256(data).hexdigest()
         replace["metadata.json"] = json.dumps(meta).encode()
     with tarfile.open(dst, "w", format=tarfile.USTAR_FORMAT) as tout:
         for name, (m, data) in members.items():
@@ -121,8 +123,12 @@ def test_round_trip(tmp_path, fixture_library):
     art = load_artifact(path)
     assert isinstance(art, Artifact)
     assert art.graph_json == module.graph_json
-    sizes = {m.name: m.size for m in tarfile.open(path).getmembers() if m.name != "metadata.json"}
-    assert art.metadata == {**module.metadata, "member_bytes": sizes} and art.member_bytes == sizes
+    with tarfile.open(path) as tar:
+        data = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name != "metadata.json"}
+    sizes = {k: len(v) for k, v in data.items()}
+    digests = {k: hashlib.sha256(v).hexdigest() for k, v in data.items()}
+    assert art.metadata == {**module.metadata, "member_bytes": sizes, "member_sha256": digests}
+    assert art.member_bytes == sizes
     assert set(art.params) == {"w"} and art.param_info == {"w": ("float32", (8,))} and art.params_bytes == 32
     np.testing.assert_array_equal(art.params["w"], module.params["w"])
     assert art.library == fixture_library and art.library_name == "mod.so"
@@ -365,6 +371,20 @@ def test_damaged_library_is_refused(tmp_path, fixture_library):
 def test_member_size_must_match_metadata(tmp_path, fixture_library):
     bad = _tampered(tmp_path, fixture_library, "mod.json", lambda g: g.__setitem__("extra", 1), resize=False)
     with pytest.raises(ArtifactError, match=r"mod.json is \d+ bytes, metadata.json records \d+"):
+        load_artifact(bad)
+
+
+@pytest.mark.parametrize("member", ["mod.so", "mod.params", "mod.json"])
+def test_member_digest_must_match_metadata(tmp_path, fixture_library, member):
+    """One flipped byte (same size): a damaged library never runs."""
+    def flip(data):
+        return data[:-2] + bytes([data[-2] ^ 1]) + data[-1:]
+    good = save_artifact(make_fixture_module(fixture_library), tmp_path / "good.tar")
+    with tarfile.open(good) as tar:
+        data = tar.extractfile(member).read()
+    bad = tmp_path / "bad.tar"
+    _rewrite_tar(good, bad, replace={member: flip(data)}, resize=False)
+    with pytest.raises(ArtifactError, match=f"{member} differs from the one packaged"):
         load_artifact(bad)
 
 

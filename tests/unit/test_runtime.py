@@ -1,5 +1,7 @@
 """Runtime: GraphExecutor on a one-kernel fixture library (inputs, outputs, checks, timing)."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -155,3 +157,27 @@ def test_benchmark(artifact_path):
     assert stats["min_ms"] <= stats["mean_ms"] <= stats["max_ms"]
     with pytest.raises(InputError):
         benchmark(ex, repeat=0, number=1)
+
+
+def test_guard_pages_fault_on_out_of_bounds_writes(tmp_path, fixture_library):
+    """Under TVMC_GUARD_PAGES=1 (make fuzz) a buffer ends at an inaccessible page: the fixture
+    run works, and a write past a storage buffer (rounded up to ALIGNMENT_BYTES, as PlanMemory
+    sizes storages) kills the process."""
+    import subprocess
+    import sys
+
+    path = save_artifact(make_fixture_module(fixture_library), tmp_path / "mod.tar")
+    code = f"""
+import ctypes, numpy as np
+from tvmc.runtime import GraphExecutor
+ex = GraphExecutor({str(path)!r})
+ex.set_input("data", np.ones(8, np.float32)); ex.run()
+assert (ex.get_output(0) == 2 + np.arange(8)).all()
+buf = ex._storage[2]
+print("ran", flush=True)
+ctypes.memmove(buf.ctypes.data + -(-buf.nbytes // 64) * 64, b"x", 1)
+print("not reached", flush=True)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TVMC_GUARD_PAGES": "1"})
+    assert res.stdout.split() == ["ran"] and res.returncode == -11, res.stderr

@@ -6,6 +6,7 @@ numpy only holds tensors here; every operator runs inside mod.so. See tvmc_kerne
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import statistics
 import tempfile
@@ -79,8 +80,32 @@ def load_library(data: bytes, name: str, origin: str) -> ctypes.CDLL:
             raise ArtifactError(f"{origin}: cannot load kernel library: {str(e)[:200]}") from None
 
 
+GUARD_PAGES_ENV = "TVMC_GUARD_PAGES"
+
+
+def _guarded_empty(nbytes: int) -> np.ndarray:
+    """A uint8 array of `nbytes` bytes (ALIGNMENT_BYTES-aligned) whose size rounded up to
+    ALIGNMENT_BYTES ends where an inaccessible page begins, with another one before it: a kernel
+    reading or writing past the buffer faults at once (an electric-fence allocator, for
+    `make fuzz`; PlanMemory's storages are whole multiples of ALIGNMENT_BYTES)."""
+    page = mmap.PAGESIZE
+    size = -(-max(nbytes, 1) // ALIGNMENT_BYTES) * ALIGNMENT_BYTES
+    data_pages = -(-size // page)
+    region = mmap.mmap(-1, (data_pages + 2) * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for start in (base, base + (data_pages + 1) * page):
+        if libc.mprotect(start, page, 0) != 0:   # PROT_NONE
+            raise OSError(ctypes.get_errno(), "mprotect failed")
+    return np.frombuffer(region, np.uint8, count=nbytes, offset=(data_pages + 1) * page - size)
+
+
 def _aligned_empty(nbytes: int) -> np.ndarray:
-    """A uint8 array of `nbytes` bytes whose data starts on an ALIGNMENT_BYTES boundary."""
+    """A uint8 array of `nbytes` bytes whose data starts on an ALIGNMENT_BYTES boundary (between
+    guard pages when the environment sets TVMC_GUARD_PAGES=1, see _guarded_empty)."""
+    if os.environ.get(GUARD_PAGES_ENV) == "1":
+        return _guarded_empty(nbytes)
     raw = np.empty(nbytes + ALIGNMENT_BYTES, dtype=np.uint8)
     offset = (-raw.ctypes.data) % ALIGNMENT_BYTES
     return raw[offset:offset + nbytes]
