@@ -46,7 +46,6 @@ class Target:
     l2_bytes: int = 1048576
     max_threads_per_block: int = 0
     linker: tuple = field(default=("gcc", "-shared"))
-    c_compiler: tuple = field(default=("gcc", "-std=c99", "-O2", "-fPIC"))
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """Number of `dtype` elements in one vector register."""
@@ -143,7 +142,7 @@ def load_descriptor(text: str, origin: str) -> Target:
     _validate(data, origin)
     cache = data.pop("cache", {}) or {}
     data.update(cache)
-    for key in ("features", "linker", "c_compiler"):
+    for key in ("features", "linker"):
         if key in data:
             data[key] = tuple(data[key])
     return Target(**data)

@@ -312,7 +312,7 @@ def test_linker_that_writes_nothing_is_a_codegen_error(host):
 def test_broken_c_compiler_is_a_codegen_error(host):
     from tvmc.codegen.build import compile_runtime
 
-    target = dataclasses.replace(host, c_compiler=("/nonexistent/tvmc-cc",))
+    target = dataclasses.replace(host, linker=("/nonexistent/tvmc-cc", "-shared"))
     with pytest.raises(CodegenError, match="C compiler '/nonexistent/tvmc-cc' not found"):
         compile_runtime(target)
 

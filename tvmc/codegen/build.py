@@ -1,7 +1,7 @@
 """Build: fused functions -> loop IR -> one LLVM module -> object file -> shared library (mod.so).
 
-The library of a graph also holds the C API (tvmc/runtime/tvmc_runtime.c), compiled with the
-descriptor's `c_compiler` and linked with its `linker`: both are commands that tvmc runs.
+The library of a graph also holds the C API (tvmc/runtime/tvmc_runtime.c), compiled and linked
+by the descriptor's `linker`, a C compiler driver: a command that tvmc runs.
 LLVM's own diagnostics (written to the process's stderr) are captured: an unknown cpu or
 feature is a TargetError, other messages go to the `tvmc` logger (shown by `--verbose`).
 """
@@ -143,20 +143,25 @@ def runtime_source() -> bytes:
     return resources.files("tvmc.runtime").joinpath(RUNTIME_SOURCE).read_bytes()
 
 
+RUNTIME_CFLAGS = ("-std=c99", "-O2", "-fPIC")
+
+
 @functools.lru_cache(maxsize=8)
-def _compile_runtime(c_compiler: tuple, source_sha256: str, target) -> bytes:
+def _compile_runtime(linker: tuple, source_sha256: str, target) -> bytes:
     with tempfile.TemporaryDirectory(prefix="tvmc-cc-") as tmp:
         Path(tmp, RUNTIME_SOURCE).write_bytes(runtime_source())
         Path(tmp, "tvmc_kernels.h").write_bytes(resources.files("tvmc.runtime").joinpath("tvmc_kernels.h").read_bytes())
-        return _run_tool(list(c_compiler) + ["-c", "-o", "tvmc_runtime.o", RUNTIME_SOURCE], "C compiler",
-                         target, tmp, "tvmc_runtime.o")
+        cmd = list(linker) + list(RUNTIME_CFLAGS) + ["-c", "-o", "tvmc_runtime.o", RUNTIME_SOURCE]
+        return _run_tool(cmd, "C compiler", target, tmp, "tvmc_runtime.o")
 
 
 def compile_runtime(target) -> bytes:
-    """Object file of the C API for `target`, compiled with its `c_compiler` (memoized per
-    command and source, so a process compiling many models compiles it once)."""
+    """Object file of the C API for `target`, compiled by its linker command (a C compiler
+    driver such as gcc or aarch64-linux-gnu-gcc, with its flags: -shared is ignored with -c)
+    and RUNTIME_CFLAGS; memoized per command and source, so a process compiling many models
+    compiles it once."""
     sha = hashlib.sha256(runtime_source()).hexdigest()
-    return _compile_runtime(tuple(target.c_compiler), sha, target)
+    return _compile_runtime(tuple(target.linker), sha, target)
 
 
 def link_shared(obj: bytes, target, extra_objects=()) -> bytes:
