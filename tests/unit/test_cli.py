@@ -80,7 +80,8 @@ def test_parse_input_shapes():
     assert parse_input_shapes("input:0:[2,3]") == (("input:0", (2, 3)),)
     assert parse_input_shapes("scalar:[]") == (("scalar", ()),)
     assert parse_input_shapes(None) == ()
-    for bad in ("data", "data:[1,x]", "data:[0,3]", "a:[1] a:[2]", "data:[1,3"):
+    for bad in ("data", "data:[1,x]", "data:[0,3]", "a:[1] a:[2]", "data:[1,3", "data:[4294967296,4294967296]",
+                "data:[99999999999999999999999999]", "data:[-1]"):
         with pytest.raises(click.BadParameter):
             parse_input_shapes(bad)
 
