@@ -365,21 +365,20 @@ def _bad_params(origin: str, what: str):
 
 
 class _Members:
-    """The regular-file members of an open tar at the top level, each readable once its size is
-    checked against metadata.json."""
+    """The members of an open, uncompressed tar (headers read, data not), each readable once its
+    size is checked against metadata.json."""
 
     def __init__(self, origin: str, f):
         self.origin = origin
-        self.f = f
         self.infos = {}
         try:
-            with tarfile.open(fileobj=f, mode="r:") as tar:
-                for count, m in enumerate(tar):
-                    if count >= MAX_MEMBERS:
-                        raise ArtifactError(f"{origin}: more than {MAX_MEMBERS} tar members; not a tvmc artifact")
-                    if m.name in self.infos:
-                        raise ArtifactError(f"{origin}: member {_short(m.name, 60)} appears twice")
-                    self.infos[m.name] = m
+            self.tar = tarfile.open(fileobj=f, mode="r:")
+            for count, m in enumerate(self.tar):
+                if count >= MAX_MEMBERS:
+                    raise ArtifactError(f"{origin}: more than {MAX_MEMBERS} tar members; not a tvmc artifact")
+                if m.name in self.infos:
+                    raise ArtifactError(f"{origin}: member {_short(m.name, 60)} appears twice")
+                self.infos[m.name] = m
         except (tarfile.TarError, EOFError) as e:
             raise ArtifactError(f"{origin}: not a tvmc artifact (not a tar file: {_short(e)})") from None
         except OSError as e:
@@ -403,7 +402,7 @@ class _Members:
         if expected is not None and m.size != expected:
             raise ArtifactError(f"{self.origin}: {name} is {m.size} bytes, {METADATA_NAME} records {expected} "
                                 f"(the member was changed after packaging)")
-        return _MemberFile(self.f, m.offset_data, m.size)
+        return self.tar.extractfile(m)
 
     def read(self, name: str, expected: int | None = None, limit: int | None = None, sha256: str | None = None) -> bytes:
         """The bytes of member `name`: its size must be `expected` (and at most `limit`), their
@@ -418,38 +417,6 @@ class _Members:
             raise ArtifactError(f"{self.origin}: {name} differs from the one packaged (its sha256 is not the one "
                                 f"{METADATA_NAME} records)")
         return data
-
-
-class _MemberFile(io.RawIOBase):
-    """Read-only view of `size` bytes of `f` from `offset` (a tar member of an uncompressed tar)."""
-
-    def __init__(self, f, offset: int, size: int):
-        super().__init__()
-        self._f, self._offset, self._size, self._pos = f, offset, size, 0
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def seek(self, pos, whence=io.SEEK_SET):
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + pos)
-        return self._pos
-
-    def tell(self):
-        return self._pos
-
-    def readinto(self, buf):
-        n = max(0, min(len(buf), self._size - self._pos))
-        if n == 0:
-            return 0
-        self._f.seek(self._offset + self._pos)
-        data = self._f.read(n)
-        buf[:len(data)] = data
-        self._pos += len(data)
-        return len(data)
 
 
 def load_artifact(path, read_data: bool = True) -> Artifact:
