@@ -69,16 +69,18 @@ def base_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-INTERESTING_INTS = [-(2 ** 62), -(2 ** 31), -5, -1, 0, 1, 2, 3, 7, 64, 2 ** 31 - 1, 2 ** 31, 2 ** 40, 2 ** 62]
-OP_TYPES = ["Relu", "Conv", "MaxPool", "Gemm", "Softmax", "Add", "Reshape", "Concat", "Transpose", "Flatten",
-            "Clip", "ReduceMax", "Sigmoid", "NoSuchOp", ""]
+# benign values first: hypothesis leans towards the first entries, and an edit that keeps the
+# model valid takes the example through the passes, codegen and packaging
+INTERESTING_INTS = [1, 2, 3, 0, 7, 64, -1, -5, 2 ** 31 - 1, 2 ** 31, 2 ** 40, 2 ** 62, -(2 ** 31), -(2 ** 62)]
+OP_TYPES = ["Relu", "Sigmoid", "Softmax", "Flatten", "Clip", "ReduceMax", "Add", "Conv", "MaxPool", "Gemm",
+            "Reshape", "Concat", "Transpose", "NoSuchOp", ""]
 
 
 def mutate_proto(data, model: onnx.ModelProto) -> None:
     """Apply one structured edit, drawn with hypothesis, to `model` in place."""
     g = model.graph
-    kind = data.draw(st.sampled_from(["dim", "attr", "op_type", "input", "dtype", "opset", "init", "drop",
-                                      "output_dim", "domain"]))
+    kind = data.draw(st.sampled_from(["attr", "dim", "op_type", "opset", "output_dim", "input", "dtype", "init",
+                                      "drop", "domain"]))
     if kind in ("dim", "output_dim"):
         vi = data.draw(st.sampled_from(list(g.input) if kind == "dim" else list(g.output)))
         dims = vi.type.tensor_type.shape.dim
@@ -107,7 +109,7 @@ def mutate_proto(data, model: onnx.ModelProto) -> None:
     elif kind == "dtype":
         g.input[0].type.tensor_type.elem_type = data.draw(st.integers(0, 17))
     elif kind == "opset":
-        model.opset_import[0].version = data.draw(st.sampled_from([1, 6, 7, 11, 13, 18, 21, 25, 99]))
+        model.opset_import[0].version = data.draw(st.sampled_from([13, 11, 18, 21, 7, 6, 1, 25, 99]))
     elif kind == "init":
         t = data.draw(st.sampled_from(list(g.initializer)))
         if data.draw(st.booleans()) and t.raw_data:
@@ -181,7 +183,7 @@ def private_tmp(tmp_path, monkeypatch):
     return tmp
 
 
-@fuzz_settings(25)
+@fuzz_settings(40)
 @given(data=st.data())
 def test_fuzz_onnx_importer(tmp_path, private_tmp, data):
     work = tmp_path / f"w{len(os.listdir(tmp_path))}"
@@ -190,7 +192,7 @@ def test_fuzz_onnx_importer(tmp_path, private_tmp, data):
     for _ in range(data.draw(st.integers(1, 3))):
         mutate_proto(data, model)
     blob = model.SerializeToString()
-    if data.draw(st.integers(0, 3)) == 0:
+    if data.draw(st.integers(0, 7)) == 7:
         blob = flip_bytes(data, blob)
     (work / "m.onnx").write_bytes(blob)
     code, _, err = run_tvmc("compile", work / "m.onnx", "--target", "native", "-o", work / "out" / "m.tar")
@@ -248,7 +250,7 @@ def pack(members: dict, reseal: bool) -> bytes:
     return out.getvalue()
 
 
-@fuzz_settings(60)
+@fuzz_settings(120)
 @given(data=st.data())
 def test_fuzz_artifact_loader(tmp_path, private_tmp, artifact, data):
     """Damaged artifacts: tar bytes, JSON members (with and without sizes and digests updated),
