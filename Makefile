@@ -7,12 +7,17 @@
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds;
 # `make bench-kernels [GPU_TARGET=opencl]` writes the per-kernel table (launch, shared memory, bytes per
-# FLOP) of ResNet-18 and the BERT-style encoder for a GPU target (bench/kernels.py).
+# FLOP) of ResNet-18 and the BERT-style encoder for a GPU target (bench/kernels.py);
+# `make fuzz` runs tests/unit/test_fuzz.py with FUZZ_EXAMPLES random examples per fuzz test (the
+# fast derandomized sample runs in `make test`), the runtime's buffers between guard pages and
+# the C API's parsers under AddressSanitizer.
 PYTHON ?= python3
 TARGET ?= native
 GPU_TARGET ?= opencl
 
-.PHONY: install demo test test-all bench bench-layers bench-vector bench-kernels conformance tune-demo tune-replay
+FUZZ_EXAMPLES ?= 400
+
+.PHONY: install demo test test-all fuzz bench bench-layers bench-vector bench-kernels conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator) where apt-get can run.
@@ -28,6 +33,9 @@ test: install
 
 test-all: install
 	$(PYTHON) -m pytest -q tests
+
+fuzz: install
+	TVMC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TVMC_GUARD_PAGES=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests/unit/test_fuzz.py
 
 bench: install
 	$(PYTHON) bench/bench.py

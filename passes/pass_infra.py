@@ -13,6 +13,7 @@ import yaml
 
 from tvmc.errors import PassError, TVMCError
 from tvmc.graph.ir import Graph, print_graph
+from tvmc.paths import write_new_text
 
 # Passes that codegen cannot do without: they run even when gated off by the opt level or
 # disabled, in a reduced mode (FuseOps: one op per function; PlanMemory: no storage reuse).
@@ -180,9 +181,7 @@ def _run_one(info: PassInfo, graph: Graph, ctx: PassContext, step: int) -> Graph
             ins.run_after_pass(info.name, out)
     if ctx.dump_dir is not None:
         os.makedirs(ctx.dump_dir, exist_ok=True)
-        path = os.path.join(ctx.dump_dir, f"graph.{step:02d}_{info.name}.txt")
-        with open(path, "w") as f:
-            f.write(print_graph(out))
+        write_new_text(os.path.join(ctx.dump_dir, f"graph.{step:02d}_{info.name}.txt"), print_graph(out))
     return out
 
 

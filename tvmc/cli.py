@@ -1,33 +1,59 @@
 """Command-line stage: `tvmc compile`, `tvmc tune`, `tvmc run` and `tvmc inspect` (click).
 
-Every tvmc.errors.TVMCError becomes one line `error: <message>` on stderr and the error's
-exit code; any other exception becomes `internal error: ...` and exit code 70. `--verbose`
-re-raises instead, so the traceback shows. Usage errors keep click's behaviour (exit 2).
+The error contract: a failure prints one line on stderr and exits with its documented code.
+Every tvmc.errors.TVMCError becomes `error: <message>` and the error's exit code; a usage
+error (bad option or argument) `error: <message> (see tvmc <command> --help)` and exit 64;
+Ctrl-C `error: interrupted` and exit 130; SIGTERM `error: terminated` and exit 143; any other
+exception `internal error: ...` and exit 70. The line is bounded in length and shows control
+characters escaped. `--verbose` prints the traceback before that line and keeps the exit code.
+Temporary files are removed on every one of these paths (signals included).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
+import math
 import os
 import re
+import signal
 import sys
 import time
+import traceback
+import unicodedata
 from pathlib import Path
 
 import click
 import numpy as np
 
 import tvmc
-from tvmc.errors import ArtifactError, InputError, ModelError, TVMCError
+from tvmc.errors import ArtifactError, InputError, ModelError, Terminated, TuningError, TVMCError
+from tvmc.paths import check_output_path, check_regular, dump_folder, open_regular
 
 INTERNAL_ERROR_EXIT = 70
+USAGE_EXIT = 64              # BSD sysexits EX_USAGE
+INTERRUPTED_EXIT = 130       # 128 + SIGINT
+TERMINATED_EXIT = 143        # 128 + SIGTERM
+MAX_ERROR_CHARS = 400
 DUMP_STAGES = ("graph", "tir", "ll", "asm")
 
 
 def _one_line(err: BaseException) -> str:
+    """The first line of `err`'s message, control and unencodable characters escaped,
+    at most MAX_ERROR_CHARS characters."""
     text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    text = text.splitlines()[0] if text else type(err).__name__
+    text = "".join(c if c.isprintable() and unicodedata.category(c) != "Cs" else ascii(c)[1:-1] for c in text)
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
+
+
+def _fail(line: str, code: int, verbose: bool):
+    if verbose:
+        traceback.print_exc()
+    click.echo(line, err=True)
+    raise SystemExit(code) from None
 
 
 def _handle_errors(fn):
@@ -36,29 +62,66 @@ def _handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         verbose = kwargs.get("verbose", False)
+        if verbose:
+            logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
         try:
             return fn(*args, **kwargs)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except click.UsageError as e:
+            _fail(_usage_line(e), USAGE_EXIT, verbose)
         except TVMCError as e:
-            if verbose:
-                raise
-            click.echo(f"error: {_one_line(e)}", err=True)
-            raise SystemExit(e.exit_code) from None
+            _fail(f"error: {_one_line(e)}", e.exit_code, verbose)
+        except KeyboardInterrupt:
+            _fail("error: interrupted", INTERRUPTED_EXIT, verbose)
+        except Terminated:
+            _fail("error: terminated", TERMINATED_EXIT, verbose)
+        except RecursionError:
+            _fail("error: input nested too deeply to process", ModelError.exit_code, verbose)
         except Exception as e:
-            if verbose:
-                raise
-            click.echo(f"internal error: {type(e).__name__}: {_one_line(e)} (rerun with --verbose "
-                       f"for the traceback)", err=True)
-            raise SystemExit(INTERNAL_ERROR_EXIT) from None
+            _fail(f"internal error: {type(e).__name__}: {_one_line(e)} (rerun with --verbose for the traceback)",
+                  INTERNAL_ERROR_EXIT, verbose)
 
     return wrapper
 
 
-verbose_option = click.option("--verbose", "-v", is_flag=True, help="Show tracebacks on errors.")
+def _usage_line(e: click.UsageError) -> str:
+    ctx = e.ctx or click.get_current_context(silent=True)
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return f"error: {_one_line(e.format_message())}{hint}"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Cli(click.Group):
+    """The tvmc group: a usage error anywhere (an unknown command or option, a bad value) is one
+    `error:` line and exit code USAGE_EXIT, apart from the model errors' exit code 2."""
+
+    def main(self, *args, **kwargs):
+        standalone = kwargs.pop("standalone_mode", True)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as e:
+            click.echo(_usage_line(e), err=True)
+            code = USAGE_EXIT
+        except click.exceptions.Abort:
+            click.echo("error: interrupted", err=True)
+            code = INTERRUPTED_EXIT
+        except click.ClickException as e:
+            click.echo(f"error: {_one_line(e.format_message())}", err=True)
+            code = e.exit_code
+        except click.exceptions.Exit as e:
+            code = e.exit_code
+        else:
+            code = 0
+        if standalone:
+            sys.exit(code)
+        return code
+
+
+verbose_option = click.option("--verbose", "-v", is_flag=True,
+                              help="On errors, print the traceback too (same exit code); keep IR dumps of a failed compile; show LLVM's messages.")
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(tvmc.__version__, prog_name="tvmc")
 def cli():
     """tvmc: compile ONNX models into a deployable mod.tar, and run them."""
@@ -98,8 +161,11 @@ def parse_input_shapes(text: str | None) -> tuple:
     """'name:[1,3,224,224] other:[1,128]' -> (('name', (1, 3, 224, 224)), ('other', (1, 128))).
 
     Names may contain ':' (the last ':' before '[' separates name and shape). Raises
-    click.BadParameter on syntax errors, non-positive dimensions or repeated names.
+    click.BadParameter on syntax errors, non-positive dimensions, a shape of more than
+    MAX_TENSOR_BYTES elements (tvmc.graph.ir) or repeated names.
     """
+    from tvmc.graph.ir import MAX_TENSOR_BYTES
+
     if not text:
         return ()
     out, pos = {}, 0
@@ -117,6 +183,9 @@ def parse_input_shapes(text: str | None) -> tuple:
         if any(d < 1 for d in dims):
             raise click.BadParameter(f"shape of '{name}' must have positive dimensions, got [{dims_text}]",
                                      param_hint="--input-shapes")
+        if math.prod(dims) > MAX_TENSOR_BYTES:
+            raise click.BadParameter(f"shape of '{name}' has {math.prod(dims)} elements, more than the "
+                                     f"limit of {MAX_TENSOR_BYTES}", param_hint="--input-shapes")
         if name in out:
             raise click.BadParameter(f"input '{name}' given twice", param_hint="--input-shapes")
         out[name] = dims
@@ -208,7 +277,8 @@ def print_compile_summary(model, target, options, module, output, package_s: flo
 @click.option("--pass-config", multiple=True, metavar="NAME=VALUE", help='Pass option "<Pass>.<option>=VALUE" (repeatable).')
 @click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224] mask:[1,128]".')
 @click.option("--dump-ir", multiple=True, metavar="STAGES",
-              help=f"Write IR text next to the output, comma-separated from: {','.join(DUMP_STAGES)}.")
+              help=f"Write IR text into <output name>.dumps/ beside the output (replaced on each compile), "
+                   f"comma-separated from: {','.join(DUMP_STAGES)}.")
 @click.option("--print-pass-times", is_flag=True, help="Print the time spent in each graph pass.")
 @click.option("--tuning-records", type=click.Path(dir_okay=False), help="Apply the best configs of a `tvmc tune` records file.")
 @click.option("--cross-compiler", metavar="CC", help="Compiler driver that links the library instead of the target's linker "
@@ -229,21 +299,22 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
     dumps = _parse_list(dump_ir, "--dump-ir", DUMP_STAGES)
     disabled = _parse_list(disabled_pass, "--disabled-pass")
 
-    if not os.path.exists(model):
-        raise ModelError(f"{model}: no such file")
+    check_regular(model, ModelError, "an ONNX model file")
+    reads = [model] + ([tuning_records] if tuning_records else [])
+    check_output_path(output, ArtifactError, "artifact", reads)
     target = with_cross_compiler(resolve_target(target_spec, target_options), cross_compiler, cross_compiler_options)
     out = Path(output)
-    dump_dir = str(out.parent if str(out.parent) else Path("."))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ArtifactError(f"{out.parent}: cannot create output folder: {e.strerror or e}") from None
-    options = CompileOptions(opt_level=opt_level, disabled_passes=frozenset(disabled),
-                             pass_config=tuple(sorted(pass_cfg.items())), input_shapes=shapes,
-                             dump_ir=dumps, dump_dir=dump_dir, tuning_records=tuning_records)
-    module = compile_model(model, target, options)
-    t0 = time.perf_counter()
-    save_artifact(module, out)
+    with dump_folder(out, ArtifactError, keep_on_error=verbose) if dumps else contextlib.nullcontext() as dump_dir:
+        options = CompileOptions(opt_level=opt_level, disabled_passes=frozenset(disabled),
+                                 pass_config=tuple(sorted(pass_cfg.items())), input_shapes=shapes,
+                                 dump_ir=dumps, dump_dir=dump_dir, tuning_records=tuning_records)
+        module = compile_model(model, target, options)
+        t0 = time.perf_counter()
+        save_artifact(module, out, reads)
     print_compile_summary(model, target, options, module, out, time.perf_counter() - t0, print_pass_times)
     if tuning_records:
         from tvmc.autotune.tune import records_summary_lines
@@ -290,8 +361,8 @@ def tune_cmd(model, target_spec, target_option, output, trials, tuner, early_sto
     from tvmc.driver import CompileOptions
     from tvmc.target import resolve_target
 
-    if not os.path.exists(model):
-        raise ModelError(f"{model}: no such file")
+    check_regular(model, ModelError, "an ONNX model file")
+    check_output_path(output, TuningError, "tuning records", [model] + ([prior] if prior else []))
     target = resolve_target(target_spec, _parse_pairs(target_option, "--target-option"))
     options = CompileOptions(opt_level=opt_level, input_shapes=parse_input_shapes(input_shapes))
     tasks = extract_tasks(model, target, options)
@@ -333,15 +404,38 @@ def make_inputs(executor, fill_mode: str, seed: int = 0) -> dict:
     return out
 
 
+NPZ_MAGIC = b"PK\x03\x04"
+NPY_MAGIC = b"\x93NUMPY"
+
+
 def load_inputs(path: str, expected_names) -> dict:
-    """Arrays of an .npz file keyed by input name; raises InputError on unreadable files or wrong names."""
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except Exception as e:  # np.load raises ValueError/OSError/zipfile errors on bad files
-        raise InputError(f"{path}: cannot read inputs as .npz: {_one_line(e)}") from None
+    """Arrays of an .npz file keyed by input name (numeric or bool arrays only).
+
+    Raises InputError (one line naming the file) on a missing or non-regular file, a file that
+    is not an .npz (saying what it is when it can: a .npy array, random bytes), an array that
+    is not numeric (strings, objects), and on unknown or missing input names.
+    """
+    with open_regular(path, InputError, "an .npz file of inputs") as f:
+        magic = f.read(6)
+        f.seek(0)
+        if magic.startswith(NPY_MAGIC):
+            raise InputError(f"{path}: is a .npy file (one array); --inputs takes an .npz keyed by input name, "
+                             f"e.g. np.savez(path, {expected_names[0] if expected_names else 'name'}=array)")
+        if not magic.startswith(NPZ_MAGIC):
+            raise InputError(f"{path}: not an .npz file (no zip signature; write it with np.savez)")
+        try:
+            with np.load(f, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+        except ValueError as e:
+            if "allow_pickle" in str(e):
+                raise InputError(f"{path}: holds object arrays; inputs must be numeric or bool arrays") from None
+            raise InputError(f"{path}: cannot read inputs as .npz: {_one_line(e)}") from None
+        except Exception as e:  # zipfile.BadZipFile, OSError, EOFError on damaged files
+            raise InputError(f"{path}: cannot read inputs as .npz: {type(e).__name__}: {_one_line(e)}") from None
+    for name, arr in arrays.items():
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"{path}: input '{name}' has dtype {arr.dtype.str} ({arr.dtype.kind!r} kind); "
+                             f"inputs must be numeric or bool arrays")
     unknown = sorted(set(arrays) - set(expected_names))
     missing = [n for n in expected_names if n not in arrays]
     if unknown or missing:
@@ -351,11 +445,12 @@ def load_inputs(path: str, expected_names) -> dict:
     return arrays
 
 
-def save_outputs(path: str, outputs: dict) -> None:
-    """Write `outputs` ({name: array}) to the .npz `path` atomically (temporary file + rename)."""
+def save_outputs(path: str, outputs: dict, reads=()) -> None:
+    """Write `outputs` ({name: array}) to the .npz `path` atomically (temporary file + rename);
+    `path` must not be one of `reads` (tvmc.paths.check_output_path)."""
     from tvmc.package import write_atomically
 
-    write_atomically(path, lambda f: np.savez(f, **outputs), "outputs")
+    write_atomically(path, lambda f: np.savez(f, **outputs), "outputs", reads)
 
 
 def print_outputs_summary(outputs: dict) -> None:
@@ -411,6 +506,8 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
     """Run a compiled ARTIFACT (mod.tar) on this machine."""
     from tvmc.runtime import benchmark, create_executor
 
+    if outputs_path:
+        check_output_path(outputs_path, ArtifactError, "outputs", [artifact] + ([inputs_path] if inputs_path else []))
     executor = create_executor(artifact, device)
     if getattr(executor, "device_name", None):
         click.echo(f"device: {executor.device_name}")
@@ -428,7 +525,7 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
         executor.run()
     outputs = {name: executor.get_output(i) for i, name in enumerate(executor.output_names)}
     if outputs_path:
-        save_outputs(outputs_path, outputs)
+        save_outputs(outputs_path, outputs, [artifact] + ([inputs_path] if inputs_path else []))
     print_outputs_summary(outputs)
     if print_time:
         print_time_table(stats)
@@ -446,9 +543,10 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
 @_handle_errors
 def inspect_cmd(artifact, verbose):
     """Print what a compiled ARTIFACT (mod.tar) holds."""
-    from tvmc.package import graph_attr, load_artifact
+    from tvmc.graph.executor_json import graph_attr
+    from tvmc.package import load_artifact
 
-    art = load_artifact(artifact)
+    art = load_artifact(artifact, read_data=False)
     g = art.graph_json
     distinct, calls = kernel_counts(art.metadata, g)
     activations = activation_summary(art.metadata)
@@ -458,12 +556,13 @@ def inspect_cmd(artifact, verbose):
     click.echo("metadata")
     click.echo("  " + json.dumps(art.metadata, sort_keys=True, indent=2).replace("\n", "\n  "))
     click.echo(f"kernels        {distinct} distinct, {calls} calls")
-    click.echo(f"params         {len(art.params)} tensors, {art.params_bytes} bytes")
+    click.echo(f"params         {len(art.param_info)} tensors, {art.params_bytes} bytes")
     click.echo(f"storage        {len(set(sids))} buffers for {len(sids)} tensors"
                + (f", {storage_total} bytes" if storage_total is not None else ""))
     if activations:
         click.echo(f"memory         {activations}")
-    click.echo(f"library        {os.path.basename(art.library_path)}, {os.path.getsize(art.library_path)} bytes")
+    click.echo(f"library        {art.library_name}, {art.member_bytes[art.library_name]} bytes; "
+               f"its embedded description matches mod.json, mod.params and metadata.json (not loaded)")
     if isinstance(g.get("kernels"), dict):
         print_kernel_table(g)
 
@@ -486,8 +585,17 @@ def print_kernel_table(graph_json: dict) -> None:
                    f"{k['shared_bytes']:>8} {k.get('flops', 0) / 1e6:>9.2f} {per_flop:>7}")
 
 
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
-    """Console entry point (`tvmc`). Returns the exit code."""
+    """Console entry point (`tvmc`). Returns the exit code.
+
+    SIGTERM raises tvmc.errors.Terminated in the main thread, so a terminated command removes
+    its temporary files as an interrupted one does (exit 143)."""
+    with contextlib.suppress(ValueError, OSError):  # not the main thread, or no signals here
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, prog_name="tvmc")
     except SystemExit as e:

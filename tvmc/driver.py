@@ -26,7 +26,8 @@ class CompileOptions:
     pass_config:      tuple of (name, value) per-pass options
     input_shapes:     tuple of (input name, shape tuple) fixing symbolic dimensions
     dump_ir:          tuple of stage names to dump ('graph', 'tir', 'll', 'asm')
-    dump_dir:         folder where dumps go (next to the output file)
+    dump_dir:         folder where dumps go (`tvmc compile` passes a fresh one that becomes
+                      <output>.dumps, see tvmc.paths.dump_folder)
     tuning_records:   path of a `tvmc tune` records file: the best valid config per task for
                       this target is applied, other tasks use their fallback configs
     """
@@ -108,7 +109,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         config_lookup = ApplyHistoryBest.from_file(options.tuning_records, target)
     t0 = time.perf_counter()
     library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir,
-                            graph_json=graph_json, config_lookup=config_lookup)
+                            graph_json=graph_json, config_lookup=config_lookup, params=params)
     timings["codegen"] = time.perf_counter() - t0
 
     metadata = {

@@ -69,3 +69,9 @@ class TuningError(TVMCError):
     """Tuning records are missing, unreadable, or a tuning run failed."""
 
     exit_code = 9
+
+
+class Terminated(BaseException):
+    """Raised in the main thread when the process receives SIGTERM (installed by `tvmc`'s entry
+    point), so cleanup runs as for Ctrl-C. A BaseException, like KeyboardInterrupt, so no
+    `except Exception` converts it into another error."""

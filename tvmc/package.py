@@ -12,8 +12,11 @@ mod.tar members (sorted by name, mtime 0, uid/gid 0, mode 0644, ustar, uncompres
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import io
 import json
+import math
 import os
 import tarfile
 import tempfile
@@ -21,16 +24,23 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import safetensors.numpy
 
 import tvmc
+from tvmc.codegen.description import check_description, module_description, read_description
 from tvmc.errors import ArtifactError
+from tvmc.graph.executor_json import graph_attr
+from tvmc.graph.ir import MAX_TENSOR_BYTES
+from tvmc.paths import check_output_path, open_regular
 
 HEADER_NAME = "tvmc_kernels.h"
 GRAPH_NAME = "mod.json"
 PARAMS_NAME = "mod.params"
 METADATA_NAME = "metadata.json"
+MEMBER_BYTES_KEY = "member_bytes"    # metadata.json: {member name: size in bytes} of every other member
+MEMBER_SHA256_KEY = "member_sha256"  # metadata.json: {member name: sha256 hex digest} of every other member
 
 
 def library_name(metadata: dict) -> str:
@@ -56,13 +66,17 @@ def _params_bytes(params: dict) -> bytes:
         raise ArtifactError(f"cannot serialize params to safetensors: {e}") from None
 
 
-def write_atomically(path, write, what: str) -> Path:
-    """Create `path` through `write(binary file)`: written to a temporary file in the same folder,
-    made mode 0644, then renamed over `path`, so an error never leaves a partial file behind.
+def write_atomically(path, write, what: str, reads=()) -> Path:
+    """Create the regular file `path` through `write(binary file)`: written to a temporary file
+    in the same folder, made mode 0644, then renamed over `path`, so an error or a signal never
+    leaves a partial file behind.
 
-    Raises ArtifactError ("<path>: cannot write <what>: <reason>") on any OSError; other
-    exceptions propagate after the temporary file is removed.
+    `path` must be a file name whose target is a regular file or nothing (tvmc.paths.
+    check_output_path: not a folder, device, FIFO, nor one of the files in `reads`). Raises
+    ArtifactError ("<path>: cannot write <what>: <reason>") on a refused path or any OSError;
+    other exceptions propagate after the temporary file is removed.
     """
+    check_output_path(path, ArtifactError, what, reads)
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     try:
@@ -83,22 +97,31 @@ def write_atomically(path, write, what: str) -> Path:
     return path
 
 
-def save_artifact(module, path) -> Path:
-    """Write `module` (a tvmc.driver.CompiledModule) to the tar file `path`; return the path.
-
-    Identical modules give byte-identical files. The tar is first written to a temporary file
-    in the destination folder, then renamed over `path`, so an error never leaves a partial
-    file behind. Raises ArtifactError when the params cannot be serialized or `path` cannot
-    be written.
-    """
-    path = Path(path)
+def artifact_members(module) -> dict:
+    """{member name: bytes} of the mod.tar of `module`. metadata.json is module.metadata plus
+    "member_bytes" and "member_sha256", the size and digest of every other member, which
+    load_artifact checks (sizes before reading, digests of what it reads)."""
     members = {
-        METADATA_NAME: _json_bytes(module.metadata),
         GRAPH_NAME: _json_bytes(module.graph_json),
         PARAMS_NAME: _params_bytes(module.params),
         library_name(module.metadata): bytes(module.library),
         HEADER_NAME: kernel_header(),
     }
+    sizes = {name: len(data) for name, data in sorted(members.items())}
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(members.items())}
+    members[METADATA_NAME] = _json_bytes({**module.metadata, MEMBER_BYTES_KEY: sizes, MEMBER_SHA256_KEY: digests})
+    return members
+
+
+def save_artifact(module, path, reads=()) -> Path:
+    """Write `module` (a tvmc.driver.CompiledModule) to the tar file `path`; return the path.
+
+    Identical modules give byte-identical files. The tar is first written to a temporary file
+    in the destination folder, then renamed over `path`, so an error never leaves a partial
+    file behind. `reads`: files the caller read (the model), which `path` must not be. Raises
+    ArtifactError when the params cannot be serialized or `path` cannot be written.
+    """
+    members = artifact_members(module)
 
     def write_tar(f):
         with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
@@ -113,22 +136,82 @@ def save_artifact(module, path) -> Path:
                 info.type = tarfile.REGTYPE
                 tar.addfile(info, io.BytesIO(data))
 
-    return write_atomically(path, write_tar, "artifact")
+    return write_atomically(path, write_tar, "artifact", reads)
 
 
 # ---------------------------------------------------------------------------------------------
 # Reading
 
+MAX_METADATA_BYTES = 16 << 20     # metadata.json and tvmc_kernels.h
+MAX_GRAPH_BYTES = 256 << 20       # mod.json
+MAX_MEMBERS = 64
 
-def graph_attr(graph_json: dict, name: str) -> list:
-    """Per-entry attribute list `name` ('shape', 'dltype', 'storage_id') of a graph-executor JSON.
+# safetensors dtype codes (the format's "dtype" strings) and the numpy dtypes they hold
+SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
+                      "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16",
+                      "U8": "uint8", "BOOL": "bool"}
 
-    Accepts TVM's tagged form (`["list_shape", [...]]`) and a plain list. Raises KeyError when absent.
-    """
-    value = graph_json["attrs"][name]
-    if len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], list):
-        return value[1]
-    return value
+_REF = {"type": "array", "minItems": 2, "maxItems": 3, "items": {"type": "integer", "minimum": 0}}
+_COUNT = {"type": ["integer", "string"], "pattern": "^[0-9]{1,4}$", "minimum": 0, "maximum": 9999}
+
+
+def _tagged(items: dict) -> dict:
+    plain = {"type": "array", "items": items}
+    return {"anyOf": [plain, {"type": "array", "minItems": 2, "maxItems": 2,
+                              "prefixItems": [{"type": "string"}, plain]}]}
+
+
+_TENSORS = {"type": "array", "items": {
+    "type": "object", "required": ["name", "shape", "dtype"],
+    "properties": {"name": {"type": "string"}, "dtype": {"type": "string"},
+                   "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}}
+_OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
+
+# What tvmc reads of metadata.json and mod.json: checked before any field is used.
+METADATA_SCHEMA = {
+    "type": "object",
+    "required": ["kernel_abi_version", "target", "inputs", "outputs", MEMBER_BYTES_KEY, MEMBER_SHA256_KEY],
+    "properties": {
+        "kernel_abi_version": {"type": "integer"},
+        "target": {"type": "object", "properties": {
+            "name": {"type": "string"}, "runtime": {"type": "string"}, "triple": {"type": "string"},
+            "library_format": {"enum": ["so", "wasm", "ptx", "cl"]},
+            "host_features": {"type": "array", "items": {"type": "string"}}}},
+        "inputs": _TENSORS,
+        "outputs": _TENSORS,
+        MEMBER_BYTES_KEY: {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        MEMBER_SHA256_KEY: {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
+        "num_kernels": _OPTIONAL_INT,
+        "num_kernel_calls": _OPTIONAL_INT,
+        "planned_activation_bytes": _OPTIONAL_INT,
+        "unplanned_activation_bytes": _OPTIONAL_INT,
+    },
+}
+GRAPH_SCHEMA = {
+    "type": "object",
+    "required": ["nodes", "arg_nodes", "node_row_ptr", "heads", "attrs"],
+    "properties": {
+        "nodes": {"type": "array", "items": {
+            "type": "object", "required": ["op", "name", "inputs"],
+            "properties": {
+                "op": {"enum": ["null", "tvm_op"]}, "name": {"type": "string"},
+                "inputs": {"type": "array", "items": _REF},
+                "attrs": {"type": "object", "properties": {"func_name": {"type": "string"},
+                                                           "num_inputs": _COUNT, "num_outputs": _COUNT}}},
+            "if": {"properties": {"op": {"const": "tvm_op"}}},
+            "then": {"required": ["attrs"], "properties": {"attrs": {"required": ["func_name"]}}}}},
+        "arg_nodes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "node_row_ptr": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "heads": {"type": "array", "items": _REF},
+        "attrs": {"type": "object", "required": ["shape", "dltype", "storage_id"], "properties": {
+            "shape": _tagged({"type": "array", "items": {"type": "integer", "minimum": 0}}),
+            "dltype": _tagged({"type": "string"}),
+            "storage_id": _tagged({"type": "integer", "minimum": 0})}},
+        "storage_bytes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "input_names": {"type": "array", "items": {"type": "string"}},
+        "output_names": {"type": "array", "items": {"type": "string"}},
+    },
+}
 
 
 def param_nodes(graph_json: dict, metadata: dict) -> list:
@@ -140,122 +223,274 @@ def param_nodes(graph_json: dict, metadata: dict) -> list:
 
 @dataclass
 class Artifact:
-    """A loaded mod.tar.
+    """A loaded, checked mod.tar.
 
-    path:         the tar file it was read from
-    graph_json:   dict, TVM graph-executor JSON (mod.json)
-    params:       {name: np.ndarray} (mod.params)
-    metadata:     dict (metadata.json)
-    library_path: path of the kernel library, extracted into a private temporary folder that
-                  is deleted when this object is garbage collected
-    header:       text of tvmc_kernels.h as shipped in the tar
+    path:          the tar file it was read from
+    graph_json:    dict, TVM graph-executor JSON (mod.json)
+    metadata:      dict (metadata.json)
+    header:        text of tvmc_kernels.h as shipped in the tar
+    description:   the module description embedded in the library (tvmc.codegen.description)
+    library_name:  member name of the kernel library (mod.so, ...)
+    param_info:    {name: (dtype name, shape tuple)} from the mod.params header
+    params:        {name: np.ndarray} (mod.params); None when loaded without data (inspect)
+    library:       bytes of the kernel library; None when loaded without data (inspect)
     """
 
     path: str
     graph_json: dict
-    params: dict
     metadata: dict
-    library_path: str
     header: str
-    _tmpdir: tempfile.TemporaryDirectory = field(repr=False, compare=False)
+    description: dict
+    library_name: str
+    param_info: dict
+    params: dict | None = field(default=None, repr=False)
+    library: bytes | None = field(default=None, repr=False)
 
     @property
-    def library(self) -> bytes:
-        """Bytes of the kernel library."""
-        return Path(self.library_path).read_bytes()
+    def member_bytes(self) -> dict:
+        """{member name: size in bytes} as recorded in metadata.json (and checked against the tar)."""
+        return dict(self.metadata[MEMBER_BYTES_KEY])
 
     @property
     def params_bytes(self) -> int:
         """Total size of the params in bytes."""
-        return sum(int(v.nbytes) for v in self.params.values())
+        return sum(_nbytes(dtype, shape) for dtype, shape in self.param_info.values())
 
 
-def _parse_json(path, name, data):
+def _nbytes(dtype: str, shape) -> int:
+    return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _parse_json(origin: str, name: str, data: bytes):
     try:
         return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"{path}: {name} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ArtifactError(f"{origin}: {name} is nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ArtifactError(f"{origin}: {name} is not valid JSON: {_short(e)}") from None
 
 
-def _check_graph(path, graph_json, metadata, params):
-    if not isinstance(graph_json, dict):
-        raise ArtifactError(f"{path}: {GRAPH_NAME} is not a graph-executor JSON object")
-    missing = [k for k in ("nodes", "arg_nodes", "heads", "node_row_ptr", "attrs") if k not in graph_json]
-    if missing:
-        raise ArtifactError(f"{path}: {GRAPH_NAME} lacks fields {', '.join(missing)}")
+def _check_schema(origin: str, name: str, data, schema: dict) -> None:
     try:
-        shapes = graph_attr(graph_json, "shape")
-        dtypes = graph_attr(graph_json, "dltype")
-        graph_attr(graph_json, "storage_id")
-    except (KeyError, TypeError, IndexError) as e:
-        raise ArtifactError(f"{path}: {GRAPH_NAME} attrs lack {e}") from None
-    row_ptr = graph_json["node_row_ptr"]
-    absent = [name for _, name in param_nodes(graph_json, metadata) if name not in params]
+        jsonschema.validate(data, schema)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise ArtifactError(f"{origin}: {name} is malformed at '{_short(where, 80)}': {_short(e.message)}") from None
+
+
+def _check_graph_structure(origin: str, g: dict) -> None:
+    """Indices of mod.json in range and tensor sizes bounded, so the description can be computed."""
+    bad = functools.partial(_malformed, origin)
+    nodes, row_ptr = g["nodes"], g["node_row_ptr"]
+    outputs = [1 if n["op"] == "null" else int(n["attrs"].get("num_outputs", 1)) for n in nodes]
+    if len(row_ptr) != len(nodes) + 1 or row_ptr[0] != 0 or \
+            any(row_ptr[i + 1] - row_ptr[i] != outputs[i] for i in range(len(nodes))):
+        bad("node_row_ptr does not match the nodes and their num_outputs")
+    shapes, dtypes, sids = (graph_attr(g, k) for k in ("shape", "dltype", "storage_id"))
+    if not len(shapes) == len(dtypes) == len(sids) == row_ptr[-1]:
+        bad(f"attrs list {len(shapes)} shapes, {len(dtypes)} dtypes, {len(sids)} storage ids "
+            f"for {row_ptr[-1]} entries")
+
+    def check_ref(ref, before: int, what: str):
+        if ref[0] >= before or ref[1] >= outputs[ref[0]]:
+            bad(f"{what} refers to entry {ref[:2]}, which does not exist")
+
+    for nid, node in enumerate(nodes):
+        for ref in node["inputs"]:
+            check_ref(ref, nid, f"node {nid} ('{_short(node['name'], 40)}')")
+    for ref in g["heads"]:
+        check_ref(ref, len(nodes), "heads")
+    storage = g.get("storage_bytes")
+    for e, (shape, dtype, sid) in enumerate(zip(shapes, dtypes, sids)):
+        try:
+            nbytes = _nbytes(dtype, shape)
+        except TypeError:
+            bad(f"entry {e} has dtype '{_short(dtype, 40)}', which is not a tensor dtype")
+        if nbytes > MAX_TENSOR_BYTES:
+            bad(f"entry {e} has {nbytes} bytes, more than the limit of {MAX_TENSOR_BYTES}")
+        if storage is not None and sid >= len(storage):
+            bad(f"entry {e} is in storage {sid}, but storage_bytes lists {len(storage)} storages")
+
+
+def _malformed(origin: str, what: str):
+    raise ArtifactError(f"{origin}: {GRAPH_NAME} is malformed: {what}")
+
+
+def _read_params_header(origin: str, f, size: int) -> dict:
+    """{name: (dtype, shape)} from the header of the safetensors member `f` of `size` bytes,
+    checking that the tensors' byte ranges are well formed and cover the data exactly."""
+    bad = functools.partial(_bad_params, origin)
+    prefix = f.read(8)
+    if len(prefix) < 8:
+        bad("shorter than its 8-byte header length")
+    n = int.from_bytes(prefix, "little")
+    if n > min(size - 8, MAX_METADATA_BYTES):
+        bad(f"header length {n} exceeds the file ({size} bytes) or the limit of {MAX_METADATA_BYTES}")
+    header = _parse_json(origin, PARAMS_NAME, f.read(n))
+    if not isinstance(header, dict):
+        bad("header is not a JSON object")
+    info, ranges = {}, []
+    for name, spec in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = SAFETENSORS_DTYPES[spec["dtype"]]
+            shape = tuple(spec["shape"])
+            begin, end = spec["data_offsets"]
+            ok = all(isinstance(d, int) and d >= 0 for d in (*shape, begin, end)) and \
+                end - begin == _nbytes(dtype, shape)
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            bad(f"tensor '{_short(name, 40)}' has a malformed entry {_short(json.dumps(spec), 80)}")
+        info[name] = (dtype, shape)
+        ranges.append((begin, end))
+    pos = 0
+    for begin, end in sorted(ranges):
+        if begin != pos:
+            bad("tensor data ranges overlap or leave gaps")
+        pos = end
+    if 8 + n + pos != size:
+        bad(f"{size} bytes, its header describes {8 + n + pos}")
+    return info
+
+
+def _bad_params(origin: str, what: str):
+    raise ArtifactError(f"{origin}: {PARAMS_NAME} is not a valid safetensors file: {what}")
+
+
+class _Members:
+    """The members of an open, uncompressed tar (headers read, data not), each readable once its
+    size is checked against metadata.json."""
+
+    def __init__(self, origin: str, f):
+        self.origin = origin
+        self.infos = {}
+        try:
+            self.tar = tarfile.open(fileobj=f, mode="r:")
+            for count, m in enumerate(self.tar):
+                if count >= MAX_MEMBERS:
+                    raise ArtifactError(f"{origin}: more than {MAX_MEMBERS} tar members; not a tvmc artifact")
+                if m.name in self.infos:
+                    raise ArtifactError(f"{origin}: member {_short(m.name, 60)} appears twice")
+                self.infos[m.name] = m
+        except (tarfile.TarError, EOFError) as e:
+            raise ArtifactError(f"{origin}: not a tvmc artifact (not a tar file: {_short(e)})") from None
+        except OSError as e:
+            raise ArtifactError(f"{origin}: cannot read: {e.strerror or e}") from None
+
+    def require(self, names) -> None:
+        missing = [m for m in names if m not in self.infos]
+        if missing:
+            raise ArtifactError(f"{self.origin}: missing member{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        for name in names:
+            m = self.infos[name]
+            if not m.isreg() or m.issparse():
+                raise ArtifactError(f"{self.origin}: member {name} is not a regular file")
+
+    def size(self, name: str) -> int:
+        return self.infos[name].size
+
+    def open(self, name: str, expected: int | None = None):
+        """A seekable binary file over member `name`; its size must equal `expected`."""
+        m = self.infos[name]
+        if expected is not None and m.size != expected:
+            raise ArtifactError(f"{self.origin}: {name} is {m.size} bytes, {METADATA_NAME} records {expected} "
+                                f"(the member was changed after packaging)")
+        return self.tar.extractfile(m)
+
+    def read(self, name: str, expected: int | None = None, limit: int | None = None, sha256: str | None = None) -> bytes:
+        """The bytes of member `name`: its size must be `expected` (and at most `limit`), their
+        digest `sha256`, when given."""
+        if limit is not None and self.size(name) > limit:
+            raise ArtifactError(f"{self.origin}: {name} is {self.size(name)} bytes, more than the limit of {limit}")
+        with self.open(name, expected) as f:
+            data = f.read()
+        if len(data) != self.size(name):
+            raise ArtifactError(f"{self.origin}: {name} is truncated")
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise ArtifactError(f"{self.origin}: {name} differs from the one packaged (its sha256 is not the one "
+                                f"{METADATA_NAME} records)")
+        return data
+
+
+def load_artifact(path, read_data: bool = True) -> Artifact:
+    """Read and check a mod.tar written by save_artifact, before any of its code is loaded.
+
+    Checks, in order: `path` is a regular file (a FIFO or a device is refused at once); it is
+    an uncompressed tar with every member present once; metadata.json (at most
+    MAX_METADATA_BYTES) is JSON of the expected structure, with the kernel ABI version of this
+    tvmc; every other member has the size metadata.json records for it (so a member is read
+    only when its size is the packaged one) and, when read whole, its sha256 (a damaged or
+    swapped member, the library's code included, is refused); mod.json has the expected structure, indices in
+    range and tensors of at most MAX_TENSOR_BYTES; the mod.params header is well formed; and
+    the description embedded in the library (tvmc.codegen.description) equals the one of
+    mod.json, mod.params and metadata.json. With `read_data` False (tvmc inspect) the library
+    and the param data are not read: only the library's description symbol and the params'
+    header. Raises ArtifactError (one line naming `path`, the member and the mismatch).
+    """
+    origin = os.fspath(path)
+    with open_regular(origin, ArtifactError, "a mod.tar file") as f:
+        members = _Members(origin, f)
+        members.require([METADATA_NAME])
+        metadata = _parse_json(origin, METADATA_NAME, members.read(METADATA_NAME, limit=MAX_METADATA_BYTES))
+        if isinstance(metadata, dict) and metadata.get("kernel_abi_version") != tvmc.KERNEL_ABI_VERSION:
+            raise ArtifactError(f"{origin}: kernel ABI version {_short(metadata.get('kernel_abi_version'), 20)}, "
+                                f"this tvmc {tvmc.__version__} runs version {tvmc.KERNEL_ABI_VERSION}; "
+                                f"recompile the model")
+        _check_schema(origin, METADATA_NAME, metadata, METADATA_SCHEMA)
+        lib = library_name(metadata)
+        members.require([GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME])
+        sizes, digests = metadata[MEMBER_BYTES_KEY], metadata[MEMBER_SHA256_KEY]
+        unrecorded = [m for m in (GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME) if m not in sizes or m not in digests]
+        if unrecorded:
+            raise ArtifactError(f"{origin}: {METADATA_NAME} records no size or sha256 for {', '.join(unrecorded)}")
+
+        header = members.read(HEADER_NAME, sizes[HEADER_NAME], MAX_METADATA_BYTES, digests[HEADER_NAME])
+        graph_json = _parse_json(origin, GRAPH_NAME, members.read(GRAPH_NAME, sizes[GRAPH_NAME], MAX_GRAPH_BYTES,
+                                                                  digests[GRAPH_NAME]))
+        _check_schema(origin, GRAPH_NAME, graph_json, GRAPH_SCHEMA)
+        _check_graph_structure(origin, graph_json)
+        with members.open(PARAMS_NAME, sizes[PARAMS_NAME]) as pf:
+            info = _read_params_header(origin, pf, sizes[PARAMS_NAME])
+        params = library = None
+        fmt = lib.split(".", 1)[1]
+        if read_data:
+            library = members.read(lib, sizes[lib], sha256=digests[lib])
+            description = read_description(io.BytesIO(library), len(library), fmt, f"{origin}: {lib}")
+            try:
+                params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME], sha256=digests[PARAMS_NAME]))
+            except Exception as e:  # safetensors raises its own SafetensorError / ValueError types
+                raise ArtifactError(f"{origin}: {PARAMS_NAME} is not a valid safetensors file: {_short(e)}") from None
+        else:
+            with members.open(lib, sizes[lib]) as lf:
+                description = read_description(lf, sizes[lib], fmt, f"{origin}: {lib}")
+
+    _check_parts(origin, graph_json, metadata, info, description, lib)
+    return Artifact(path=origin, graph_json=graph_json, metadata=metadata,
+                    header=header.decode(errors="replace"), description=description, library_name=lib,
+                    param_info=info, params=params, library=library)
+
+
+def _check_parts(origin, graph_json, metadata, info, description, lib) -> None:
+    """mod.json, mod.params and metadata.json against each other and the library's description."""
+    absent = [name for _, name in param_nodes(graph_json, metadata) if name not in info]
     if absent:
         shown = ", ".join(absent[:5]) + (f", ... ({len(absent)} in all)" if len(absent) > 5 else "")
-        raise ArtifactError(f"{path}: {PARAMS_NAME} lacks params {shown}")
-    for nid, name in param_nodes(graph_json, metadata):
-        eid = row_ptr[nid]
-        want = np.dtype(dtypes[eid])
-        size = int(np.prod(shapes[eid], dtype=np.int64))
-        got = params[name]
-        if got.dtype != want or got.size != size:
-            raise ArtifactError(f"{path}: param '{name}' is {list(got.shape)} {got.dtype}, "
-                                f"{GRAPH_NAME} expects {list(shapes[eid])} {want}")
+        raise ArtifactError(f"{origin}: {PARAMS_NAME} lacks params {_short(shown)}")
+    input_names = [i["name"] for i in metadata["inputs"]]
+    actual = module_description(graph_json, info, input_names=graph_json.get("input_names", input_names))
+    check_description(description, actual, {k: GRAPH_NAME for k in actual} | {"params": PARAMS_NAME},
+                      lib, origin)
 
+    def tensors(items) -> list:
+        return [{"name": t["name"], "dtype": t["dtype"], "shape": t["shape"]} for t in items]
 
-def load_artifact(path) -> Artifact:
-    """Read and check a mod.tar written by save_artifact.
-
-    Checks that the file exists and is a tar, that every member is present, that the kernel
-    ABI version in metadata.json equals tvmc.KERNEL_ABI_VERSION, and that mod.params holds
-    a tensor of the right dtype and size for every param node of mod.json.
-    Raises ArtifactError (one line, naming `path`) on any failure.
-    """
-    path = str(path)
-    if not os.path.exists(path):
-        raise ArtifactError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise ArtifactError(f"{path}: is a directory, expected a mod.tar file")
-    try:
-        with tarfile.open(path, mode="r:") as tar:
-            contents = {}
-            for m in tar.getmembers():
-                if m.isfile() and "/" not in m.name and m.name not in contents:
-                    contents[m.name] = tar.extractfile(m).read()
-    except (tarfile.TarError, EOFError) as e:
-        raise ArtifactError(f"{path}: not a tvmc artifact (not a tar file: {e})") from None
-    except OSError as e:
-        raise ArtifactError(f"{path}: cannot read: {e.strerror or e}") from None
-
-    if METADATA_NAME not in contents:
-        raise ArtifactError(f"{path}: missing member {METADATA_NAME}")
-    metadata = _parse_json(path, METADATA_NAME, contents[METADATA_NAME])
-    if not isinstance(metadata, dict):
-        raise ArtifactError(f"{path}: {METADATA_NAME} is not a JSON object")
-    lib = library_name(metadata)
-    required = [GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME]
-    missing = [m for m in required if m not in contents]
-    if missing:
-        raise ArtifactError(f"{path}: missing member{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-    abi = metadata.get("kernel_abi_version")
-    if abi != tvmc.KERNEL_ABI_VERSION:
-        raise ArtifactError(f"{path}: kernel ABI version {abi}, this tvmc {tvmc.__version__} runs "
-                            f"version {tvmc.KERNEL_ABI_VERSION}; recompile the model")
-    graph_json = _parse_json(path, GRAPH_NAME, contents[GRAPH_NAME])
-    try:
-        params = safetensors.numpy.load(contents[PARAMS_NAME])
-    except Exception as e:  # safetensors raises its own SafetensorError / ValueError types
-        raise ArtifactError(f"{path}: {PARAMS_NAME} is not a valid safetensors file: {e}") from None
-    try:
-        _check_graph(path, graph_json, metadata, params)
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise ArtifactError(f"{path}: {GRAPH_NAME} is malformed ({type(e).__name__}: {e})") from None
-
-    tmpdir = tempfile.TemporaryDirectory(prefix="tvmc-artifact-")
-    library_path = os.path.join(tmpdir.name, lib)
-    with open(library_path, "wb") as f:
-        f.write(contents[lib])
-    return Artifact(path=path, graph_json=graph_json, params=params, metadata=metadata,
-                    library_path=library_path, header=contents[HEADER_NAME].decode(errors="replace"),
-                    _tmpdir=tmpdir)
+    keys = ("inputs", "outputs")
+    check_description({k: tensors(description.get(k) or []) for k in keys}, {k: tensors(metadata[k]) for k in keys},
+                      dict.fromkeys(keys, METADATA_NAME), lib, origin)

@@ -23,6 +23,7 @@ import jsonschema
 import yaml
 
 from tvmc.errors import TargetError
+from tvmc.paths import read_bounded
 
 
 @dataclass(frozen=True)
@@ -110,19 +111,46 @@ def _validate(data, origin: str) -> None:
     try:
         jsonschema.validate(data, _schema())
     except jsonschema.ValidationError as e:
-        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise TargetError(f"{origin}: invalid target descriptor at '{where}': {e.message}") from None
+        where = "/".join(str(p) for p in e.absolute_path)[:80] or "(top level)"
+        message = e.message if len(e.message) <= 200 else e.message[:197] + "..."
+        raise TargetError(f"{origin}: invalid target descriptor at '{where}': {message}") from None
+
+
+MAX_DESCRIPTOR_BYTES = 64 << 10
+MAX_DESCRIPTOR_DEPTH = 16
+
+
+def parse_yaml_limited(text: str, origin: str, error_cls=TargetError):
+    """yaml.safe_load of a small, plain YAML document: at most MAX_DESCRIPTOR_BYTES characters,
+    nesting at most MAX_DESCRIPTOR_DEPTH deep, and no aliases (`*name`, which let a few hundred
+    bytes stand for an exponentially large document). Checked on the event stream before any
+    object is built. Raises `error_cls` naming `origin`."""
+    if len(text) > MAX_DESCRIPTOR_BYTES:
+        raise error_cls(f"{origin}: {len(text)} characters, more than the limit of {MAX_DESCRIPTOR_BYTES} "
+                        f"for a descriptor")
+    try:
+        depth = 0
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise error_cls(f"{origin}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed in a descriptor")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DESCRIPTOR_DEPTH:
+                    raise error_cls(f"{origin}: nested more than {MAX_DESCRIPTOR_DEPTH} levels deep")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise error_cls(f"{origin}: not valid YAML: {str(e).splitlines()[0][:200]}") from None
 
 
 def load_descriptor(text: str, origin: str) -> Target:
     """Parse and validate a YAML descriptor; raises TargetError naming `origin` and the bad field.
 
-    The result is not resolved yet (no CPU check, no derived fields): use resolve_target.
+    The text is parsed with limits (parse_yaml_limited). The result is not resolved yet (no CPU
+    check, no derived fields): use resolve_target.
     """
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise TargetError(f"{origin}: not valid YAML: {str(e).splitlines()[0]}") from None
+    data = parse_yaml_limited(text, origin)
     _validate(data, origin)
     cache = data.pop("cache", {}) or {}
     data.update(cache)
@@ -318,10 +346,11 @@ def resolve_target(spec: str, options: dict | None = None) -> Target:
     if head == NATIVE:
         target = native_target()
     elif head.endswith((".yaml", ".yml")) or path.is_file():
+        data = read_bounded(path, MAX_DESCRIPTOR_BYTES, TargetError, "a target descriptor")
         try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise TargetError(f"{head}: cannot read target descriptor: {getattr(e, 'strerror', None) or e}") from None
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TargetError(f"{head}: not UTF-8 text (byte {e.start}); a target descriptor is UTF-8 YAML") from None
         target = load_descriptor(text, head)
     else:
         if head not in known_targets():

@@ -506,3 +506,52 @@ def test_every_config_in_the_space_is_correct(case, tmp_path):
             _assert_close(out, ref)
         except AssertionError as e:
             raise AssertionError(f"config {dict(cfg)}: {e}") from None
+
+
+# --- special values: NaN propagates and infinities survive where onnxruntime (numpy) has them ----
+NAN, INF = np.float32(np.nan), np.float32(np.inf)
+SPECIAL = [NAN, INF, -INF, 0.0, -0.0, 1.5, -1.5, 3.0e38]
+
+
+def special(rng, shape):
+    """Normal samples with NaN, +-inf, +-0 and large finite values at the front (long enough
+    rows reach the vectorized loop bodies, short ones the scalar tails)."""
+    return edges(rng, shape, SPECIAL)
+
+
+def _pool_nan_ref(x, k):
+    """max over k x k windows, stride k, no padding, NaN if any window value is NaN (onnxruntime)."""
+    n_, c, h, w = x.shape
+    win = x.reshape(n_, c, h // k, k, w // k, k)
+    return np.max(win, axis=(3, 5))   # np.max propagates NaN
+
+
+SPECIAL_CASES = [
+    ("relu", "nn.relu", lambda r: [special(r, (3, 37))], {}, None),
+    ("maximum_nan_either_side", "maximum", lambda r: [special(r, (2, 40)), special(r, (2, 40))[:, ::-1].copy()], {}, None),
+    ("minimum_nan_either_side", "minimum", lambda r: [special(r, (2, 40))[:, ::-1].copy(), special(r, (2, 40))], {}, None),
+    ("clip", "clip", lambda r: [special(r, (3, 33))], dict(a_min=-1.0, a_max=2.5), None),
+    ("reduce_max", "max", lambda r: [special(r, (4, 19))], dict(axis=(1,), keepdims=0), None),
+    ("reduce_min", "min", lambda r: [special(r, (4, 19))[::-1].copy()], dict(axis=(1,), keepdims=0), None),
+    ("reduce_max_all_minus_inf", "max", lambda r: [np.full((3, 17), -INF)], dict(axis=(1,), keepdims=0), None),
+    ("reduce_sum_inf_minus_inf", "sum", lambda r: [special(r, (2, 9))], dict(axis=(1,), keepdims=0), None),
+    ("max_pool_nan_and_minus_inf_windows", "nn.max_pool2d",
+     lambda r: [np.where(np.arange(64).reshape(1, 1, 8, 8) < 16, -INF, special(r, (1, 1, 8, 8)))],
+     pool((2, 2), (2, 2)), lambda x: _pool_nan_ref(x, 2)),
+    ("global_max_pool_nan_and_minus_inf", "nn.global_max_pool2d",
+     lambda r: [np.stack([np.full((5, 5), -INF), special(r, (5, 5)), n(r, (5, 5))])[None]], {}, None),
+]
+
+
+@pytest.mark.parametrize("case", SPECIAL_CASES, ids=[c[0] for c in SPECIAL_CASES])
+def test_nan_and_inf(case):
+    """Relu(NaN) is NaN, and the same for every op where onnxruntime propagates NaN (Max, Min,
+    Clip, pooling, reductions); a max over -inf values is -inf. Exact comparison, NaN == NaN."""
+    name, op, inputs, attrs, ref_fn = case
+    arrays = inputs(np.random.default_rng(zlib.crc32(name.encode())))
+    with np.errstate(invalid="ignore", over="ignore"):
+        out, ref = run_op(op, arrays, attrs)
+        if ref_fn is not None:
+            ref = ref_fn(*arrays)
+    assert np.isnan(ref).any() or np.isinf(ref).any(), "the case must exercise special values"
+    np.testing.assert_array_equal(out, ref)

@@ -266,6 +266,34 @@ def test_stale_record_falls_back(task, target, tmp_path):
     assert lookup(task.impl, task.workload) is None and len(lookup.stale) == 1
 
 
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(costs_s=[1e400]), lambda d: d.update(costs_s=["a"]), lambda d: d.update(timestamp="now"),
+    lambda d: d["task"].update(flops=1.5), lambda d: d["task"].update(workload="conv"),
+    lambda d: d.update(config=[1, 2]), lambda d: d["target"].pop("hash"), lambda d: d.update(error=-1),
+    lambda d: d.update(version=2),
+])
+def test_malformed_record_lines_are_skipped_with_a_reason(task, target, tmp_path, edit):
+    good = tmp_path / "good.json"
+    _write_records(good, target, task, [({"tile_ow": 2}, 1e-3, 0)])
+    line = json.loads(good.read_text().splitlines()[0])
+    edit(line)
+    bad = tmp_path / "bad.json"
+    text = json.dumps(line).replace("1e+400", "1e400").replace("Infinity", "1e400")
+    bad.write_text(text + "\n")
+    with pytest.raises(TuningError, match="not a tuning records file .1 unreadable lines.*first: "):
+        load_records(bad)
+    bad.write_text(text + "\n" + good.read_text())
+    assert len(load_records(bad)) == 1
+
+
+def test_records_file_must_be_a_regular_file(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(TuningError, match="not a regular file .a FIFO."):
+        load_records(tmp_path / "fifo.json")
+
+
 def test_missing_or_corrupt_records_are_errors(target, model_path, tmp_path, capsys):
     with pytest.raises(TuningError, match="not found"):
         load_records(tmp_path / "missing.json")
@@ -333,42 +361,69 @@ def test_alternative_implementation_is_checked_against_the_default(tasks, target
     assert res.best_flops == 0
 
 
+# Timeouts: a candidate that hangs or builds forever must time out, and no correct candidate
+# may, however loaded the machine: the faulty candidates run under a run timeout (RELAXED)
+# hundreds of times what a correct one needs, the hanging one is measured on its own under a
+# short one, and the build-timeout test's quick builds copy a library built beforehand.
+RELAXED = dataclasses.replace(FAST, timeout_s=300.0)
+_PREBUILT = {}   # set before a Measurer forks its build workers
+
+
+def no_hang_build(task, target, config, path):
+    """faulty_build, except that the hanging config is not built (test_hanging_candidate_times_out)."""
+    if _hangs(config):
+        return MeasureError.INSTANTIATION_ERROR, "skipped: hangs", 0.0
+    return faulty_build(task, target, config, path)
+
+
 def slow_build(task, target, config, path):
+    """unroll_kw configs build for 10 minutes; the others copy _PREBUILT["path"] at once."""
+    import shutil
     import time
 
     if config["unroll_kw"]:
-        time.sleep(120)
-    return build_candidate(task, target, config, path)
+        time.sleep(600)
+    shutil.copyfile(_PREBUILT["path"], path)
+    return MeasureError.NO_ERROR, "", 0.0
 
 
 def test_faulty_candidates_are_recorded_and_tuning_goes_on(task, target, tmp_path):
     out = tmp_path / "r.json"
     space = task.config_space(target)
-    opts = TuneOptions(trials=len(space), tuner="grid", measure=dataclasses.replace(FAST, timeout_s=6.0))
-    (res,) = tune_tasks([task], target, str(out), opts, Progress(live=False), build_fn=faulty_build)
+    configs = [c for c in space.all_configs() if not _hangs(c)]
+    opts = TuneOptions(trials=len(space), tuner="grid", measure=RELAXED)
+    (res,) = tune_tasks([task], target, str(out), opts, Progress(live=False), build_fn=no_hang_build)
     records = load_records(out)
     assert len(records) == len(space)  # every config measured once, the tuner never stopped
     by_error = {}
     for r in records:
         by_error.setdefault(MeasureError(r.error), []).append(r.config)
     assert all(c["tile_oh"] == 2 for c in by_error[MeasureError.RUNTIME_DEVICE])
-    assert [_hangs(c) for c in by_error[MeasureError.RUN_TIMEOUT]] == [True]
     assert all(c["tile_oh"] == 4 for c in by_error[MeasureError.WRONG_ANSWER])
-    assert all(c["tile_ow"] == 1 for c in by_error[MeasureError.INSTANTIATION_ERROR])
-    assert len(by_error[MeasureError.NO_ERROR]) == len([c for c in space.all_configs() if c["tile_oh"] in (1, 3)
-                                                         and c["tile_ow"] != 1 and not _hangs(c)]), \
+    assert all(c["tile_ow"] == 1 or _hangs(c) for c in by_error[MeasureError.INSTANTIATION_ERROR])
+    assert MeasureError.RUN_TIMEOUT not in by_error and MeasureError.BUILD_TIMEOUT not in by_error
+    assert len(by_error[MeasureError.NO_ERROR]) == len([c for c in configs if c["tile_oh"] in (1, 3)
+                                                         and c["tile_ow"] != 1]), \
         [(r.config, r.data["error_msg"]) for r in records if r.error and r.config["tile_oh"] in (1, 3)]
     assert res.best_flops > 0 and res.best_config["tile_oh"] in (1, 3) and not _hangs(res.best_config)
     assert "signal 11" in next(r for r in records if r.error == MeasureError.RUNTIME_DEVICE).data["error_msg"]
 
 
-def test_build_timeout(task, target):
+def test_hanging_candidate_times_out(task, target):
+    (hang,) = [c for c in task.config_space(target).all_configs() if _hangs(c)]
+    with Measurer(target, dataclasses.replace(FAST, timeout_s=2.0), faulty_build) as m:
+        (result,) = m.measure(task, [hang])
+    assert result.error == MeasureError.RUN_TIMEOUT and "longer than 2 s" in result.error_msg
+
+
+def test_build_timeout(task, target, tmp_path):
     space = task.config_space(target)
     configs = [c for c in space.all_configs()
                if c["tile_oh"] == 1 and c["tile_ow"] == 6 and not c["reorder_kernel_first"]]
     assert [c["unroll_kw"] for c in configs] == [False, True, False, True]
-    with Measurer(target, MeasureOptions(number=1, repeat=1, timeout_s=20.0, build_timeout_s=15.0, parallel=2),
-                  slow_build) as m:
+    _PREBUILT["path"] = str(tmp_path / "prebuilt.so")
+    assert build_candidate(task, target, configs[0], _PREBUILT["path"])[0] == MeasureError.NO_ERROR
+    with Measurer(target, dataclasses.replace(RELAXED, build_timeout_s=5.0), slow_build) as m:
         results = m.measure(task, configs, reference=True)
     assert [r.error for r in results] == [MeasureError.NO_ERROR, MeasureError.BUILD_TIMEOUT,
                                           MeasureError.NO_ERROR, MeasureError.BUILD_TIMEOUT]

@@ -1,10 +1,13 @@
 """CLI: error lines and exit codes, option parsing, and `run` / `inspect` on a fixture artifact."""
 
+import os
+
 import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import tvmc
 from test_package import build_fixture_library, make_fixture_module
 from tvmc.cli import cli, main, parse_input_shapes
 from tvmc.package import save_artifact
@@ -57,12 +60,18 @@ def test_missing_model_file(tmp_path):
 
 def test_compile_bad_dump_stage_is_usage_error(tmp_path):
     r = invoke("compile", tmp_path / "m.onnx", "--target", "native", "-o", tmp_path / "o.tar", "--dump-ir", "graph,xyz")
-    assert r.exit_code == 2 and "xyz" in r.output
+    assert r.exit_code == 64 and "xyz" in error_line(r) and error_line(r).endswith(" compile --help)")
 
 
 def test_compile_opt_level_range(tmp_path):
     r = invoke("compile", tmp_path / "m.onnx", "--target", "native", "-o", tmp_path / "o.tar", "--opt-level", "4")
-    assert r.exit_code == 2
+    assert r.exit_code == 64 and error_line(r).startswith("error: Invalid value for '-O' / '--opt-level'")
+
+
+@pytest.mark.parametrize("args", [["nosuchcommand"], ["run"], ["run", "a.tar", "--nope"], ["compile", "--target"]])
+def test_usage_errors_have_their_own_exit_code(args):
+    r = invoke(*args)
+    assert r.exit_code == 64 and error_line(r).startswith("error: ")
 
 
 def test_parse_input_shapes():
@@ -71,7 +80,8 @@ def test_parse_input_shapes():
     assert parse_input_shapes("input:0:[2,3]") == (("input:0", (2, 3)),)
     assert parse_input_shapes("scalar:[]") == (("scalar", ()),)
     assert parse_input_shapes(None) == ()
-    for bad in ("data", "data:[1,x]", "data:[0,3]", "a:[1] a:[2]", "data:[1,3"):
+    for bad in ("data", "data:[1,x]", "data:[0,3]", "a:[1] a:[2]", "data:[1,3", "data:[4294967296,4294967296]",
+                "data:[99999999999999999999999999]", "data:[-1]"):
         with pytest.raises(click.BadParameter):
             parse_input_shapes(bad)
 
@@ -111,7 +121,7 @@ def test_run_random_is_seeded(tmp_path, artifact_path):
 
 def test_run_bad_fill_mode(artifact_path):
     r = invoke("run", artifact_path, "--fill-mode", "twos")
-    assert r.exit_code == 2 and "twos" in r.output
+    assert r.exit_code == 64 and "twos" in error_line(r)
 
 
 def test_run_inputs_npz(tmp_path, artifact_path):
@@ -141,10 +151,32 @@ def test_run_inputs_wrong_shape(tmp_path, artifact_path):
     assert not (tmp_path / "out.npz").exists()
 
 
-def test_run_inputs_not_npz(tmp_path, artifact_path):
-    (tmp_path / "in.npz").write_text("hello")
-    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz")
-    assert r.exit_code == 8 and "cannot read inputs" in error_line(r)
+@pytest.mark.parametrize("kind,message", [
+    ("text", "not an .npz file (no zip signature"),
+    ("npy", "is a .npy file (one array); --inputs takes an .npz keyed by input name, e.g. np.savez(path, data=array)"),
+    ("strings", "input 'data' has dtype <U3"),
+    ("objects", "holds object arrays"),
+    ("damaged", "cannot read inputs as .npz"),
+    ("fifo", "not a regular file (a FIFO)"),
+])
+def test_run_inputs_that_are_not_an_npz_of_numbers(tmp_path, artifact_path, kind, message):
+    path = tmp_path / "in.npz"
+    if kind == "text":
+        path.write_text("hello")
+    elif kind == "npy":
+        with open(path, "wb") as f:
+            np.save(f, np.zeros(8, np.float32))
+    elif kind == "strings":
+        np.savez(path, data=np.array(["abc"] * 8))
+    elif kind == "objects":
+        np.savez(path, data=np.array([None] * 8, dtype=object))
+    elif kind == "damaged":
+        np.savez(path, data=np.zeros(8, np.float32))
+        path.write_bytes(path.read_bytes()[:60])
+    else:
+        os.mkfifo(path)
+    r = invoke("run", artifact_path, "--inputs", path)
+    assert r.exit_code == 8 and message in error_line(r)
 
 
 def test_internal_error_is_one_line(monkeypatch, artifact_path):
@@ -160,12 +192,48 @@ def test_internal_error_is_one_line(monkeypatch, artifact_path):
     assert len(lines) == 1 and lines[0].startswith("internal error: RuntimeError: kaboom")
 
 
-def test_verbose_reraises(tmp_path):
+def test_verbose_shows_traceback_and_keeps_exit_code(tmp_path):
     r = invoke("run", tmp_path / "nope.tar", "--verbose")
-    assert r.exit_code != 0
-    from tvmc.errors import ArtifactError
+    assert r.exit_code == 7
+    assert "Traceback" in r.stderr and "ArtifactError" in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == f"error: {tmp_path / 'nope.tar'}: no such file"
 
-    assert isinstance(r.exception, ArtifactError)
+
+def test_error_line_is_bounded_and_escaped(monkeypatch, artifact_path):
+    from tvmc.errors import InputError
+    from tvmc.runtime.executor import GraphExecutor
+
+    def boom(self):
+        raise InputError("bad \x1b[31mred\x1b[0m \udcff" + "x" * 10000)
+
+    monkeypatch.setattr(GraphExecutor, "run", boom)
+    r = invoke("run", artifact_path)
+    line = error_line(r)
+    assert r.exit_code == 8 and len(line) <= 410 and "\x1b" not in line and "\\x1b[31m" in line and "\\udcff" in line
+
+
+def test_keyboard_interrupt_is_one_line_and_130(monkeypatch, artifact_path):
+    from tvmc.runtime.executor import GraphExecutor
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(GraphExecutor, "run", interrupted)
+    r = invoke("run", artifact_path)
+    assert r.exit_code == 130 and error_line(r) == "error: interrupted"
+
+
+@pytest.mark.parametrize("where", ["artifact", "inputs", "device", "slash"])
+def test_run_outputs_path_rules(tmp_path, artifact_path, where):
+    np.savez(tmp_path / "in.npz", data=np.zeros(8, np.float32))
+    (tmp_path / "folder").mkdir()
+    target = {"artifact": artifact_path, "inputs": tmp_path / "in.npz", "folder": tmp_path / "folder",
+              "device": "/dev/null", "slash": str(tmp_path / "new") + "/"}[where]
+    before = open(artifact_path, "rb").read()
+    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz", "--outputs", target)
+    assert r.exit_code == 7 and error_line(r).startswith(f"error: {target}")
+    assert open(artifact_path, "rb").read() == before and os.path.exists("/dev/null") and not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "in.npz", "mod.tar"]
 
 
 def test_inspect(artifact_path):
@@ -174,7 +242,8 @@ def test_inspect(artifact_path):
     assert "kernels        1 distinct, 1 calls" in r.stdout
     assert "params         1 tensors, 32 bytes" in r.stdout
     assert "3 buffers for 3 tensors, 96 bytes" in r.stdout
-    assert '"kernel_abi_version": 1' in r.stdout
+    assert f'"kernel_abi_version": {tvmc.KERNEL_ABI_VERSION}' in r.stdout
+    assert "mod.so, " in r.stdout and "embedded description matches" in r.stdout
 
 
 def test_inspect_prints_kernel_calls_and_activation_memory(tmp_path, fixture_library):
@@ -215,7 +284,8 @@ def test_compile_with_stub_driver(tmp_path, monkeypatch, fixture_library):
     assert seen["model"] == str(model) and seen["target"].cpu == "skylake-avx512" and seen["target"].l2_bytes == 1048576
     assert opts.opt_level == 2 and opts.disabled_passes == frozenset({"FoldConstant"})
     assert opts.pass_config == (("FuseOps.max_depth", 8),) and opts.input_shapes == (("data", (8,)),)
-    assert opts.dump_ir == ("ll", "asm") and opts.dump_dir == str(out.parent)
+    assert opts.dump_ir == ("ll", "asm") and os.path.dirname(opts.dump_dir) == str(out.parent)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.dumps", "m.tar"]   # the stub wrote no dumps
     assert out.is_file()
     assert "kernels    1 distinct, 1 calls" in r.stdout and f"output     {out}" in r.stdout
     assert "params     0.00 MB" in r.stdout and "memory" not in r.stdout   # (the stub records no plan)

@@ -299,8 +299,32 @@ def test_build_library_dump_subset(host, tmp_path):
 
 def test_broken_linker_is_a_codegen_error(host):
     target = dataclasses.replace(host, linker=("false",))
-    with pytest.raises(CodegenError, match=r"linking failed.*command: false -o"):
+    with pytest.raises(CodegenError, match=r"linker failed.*command: false -o"):
         build_library([_relu_add_function()], target)
+
+
+def test_linker_that_writes_nothing_is_a_codegen_error(host):
+    target = dataclasses.replace(host, linker=("true",))
+    with pytest.raises(CodegenError, match=r"linker exited 0 but wrote no mod.so \(command: true -o mod.so mod.o\)"):
+        build_library([_relu_add_function()], target)
+
+
+def test_broken_c_compiler_is_a_codegen_error(host):
+    from tvmc.codegen.build import compile_runtime
+
+    target = dataclasses.replace(host, linker=("/nonexistent/tvmc-cc", "-shared"))
+    with pytest.raises(CodegenError, match="C compiler '/nonexistent/tvmc-cc' not found"):
+        compile_runtime(target)
+
+
+def test_cpu_llvm_does_not_know_is_a_target_error(host):
+    """Where tvmc has no ISA table (here: aarch64), LLVM's own 'not a recognized processor'
+    warning becomes a TargetError instead of a warning on stderr and a library for another cpu."""
+    from tvmc.errors import TargetError
+
+    target = dataclasses.replace(host, triple="aarch64-unknown-linux-gnu", cpu="no-such-cpu", features=())
+    with pytest.raises(TargetError, match="LLVM says 'no-such-cpu' is not a recognized processor"):
+        compile_ir("", target)
 
 
 def test_missing_linker_is_a_codegen_error(host):
@@ -309,8 +333,10 @@ def test_missing_linker_is_a_codegen_error(host):
         link_shared(b"", target)
 
 
-def test_invalid_ir_and_unknown_triple_are_codegen_errors(host):
+def test_invalid_ir_is_a_codegen_error_and_unknown_triple_a_target_error(host):
+    from tvmc.errors import TargetError
+
     with pytest.raises(CodegenError, match="LLVM rejected"):
         compile_ir("define void @f() { ret i32 0 }", host)
-    with pytest.raises(CodegenError, match="triple"):
+    with pytest.raises(TargetError, match="triple"):
         compile_ir("", dataclasses.replace(host, triple="nonsense-unknown-none"))

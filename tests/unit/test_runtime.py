@@ -1,9 +1,11 @@
 """Runtime: GraphExecutor on a one-kernel fixture library (inputs, outputs, checks, timing)."""
 
+import os
+
 import numpy as np
 import pytest
 
-from test_package import build_fixture_library, make_fixture_module
+from test_package import build_fixture_library, fixture_graph, fixture_params, make_fixture_module
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import load_artifact, save_artifact
 from tvmc.runtime import GraphExecutor, benchmark
@@ -57,9 +59,18 @@ def test_storage_without_storage_bytes(tmp_path, fixture_library):
     np.testing.assert_array_equal(ex.get_output(0), np.arange(8, dtype=np.float32))
 
 
-def test_storage_bytes_too_small(tmp_path, fixture_library):
-    module = make_fixture_module(fixture_library)
-    module.graph_json["storage_bytes"] = [32, 32, 16]
+def _consistent_module(tmp_path, edit):
+    """The fixture module with mod.json changed by `edit` and a library compiled for that graph,
+    so the artifact checks pass and the executor's own checks are what is left."""
+    graph = fixture_graph()
+    edit(graph)
+    module = make_fixture_module(build_fixture_library(str(tmp_path), graph, fixture_params()))
+    module.graph_json = graph
+    return module
+
+
+def test_storage_bytes_too_small(tmp_path):
+    module = _consistent_module(tmp_path, lambda g: g.__setitem__("storage_bytes", [32, 32, 16]))
     with pytest.raises(ArtifactError, match="storage 2"):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 
@@ -115,16 +126,14 @@ def test_wrong_arch(tmp_path, fixture_library):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 
 
-def test_missing_kernel(tmp_path, fixture_library):
-    module = make_fixture_module(fixture_library)
-    module.graph_json["nodes"][2]["attrs"]["func_name"] = "no_such_kernel"
+def test_missing_kernel(tmp_path):
+    module = _consistent_module(tmp_path, lambda g: g["nodes"][2]["attrs"].__setitem__("func_name", "no_such_kernel"))
     with pytest.raises(ArtifactError, match="kernel 'no_such_kernel'"):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 
 
-def test_plan_writing_into_param_storage_rejected(tmp_path, fixture_library):
-    module = make_fixture_module(fixture_library)
-    module.graph_json["attrs"]["storage_id"] = ["list_int", [0, 1, 1]]
+def test_plan_writing_into_param_storage_rejected(tmp_path):
+    module = _consistent_module(tmp_path, lambda g: g["attrs"].__setitem__("storage_id", ["list_int", [0, 1, 1]]))
     with pytest.raises(ArtifactError, match="bad storage plan"):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 
@@ -148,3 +157,27 @@ def test_benchmark(artifact_path):
     assert stats["min_ms"] <= stats["mean_ms"] <= stats["max_ms"]
     with pytest.raises(InputError):
         benchmark(ex, repeat=0, number=1)
+
+
+def test_guard_pages_fault_on_out_of_bounds_writes(tmp_path, fixture_library):
+    """Under TVMC_GUARD_PAGES=1 (make fuzz) a buffer ends at an inaccessible page: the fixture
+    run works, and a write past a storage buffer (rounded up to ALIGNMENT_BYTES, as PlanMemory
+    sizes storages) kills the process."""
+    import subprocess
+    import sys
+
+    path = save_artifact(make_fixture_module(fixture_library), tmp_path / "mod.tar")
+    code = f"""
+import ctypes, numpy as np
+from tvmc.runtime import GraphExecutor
+ex = GraphExecutor({str(path)!r})
+ex.set_input("data", np.ones(8, np.float32)); ex.run()
+assert (ex.get_output(0) == 2 + np.arange(8)).all()
+buf = ex._storage[2]
+print("ran", flush=True)
+ctypes.memmove(buf.ctypes.data + -(-buf.nbytes // 64) * 64, b"x", 1)
+print("not reached", flush=True)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TVMC_GUARD_PAGES": "1"})
+    assert res.stdout.split() == ["ran"] and res.returncode == -11, res.stderr

@@ -1,6 +1,7 @@
 """Target descriptors: shipped YAML validates; paths, overrides and errors of resolve_target."""
 
 import json
+import os
 from importlib import resources
 
 import jsonschema
@@ -155,3 +156,31 @@ def test_unknown_target_lists_known():
 def test_empty_spec():
     with pytest.raises(TargetError, match="no target given"):
         resolve_target("")
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{k}: &{k} [{', '.join(['*' + p] * 9)}]\n" for p, k in zip("abcdefgh", "bcdefghi")) + "features: *i\n"
+
+
+@pytest.mark.parametrize("text,message", [
+    (BOMB, r"YAML aliases \(\*a\) are not allowed"),
+    ("name: x\n" + "features: " + "[" * 40 + "]" * 40 + "\n", "nested more than 16 levels deep"),
+    ("name: x\n# " + "y" * (70 << 10) + "\n", "larger than 65536 bytes, the limit for a target descriptor"),
+])
+def test_descriptor_yaml_is_parsed_with_limits(tmp_path, text, message):
+    """An alias bomb of a few hundred bytes, deep nesting and huge files are refused at once,
+    before any object is built (an alias bomb used to run for a minute and fill memory)."""
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    with pytest.raises(TargetError, match=message) as e:
+        resolve_target(str(path))
+    assert len(str(e.value)) < 300
+
+
+def test_descriptor_that_is_not_utf8_or_not_a_file(tmp_path):
+    (tmp_path / "latin.yaml").write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(TargetError, match="not UTF-8 text"):
+        resolve_target(str(tmp_path / "latin.yaml"))
+    os.mkfifo(tmp_path / "fifo.yaml")
+    with pytest.raises(TargetError, match="not a regular file"):
+        resolve_target(str(tmp_path / "fifo.yaml"))

@@ -21,14 +21,67 @@ lower mean cost; the compile summary counts tasks per op workload, so a workload
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+
+import jsonschema
 
 from tvmc.autotune.space import ConfigEntity
 from tvmc.autotune.task import Task, workload_json, workload_key
 from tvmc.errors import TuningError
+from tvmc.paths import open_regular
 
 FORMAT_VERSION = 1
+
+_STR = {"type": "string"}
+_NUMBER = {"type": "number", "minimum": 0}
+# What a record line must hold before any field is used (numbers are finite: parse_line).
+RECORD_SCHEMA = {
+    "type": "object",
+    "required": ["version", "target", "task", "config"],
+    "properties": {
+        "version": {"const": FORMAT_VERSION},
+        "target": {"type": "object", "required": ["hash"], "properties": {"hash": _STR, "name": _STR}},
+        "task": {"type": "object", "required": ["name", "op", "workload", "in_dtypes", "flops"],
+                 "properties": {"name": _STR, "op": _STR, "workload": {"type": "array"},
+                                "in_dtypes": {"type": "array", "items": _STR},
+                                "flops": {"type": "integer", "minimum": 0}}},
+        "config": {"type": "object", "additionalProperties": {"type": ["integer", "number", "string", "boolean"]}},
+        "costs_s": {"type": "array", "items": _NUMBER},
+        "error": {"type": "integer", "minimum": 0},
+        "error_msg": _STR,
+        "timestamp": _NUMBER,
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number")
+
+
+def parse_line(line: str) -> "Record":
+    """A Record from one line; raises ValueError (with the reason) when the line is not JSON,
+    holds a non-finite number (1e400, NaN, Infinity) or does not follow RECORD_SCHEMA."""
+    try:
+        data = json.loads(line, parse_float=_finite, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if isinstance(data, dict) and data.get("version") not in (None, FORMAT_VERSION):
+        raise ValueError(f"format version {str(data.get('version'))[:20]}")
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ValueError(f"at '{where[:80]}': {error.message[:120]}")
+    return Record(data)
 
 
 def _tupled(x):
@@ -113,30 +166,29 @@ class RecordWriter:
 
 
 def load_records(path) -> list:
-    """Records of a file. A missing or unreadable file, or one without a single valid record
-    line, raises TuningError; single malformed lines (a line torn by a kill) are skipped."""
+    """Records of a file. A missing, non-regular or unreadable file, or one without a single
+    valid record line (parse_line), raises TuningError; single malformed lines (a line torn by
+    a kill) are skipped."""
     path = os.fspath(path)
+    if not os.path.lexists(path):
+        raise TuningError(f"{path}: tuning records file not found")
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        raise TuningError(f"{path}: tuning records file not found") from None
+        with open_regular(path, TuningError, "a tuning records file") as f:
+            lines = f.read().decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise TuningError(f"{path}: cannot read tuning records: {getattr(e, 'strerror', None) or e}") from None
-    records, bad = [], 0
+    records, bad, first = [], 0, ""
     for line in lines:
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
-            if data.get("version") != FORMAT_VERSION:
-                raise ValueError(f"format version {data.get('version')}")
-            records.append(Record(data))
-        except (ValueError, KeyError, TypeError, AttributeError):
+            records.append(parse_line(line))
+        except ValueError as e:
             bad += 1
+            first = first or str(e)
     if not records and bad:
-        raise TuningError(f"{path}: not a tuning records file ({bad} unreadable lines, none in format "
-                          f"version {FORMAT_VERSION})")
+        raise TuningError(f"{path}: not a tuning records file ({bad} unreadable lines, none a valid record in "
+                          f"format version {FORMAT_VERSION}; first: {first})")
     return records
 
 

@@ -1,19 +1,57 @@
-"""Build: fused functions -> loop IR -> one LLVM module -> object file -> shared library (mod.so)."""
+"""Build: fused functions -> loop IR -> one LLVM module -> object file -> shared library (mod.so).
+
+The library of a graph also holds the C API (tvmc/runtime/tvmc_runtime.c), compiled and linked
+by the descriptor's `linker`, a C compiler driver: a command that tvmc runs.
+LLVM's own diagnostics (written to the process's stderr) are captured: an unknown cpu or
+feature is a TargetError, other messages go to the `tvmc` logger (shown by `--verbose`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import logging
 import os
+import shlex
 import subprocess
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from tvmc.codegen import description
 from tvmc.codegen.llvm import CodeGenLLVM
-from tvmc.errors import CodegenError
+from tvmc.errors import CodegenError, TargetError
+from tvmc.paths import write_new_text
 from tvmc.toolchain import find_tool
 
+RUNTIME_SOURCE = "tvmc_runtime.c"
+log = logging.getLogger("tvmc")
 _initialized = False
+
+
+@contextlib.contextmanager
+def native_stderr(sink: list):
+    """Redirect file descriptor 2 (where LLVM's C++ code prints) into a temporary file while the
+    block runs; append what was written to `sink`."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to capture
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        try:
+            os.dup2(tmp.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace").strip()
+            if text:
+                sink.append(text)
 
 
 def _init_llvm():
@@ -25,14 +63,31 @@ def _init_llvm():
 
 
 def target_machine(target):
-    """An LLVM TargetMachine for the descriptor's triple, cpu and features (PIC, O3)."""
+    """An LLVM TargetMachine for the descriptor's triple, cpu and features (PIC, O3).
+
+    Raises TargetError when LLVM does not know the triple, or says the cpu or a feature is not
+    one of the triple's (LLVM would ignore them, or abort later while selecting instructions).
+    """
     _init_llvm()
     try:
         tgt = llvm.Target.from_triple(target.triple)
     except RuntimeError as e:
-        raise CodegenError(f"target {target.name}: LLVM does not know triple {target.triple}: {e}") from None
-    return tgt.create_target_machine(cpu=target.cpu, features=",".join(target.features), opt=3,
-                                     reloc="pic", codemodel="default")
+        raise TargetError(f"target {target.name}: LLVM does not know triple {target.triple}: {e}") from None
+    said: list = []
+    with native_stderr(said):
+        tm = tgt.create_target_machine(cpu=target.cpu, features=",".join(target.features), opt=3,
+                                       reloc="pic", codemodel="default")
+        tm.emit_object(llvm.parse_assembly(f'target triple = "{target.triple}"'))
+    for line in "\n".join(said).splitlines():
+        if "is not a recognized" in line:
+            raise TargetError(f"target {target.name} ({target.triple}): LLVM says {line.strip()[:200]}")
+    _log_llvm(said)
+    return tm
+
+
+def _log_llvm(said: list) -> None:
+    for text in said:
+        log.info("LLVM: %s", text)
 
 
 def optimize(mod, tm, speed_level: int = 3):
@@ -47,44 +102,89 @@ def optimize(mod, tm, speed_level: int = 3):
 def compile_ir(ir_text: str, target, dumps: dict | None = None) -> bytes:
     """LLVM IR text -> optimized object file bytes for `target`. Raises CodegenError."""
     tm = target_machine(target)
-    try:
-        mod = llvm.parse_assembly(ir_text)
-        mod.verify()
-    except RuntimeError as e:
-        raise CodegenError(f"LLVM rejected the generated IR: {str(e).strip().splitlines()[0]}") from None
-    mod.triple = target.triple
-    mod.data_layout = str(tm.target_data)
-    optimize(mod, tm)
-    if dumps is not None:
-        dumps["ll"] = str(mod)
-        if "asm" in dumps.get("_want", ()):
-            dumps["asm"] = tm.emit_assembly(mod)
-    return tm.emit_object(mod)
-
-
-def link_shared(obj: bytes, target) -> bytes:
-    """Link an object into a shared library with the descriptor's linker command."""
-    with tempfile.TemporaryDirectory(prefix="tvmc-link-") as tmp:
-        o, so = Path(tmp, "mod.o"), Path(tmp, "mod.so")
-        o.write_bytes(obj)
-        cmd = list(target.linker) + ["-o", str(so), str(o)]
-        find_tool(cmd, target.linker_package, f"target {target.name}: linker", CodegenError)
+    said: list = []
+    with native_stderr(said):
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True)
-        except OSError as e:
-            raise CodegenError(f"target {target.name}: cannot run linker '{cmd[0]}': {e.strerror or e}") from None
-        if res.returncode != 0:
-            err = (res.stderr.strip().splitlines() or ["?"])[0]
-            raise CodegenError(f"linking failed: {err} (command: {' '.join(cmd)})")
-        return so.read_bytes()
+            mod = llvm.parse_assembly(ir_text)
+            mod.verify()
+        except RuntimeError as e:
+            raise CodegenError(f"LLVM rejected the generated IR: {str(e).strip().splitlines()[0][:300]}") from None
+        mod.triple = target.triple
+        mod.data_layout = str(tm.target_data)
+        optimize(mod, tm)
+        if dumps is not None:
+            dumps["ll"] = str(mod)
+            if "asm" in dumps.get("_want", ()):
+                dumps["asm"] = tm.emit_assembly(mod)
+        obj = tm.emit_object(mod)
+    _log_llvm(said)
+    return obj
 
 
-def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None) -> bytes:
+def _run_tool(cmd: list, what: str, target, cwd: str, output: str) -> bytes:
+    """Run a toolchain command in `cwd`; return the bytes of the file `output` it must write.
+    Raises CodegenError naming the tool, its first line of stderr and the command."""
+    find_tool(cmd, target.linker_package, f"target {target.name}: {what}", CodegenError)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, errors="replace", cwd=cwd)
+    except FileNotFoundError:
+        raise CodegenError(f"{what} '{cmd[0]}' not found (target {target.name} needs it)") from None
+    except OSError as e:
+        raise CodegenError(f"{what} '{cmd[0]}' cannot run: {e.strerror or e} (target {target.name})") from None
+    if res.returncode != 0:
+        err = (res.stderr.strip().splitlines() or ["?"])[0][:300]
+        raise CodegenError(f"{what} failed: {err} (command: {shlex.join(cmd)})")
+    path = Path(cwd, output)
+    if not path.is_file() or path.stat().st_size == 0:
+        raise CodegenError(f"{what} exited 0 but wrote no {output} (command: {shlex.join(cmd)})")
+    return path.read_bytes()
+
+
+def runtime_source() -> bytes:
+    """The C API's source, tvmc/runtime/tvmc_runtime.c, with the header it includes."""
+    return resources.files("tvmc.runtime").joinpath(RUNTIME_SOURCE).read_bytes()
+
+
+RUNTIME_CFLAGS = ("-std=c99", "-O2", "-fPIC")
+
+
+@functools.lru_cache(maxsize=8)
+def _compile_runtime(linker: tuple, source_sha256: str, target) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="tvmc-cc-") as tmp:
+        Path(tmp, RUNTIME_SOURCE).write_bytes(runtime_source())
+        Path(tmp, "tvmc_kernels.h").write_bytes(resources.files("tvmc.runtime").joinpath("tvmc_kernels.h").read_bytes())
+        cmd = list(linker) + list(RUNTIME_CFLAGS) + ["-c", "-o", "tvmc_runtime.o", RUNTIME_SOURCE]
+        return _run_tool(cmd, "C compiler", target, tmp, "tvmc_runtime.o")
+
+
+def compile_runtime(target) -> bytes:
+    """Object file of the C API for `target`, compiled by its linker command (a C compiler
+    driver such as gcc or aarch64-linux-gnu-gcc, with its flags: -shared is ignored with -c)
+    and RUNTIME_CFLAGS; memoized per command and source, so a process compiling many models
+    compiles it once."""
+    sha = hashlib.sha256(runtime_source()).hexdigest()
+    return _compile_runtime(tuple(target.linker), sha, target)
+
+
+def link_shared(obj: bytes, target, extra_objects=()) -> bytes:
+    """Link an object (and `extra_objects`, object file bytes) into a shared library with the
+    descriptor's linker command. Raises CodegenError when the linker is missing, fails, or
+    exits 0 without writing the library."""
+    with tempfile.TemporaryDirectory(prefix="tvmc-link-") as tmp:
+        names = ["mod.o"] + [f"extra{i}.o" for i in range(len(extra_objects))]
+        for name, data in zip(names, [obj, *extra_objects]):
+            Path(tmp, name).write_bytes(data)
+        return _run_tool(list(target.linker) + ["-o", "mod.so", *names], "linker", target, tmp, "mod.so")
+
+
+def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
+                  params=None) -> bytes:
     """Compile fused graph `Function`s for `target` into shared-library bytes.
 
     Each Function becomes a kernel `void <name>(void* arg0, ..., void* out)` (see the kernel
-    ABI header tvmc_kernels.h); with `graph_json`, the library also gets the graph entry
-    `tvmc_graph_run` (tvmc.codegen.entry). `dump_ir` may contain 'tir', 'll', 'asm': those
+    ABI header tvmc_kernels.h); with `graph_json` (and its `params`, {name: np.ndarray}), the
+    library also gets the graph entry `tvmc_graph_run` (tvmc.codegen.entry), the module
+    description it was compiled for (tvmc.codegen.description) and the C API. `dump_ir` may contain 'tir', 'll', 'asm': those
     stages are written into `dump_dir` as mod.tir, mod.ll, mod.s. `config_lookup(impl_name,
     workload) -> ConfigEntity | None` (e.g. autotune.record.ApplyHistoryBest) supplies tuned
     configs to lower_fused.
@@ -102,14 +202,15 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
         cg.add_function(p)
     if graph_json is not None:
         add_graph_entry(cg, graph_json)
+        description.embed(cg.module, description.module_description(graph_json, description.param_info(params or {})))
     dumps = {"_want": tuple(dump_ir)}
     obj = compile_ir(cg.ir_text(), target, dumps)
     if dump_dir and dump_ir:
         os.makedirs(dump_dir, exist_ok=True)
         if "tir" in dump_ir:
-            Path(dump_dir, "mod.tir").write_text("".join(str(p) for p in prims))
+            write_new_text(Path(dump_dir, "mod.tir"), "".join(str(p) for p in prims))
         if "ll" in dump_ir:
-            Path(dump_dir, "mod.ll").write_text(dumps["ll"])
+            write_new_text(Path(dump_dir, "mod.ll"), dumps["ll"])
         if "asm" in dump_ir:
-            Path(dump_dir, "mod.s").write_text(dumps["asm"])
-    return link_shared(obj, target)
+            write_new_text(Path(dump_dir, "mod.s"), dumps["asm"])
+    return link_shared(obj, target, [compile_runtime(target)] if graph_json is not None else [])

@@ -420,8 +420,12 @@ class CodeGenLLVM:
                 return b.or_(x, y)
             if fl:
                 if e.op in ("min", "max"):
-                    c = b.fcmp_ordered("<" if e.op == "min" else ">", x, y)
-                    return b.select(c, x, y)
+                    # NaN-propagating, as numpy's minimum/maximum and ONNX Min/Max/Relu/Clip/MaxPool/
+                    # ReduceMax in onnxruntime: y when y wins (an ordered compare: x when x is NaN),
+                    # y when y is NaN. The inner select is x86's maxps/minps(y, x); with y a constant
+                    # (relu's 0) the NaN test folds away and one instruction is left.
+                    first = b.select(b.fcmp_ordered("<" if e.op == "min" else ">", y, x), y, x)
+                    return b.select(b.fcmp_unordered("uno", y, y), y, first)
                 # `contract` lets LLVM fuse a multiply and the add that consumes it into one FMA
                 # (one rounding instead of two, like C's -ffp-contract=on)
                 return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[e.op](x, y, flags=FP_CONTRACT)

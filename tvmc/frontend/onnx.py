@@ -249,7 +249,7 @@ class _Importer:
             if declared is not None and len(declared) != len(shape):
                 raise self.error(f"--input-shapes gives '{vi.name}' rank {len(shape)} but the model declares "
                                  f"rank {len(declared)} {_fmt_dims(declared)}")
-            return Var(vi.name, TensorType(shape, dtype))
+            return Var(vi.name, self._input_type(vi.name, shape, dtype))
         if declared is None:
             raise self.error(f"graph input '{vi.name}' has no shape; fix it with "
                              f"--input-shapes \"{vi.name}:[1,3,224,224]\"")
@@ -259,7 +259,13 @@ class _Importer:
                 hint = ",".join(str(x) if isinstance(x, int) else "1" for x in declared)
                 raise self.error(f"graph input '{vi.name}' dimension {i} is {what}; fix it with "
                                  f"--input-shapes \"{vi.name}:[{hint}]\"")
-        return Var(vi.name, TensorType(tuple(declared), dtype))
+        return Var(vi.name, self._input_type(vi.name, tuple(declared), dtype))
+
+    def _input_type(self, name, shape, dtype) -> TensorType:
+        try:
+            return TensorType(shape, dtype)
+        except ValueError as e:  # a negative dimension, a tensor beyond MAX_TENSOR_BYTES
+            raise self.error(f"graph input '{name}': {e}") from None
 
     def _infer(self, real_inputs, input_shapes):
         """ONNX shape inference (with input overrides applied) -> self.inferred[name] = TensorType
@@ -289,8 +295,11 @@ class _Importer:
                 continue
             if not all(d.HasField("dim_value") for d in tt.shape.dim):
                 continue
-            self.inferred[vi.name] = TensorType(tuple(d.dim_value for d in tt.shape.dim),
-                                                _np_dtype_name(tt.elem_type))
+            try:
+                self.inferred[vi.name] = TensorType(tuple(d.dim_value for d in tt.shape.dim),
+                                                    _np_dtype_name(tt.elem_type))
+            except (ValueError, TypeError):  # an invalid inferred shape: our own type rules report it
+                continue
 
     # -- nodes ----------------------------------------------------------------------------
     def _lookup(self, name: str, user: str):

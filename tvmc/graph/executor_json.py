@@ -17,6 +17,17 @@ def _unique(name: str, taken: set) -> str:
     return out
 
 
+def graph_attr(graph_json: dict, name: str) -> list:
+    """Per-entry attribute list `name` ('shape', 'dltype', 'storage_id') of a graph-executor JSON.
+
+    Accepts TVM's tagged form (`["list_shape", [...]]`) and a plain list. Raises KeyError when absent.
+    """
+    value = graph_json["attrs"][name]
+    if len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], list):
+        return value[1]
+    return value
+
+
 def build_executor_json(graph: Graph) -> tuple:
     """Serialize a graph after FuseOps + PlanMemory in TVM's graph-executor JSON schema.
 

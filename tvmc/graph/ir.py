@@ -15,18 +15,41 @@ the analogue of TVM's ExprMutator).
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
 
 
+# The largest tensor tvmc compiles: element counts and byte offsets stay far from 64-bit
+# overflow, and any buffer of this size is beyond what a host allocates.
+MAX_TENSOR_BYTES = 1 << 40
+
+
 @dataclass(frozen=True)
 class TensorType:
-    """Static tensor type: `shape` (tuple of ints, row-major) and `dtype` (numpy name, e.g. 'float32')."""
+    """Static tensor type: `shape` (tuple of ints, row-major) and `dtype` (numpy name, e.g. 'float32').
+
+    Checked when made: every dimension is an integer >= 0 and the tensor holds at most
+    MAX_TENSOR_BYTES bytes (computed exactly, so no 64-bit overflow hides a huge shape). Raises
+    ValueError with the reason (make_call and Var turn it into a ModelError naming the node or
+    the input).
+    """
 
     shape: tuple
     dtype: str = "float32"
+
+    def __post_init__(self):
+        for d in self.shape:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+                raise ValueError(f"shape {list(self.shape)} has a dimension that is not an integer")
+            if d < 0:
+                raise ValueError(f"shape {_fmt_dims(self.shape)} has a negative dimension")
+        nbytes = math.prod(int(d) for d in self.shape) * np.dtype(self.dtype).itemsize
+        if nbytes > MAX_TENSOR_BYTES:
+            raise ValueError(f"shape {_fmt_dims(self.shape)} ({self.dtype}) is {nbytes} bytes, more than the "
+                             f"limit of {MAX_TENSOR_BYTES} bytes per tensor")
 
     @property
     def size(self) -> int:
@@ -40,6 +63,10 @@ class TensorType:
 
     def __str__(self):
         return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+
+
+def _fmt_dims(shape) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
 _ids = itertools.count()
@@ -136,13 +163,26 @@ class Call(Expr):
 def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
     """Build a `Call` of a registered operator, inferring its output type.
 
-    Raises tvmc.errors.ModelError (naming `name`) when the op rejects the input types.
+    Raises tvmc.errors.ModelError (naming `name`) when the op rejects the input types, when its
+    output type is not a valid TensorType (a negative dimension, more than MAX_TENSOR_BYTES),
+    or when an input holds no element (a dimension of 0) and the op is not elementwise,
+    broadcast, injective or a commutative reduction (convolutions, pooling, dense, LRN,
+    softmax, ... cannot take an empty tensor).
     """
-    from tvmc.ops.registry import get_op
+    from tvmc.errors import ModelError
+    from tvmc.ops.registry import OpPattern, get_op
 
+    # patterns whose kernels compute each output element without a window, a division by an
+    # extent or a schedule split over it: they take tensors with a dimension of 0
+    empty_ok = (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE, OpPattern.COMM_REDUCE)
     attrs = dict(attrs or {})
     opdef = get_op(op)
     type_ = opdef.type_of([i.type for i in inputs], attrs, name)
+    if opdef.pattern not in empty_ok:
+        for k, i in enumerate(inputs):
+            if 0 in i.shape:
+                raise ModelError(f"node '{name or '?'}' ({op}): input {k} has shape {_fmt_dims(i.shape)}, with a "
+                                 f"dimension of 0; {op} cannot take an empty tensor")
     return Call(op, inputs, attrs, type_, name)
 
 

@@ -73,7 +73,7 @@ class OpDef:
         """Output TensorType; a ValueError from the rule becomes ModelError naming the node."""
         try:
             return self.infer_type(in_types, attrs)
-        except (ValueError, IndexError) as e:
+        except (ValueError, IndexError, OverflowError) as e:
             raise ModelError(f"node '{node_name or '?'}' ({self.name}): {e}") from None
 
     def implementations(self, family: str, workload: tuple | None = None) -> list:

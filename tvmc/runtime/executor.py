@@ -6,14 +6,17 @@ numpy only holds tensors here; every operator runs inside mod.so. See tvmc_kerne
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import statistics
+import tempfile
 import time
 
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.package import Artifact, graph_attr, load_artifact
+from tvmc.graph.executor_json import graph_attr
+from tvmc.package import Artifact, load_artifact
 from tvmc.target import host_arch
 
 ALIGNMENT_BYTES = 64
@@ -73,8 +76,48 @@ def output_position(index, output_names) -> int:
     return index
 
 
+def load_library(data: bytes, name: str, origin: str) -> ctypes.CDLL:
+    """dlopen the library bytes `data` from a file in a fresh private folder that is removed as
+    soon as the library is loaded, so no run (not even one that crashes in a kernel) leaves it
+    behind. The unique path also keeps the dynamic loader from handing back another library
+    loaded earlier under the same name. Loading runs the library's initializers: load checked
+    artifacts only. Raises ArtifactError."""
+    with tempfile.TemporaryDirectory(prefix="tvmc-lib-") as tmp:
+        path = os.path.join(tmp, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        try:
+            return ctypes.CDLL(path, mode=os.RTLD_LOCAL | getattr(os, "RTLD_NOW", 0))
+        except OSError as e:
+            raise ArtifactError(f"{origin}: cannot load kernel library: {str(e)[:200]}") from None
+
+
+GUARD_PAGES_ENV = "TVMC_GUARD_PAGES"
+
+
+def _guarded_empty(nbytes: int) -> np.ndarray:
+    """A uint8 array of `nbytes` bytes (ALIGNMENT_BYTES-aligned) whose size rounded up to
+    ALIGNMENT_BYTES ends where an inaccessible page begins, with another one before it: a kernel
+    reading or writing past the buffer faults at once (an electric-fence allocator, for
+    `make fuzz`; PlanMemory's storages are whole multiples of ALIGNMENT_BYTES)."""
+    page = mmap.PAGESIZE
+    size = -(-max(nbytes, 1) // ALIGNMENT_BYTES) * ALIGNMENT_BYTES
+    data_pages = -(-size // page)
+    region = mmap.mmap(-1, (data_pages + 2) * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for start in (base, base + (data_pages + 1) * page):
+        if libc.mprotect(start, page, 0) != 0:   # PROT_NONE
+            raise OSError(ctypes.get_errno(), "mprotect failed")
+    return np.frombuffer(region, np.uint8, count=nbytes, offset=(data_pages + 1) * page - size)
+
+
 def _aligned_empty(nbytes: int) -> np.ndarray:
-    """A uint8 array of `nbytes` bytes whose data starts on an ALIGNMENT_BYTES boundary."""
+    """A uint8 array of `nbytes` bytes whose data starts on an ALIGNMENT_BYTES boundary (between
+    guard pages when the environment sets TVMC_GUARD_PAGES=1, see _guarded_empty)."""
+    if os.environ.get(GUARD_PAGES_ENV) == "1":
+        return _guarded_empty(nbytes)
     raw = np.empty(nbytes + ALIGNMENT_BYTES, dtype=np.uint8)
     offset = (-raw.ctypes.data) % ALIGNMENT_BYTES
     return raw[offset:offset + nbytes]
@@ -96,11 +139,10 @@ class GraphExecutor:
         self.artifact = artifact
         origin = artifact.path
         check_host(artifact.metadata, origin)
+        if artifact.library is None or artifact.params is None:
+            raise ArtifactError(f"{origin}: loaded without its library and params (load_artifact read_data=False)")
         g = artifact.graph_json
-        try:
-            self._lib = ctypes.CDLL(artifact.library_path, mode=os.RTLD_LOCAL)
-        except OSError as e:
-            raise ArtifactError(f"{origin}: cannot load kernel library: {e}") from None
+        self._lib = load_library(artifact.library, artifact.library_name, origin)
 
         nodes, row_ptr = g["nodes"], g["node_row_ptr"]
         shapes = graph_attr(g, "shape")

@@ -1,5 +1,6 @@
 /*
- * tvmc_kernels.h -- the C ABI of the kernels in a tvmc artifact (mod.tar).
+ * tvmc_kernels.h -- the C ABI of the kernels in a tvmc artifact (mod.tar), and the C API
+ * that runs the whole model (RUNNING THE MODEL FROM C below).
  *
  * A mod.tar holds:
  *   mod.so          shared library with one exported C function per fused kernel
@@ -29,6 +30,30 @@
  *
  * RUNNING THE MODEL FROM C (no Python needed)
  *
+ *   mod.so of a CPU target contains a small C API (tvmc/runtime/tvmc_runtime.c, compiled into
+ *   it): link against mod.so (or dlopen it), then
+ *
+ *       tvmc_model *m;
+ *       if (tvmc_model_create_from_file("mod.params", &m) != TVMC_OK)
+ *           fprintf(stderr, "%s\n", tvmc_last_error());
+ *       tvmc_tensor_info in;
+ *       tvmc_model_input_info(m, 0, &in);              name, dtype, shape, size of input 0
+ *       tvmc_model_set_input(m, in.name, "float32", shape, ndim, data, nbytes);
+ *       tvmc_model_run(m);
+ *       tvmc_model_get_output(m, 0, out, out_nbytes);
+ *       tvmc_model_destroy(m);
+ *
+ *   The API checks everything it is given against the module description the library was
+ *   compiled for (the symbol tvmc_module_description, JSON: storage plan, entries, inputs,
+ *   outputs, params): the params blob (mod.params, safetensors) must hold every param with
+ *   its dtype, shape and byte size, an input must have the dtype, shape and byte size of the
+ *   description, an output buffer its byte size. mod.json is not read: the description is the
+ *   plan the kernels were compiled for. Every function returns TVMC_OK or an error code;
+ *   tvmc_last_error() then holds one line saying what is wrong (the last error of the process:
+ *   call the API from one thread at a time). A model may be run any number of times.
+ *
+ * RUNNING THE KERNELS BY HAND
+ *
  *   1. Read mod.json. For entry e (node_row_ptr[node] + output index):
  *        attrs.shape[1][e]       its shape
  *        attrs.dltype[1][e]      its dtype ("float32", "int64", ...)
@@ -55,18 +80,73 @@
 #ifndef TVMC_KERNELS_H_
 #define TVMC_KERNELS_H_
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Version of this ABI; metadata.json "kernel_abi_version" carries the same number. */
-#define TVMC_KERNEL_ABI_VERSION 1
+#define TVMC_KERNEL_ABI_VERSION 2
 
 /* Alignment in bytes of every buffer passed to a kernel. */
 #define TVMC_BUFFER_ALIGNMENT 64
 
 /* The graph entry: runs the whole model; entries[e] points to the buffer of data entry e. */
 void tvmc_graph_run(void *const *entries);
+
+/* The module description (NUL-terminated JSON) the library was compiled for; see
+ * tvmc/codegen/description.py for its fields. */
+extern const char tvmc_module_description[];
+
+/* ---- C API ---------------------------------------------------------------------------- */
+
+/* Return codes. */
+#define TVMC_OK 0
+#define TVMC_ERR_ARGUMENT 1    /* a NULL pointer, an unknown input name, an index out of range */
+#define TVMC_ERR_PARAMS 2      /* the params blob is not safetensors or does not match the description */
+#define TVMC_ERR_INPUT 3       /* an input's dtype, shape or byte size differs from the description */
+#define TVMC_ERR_OUTPUT 4      /* an output buffer's byte size differs from the output's */
+#define TVMC_ERR_MEMORY 5      /* an allocation failed */
+#define TVMC_ERR_IO 6          /* a file cannot be read (or the build has no file system) */
+#define TVMC_ERR_DESCRIPTION 7 /* the embedded description is malformed (a damaged library) */
+
+/* A model: its storage buffers (64-byte aligned), params copied in, inputs and outputs. */
+typedef struct tvmc_model tvmc_model;
+
+/* An input or output: pointers stay valid until tvmc_model_destroy. */
+typedef struct {
+  const char *name;     /* the ONNX graph input / output name (UTF-8) */
+  const char *dtype;    /* "float32", "int64", "int32", "bool", ... */
+  int32_t ndim;
+  const int64_t *shape; /* ndim dimensions, row-major */
+  uint64_t nbytes;      /* bytes of the tensor */
+} tvmc_tensor_info;
+
+/* Create a model from the params blob in memory (the bytes of mod.params; NULL and 0 for a
+ * model without params). The blob is copied: it may be freed after the call. */
+int tvmc_model_create(const void *params, size_t params_size, tvmc_model **out);
+/* Create a model from the mod.params file at params_path. */
+int tvmc_model_create_from_file(const char *params_path, tvmc_model **out);
+/* Free a model and everything it allocated (NULL is ignored). */
+void tvmc_model_destroy(tvmc_model *model);
+
+int32_t tvmc_model_num_inputs(const tvmc_model *model);
+int32_t tvmc_model_num_outputs(const tvmc_model *model);
+/* Describe input / output `index` (0-based, in the order of metadata.json). */
+int tvmc_model_input_info(const tvmc_model *model, int32_t index, tvmc_tensor_info *info);
+int tvmc_model_output_info(const tvmc_model *model, int32_t index, tvmc_tensor_info *info);
+
+/* Copy `nbytes` bytes of `data` into input `name`; dtype, shape and nbytes must be the input's. */
+int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype, const int64_t *shape,
+                         int32_t ndim, const void *data, size_t nbytes);
+/* Run the whole model once (the kernels' parallel loops use OMP_NUM_THREADS threads). */
+int tvmc_model_run(tvmc_model *model);
+/* Copy output `index` into `data`; nbytes must be the output's size in bytes. */
+int tvmc_model_get_output(const tvmc_model *model, int32_t index, void *data, size_t nbytes);
+/* One line describing the last error (empty when none occurred yet). */
+const char *tvmc_last_error(void);
 
 /* A kernel with one input and one output, e.g. void fused_nn_relu(void *x, void *y). */
 typedef void (*tvmc_kernel1_t)(void *in0, void *out);

@@ -221,9 +221,8 @@ class Reduce(PrimExpr):
             return _wrap(0.0 if is_float(self.dtype) else 0, self)
         if self.combiner == "prod":
             return _wrap(1.0 if is_float(self.dtype) else 1, self)
-        if is_float(self.dtype):
-            big = 3.4028234663852886e38
-            return _wrap(-big if self.combiner == "max" else big, self)
+        if is_float(self.dtype):  # so a max over -inf values is -inf (and a min over +inf, +inf)
+            return _wrap(float("-inf") if self.combiner == "max" else float("inf"), self)
         import numpy as np
 
         info = np.iinfo(self.dtype if self.dtype != "bool" else "uint8")
@@ -276,11 +275,13 @@ def select(cond, t, f):
 
 
 def maximum(a, b):
+    """Elementwise max; on floats NaN-propagating (numpy's `maximum`: NaN if either is NaN)."""
     a = _wrap(a)
     return BinOp("max", a, _wrap(b, a))
 
 
 def minimum(a, b):
+    """Elementwise min; on floats NaN-propagating (numpy's `minimum`)."""
     a = _wrap(a)
     return BinOp("min", a, _wrap(b, a))
 

@@ -1,0 +1,244 @@
+"""Module description: what a kernel library was compiled for, embedded in the library itself.
+
+The description binds the parts of a mod.tar together. It is computed once at compile time from
+the graph-executor JSON and the params, embedded into the library as the NUL-terminated data
+symbol `tvmc_module_description` (canonical JSON, sorted keys, no spaces), and checked before
+any kernel touches memory: by the Python runtime (tvmc.package.load_artifact) against mod.json,
+mod.params and metadata.json, and by the C API (tvmc/runtime/tvmc_runtime.c) against the params
+blob and every input. `tvmc inspect` reads it from the library file without loading the library.
+
+Format version 1:
+
+    {"version": 1,
+     "kernel_abi_version": 2,
+     "storage_bytes": [bytes per storage id],
+     "entries": [{"storage_id": sid, "dtype": "float32", "shape": [1, 3, 224, 224]}, ...],
+     "inputs":  [{"name": ..., "entry": e, "dtype": ..., "shape": [...]}, ...],
+     "outputs": [{"name": ..., "entry": e, "dtype": ..., "shape": [...]}, ...],
+     "params":  [{"name": ..., "entry": e, "dtype": ..., "shape": [...], "nbytes": n}, ...],
+     "calls":   [{"func": "fused_nn_conv2d_add", "args": [entry ids: inputs, then outputs]}, ...]}
+
+Entry e is data entry `node_row_ptr[node] + output index` of mod.json; `calls` lists the tvm_op
+nodes in node order (those the graph entry `tvmc_graph_run` makes, `__nop` views left out).
+
+Readers are per library format (`READERS`): `so` reads the symbol through the ELF symbol table
+(pyelftools); a format added later (a wasm custom section, a comment in PTX or OpenCL C source)
+adds its reader here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+import tvmc
+from tvmc.errors import ArtifactError
+from tvmc.graph.executor_json import graph_attr
+
+SYMBOL = "tvmc_module_description"
+VERSION = 1
+MAX_DESCRIPTION_BYTES = 64 << 20
+
+
+def _entry_id(graph_json: dict, ref) -> int:
+    return int(graph_json["node_row_ptr"][int(ref[0])]) + int(ref[1])
+
+
+def _nbytes(dtype: str, shape) -> int:
+    return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+
+
+def module_description(graph_json: dict, params: dict, input_names=None, output_names=None) -> dict:
+    """The description (module docstring) of a graph-executor JSON and its params.
+
+    graph_json: TVM graph-executor JSON as written to mod.json (tvmc.graph.executor_json).
+    params:     {name: (dtype name, shape)} of every param (arrays give theirs through
+                `param_info`); a param node whose name is missing here is described with the
+                graph's own dtype and shape.
+    input_names, output_names: default to graph_json's "input_names" / "output_names" (else
+                the null nodes that are not params, and output_<i>).
+    Raises KeyError / IndexError / TypeError / ValueError on a malformed graph (callers that read
+    untrusted files check its structure first).
+    """
+    shapes = graph_attr(graph_json, "shape")
+    dtypes = graph_attr(graph_json, "dltype")
+    sids = graph_attr(graph_json, "storage_id")
+    nodes = graph_json["nodes"]
+    row_ptr = graph_json["node_row_ptr"]
+    entries = [{"storage_id": int(s), "dtype": str(d), "shape": [int(x) for x in shp]}
+               for s, d, shp in zip(sids, dtypes, shapes)]
+    if not len(entries) == len(shapes) == len(dtypes) == len(sids):
+        raise ValueError("attrs shape, dltype and storage_id differ in length")
+    if input_names is None:
+        input_names = graph_json.get("input_names")
+    if input_names is None:
+        input_names = [n["name"] for n in nodes if n["op"] == "null" and n["name"] not in params]
+    inputs, descr_params = [], []
+    for nid, node in enumerate(nodes):
+        if node["op"] != "null":
+            continue
+        e = int(row_ptr[nid])
+        item = {"name": str(node["name"]), "entry": e, "dtype": entries[e]["dtype"], "shape": entries[e]["shape"]}
+        if node["name"] in input_names:
+            inputs.append(item)
+        else:
+            dtype, shape = params.get(node["name"], (item["dtype"], item["shape"]))
+            descr_params.append({"name": item["name"], "entry": e, "dtype": str(dtype),
+                                 "shape": [int(d) for d in shape], "nbytes": _nbytes(dtype, shape)})
+    heads = [_entry_id(graph_json, h) for h in graph_json["heads"]]
+    if output_names is None:
+        output_names = graph_json.get("output_names") or [f"output_{i}" for i in range(len(heads))]
+    outputs = [{"name": str(n), "entry": e, "dtype": entries[e]["dtype"], "shape": entries[e]["shape"]}
+               for n, e in zip(output_names, heads)]
+    calls = []
+    for nid, node in enumerate(nodes):
+        if node["op"] != "tvm_op" or node["attrs"]["func_name"] == "__nop":
+            continue
+        outs = [int(row_ptr[nid]) + k for k in range(int(node["attrs"].get("num_outputs", 1)))]
+        calls.append({"func": str(node["attrs"]["func_name"]),
+                      "args": [_entry_id(graph_json, i) for i in node["inputs"]] + outs})
+    storage = graph_json.get("storage_bytes")
+    if storage is None:
+        storage = [0] * (max((e["storage_id"] for e in entries), default=-1) + 1)
+        for e in entries:
+            storage[e["storage_id"]] = max(storage[e["storage_id"]], _nbytes(e["dtype"], e["shape"]))
+    return {"version": VERSION, "kernel_abi_version": tvmc.KERNEL_ABI_VERSION,
+            "storage_bytes": [int(b) for b in storage], "entries": entries, "inputs": inputs,
+            "outputs": outputs, "params": descr_params, "calls": calls}
+
+
+def param_info(params: dict) -> dict:
+    """{name: (dtype name, shape)} of numpy params, the form module_description takes."""
+    return {k: (np.asarray(v).dtype.name, tuple(np.shape(v))) for k, v in params.items()}
+
+
+def encode(description: dict) -> bytes:
+    """Canonical bytes of a description: compact JSON with sorted keys, ASCII only."""
+    return json.dumps(description, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def embed(module, description: dict) -> None:
+    """Add the description to an llvmlite ir.Module as the exported constant
+    `tvmc_module_description` (i8 array, NUL-terminated)."""
+    from llvmlite import ir
+
+    data = encode(description) + b"\0"
+    ty = ir.ArrayType(ir.IntType(8), len(data))
+    var = ir.GlobalVariable(module, ty, SYMBOL)
+    var.global_constant = True
+    var.initializer = ir.Constant(ty, bytearray(data))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a description back from a library file, per library format
+
+
+def _read_elf(f, size: int) -> bytes:
+    """The bytes of symbol SYMBOL in an ELF shared library (dynamic symbol table first)."""
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(f)
+    for section_name in (".dynsym", ".symtab"):
+        table = elf.get_section_by_name(section_name)
+        if table is None:
+            continue
+        syms = table.get_symbol_by_name(SYMBOL)
+        if not syms:
+            continue
+        sym = syms[0]
+        nbytes = int(sym["st_size"])
+        shndx = sym["st_shndx"]
+        if not isinstance(shndx, int) or nbytes <= 0 or nbytes > MAX_DESCRIPTION_BYTES:
+            raise ValueError(f"symbol {SYMBOL} has size {nbytes} in section {shndx}")
+        sec = elf.get_section(shndx)
+        offset = int(sec["sh_offset"]) + int(sym["st_value"]) - int(sec["sh_addr"])
+        if sec["sh_type"] == "SHT_NOBITS" or offset < 0 or offset + nbytes > size:
+            raise ValueError(f"symbol {SYMBOL} lies outside the file")
+        f.seek(offset)
+        return f.read(nbytes)
+    raise LookupError(f"the library has no symbol {SYMBOL}")
+
+
+READERS = {"so": _read_elf}
+
+
+def read_description(f, size: int, library_format: str, origin: str) -> dict:
+    """The description embedded in a library of `library_format`, read from the seekable binary
+    file `f` of `size` bytes without loading the library.
+
+    Raises ArtifactError (naming `origin`, e.g. "model.tar: mod.so") when the format has no
+    reader, the symbol is missing, or its bytes are not a description.
+    """
+    reader = READERS.get(library_format)
+    if reader is None:
+        raise ArtifactError(f"{origin}: no reader for the description embedded in a '{library_format}' library")
+    try:
+        data = reader(f, size)
+    except LookupError as e:
+        raise ArtifactError(f"{origin}: {e}; it was not built by this tvmc (recompile the model)") from None
+    except Exception as e:  # a damaged file: pyelftools raises ELFError, struct errors, ...
+        raise ArtifactError(f"{origin}: cannot read the embedded description: {type(e).__name__}: "
+                            f"{str(e)[:200]}") from None
+    if not data.endswith(b"\0"):
+        raise ArtifactError(f"{origin}: the embedded description is not NUL-terminated")
+    try:
+        desc = json.loads(data[:-1].decode("ascii"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ArtifactError(f"{origin}: the embedded description is not JSON: {str(e)[:200]}") from None
+    if not isinstance(desc, dict) or desc.get("version") != VERSION:
+        raise ArtifactError(f"{origin}: embedded description of an unknown format version; recompile the model")
+    return desc
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+def _fmt(value) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def first_difference(got, want, path: str = "") -> tuple | None:
+    """(path, got, want) of the first place where two JSON values differ, else None. Items of
+    lists of named objects are shown with their name: `params[2]('w').shape`; short lists of plain
+    values (shapes) are compared whole."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        for key in sorted(set(got) | set(want)):
+            if key not in got or key not in want:
+                return (f"{path}.{key}".lstrip("."), got.get(key, "(absent)"), want.get(key, "(absent)"))
+            diff = first_difference(got[key], want[key], f"{path}.{key}")
+            if diff:
+                return diff
+        return None
+    flat = isinstance(got, list) and isinstance(want, list) and \
+        len(got) + len(want) <= 16 and not any(isinstance(v, (list, dict)) for v in got + want)
+    if isinstance(got, list) and isinstance(want, list) and not flat:
+        for i, (g, w) in enumerate(zip(got, want)):
+            name = w.get("name") if isinstance(w, dict) else None
+            diff = first_difference(g, w, f"{path}[{i}]" + (f"('{name}')" if isinstance(name, str) else ""))
+            if diff:
+                return diff
+        if len(got) != len(want):
+            return (f"{path.lstrip('.')} length", len(got), len(want))
+        return None
+    if got != want or type(got) is not type(want):
+        return (path.lstrip("."), got, want)
+    return None
+
+
+def check_description(embedded: dict, actual: dict, member_of: dict, library: str, origin: str) -> None:
+    """Raise ArtifactError unless the description computed from the artifact's files (`actual`)
+    equals the one embedded in the library. `member_of` maps a top-level key to the member
+    that holds it ("storage_bytes": "mod.json", "params": "mod.params", ...); the message
+    names that member, the place and both values, e.g. "model.tar: mod.json does not match
+    mod.so: outputs[0]('y').shape is [1,10], mod.so was compiled for [1,1000]"."""
+    diff = first_difference(actual, embedded)
+    if diff is None:
+        return
+    where, got, want = diff
+    member = member_of.get(where.split(".")[0].split("[")[0].split(" ")[0], "the artifact")
+    raise ArtifactError(f"{origin}: {member} does not match {library}: {where} is {_fmt(got)}, "
+                        f"{library} was compiled for {_fmt(want)}")

@@ -1,0 +1,751 @@
+/*
+ * tvmc_runtime.c -- the C API of a tvmc CPU artifact (declared and documented in
+ * tvmc_kernels.h), compiled into mod.so by `tvmc compile` with the target's C compiler.
+ *
+ * Portable C99. Everything the library was compiled for comes from the module description
+ * that the codegen embeds (`tvmc_module_description`, JSON, see tvmc/codegen/description.py):
+ * storage sizes, each data entry's storage, dtype and shape, the inputs, outputs and params.
+ * The params blob (mod.params, safetensors) and every input are checked against it before the
+ * graph entry `tvmc_graph_run` touches a buffer. mod.json is not read: the description is the
+ * plan the kernels were compiled for.
+ *
+ * Platform: with libc (the default) memory comes from malloc/free and files from stdio. Define
+ * TVMC_RUNTIME_NO_LIBC (e.g. for wasm32 without a libc) and provide
+ *     void *tvmc_platform_malloc(size_t nbytes);  void tvmc_platform_free(void *ptr);
+ *     void *memcpy(void *, const void *, size_t); void *memset(void *, int, size_t);
+ * then tvmc_model_create_from_file reports TVMC_ERR_IO (no file system).
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tvmc_kernels.h"
+
+#ifdef TVMC_RUNTIME_NO_LIBC
+void *tvmc_platform_malloc(size_t nbytes);
+void tvmc_platform_free(void *ptr);
+void *memcpy(void *dst, const void *src, size_t n);
+void *memset(void *dst, int c, size_t n);
+#else
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static void *tvmc_platform_malloc(size_t nbytes) { return malloc(nbytes); }
+static void tvmc_platform_free(void *ptr) { free(ptr); }
+#endif
+
+#define MAX_JSON_DEPTH 64
+#define MAX_NDIM 32
+
+/* ------------------------------------------------------------------------------------------
+ * Errors: a code and one line of text (the message of the last failed call). */
+
+static char last_error[512];
+static size_t error_len;
+
+static void err_str(const char *s) {
+  while (*s && error_len + 1 < sizeof(last_error)) last_error[error_len++] = *s++;
+  last_error[error_len] = 0;
+}
+
+static void err_strn(const char *s, size_t n) {
+  size_t i;
+  for (i = 0; i < n && s[i] && error_len + 1 < sizeof(last_error); i++) {
+    char c = s[i];
+    last_error[error_len++] = (c >= 32 && c < 127) ? c : '?';
+  }
+  last_error[error_len] = 0;
+}
+
+static void err_u64(uint64_t v) {
+  char digits[24];
+  int n = 0;
+  do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+  while (n && error_len + 1 < sizeof(last_error)) last_error[error_len++] = digits[--n];
+  last_error[error_len] = 0;
+}
+
+static void err_shape(const char *dtype, int32_t ndim, const int64_t *shape, uint64_t nbytes) {
+  int32_t i;
+  err_str(dtype);
+  err_str(" [");
+  for (i = 0; i < ndim; i++) {
+    if (i) err_str(",");
+    if (shape[i] < 0) { err_str("-"); err_u64((uint64_t)(-(shape[i] + 1)) + 1); }
+    else err_u64((uint64_t)shape[i]);
+  }
+  err_str("] (");
+  err_u64(nbytes);
+  err_str(" bytes)");
+}
+
+static int fail(int code, const char *a, const char *b, const char *c) {
+  error_len = 0;
+  last_error[0] = 0;
+  if (a) err_str(a);
+  if (b) err_str(b);
+  if (c) err_str(c);
+  return code;
+}
+
+const char *tvmc_last_error(void) { return last_error; }
+
+/* ------------------------------------------------------------------------------------------
+ * Allocation: every block of a model is on its list, so a failed create and destroy free all. */
+
+typedef struct block { struct block *next; } block;
+
+static void *alloc_in(block **list, size_t nbytes, size_t alignment) {
+  size_t head = sizeof(block) + alignment;
+  unsigned char *raw, *p;
+  if (nbytes > (size_t)-1 - head - sizeof(void *)) return NULL;
+  raw = (unsigned char *)tvmc_platform_malloc(head + sizeof(void *) + nbytes);
+  if (!raw) return NULL;
+  ((block *)raw)->next = *list;
+  *list = (block *)raw;
+  p = raw + sizeof(block) + sizeof(void *);
+  p += (alignment - (uintptr_t)p % alignment) % alignment;
+  return p;
+}
+
+static void free_all(block *list) {
+  while (list) {
+    block *next = list->next;
+    tvmc_platform_free(list);
+    list = next;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * JSON: a strict parser into a flat token array; tok.next is the index after its subtree. */
+
+enum { J_OBJ, J_ARR, J_STR, J_NUM, J_LIT };
+
+typedef struct {
+  int type;
+  size_t start, end; /* text span; for strings without the quotes */
+  int64_t size;      /* members of an object (key/value pairs) or items of an array */
+  int64_t next;
+} jtok;
+
+typedef struct {
+  const char *s;
+  size_t n, pos;
+  jtok *toks; /* NULL while counting */
+  int64_t count;
+} jparser;
+
+static void j_ws(jparser *p) {
+  while (p->pos < p->n && (p->s[p->pos] == ' ' || p->s[p->pos] == '\n' || p->s[p->pos] == '\r' ||
+                           p->s[p->pos] == '\t'))
+    p->pos++;
+}
+
+static int64_t j_new(jparser *p, int type, size_t start) {
+  int64_t i = p->count++;
+  if (p->toks) {
+    p->toks[i].type = type;
+    p->toks[i].start = start;
+    p->toks[i].end = start;
+    p->toks[i].size = 0;
+    p->toks[i].next = i + 1;
+  }
+  return i;
+}
+
+static int bytes_equal(const char *a, const char *b, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
+}
+
+static size_t cstr_len(const char *s) {
+  size_t n = 0;
+  while (s[n]) n++;
+  return n;
+}
+
+static int is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+static int j_string(jparser *p) {
+  int64_t t;
+  size_t start = ++p->pos;
+  while (p->pos < p->n && p->s[p->pos] != '"') {
+    unsigned char c = (unsigned char)p->s[p->pos];
+    if (c < 32) return 0;
+    if (c == '\\') {
+      if (++p->pos >= p->n) return 0;
+      c = (unsigned char)p->s[p->pos];
+      if (c == 'u') {
+        int k;
+        for (k = 1; k <= 4; k++)
+          if (p->pos + k >= p->n || !is_hex(p->s[p->pos + k])) return 0;
+        p->pos += 4;
+      } else if (!(c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+                   c == 't')) {
+        return 0;
+      }
+    }
+    p->pos++;
+  }
+  if (p->pos >= p->n) return 0;
+  t = j_new(p, J_STR, start);
+  if (p->toks) p->toks[t].end = p->pos;
+  p->pos++;
+  return 1;
+}
+
+static int j_value(jparser *p, int depth) {
+  char c;
+  size_t start;
+  int64_t t;
+  j_ws(p);
+  if (p->pos >= p->n || depth > MAX_JSON_DEPTH) return 0;
+  c = p->s[p->pos];
+  start = p->pos;
+  if (c == '{' || c == '[') {
+    int64_t members = 0;
+    char close = c == '{' ? '}' : ']';
+    t = j_new(p, c == '{' ? J_OBJ : J_ARR, start);
+    p->pos++;
+    j_ws(p);
+    if (p->pos < p->n && p->s[p->pos] == close) {
+      p->pos++;
+    } else {
+      for (;;) {
+        if (c == '{') {
+          j_ws(p);
+          if (p->pos >= p->n || p->s[p->pos] != '"' || !j_string(p)) return 0;
+          j_ws(p);
+          if (p->pos >= p->n || p->s[p->pos] != ':') return 0;
+          p->pos++;
+        }
+        if (!j_value(p, depth + 1)) return 0;
+        members++;
+        j_ws(p);
+        if (p->pos >= p->n) return 0;
+        if (p->s[p->pos] == ',') { p->pos++; continue; }
+        if (p->s[p->pos] != close) return 0;
+        p->pos++;
+        break;
+      }
+    }
+    if (p->toks) {
+      p->toks[t].size = members;
+      p->toks[t].end = p->pos;
+      p->toks[t].next = p->count;
+    }
+    return 1;
+  }
+  if (c == '"') return j_string(p);
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    p->pos++;
+    while (p->pos < p->n && ((p->s[p->pos] >= '0' && p->s[p->pos] <= '9') || p->s[p->pos] == '.' ||
+                             p->s[p->pos] == 'e' || p->s[p->pos] == 'E' || p->s[p->pos] == '+' ||
+                             p->s[p->pos] == '-'))
+      p->pos++;
+    t = j_new(p, J_NUM, start);
+    if (p->toks) p->toks[t].end = p->pos;
+    return 1;
+  }
+  {
+    static const char *const lits[] = {"true", "false", "null"};
+    int k;
+    for (k = 0; k < 3; k++) {
+      size_t len = cstr_len(lits[k]);
+      if (p->n - p->pos >= len && bytes_equal(p->s + p->pos, lits[k], len)) {
+        t = j_new(p, J_LIT, start);
+        p->pos += len;
+        if (p->toks) p->toks[t].end = p->pos;
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Parse `n` bytes of JSON into tokens allocated on `list`; returns the token count, 0 on error. */
+static int64_t j_parse(const char *s, size_t n, block **list, jtok **out) {
+  jparser p;
+  p.s = s; p.n = n; p.pos = 0; p.toks = NULL; p.count = 0;
+  if (!j_value(&p, 0)) return 0;
+  j_ws(&p);
+  if (p.pos != n) return 0;
+  if ((uint64_t)p.count > ((size_t)-1) / sizeof(jtok)) return 0;
+  p.toks = (jtok *)alloc_in(list, (size_t)p.count * sizeof(jtok), sizeof(void *));
+  if (!p.toks) return -1;
+  p.pos = 0; p.count = 0;
+  j_value(&p, 0);
+  *out = p.toks;
+  return p.count;
+}
+
+static int hex4(const char *s) {
+  int v = 0, k;
+  for (k = 0; k < 4; k++) {
+    char c = s[k];
+    v = v * 16 + (c <= '9' ? c - '0' : (c | 32) - 'a' + 10);
+  }
+  return v;
+}
+
+/* Decode string token `t` into `out` (UTF-8, NUL-terminated; room for t.end - t.start + 1 bytes
+ * always suffices). Returns the length, or -1 on an invalid surrogate. */
+static int64_t j_decode(const char *s, const jtok *t, char *out) {
+  size_t i = t->start, n = 0;
+  while (i < t->end) {
+    char c = s[i++];
+    uint32_t cp;
+    if (c != '\\') { out[n++] = c; continue; }
+    c = s[i++];
+    switch (c) {
+      case 'b': out[n++] = '\b'; continue;
+      case 'f': out[n++] = '\f'; continue;
+      case 'n': out[n++] = '\n'; continue;
+      case 'r': out[n++] = '\r'; continue;
+      case 't': out[n++] = '\t'; continue;
+      case 'u': break;
+      default: out[n++] = c; continue;
+    }
+    cp = (uint32_t)hex4(s + i);
+    i += 4;
+    if (cp >= 0xD800 && cp < 0xDC00) {
+      uint32_t lo;
+      if (i + 6 > t->end || s[i] != '\\' || s[i + 1] != 'u') return -1;
+      lo = (uint32_t)hex4(s + i + 2);
+      if (lo < 0xDC00 || lo >= 0xE000) return -1;
+      i += 6;
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    } else if (cp >= 0xDC00 && cp < 0xE000) {
+      return -1;
+    }
+    if (cp == 0) return -1;
+    if (cp < 0x80) {
+      out[n++] = (char)cp;
+    } else if (cp < 0x800) {
+      out[n++] = (char)(0xC0 | (cp >> 6));
+      out[n++] = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out[n++] = (char)(0xE0 | (cp >> 12));
+      out[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+      out[n++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+      out[n++] = (char)(0xF0 | (cp >> 18));
+      out[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+      out[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+      out[n++] = (char)(0x80 | (cp & 0x3F));
+    }
+  }
+  out[n] = 0;
+  return (int64_t)n;
+}
+
+/* A non-negative integer token (no sign, fraction or exponent) that fits in int64. */
+static int j_uint(const char *s, const jtok *t, int64_t *out) {
+  uint64_t v = 0;
+  size_t i;
+  if (t->type != J_NUM || t->end == t->start) return 0;
+  for (i = t->start; i < t->end; i++) {
+    char c = s[i];
+    if (c < '0' || c > '9') return 0;
+    if (v > (UINT64_C(0x7FFFFFFFFFFFFFFF) - (uint64_t)(c - '0')) / 10) return 0;
+    v = v * 10 + (uint64_t)(c - '0');
+  }
+  *out = (int64_t)v;
+  return 1;
+}
+
+/* Index of the value of key `key` in object token `obj`, or -1. */
+static int64_t j_get(const char *s, const jtok *toks, int64_t obj, const char *key) {
+  int64_t k = obj + 1, m;
+  size_t len = cstr_len(key);
+  if (toks[obj].type != J_OBJ) return -1;
+  for (m = 0; m < toks[obj].size; m++) {
+    int64_t v = k + 1;
+    if (toks[k].end - toks[k].start == len && bytes_equal(s + toks[k].start, key, len)) return v;
+    k = toks[v].next;
+  }
+  return -1;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Dtypes: name, size in bytes, safetensors code. */
+
+static const struct { const char *name; uint32_t size; const char *code; } dtypes[] = {
+    {"float32", 4, "F32"}, {"float64", 8, "F64"}, {"float16", 2, "F16"}, {"int64", 8, "I64"},
+    {"int32", 4, "I32"},   {"int16", 2, "I16"},   {"int8", 1, "I8"},     {"uint64", 8, "U64"},
+    {"uint32", 4, "U32"},  {"uint16", 2, "U16"},  {"uint8", 1, "U8"},    {"bool", 1, "BOOL"},
+};
+#define NUM_DTYPES ((int)(sizeof(dtypes) / sizeof(dtypes[0])))
+
+static int dtype_index(const char *s, size_t len) {
+  int i;
+  for (i = 0; i < NUM_DTYPES; i++)
+    if (cstr_len(dtypes[i].name) == len && bytes_equal(dtypes[i].name, s, len)) return i;
+  return -1;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The model. */
+
+typedef struct {
+  int64_t storage_id;
+  int dtype;
+  int32_t ndim;
+  int64_t *shape;
+  uint64_t nbytes;
+} entry_t;
+
+typedef struct {
+  char *name;
+  int64_t entry;
+} tensor_t;
+
+struct tvmc_model {
+  block *blocks;
+  int64_t num_storage, num_entries;
+  int32_t num_inputs, num_outputs, num_params;
+  uint64_t *storage_bytes;
+  entry_t *entries;
+  void **pointers; /* pointers[e]: the storage of entry e, what tvmc_graph_run takes */
+  tensor_t *inputs, *outputs, *params;
+};
+
+static int bad_description(const char *what) {
+  return fail(TVMC_ERR_DESCRIPTION, "the embedded module description is malformed: ", what, NULL);
+}
+
+static int read_shape(const char *s, const jtok *toks, int64_t arr, tvmc_model *m, int32_t *ndim,
+                      int64_t **shape, uint64_t itemsize, uint64_t *nbytes) {
+  int64_t k, i;
+  uint64_t total = itemsize;
+  if (arr < 0 || toks[arr].type != J_ARR || toks[arr].size > MAX_NDIM) return 0;
+  *ndim = (int32_t)toks[arr].size;
+  *shape = (int64_t *)alloc_in(&m->blocks, sizeof(int64_t) * (size_t)(toks[arr].size + 1), sizeof(int64_t));
+  if (!*shape) return -1;
+  for (i = 0, k = arr + 1; i < toks[arr].size; i++, k = toks[k].next) {
+    int64_t d;
+    if (!j_uint(s, &toks[k], &d)) return 0;
+    if (d && total > UINT64_C(0xFFFFFFFFFFFFFFFF) / (uint64_t)d) return 0;
+    total *= (uint64_t)d;
+    (*shape)[i] = d;
+  }
+  *nbytes = total;
+  return 1;
+}
+
+static int read_tensors(const char *s, const jtok *toks, int64_t root, const char *key, tvmc_model *m,
+                        tensor_t **out, int32_t *count) {
+  int64_t arr = j_get(s, toks, root, key), k, i;
+  if (arr < 0 || toks[arr].type != J_ARR || toks[arr].size > 0x7FFFFFFF) return bad_description(key);
+  *count = (int32_t)toks[arr].size;
+  *out = (tensor_t *)alloc_in(&m->blocks, sizeof(tensor_t) * (size_t)(*count + 1), sizeof(void *));
+  if (!*out) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+  for (i = 0, k = arr + 1; i < *count; i++, k = toks[k].next) {
+    int64_t name = j_get(s, toks, k, "name"), e = j_get(s, toks, k, "entry");
+    if (name < 0 || toks[name].type != J_STR || e < 0 || !j_uint(s, &toks[e], &(*out)[i].entry) ||
+        (*out)[i].entry >= m->num_entries)
+      return bad_description(key);
+    (*out)[i].name = (char *)alloc_in(&m->blocks, toks[name].end - toks[name].start + 1, 1);
+    if (!(*out)[i].name) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+    if (j_decode(s, &toks[name], (*out)[i].name) < 0) return bad_description(key);
+  }
+  return TVMC_OK;
+}
+
+static int read_description(tvmc_model *m) {
+  const char *s = tvmc_module_description;
+  jtok *toks;
+  int64_t n = j_parse(s, cstr_len(s), &m->blocks, &toks), root = 0, arr, k, i;
+  int rc;
+  if (n < 0) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+  if (n == 0 || toks[0].type != J_OBJ) return bad_description("not a JSON object");
+
+  arr = j_get(s, toks, root, "storage_bytes");
+  if (arr < 0 || toks[arr].type != J_ARR) return bad_description("storage_bytes");
+  m->num_storage = toks[arr].size;
+  m->storage_bytes = (uint64_t *)alloc_in(&m->blocks, sizeof(uint64_t) * (size_t)(m->num_storage + 1), 8);
+  if (!m->storage_bytes) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+  for (i = 0, k = arr + 1; i < m->num_storage; i++, k = toks[k].next) {
+    int64_t b;
+    if (!j_uint(s, &toks[k], &b)) return bad_description("storage_bytes");
+    m->storage_bytes[i] = (uint64_t)b;
+  }
+
+  arr = j_get(s, toks, root, "entries");
+  if (arr < 0 || toks[arr].type != J_ARR) return bad_description("entries");
+  m->num_entries = toks[arr].size;
+  m->entries = (entry_t *)alloc_in(&m->blocks, sizeof(entry_t) * (size_t)(m->num_entries + 1), 8);
+  m->pointers = (void **)alloc_in(&m->blocks, sizeof(void *) * (size_t)(m->num_entries + 1), sizeof(void *));
+  if (!m->entries || !m->pointers) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+  for (i = 0, k = arr + 1; i < m->num_entries; i++, k = toks[k].next) {
+    entry_t *e = &m->entries[i];
+    int64_t sid = j_get(s, toks, k, "storage_id"), dt = j_get(s, toks, k, "dtype");
+    if (sid < 0 || !j_uint(s, &toks[sid], &e->storage_id) || e->storage_id >= m->num_storage ||
+        dt < 0 || toks[dt].type != J_STR ||
+        (e->dtype = dtype_index(s + toks[dt].start, toks[dt].end - toks[dt].start)) < 0)
+      return bad_description("entries");
+    rc = read_shape(s, toks, j_get(s, toks, k, "shape"), m, &e->ndim, &e->shape, dtypes[e->dtype].size,
+                    &e->nbytes);
+    if (rc < 0) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+    if (!rc || e->nbytes > m->storage_bytes[e->storage_id]) return bad_description("entries");
+  }
+  if ((rc = read_tensors(s, toks, root, "inputs", m, &m->inputs, &m->num_inputs)) != TVMC_OK) return rc;
+  if ((rc = read_tensors(s, toks, root, "outputs", m, &m->outputs, &m->num_outputs)) != TVMC_OK) return rc;
+  return read_tensors(s, toks, root, "params", m, &m->params, &m->num_params);
+}
+
+static int params_error(const char *name, const char *what) {
+  fail(TVMC_ERR_PARAMS, "params: ", name ? "param '" : what, NULL);
+  if (name) {
+    err_strn(name, 64);
+    err_str("' ");
+    err_str(what);
+  }
+  return TVMC_ERR_PARAMS;
+}
+
+/* Copy every param of the description from the safetensors blob, checking dtype, shape and
+ * byte range of each against the description and the blob's size. */
+static int load_params(tvmc_model *m, const unsigned char *blob, size_t size) {
+  uint64_t header_len = 0, data_len;
+  const char *header;
+  jtok *toks;
+  int64_t n, i;
+  char *key;
+  block *scratch = NULL;
+  int rc = TVMC_OK;
+  if (m->num_params == 0 && (blob == NULL || size == 0)) return TVMC_OK;
+  if (blob == NULL || size < 8) return params_error(NULL, "not a safetensors blob (shorter than 8 bytes)");
+  for (i = 7; i >= 0; i--) header_len = header_len * 256 + blob[i];
+  if (header_len > size - 8) return params_error(NULL, "header length exceeds the blob");
+  header = (const char *)blob + 8;
+  data_len = size - 8 - header_len;
+  n = j_parse(header, (size_t)header_len, &scratch, &toks);
+  if (n < 0) { free_all(scratch); return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL); }
+  if (n == 0 || toks[0].type != J_OBJ) { free_all(scratch); return params_error(NULL, "header is not a JSON object"); }
+  key = (char *)alloc_in(&scratch, (size_t)header_len + 1, 1);
+  if (!key) { free_all(scratch); return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL); }
+  for (i = 0; i < m->num_params && rc == TVMC_OK; i++) {
+    const tensor_t *p = &m->params[i];
+    const entry_t *e = &m->entries[p->entry];
+    int64_t k = 1, found = -1, c, dt, shape, offsets, begin, end, d;
+    for (c = 0; c < toks[0].size; c++) {
+      if (toks[k].type == J_STR && j_decode(header, &toks[k], key) >= 0 && cstr_len(key) == cstr_len(p->name) &&
+          bytes_equal(key, p->name, cstr_len(key))) {
+        found = k + 1;
+        break;
+      }
+      k = toks[k + 1].next;
+    }
+    if (found < 0) { rc = params_error(p->name, "is missing"); break; }
+    dt = j_get(header, toks, found, "dtype");
+    shape = j_get(header, toks, found, "shape");
+    offsets = j_get(header, toks, found, "data_offsets");
+    if (dt < 0 || toks[dt].type != J_STR ||
+        toks[dt].end - toks[dt].start != cstr_len(dtypes[e->dtype].code) ||
+        !bytes_equal(header + toks[dt].start, dtypes[e->dtype].code, cstr_len(dtypes[e->dtype].code))) {
+      rc = params_error(p->name, "has another dtype than ");
+      err_str(dtypes[e->dtype].name);
+      break;
+    }
+    if (shape < 0 || toks[shape].type != J_ARR || toks[shape].size != e->ndim) {
+      rc = params_error(p->name, "has another shape than ");
+      err_shape(dtypes[e->dtype].name, e->ndim, e->shape, e->nbytes);
+      break;
+    }
+    for (c = 0, k = shape + 1; c < e->ndim; c++, k = toks[k].next) {
+      if (!j_uint(header, &toks[k], &d) || d != e->shape[c]) {
+        rc = params_error(p->name, "has another shape than ");
+        err_shape(dtypes[e->dtype].name, e->ndim, e->shape, e->nbytes);
+        break;
+      }
+    }
+    if (rc != TVMC_OK) break;
+    if (offsets < 0 || toks[offsets].type != J_ARR || toks[offsets].size != 2 ||
+        !j_uint(header, &toks[offsets + 1], &begin) || !j_uint(header, &toks[toks[offsets + 1].next], &end) ||
+        begin > end || (uint64_t)end > data_len || (uint64_t)(end - begin) != e->nbytes) {
+      rc = params_error(p->name, "has a byte range that is not its ");
+      err_u64(e->nbytes);
+      err_str(" bytes inside the blob");
+      break;
+    }
+    if (e->nbytes) memcpy(m->pointers[p->entry], blob + 8 + header_len + begin, (size_t)e->nbytes);
+  }
+  free_all(scratch);
+  return rc;
+}
+
+int tvmc_model_create(const void *params, size_t params_size, tvmc_model **out) {
+  block *blocks = NULL;
+  tvmc_model *m;
+  int64_t i;
+  void **storage;
+  int rc;
+  if (!out) return fail(TVMC_ERR_ARGUMENT, "tvmc_model_create: out is NULL", NULL, NULL);
+  *out = NULL;
+  m = (tvmc_model *)alloc_in(&blocks, sizeof(tvmc_model), sizeof(void *));
+  if (!m) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+  memset(m, 0, sizeof(*m));
+  m->blocks = blocks;
+  rc = read_description(m);
+  if (rc == TVMC_OK) {
+    storage = (void **)alloc_in(&m->blocks, sizeof(void *) * (size_t)(m->num_storage + 1), sizeof(void *));
+    if (!storage) rc = fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+    for (i = 0; rc == TVMC_OK && i < m->num_storage; i++) {
+      uint64_t nbytes = m->storage_bytes[i] ? m->storage_bytes[i] : 1;
+      storage[i] = nbytes <= (uint64_t)((size_t)-1) ? alloc_in(&m->blocks, (size_t)nbytes, TVMC_BUFFER_ALIGNMENT) : NULL;
+      if (!storage[i]) {
+        rc = fail(TVMC_ERR_MEMORY, "out of memory for storage ", NULL, NULL);
+        err_u64((uint64_t)i);
+        err_str(" (");
+        err_u64(nbytes);
+        err_str(" bytes)");
+      } else {
+        memset(storage[i], 0, (size_t)m->storage_bytes[i]);
+      }
+    }
+    for (i = 0; rc == TVMC_OK && i < m->num_entries; i++) m->pointers[i] = storage[m->entries[i].storage_id];
+  }
+  if (rc == TVMC_OK) rc = load_params(m, (const unsigned char *)params, params_size);
+  if (rc != TVMC_OK) {
+    free_all(m->blocks);
+    return rc;
+  }
+  *out = m;
+  return TVMC_OK;
+}
+
+int tvmc_model_create_from_file(const char *params_path, tvmc_model **out) {
+#ifdef TVMC_RUNTIME_NO_LIBC
+  (void)params_path;
+  if (out) *out = NULL;
+  return fail(TVMC_ERR_IO, "tvmc_model_create_from_file: this build has no file system; use tvmc_model_create",
+              NULL, NULL);
+#else
+  FILE *f;
+  long size;
+  unsigned char *data;
+  int rc;
+  if (!out || !params_path) return fail(TVMC_ERR_ARGUMENT, "tvmc_model_create_from_file: NULL argument", NULL, NULL);
+  *out = NULL;
+  f = fopen(params_path, "rb");
+  if (!f) return fail(TVMC_ERR_IO, params_path, ": cannot open", NULL);
+  if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return fail(TVMC_ERR_IO, params_path, ": cannot read (not a regular file?)", NULL);
+  }
+  data = (unsigned char *)tvmc_platform_malloc(size ? (size_t)size : 1);
+  if (!data) {
+    fclose(f);
+    return fail(TVMC_ERR_MEMORY, params_path, ": out of memory", NULL);
+  }
+  if (fread(data, 1, (size_t)size, f) != (size_t)size) {
+    fclose(f);
+    tvmc_platform_free(data);
+    return fail(TVMC_ERR_IO, params_path, ": read failed", NULL);
+  }
+  fclose(f);
+  rc = tvmc_model_create(data, (size_t)size, out);
+  tvmc_platform_free(data);
+  return rc;
+#endif
+}
+
+void tvmc_model_destroy(tvmc_model *model) {
+  if (model) free_all(model->blocks);
+}
+
+int32_t tvmc_model_num_inputs(const tvmc_model *model) { return model ? model->num_inputs : 0; }
+
+int32_t tvmc_model_num_outputs(const tvmc_model *model) { return model ? model->num_outputs : 0; }
+
+static int tensor_info(const tvmc_model *m, const tensor_t *list, int32_t count, int32_t index,
+                       tvmc_tensor_info *info, const char *what) {
+  const entry_t *e;
+  if (!m || !info) return fail(TVMC_ERR_ARGUMENT, what, ": NULL argument", NULL);
+  if (index < 0 || index >= count) return fail(TVMC_ERR_ARGUMENT, what, ": index out of range", NULL);
+  e = &m->entries[list[index].entry];
+  info->name = list[index].name;
+  info->dtype = dtypes[e->dtype].name;
+  info->ndim = e->ndim;
+  info->shape = e->shape;
+  info->nbytes = e->nbytes;
+  return TVMC_OK;
+}
+
+int tvmc_model_input_info(const tvmc_model *model, int32_t index, tvmc_tensor_info *info) {
+  return tensor_info(model, model ? model->inputs : NULL, model ? model->num_inputs : 0, index, info,
+                     "tvmc_model_input_info");
+}
+
+int tvmc_model_output_info(const tvmc_model *model, int32_t index, tvmc_tensor_info *info) {
+  return tensor_info(model, model ? model->outputs : NULL, model ? model->num_outputs : 0, index, info,
+                     "tvmc_model_output_info");
+}
+
+int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype, const int64_t *shape,
+                         int32_t ndim, const void *data, size_t nbytes) {
+  int32_t i, k;
+  const entry_t *e = NULL;
+  int ok;
+  if (!model || !name || !dtype || (ndim && !shape) || (nbytes && !data))
+    return fail(TVMC_ERR_ARGUMENT, "tvmc_model_set_input: NULL argument", NULL, NULL);
+  for (i = 0; i < model->num_inputs; i++) {
+    if (cstr_len(model->inputs[i].name) == cstr_len(name) &&
+        bytes_equal(model->inputs[i].name, name, cstr_len(name))) {
+      e = &model->entries[model->inputs[i].entry];
+      break;
+    }
+  }
+  if (!e) {
+    fail(TVMC_ERR_ARGUMENT, "unknown input '", NULL, NULL);
+    err_strn(name, 64);
+    err_str("'");
+    return TVMC_ERR_ARGUMENT;
+  }
+  ok = ndim == e->ndim && cstr_len(dtype) == cstr_len(dtypes[e->dtype].name) &&
+       bytes_equal(dtype, dtypes[e->dtype].name, cstr_len(dtype)) && (uint64_t)nbytes == e->nbytes;
+  for (k = 0; ok && k < ndim; k++) ok = shape[k] == e->shape[k];
+  if (!ok) {
+    fail(TVMC_ERR_INPUT, "input '", NULL, NULL);
+    err_strn(name, 64);
+    err_str("': expected ");
+    err_shape(dtypes[e->dtype].name, e->ndim, e->shape, e->nbytes);
+    err_str(", got ");
+    err_strn(dtype, 16);
+    err_str(" of ");
+    err_u64((uint64_t)(ndim < 0 ? 0 : ndim));
+    err_str(" dimensions (");
+    err_u64((uint64_t)nbytes);
+    err_str(" bytes)");
+    return TVMC_ERR_INPUT;
+  }
+  if (nbytes) memcpy(model->pointers[model->inputs[i].entry], data, nbytes);
+  return TVMC_OK;
+}
+
+int tvmc_model_run(tvmc_model *model) {
+  if (!model) return fail(TVMC_ERR_ARGUMENT, "tvmc_model_run: model is NULL", NULL, NULL);
+  tvmc_graph_run((void *const *)model->pointers);
+  return TVMC_OK;
+}
+
+int tvmc_model_get_output(const tvmc_model *model, int32_t index, void *data, size_t nbytes) {
+  const entry_t *e;
+  if (!model || (nbytes && !data)) return fail(TVMC_ERR_ARGUMENT, "tvmc_model_get_output: NULL argument", NULL, NULL);
+  if (index < 0 || index >= model->num_outputs)
+    return fail(TVMC_ERR_ARGUMENT, "tvmc_model_get_output: index out of range", NULL, NULL);
+  e = &model->entries[model->outputs[index].entry];
+  if ((uint64_t)nbytes != e->nbytes) {
+    fail(TVMC_ERR_OUTPUT, "output '", NULL, NULL);
+    err_strn(model->outputs[index].name, 64);
+    err_str("' has ");
+    err_u64(e->nbytes);
+    err_str(" bytes, the buffer ");
+    err_u64((uint64_t)nbytes);
+    return TVMC_ERR_OUTPUT;
+  }
+  if (nbytes) memcpy(data, model->pointers[model->outputs[index].entry], nbytes);
+  return TVMC_OK;
+}
