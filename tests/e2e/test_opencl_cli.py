@@ -51,6 +51,22 @@ def test_inspect_prints_the_device_kernels(compiled):
     assert "device kernels" in out and "fused_nn_dense" in out and "B/FLOP" in out
 
 
+def test_tampered_launch_is_an_artifact_error(compiled, tmp_path):
+    """mod.cl carries the description it was compiled for, kernels' launches included: a grid
+    enlarged in mod.json (threads writing past a buffer on a GPU) is refused before any device work."""
+    from tests.unit.test_package import _rewrite_tar
+
+    d, _ = compiled
+    with tarfile.open(d / "mlp.tar") as tar:
+        graph = json.loads(tar.extractfile("mod.json").read())
+    name = next(iter(graph["kernels"]))
+    graph["kernels"][name]["grid"][0] *= 4
+    _rewrite_tar(d / "mlp.tar", tmp_path / "bad.tar", replace={"mod.json": json.dumps(graph).encode()})
+    for cmd in (("inspect",), ("run", "--device", "opencl")):
+        res = tvmc(cmd[0], tmp_path / "bad.tar", *cmd[1:], check=False)
+        assert res.returncode == 7 and "mod.json does not match mod.cl" in res.stderr and f"kernels.{name}" in res.stderr
+
+
 def test_run_on_the_opencl_device_matches_onnxruntime(compiled):
     require("opencl")
     d, model = compiled

@@ -192,7 +192,7 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     if target.codegen == "opencl":  # OpenCL C source (mod.cl); launch configurations go into graph_json
         from tvmc.codegen.opencl import build_opencl
 
-        return build_opencl(functions, target, dump_ir, dump_dir, graph_json, config_lookup)
+        return build_opencl(functions, target, dump_ir, dump_dir, graph_json, config_lookup, params)
     from tvmc.codegen.entry import add_graph_entry
     from tvmc.ops.fused import lower_fused
 

@@ -22,8 +22,9 @@ Entry e is data entry `node_row_ptr[node] + output index` of mod.json; `calls` l
 nodes in node order (those the graph entry `tvmc_graph_run` makes, `__nop` views left out).
 
 Readers are per library format (`READERS`): `so` reads the symbol through the ELF symbol table
-(pyelftools); a format added later (a wasm custom section, a comment in PTX or OpenCL C source)
-adds its reader here.
+(pyelftools); source-code libraries (`cl`, `ptx`) carry it as their first line, a `//` comment
+(embed_in_source), and GPU descriptions add mod.json's "kernels" (launch and argument order of
+each device kernel); a format added later (e.g. a wasm custom section) adds its reader here.
 """
 
 from __future__ import annotations
@@ -104,9 +105,12 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
         storage = [0] * (max((e["storage_id"] for e in entries), default=-1) + 1)
         for e in entries:
             storage[e["storage_id"]] = max(storage[e["storage_id"]], _nbytes(e["dtype"], e["shape"]))
-    return {"version": VERSION, "kernel_abi_version": tvmc.KERNEL_ABI_VERSION,
-            "storage_bytes": [int(b) for b in storage], "entries": entries, "inputs": inputs,
-            "outputs": outputs, "params": descr_params, "calls": calls}
+    out = {"version": VERSION, "kernel_abi_version": tvmc.KERNEL_ABI_VERSION,
+           "storage_bytes": [int(b) for b in storage], "entries": entries, "inputs": inputs,
+           "outputs": outputs, "params": descr_params, "calls": calls}
+    if "kernels" in graph_json:  # GPU libraries: each kernel's launch and arguments are part of the plan
+        out["kernels"] = graph_json["kernels"]
+    return out
 
 
 def param_info(params: dict) -> dict:
@@ -131,8 +135,27 @@ def embed(module, description: dict) -> None:
     var.initializer = ir.Constant(ty, bytearray(data))
 
 
+SOURCE_PREFIX = f"// {SYMBOL}: "
+
+
+def embed_in_source(source: str, description: dict) -> str:
+    """Source-code libraries (OpenCL C, PTX: both take `//` comments) carry the description as
+    their first line, `// tvmc_module_description: <canonical JSON>`."""
+    return SOURCE_PREFIX + encode(description).decode("ascii") + "\n" + source
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading a description back from a library file, per library format
+
+
+def _read_source_comment(f, size: int) -> bytes:
+    """The description from the first line of a source-code library (embed_in_source)."""
+    line = f.readline(len(SOURCE_PREFIX) + MAX_DESCRIPTION_BYTES + 1)
+    if not line.startswith(SOURCE_PREFIX.encode()):
+        raise LookupError(f"the library does not start with the comment '{SOURCE_PREFIX.strip()}'")
+    if not line.endswith(b"\n"):
+        raise ValueError("the description comment is longer than the limit or unterminated")
+    return line[len(SOURCE_PREFIX):-1] + b"\0"
 
 
 def _read_elf(f, size: int) -> bytes:
@@ -161,7 +184,7 @@ def _read_elf(f, size: int) -> bytes:
     raise LookupError(f"the library has no symbol {SYMBOL}")
 
 
-READERS = {"so": _read_elf}
+READERS = {"so": _read_elf, "cl": _read_source_comment, "ptx": _read_source_comment}
 
 
 def read_description(f, size: int, library_format: str, origin: str) -> dict:

@@ -312,24 +312,31 @@ def _flops(func) -> int:
     return task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
 
 
-def build_opencl(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None) -> bytes:
+def build_opencl(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
+                 params=None) -> bytes:
     """Lower fused graph `Function`s for GPU `target` and print them as one OpenCL C program
-    (mod.cl bytes). With `graph_json`, each kernel's launch configuration and argument order
-    are added to it as graph_json["kernels"][func_name] (kernel_info). `dump_ir` 'tir' writes
+    (mod.cl bytes). With `graph_json` (and its `params`), each kernel's launch configuration and
+    argument order are added to it as graph_json["kernels"][func_name] (kernel_info), and the
+    module description (tvmc.codegen.description) becomes the program's first line. `dump_ir` 'tir' writes
     the device kernels' loop IR to `dump_dir`/mod.tir. Raises ScheduleError (a kernel beyond
     the target's limits) or CodegenError (a dtype OpenCL C cannot hold)."""
     import os
     from pathlib import Path
 
+    from tvmc.codegen import description
     from tvmc.ops.fused import lower_fused
+    from tvmc.paths import write_new_text
 
     prims = [lower_fused(f, target, config_lookup) for f in functions]
     cg = CodeGenOpenCL(target)
     for p in prims:
         cg.add_function(p)
+    source = cg.source()
     if graph_json is not None:
         graph_json["kernels"] = {p.name: kernel_info(p, _flops(f)) for p, f in zip(prims, functions)}
+        source = description.embed_in_source(
+            source, description.module_description(graph_json, description.param_info(params or {})))
     if dump_dir and "tir" in dump_ir:
         os.makedirs(dump_dir, exist_ok=True)
-        Path(dump_dir, "mod.tir").write_text("".join(str(p) for p in prims))
-    return cg.source().encode()
+        write_new_text(Path(dump_dir, "mod.tir"), "".join(str(p) for p in prims))
+    return source.encode()
