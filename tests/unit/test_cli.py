@@ -129,8 +129,17 @@ def test_run_inputs_wrong_name(tmp_path, artifact_path):
     np.savez(tmp_path / "in.npz", x=np.zeros(8, np.float32))
     r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz")
     assert r.exit_code == 8
-    line = error_line(r)
-    assert "unknown x" in line and "missing data" in line and "inputs are: data" in line
+    assert error_line(r) == f"error: {tmp_path / 'in.npz'}: unknown input x; the model's inputs are: data"
+
+
+def test_run_fills_inputs_missing_from_the_npz(tmp_path, artifact_path):
+    np.savez(tmp_path / "in.npz")  # no arrays: 'data' is made by --fill-mode
+    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz", "--fill-mode", "ones", "--outputs",
+               tmp_path / "out.npz")
+    assert r.exit_code == 0, r.output
+    assert f"inputs not in {tmp_path / 'in.npz'}, filled with ones: data" in r.stdout
+    with np.load(tmp_path / "out.npz") as data:
+        np.testing.assert_array_equal(data["out"], 2 + np.arange(8, dtype=np.float32))
 
 
 def test_run_inputs_wrong_shape(tmp_path, artifact_path):
@@ -199,8 +208,8 @@ def test_compile_with_stub_driver(tmp_path, monkeypatch, fixture_library):
 
     seen = {}
 
-    def fake_compile(model, target, options):
-        seen.update(model=model, target=target, options=options)
+    def fake_compile(model, target, options, progress=None):
+        seen.update(model=model, target=target, options=options, progress=progress)
         return make_fixture_module(fixture_library)
 
     monkeypatch.setattr(tvmc.driver, "compile_model", fake_compile)
@@ -216,6 +225,7 @@ def test_compile_with_stub_driver(tmp_path, monkeypatch, fixture_library):
     assert opts.opt_level == 2 and opts.disabled_passes == frozenset({"FoldConstant"})
     assert opts.pass_config == (("FuseOps.max_depth", 8),) and opts.input_shapes == (("data", (8,)),)
     assert opts.dump_ir == ("ll", "asm") and opts.dump_dir == str(out.parent)
+    assert seen["progress"] is None  # stderr is no terminal here: no progress line
     assert out.is_file()
     assert "kernels    1 distinct, 1 calls" in r.stdout and f"output     {out}" in r.stdout
     assert "params     0.00 MB" in r.stdout and "memory" not in r.stdout   # (the stub records no plan)

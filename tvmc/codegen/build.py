@@ -77,7 +77,8 @@ def link_shared(obj: bytes, target) -> bytes:
         return so.read_bytes()
 
 
-def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None) -> bytes:
+def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
+                  progress=None) -> bytes:
     """Compile fused graph `Function`s for `target` into shared-library bytes.
 
     Each Function becomes a kernel `void <name>(void* arg0, ..., void* out)` (see the kernel
@@ -85,18 +86,25 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     `tvmc_graph_run` (tvmc.codegen.entry). `dump_ir` may contain 'tir', 'll', 'asm': those
     stages are written into `dump_dir` as mod.tir, mod.ll, mod.s. `config_lookup(impl_name,
     workload) -> ConfigEntity | None` (e.g. autotune.record.ApplyHistoryBest) supplies tuned
-    configs to lower_fused.
+    configs to lower_fused. `progress(stage, done, total)`, when given, is called after each
+    kernel is lowered (stage "lower", total = number of functions), before LLVM optimizes and
+    emits the module ("llvm", 0 of 1) and before linking ("link", 0 of 1).
     """
     from tvmc.codegen.entry import add_graph_entry
     from tvmc.ops.fused import lower_fused
 
-    prims = [lower_fused(f, target, config_lookup) for f in functions]
+    progress = progress or (lambda stage, done, total: None)
+    prims = []
+    for f in functions:
+        prims.append(lower_fused(f, target, config_lookup))
+        progress("lower", len(prims), len(functions))
     cg = CodeGenLLVM(target)
     for p in prims:
         cg.add_function(p)
     if graph_json is not None:
         add_graph_entry(cg, graph_json)
     dumps = {"_want": tuple(dump_ir)}
+    progress("llvm", 0, 1)
     obj = compile_ir(cg.ir_text(), target, dumps)
     if dump_dir and dump_ir:
         os.makedirs(dump_dir, exist_ok=True)
@@ -106,4 +114,5 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
             Path(dump_dir, "mod.ll").write_text(dumps["ll"])
         if "asm" in dump_ir:
             Path(dump_dir, "mod.s").write_text(dumps["asm"])
+    progress("link", 0, 1)
     return link_shared(obj, target)
