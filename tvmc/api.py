@@ -231,7 +231,7 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     target:          shipped target name ("native", "x86", "x86-avx2", "x86-64", optionally with
                      LLVM-style overrides such as "x86 -mcpu=skylake-avx512"), a descriptor YAML
                      path, or a resolved tvmc.target.Target
-    output:          path of the mod.tar to write (its folder is created), or None
+    output:          path of the mod.tar to write (into an existing folder), or None
     target_options:  {descriptor field: value} overrides (as --target-option)
     opt_level:       0..3
     input_shapes:    {input name: [d0, d1, ...]} fixing symbolic dimensions
@@ -250,7 +250,7 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
         PassError (4): unknown pass name or bad pass option
         ScheduleError (5): an operator has no implementation for the target
         CodegenError (6): LLVM or the linker failed
-        ArtifactError (7): the output cannot be written
+        ArtifactError (7): the output cannot be written (e.g. its folder does not exist)
         TuningError (9): the tuning records file is missing or unreadable
     """
     import time

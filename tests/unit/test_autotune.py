@@ -271,6 +271,16 @@ def test_apply_best_uses_the_best_valid_record(task, target, model_path, tmp_pat
     assert meta["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and "file" not in meta
 
 
+def test_artifact_names_records_by_content_not_path(task, target, model_path, tmp_path, monkeypatch):
+    _write_records(tmp_path / "rec.json", target, task, [(dict(task.config_space(target).fallback_config()), 1e-3, 0)])
+    monkeypatch.chdir(tmp_path)
+    tars = []
+    for k, records in enumerate(["rec.json", "./rec.json", str(tmp_path / "rec.json")]):
+        assert main(["compile", model_path, "--target", "native", "-o", f"m{k}.tar", "--tuning-records", records]) == 0
+        tars.append((tmp_path / f"m{k}.tar").read_bytes())
+    assert tars[0] == tars[1] == tars[2]
+
+
 def test_records_for_another_target_are_not_applicable(task, target, model_path, tmp_path, capsys):
     other = resolve_target("x86 -mcpu=skylake-avx512")
     path = tmp_path / "r.json"
