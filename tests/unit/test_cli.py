@@ -405,3 +405,13 @@ def test_codegen_progress_only_on_a_terminal(monkeypatch):
     progress.close()
     assert "codegen: lowering kernels" in term.getvalue() and "3/10" in term.getvalue()
     assert "codegen: llvm" in term.getvalue()
+
+
+def test_readme_lists_every_graph_pass():
+    from tvmc.passes import list_passes
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    table = readme[readme.index("| pass | opt level | what it does |"):]
+    table = table[:table.index("\n\n")]
+    listed = re.findall(r"^\| (\w+) \|", table, re.M)[1:]
+    assert sorted(listed) == sorted(list_passes())
