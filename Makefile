@@ -1,6 +1,7 @@
 # Set-up and everyday commands. `make demo` installs tvmc and reads a line of text with PP-OCRv4;
-# `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc
-# against onnxruntime at 1 and 2 threads, `make bench-layers` ResNet-18's conv layers against the
+# `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc's
+# builds for every x86 descriptor this host runs (x86, x86-avx2, x86-64) against onnxruntime at 1
+# and 2 threads, `make bench-layers` ResNet-18's conv layers against the
 # machine's peak; `make conformance` runs the ONNX backend node cases through tvmc on x86 and
 # rewrites docs/conformance.md; `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
