@@ -415,3 +415,9 @@ def test_readme_lists_every_graph_pass():
     table = table[:table.index("\n\n")]
     listed = re.findall(r"^\| (\w+) \|", table, re.M)[1:]
     assert sorted(listed) == sorted(list_passes())
+
+
+def test_json_errors_leave_stdout_empty(tmp_path):
+    r = invoke("run", tmp_path / "nope.tar", "--json")
+    assert r.exit_code == 7 and r.stdout == ""
+    assert error_line(r) == f"error: {tmp_path / 'nope.tar'}: no such file"
