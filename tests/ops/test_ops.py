@@ -148,6 +148,10 @@ CASES = [
     Case("dense_m1_n1", "nn.dense", lambda r: [n(r, (1, 17)), n(r, (1, 17))]),
     Case("dense_n7_tanh", "nn.dense", lambda r: [n(r, (4, 9)), n(r, (7, 9))], {},
          lambda r: [("add", {}, [n(r, (1, 7))]), ("tanh", {}, [])]),
+    # K a multiple of the lanes: the rfactor form (vector partial sums), with and without epilogue
+    Case("dense_k64_n15_vector_partials", "nn.dense", lambda r: [n(r, (3, 64)), n(r, (15, 64))]),
+    Case("dense_k48_n25_bias", "nn.dense", lambda r: [n(r, (2, 48)), n(r, (25, 48))], {},
+         lambda r: [("add", {}, [n(r, (25,))])]),
 
     # --- nn.dense_pack: data [M,K], weight packed [N/bn, K, bn]
     Case("dense_pack_bn16_bias_relu", "nn.dense_pack", lambda r: [n(r, (1, 300)), n(r, (16, 300, 16))], {},
