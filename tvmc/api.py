@@ -536,14 +536,14 @@ class TuneResult:
         from tvmc.autotune.tune import chosen_results
 
         chosen = chosen_results(self.results)
-        per_workload = Counter(r.task.key[1] for r in self.results)
+        per_workload = Counter((r.task.op, r.task.key[1]) for r in self.results)
         listed = self.tasks.rows()
         tasks = []
         for k, r in zip(self.indices, self.results):
             tasks.append({**listed[k], "trials": r.trials, "resumed": r.resumed, "best_gflop_s": r.best_flops / 1e9,
                           "fallback_gflop_s": r.fallback_flops / 1e9,
                           "speedup": r.speedup if r.speedup == r.speedup else None, "best_config": r.best_config,
-                          "fastest_of_workload": per_workload[r.task.key[1]] == 1 or id(r) in chosen,
+                          "fastest_of_workload": per_workload[(r.task.op, r.task.key[1])] == 1 or id(r) in chosen,
                           "errors": {str(code): n for code, n in r.errors.items()}, "seconds": r.seconds})
         return json_document("tune", {"model": self.tasks.model, "target": self.tasks.target.to_dict(),
                                       "records": self.records, "num_tasks": len(self.tasks.tasks),
