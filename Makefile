@@ -1,6 +1,7 @@
-# Set-up and everyday commands. `make demo` installs tvmc and runs the main job;
-# `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc
-# against onnxruntime at 1 and 2 threads, `make bench-layers` ResNet-18's conv layers against the
+# Set-up and everyday commands. `make demo` installs tvmc and reads a line of text with PP-OCRv4;
+# `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc's
+# builds for every x86 descriptor this host runs (x86, x86-avx2, x86-64) against onnxruntime at 1
+# and 2 threads, `make bench-layers` ResNet-18's conv layers against the
 # machine's peak; `make conformance [TARGET=opencl]` runs the ONNX backend node cases through tvmc on
 # x86 (or TARGET) and rewrites docs/conformance.md (TARGET: docs/conformance-TARGET.md and its row
 # in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
@@ -14,6 +15,7 @@
 PYTHON ?= python3
 TARGET ?= native
 GPU_TARGET ?= opencl
+EXTRAS ?= test,bench
 
 FUZZ_EXAMPLES ?= 400
 
@@ -22,10 +24,15 @@ FUZZ_EXAMPLES ?= 400
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator) where apt-get can run.
 install:
-	$(PYTHON) -m pip install -e ".[test,bench]"
+	$(PYTHON) -m pip install -e ".[$(EXTRAS)]"
 	$(PYTHON) -m tvmc.toolchain install
 
+# The demo's model is the .onnx file inside rapidocr-onnxruntime: installed without its
+# dependencies (OpenCV, Shapely, ...), which the demo never imports; its Python bound (<3.13)
+# concerns that code, not the model file.
+demo: EXTRAS = test,bench,demo
 demo: install
+	$(PYTHON) -m pip install --no-deps --ignore-requires-python "rapidocr-onnxruntime==1.4.4"
 	$(PYTHON) -m tvmc.demo
 
 test: install

@@ -1,25 +1,30 @@
-"""Benchmark: tvmc against onnxruntime on the onnx package's nine light model-zoo networks plus a
-ResNet-18, a MobileNetV2 and a BERT-style encoder that bench/models.py builds (x86 CPU).
+"""Benchmark: tvmc's x86 builds against onnxruntime on the onnx package's nine light model-zoo
+networks plus a ResNet-18, a MobileNetV2 and a BERT-style encoder that bench/models.py builds.
 
-What it measures, per model and thread count (`make bench`, or `python bench/bench.py
-[--threads 1,2] [--models a,b] [--repeat N]`); each model is compiled once and timed at every
-thread count, one table per thread count:
+Each model is compiled for every shipped x86 descriptor (`--targets`, default x86, x86-avx2,
+x86-64: AVX-512, AVX2 + FMA, baseline SSE4.2) that this host can run, i.e. whose derived CPU
+features (Target.host_features) are all in /proc/cpuinfo; a descriptor the host cannot run is
+named in the header with the features it lacks, and its columns say "n/a". What it measures, per
+model and thread count (`make bench`, or `python bench/bench.py [--threads 1,2] [--models a,b]
+[--targets x86-avx2] [--repeat N]`); each build is timed at every thread count, one table per
+thread count, the builds side by side:
 
     gflops       work of one inference in GFLOP: 2 * multiply-accumulates of every Conv, Gemm
                  and MatMul, counted from the ONNX graph with shapes from onnx.shape_inference
                  (elementwise ops, pooling, normalization are not counted)
-    tvmc_ms      median latency of GraphExecutor.run() in milliseconds (tvmc compiled for x86 at
-                 opt level 3 through the Python API, saved to a mod.tar and loaded back)
     ort_ms       median latency of InferenceSession.run() in milliseconds (CPUExecutionProvider,
                  intra-op threads = --threads, inter-op threads 1, all graph optimizations)
-    ratio        tvmc_ms / ort_ms (below 1: tvmc is faster)
-    tvmc_gflop_s achieved GFLOP/s of tvmc: gflops / (tvmc_ms / 1000)
-    compile_s    wall seconds of compile_model + save_artifact
+    <target> ms  median latency of GraphExecutor.run() in milliseconds of the build for that
+                 descriptor (compiled at opt level 3 through the Python API, saved to a mod.tar
+                 and loaded back)
+    /ORT         <target> ms / ort_ms (below 1: tvmc is faster)
+    GFLOP/s      achieved GFLOP/s of the widest build that ran: gflops / (ms / 1000)
+    compile_s    wall seconds of compile_model + save_artifact, summed over the builds
     others       cores that other processes kept busy during the timed rounds (/proc/stat busy
                  time minus this process's CPU time); above 0.1 the model is timed again, up to
                  --retries times, 10 s apart, and the table names it if it stays above
-    check        'ok' when tvmc's final output, and the tensor feeding the final Softmax when
-                 there is one, equal onnxruntime's (np.allclose, rtol 1e-3, atol 1e-3 x the
+    check        'ok' when every build's final output, and the tensor feeding the final Softmax
+                 when there is one, equal onnxruntime's (np.allclose, rtol 1e-3, atol 1e-3 x the
                  tensor's largest magnitude: float32 rounding of values near zero, as in layer
                  norm outputs, scales with the tensor, not with the value); else 'MISMATCH'.
                  The light models hold constant weights, so their Softmax output is uniform
@@ -28,14 +33,14 @@ thread count, one table per thread count:
 
 How: both runtimes live in this one process and see the same input (numpy default_rng(0),
 uniform [0, 1), float32; the BERT encoder: bench/models.bert_inputs). Each does 2 untimed
-warm-up runs per thread count; then `--repeat` rounds follow, each timing one tvmc run and
-then one onnxruntime run (perf_counter around a single call), so that drifts in machine load
-touch both alike. Reported times are medians over the rounds.
+warm-up runs per thread count; then `--repeat` rounds follow, each timing one run of every tvmc
+build and then one onnxruntime run (perf_counter around a single call), so that drifts in
+machine load touch all alike. Reported times are medians over the rounds.
 tvmc's thread count is set with GraphExecutor.set_num_threads (libgomp), onnxruntime's with its
 session options. onnxruntime runs with `session.force_spinning_stop`: its threads still spin
 inside a run, but stop when the run returns, so they do not steal the cores of the tvmc run
 that follows. Timings need an otherwise idle machine: the header shows the load average.
-Each table ends with the geometric mean of the ratios over the models that ran.
+Each table ends with the geometric mean of each build's ratios over the models that ran.
 Per-layer numbers of ResNet-18 against the machine's peak: bench/layers.py (`make bench-layers`).
 """
 
@@ -65,6 +70,7 @@ RTOL = 1e-3
 MAX_OTHER_LOAD = 0.1   # cores: above this, another process competed with the timed runs
 RETRY_WAIT_S = 10.0
 OPT_LEVEL = 3
+TARGETS = ("x86", "x86-avx2", "x86-64")   # widest first: the GFLOP/s column is the first that ran
 
 
 def light_model_path(name: str) -> Path:
@@ -163,18 +169,36 @@ def model_inputs(model: onnx.ModelProto) -> dict:
     return feeds
 
 
-def build_tvmc(model: onnx.ModelProto, folder: str):
-    """Compile for x86 at OPT_LEVEL, save mod.tar in `folder`, load it. Returns (executor, compile_s)."""
-    from tvmc.driver import CompileOptions, compile_model
-    from tvmc.package import save_artifact
+def runnable(targets) -> dict:
+    """{target name: None when this host runs its code, else why not} for shipped descriptors:
+    the code's CPU features (Target.host_features, derived from its cpu and features) must all be
+    in /proc/cpuinfo, as `tvmc run` demands."""
+    from tvmc.runtime.executor import host_cpu_flags
+    from tvmc.target import host_arch, resolve_target
+
+    flags = host_cpu_flags() or set()
+    out = {}
+    for name in targets:
+        target = resolve_target(name)
+        missing = [f for f in target.host_features if f not in flags]
+        if target.arch != host_arch():
+            out[name] = f"compiled for {target.arch}, this host is {host_arch()}"
+        elif missing:
+            out[name] = f"this CPU lacks {', '.join(missing)}"
+        else:
+            out[name] = None
+    return out
+
+
+def build_tvmc(model: onnx.ModelProto, folder: str, target: str):
+    """Compile for `target` at OPT_LEVEL, save mod.tar in `folder`, load it. Returns (executor, compile_s)."""
+    import tvmc
     from tvmc.runtime import GraphExecutor
-    from tvmc.target import resolve_target
 
     t0 = time.perf_counter()
-    module = compile_model(model, resolve_target("native"), CompileOptions(opt_level=OPT_LEVEL))
-    path = save_artifact(module, Path(folder, "mod.tar"))
+    result = tvmc.compile(model, target, Path(folder, f"{target}.tar"), opt_level=OPT_LEVEL)
     compile_s = time.perf_counter() - t0
-    return GraphExecutor(path), compile_s
+    return GraphExecutor(result.output), compile_s
 
 
 def build_ort(model: onnx.ModelProto, threads: int):
@@ -225,10 +249,22 @@ def _timed_ms(fn) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def bench_model(name: str, threads_list: list, repeat: int, retries: int = 0) -> list:
-    """Compile and check one model, then time it at each thread count; one table row (dict) per
-    thread count, in the order of `threads_list`. A timing during which other processes used more
-    than MAX_OTHER_LOAD cores is repeated up to `retries` times."""
+def _matches(ex, ort_out: dict, compared) -> bool:
+    for out in compared:
+        ours = ex.get_output(out)
+        want = ort_out[out]
+        # atol: outputs near zero (layer norms, logits) carry float32 rounding of their scale
+        atol = RTOL * float(np.abs(want).max()) if want.size else 0.0
+        if ours.shape != want.shape or not np.allclose(ours, want, rtol=RTOL, atol=atol):
+            return False
+    return True
+
+
+def bench_model(name: str, targets: list, threads_list: list, repeat: int, retries: int = 0) -> list:
+    """Compile one model for each of `targets` (runnable here), check every build, then time the
+    builds and onnxruntime side by side at each thread count; one table row (dict) per thread
+    count, in the order of `threads_list`. A timing during which other processes used more than
+    MAX_OTHER_LOAD cores is repeated up to `retries` times."""
     from tvmc.runtime import GraphExecutor
 
     model, feeds = load_model(name)
@@ -236,10 +272,14 @@ def bench_model(name: str, threads_list: list, repeat: int, retries: int = 0) ->
     model, compared = expose_pre_softmax(model)
     feeds = feeds if feeds is not None else model_inputs(model)
 
+    builds, compile_s = {}, 0.0
     with tempfile.TemporaryDirectory(prefix="tvmc-bench-") as tmp:
-        ex, compile_s = build_tvmc(model, tmp)
-    for k, v in feeds.items():
-        ex.set_input(k, v)
+        for target in targets:
+            builds[target], seconds = build_tvmc(model, tmp, target)
+            compile_s += seconds
+    for ex in builds.values():
+        for k, v in feeds.items():
+            ex.set_input(k, v)
     rows = []
     for threads in threads_list:
         row = {"model": name, "gflops": gflops, "compile_s": compile_s}
@@ -251,34 +291,30 @@ def bench_model(name: str, threads_list: list, repeat: int, retries: int = 0) ->
             return sess.run(ort_names, feeds)
 
         for _ in range(WARMUP_RUNS):
-            ex.run()
+            for ex in builds.values():
+                ex.run()
             run_ort()
 
         ort_out = dict(zip(ort_names, run_ort()))
-        ok = True
-        for out in compared:
-            ours = ex.get_output(out)
-            want = ort_out[out]
-            # atol: outputs near zero (layer norms, logits) carry float32 rounding of their scale
-            atol = RTOL * float(np.abs(want).max()) if want.size else 0.0
-            if ours.shape != want.shape or not np.allclose(ours, want, rtol=RTOL, atol=atol):
-                ok = False
-        row["check"] = "ok" if ok else "MISMATCH"
+        row["check"] = "ok" if all(_matches(ex, ort_out, compared) for ex in builds.values()) else "MISMATCH"
 
         for attempt in range(retries + 1):
             busy = OtherLoad()
-            tvmc_ms, ort_ms = [], []
+            tvmc_ms, ort_ms = {t: [] for t in builds}, []
             for _ in range(repeat):
-                tvmc_ms.append(_timed_ms(ex.run))
+                for target, ex in builds.items():
+                    tvmc_ms[target].append(_timed_ms(ex.run))
                 ort_ms.append(_timed_ms(run_ort))
             row["others"] = busy.cores()
             if row["others"] <= MAX_OTHER_LOAD or attempt == retries:
                 break
             time.sleep(RETRY_WAIT_S)  # another process took a core: wait, then time the model again
-        row["tvmc_ms"] = statistics.median(tvmc_ms)
         row["ort_ms"] = statistics.median(ort_ms)
-        row["ratio"] = row["tvmc_ms"] / row["ort_ms"]
-        row["tvmc_gflop_s"] = row["gflops"] / (row["tvmc_ms"] / 1e3)
+        for target, samples in tvmc_ms.items():
+            row[f"{target}_ms"] = statistics.median(samples)
+            row[f"{target}_ratio"] = row[f"{target}_ms"] / row["ort_ms"]
+        widest = next(iter(builds))
+        row["tvmc_gflop_s"] = row["gflops"] / (row[f"{widest}_ms"] / 1e3)
         rows.append(row)
     return rows
 
@@ -286,28 +322,24 @@ def bench_model(name: str, threads_list: list, repeat: int, retries: int = 0) ->
 # ---------------------------------------------------------------------------------------------
 # Report
 
-COLUMNS = [  # (key, header, format)
-    ("model", "model", "{}"),
-    ("gflops", "GFLOPs", "{:.2f}"),
-    ("tvmc_ms", "tvmc ms", "{:.2f}"),
-    ("ort_ms", "ORT ms", "{:.2f}"),
-    ("ratio", "tvmc/ORT", "{:.2f}"),
-    ("tvmc_gflop_s", "tvmc GFLOP/s", "{:.1f}"),
-    ("compile_s", "compile s", "{:.1f}"),
-    ("others", "others", "{:.2f}"),
-    ("check", "check", "{}"),
-]
+def columns(targets) -> list:
+    """(key, header, format) of the table's columns: onnxruntime, then each build and its ratio."""
+    per_target = [c for t in targets for c in ((f"{t}_ms", f"{t} ms", "{:.2f}"), (f"{t}_ratio", "/ORT", "{:.2f}"))]
+    return [("model", "model", "{}"), ("gflops", "GFLOPs", "{:.2f}"), ("ort_ms", "ORT ms", "{:.2f}"), *per_target,
+            ("tvmc_gflop_s", "GFLOP/s", "{:.1f}"), ("compile_s", "compile s", "{:.1f}"), ("others", "others", "{:.2f}"),
+            ("check", "check", "{}")]
 
 
-def _cells(row: dict) -> list:
+def _cells(row: dict, cols: list) -> list:
     if "error" in row:
-        return [row["model"]] + [""] * (len(COLUMNS) - 2) + [row["error"]]
-    return [fmt.format(row[key]) for key, _, fmt in COLUMNS]
+        return [row["model"]] + [""] * (len(cols) - 2) + [row["error"]]
+    return [fmt.format(row[key]) if key in row else "n/a" for key, _, fmt in cols]
 
 
-def print_table(rows: list) -> None:
-    headers = [h for _, h, _ in COLUMNS]
-    cells = [_cells(r) for r in rows]
+def print_table(rows: list, targets) -> None:
+    cols = columns(targets)
+    headers = [h for _, h, _ in cols]
+    cells = [_cells(r, cols) for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
 
     def line(values):
@@ -325,7 +357,7 @@ def print_table(rows: list) -> None:
         print(line(c))
 
 
-def host_summary(threads: int, repeat: int) -> str:
+def host_summary(threads: str, repeat: int) -> str:
     import onnxruntime as ort
 
     import tvmc
@@ -336,7 +368,7 @@ def host_summary(threads: int, repeat: int) -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return (f"tvmc {tvmc.__version__} (x86, opt level {OPT_LEVEL}) vs onnxruntime {ort.__version__} "
+    return (f"tvmc {tvmc.__version__} (opt level {OPT_LEVEL}) vs onnxruntime {ort.__version__} "
             f"(CPUExecutionProvider) | {cpu}, {os.cpu_count()} cpus | threads {threads} | "
             f"{WARMUP_RUNS} warm-up + {repeat} alternating runs each, medians | "
             f"load average {os.getloadavg()[0]:.2f}")
@@ -352,6 +384,9 @@ def main(argv=None) -> int:
                         help="comma-separated thread counts for both runtimes, one table each (default 1,2)")
     parser.add_argument("--models", default=",".join(ALL_MODELS),
                         help=f"comma-separated model names (default: all: {', '.join(ALL_MODELS)})")
+    parser.add_argument("--targets", default=",".join(TARGETS),
+                        help=f"comma-separated shipped x86 descriptors to build (default: {','.join(TARGETS)}); "
+                             "those this host cannot run are reported, not built")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per runtime (default 10)")
     parser.add_argument("--retries", type=int, default=3,
                         help=f"re-time a model up to N times when other processes used more than {MAX_OTHER_LOAD} "
@@ -367,11 +402,23 @@ def main(argv=None) -> int:
         parser.error(f"--threads {args.threads!r}: expected comma-separated integers")
     if not threads_list or min(threads_list) < 1 or args.repeat < 1:
         parser.error("--threads and --repeat must be at least 1")
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown or not targets:
+        parser.error(f"--targets: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(TARGETS)}")
 
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)
     print(host_summary(args.threads, args.repeat), flush=True)
+    why_not = runnable(targets)
+    for target, reason in why_not.items():
+        if reason:
+            print(f"{target}: built code cannot run here ({reason}); its columns say n/a", flush=True)
+    built = [t for t in targets if why_not[t] is None]
+    if not built:
+        print("none of the targets runs on this host", file=sys.stderr)
+        return 1
     if os.getloadavg()[0] > 0.5:
         print(f"warning: load average {os.getloadavg()[0]:.2f} > 0.5: other processes share the cores, so the "
               "timings (most of all with as many threads as cores) say little", flush=True)
@@ -379,7 +426,7 @@ def main(argv=None) -> int:
     for name in models:
         print(f"  {name} ...", end="", flush=True)
         try:
-            rows = bench_model(name, threads_list, args.repeat, args.retries)
+            rows = bench_model(name, built, threads_list, args.repeat, args.retries)
         except Exception as e:  # one failing model must not hide the others' numbers
             error = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             rows = [{"model": name, "error": error} for _ in threads_list]
@@ -390,10 +437,17 @@ def main(argv=None) -> int:
     bad = False
     for threads, rows in tables.items():
         print(f"\n{threads} thread{'s' if threads > 1 else ''}:")
-        print_table(rows)
-        ratios = [r["ratio"] for r in rows if "ratio" in r]
-        if ratios:
-            print(f"geometric mean tvmc/ORT over {len(ratios)} model(s), {threads} thread(s): {geomean(ratios):.2f}")
+        print_table(rows, targets)
+        for target in built:
+            ratios = [r[f"{target}_ratio"] for r in rows if f"{target}_ratio" in r]
+            if ratios:
+                print(f"geometric mean {target}/ORT over {len(ratios)} model(s), {threads} thread(s): "
+                      f"{geomean(ratios):.2f}")
+        if len(built) > 1:
+            for other in built[1:]:
+                pairs = [r[f"{other}_ms"] / r[f"{built[0]}_ms"] for r in rows if f"{other}_ms" in r]
+                if pairs:
+                    print(f"geometric mean {other} ms / {built[0]} ms: {geomean(pairs):.2f}")
         loaded = [r["model"] for r in rows if r.get("others", 0.0) > MAX_OTHER_LOAD]
         if loaded:
             print(f"timed while other processes kept more than {MAX_OTHER_LOAD} cores busy (not meaningful): "

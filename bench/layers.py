@@ -5,7 +5,7 @@ achieved GFLOP/s against the machine's fp32 peak and against onnxruntime (x86 CP
 
 Per distinct conv layer (input shape, output channels, kernel, stride; `x N` when ResNet-18 has
 N such layers) a one-node model Conv(X, W) with ResNet-18's shapes and seeded random weights
-is compiled with tvmc for x86 at opt level 3 and run, alternating with onnxruntime, after two
+is compiled with tvmc for native (this host) at opt level 3 and run, alternating with onnxruntime, after two
 warm-up runs; times are medians. Columns: GFLOP (2 x multiply-accumulates), tvmc ms, ORT ms,
 tvmc GFLOP/s, tvmc % of peak, ORT GFLOP/s.
 
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
         gflop = 2 * o * oh * ow * c * k * k / 1e9
         with tempfile.TemporaryDirectory(prefix="tvmc-layers-") as tmp:
-            ex, _ = build_tvmc(model, tmp)
+            ex, _ = build_tvmc(model, tmp, "native")
         x = np.random.default_rng(1).random((1, c, h, w), dtype=np.float32)
         ex.set_input("X", x)
         for threads in threads_list:

@@ -127,7 +127,7 @@ def part_a(model, target, trials: int, threads: int, rounds: int, tmp: str, meas
         libs[f"tvmc {label}"] = path
         if recs:
             meta = module.metadata["tuning_records"]
-            applied = f"{meta['tasks_from_records']}/{meta['tasks']} tasks from records"
+            applied = f"{meta['workloads_from_records']}/{meta['workloads']} kernel workloads from records"
     wait_for_idle()
     ms = measure_latency(model, libs, threads, rounds)
     lines = [f"## (a) ResNet-18, batch 1, {threads} threads",

@@ -10,3 +10,6 @@ KERNEL_ABI_VERSION = 2
 import os as _os
 
 _os.environ.setdefault("LLVMLITE_ENABLE_IR_LAYER_TYPED_POINTERS", "0")
+
+# The one-call Python API (tvmc/api.py): tvmc.compile, tvmc.run, tvmc.tune, tvmc.list_tasks.
+from tvmc.api import compile, list_tasks, run, tune  # noqa: E402,F401,A004

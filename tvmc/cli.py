@@ -1,12 +1,18 @@
 """Command-line stage: `tvmc compile`, `tvmc tune`, `tvmc run` and `tvmc inspect` (click).
 
+The commands parse their flags and call the Python API (tvmc/api.py); `--json` prints the
+API result's document (docs/json.md) as the only output on stdout, the text output otherwise.
+`--config FILE` (YAML or JSON) gives a command's option values; flags on the command line
+override them.
+
 The error contract: a failure prints one line on stderr and exits with its documented code.
 Every tvmc.errors.TVMCError becomes `error: <message>` and the error's exit code; a usage
 error (bad option or argument) `error: <message> (see tvmc <command> --help)` and exit 64;
 Ctrl-C `error: interrupted` and exit 130; SIGTERM `error: terminated` and exit 143; any other
 exception `internal error: ...` and exit 70. The line is bounded in length and shows control
 characters escaped. `--verbose` prints the traceback before that line and keeps the exit code.
-Temporary files are removed on every one of these paths (signals included).
+Temporary files are removed on every one of these paths (signals included). The codes are
+listed once, in EXIT_CODES (shown by `tvmc --help`, tabled in the README).
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import os
 import re
 import signal
 import sys
-import time
 import traceback
 import unicodedata
 from pathlib import Path
@@ -29,15 +34,34 @@ import click
 import numpy as np
 
 import tvmc
-from tvmc.errors import ArtifactError, InputError, ModelError, Terminated, TuningError, TVMCError
-from tvmc.paths import check_output_path, check_regular, dump_folder, open_regular
+from tvmc import errors
+from tvmc.api import DUMP_STAGES, FILL_MODES, kernel_counts
+from tvmc.errors import ArtifactError, ModelError, Terminated, TuningError, TVMCError
+from tvmc.paths import check_output_path, check_regular, dump_folder
 
 INTERNAL_ERROR_EXIT = 70
 USAGE_EXIT = 64              # BSD sysexits EX_USAGE
 INTERRUPTED_EXIT = 130       # 128 + SIGINT
 TERMINATED_EXIT = 143        # 128 + SIGTERM
 MAX_ERROR_CHARS = 400
-DUMP_STAGES = ("graph", "tir", "ll", "asm")
+
+# Every exit code of tvmc, once: (code, meaning); the error classes' codes come from tvmc/errors.py.
+EXIT_CODES = (
+    (0, "success"),
+    (1, "other tvmc error (TVMCError)"),
+    (errors.ModelError.exit_code, "model: unreadable or invalid ONNX, unsupported operators, bad shapes (ModelError)"),
+    (errors.TargetError.exit_code, "target: unknown name, invalid descriptor or option (TargetError)"),
+    (errors.PassError.exit_code, "pass: unknown pass or option, a pass failed (PassError)"),
+    (errors.ScheduleError.exit_code, "schedule: no implementation for the target (ScheduleError)"),
+    (errors.CodegenError.exit_code, "codegen: LLVM or the linker failed (CodegenError)"),
+    (errors.ArtifactError.exit_code, "artifact: missing, invalid, cannot run on this host (ArtifactError)"),
+    (errors.InputError.exit_code, "inputs: wrong names, shapes, dtypes, unreadable .npz (InputError)"),
+    (errors.TuningError.exit_code, "tuning: records missing or unreadable, bad task index (TuningError)"),
+    (USAGE_EXIT, "usage: unknown command or option, bad flag value"),
+    (INTERNAL_ERROR_EXIT, "internal error, a bug in tvmc (--verbose shows the traceback)"),
+    (INTERRUPTED_EXIT, "interrupted (Ctrl-C); temporary files removed"),
+    (TERMINATED_EXIT, "terminated (SIGTERM); temporary files removed"),
+)
 
 
 def _one_line(err: BaseException) -> str:
@@ -121,10 +145,83 @@ verbose_option = click.option("--verbose", "-v", is_flag=True,
                               help="On errors, print the traceback too (same exit code); keep IR dumps of a failed compile; show LLVM's messages.")
 
 
-@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print one JSON document on stdout instead of the text (schema: docs/json.md).")
+
+
+def _load_config(ctx, param, value):
+    """--config FILE: a YAML (or JSON) mapping of this command's option names (the long flag
+    without its dashes; '-' or '_' alike) to values, which become the command's defaults, so a
+    flag on the command line overrides the file. Mappings are accepted where a flag takes
+    pairs: input_shapes {name: [dims]}, target_option and pass_config {key: value}; lists where
+    a flag repeats. Raises click.BadParameter naming the file and the key."""
+    if value is None:
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise click.BadParameter(f"{value}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    except yaml.YAMLError as e:
+        raise click.BadParameter(f"{value}: not valid YAML or JSON: {_one_line(e)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{value}: expected a mapping of option names to values, got {type(data).__name__}")
+    options = {o[2:].replace("-", "_"): p for p in ctx.command.params if isinstance(p, click.Option)
+               and p.name not in _NOT_IN_CONFIG for o in p.opts if o.startswith("--")}
+    defaults = {}
+    for key, v in data.items():
+        opt = options.get(str(key).replace("-", "_"))
+        if opt is None:
+            raise click.BadParameter(f"{value}: unknown option '{key}' for tvmc {ctx.command.name}; known: "
+                                     f"{', '.join(sorted(options))}")
+        defaults[opt.name] = _config_value(opt, v, f"{value}: '{key}'")
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+_NOT_IN_CONFIG = ("config", "verbose", "as_json", "help")
+
+
+def _config_value(opt: click.Option, value, where: str):
+    """A config-file value in the form the flag's parser takes (see _load_config)."""
+    if opt.name == "input_shapes" and isinstance(value, dict):
+        return " ".join(f"{k}:{_fmt_shape(v)}" for k, v in value.items())
+    if isinstance(value, dict):
+        if opt.metavar not in ("KEY=VALUE", "NAME=VALUE"):
+            raise click.BadParameter(f"{where}: a mapping is not a value of --{opt.name.replace('_', '-')}")
+        value = [f"{k}={'true' if v is True else 'false' if v is False else v}" for k, v in value.items()]
+    if opt.multiple:
+        return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if isinstance(value, list):
+        raise click.BadParameter(f"{where}: a list is not a value of --{opt.name.replace('_', '-')}")
+    return value
+
+
+config_option = click.option("--config", type=click.Path(exists=True, dir_okay=False), callback=_load_config,
+                             is_eager=True, expose_value=False,
+                             help="YAML or JSON file of this command's options (e.g. opt_level: 2); "
+                                  "flags on the command line override it.")
+
+
+def _echo_json(doc: dict) -> None:
+    click.echo(json.dumps(doc, indent=2, allow_nan=False))
+
+
+def _exit_code_epilog() -> str:
+    return "\b\nExit codes:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog=_exit_code_epilog())
 @click.version_option(tvmc.__version__, prog_name="tvmc")
 def cli():
-    """tvmc: compile ONNX models into a deployable mod.tar, and run them."""
+    """tvmc: compile ONNX models into a deployable mod.tar, and run them.
+
+    Start with `tvmc compile model.onnx --target native -o model.tar`, then `tvmc run model.tar`.
+    """
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,16 +312,6 @@ def _fmt_bytes(nbytes: int) -> str:
     return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.1f} KB"
 
 
-def kernel_counts(metadata: dict, graph_json: dict) -> tuple:
-    """(distinct kernels, kernel calls): metadata's num_kernels / num_kernel_calls, else counted
-    from the graph JSON's tvm_op nodes."""
-    ops = [n for n in graph_json.get("nodes", []) if n.get("op") == "tvm_op"]
-    distinct = metadata.get("num_kernels")
-    calls = metadata.get("num_kernel_calls")
-    return (len({n["attrs"]["func_name"] for n in ops}) if distinct is None else distinct,
-            len(ops) if calls is None else calls)
-
-
 def activation_summary(metadata: dict) -> str | None:
     """'activations <planned> planned, <unplanned> without reuse (ratio r)' from metadata's
     planned_activation_bytes / unplanned_activation_bytes (PlanMemory: intermediate tensors with
@@ -237,42 +324,63 @@ def activation_summary(metadata: dict) -> str | None:
     return f"activations {_fmt_bytes(planned)} planned, {_fmt_bytes(unplanned)} without reuse (ratio {ratio})"
 
 
-def print_compile_summary(model, target, options, module, output, package_s: float, pass_times=False) -> None:
-    """Print what was compiled, for which target, into what, and how long each stage took (s)."""
+def print_compile_summary(result, pass_times=False) -> None:
+    """Print what was compiled, for which target, into what, and how long each stage took (s),
+    from an api.CompileResult; with `pass_times`, the time of each graph pass (ms)."""
+    module = result.module
     params_bytes = sum(int(np.asarray(v).nbytes) for v in module.params.values())
     distinct, calls = kernel_counts(module.metadata, module.graph_json)
     activations = activation_summary(module.metadata)
-    stages = {k: v for k, v in module.timings_s.items() if "/" not in k}
-    stages["package"] = package_s
+    stages = dict(result.timings_s)
+    total = stages.pop("total")
     rows = [
-        ("model", str(model)),
-        ("target", str(target)),
-        ("opt level", str(options.opt_level)),
+        ("model", str(result.model)),
+        ("target", str(result.target)),
+        ("opt level", str(result.options.opt_level)),
         ("kernels", f"{distinct} distinct, {calls} calls"),
         ("params", f"{params_bytes / 1e6:.2f} MB"),
         *([("memory", activations)] if activations else []),
-        ("output", str(output)),
-        ("time", ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()) + f" (total {sum(stages.values()):.2f} s)"),
+        ("output", str(result.output)),
+        ("time", ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()) + f" (total {total:.2f} s)"),
     ]
     click.echo("compile summary")
     for key, value in rows:
         click.echo(f"  {key:<10} {value}")
     if pass_times:
-        per_pass = [(k.split("/", 1)[1], v) for k, v in module.timings_s.items() if k.startswith("passes/")]
         click.echo("pass times")
-        if not per_pass:
+        if not result.pass_times_s:
             click.echo("  (the driver recorded no per-pass times)")
-        for name, seconds in per_pass:
+        for name, seconds in result.pass_times_s.items():
             click.echo(f"  {name:<28} {seconds * 1e3:10.2f} ms")
 
 
-@cli.command("compile")
+def codegen_progress():
+    """A progress(stage, done, total) callback drawing one updating line on stderr (tqdm) when
+    stderr is a terminal, else None: nothing extra goes into CI logs. Close it with .close()."""
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=1, desc="codegen", unit="kernel", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def update(stage: str, done: int, total: int) -> None:
+        bar.set_description(f"codegen: {'lowering kernels' if stage == 'lower' else stage}")
+        bar.total, bar.n = total, done
+        bar.refresh()
+
+    update.close = bar.close
+    return update
+
+
+@cli.command("compile", short_help="Compile an ONNX model into a mod.tar for a target.")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--target", "target_spec", required=True,
               help='Target: a shipped name (native = this host; x86, x86-avx2, x86-64), or a descriptor YAML path, optionally with LLVM-style overrides: "x86 -mcpu=skylake-avx512", "native -mattr=-avx2".')
-@click.option("--target-option", multiple=True, metavar="KEY=VALUE", help="Override a target descriptor field.")
+@click.option("--target-option", multiple=True, metavar="KEY=VALUE",
+              help="Override a target descriptor field, e.g. cpu=znver3 or l2_bytes=1048576 (repeatable).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output artifact (mod.tar).")
-@click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True, help="Optimization level.")
+@click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True,
+              help="Optimization level: which graph passes run (configs/pipelines.yaml).")
 @click.option("--disabled-pass", multiple=True, metavar="A,B", help="Passes to skip (comma-separated, repeatable).")
 @click.option("--pass-config", multiple=True, metavar="NAME=VALUE", help='Pass option "<Pass>.<option>=VALUE" (repeatable).')
 @click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224] mask:[1,128]".')
@@ -284,13 +392,18 @@ def print_compile_summary(model, target, options, module, output, package_s: flo
 @click.option("--cross-compiler", metavar="CC", help="Compiler driver that links the library instead of the target's linker "
               "command's first word (e.g. aarch64-linux-gnu-gcc, clang); the descriptor's linker flags stay.")
 @click.option("--cross-compiler-options", metavar="OPTS", help='Extra linker arguments, shell-quoted: "-L/opt/sysroot/lib -Wl,-rpath,.".')
+@config_option
+@json_option
 @verbose_option
 @_handle_errors
 def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_pass, pass_config,
-                input_shapes, dump_ir, print_pass_times, tuning_records, cross_compiler, cross_compiler_options, verbose):
-    """Compile an ONNX MODEL into a mod.tar for a target."""
-    from tvmc.driver import CompileOptions, compile_model
-    from tvmc.package import save_artifact
+                input_shapes, dump_ir, print_pass_times, tuning_records, cross_compiler, cross_compiler_options, as_json,
+                verbose):
+    """Compile an ONNX MODEL into a mod.tar for a target.
+
+    Prints a summary (kernels, params, memory, time per stage); --json prints it as JSON.
+    """
+    from tvmc.api import compile as compile_model_api
     from tvmc.target import resolve_target, with_cross_compiler
 
     target_options = _parse_pairs(target_option, "--target-option")
@@ -300,26 +413,30 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
     disabled = _parse_list(disabled_pass, "--disabled-pass")
 
     check_regular(model, ModelError, "an ONNX model file")
-    reads = [model] + ([tuning_records] if tuning_records else [])
-    check_output_path(output, ArtifactError, "artifact", reads)
+    check_output_path(output, ArtifactError, "artifact", [model] + ([tuning_records] if tuning_records else []))
     target = with_cross_compiler(resolve_target(target_spec, target_options), cross_compiler, cross_compiler_options)
     out = Path(output)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ArtifactError(f"{out.parent}: cannot create output folder: {e.strerror or e}") from None
-    with dump_folder(out, ArtifactError, keep_on_error=verbose) if dumps else contextlib.nullcontext() as dump_dir:
-        options = CompileOptions(opt_level=opt_level, disabled_passes=frozenset(disabled),
-                                 pass_config=tuple(sorted(pass_cfg.items())), input_shapes=shapes,
-                                 dump_ir=dumps, dump_dir=dump_dir, tuning_records=tuning_records)
-        module = compile_model(model, target, options)
-        t0 = time.perf_counter()
-        save_artifact(module, out, reads)
-    print_compile_summary(model, target, options, module, out, time.perf_counter() - t0, print_pass_times)
+    progress = codegen_progress()
+    try:
+        with dump_folder(out, ArtifactError, keep_on_error=verbose) if dumps else contextlib.nullcontext() as dump_dir:
+            result = compile_model_api(model, target, out, opt_level=opt_level, input_shapes=dict(shapes),
+                                       disabled_passes=disabled, pass_config=pass_cfg, tuning_records=tuning_records,
+                                       dump_ir=dumps, dump_dir=dump_dir, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    if as_json:
+        _echo_json(result.to_json())
+        return
+    print_compile_summary(result, print_pass_times)
     if tuning_records:
         from tvmc.autotune.tune import records_summary_lines
 
-        for line in records_summary_lines(module.metadata["tuning_records"]):
+        for line in records_summary_lines(result.module.metadata["tuning_records"], tuning_records):
             click.echo(line)
 
 
@@ -327,15 +444,46 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
 # tune
 
 
-@cli.command("tune")
+def _task_indices(ctx, param, value):
+    from tvmc.api import parse_task_indices
+
+    if value is None:
+        return None
+    try:
+        return parse_task_indices(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def print_task_list(task_list) -> None:
+    """The table of `tvmc tune --list-tasks`: one row per task (api.TaskList.rows)."""
+    from tvmc.autotune.tune import task_count_line
+
+    click.echo(f"{task_count_line(len(task_list.tasks), task_list.num_workloads)} in {task_list.model} "
+               f"(target {task_list.target.name}; a workload has one task per implementation)")
+    rows = task_list.rows()
+    width = max([len("workload")] + [len(r["workload"]) for r in rows])
+    click.echo(f"{'index':>5}  {'op':<20} {'implementation':<24} {'workload':<{width}} {'MFLOP':>10} {'calls':>5} "
+               f"{'configs':>8}")
+    for r in rows:
+        click.echo(f"{r['index']:>5}  {r['op']:<20} {r['implementation']:<24} {r['workload']:<{width}} "
+                   f"{r['flops'] / 1e6:>10.2f} {r['calls']:>5} {r['config_space_size']:>8}")
+
+
+@cli.command("tune", short_help="Tune the kernels of an ONNX model on this machine; write measurement records.")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--target", "target_spec", required=True, help="Target name or descriptor, as for compile.")
-@click.option("--target-option", multiple=True, metavar="KEY=VALUE", help="Override a target descriptor field.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Records file (JSON lines); appended to, and resumed from when it exists.")
+@click.option("--target-option", multiple=True, metavar="KEY=VALUE", help="Override a target descriptor field (repeatable).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Records file (JSON lines); appended to, and resumed from when it exists. Required unless --list-tasks.")
+@click.option("--list-tasks", is_flag=True,
+              help="Print the tasks (index, op, implementation, workload, FLOPs, calls, config-space size) and exit.")
+@click.option("--tasks", "task_indices", metavar="INDICES", callback=_task_indices,
+              help="Tune only these tasks, by --list-tasks index: e.g. 0,2-4.")
 @click.option("--trials", type=click.IntRange(min=1), default=200, show_default=True,
               help="Total measurements, split over tasks in proportion to their FLOPs.")
-@click.option("--tuner", type=click.Choice(["xgb", "ga", "random", "grid"]), default="xgb", show_default=True)
+@click.option("--tuner", type=click.Choice(["xgb", "ga", "random", "grid"]), default="xgb", show_default=True,
+              help="Search: xgb (XGBoost cost model, AutoTVM), ga (genetic), random, grid.")
 @click.option("--early-stopping", type=click.IntRange(min=1), help="Stop a task after N trials without a new best.")
 @click.option("--number", type=click.IntRange(min=1), default=4, show_default=True, help="Runs per timing round.")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True, help="Timing rounds per candidate.")
@@ -350,99 +498,51 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
 @click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224]".')
 @click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True,
               help="Opt level of the graph passes the tasks are taken after (use the compile one).")
+@config_option
+@json_option
 @verbose_option
 @_handle_errors
-def tune_cmd(model, target_spec, target_option, output, trials, tuner, early_stopping, number, repeat, min_repeat_ms,
-             timeout, parallel, prior, input_shapes, opt_level, verbose):
-    """Tune the kernels of an ONNX MODEL on this machine; write measurement records."""
-    from tvmc.autotune.measure import MeasureOptions
-    from tvmc.autotune.task import extract_tasks, workload_key
-    from tvmc.autotune.tune import TuneOptions, format_summary, tune_tasks
-    from tvmc.driver import CompileOptions
+def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, trials, tuner, early_stopping,
+             number, repeat, min_repeat_ms, timeout, parallel, prior, input_shapes, opt_level, as_json, verbose):
+    """Tune the kernels of an ONNX MODEL on this machine; write measurement records.
+
+    --list-tasks prints the tasks without tuning; --tasks tunes a subset of them.
+    """
+    from tvmc.api import list_tasks as list_model_tasks
+    from tvmc.api import tune
+    from tvmc.autotune.tune import Progress, format_summary, task_count_line
     from tvmc.target import resolve_target
 
+    if not list_tasks and not output:
+        raise click.UsageError("Missing option '-o' / '--output' (the records file), or use --list-tasks.")
     check_regular(model, ModelError, "an ONNX model file")
-    check_output_path(output, TuningError, "tuning records", [model] + ([prior] if prior else []))
+    if output:
+        check_output_path(output, TuningError, "tuning records", [model] + ([prior] if prior else []))
     target = resolve_target(target_spec, _parse_pairs(target_option, "--target-option"))
-    options = CompileOptions(opt_level=opt_level, input_shapes=parse_input_shapes(input_shapes))
-    tasks = extract_tasks(model, target, options)
-    workloads = len({(t.op, workload_key(t.workload)) for t in tasks})
-    click.echo(f"{len(tasks)} tasks ({workloads} kernel workload{'s' * (workloads != 1)}, one task per "
-               f"implementation) from {model} (opt level {opt_level}, target {target.name})")
-    topts = TuneOptions(trials=trials, tuner=tuner, early_stopping=early_stopping, prior_records=prior,
-                        measure=MeasureOptions(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
-                                               timeout_s=timeout, parallel=parallel))
-    results = tune_tasks(tasks, target, output, topts)
-    click.echo(format_summary(results))
+    task_list = list_model_tasks(model, target, opt_level=opt_level, input_shapes=dict(parse_input_shapes(input_shapes)))
+    if list_tasks:
+        if as_json:
+            _echo_json(task_list.to_json())
+        else:
+            print_task_list(task_list)
+        return
+    chosen = task_indices if task_indices is not None else range(len(task_list.tasks))
+    say = functools.partial(click.echo, err=as_json)  # with --json, stdout carries the document alone
+    say(f"{task_count_line(len(task_list.tasks), task_list.num_workloads)} from {model} (opt level {opt_level}, "
+        f"target {target.name}; a workload has one task per implementation)"
+        + (f"; tuning tasks {', '.join(map(str, chosen))}" if task_indices is not None else ""))
+    result = tune(model, target, output, trials=trials, tuner=tuner, tasks=task_indices, early_stopping=early_stopping,
+                  number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout, parallel=parallel,
+                  prior_records=prior, task_list=task_list, progress=Progress(sys.stderr if as_json else sys.stdout))
+    if as_json:
+        _echo_json(result.to_json())
+        return
+    click.echo(format_summary(result.results, result.indices))
     click.echo(f"records: {output}")
 
 
 # ---------------------------------------------------------------------------------------------
 # run
-
-
-def make_inputs(executor, fill_mode: str, seed: int = 0) -> dict:
-    """Inputs for every model input: zeros, ones, or random with `seed`.
-
-    random: floats uniform in [0, 1), integers uniform in [0, 10), bools fair coin.
-    """
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in executor.input_names:
-        shape, dtype = executor.input_info(name)
-        dt = np.dtype(dtype)
-        if fill_mode == "zeros":
-            out[name] = np.zeros(shape, dt)
-        elif fill_mode == "ones":
-            out[name] = np.ones(shape, dt)
-        elif dt.kind == "f":
-            out[name] = rng.random(shape).astype(dt)
-        elif dt.kind == "b":
-            out[name] = rng.integers(0, 2, shape).astype(dt)
-        else:
-            out[name] = rng.integers(0, 10, shape).astype(dt)
-    return out
-
-
-NPZ_MAGIC = b"PK\x03\x04"
-NPY_MAGIC = b"\x93NUMPY"
-
-
-def load_inputs(path: str, expected_names) -> dict:
-    """Arrays of an .npz file keyed by input name (numeric or bool arrays only).
-
-    Raises InputError (one line naming the file) on a missing or non-regular file, a file that
-    is not an .npz (saying what it is when it can: a .npy array, random bytes), an array that
-    is not numeric (strings, objects), and on unknown or missing input names.
-    """
-    with open_regular(path, InputError, "an .npz file of inputs") as f:
-        magic = f.read(6)
-        f.seek(0)
-        if magic.startswith(NPY_MAGIC):
-            raise InputError(f"{path}: is a .npy file (one array); --inputs takes an .npz keyed by input name, "
-                             f"e.g. np.savez(path, {expected_names[0] if expected_names else 'name'}=array)")
-        if not magic.startswith(NPZ_MAGIC):
-            raise InputError(f"{path}: not an .npz file (no zip signature; write it with np.savez)")
-        try:
-            with np.load(f, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-        except ValueError as e:
-            if "allow_pickle" in str(e):
-                raise InputError(f"{path}: holds object arrays; inputs must be numeric or bool arrays") from None
-            raise InputError(f"{path}: cannot read inputs as .npz: {_one_line(e)}") from None
-        except Exception as e:  # zipfile.BadZipFile, OSError, EOFError on damaged files
-            raise InputError(f"{path}: cannot read inputs as .npz: {type(e).__name__}: {_one_line(e)}") from None
-    for name, arr in arrays.items():
-        if arr.dtype.kind not in "biuf":
-            raise InputError(f"{path}: input '{name}' has dtype {arr.dtype.str} ({arr.dtype.kind!r} kind); "
-                             f"inputs must be numeric or bool arrays")
-    unknown = sorted(set(arrays) - set(expected_names))
-    missing = [n for n in expected_names if n not in arrays]
-    if unknown or missing:
-        parts = ([f"unknown {', '.join(unknown)}"] if unknown else []) + \
-                ([f"missing {', '.join(missing)}"] if missing else [])
-        raise InputError(f"{path}: {'; '.join(parts)}; the model's inputs are: {', '.join(expected_names)}")
-    return arrays
 
 
 def save_outputs(path: str, outputs: dict, reads=()) -> None:
@@ -464,95 +564,141 @@ def print_outputs_summary(outputs: dict) -> None:
         click.echo(line)
 
 
+def time_unit(ms: float) -> tuple:
+    """(unit name, factor from ms) to print a latency of `ms` milliseconds: µs below 1 ms, so
+    that small kernels and models do not print as 0.002 ms."""
+    return ("µs", 1e3) if ms < 1.0 else ("ms", 1.0)
+
+
 def print_time_table(stats: dict) -> None:
-    """The benchmark statistics in ms per run."""
-    click.echo(f"execution time (ms per run; {stats['repeat']} repeats x {stats['number']} runs)")
+    """The benchmark statistics per run, in ms (µs when the median is below 1 ms)."""
+    unit, factor = time_unit(stats["median_ms"])
+    click.echo(f"execution time ({unit} per run; {stats['repeat']} repeats x {stats['number']} runs)")
     keys = ("mean", "median", "min", "max", "std")
     click.echo("  " + "".join(f"{k:>10}" for k in keys))
-    click.echo("  " + "".join(f"{stats[k + '_ms']:>10.3f}" for k in keys))
+    click.echo("  " + "".join(f"{stats[k + '_ms'] * factor:>10.3f}" for k in keys))
 
 
-def print_top_classes(outputs: dict, k: int) -> None:
+def _fmt_time(ms: float) -> str:
+    unit, factor = time_unit(ms)
+    return f"{ms * factor:.3f} {unit}"
+
+
+def print_profile(rows: list, runs: int) -> None:
+    """The per-kernel table of `tvmc run --profile` (api.profile_rows), largest total first."""
+    click.echo(f"profile (kernel by kernel, {runs} run{'s' * (runs != 1)}; times per run, "
+               f"each kernel call timed from Python)")
+    width = max([len("kernel")] + [len(r["name"]) for r in rows])
+    click.echo(f"  {'kernel':<{width}} {'calls':>5} {'total':>12} {'mean':>12} {'share':>7} {'GFLOP/s':>9}")
+    for r in rows:
+        gflops = f"{r['gflop_s']:.1f}" if r["gflop_s"] is not None else "-"
+        click.echo(f"  {r['name']:<{width}} {r['calls']:>5} {_fmt_time(r['total_ms']):>12} "
+                   f"{_fmt_time(r['mean_ms']):>12} {r['share'] * 100:>6.1f}% {gflops:>9}")
+    click.echo(f"  {'all kernels':<{width}} {sum(r['calls'] for r in rows):>5} "
+               f"{_fmt_time(sum(r['total_ms'] for r in rows)):>12}")
+
+
+def print_top_classes(top: dict, k: int, outputs: dict) -> None:
     """Top-k classes and scores of each output with one non-singleton axis ([N], [1, N],
-    [1, N, 1, 1]); other outputs are skipped with a note."""
-    for name, arr in outputs.items():
-        if sum(d > 1 for d in arr.shape) > 1:
-            click.echo(f"top-{k}: {name} {list(arr.shape)} is not a vector of class scores; skipped")
+    [1, N, 1, 1]) from api.RunResult.top_classes; other outputs are skipped with a note."""
+    for name, best in top.items():
+        if best is None:
+            click.echo(f"top-{k}: {name} {_fmt_shape(outputs[name].shape)} is not a vector of class scores; skipped")
             continue
-        arr = arr.reshape(-1)
-        order = np.argsort(-arr.astype(np.float64), kind="stable")[:k]
-        click.echo(f"top-{len(order)} of {name}")
-        for rank, cls in enumerate(order, 1):
-            click.echo(f"  {rank}. class {int(cls):>5}  score {float(arr[cls]):.6g}")
+        click.echo(f"top-{len(best)} of {name}")
+        for rank, (cls, score) in enumerate(best, 1):
+            click.echo(f"  {rank}. class {cls:>5}  score {score:.6g}")
 
 
-@cli.command("run")
+@cli.command("run", short_help="Run a compiled mod.tar on this machine; print outputs, timing, per-kernel profile.")
 @click.argument("artifact", type=click.Path(dir_okay=False))
-@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), help="Inputs .npz keyed by input name.")
+@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
+              help="Inputs .npz keyed by input name; inputs it lacks are made by --fill-mode.")
 @click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False), help="Write outputs .npz keyed by output name.")
-@click.option("--fill-mode", type=click.Choice(["zeros", "ones", "random"]), default="random", show_default=True,
-              help="Inputs to use without --inputs (random: seed 0).")
-@click.option("--print-time", is_flag=True, help="Print latency statistics (ms).")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Number of measurements.")
-@click.option("--number", type=click.IntRange(min=1), default=1, show_default=True, help="Runs per measurement.")
+@click.option("--fill-mode", type=click.Choice(list(FILL_MODES)), default="random", show_default=True,
+              help="Inputs not given by --inputs: zeros, ones, or random (seed 0).")
+@click.option("--print-time", is_flag=True, help="Time the run and print latency statistics (ms, µs below 1 ms).")
+@click.option("--repeat", type=click.IntRange(min=1), help="Timing measurements (implies --print-time)  [default: 1]")
+@click.option("--number", type=click.IntRange(min=1), help="Runs per measurement (implies --print-time)  [default: 1]")
+@click.option("--profile", is_flag=True,
+              help="Also run kernel by kernel and print each kernel's calls, time, share and GFLOP/s.")
 @click.option("--print-top", type=click.IntRange(min=1), metavar="K", help="Print the top-K classes of each output.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for parallel loops (also: OMP_NUM_THREADS).")
 @click.option("--device", metavar="DEVICE",
               help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE (default: the first).")
+@config_option
+@json_option
 @verbose_option
 @_handle_errors
-def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, print_top, threads, device,
-            verbose):
-    """Run a compiled ARTIFACT (mod.tar) on this machine."""
-    from tvmc.runtime import benchmark, create_executor
+def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, profile, print_top, threads,
+            device, as_json, verbose):
+    """Run a compiled ARTIFACT (mod.tar) on this machine.
 
+    Prints each output's shape, dtype and statistics; --print-time (or --repeat/--number) the
+    latency, --profile a per-kernel table, --print-top the top classes; --json all of it as JSON.
+    """
+    from tvmc.api import run
+
+    if print_time and repeat is None and number is None:
+        repeat = number = 1
+    reads = [artifact] + ([inputs_path] if inputs_path else [])
     if outputs_path:
-        check_output_path(outputs_path, ArtifactError, "outputs", [artifact] + ([inputs_path] if inputs_path else []))
-    executor = create_executor(artifact, device)
-    if getattr(executor, "device_name", None):
-        click.echo(f"device: {executor.device_name}")
-    if threads:
-        executor.set_num_threads(threads)
-    if inputs_path:
-        inputs = load_inputs(inputs_path, executor.input_names)
-    else:
-        inputs = make_inputs(executor, fill_mode)
-    for name in executor.input_names:
-        executor.set_input(name, inputs[name])
-    if print_time:
-        stats = benchmark(executor, repeat, number)
-    else:
-        executor.run()
-    outputs = {name: executor.get_output(i) for i, name in enumerate(executor.output_names)}
+        check_output_path(outputs_path, ArtifactError, "outputs", reads)
+    say = functools.partial(click.echo, err=as_json)  # with --json, stdout carries the document alone
+    result = run(artifact, inputs_path, fill_mode=fill_mode, repeat=repeat, number=number, threads=threads,
+                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"))
     if outputs_path:
-        save_outputs(outputs_path, outputs, [artifact] + ([inputs_path] if inputs_path else []))
-    print_outputs_summary(outputs)
-    if print_time:
-        print_time_table(stats)
+        save_outputs(outputs_path, result.outputs, reads)
+    if as_json:
+        _echo_json(result.to_json(top=print_top, outputs_file=outputs_path))
+        return
+    filled = [n for n, src in result.inputs.items() if src != "given"]
+    if inputs_path and filled:
+        click.echo(f"inputs not in {inputs_path}, filled with {fill_mode}: {', '.join(filled)}")
+    print_outputs_summary(result.outputs)
+    if result.timing is not None:
+        print_time_table(result.timing)
+    if result.profile is not None:
+        print_profile(result.profile, result.profile_runs)
     if print_top:
-        print_top_classes(outputs, print_top)
+        print_top_classes(result.top_classes(print_top), print_top, result.outputs)
 
 
 # ---------------------------------------------------------------------------------------------
 # inspect
 
 
-@cli.command("inspect")
+@cli.command("inspect", short_help="Print what a compiled mod.tar holds (metadata, kernels, params, storage).")
 @click.argument("artifact", type=click.Path(dir_okay=False))
+@json_option
 @verbose_option
 @_handle_errors
-def inspect_cmd(artifact, verbose):
+def inspect_cmd(artifact, as_json, verbose):
     """Print what a compiled ARTIFACT (mod.tar) holds."""
+    from tvmc.api import json_document
     from tvmc.graph.executor_json import graph_attr
     from tvmc.package import load_artifact
 
     art = load_artifact(artifact, read_data=False)
     g = art.graph_json
     distinct, calls = kernel_counts(art.metadata, g)
-    activations = activation_summary(art.metadata)
     sids = graph_attr(g, "storage_id")
     storage = g.get("storage_bytes")
     storage_total = sum(storage.values() if isinstance(storage, dict) else storage) if storage is not None else None
+    library = art.library_name
+    library_bytes = art.member_bytes[library]
+    if as_json:
+        _echo_json(json_document("inspect", {
+            "artifact": str(artifact), "metadata": art.metadata,
+            "kernels": {"distinct": distinct, "calls": calls},
+            "params": {"tensors": len(art.param_info), "bytes": art.params_bytes},
+            "storage": {"buffers": len(set(sids)), "tensors": len(sids), "bytes": storage_total},
+            "activations": {"planned_bytes": art.metadata.get("planned_activation_bytes"),
+                            "unplanned_bytes": art.metadata.get("unplanned_activation_bytes")},
+            "library": {"file": library, "bytes": library_bytes, "description_matches": True},
+            "device_kernels": g.get("kernels")}))
+        return
+    activations = activation_summary(art.metadata)
     click.echo("metadata")
     click.echo("  " + json.dumps(art.metadata, sort_keys=True, indent=2).replace("\n", "\n  "))
     click.echo(f"kernels        {distinct} distinct, {calls} calls")
@@ -561,7 +707,7 @@ def inspect_cmd(artifact, verbose):
                + (f", {storage_total} bytes" if storage_total is not None else ""))
     if activations:
         click.echo(f"memory         {activations}")
-    click.echo(f"library        {art.library_name}, {art.member_bytes[art.library_name]} bytes; "
+    click.echo(f"library        {library}, {library_bytes} bytes; "
                f"its embedded description matches mod.json, mod.params and metadata.json (not loaded)")
     if isinstance(g.get("kernels"), dict):
         print_kernel_table(g)

@@ -48,7 +48,8 @@ class CompiledModule:
     library:    bytes of the shared library (mod.so) holding every kernel
     graph_json: dict in TVM's graph-executor JSON schema (mod.json)
     params:     {name: np.ndarray} constants after folding (mod.params, safetensors)
-    metadata:   dict (metadata.json): version, target, inputs/outputs, options, ABI version
+    metadata:   dict (metadata.json): version, target, inputs/outputs, options, ABI version,
+                kernel_flops ({kernel name: FLOPs of one call}, for kernels with a reduction)
     timings_s:  {stage name: seconds} for the compile summary
     """
 
@@ -69,12 +70,16 @@ def _device_requirements(library: bytes, target: Target) -> dict | None:
     return library_requirements(library)
 
 
-def compile_model(model, target: Target, options: CompileOptions = CompileOptions()) -> CompiledModule:
+def compile_model(model, target: Target, options: CompileOptions = CompileOptions(), progress=None) -> CompiledModule:
     """Compile an ONNX model (path or ModelProto) for `target`.
+
+    `progress(stage, done, total)`, when given, is called as codegen advances (see
+    tvmc.codegen.build.build_library); the CLI draws it as a progress line on a terminal.
 
     Raises the typed errors of tvmc.errors (ModelError/UnsupportedOpError from the frontend,
     PassError, ScheduleError, CodegenError).
     """
+    from tvmc.autotune.task import function_flops
     from tvmc.codegen.build import build_library
     from tvmc.frontend.onnx import from_onnx
     from tvmc.graph.executor_json import build_executor_json
@@ -109,7 +114,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         config_lookup = ApplyHistoryBest.from_file(options.tuning_records, target)
     t0 = time.perf_counter()
     library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir,
-                            graph_json=graph_json, config_lookup=config_lookup, params=params)
+                            graph_json=graph_json, config_lookup=config_lookup, params=params, progress=progress)
     timings["codegen"] = time.perf_counter() - t0
 
     metadata = {
@@ -125,6 +130,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                     "input_shapes": {k: list(v) for k, v in options.input_shapes}},
         "num_kernels": len(functions),
         "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
+        "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())
+                         if f is not None},
         "planned_activation_bytes": graph.meta.get("planned_bytes"),
         "unplanned_activation_bytes": graph.meta.get("unplanned_bytes"),
         "tuning_records": config_lookup.summary() if config_lookup is not None else None,

@@ -31,6 +31,28 @@ def test_dense_pack_runs_in_parallel_only_above_the_work_threshold(m, k, nb, par
     assert ("parallel for" in text) == parallel
 
 
+@pytest.mark.parametrize("target_name,lanes,tile_n", [("x86", 16, 5), ("x86-avx2", 8, 5)])
+def test_unpacked_dense_vectorizes_its_reduction_with_the_descriptors_lanes(target_name, lanes, tile_n):
+    """nn.dense over K = 480 (a CTC head's N = 6625 has no power-of-two block, so the weight stays
+    [N, K]): lane-wise partial sums over k (rfactor, tile_k = the target's lanes), tile_n
+    accumulators from num_vector_registers // 2 (16 or 8 -> the largest divisor of 6625: 5)."""
+    target = resolve_target(target_name)
+    x = Var("x", TensorType((4, 480), "float32"))
+    w = Var("w", TensorType((6625, 480), "float32"))
+    text = str(lower_fused(Function([x, w], make_call("nn.dense", [x, w]), "fused_dense"), target))
+    assert f"vectorize for dense_lane in 0..{lanes}" in text
+    assert f"for k_outer in 0..{480 // lanes}" in text and f"unroll for dense_rf1 in 0..{tile_n}" in text
+
+
+def test_long_rows_that_lanes_do_not_divide_stay_whole_innermost_loops():
+    """An elementwise stage over [40, 6625] keeps the 6625 row as the innermost loop (LLVM
+    vectorizes it with a scalar tail) under a parallel loop over the rows, instead of one fused
+    loop indexed through a division by 6625."""
+    x = Var("x", TensorType((40, 6625), "float32"))
+    text = str(lower_fused(Function([x], make_call("exp", [x]), "fused_exp"), X86))
+    assert "in 0..6625 {" in text and "parallel for" in text and "// 6625" not in text
+
+
 def test_depthwise_pads_per_tile_into_a_local_buffer():
     """Depthwise conv2d_nchwc and blocked pooling pad their input windows per register tile (no
     padded copy of the whole input at root); results match the references at the borders."""

@@ -152,6 +152,10 @@ CASES = [
     Case("dense_m1_n1", "nn.dense", lambda r: [n(r, (1, 17)), n(r, (1, 17))]),
     Case("dense_n7_tanh", "nn.dense", lambda r: [n(r, (4, 9)), n(r, (7, 9))], {},
          lambda r: [("add", {}, [n(r, (1, 7))]), ("tanh", {}, [])]),
+    # K a multiple of the lanes: the rfactor form (vector partial sums), with and without epilogue
+    Case("dense_k64_n15_vector_partials", "nn.dense", lambda r: [n(r, (3, 64)), n(r, (15, 64))]),
+    Case("dense_k48_n25_bias", "nn.dense", lambda r: [n(r, (2, 48)), n(r, (25, 48))], {},
+         lambda r: [("add", {}, [n(r, (25,))])]),
 
     # --- nn.dense_pack: data [M,K], weight packed [N/bn, K, bn]
     Case("dense_pack_bn16_bias_relu", "nn.dense_pack", lambda r: [n(r, (1, 300)), n(r, (16, 300, 16))], {},
@@ -200,6 +204,8 @@ CASES = [
     Case("softmax_2x1000_axis1", "nn.softmax", lambda r: [n(r, (2, 1000), 3.0)], dict(axis=1)),
     Case("softmax_rank3_middle_axis", "nn.softmax", lambda r: [n(r, (3, 7, 5), 2.0)], dict(axis=1)),
     Case("softmax_axis0", "nn.softmax", lambda r: [n(r, (4, 6))], dict(axis=0)),
+    # rows of 6625 classes (PP-OCRv4's CTC head): lanes do not divide the row
+    Case("softmax_1x3x6625_rows", "nn.softmax", lambda r: [n(r, (1, 3, 6625), 3.0)], dict(axis=2)),
     Case("softmax_large_logits", "nn.softmax", lambda r: [u(r, (2, 16), -80.0, 80.0) + 1e4], dict(axis=1)),
     Case("lrn_size5", "nn.lrn", lambda r: [n(r, (1, 10, 6, 7), 3.0)], dict(size=5, alpha=1e-2, beta=0.75, bias=1.0)),
     Case("lrn_size4_even", "nn.lrn", lambda r: [n(r, (2, 6, 5, 17))], dict(size=4, alpha=2e-4, beta=0.5, bias=2.0)),

@@ -4,6 +4,7 @@ other targets, bad files), and measurement faults (build errors, crashes, hangs,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import subprocess
 
@@ -16,7 +17,7 @@ from tvmc.autotune.measure import MeasureError, MeasureOptions, MeasureResult, M
 from tvmc.autotune.record import ApplyHistoryBest, RecordWriter, load_records
 from tvmc.autotune.space import ConfigSpace
 from tvmc.autotune.task import extract_tasks, workload_key
-from tvmc.autotune.tune import Progress, TuneOptions, split_budget, tune_tasks
+from tvmc.autotune.tune import Progress, TuneOptions, side_by_side_speedup, split_budget, tune_tasks
 from tvmc.autotune.tuner import TUNERS, make_tuner
 from tvmc.cli import main
 from tvmc.driver import CompileOptions, compile_model
@@ -212,6 +213,28 @@ def test_tune_writes_records_and_resumes(task, target, tmp_path):
     assert len({r.config_key() for r in records}) == 8
 
 
+class _ScriptedMeasurer:
+    """Answers measure() with the given costs (s) per call, remembering the configs asked for."""
+
+    def __init__(self, *answers):
+        self.answers, self.asked = list(answers), []
+
+    def measure(self, task, configs, reference=False):
+        self.asked.append([dict(c) for c in configs])
+        return [MeasureResult([c]) if c else MeasureResult([], MeasureError.RUNTIME_DEVICE) for c in self.answers.pop(0)]
+
+
+def test_speedup_is_measured_side_by_side(task, target):
+    fallback = dict(task.config_space(target).fallback_config())
+    best = dict(fallback, tile_oh=1 if fallback["tile_oh"] != 1 else 2)
+    m = _ScriptedMeasurer([3e-3, 1e-3], [2e-3, None])
+    assert side_by_side_speedup(task, fallback, best, m) == pytest.approx(3.0)
+    assert m.asked == [[fallback, best]]  # one call: the two configs one after the other
+    assert np.isnan(side_by_side_speedup(task, fallback, best, m))  # a failed check gives no number
+    assert side_by_side_speedup(task, fallback, dict(fallback), m) == 1.0 and len(m.asked) == 2
+    assert np.isnan(side_by_side_speedup(task, fallback, None, m))
+
+
 def test_torn_last_line_is_skipped(task, target, tmp_path):
     out = tmp_path / "r.json"
     with RecordWriter(out) as w:
@@ -242,8 +265,20 @@ def test_apply_best_uses_the_best_valid_record(task, target, model_path, tmp_pat
     # the compiled model uses it, and says so in metadata.json
     module = compile_model(model_path, target, CompileOptions(tuning_records=str(path)))
     meta = module.metadata["tuning_records"]
-    assert (meta["tasks"], meta["tasks_from_records"], meta["tasks_fallback"]) == (1, 1, 0)
+    assert (meta["workloads"], meta["workloads_from_records"], meta["workloads_fallback"]) == (1, 1, 0)
+    assert (meta["tasks"], meta["tasks_with_records"]) == (2, 1)  # direct and im2col; only direct has records
     assert meta["applied"][0]["config"] == good
+    assert meta["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest() and "file" not in meta
+
+
+def test_artifact_names_records_by_content_not_path(task, target, model_path, tmp_path, monkeypatch):
+    _write_records(tmp_path / "rec.json", target, task, [(dict(task.config_space(target).fallback_config()), 1e-3, 0)])
+    monkeypatch.chdir(tmp_path)
+    tars = []
+    for k, records in enumerate(["rec.json", "./rec.json", str(tmp_path / "rec.json")]):
+        assert main(["compile", model_path, "--target", "native", "-o", f"m{k}.tar", "--tuning-records", records]) == 0
+        tars.append((tmp_path / f"m{k}.tar").read_bytes())
+    assert tars[0] == tars[1] == tars[2]
 
 
 def test_records_for_another_target_are_not_applicable(task, target, model_path, tmp_path, capsys):
@@ -255,7 +290,8 @@ def test_records_for_another_target_are_not_applicable(task, target, model_path,
     assert main(["compile", model_path, "--target", "native", "-o", str(tmp_path / "m.tar"),
                  "--tuning-records", str(path)]) == 0
     text = capsys.readouterr().out
-    assert "0/1 tasks from records, 1 fallback" in text
+    assert "0/1 kernel workloads from records, 1 fallback (0 of 2 tuning tasks over 1 kernel workload had records)" \
+        in text
     assert f"1 records for target x86 ({other.hash}) not applicable" in text
 
 
@@ -429,16 +465,45 @@ def test_build_timeout(task, target, tmp_path):
                                           MeasureError.NO_ERROR, MeasureError.BUILD_TIMEOUT]
 
 
-def test_cli_tune_then_compile(model_path, tmp_path, capsys):
+def test_cli_tune_then_compile(model_path, tasks, tmp_path, capsys):
+    assert main(["tune", model_path, "--target", "native", "--list-tasks", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["kind"] == "tasks" and (listing["num_tasks"], listing["num_workloads"]) == (2, 1)
+    assert [t["implementation"] for t in listing["tasks"]] == [t.impl for t in tasks]
+    assert [t["index"] for t in listing["tasks"]] == [0, 1] and listing["tasks"][0]["flops"] == tasks[0].flops
     out = tmp_path / "records.json"
     assert main(["tune", model_path, "--target", "native", "-o", str(out), "--trials", "3", "--tuner", "ga",
                  "--number", "1", "--repeat", "1", "--parallel", "1"]) == 0
     text = capsys.readouterr().out
     # 3 trials over the direct and im2col tasks of the one conv, in proportion to FLOPs (equal)
-    assert "2 tasks (1 kernel workload, one task per implementation)" in text
+    assert "2 tuning tasks over 1 kernel workload from" in text
     assert "[Task  1/ 2]  Current/Best:" in text and "[Task  2/ 2]" in text
     assert "best GFLOP/s" in text and "speed-up" in text
     assert len(load_records(out)) == 3
     assert main(["compile", model_path, "--target", "native", "-o", str(tmp_path / "m.tar"),
-                 "--tuning-records", str(out)]) == 0
-    assert "1/1 tasks from records, 0 fallback" in capsys.readouterr().out
+                 "--tuning-records", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["tuning_records"]
+    # compile counts what tune counts: tuning tasks and kernel workloads
+    assert (summary["tasks"], summary["workloads"]) == (listing["num_tasks"], listing["num_workloads"])
+    assert summary["workloads_from_records"] == 1 and summary["tasks_with_records"] == 2
+
+
+def test_cli_tune_a_subset_of_tasks(model_path, tasks, tmp_path, capsys):
+    out = tmp_path / "records.json"
+    assert main(["tune", model_path, "--target", "native", "-o", str(out), "--tasks", "1", "--trials", "2",
+                 "--tuner", "random", "--number", "1", "--repeat", "1", "--parallel", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # stdout holds the document alone; the progress went to stderr
+    assert "[Task  1/ 1]" in captured.err
+    assert doc["kind"] == "tune" and [t["index"] for t in doc["tasks"]] == [1]
+    (task_doc,) = doc["tasks"]
+    assert task_doc["implementation"] == tasks[1].impl and task_doc["trials"] == 2
+    assert task_doc["best_config"] is not None and (task_doc["speedup"] is None or task_doc["speedup"] > 0)
+    assert {r.impl for r in load_records(out)} == {tasks[1].impl}
+
+
+def test_cli_tune_task_index_out_of_range(model_path, tmp_path, capsys):
+    code = main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "0,5"])
+    assert code == TuningError.exit_code
+    assert "task index 5 out of range: the model has 2 tasks (0-1" in capsys.readouterr().err
+    assert main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "2-1"]) == 2

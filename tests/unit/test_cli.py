@@ -1,10 +1,16 @@
 """CLI: error lines and exit codes, option parsing, and `run` / `inspect` on a fixture artifact."""
 
+import json
 import os
+import re
+import sys
+from pathlib import Path
 
 import click
+import jsonschema
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner
 
 import tvmc
@@ -139,8 +145,17 @@ def test_run_inputs_wrong_name(tmp_path, artifact_path):
     np.savez(tmp_path / "in.npz", x=np.zeros(8, np.float32))
     r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz")
     assert r.exit_code == 8
-    line = error_line(r)
-    assert "unknown x" in line and "missing data" in line and "inputs are: data" in line
+    assert error_line(r) == f"error: {tmp_path / 'in.npz'}: unknown input x; the model's inputs are: data"
+
+
+def test_run_fills_inputs_missing_from_the_npz(tmp_path, artifact_path):
+    np.savez(tmp_path / "in.npz")  # no arrays: 'data' is made by --fill-mode
+    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz", "--fill-mode", "ones", "--outputs",
+               tmp_path / "out.npz")
+    assert r.exit_code == 0, r.output
+    assert f"inputs not in {tmp_path / 'in.npz'}, filled with ones: data" in r.stdout
+    with np.load(tmp_path / "out.npz") as data:
+        np.testing.assert_array_equal(data["out"], 2 + np.arange(8, dtype=np.float32))
 
 
 def test_run_inputs_wrong_shape(tmp_path, artifact_path):
@@ -268,8 +283,8 @@ def test_compile_with_stub_driver(tmp_path, monkeypatch, fixture_library):
 
     seen = {}
 
-    def fake_compile(model, target, options):
-        seen.update(model=model, target=target, options=options)
+    def fake_compile(model, target, options, progress=None):
+        seen.update(model=model, target=target, options=options, progress=progress)
         return make_fixture_module(fixture_library)
 
     monkeypatch.setattr(tvmc.driver, "compile_model", fake_compile)
@@ -286,7 +301,192 @@ def test_compile_with_stub_driver(tmp_path, monkeypatch, fixture_library):
     assert opts.pass_config == (("FuseOps.max_depth", 8),) and opts.input_shapes == (("data", (8,)),)
     assert opts.dump_ir == ("ll", "asm") and os.path.dirname(opts.dump_dir) == str(out.parent)
     assert sorted(p.name for p in out.parent.iterdir()) == ["m.dumps", "m.tar"]   # the stub wrote no dumps
+    assert seen["progress"] is None  # stderr is no terminal here: no progress line
     assert out.is_file()
     assert "kernels    1 distinct, 1 calls" in r.stdout and f"output     {out}" in r.stdout
     assert "params     0.00 MB" in r.stdout and "memory" not in r.stdout   # (the stub records no plan)
     assert invoke("run", out, "--fill-mode", "zeros").exit_code == 0
+
+
+# ---- --json, --config, run conveniences, help ---------------------------------------------------
+
+SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "tvmc-json.schema.json").read_text())
+
+
+def json_doc(result, kind: str) -> dict:
+    """The one JSON document on stdout, checked against docs/tvmc-json.schema.json."""
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)  # fails if anything else is on stdout
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["tvmc_json"] == 1 and doc["kind"] == kind
+    return doc
+
+
+def test_run_json_with_timing_profile_and_top(tmp_path, artifact_path):
+    np.savez(tmp_path / "in.npz", data=np.full(8, 3, np.float32))
+    r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz", "--json",
+               "--print-time", "--repeat", "3", "--number", "2", "--profile", "--print-top", "2")
+    doc = json_doc(r, "run")
+    assert doc["inputs"] == [{"name": "data", "shape": [8], "dtype": "float32", "source": "given"}]
+    assert doc["outputs"] == [{"name": "out", "shape": [8], "dtype": "float32", "min": 6.0, "max": 13.0, "mean": 9.5}]
+    assert doc["outputs_file"] == str(tmp_path / "out.npz") and (tmp_path / "out.npz").is_file()
+    assert (doc["timing"]["repeat"], doc["timing"]["number"]) == (3, 2) and doc["timing"]["median_ms"] > 0
+    (kernel,) = doc["profile"]["kernels"]
+    assert doc["profile"]["runs"] == 6 and kernel["name"] == "k" and kernel["calls"] == 1
+    assert kernel["share"] == 1.0 and kernel["flops"] is None and kernel["gflop_s"] is None  # no reduction
+    assert doc["top"] == {"out": [{"class": 7, "score": 13.0}, {"class": 6, "score": 12.0}]}
+
+
+def test_run_profile_table(artifact_path):
+    r = invoke("run", artifact_path, "--profile")
+    assert r.exit_code == 0, r.output
+    assert "profile (kernel by kernel, 1 run;" in r.stdout
+    row = next(line for line in r.stdout.splitlines() if line.strip().startswith("k "))
+    assert row.split()[1] == "1" and "100.0%" in row and row.split()[-1] == "-"  # GFLOP/s unknown
+    assert "execution time" not in r.stdout  # profiling alone does not print the latency table
+
+
+def test_run_repeat_without_print_time_is_honoured(artifact_path):
+    r = invoke("run", artifact_path, "--repeat", "3")
+    assert r.exit_code == 0, r.output
+    assert "3 repeats x 1 runs" in r.stdout
+    plain = invoke("run", artifact_path)
+    assert "execution time" not in plain.stdout
+
+
+def test_small_latencies_print_in_microseconds(capsys):
+    from tvmc.cli import print_time_table
+
+    stats = {"mean_ms": 0.0021, "median_ms": 0.002, "min_ms": 0.0019, "max_ms": 0.0025, "std_ms": 0.0001,
+             "repeat": 5, "number": 10}
+    print_time_table(stats)
+    out = capsys.readouterr().out
+    assert "execution time (µs per run; 5 repeats x 10 runs)" in out and "     2.000" in out
+    print_time_table({**stats, "median_ms": 12.5})
+    assert "execution time (ms per run;" in capsys.readouterr().out
+
+
+def test_inspect_json(artifact_path):
+    doc = json_doc(invoke("inspect", artifact_path, "--json"), "inspect")
+    assert doc["kernels"] == {"distinct": 1, "calls": 1} and doc["params"] == {"tensors": 1, "bytes": 32}
+    assert doc["storage"] == {"buffers": 3, "tensors": 3, "bytes": 96}
+    assert doc["metadata"]["kernel_abi_version"] == 1 and doc["library"]["file"] == "mod.so"
+
+
+@pytest.fixture
+def stub_driver(monkeypatch, fixture_library):
+    """compile_model replaced by a stub returning the fixture module; yields the options it got."""
+    import tvmc.driver
+
+    seen = {}
+
+    def fake_compile(model, target, options, progress=None):
+        seen.update(model=model, target=target, options=options)
+        return make_fixture_module(fixture_library)
+
+    monkeypatch.setattr(tvmc.driver, "compile_model", fake_compile)
+    return seen
+
+
+def test_compile_json(tmp_path, stub_driver):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    doc = json_doc(invoke("compile", model, "--target", "native", "-o", tmp_path / "m.tar", "--json"), "compile")
+    assert doc["output"] == str(tmp_path / "m.tar") and doc["model"] == str(model)
+    assert doc["target"]["name"] == "x86-avx2" or doc["target"]["name"].startswith("x86")
+    assert doc["kernels"] == {"distinct": 1, "calls": 1} and doc["params_bytes"] == 32
+    assert doc["tuning_records"] is None and doc["timings_s"]["total"] >= doc["timings_s"]["package"]
+
+
+@pytest.mark.parametrize("suffix", ["yaml", "json"])
+def test_compile_config_file_and_flags_override_it(tmp_path, stub_driver, suffix):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    config = {"target": "x86 -mcpu=skylake-avx512", "opt-level": 2, "input_shapes": {"data": [8]},
+              "pass_config": {"FuseOps.max_depth": 8}, "disabled_pass": ["FoldConstant", "FoldScaleAxis"],
+              "target_option": {"l2_bytes": 1048576}, "output": str(tmp_path / "from_config.tar")}
+    path = tmp_path / f"c.{suffix}"
+    path.write_text(json.dumps(config) if suffix == "json" else yaml.safe_dump(config))
+    r = invoke("compile", model, "--config", path, "-O", "1")
+    assert r.exit_code == 0, r.output
+    opts = stub_driver["options"]
+    assert opts.opt_level == 1  # the flag overrides the file's 2
+    assert opts.input_shapes == (("data", (8,)),) and opts.pass_config == (("FuseOps.max_depth", 8),)
+    assert opts.disabled_passes == frozenset({"FoldConstant", "FoldScaleAxis"})
+    assert stub_driver["target"].cpu == "skylake-avx512" and stub_driver["target"].l2_bytes == 1048576
+    assert (tmp_path / "from_config.tar").is_file()
+
+
+def test_config_file_errors(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    bad = tmp_path / "c.yaml"
+    bad.write_text("target: native\ncolour: red\n")
+    r = invoke("compile", model, "--config", bad, "-o", tmp_path / "o.tar")
+    assert r.exit_code == 2 and "unknown option 'colour' for tvmc compile" in r.output and "opt_level" in r.output
+    bad.write_text("- a list\n")
+    r = invoke("compile", model, "--config", bad, "-o", tmp_path / "o.tar")
+    assert r.exit_code == 2 and "expected a mapping" in r.output
+    assert not (tmp_path / "o.tar").exists()
+
+
+def _all_commands():
+    return [(name, cmd) for name, cmd in cli.commands.items()]
+
+
+def test_every_flag_has_help_and_tvmc_help_shows_whole_summaries():
+    for name, cmd in _all_commands():
+        for p in cmd.params:
+            if isinstance(p, click.Option):
+                assert p.help and p.help.strip(), f"tvmc {name} {p.opts[0]} has no help text"
+    text = invoke("--help").stdout
+    flat = "".join(text.split())  # click wraps lines (and breaks after hyphens)
+    for name, cmd in _all_commands():
+        assert cmd.short_help and "..." not in cmd.short_help
+        assert "".join(cmd.short_help.split()) in flat, f"tvmc --help cuts the summary of {name}"
+    assert "Exit codes:" in text
+
+
+def test_exit_codes_table_in_readme_matches_the_cli():
+    from tvmc.cli import EXIT_CODES
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| ([^|]+) \|$", readme, re.M)
+    assert [(int(code), text.strip()) for code, text in rows] == [(c, t) for c, t in EXIT_CODES]
+
+
+def test_codegen_progress_only_on_a_terminal(monkeypatch):
+    import io
+
+    from tvmc.cli import codegen_progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert codegen_progress() is None
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    progress = codegen_progress()
+    progress("lower", 3, 10)
+    progress("llvm", 0, 1)
+    progress.close()
+    assert "codegen: lowering kernels" in term.getvalue() and "3/10" in term.getvalue()
+    assert "codegen: llvm" in term.getvalue()
+
+
+def test_readme_lists_every_graph_pass():
+    from tvmc.passes import list_passes
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    table = readme[readme.index("| pass | opt level | what it does |"):]
+    table = table[:table.index("\n\n")]
+    listed = re.findall(r"^\| (\w+) \|", table, re.M)[1:]
+    assert sorted(listed) == sorted(list_passes())
+
+
+def test_json_errors_leave_stdout_empty(tmp_path):
+    r = invoke("run", tmp_path / "nope.tar", "--json")
+    assert r.exit_code == 7 and r.stdout == ""
+    assert error_line(r) == f"error: {tmp_path / 'nope.tar'}: no such file"

@@ -14,21 +14,26 @@ lower_fused: the best valid record (lowest mean cost, error 0) per (implementati
 for the target's hash; records of another target hash are counted as not applicable, and a
 record whose config does not fit the implementation's current config space is counted as stale.
 An op whose implementations (e.g. direct and im2col conv2d) both have records runs the one of
-lower mean cost; the compile summary counts tasks per op workload, so a workload counts as
-"from records" when any of its implementations was tuned, and its chosen record is "applied".
+lower mean cost. The summary counts both units `tvmc tune` reports: tuning tasks (one per
+implementation of a kernel workload) and kernel workloads; a workload counts as "from records"
+when any of its implementations was tuned, and its chosen record is "applied". The artifact
+identifies the file by the SHA-256 of its bytes, never by its path, so the same records give the
+same artifact from any working directory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import time
+from pathlib import Path
 
 import jsonschema
 
 from tvmc.autotune.space import ConfigEntity
-from tvmc.autotune.task import Task, workload_json, workload_key
+from tvmc.autotune.task import Task, workload_count, workload_json, workload_key
 from tvmc.errors import TuningError
 from tvmc.paths import open_regular
 
@@ -197,8 +202,8 @@ class ApplyHistoryBest:
     `target` (see the module docstring). Remembers what compile asked for: `queried` (task keys),
     `applied` ({task key: record})."""
 
-    def __init__(self, records, target, source: str = ""):
-        self.target, self.source = target, source
+    def __init__(self, records, target, sha256: str = ""):
+        self.target, self.sha256 = target, sha256
         self.best: dict = {}
         self.other_targets: dict = {}  # target name (hash) -> record count
         for r in records:
@@ -214,7 +219,9 @@ class ApplyHistoryBest:
 
     @classmethod
     def from_file(cls, path, target) -> "ApplyHistoryBest":
-        return cls(load_records(path), target, os.fspath(path))
+        """Raises TuningError when the file is missing, unreadable or holds no record."""
+        records = load_records(path)
+        return cls(records, target, hashlib.sha256(Path(path).read_bytes()).hexdigest())
 
     @property
     def not_applicable(self) -> int:
@@ -237,9 +244,9 @@ class ApplyHistoryBest:
         return cfg
 
     def summary(self) -> dict:
-        """For metadata.json "tuning_records": file, counts per op workload (see the module
-        docstring), and the records used (per workload, the implementation of lowest cost, the
-        rule of tvmc.ops.fused._choose_implementation)."""
+        """For metadata.json "tuning_records": the file's SHA-256, counts of tuning tasks and of
+        kernel workloads (see the module docstring), and the records used (per workload, the
+        implementation of lowest cost, the rule of tvmc.ops.fused._choose_implementation)."""
         by_workload: dict = {}
         for _, wl_key in self.queried:
             by_workload.setdefault(wl_key, [])
@@ -247,10 +254,12 @@ class ApplyHistoryBest:
             by_workload[wl_key].append(r)
         chosen = [min(rs, key=lambda r: r.mean_s) for rs in by_workload.values() if rs]
         return {
-            "file": self.source,
-            "tasks": len(by_workload),
-            "tasks_from_records": len(chosen),
-            "tasks_fallback": len(by_workload) - len(chosen),
+            "sha256": self.sha256,
+            "tasks": len(self.queried),
+            "tasks_with_records": len(self.applied),
+            "workloads": workload_count(self.queried),
+            "workloads_from_records": len(chosen),
+            "workloads_fallback": len(by_workload) - len(chosen),
             "not_applicable_records": self.other_targets,
             "stale_records": len(self.stale),
             "applied": [r.data for r in chosen],

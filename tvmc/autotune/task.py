@@ -94,8 +94,9 @@ def workload_key(wl) -> str:
     return json.dumps(_plain(wl), separators=(",", ":"))
 
 
-def task_flops(op: str, wl: tuple, in_dtypes: tuple) -> int:
-    """FLOPs of one call of `op` on workload `wl` (see the module docstring)."""
+def _reduce_flops(op: str, wl: tuple, in_dtypes: tuple) -> tuple:
+    """(2 x output elements x reduce extent, output elements) of `op` on workload `wl`; the first
+    is None when the compute has no reduce axes."""
     from tvmc import te
 
     n_in = len(in_dtypes)
@@ -104,8 +105,31 @@ def task_flops(op: str, wl: tuple, in_dtypes: tuple) -> int:
                      dict(wl[-1]))
     out = get_op(op).compute(inputs, dict(wl[-1]), call.type)
     elems = math.prod(out.shape)
-    red = math.prod(iv.extent for iv in out.op.reduce_axis) if out.op is not None else 1
-    return 2 * elems * red if out.op is not None and out.op.reduce_axis else elems
+    if out.op is None or not out.op.reduce_axis:
+        return None, elems
+    return 2 * elems * math.prod(iv.extent for iv in out.op.reduce_axis), elems
+
+
+def task_flops(op: str, wl: tuple, in_dtypes: tuple) -> int:
+    """FLOPs of one call of `op` on workload `wl` (see the module docstring)."""
+    flops, elems = _reduce_flops(op, wl, in_dtypes)
+    return elems if flops is None else flops
+
+
+def function_flops(fn: Function) -> int | None:
+    """FLOPs of one call of a fused Function, counted on its anchor op (see the module docstring),
+    or None when the anchor has no reduce axes (elementwise, layout and other injective kernels,
+    whose FLOP rate says little)."""
+    anchor = anchor_call(fn)
+    if not isinstance(anchor, Call) or isinstance(anchor.op, Function):
+        return None
+    return _reduce_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
+
+
+def workload_count(task_keys) -> int:
+    """Distinct kernel workloads among task keys ((implementation, workload key) pairs): the
+    number `tvmc tune` and `tvmc compile --tuning-records` both report beside their task counts."""
+    return len({wl_key for _, wl_key in task_keys})
 
 
 def tasks_of_functions(functions, target) -> list:

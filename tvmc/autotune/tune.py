@@ -15,6 +15,11 @@ share). Records of other tasks train the xgb tuner's model before its first batc
 Each task starts with its fallback config (the reference for the results check, and the
 summary's fallback GFLOP/s); a task of an alternative implementation (im2col) is checked
 against the default implementation's fallback output instead, its own fallback included.
+
+Speed-up: after the search, the best config and the fallback are measured again, side by side
+in one runner (each `repeat` rounds of `number` runs), and the speed-up is the ratio of those two
+mean costs; it is never the ratio of the search's best to one fallback measurement taken minutes
+earlier on a machine whose load may have changed. These two checks are not written as records.
 """
 
 from __future__ import annotations
@@ -56,10 +61,7 @@ class TaskResult:
     seconds: float = 0.0
     curve: list = field(default_factory=list)  # best FLOP/s after each trial made now
     last_flops: float = 0.0                    # the latest measurement's FLOP/s
-
-    @property
-    def speedup(self) -> float:
-        return self.best_flops / self.fallback_flops if self.fallback_flops else float("nan")
+    speedup: float = float("nan")              # best config over fallback, measured side by side
 
 
 def split_budget(tasks, trials: int, target) -> list:
@@ -203,10 +205,23 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
     res.best_flops = max(res.best_flops, tuner.best_flops)
     if tuner.best_index is not None:
         res.best_config = dict(space.get(tuner.best_index))
+    res.speedup = side_by_side_speedup(task, fallback, res.best_config, measurer)
     res.seconds = time.perf_counter() - t0
     progress.done(k, n, res.last_flops, res.best_flops,
                   res.resumed + res.trials, total, res.seconds)
     return res
+
+
+def side_by_side_speedup(task, fallback, best_config, measurer) -> float:
+    """Mean cost of the `fallback` config over that of `best_config`, the two measured again one
+    after the other (see the module docstring); 1.0 when the best is the fallback; NaN when
+    there is no best config or either measurement fails."""
+    if best_config is None:
+        return float("nan")
+    if config_key(best_config) == config_key(fallback):
+        return 1.0
+    fb, best = measurer.measure(task, [dict(fallback), dict(best_config)])
+    return fb.mean_s / best.mean_s if fb.ok and best.ok else float("nan")
 
 
 def _default_task(task, target):
@@ -239,40 +254,57 @@ def add_transfer(tuner, task, target, records) -> int:
     return sum(len(rs) for rs in by_task.values())
 
 
-def summary_rows(results) -> list:
-    """(task number, name, workload, trials, best GFLOP/s, fallback GFLOP/s, speed-up) per task;
-    the name ends in "*" for the fastest implementation of a workload that has several tasks
-    (the one compile applies)."""
-    by_workload: dict = {}
-    for r in results:
-        by_workload.setdefault((r.task.op, workload_key(r.task.workload)), []).append(r)
-    chosen = {id(max(rs, key=lambda r: r.best_flops)) for rs in by_workload.values()
-              if len(rs) > 1 and max(r.best_flops for r in rs) > 0}
+def summary_rows(results, indices=None) -> list:
+    """(task index, name, workload, trials, best GFLOP/s, fallback GFLOP/s, speed-up) per task;
+    `indices` are the tasks' positions in the model's task list (`tvmc tune --list-tasks`),
+    0, 1, ... by default. The name ends in "*" for the fastest implementation of a workload that
+    has several tasks (the one compile applies)."""
+    chosen = chosen_results(results)
     rows = []
-    for k, r in enumerate(results, 1):
+    for k, r in zip(indices if indices is not None else range(len(results)), results):
         name = r.task.impl + ("*" if id(r) in chosen else "")
         rows.append((k, name, r.task.describe(), r.trials + r.resumed, r.best_flops / 1e9,
                      r.fallback_flops / 1e9, r.speedup))
     return rows
 
 
-def format_summary(results) -> str:
+def chosen_results(results) -> set:
+    """id() of each result that is the fastest implementation of a workload with several tasks."""
+    by_workload: dict = {}
+    for r in results:
+        by_workload.setdefault((r.task.op, workload_key(r.task.workload)), []).append(r)
+    return {id(max(rs, key=lambda r: r.best_flops)) for rs in by_workload.values()
+            if len(rs) > 1 and max(r.best_flops for r in rs) > 0}
+
+
+def format_summary(results, indices=None) -> str:
+    """The table `tvmc tune` prints after tuning (columns of summary_rows)."""
     head = f"{'task':>4}  {'implementation':<24} {'workload':<52} {'trials':>6} {'best GFLOP/s':>12} " \
            f"{'fallback':>9} {'speed-up':>8}"
     lines = [head]
-    rows = summary_rows(results)
+    rows = summary_rows(results, indices)
     for k, name, wl, trials, best, fb, sp in rows:
-        lines.append(f"{k:>4}  {name:<24} {wl:<52} {trials:>6} {best:>12.2f} {fb:>9.2f} {sp:>7.2f}x")
+        speedup = f"{sp:>7.2f}x" if sp == sp else f"{'-':>8}"
+        lines.append(f"{k:>4}  {name:<24} {wl:<52} {trials:>6} {best:>12.2f} {fb:>9.2f} {speedup}")
+    lines.append("speed-up: the best config against the fallback, measured again side by side after the search")
     if any(row[1].endswith("*") for row in rows):
         lines.append("* the faster implementation of its workload: tvmc compile --tuning-records applies it")
     return "\n".join(lines)
 
 
-def records_summary_lines(summary: dict) -> list:
-    """What `tvmc compile --tuning-records` prints: "N/M tasks from records, K fallback", and
-    the records that did not apply."""
-    lines = [f"tuning records {summary['file']}: {summary['tasks_from_records']}/{summary['tasks']} tasks from "
-             f"records, {summary['tasks_fallback']} fallback"]
+def task_count_line(num_tasks: int, num_workloads: int) -> str:
+    """The words `tvmc tune` and `tvmc compile --tuning-records` both use for what they count."""
+    return (f"{num_tasks} tuning task{'s' * (num_tasks != 1)} over {num_workloads} kernel "
+            f"workload{'s' * (num_workloads != 1)}")
+
+
+def records_summary_lines(summary: dict, path) -> list:
+    """What `tvmc compile --tuning-records PATH` prints: kernel workloads from records and
+    fallback, tuning tasks with records, and the records that did not apply."""
+    lines = [f"tuning records {path}: {summary['workloads_from_records']}/{summary['workloads']} kernel "
+             f"workloads from records, {summary['workloads_fallback']} fallback "
+             f"({summary['tasks_with_records']} of {task_count_line(summary['tasks'], summary['workloads'])} "
+             f"had records)"]
     for name, count in summary["not_applicable_records"].items():
         lines.append(f"  {count} records for target {name} not applicable to this target")
     if summary["stale_records"]:

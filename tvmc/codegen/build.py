@@ -178,7 +178,7 @@ def link_shared(obj: bytes, target, extra_objects=()) -> bytes:
 
 
 def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
-                  params=None) -> bytes:
+                  params=None, progress=None) -> bytes:
     """Compile fused graph `Function`s for `target` into shared-library bytes.
 
     Each Function becomes a kernel `void <name>(void* arg0, ..., void* out)` (see the kernel
@@ -187,7 +187,9 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     description it was compiled for (tvmc.codegen.description) and the C API. `dump_ir` may contain 'tir', 'll', 'asm': those
     stages are written into `dump_dir` as mod.tir, mod.ll, mod.s. `config_lookup(impl_name,
     workload) -> ConfigEntity | None` (e.g. autotune.record.ApplyHistoryBest) supplies tuned
-    configs to lower_fused.
+    configs to lower_fused. `progress(stage, done, total)`, when given, is called after each
+    kernel is lowered (stage "lower", total = number of functions), before LLVM optimizes and
+    emits the module ("llvm", 0 of 1) and before linking ("link", 0 of 1).
     """
     if target.codegen == "opencl":  # OpenCL C source (mod.cl); launch configurations go into graph_json
         from tvmc.codegen.opencl import build_opencl
@@ -196,7 +198,11 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     from tvmc.codegen.entry import add_graph_entry
     from tvmc.ops.fused import lower_fused
 
-    prims = [lower_fused(f, target, config_lookup) for f in functions]
+    progress = progress or (lambda stage, done, total: None)
+    prims = []
+    for f in functions:
+        prims.append(lower_fused(f, target, config_lookup))
+        progress("lower", len(prims), len(functions))
     cg = CodeGenLLVM(target)
     for p in prims:
         cg.add_function(p)
@@ -204,6 +210,7 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
         add_graph_entry(cg, graph_json)
         description.embed(cg.module, description.module_description(graph_json, description.param_info(params or {})))
     dumps = {"_want": tuple(dump_ir)}
+    progress("llvm", 0, 1)
     obj = compile_ir(cg.ir_text(), target, dumps)
     if dump_dir and dump_ir:
         os.makedirs(dump_dir, exist_ok=True)
@@ -213,4 +220,5 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
             write_new_text(Path(dump_dir, "mod.ll"), dumps["ll"])
         if "asm" in dump_ir:
             write_new_text(Path(dump_dir, "mod.s"), dumps["asm"])
+    progress("link", 0, 1)
     return link_shared(obj, target, [compile_runtime(target)] if graph_json is not None else [])

@@ -1,12 +1,18 @@
 """x86 schedules for dense ([M,K] x [N,K]^T) and batched matmul.
 
-dense: per (m, n-tile) the K reduction runs over a vector of `tile_k` partial sums... kept
-simple here: n tiles of `tile_n` outputs accumulate in registers, unrolled; the reduction is
-innermost-contiguous in both operands so LLVM's SLP/loop vectorizer forms the dot products.
+dense (the unpacked form: AlterOpLayout packs every constant weight whose N has a power-of-two
+block, so what stays here is e.g. a CTC head of N = 6625 classes): both operands are contiguous
+in k, so the reduction is vectorized through rfactor (TVM's dense_nopack): each of the
+tile_n outputs (of one row) of a register tile accumulates a vector of `tile_k` lane-wise partial
+sums over k, reduced across the lanes once at the end; per k step one data vector and tile_n
+weight vectors feed tile_n FMAs.
 matmul: (i, j) tiles with j vectorized (b is row-major [K, N], contiguous in j).
 
-Fallbacks: tile_n = largest divisor of N <= 8; matmul tile_j = largest divisor of N <= lanes,
-tile_i = largest divisor of M <= 4.
+Fallbacks: dense tile_k = the float32 vector lanes when they divide K (and K spans two
+vectors), else 1 (a scalar reduction, tile_n outputs unrolled); tile_n = the largest divisor of
+N <= num_vector_registers // 2 (AVX2: 8, AVX-512: 16 accumulators; the other half holds the
+operand vectors; N = 6625 -> 5); matmul tile_j = largest divisor of N <= lanes, tile_i = largest divisor of
+M <= 4.
 """
 
 from __future__ import annotations
@@ -17,16 +23,49 @@ from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
 
 
 def dense_config(workload, target) -> ConfigSpace:
-    (_, _), (n, _) = workload[:2]
+    """Knobs of nn.dense (data [M, K], weight [N, K]): tile_n (outputs of one row per register
+    tile, a divisor of N) and tile_k (lanes of the rfactor partial sums: 1, or the vector lanes
+    when they divide K). Fallback: see the module docstring."""
+    (_, k), (n, _) = workload[:2]
+    lanes = target.vector_lanes(workload[3])  # workload: data, weight, out shapes, dtype, attrs
+    vector_k = k % lanes == 0 and k >= 2 * lanes
     space = ConfigSpace()
-    space.define_split("tile_n", n, fallback=8, max_factor=32)
+    space.define_knob("tile_k", [1, lanes] if vector_k else [1], fallback=lanes if vector_k else 1)
+    space.define_split("tile_n", n, fallback=max(1, target.num_vector_registers // 2), max_factor=32)
     return space
 
 
 def schedule_dense(s, out, anchor, cfg, target):
-    """Fused dense + epilogue: n tiles unrolled; each output is a K-long dot product."""
-    schedule_tiled_reduction(s, out, anchor, tiles={1: cfg["tile_n"]}, vector_axis=-1, unroll_axes=(1,),
-                             parallel_depth=2, target=target)
+    """Fused dense + epilogue (see the module docstring): (m, n-tile) pairs in parallel, each
+    tile_n vector partial sums over k (tile_k lanes) reduced across the lanes and stored
+    through the epilogue; with tile_k = 1 each output is a scalar dot product, tile_n of them
+    unrolled."""
+    if cfg["tile_k"] == 1 or tuple(out.shape) != tuple(anchor.shape):
+        schedule_tiled_reduction(s, out, anchor, tiles={1: cfg["tile_n"]}, vector_axis=-1, unroll_axes=(1,),
+                                 parallel_depth=2, target=target)
+        return
+    parallel = worth_parallel(anchor)
+    inline_injective(s, out, keep=[anchor])
+    partial = s.rfactor(anchor, cfg["tile_k"])
+    st = s[out]
+    m, n = st.op.axis
+    no, ni = st.split(n, cfg["tile_n"])
+    st.reorder(m, no, ni)
+    st.unroll(ni)
+    head = st.fuse(m, no)
+    if parallel:
+        st.parallel(head)
+    ps = s[partial]
+    if out is anchor:
+        ps.compute_at(st, head)
+    else:  # the lane sums of the tile, then the epilogue; the partial sums per lane sum's row
+        s[anchor].compute_at(st, head)
+        ps.compute_at(s[anchor], s[anchor].op.axis[0])
+    pm, pn, lane = ps.op.axis
+    (ko,) = ps.op.reduce_axis
+    ps.reorder(ko, pm, pn, lane)
+    ps.unroll(pn)
+    ps.vectorize(lane)
 
 
 def matmul_config(workload, target) -> ConfigSpace:

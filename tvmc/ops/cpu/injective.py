@@ -16,7 +16,8 @@ def inline_injective(s: Schedule, out, keep=()):
 
 def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int = 4096):
     """Loops of an elementwise output stage: inner axis split by vector lanes (when it divides
-    the axis), vectorized; outer axes fused and parallel when the tensor is large enough."""
+    the axis), vectorized, or kept whole as the innermost loop when lanes do not divide a long
+    one; outer axes fused and parallel when the tensor is large enough."""
     st = s[out]
     lanes = target.vector_lanes(out.dtype)
     axes = list(st.op.axis)
@@ -37,6 +38,11 @@ def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int
         outer = axes[:-1] + [io]
     elif inner.extent <= 64 and inner.extent > 1:
         st.vectorize(inner)
+        outer = axes[:-1]
+    elif len(axes) > 1 and inner.extent >= 4 * lanes:
+        # a long contiguous row that lanes do not divide (e.g. 6625 classes) stays a plain
+        # innermost loop, which LLVM's loop vectorizer runs in vectors plus a scalar tail;
+        # fused with the outer axes it would index through a division and stay scalar
         outer = axes[:-1]
     else:
         outer = axes
