@@ -296,7 +296,7 @@ def _fill(shape, dtype, fill_mode: str, rng) -> np.ndarray:
     return rng.integers(0, 10, shape).astype(dt)
 
 
-NPZ_MAGIC = b"PK\x03\x04"
+NPZ_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members, an empty zip
 NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -314,7 +314,7 @@ def read_inputs(path) -> dict:
         if magic.startswith(NPY_MAGIC):
             raise InputError(f"{path}: is a .npy file (one array); inputs must be an .npz keyed by input name, "
                              f"e.g. np.savez(path, name=array)")
-        if not magic.startswith(NPZ_MAGIC):
+        if not magic.startswith(NPZ_MAGICS):
             raise InputError(f"{path}: not an .npz file (no zip signature; write it with np.savez)")
         try:
             with np.load(f, allow_pickle=False) as data:

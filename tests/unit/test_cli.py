@@ -168,7 +168,7 @@ def test_run_inputs_wrong_shape(tmp_path, artifact_path):
 
 @pytest.mark.parametrize("kind,message", [
     ("text", "not an .npz file (no zip signature"),
-    ("npy", "is a .npy file (one array); --inputs takes an .npz keyed by input name, e.g. np.savez(path, data=array)"),
+    ("npy", "is a .npy file (one array); inputs must be an .npz keyed by input name, e.g. np.savez(path, name=array)"),
     ("strings", "input 'data' has dtype <U3"),
     ("objects", "holds object arrays"),
     ("damaged", "cannot read inputs as .npz"),
@@ -370,7 +370,7 @@ def test_inspect_json(artifact_path):
     doc = json_doc(invoke("inspect", artifact_path, "--json"), "inspect")
     assert doc["kernels"] == {"distinct": 1, "calls": 1} and doc["params"] == {"tensors": 1, "bytes": 32}
     assert doc["storage"] == {"buffers": 3, "tensors": 3, "bytes": 96}
-    assert doc["metadata"]["kernel_abi_version"] == 1 and doc["library"]["file"] == "mod.so"
+    assert doc["metadata"]["kernel_abi_version"] == tvmc.KERNEL_ABI_VERSION and doc["library"]["file"] == "mod.so"
 
 
 @pytest.fixture
@@ -423,10 +423,10 @@ def test_config_file_errors(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("target: native\ncolour: red\n")
     r = invoke("compile", model, "--config", bad, "-o", tmp_path / "o.tar")
-    assert r.exit_code == 2 and "unknown option 'colour' for tvmc compile" in r.output and "opt_level" in r.output
+    assert r.exit_code == 64 and "unknown option 'colour' for tvmc compile" in r.output and "opt_level" in r.output
     bad.write_text("- a list\n")
     r = invoke("compile", model, "--config", bad, "-o", tmp_path / "o.tar")
-    assert r.exit_code == 2 and "expected a mapping" in r.output
+    assert r.exit_code == 64 and "expected a mapping" in r.output
     assert not (tmp_path / "o.tar").exists()
 
 
