@@ -506,4 +506,4 @@ def test_cli_tune_task_index_out_of_range(model_path, tmp_path, capsys):
     code = main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "0,5"])
     assert code == TuningError.exit_code
     assert "task index 5 out of range: the model has 2 tasks (0-1" in capsys.readouterr().err
-    assert main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "2-1"]) == 2
+    assert main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "2-1"]) == 64  # a usage error
