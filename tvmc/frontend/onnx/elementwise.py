@@ -1,0 +1,321 @@
+"""ONNX converters, elementwise group: activations, arithmetic, comparisons and logic, Cast."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from tvmc.frontend.onnx.common import (SUPPORTED_DTYPES, is_const, is_int_const, norm_axis, np_dtype_name, reshape,
+                                      scalar)
+from tvmc.frontend.onnx.registry import converter
+
+_FLOAT32_MIN = float(np.finfo(np.float32).min)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _unary(op_type: str, op: str, *versions: int):
+    """Register the converter of a one-input ONNX op that maps 1:1 onto our op `op`."""
+
+    def convert(ctx, node, inputs, attrs, opset):
+        return ctx.call(op, [inputs[0]])
+
+    convert.__name__ = op_type
+    convert.__doc__ = f"ONNX {op_type} -> {op}."
+    converter(*versions)(convert)
+
+
+_unary("Relu", "nn.relu", 1, 6, 13, 14)
+_unary("Sigmoid", "sigmoid", 1, 6, 13)
+_unary("Tanh", "tanh", 1, 6, 13)
+_unary("Exp", "exp", 1, 6, 13)
+_unary("Sqrt", "sqrt", 1, 6, 13)
+_unary("Neg", "negative", 1, 6, 13)
+_unary("Abs", "abs", 1, 6, 13)
+_unary("Log", "log", 1, 6, 13)
+_unary("Floor", "floor", 1, 6, 13)
+_unary("Ceil", "ceil", 1, 6, 13)
+_unary("Erf", "erf", 9, 13)
+_unary("Not", "logical_not", 1)
+
+
+@converter(1, 6, 16)
+def LeakyRelu(ctx, node, inputs, attrs, opset):
+    """ONNX LeakyRelu (alpha default 0.01) -> nn.leaky_relu."""
+    return ctx.call("nn.leaky_relu", [inputs[0]], {"alpha": float(attrs.get("alpha", 0.01))})
+
+
+@converter(1, 6, 11, 12, 13)
+def Clip(ctx, node, inputs, attrs, opset):
+    """ONNX Clip -> clip(a_min, a_max): bounds are attributes before opset 11 and optional
+    inputs from 11 (non-constant bounds become maximum/minimum); missing bounds are the
+    float32 limits."""
+    x = inputs[0]
+    if opset < 11:
+        return ctx.call("clip", [x], {"a_min": float(attrs.get("min", _FLOAT32_MIN)),
+                                      "a_max": float(attrs.get("max", _FLOAT32_MAX))})
+    lo = inputs[1] if len(inputs) > 1 else None
+    hi = inputs[2] if len(inputs) > 2 else None
+    if (lo is None or is_const(lo)) and (hi is None or is_const(hi)):
+        bounds = []
+        for e, default, i in ((lo, _FLOAT32_MIN, 1), (hi, _FLOAT32_MAX, 2)):
+            if e is None:
+                bounds.append(default)
+            elif e.value.size != 1:
+                raise ctx.error(f"bound '{ctx.input_name(i)}' must be a scalar, got {e.type}")
+            else:
+                bounds.append(float(e.value.reshape(())))
+        return ctx.call("clip", [x], {"a_min": bounds[0], "a_max": bounds[1]})
+    out = x
+    if lo is not None:
+        out = ctx.call("maximum", [out, lo])
+    if hi is not None:
+        out = ctx.call("minimum", [out, hi])
+    return out
+
+
+_BINARY = {"Add": ("add", np.add), "Sub": ("subtract", np.subtract),
+           "Mul": ("multiply", np.multiply), "Div": ("divide", None)}
+
+
+def _binary(ctx, node, inputs, attrs, opset):
+    """Add/Sub/Mul/Div: numpy broadcasting; before opset 7, `broadcast`/`axis` attributes
+    align B with A starting at `axis` (B is reshaped to that rank)."""
+    op, fn = _BINARY[ctx.op_type]
+    a, b = inputs[0], inputs[1]
+    if opset < 7:
+        if attrs.get("broadcast", 0) and "axis" in attrs:
+            axis = norm_axis(ctx, int(attrs["axis"]), len(a.shape))
+            trailing = len(a.shape) - axis - len(b.shape)
+            if trailing < 0:
+                raise ctx.error(f"axis {axis} does not fit B {b.type} into A {a.type}")
+            b = reshape(ctx, b, tuple(b.shape) + (1,) * trailing)
+        elif not attrs.get("broadcast", 0) and tuple(a.shape) != tuple(b.shape):
+            raise ctx.error(f"shapes {a.type} and {b.type} differ and broadcast=0")
+    if is_int_const(a) and is_int_const(b):  # shape arithmetic
+        if ctx.op_type == "Div":  # ONNX integer Div truncates toward zero
+            q = np.abs(a.value) // np.abs(b.value)
+            return np.where((a.value < 0) != (b.value < 0), -q, q)
+        return fn(a.value, b.value)
+    return ctx.call(op, [a, b])
+
+
+@converter(1, 6, 7, 13, 14)
+def Add(ctx, node, inputs, attrs, opset):
+    """ONNX Add -> add."""
+    return _binary(ctx, node, inputs, attrs, opset)
+
+
+@converter(1, 6, 7, 13, 14)
+def Sub(ctx, node, inputs, attrs, opset):
+    """ONNX Sub -> subtract."""
+    return _binary(ctx, node, inputs, attrs, opset)
+
+
+@converter(1, 6, 7, 13, 14)
+def Mul(ctx, node, inputs, attrs, opset):
+    """ONNX Mul -> multiply."""
+    return _binary(ctx, node, inputs, attrs, opset)
+
+
+@converter(1, 6, 7, 13, 14)
+def Div(ctx, node, inputs, attrs, opset):
+    """ONNX Div -> divide."""
+    return _binary(ctx, node, inputs, attrs, opset)
+
+
+def _variadic(ctx, inputs, op):
+    out = inputs[0]
+    if len(inputs) == 1:
+        return out if is_const(out) else ctx.call("identity", [out])
+    for e in inputs[1:]:
+        out = ctx.call(op, [out, e])
+    return out
+
+
+@converter(1, 6, 8, 13)
+def Sum(ctx, node, inputs, attrs, opset):
+    """ONNX Sum -> chain of add (one input -> identity)."""
+    return _variadic(ctx, inputs, "add")
+
+
+@converter(1, 6, 8, 12, 13)
+def Max(ctx, node, inputs, attrs, opset):
+    """ONNX Max -> chain of maximum."""
+    return _variadic(ctx, inputs, "maximum")
+
+
+@converter(1, 6, 8, 12, 13)
+def Min(ctx, node, inputs, attrs, opset):
+    """ONNX Min -> chain of minimum."""
+    return _variadic(ctx, inputs, "minimum")
+
+
+@converter(1, 6, 9, 13, 19, 21, 23, 24, 25, 28)
+def Cast(ctx, node, inputs, attrs, opset):
+    """ONNX Cast(to) -> cast(dtype); nothing when the dtype is unchanged; folded for constants."""
+    x = inputs[0]
+    to = attrs.get("to")
+    if isinstance(to, str):  # Cast-1 names the type as a string
+        try:
+            to = onnx.TensorProto.DataType.Value(to.upper())
+        except ValueError:
+            raise ctx.error(f"unknown type '{to}'") from None
+    dtype = np_dtype_name(int(to))
+    if dtype == x.dtype:
+        return x
+    if is_const(x):
+        try:
+            return x.value.astype(dtype)
+        except TypeError:
+            raise ctx.error(f"cannot cast constant to {dtype}") from None
+    if dtype not in SUPPORTED_DTYPES:
+        raise ctx.error(f"tensor '{node.output[0]}' would have dtype {dtype}; "
+                        f"supported: {', '.join(SUPPORTED_DTYPES)}")
+    return ctx.call("cast", [x], {"dtype": dtype})
+
+
+@converter(1, 6, 13)
+def Reciprocal(ctx, node, inputs, attrs, opset):
+    """ONNX Reciprocal -> divide(1, x)."""
+    x = inputs[0]
+    return ctx.call("divide", [scalar(ctx, x, 1, "one"), x])
+
+
+@converter(1, 22)
+def Softplus(ctx, node, inputs, attrs, opset):
+    """ONNX Softplus: log(exp(x) + 1) -> exp, add, log."""
+    x = inputs[0]
+    return ctx.call("log", [ctx.call("add", [ctx.call("exp", [x]), scalar(ctx, x, 1, "one")])])
+
+
+@converter(1, 6, 22)
+def Elu(ctx, node, inputs, attrs, opset):
+    """ONNX Elu (alpha 1.0) -> nn.elu."""
+    return ctx.call("nn.elu", [inputs[0]], {"alpha": float(attrs.get("alpha", 1.0))})
+
+
+@converter(1, 6, 22)
+def Selu(ctx, node, inputs, attrs, opset):
+    """ONNX Selu (alpha 1.67326..., gamma 1.0507...) -> nn.selu."""
+    return ctx.call("nn.selu", [inputs[0]], {"alpha": float(attrs.get("alpha", 1.67326319217681884765625)),
+                                             "gamma": float(attrs.get("gamma", 1.05070102214813232421875))})
+
+
+def _hard_sigmoid(ctx, x, alpha, beta):
+    y = ctx.call("multiply", [x, scalar(ctx, x, alpha, "alpha")])
+    return ctx.call("clip", [ctx.call("add", [y, scalar(ctx, x, beta, "beta")])], {"a_min": 0.0, "a_max": 1.0})
+
+
+@converter(1, 6, 22)
+def HardSigmoid(ctx, node, inputs, attrs, opset):
+    """ONNX HardSigmoid: clip(alpha * x + beta, 0, 1) (alpha 0.2, beta 0.5)."""
+    return _hard_sigmoid(ctx, inputs[0], float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5)))
+
+
+@converter(14, 22)
+def HardSwish(ctx, node, inputs, attrs, opset):
+    """ONNX HardSwish: x * clip(x / 6 + 1/2, 0, 1)."""
+    x = inputs[0]
+    return ctx.call("multiply", [x, _hard_sigmoid(ctx, x, 1.0 / 6.0, 0.5)])
+
+
+@converter(20)
+def Gelu(ctx, node, inputs, attrs, opset):
+    """ONNX Gelu: approximate='none': x/2 * (1 + erf(x / sqrt 2)); 'tanh':
+    x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
+    x = inputs[0]
+    approx = attrs.get("approximate", "none")
+    if approx == "none":
+        inner = ctx.call("erf", [ctx.call("multiply", [x, scalar(ctx, x, 1 / np.sqrt(2.0), "rsqrt2")])])
+    elif approx == "tanh":
+        cube = ctx.call("multiply", [ctx.call("multiply", [x, x]), x])
+        poly = ctx.call("add", [x, ctx.call("multiply", [cube, scalar(ctx, x, 0.044715, "c")])])
+        inner = ctx.call("tanh", [ctx.call("multiply", [poly, scalar(ctx, x, np.sqrt(2 / np.pi), "k")])])
+    else:
+        raise ctx.error(f"unknown approximate '{approx}' (none, tanh)")
+    half = ctx.call("multiply", [x, scalar(ctx, x, 0.5, "half")])
+    return ctx.call("multiply", [half, ctx.call("add", [inner, scalar(ctx, x, 1, "one")])])
+
+
+@converter(1, 6, 7, 9, 16)
+def PRelu(ctx, node, inputs, attrs, opset):
+    """ONNX PRelu: x < 0 ? slope * x : x, slope broadcast onto x (unidirectionally) -> nn.prelu."""
+    x, slope = inputs[0], inputs[1]
+    if opset < 7 and len(slope.shape) == 1 and len(x.shape) > 2 and slope.shape[0] == x.shape[1]:
+        slope = reshape(ctx, slope, (slope.shape[0],) + (1,) * (len(x.shape) - 2))
+    return ctx.call("nn.prelu", [x, slope])
+
+
+@converter(1, 6, 8, 13)
+def Mean(ctx, node, inputs, attrs, opset):
+    """ONNX Mean -> chain of add, then divide by the input count."""
+    out = _variadic(ctx, inputs, "add")
+    if len(inputs) == 1:
+        return out
+    return ctx.call("divide", [out, scalar(ctx, out, len(inputs), "count")])
+
+
+@converter(1, 7, 12, 13, 15)
+def Pow(ctx, node, inputs, attrs, opset):
+    """ONNX Pow -> power (an exponent of another dtype is cast to the base's); x**2 -> multiply."""
+    x, y = inputs[0], inputs[1]
+    if y.dtype != x.dtype:
+        y = ctx.derived(y, "as_" + x.dtype, lambda v: v.astype(x.dtype)) if is_const(y) \
+            else ctx.call("cast", [y], {"dtype": x.dtype})
+    if is_const(y) and y.value.size == 1 and np.broadcast_shapes(x.shape, y.shape) == tuple(x.shape):
+        e = float(y.value.reshape(()))
+        if e in (1.0, 2.0, 3.0, 4.0):  # small integer exponents as products: exact, and defined for x < 0
+            out = x
+            for _ in range(int(e) - 1):
+                out = ctx.call("multiply", [out, x])
+            return out if e != 1.0 else ctx.call("identity", [x])
+    return ctx.call("power", [x, y])
+
+
+def _compare(op: str, op_type: str, *versions: int):
+    def convert(ctx, node, inputs, attrs, opset):
+        a, b = inputs[0], inputs[1]
+        if is_const(a) and is_const(b):
+            return ir_ref(op, a.value, b.value)
+        return ctx.call(op, [a, b])
+
+    convert.__name__ = op_type
+    convert.__doc__ = f"ONNX {op_type} -> {op} (bool result; folded for constants)."
+    converter(*versions)(convert)
+
+
+def ir_ref(op: str, *arrays, **attrs):
+    """The registered op's numpy reference (constant folding at import)."""
+    from tvmc.ops.registry import get_op
+
+    return np.asarray(get_op(op).reference(*arrays, **attrs))
+
+
+_compare("equal", "Equal", 1, 7, 11, 13, 19)
+_compare("less", "Less", 1, 7, 9, 13)
+_compare("greater", "Greater", 1, 7, 9, 13)
+_compare("less_equal", "LessOrEqual", 12, 16)
+_compare("greater_equal", "GreaterOrEqual", 12, 16)
+_compare("logical_and", "And", 1, 7)
+_compare("logical_or", "Or", 1, 7)
+_compare("logical_xor", "Xor", 1, 7)
+
+
+@converter(9, 16)
+def Where(ctx, node, inputs, attrs, opset):
+    """ONNX Where(cond, x, y) -> where (numpy broadcasting of all three)."""
+    c, a, b = inputs
+    if all(is_const(e) for e in inputs):
+        return np.where(c.value, a.value, b.value)
+    return ctx.call("where", [c, a, b])
+
+
+@converter(15, 19, 21, 23, 24, 25)
+def CastLike(ctx, node, inputs, attrs, opset):
+    """ONNX CastLike(x, like) -> cast to like's dtype (nothing when equal)."""
+    x, like = inputs[0], inputs[1]
+    if x.dtype == like.dtype:
+        return x
+    if is_const(x):
+        return x.value.astype(like.dtype)
+    return ctx.call("cast", [x], {"dtype": like.dtype})
