@@ -48,9 +48,21 @@ def test_node_case(cases, name):
     assert res.frozen == SAMPLE[name]
 
 
-def test_out_of_scope_and_dtype_skips(cases):
-    assert conformance.run_case(cases["test_det_2d"]).reason == "not in scope"
-    assert conformance.skip_reason(cases["test_cast_FLOAT_to_DOUBLE"]).startswith("dtype")
+def test_scope_rules(cases):
+    assert conformance.skip_reason(cases["test_det_2d"]) is None
+    assert conformance.skip_reason(cases["test_cast_FLOAT_to_DOUBLE"]) is None
+    assert conformance.skip_reason(cases["test_cast_FLOAT_to_BFLOAT16"]) == "dtype bfloat16"
+    assert conformance.skip_reason(cases["test_regex_full_match_basic"]) == "string operator"
+    assert conformance.skip_reason(cases["test_sce_mean"]) == "loss function"
+    assert conformance.skip_reason(cases["test_sce_mean_expanded"]) == "loss function"
+    assert conformance.skip_reason(cases["test_training_dropout"]) == "training mode"
+    assert conformance.skip_reason(cases["test_dropout_default"]) is None
+    assert conformance.skip_reason(cases["test_sequence_insert_at_back"]).startswith("dtype")
+
+
+def test_onnxruntime_side_by_side(cases):
+    res = conformance.run_case(cases["test_abs"])
+    assert (res.status, res.ort) == ("passed", "passed")
 
 
 def test_unsupported_op_fails_at_compile_time(cases):
@@ -74,10 +86,14 @@ def test_backend_interface():
 
 
 def test_report(tmp_path):
-    results = [conformance.Result("test_a", "Relu", "passed"),
-               conformance.Result("test_b", "Relu", "failed", "output 0: 1/4 values differ"),
-               conformance.Result("test_c", "Reshape", "passed", frozen=True),
-               conformance.Result("test_d", "Det", "skipped", "not in scope")]
+    results = [conformance.Result("test_a", "Relu", "passed", ort="passed"),
+               conformance.Result("test_b", "Relu", "failed", "output 0: 1/4 values differ", ort="passed"),
+               conformance.Result("test_c", "Reshape", "passed", frozen=True, ort="error"),
+               conformance.Result("test_d", "FooBar", "error", "UnsupportedOpError", ort="error"),
+               conformance.Result("test_e", "Relu", "skipped", "string operator")]
     text = conformance.write_report(results, str(tmp_path / "c.md"))
-    assert "| Relu | 1 | 0 | 1 | 0 | 0 |" in text and "`test_b` (Relu, failed)" in text
-    assert "Det (1)" in text and "66.7%" in text
+    assert "| Relu | elementwise | 2 | 1 | 0 | 1 | 0 | 2 |" in text
+    assert "| unsupported | 1 | 0 | 0 | 0 | 1 | 0 |" in text
+    assert "`test_b` (Relu, failed) **(onnxruntime passes)**" in text
+    assert "| **pass rate** (4 cases) | **50.0%** | **50.0%** |" in text
+    assert "Cases onnxruntime passes and tvmc does not: 1." in text and "string operator 1" in text
