@@ -901,6 +901,15 @@ def test_converters_cover_every_version_of_the_installed_onnx():
         assert {v for v in defined if v >= first} <= fn.versions, (op_type, sorted(defined), sorted(fn.versions))
 
 
+def test_operator_docs_are_generated_from_the_table():
+    from tvmc.frontend.onnx.registry import operator_table
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "onnx_operators.md")
+    with open(path) as f:
+        assert f.read() == operator_table(), "docs/onnx_operators.md is stale: run python -m tvmc.frontend.onnx"
+    assert "| Conv | nn | 1, 11, 22 | - |" in operator_table()
+
+
 def test_missing_file(tmp_path):
     path = tmp_path / "nothere.onnx"
     with pytest.raises(ModelError, match=f"{path}.*no such file"):

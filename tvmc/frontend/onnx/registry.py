@@ -35,3 +35,31 @@ def supports(op_type: str, opset: int) -> bool:
     except Exception:  # onnx.defs.SchemaError: no version of the op at this opset
         return False
     return since in fn.versions
+
+
+def defined_versions(op_type: str) -> list:
+    """The operator versions (schema `since_version`s) the installed onnx defines for `op_type`
+    in the default domain, ascending."""
+    return sorted(s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                  if s.name == op_type and s.domain == "")
+
+
+def operator_table() -> str:
+    """The supported-operator table of docs/onnx_operators.md (Markdown), generated from
+    CONVERTERS: per ONNX op type its converter group (module of tvmc/frontend/onnx), the operator
+    versions converted and the versions the installed onnx defines that are not."""
+    lines = ["# Supported ONNX operators",
+             "",
+             "Generated from the converter table (tvmc/frontend/onnx/registry.py) by "
+             "`python -m tvmc.frontend.onnx`; do not edit by hand. A model imports when every node's "
+             f"operator version (the newest one at or below the model's opset) is listed. onnx {onnx.__version__}, "
+             f"{len(CONVERTERS)} operators.",
+             "",
+             "| operator | group | versions | not converted |",
+             "| --- | --- | --- | --- |"]
+    for op in sorted(CONVERTERS):
+        fn = CONVERTERS[op]
+        missing = [v for v in defined_versions(op) if v not in fn.versions]
+        lines.append(f"| {op} | {fn.__module__.rsplit('.', 1)[-1]} | {', '.join(map(str, sorted(fn.versions)))} | "
+                     f"{', '.join(map(str, missing)) or '-'} |")
+    return "\n".join(lines) + "\n"
