@@ -608,12 +608,12 @@ def test_clip_opset6_attributes_vs_opset13_inputs():
     g6 = build("clip_opset6")
     y, z = g6.outputs
     assert (y.attrs["a_min"], y.attrs["a_max"]) == (pytest.approx(-0.5), pytest.approx(0.25))
-    assert z.attrs["a_min"] == float(np.finfo(np.float32).min) and z.attrs["a_max"] == pytest.approx(0.1)
+    assert z.attrs["a_min"] == -np.inf and z.attrs["a_max"] == pytest.approx(0.1)
     g13 = build("clip_opset13")
     y, z, u, v = g13.outputs
     assert (y.op_name, y.attrs["a_min"], y.attrs["a_max"]) == ("clip", pytest.approx(-0.5), pytest.approx(0.25))
-    assert (z.attrs["a_min"], z.attrs["a_max"]) == (float(np.finfo(np.float32).min), pytest.approx(0.25))
-    assert (u.attrs["a_min"], u.attrs["a_max"]) == (float(np.finfo(np.float32).min), float(np.finfo(np.float32).max))
+    assert (z.attrs["a_min"], z.attrs["a_max"]) == (-np.inf, pytest.approx(0.25))
+    assert (u.attrs["a_min"], u.attrs["a_max"]) == (-np.inf, np.inf)
     assert v.op_name == "maximum"
 
 
@@ -843,16 +843,24 @@ def test_input_shapes_rank_mismatch():
 
 def test_unsupported_dtype_on_graph_input():
     node = helper.make_node("Relu", ["x"], ["y"])
-    model = make_model([node], [("x", TensorProto.DOUBLE, [2])], [("y", TensorProto.DOUBLE, None)])
-    with pytest.raises(ModelError, match=r"input 'x' has dtype float64"):
+    model = make_model([node], [("x", TensorProto.BFLOAT16, [2])], [("y", TensorProto.BFLOAT16, None)])
+    with pytest.raises(ModelError, match=r"input 'x' has dtype bfloat16"):
         from_onnx(model)
 
 
 def test_unsupported_dtype_on_constant_path():
-    node = helper.make_node("Cast", ["x"], ["h"], name="to_half", to=TensorProto.FLOAT16)
-    model = make_model([node], [("x", F, [2])], [("h", TensorProto.FLOAT16, None)])
-    with pytest.raises(ModelError, match=r"to_half.*'h'.*float16"):
+    node = helper.make_node("Cast", ["x"], ["h"], name="to_bf16", to=TensorProto.BFLOAT16)
+    model = make_model([node], [("x", F, [2])], [("h", TensorProto.BFLOAT16, None)])
+    with pytest.raises(ModelError, match=r"to_bf16.*'h'.*bfloat16"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int8", "int16", "uint16", "uint32", "uint64"])
+def test_every_numpy_dtype_imports(dtype):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("Add", ["x", "x"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=F)]
+    graph = from_onnx(make_model(nodes, [("x", elem, [2, 3])], [("y", F, None)]))
+    assert graph.inputs[0].dtype == dtype and graph.outputs[0].dtype == "float32"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ def host():
     return resolve_target("native")
 
 
-def _unary_prim(name, fn, vectorize, n=N, nargs=1):
-    args = [te.placeholder((n,), "float32", name=f"x{k}") for k in range(nargs)]
+def _unary_prim(name, fn, vectorize, n=N, nargs=1, dtype="float32"):
+    args = [te.placeholder((n,), dtype, name=f"x{k}") for k in range(nargs)]
     out = te.compute((n,), lambda i: fn(*[a[i] for a in args]), name="y")
     s = te.create_schedule(out)
     if vectorize:
@@ -48,13 +48,13 @@ def _load_library(prims, target, path):
     return ctypes.CDLL(str(path))
 
 
-def _caller(lib, name, n=N):
+def _caller(lib, name, n=N, dtype=np.float32):
     fn = getattr(lib, name)
 
     def call(*xs):
-        xs = [np.ascontiguousarray(x, dtype=np.float32) for x in xs]
+        xs = [np.ascontiguousarray(x, dtype=dtype) for x in xs]
         assert all(x.shape == (n,) for x in xs)
-        out = np.full(n, np.nan, dtype=np.float32)
+        out = np.full(n, np.nan, dtype=dtype)
         fn(*[ctypes.c_void_p(a.ctypes.data) for a in xs + [out]])
         return out
 
@@ -88,8 +88,8 @@ def claimed_error(name):
     return m.group(1), float(m.group(2))
 
 
-def _fill(points, rng, lo, hi, geometric=False):
-    """N float32 inputs: an even grid over [lo, hi], random points, and named edge points."""
+def _fill(points, rng, lo, hi, geometric=False, dtype=np.float32):
+    """N inputs of `dtype`: an even grid over [lo, hi], random points, and named edge points."""
     k = N - len(points)
     if geometric:
         grid = np.geomspace(lo, hi, k // 2)
@@ -97,7 +97,7 @@ def _fill(points, rng, lo, hi, geometric=False):
     else:
         grid = np.linspace(lo, hi, k // 2)
         rand = rng.uniform(lo, hi, k - k // 2)
-    return np.concatenate([grid, rand, np.asarray(points, dtype=np.float64)]).astype(np.float32)
+    return np.concatenate([grid, rand, np.asarray(points, dtype=np.float64)]).astype(dtype)
 
 
 _erf64 = np.frompyfunc(math.erf, 1, 1)
@@ -133,6 +133,58 @@ def test_intrinsic_max_error_matches_docstring(kernels, name, mode):
     assert np.isfinite(y).all()
     assert err[worst] <= bound, (f"{name} ({mode}): {kind} error {err[worst]:.3g} at x={x[worst]!r} "
                                  f"exceeds the documented {bound:g}")
+
+
+@pytest.fixture(scope="module")
+def kernels64(host, tmp_path_factory):
+    """{(intrinsic, 'scalar'|'vector'): f(x) -> y} on float64 (4-lane vectors)."""
+    prims, names = [], {}
+    for mode in ("scalar", "vector"):
+        for name in ACCURACY64:
+            prims.append(_unary_prim(f"{name}64_{mode}", INTRINSICS[name], mode == "vector", dtype="float64"))
+            names[(name, mode)] = f"{name}64_{mode}"
+    lib = _load_library(prims, host, tmp_path_factory.mktemp("codegen") / "intrin64.so")
+    return {key: _caller(lib, sym, dtype=np.float64) for key, sym in names.items()}
+
+
+def _fill64(points, rng, lo, hi, geometric=False):
+    return _fill(points, rng, lo, hi, geometric, dtype=np.float64)
+
+
+# float64: range ends, the series / continued-fraction seam of erf at |x| = 2, subnormals
+ACCURACY64 = {
+    "exp": (np.exp, lambda rng: _fill64([0.0, -0.0, 1e-300, -745.0, -740.0], rng, -708, 709.7)),
+    "log": (np.log, lambda rng: _fill64([1.0, 1 + 2 ** -52, 1 - 2 ** -53, 5e-324, 2.2250738585072014e-308],
+                                        rng, 1e-320, 1e308, geometric=True)),
+    "tanh": (np.tanh, lambda rng: _fill64([0.0, 1e-8, -1e-8, 1e-9, 0.3], rng, -20, 20)),
+    "erf": (lambda x: _erf64(x).astype(np.float64),
+            lambda rng: _fill64([0.0, 2.0, -2.0, 1.9999999, 6.0, 5.9999], rng, -7, 7)),
+    "sigmoid": (lambda x: 1.0 / (1.0 + np.exp(-x)), lambda rng: _fill64([0.0, 36.0, -700.0], rng, -40, 40)),
+}
+
+
+@pytest.mark.parametrize("mode", ["scalar", "vector"])
+@pytest.mark.parametrize("name", sorted(ACCURACY64))
+def test_float64_intrinsic_max_error_matches_docstring(kernels64, name, mode):
+    kind, bound = claimed_error(name + "64")
+    ref_fn, inputs = ACCURACY64[name]
+    x = inputs(np.random.default_rng(0))
+    y = kernels64[(name, mode)](x)
+    ref = ref_fn(x)
+    err = np.abs(y - ref)
+    if kind == "relative":
+        err = np.where(ref == 0, err, err / np.where(ref == 0, 1.0, np.abs(ref)))
+    worst = int(np.argmax(err))
+    assert np.isfinite(y).all()
+    assert err[worst] <= bound, (f"{name} float64 ({mode}): {kind} error {err[worst]:.3g} at x={x[worst]!r} "
+                                 f"exceeds the documented {bound:g}")
+
+
+@pytest.mark.parametrize("name", sorted(ACCURACY64))
+def test_float64_nan_propagates(kernels64, name):
+    x = np.full(N, np.nan)
+    for mode in ("scalar", "vector"):
+        assert np.isnan(kernels64[(name, mode)](x)).all(), mode
 
 
 @pytest.mark.parametrize("mode", ["scalar", "vector"])

@@ -1,6 +1,9 @@
 """Math intrinsics as inline LLVM IR: polynomial exp/log/tanh/erf/sigmoid (vectorizable, no libm
 in hot loops, usable on wasm32), plus sqrt/fabs/floor/ceil through LLVM intrinsics.
 
+float32 and float64 each have their own constants and polynomial degrees (`_Format`); float16
+values are float in registers (tvmc/codegen/llvm.py) and take the float32 forms.
+
 Maximum errors (float32, measured against numpy in tests/unit/test_codegen.py; worst cases found by
 exhaustive scans of the float32 binades):
 exp  relative 2e-7 on [-87, 88.72], +inf above, subnormals down to -103 (Cody-Waite reduction,
@@ -10,13 +13,58 @@ tanh absolute 2e-7 (1 - 2/(exp(2x)+1), odd-symmetric);
 erf  absolute 7e-7 (Abramowitz & Stegun 7.1.26 with the exp above: the formula's own 1.5e-7 plus
      float32 rounding of 1 - p(t) exp(-x^2), worst near |x| = 0.04);
 sigmoid absolute 1e-7 (1/(1+exp(-x))).
+
+Maximum errors (float64, measured the same way on 2**16 points per function against Python's
+math module / numpy in float64):
+exp64  relative 3e-16 on [-708, 709.78], +inf above, subnormals down to -745 (degree-13 Taylor);
+log64  relative 4e-16 for x > 0, subnormals included (atanh series to s**25);
+tanh64 absolute 3e-16;
+erf64  absolute 7e-16 (Maclaurin series of 32 terms for |x| < 2, the continued fraction of
+       erfc at depth 60 for 2 <= |x| < 6, 1 beyond);
+sigmoid64 absolute 3e-16.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from decimal import Decimal, getcontext
 
 from llvmlite import ir
+
+
+@dataclass(frozen=True)
+class _Format:
+    """Per-precision facts of the polynomial forms: IEEE layout (bits, mantissa bits, bias) and
+    the constants and degrees that reach that precision's accuracy."""
+
+    bits: int
+    mantissa: int
+    bias: int
+    exp_hi: float        # exp(x) overflows above
+    exp_lo: float        # exp(x) is 0 below
+    ln2_hi: float        # ln 2 with trailing zero bits (n * ln2_hi exact), ln2_lo the rest
+    ln2_lo: float
+    exp_degree: int      # Taylor degree of e**r, |r| <= ln2/2
+    log_terms: int       # atanh series terms s**1 .. s**(2*log_terms - 1)
+    tanh_small: float    # below, tanh x = x
+
+
+def _ln2_split(keep_bits: int) -> tuple:
+    """ln 2 as hi + lo: hi keeps `keep_bits` significant bits, lo = ln 2 - hi (50 digits)."""
+    getcontext().prec = 50
+    ln2 = Decimal(2).ln()
+    hi = math.floor(float(ln2) * (1 << keep_bits)) / (1 << keep_bits)
+    return hi, float(ln2 - Decimal(hi))
+
+
+F32 = _Format(32, 23, 127, 88.7228, -104.0, 0.693145751953125, 1.428606765330187e-06, 7, 6, 1e-4)
+F64 = _Format(64, 52, 1023, 709.782712893384, -746.0, *_ln2_split(32), 13, 13, 1e-8)
+
+
+def _format(ty) -> _Format:
+    el = ty.element if isinstance(ty, ir.VectorType) else ty
+    return F64 if isinstance(el, ir.DoubleType) else F32
 
 
 def _const(ty, value):
@@ -31,60 +79,77 @@ def _int_type_like(ty, width=32):
 
 
 def _llvm_intrinsic(cg, name, ty, args):
-    suffix = f"v{ty.count}f32" if isinstance(ty, ir.VectorType) else "f32"
-    if isinstance((ty.element if isinstance(ty, ir.VectorType) else ty), ir.DoubleType):
-        suffix = suffix.replace("f32", "f64")
-    fn = cg.declare(f"llvm.{name}.{suffix}", ty, [ty] * len(args))
-    return fn
+    el = ty.element if isinstance(ty, ir.VectorType) else ty
+    suffix = "f64" if isinstance(el, ir.DoubleType) else "f32"
+    if isinstance(ty, ir.VectorType):
+        suffix = f"v{ty.count}{suffix}"
+    return cg.declare(f"llvm.{name}.{suffix}", ty, [ty] * len(args))
 
 
 def _select(b, c, x, y):
     return b.select(c, x, y)
 
 
+def _horner(b, ty, coeffs, x):
+    """coeffs[0] + coeffs[1] x + ... + coeffs[-1] x**(n-1), by Horner's rule."""
+    p = _const(ty, coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        p = b.fadd(b.fmul(p, x), _const(ty, c))
+    return p
+
+
 def exp(cg, b, x):
-    """e**x: x = n*ln2 + r, |r| <= ln2/2; e**r by degree-7 Taylor; scaled by 2**n as two
-    exponent-bit factors 2**(n//2) * 2**(n - n//2), so results reach FLT_MAX and subnormals.
-    NaN propagates (the clamps keep unordered inputs)."""
+    """e**x: x = n*ln2 + r, |r| <= ln2/2; e**r by Taylor's polynomial (degree 7 for float32, 13
+    for float64); scaled by 2**n as two exponent-bit factors 2**(n//2) * 2**(n - n//2), so results
+    reach the largest finite value and the subnormals. NaN propagates (the clamps keep
+    unordered inputs)."""
     ty = x.type
-    hi, lo = 88.7228, -104.0
-    xc = _select(b, b.fcmp_ordered(">", x, _const(ty, hi)), _const(ty, hi), x)
-    xc = _select(b, b.fcmp_ordered("<", xc, _const(ty, lo)), _const(ty, lo), xc)
+    f = _format(ty)
+    xc = _select(b, b.fcmp_ordered(">", x, _const(ty, f.exp_hi)), _const(ty, f.exp_hi), x)
+    xc = _select(b, b.fcmp_ordered("<", xc, _const(ty, f.exp_lo)), _const(ty, f.exp_lo), xc)
     n = b.fmul(xc, _const(ty, 1.0 / math.log(2.0)))
     n = b.call(_llvm_intrinsic(cg, "rint", ty, [n]), [n])
-    r = b.fsub(xc, b.fmul(n, _const(ty, 0.693145751953125)))
-    r = b.fsub(r, b.fmul(n, _const(ty, 1.428606765330187e-06)))
-    p = _const(ty, 1.0 / 5040)
-    for k in (720, 120, 24, 6, 2, 1, 1):
-        p = b.fadd(b.fmul(p, r), _const(ty, 1.0 / k))
-    it = _int_type_like(ty)
+    r = b.fsub(xc, b.fmul(n, _const(ty, f.ln2_hi)))
+    r = b.fsub(r, b.fmul(n, _const(ty, f.ln2_lo)))
+    p = _horner(b, ty, [1.0 / math.factorial(k) for k in range(f.exp_degree + 1)], r)
+    it = _int_type_like(ty, f.bits)
     nan = b.fcmp_unordered("uno", x, x)
     ni = b.fptosi(_select(b, nan, _const(ty, 0.0), n), it)
     n1 = b.ashr(ni, _const(it, 1))
     n2 = b.sub(ni, n1)
-    s1 = b.bitcast(b.shl(b.add(n1, _const(it, 127)), _const(it, 23)), ty)
-    s2 = b.bitcast(b.shl(b.add(n2, _const(it, 127)), _const(it, 23)), ty)
+    s1 = b.bitcast(b.shl(b.add(n1, _const(it, f.bias)), _const(it, f.mantissa)), ty)
+    s2 = b.bitcast(b.shl(b.add(n2, _const(it, f.bias)), _const(it, f.mantissa)), ty)
     out = b.fmul(b.fmul(p, s1), s2)
-    out = _select(b, b.fcmp_ordered(">", x, _const(ty, hi)), _const(ty, float("inf")), out)
+    out = _select(b, b.fcmp_ordered(">", x, _const(ty, f.exp_hi)), _const(ty, float("inf")), out)
     return _select(b, nan, x, out)
 
 
 def log(cg, b, x):
-    """ln x for x > 0 (nan for x < 0, -inf for 0): x = m * 2**e, ln m = 2 atanh((m-1)/(m+1))."""
+    """ln x for x > 0 (nan for x < 0, -inf for 0): x = m * 2**e, ln m = 2 atanh((m-1)/(m+1)).
+    float64 subnormals are scaled by 2**54 first."""
     ty = x.type
-    it = _int_type_like(ty)
-    bits = b.bitcast(x, it)
-    e = b.sub(b.lshr(bits, _const(it, 23)), _const(it, 127))
-    m = b.bitcast(b.or_(b.and_(bits, _const(it, 0x007FFFFF)), _const(it, 0x3F800000)), ty)
+    f = _format(ty)
+    it = _int_type_like(ty, f.bits)
+    tiny = b.fcmp_ordered("<", x, _const(ty, 2.0 ** -1022)) if f is F64 else None
+    bits = b.bitcast(_select(b, tiny, b.fmul(x, _const(ty, 2.0 ** 54)), x) if tiny is not None else x, it)
+    e = b.sub(b.lshr(bits, _const(it, f.mantissa)), _const(it, f.bias))
+    if tiny is not None:
+        e = b.sub(e, _select(b, tiny, _const(it, 54), _const(it, 0)))
+    mant_mask = (1 << f.mantissa) - 1
+    one_bits = f.bias << f.mantissa
+    m = b.bitcast(b.or_(b.and_(bits, _const(it, mant_mask)), _const(it, one_bits)), ty)
     big = b.fcmp_ordered(">", m, _const(ty, math.sqrt(2.0)))
     m = _select(b, big, b.fmul(m, _const(ty, 0.5)), m)
     e = _select(b, big, b.add(e, _const(it, 1)), e)
     s = b.fdiv(b.fsub(m, _const(ty, 1.0)), b.fadd(m, _const(ty, 1.0)))
     s2 = b.fmul(s, s)
-    p = _const(ty, 1.0 / 11)
-    for k in (9, 7, 5, 3, 1):
-        p = b.fadd(b.fmul(p, s2), _const(ty, 1.0 / k))
-    out = b.fadd(b.fmul(_const(ty, 2.0), b.fmul(s, p)), b.fmul(b.sitofp(e, ty), _const(ty, math.log(2.0))))
+    p = _horner(b, ty, [1.0 / (2 * k + 1) for k in range(f.log_terms)], s2)
+    ln_m = b.fmul(_const(ty, 2.0), b.fmul(s, p))
+    ef = b.sitofp(e, ty)
+    if f is F64:  # e * ln2 in two parts keeps the products of large exponents exact
+        out = b.fadd(b.fadd(ln_m, b.fmul(ef, _const(ty, f.ln2_lo))), b.fmul(ef, _const(ty, f.ln2_hi)))
+    else:
+        out = b.fadd(ln_m, b.fmul(ef, _const(ty, math.log(2.0))))
     out = _select(b, b.fcmp_ordered("==", x, _const(ty, 0.0)), _const(ty, float("-inf")), out)
     out = _select(b, b.fcmp_unordered("<", x, _const(ty, 0.0)), _const(ty, float("nan")), out)
     inf = b.fcmp_ordered("==", x, _const(ty, float("inf")))
@@ -97,7 +162,7 @@ def tanh(cg, b, x):
     ax = b.call(_llvm_intrinsic(cg, "fabs", ty, [x]), [x])
     e = exp(cg, b, b.fmul(ax, _const(ty, 2.0)))
     t = b.fsub(_const(ty, 1.0), b.fdiv(_const(ty, 2.0), b.fadd(e, _const(ty, 1.0))))
-    small = b.fcmp_ordered("<", ax, _const(ty, 1e-4))
+    small = b.fcmp_ordered("<", ax, _const(ty, _format(ty).tanh_small))
     t = _select(b, small, ax, t)
     return b.call(_llvm_intrinsic(cg, "copysign", ty, [t, x]), [t, x])
 
@@ -107,10 +172,30 @@ def sigmoid(cg, b, x):
     return b.fdiv(_const(ty, 1.0), b.fadd(_const(ty, 1.0), exp(cg, b, b.fneg(x))))
 
 
+# float64 erf: the Maclaurin coefficients of erf(x) / x in powers of x**2, and the depth of the
+# continued fraction of erfc used from |x| = 2
+_ERF_SERIES = [2 / math.sqrt(math.pi) * (-1) ** k / (math.factorial(k) * (2 * k + 1)) for k in range(32)]
+_ERFC_DEPTH = 60
+
+
 def erf(cg, b, x):
-    """Abramowitz & Stegun 7.1.26: 1 - (a1 t + ... + a5 t^5) exp(-x^2), t = 1/(1 + p|x|)."""
+    """float32: Abramowitz & Stegun 7.1.26, 1 - (a1 t + ... + a5 t^5) exp(-x^2), t = 1/(1 + p|x|).
+    float64: erf's Maclaurin series for |x| < 2; 1 - erfc(|x|) by the continued fraction
+    erfc(x) = exp(-x^2)/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))) up to |x| = 6;
+    sign restored by copysign (keeps -0.0)."""
     ty = x.type
     ax = b.call(_llvm_intrinsic(cg, "fabs", ty, [x]), [x])
+    if _format(ty) is F64:
+        near = b.fmul(_horner(b, ty, _ERF_SERIES, b.fmul(ax, ax)), ax)
+        z = _select(b, b.fcmp_ordered("<", ax, _const(ty, 2.0)), _const(ty, 2.0), ax)
+        z = _select(b, b.fcmp_ordered(">", z, _const(ty, 6.0)), _const(ty, 6.0), z)
+        t = z
+        for k in range(_ERFC_DEPTH, 0, -1):
+            t = b.fadd(z, b.fdiv(_const(ty, k / 2), t))
+        erfc = b.fdiv(b.fmul(exp(cg, b, b.fneg(b.fmul(z, z))), _const(ty, 1 / math.sqrt(math.pi))), t)
+        far = _select(b, b.fcmp_ordered(">=", ax, _const(ty, 6.0)), _const(ty, 1.0), b.fsub(_const(ty, 1.0), erfc))
+        y = _select(b, b.fcmp_unordered("<", ax, _const(ty, 2.0)), near, far)
+        return b.call(_llvm_intrinsic(cg, "copysign", ty, [y, x]), [y, x])
     t = b.fdiv(_const(ty, 1.0), b.fadd(_const(ty, 1.0), b.fmul(_const(ty, 0.3275911), ax)))
     p = _const(ty, 1.061405429)
     for a in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
@@ -121,14 +206,13 @@ def erf(cg, b, x):
 
 
 def emit(cg, b, name: str, args, dtype: str):
-    """Emit intrinsic `name` on scalar or vector float args; raises CodegenError otherwise."""
+    """Emit intrinsic `name` on scalar or vector float args (float16, float32 or float64);
+    raises CodegenError otherwise."""
     from tvmc.errors import CodegenError
 
     if not dtype.startswith("float"):
         raise CodegenError(f"codegen: intrinsic {name} needs a float argument, got {dtype}")
     x = args[0]
-    if dtype != "float32" and name in ("exp", "log", "tanh", "sigmoid", "erf", "pow"):
-        raise CodegenError(f"codegen: intrinsic {name} is implemented for float32 only, got {dtype}")
     if name == "exp":
         return exp(cg, b, x)
     if name == "log":

@@ -76,9 +76,8 @@ def _pool_compute(kind):
         # pad far enough for ceil_mode windows too; padded cells never win a max / count
         eb = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt))
         er = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl))
-        lowest = -3.4028234663852886e38
         padded = pad_compute(x, ((0, 0), (0, 0), (pt, eb), (pl, er)) + block,
-                             lowest if kind == "max" else 0.0, name="pad_data")
+                             te.min_value(x.dtype) if kind == "max" else 0.0, name="pad_data")
         rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
         if kind == "max":
             return te.compute(out_type.shape, lambda a, b, y, z, *c: te.max(

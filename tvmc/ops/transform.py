@@ -131,7 +131,7 @@ def pad_compute(x, pad_width, pad_value=0.0, name="pad"):
                 conds.append(i[k] < a + d)
         if not conds:
             return x[tuple(src)]
-        return te.select(te.logical_and(*conds), x[tuple(src)], te.const(float(pad_value), x.dtype))
+        return te.select(te.logical_and(*conds), x[tuple(src)], te.const(pad_value, x.dtype))
 
     return te.compute(shape, f, name=name)
 

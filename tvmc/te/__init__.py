@@ -2,7 +2,7 @@
 
 from tvmc.te.expr import (  # noqa: F401
     PrimExpr, Var, IntImm, FloatImm, const, cast, select, maximum, minimum, eq, ne,
-    logical_and, logical_or, exp, log, sqrt, tanh, erf, sigmoid, fabs, power, floor, ceil,
+    logical_and, logical_or, exp, log, sqrt, tanh, erf, sigmoid, fabs, power, floor, ceil, min_value, max_value,
 )
 from tvmc.te.tensor import Tensor, IterVar, placeholder, compute, reduce_axis, sum, max, min, prod  # noqa: F401,A004
 from tvmc.te.schedule import Schedule, Stage, create_schedule  # noqa: F401

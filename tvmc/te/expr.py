@@ -15,14 +15,17 @@ _names = itertools.count()
 
 
 def const(value, dtype: str | None = None) -> "PrimExpr":
-    """A literal: int -> IntImm (int64 unless `dtype`), float -> FloatImm (float32 unless `dtype`)."""
+    """A literal of `dtype` (IntImm for integer and bool dtypes, FloatImm for float ones); without
+    `dtype`: int -> int64, float -> float32, bool -> bool. A PrimExpr is returned unchanged."""
     if isinstance(value, PrimExpr):
         return value
-    if isinstance(value, bool):
+    if isinstance(value, bool) and dtype is None:
         return IntImm(int(value), "bool")
+    if dtype is not None:
+        return FloatImm(float(value), dtype) if is_float(dtype) else IntImm(int(value), dtype)
     if isinstance(value, int):
-        return IntImm(value, dtype or INDEX)
-    return FloatImm(float(value), dtype or "float32")
+        return IntImm(value, INDEX)
+    return FloatImm(float(value), "float32")
 
 
 def _wrap(x, like: "PrimExpr | None" = None) -> "PrimExpr":
@@ -221,13 +224,7 @@ class Reduce(PrimExpr):
             return _wrap(0.0 if is_float(self.dtype) else 0, self)
         if self.combiner == "prod":
             return _wrap(1.0 if is_float(self.dtype) else 1, self)
-        if is_float(self.dtype):
-            big = 3.4028234663852886e38
-            return _wrap(-big if self.combiner == "max" else big, self)
-        import numpy as np
-
-        info = np.iinfo(self.dtype if self.dtype != "bool" else "uint8")
-        return _wrap(int(info.min) if self.combiner == "max" else int(info.max), self)
+        return min_value(self.dtype) if self.combiner == "max" else max_value(self.dtype)
 
     def __repr__(self):
         return f"{self.combiner}({self.source!r}, axes={[a.var for a in self.axes]})"
@@ -242,6 +239,30 @@ class Load(PrimExpr):
 
     def __repr__(self):
         return f"{self.buffer.name}[{self.index!r}]"
+
+
+def _limits(dtype: str) -> tuple:
+    """(lowest, highest) finite value of `dtype`'s register type: float16 runs in float32
+    registers, so its limits are float32's (they round to -inf/+inf when stored as float16)."""
+    import numpy as np
+
+    if is_float(dtype):
+        big = float(np.finfo("float64" if dtype == "float64" else "float32").max)
+        return -big, big
+    info = np.iinfo("uint8" if dtype == "bool" else dtype)
+    return int(info.min), int(info.max)
+
+
+def min_value(dtype: str) -> PrimExpr:
+    """The lowest finite value of `dtype` as a literal (TVM's te.min_value): the identity of max."""
+    lo = _limits(dtype)[0]
+    return FloatImm(lo, dtype) if is_float(dtype) else IntImm(lo, dtype)
+
+
+def max_value(dtype: str) -> PrimExpr:
+    """The highest finite value of `dtype` as a literal (TVM's te.max_value): the identity of min."""
+    hi = _limits(dtype)[1]
+    return FloatImm(hi, dtype) if is_float(dtype) else IntImm(hi, dtype)
 
 
 # ---- constructors used by operator computes ------------------------------------------------

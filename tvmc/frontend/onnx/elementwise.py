@@ -9,8 +9,7 @@ from tvmc.frontend.onnx.common import (SUPPORTED_DTYPES, is_const, is_int_const,
                                       scalar)
 from tvmc.frontend.onnx.registry import converter
 
-_FLOAT32_MIN = float(np.finfo(np.float32).min)
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 
 def _unary(op_type: str, op: str, *versions: int):
@@ -47,29 +46,28 @@ def LeakyRelu(ctx, node, inputs, attrs, opset):
 @converter(1, 6, 11, 12, 13)
 def Clip(ctx, node, inputs, attrs, opset):
     """ONNX Clip -> clip(a_min, a_max): bounds are attributes before opset 11 and optional
-    inputs from 11 (non-constant bounds become maximum/minimum); missing bounds are the
-    float32 limits."""
+    inputs from 11. A missing float bound is -inf/inf; with a missing integer bound, or a
+    non-constant bound, the given bounds become maximum/minimum."""
     x = inputs[0]
     if opset < 11:
-        return ctx.call("clip", [x], {"a_min": float(attrs.get("min", _FLOAT32_MIN)),
-                                      "a_max": float(attrs.get("max", _FLOAT32_MAX))})
+        return ctx.call("clip", [x], {"a_min": float(attrs.get("min", -np.inf)),
+                                      "a_max": float(attrs.get("max", np.inf))})
     lo = inputs[1] if len(inputs) > 1 else None
     hi = inputs[2] if len(inputs) > 2 else None
-    if (lo is None or is_const(lo)) and (hi is None or is_const(hi)):
-        bounds = []
-        for e, default, i in ((lo, _FLOAT32_MIN, 1), (hi, _FLOAT32_MAX, 2)):
-            if e is None:
-                bounds.append(default)
-            elif e.value.size != 1:
-                raise ctx.error(f"bound '{ctx.input_name(i)}' must be a scalar, got {e.type}")
-            else:
-                bounds.append(float(e.value.reshape(())))
+    for e, i in ((lo, 1), (hi, 2)):
+        if e is not None and e.type.size != 1:
+            raise ctx.error(f"bound '{ctx.input_name(i)}' must be a scalar, got {e.type}")
+    floating = np.dtype(x.dtype).kind == "f"
+    both = lo is not None and hi is not None
+    if (lo is None or is_const(lo)) and (hi is None or is_const(hi)) and (floating or both):
+        bounds = [float(e.value.reshape(())) if e is not None else default
+                  for e, default in ((lo, -np.inf), (hi, np.inf))]
         return ctx.call("clip", [x], {"a_min": bounds[0], "a_max": bounds[1]})
     out = x
     if lo is not None:
-        out = ctx.call("maximum", [out, lo])
+        out = ctx.call("maximum", [out, reshape(ctx, lo, ())])
     if hi is not None:
-        out = ctx.call("minimum", [out, hi])
+        out = ctx.call("minimum", [out, reshape(ctx, hi, ())])
     return out
 
 
