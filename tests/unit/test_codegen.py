@@ -21,6 +21,7 @@ from tvmc.target import resolve_target
 from tvmc.tir.lower import lower
 
 N = 1 << 16          # elements per accuracy kernel
+TRIGONOMETRIC = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 LANES = 16           # float32 lanes of AVX-512 (x86 descriptor: vector_width_bits 512)
 
 
@@ -62,7 +63,8 @@ def _caller(lib, name, n=N, dtype=np.float32):
 
 
 INTRINSICS = {"exp": te.exp, "log": te.log, "tanh": te.tanh, "erf": te.erf, "sigmoid": te.sigmoid,
-              "sqrt": te.sqrt, "fabs": te.fabs, "floor": te.floor, "ceil": te.ceil}
+              "sqrt": te.sqrt, "fabs": te.fabs, "floor": te.floor, "ceil": te.ceil, "round": te.round,
+              **{name: getattr(te, name) for name in TRIGONOMETRIC}}
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +120,23 @@ ACCURACY = {
 }
 
 
+# The trigonometric and hyperbolic functions, both precisions: name -> (reference, (lo, hi), edge points)
+TRIG_RANGES = {
+    "sin": (np.sin, (-100, 100), [0.0, 1e-8, np.pi, np.pi / 2, -100.0]),
+    "cos": (np.cos, (-100, 100), [0.0, 1e-8, np.pi, np.pi / 2, -100.0]),
+    "tan": (np.tan, (-1.5, 1.5), [0.0, 1e-8, 0.785398, 1.5]),
+    "asin": (np.arcsin, (-1, 1), [0.0, 1e-8, 1.0, -1.0, 0.5]),
+    "acos": (np.arccos, (-1, 1), [0.0, 1e-8, 1.0, -1.0, 0.5, 0.99999]),
+    "atan": (np.arctan, (-50, 50), [0.0, 1e-8, 1.0, -1.0, 0.41421356, 1e30]),
+    "sinh": (np.sinh, (-80, 80), [0.0, 1e-8, 0.49999, 0.5, 88.0, -88.0]),
+    "cosh": (np.cosh, (-80, 80), [0.0, 1e-8, 0.5, 88.0, -88.0]),
+    "asinh": (np.arcsinh, (-100, 100), [0.0, 1e-8, 1e-3, 1e10, -1e10, 5000.0]),
+    "acosh": (np.arccosh, (1, 100), [1.0, 1.0001, 1e10, 5000.0]),
+    "atanh": (np.arctanh, (-0.9999, 0.9999), [0.0, 1e-8, 1e-3, 0.5]),
+}
+ACCURACY.update({name: (ref, lambda rng, r=r, p=p: _fill(p, rng, *r)) for name, (ref, r, p) in TRIG_RANGES.items()})
+
+
 @pytest.mark.parametrize("mode", ["scalar", "vector"])
 @pytest.mark.parametrize("name", sorted(ACCURACY))
 def test_intrinsic_max_error_matches_docstring(kernels, name, mode):
@@ -160,6 +179,7 @@ ACCURACY64 = {
     "erf": (lambda x: _erf64(x).astype(np.float64),
             lambda rng: _fill64([0.0, 2.0, -2.0, 1.9999999, 6.0, 5.9999], rng, -7, 7)),
     "sigmoid": (lambda x: 1.0 / (1.0 + np.exp(-x)), lambda rng: _fill64([0.0, 36.0, -700.0], rng, -40, 40)),
+    **{name: (ref, lambda rng, r=r, p=p: _fill64(p, rng, *r)) for name, (ref, r, p) in TRIG_RANGES.items()},
 }
 
 
@@ -197,6 +217,8 @@ def test_sqrt_fabs_floor_ceil_are_exact(kernels, mode):
     np.testing.assert_array_equal(kernels[("fabs", mode)](s), np.abs(s))
     np.testing.assert_array_equal(kernels[("floor", mode)](s), np.floor(s))
     np.testing.assert_array_equal(kernels[("ceil", mode)](s), np.ceil(s))
+    halves = (np.arange(N, dtype=np.float32) - N // 2) / 2  # ties round to even, as ONNX Round
+    np.testing.assert_array_equal(kernels[("round", mode)](halves), np.round(halves))
 
 
 @pytest.mark.parametrize("mode", ["scalar", "vector"])

@@ -1,5 +1,6 @@
-"""Math intrinsics as inline LLVM IR: polynomial exp/log/tanh/erf/sigmoid (vectorizable, no libm
-in hot loops, usable on wasm32), plus sqrt/fabs/floor/ceil through LLVM intrinsics.
+"""Math intrinsics as inline LLVM IR: polynomial exp/log/tanh/erf/sigmoid, the trigonometric and
+hyperbolic functions and their inverses (vectorizable, no libm in hot loops, usable on wasm32),
+plus sqrt/fabs/floor/ceil/round through LLVM intrinsics.
 
 float32 and float64 each have their own constants and polynomial degrees (`_Format`); float16
 values are float in registers (tvmc/codegen/llvm.py) and take the float32 forms.
@@ -12,7 +13,19 @@ log  relative 2.5e-7 for normal x > 0 (atanh series in s = (m-1)/(m+1), m in [sq
 tanh absolute 2e-7 (1 - 2/(exp(2x)+1), odd-symmetric);
 erf  absolute 7e-7 (Abramowitz & Stegun 7.1.26 with the exp above: the formula's own 1.5e-7 plus
      float32 rounding of 1 - p(t) exp(-x^2), worst near |x| = 0.04);
-sigmoid absolute 1e-7 (1/(1+exp(-x))).
+sigmoid absolute 1e-7 (1/(1+exp(-x)));
+sin  absolute 1e-7 for |x| <= 100 (x = k pi/2 + r with pi/2 in three parts, Taylor series of sin
+     and cos on |r| <= pi/4; the reduction loses accuracy as k grows);
+cos  absolute 1e-7 for |x| <= 100;
+tan  relative 3e-7 on (-1.5, 1.5) (sin r / cos r);
+atan relative 2.5e-7 (1/x above 1, (t-1)/(t+1) above tan(pi/8), Taylor series);
+asin relative 3e-7 (atan(x / sqrt((1-x)(1+x))));
+acos relative 3e-7 (2 atan(sqrt((1-x)/(1+x))));
+sinh relative 4e-7 (Taylor series below 1/2, exponentials above, no overflow before the result's);
+cosh relative 3e-7;
+asinh relative 3e-7 (log1p forms: ln(1+y) = ln(u) y/(u-1), u = 1+y);
+acosh relative 3e-7;
+atanh relative 4e-7.
 
 Maximum errors (float64, measured the same way on 2**16 points per function against Python's
 math module / numpy in float64):
@@ -21,7 +34,18 @@ log64  relative 4e-16 for x > 0, subnormals included (atanh series to s**25);
 tanh64 absolute 3e-16;
 erf64  absolute 7e-16 (Maclaurin series of 32 terms for |x| < 2, the continued fraction of
        erfc at depth 60 for 2 <= |x| < 6, 1 beyond);
-sigmoid64 absolute 3e-16.
+sigmoid64 absolute 3e-16;
+sin64 absolute 2e-16 for |x| <= 100;
+cos64 absolute 2e-16 for |x| <= 100;
+tan64 relative 6e-16 on (-1.5, 1.5);
+atan64 relative 4e-16;
+asin64 relative 6e-16;
+acos64 relative 6e-16;
+sinh64 relative 8e-16;
+cosh64 relative 6e-16;
+asinh64 relative 6e-16;
+acosh64 relative 6e-16;
+atanh64 relative 9e-16.
 """
 
 from __future__ import annotations
@@ -48,18 +72,32 @@ class _Format:
     exp_degree: int      # Taylor degree of e**r, |r| <= ln2/2
     log_terms: int       # atanh series terms s**1 .. s**(2*log_terms - 1)
     tanh_small: float    # below, tanh x = x
+    pio2: tuple          # pi/2 in three parts, the first two with trailing zero bits
+    sin_terms: int       # Taylor terms of sin r and cos r, |r| <= pi/4
+    atan_terms: int      # Taylor terms of atan t, |t| <= tan(pi/8)
+    sinh_terms: int      # Taylor terms of sinh x, |x| < 1/2
+    sqrt_eps: float      # 2**(mantissa/2 + 1): above, x**2 + 1 == x**2
 
 
-def _ln2_split(keep_bits: int) -> tuple:
-    """ln 2 as hi + lo: hi keeps `keep_bits` significant bits, lo = ln 2 - hi (50 digits)."""
-    getcontext().prec = 50
-    ln2 = Decimal(2).ln()
-    hi = math.floor(float(ln2) * (1 << keep_bits)) / (1 << keep_bits)
-    return hi, float(ln2 - Decimal(hi))
+def _split(value: Decimal, keep_bits: tuple) -> tuple:
+    """`value` as a sum of floats: one per entry of `keep_bits` with that many significant bits
+    (so its products with small integers are exact), then the rest rounded."""
+    parts, rest = [], value
+    for bits in keep_bits:
+        lead = math.floor(math.log2(abs(float(rest))))
+        scale = 2.0 ** (bits - 1 - lead)
+        part = math.floor(float(rest) * scale) / scale
+        parts.append(part)
+        rest -= Decimal(part)
+    return tuple(parts) + (float(rest),)
 
 
-F32 = _Format(32, 23, 127, 88.7228, -104.0, 0.693145751953125, 1.428606765330187e-06, 7, 6, 1e-4)
-F64 = _Format(64, 52, 1023, 709.782712893384, -746.0, *_ln2_split(32), 13, 13, 1e-8)
+_PI = Decimal("3.14159265358979323846264338327950288419716939937510582097494459")
+getcontext().prec = 60
+F32 = _Format(32, 23, 127, 88.7228, -104.0, 0.693145751953125, 1.428606765330187e-06, 7, 6, 1e-4,
+              _split(_PI / 2, (8, 8)), 6, 10, 6, 2.0 ** 13)
+F64 = _Format(64, 52, 1023, 709.782712893384, -746.0, *_split(Decimal(2).ln(), (32,)), 13, 13, 1e-8,
+              _split(_PI / 2, (26, 26)), 11, 22, 10, 2.0 ** 27)
 
 
 def _format(ty) -> _Format:
@@ -205,6 +243,169 @@ def erf(cg, b, x):
     return _select(b, b.fcmp_ordered("<", x, _const(ty, 0.0)), b.fneg(y), y)
 
 
+def _fabs(cg, b, x):
+    return b.call(_llvm_intrinsic(cg, "fabs", x.type, [x]), [x])
+
+
+def _copysign(cg, b, mag, sign):
+    return b.call(_llvm_intrinsic(cg, "copysign", mag.type, [mag, sign]), [mag, sign])
+
+
+def _series(b, ty, first_power, step, coeffs, x):
+    """sum_k coeffs[k] * x**(first_power + step*k) by Horner's rule in x**step."""
+    xs = x
+    for _ in range(step - 1):
+        xs = b.fmul(xs, x)
+    p = _horner(b, ty, coeffs, xs)
+    for _ in range(first_power):
+        p = b.fmul(p, x)
+    return p
+
+
+def _sin_cos_reduced(cg, b, x):
+    """(sin r, cos r, quadrant k mod 4 as an integer) with x = k*pi/2 + r, |r| <= pi/4: Cody-Waite
+    reduction by pi/2 in three parts, Taylor polynomials of sin and cos on r."""
+    ty = x.type
+    f = _format(ty)
+    finite = b.fcmp_ordered("<", _fabs(cg, b, x), _const(ty, float("inf")))
+    k = b.call(_llvm_intrinsic(cg, "rint", ty, [x]), [b.fmul(x, _const(ty, 2 / math.pi))])
+    k = _select(b, finite, k, _const(ty, 0.0))
+    r = x
+    for part in f.pio2:
+        r = b.fsub(r, b.fmul(k, _const(ty, part)))
+    s = _series(b, ty, 1, 2, [(-1) ** n / math.factorial(2 * n + 1) for n in range(f.sin_terms)], r)
+    c = _series(b, ty, 0, 2, [(-1) ** n / math.factorial(2 * n) for n in range(f.sin_terms + 1)], r)
+    it = _int_type_like(ty, f.bits)
+    q = b.and_(b.fptosi(k, it), _const(it, 3))
+    return s, c, q, it
+
+
+def _quadrant(b, it, q, bit):
+    return b.icmp_unsigned("!=", b.and_(q, _const(it, bit)), _const(it, 0))
+
+
+def sin(cg, b, x):
+    """sin x: quadrant q of x = k pi/2 + r picks +-sin r or +-cos r."""
+    s, c, q, it = _sin_cos_reduced(cg, b, x)
+    y = _select(b, _quadrant(b, it, q, 1), c, s)
+    return _select(b, _quadrant(b, it, q, 2), b.fneg(y), y)
+
+
+def cos(cg, b, x):
+    """cos x = sin(x + pi/2): the quadrant shifted by one."""
+    s, c, q, it = _sin_cos_reduced(cg, b, x)
+    y = _select(b, _quadrant(b, it, q, 1), s, c)
+    q1 = b.add(q, _const(it, 1))
+    return _select(b, _quadrant(b, it, q1, 2), b.fneg(y), y)
+
+
+def tan(cg, b, x):
+    """tan x = sin r / cos r, or -cos r / sin r in odd quadrants."""
+    s, c, q, it = _sin_cos_reduced(cg, b, x)
+    odd = _quadrant(b, it, q, 1)
+    return _select(b, odd, b.fdiv(b.fneg(c), s), b.fdiv(s, c))
+
+
+def atan(cg, b, x):
+    """atan x: |x| > 1 as pi/2 - atan(1/|x|), then t > tan(pi/8) as pi/4 + atan((t-1)/(t+1)), Taylor
+    series on |t| <= tan(pi/8); sign restored by copysign."""
+    ty = x.type
+    f = _format(ty)
+    ax = _fabs(cg, b, x)
+    big = b.fcmp_ordered(">", ax, _const(ty, 1.0))
+    t = _select(b, big, b.fdiv(_const(ty, 1.0), ax), ax)
+    mid = b.fcmp_ordered(">", t, _const(ty, math.tan(math.pi / 8)))
+    t = _select(b, mid, b.fdiv(b.fsub(t, _const(ty, 1.0)), b.fadd(t, _const(ty, 1.0))), t)
+    p = _series(b, ty, 1, 2, [(-1) ** n / (2 * n + 1) for n in range(f.atan_terms)], t)
+    p = _select(b, mid, b.fadd(p, _const(ty, math.pi / 4)), p)
+    p = _select(b, big, b.fsub(_const(ty, math.pi / 2), p), p)
+    return _copysign(cg, b, p, x)
+
+
+def asin(cg, b, x):
+    """asin x = atan(x / sqrt((1 - x)(1 + x))) (nan for |x| > 1)."""
+    ty = x.type
+    d = b.fmul(b.fsub(_const(ty, 1.0), x), b.fadd(_const(ty, 1.0), x))
+    return atan(cg, b, b.fdiv(x, b.call(_llvm_intrinsic(cg, "sqrt", ty, [d]), [d])))
+
+
+def acos(cg, b, x):
+    """acos x = 2 atan(sqrt((1 - x) / (1 + x))) (nan for |x| > 1)."""
+    ty = x.type
+    q = b.fdiv(b.fsub(_const(ty, 1.0), x), b.fadd(_const(ty, 1.0), x))
+    return b.fmul(_const(ty, 2.0), atan(cg, b, b.call(_llvm_intrinsic(cg, "sqrt", ty, [q]), [q])))
+
+
+def _log1p(cg, b, y):
+    """ln(1 + y) without the rounding of 1 + y: u = 1 + y, ln u * y / (u - 1) (y when u == 1)."""
+    ty = y.type
+    u = b.fadd(_const(ty, 1.0), y)
+    exact = b.fcmp_ordered("==", u, _const(ty, 1.0))
+    scaled = b.fdiv(b.fmul(log(cg, b, u), y), b.fsub(u, _const(ty, 1.0)))
+    inf = b.fcmp_ordered("==", y, _const(ty, float("inf")))
+    return _select(b, exact, y, _select(b, inf, y, scaled))
+
+
+def _exp_pair(cg, b, ax):
+    """(e**|x| / 2, e**-|x| / 2) without overflow below the largest finite result: h = e**(|x|/2)."""
+    ty = ax.type
+    h = exp(cg, b, b.fmul(ax, _const(ty, 0.5)))
+    return b.fmul(b.fmul(h, _const(ty, 0.5)), h), b.fdiv(_const(ty, 0.5), b.fmul(h, h))
+
+
+def sinh(cg, b, x):
+    """sinh x: Taylor series for |x| < 1/2, else (e**|x| - e**-|x|) / 2; odd."""
+    ty = x.type
+    f = _format(ty)
+    ax = _fabs(cg, b, x)
+    small = _series(b, ty, 1, 2, [1 / math.factorial(2 * n + 1) for n in range(f.sinh_terms)], ax)
+    up, down = _exp_pair(cg, b, ax)
+    y = _select(b, b.fcmp_ordered("<", ax, _const(ty, 0.5)), small, b.fsub(up, down))
+    return _copysign(cg, b, y, x)
+
+
+def cosh(cg, b, x):
+    """cosh x = (e**|x| + e**-|x|) / 2."""
+    up, down = _exp_pair(cg, b, _fabs(cg, b, x))
+    return b.fadd(up, down)
+
+
+def asinh(cg, b, x):
+    """asinh x = log1p(|x| + x**2 / (1 + sqrt(1 + x**2))), ln|x| + ln 2 where 1 + x**2 == x**2; odd."""
+    ty = x.type
+    ax = _fabs(cg, b, x)
+    x2 = b.fmul(ax, ax)
+    s = b.fadd(_const(ty, 1.0), b.call(_llvm_intrinsic(cg, "sqrt", ty, [x2]), [b.fadd(_const(ty, 1.0), x2)]))
+    near = _log1p(cg, b, b.fadd(ax, b.fdiv(x2, s)))
+    far = b.fadd(log(cg, b, ax), _const(ty, math.log(2.0)))
+    y = _select(b, b.fcmp_ordered(">", ax, _const(ty, _format(ty).sqrt_eps)), far, near)
+    return _copysign(cg, b, y, x)
+
+
+def acosh(cg, b, x):
+    """acosh x = log1p(t + sqrt(2t + t**2)) with t = x - 1; ln x + ln 2 where x**2 - 1 == x**2;
+    nan below 1."""
+    ty = x.type
+    t = b.fsub(x, _const(ty, 1.0))
+    r = b.fmul(t, b.fadd(t, _const(ty, 2.0)))
+    near = _log1p(cg, b, b.fadd(t, b.call(_llvm_intrinsic(cg, "sqrt", ty, [r]), [r])))
+    far = b.fadd(log(cg, b, x), _const(ty, math.log(2.0)))
+    return _select(b, b.fcmp_ordered(">", x, _const(ty, _format(ty).sqrt_eps)), far, near)
+
+
+def atanh(cg, b, x):
+    """atanh x = log1p(2|x| / (1 - |x|)) / 2; odd (inf at 1, nan beyond)."""
+    ty = x.type
+    ax = _fabs(cg, b, x)
+    y = _log1p(cg, b, b.fdiv(b.fmul(_const(ty, 2.0), ax), b.fsub(_const(ty, 1.0), ax)))
+    return _copysign(cg, b, b.fmul(y, _const(ty, 0.5)), x)
+
+
+_POLYNOMIAL = {"exp": exp, "log": log, "tanh": tanh, "sigmoid": sigmoid, "erf": erf, "sin": sin, "cos": cos,
+               "tan": tan, "asin": asin, "acos": acos, "atan": atan, "sinh": sinh, "cosh": cosh, "asinh": asinh,
+               "acosh": acosh, "atanh": atanh}
+
+
 def emit(cg, b, name: str, args, dtype: str):
     """Emit intrinsic `name` on scalar or vector float args (float16, float32 or float64);
     raises CodegenError otherwise."""
@@ -213,19 +414,11 @@ def emit(cg, b, name: str, args, dtype: str):
     if not dtype.startswith("float"):
         raise CodegenError(f"codegen: intrinsic {name} needs a float argument, got {dtype}")
     x = args[0]
-    if name == "exp":
-        return exp(cg, b, x)
-    if name == "log":
-        return log(cg, b, x)
-    if name == "tanh":
-        return tanh(cg, b, x)
-    if name == "sigmoid":
-        return sigmoid(cg, b, x)
-    if name == "erf":
-        return erf(cg, b, x)
+    if name in _POLYNOMIAL:
+        return _POLYNOMIAL[name](cg, b, x)
     if name == "pow":
         return exp(cg, b, b.fmul(args[1], log(cg, b, x)))
-    llvm_name = {"sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil"}.get(name)
+    llvm_name = {"sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil", "round": "rint"}.get(name)
     if llvm_name is None:
         raise CodegenError(f"codegen: unknown intrinsic {name}")
     return b.call(_llvm_intrinsic(cg, llvm_name, x.type, [x]), [x])

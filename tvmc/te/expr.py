@@ -186,11 +186,12 @@ class Cast(PrimExpr):
         return f"{self.dtype}({self.value!r})"
 
 
-INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "fabs", "pow", "floor", "ceil")
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "fabs", "pow", "floor", "ceil", "round", "sin", "cos",
+              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 
 
 class Call(PrimExpr):
-    """Math intrinsic call: exp, log, sqrt, tanh, erf, sigmoid, fabs, pow, floor, ceil."""
+    """Math intrinsic call (one of INTRINSICS; `round` rounds half to even)."""
 
     def __init__(self, name: str, args, dtype: str):
         assert name in INTRINSICS, name
@@ -331,6 +332,11 @@ fabs = _intrin("fabs")
 power = _intrin("pow")
 floor = _intrin("floor")
 ceil = _intrin("ceil")
+round = _intrin("round")  # noqa: A001  (TVM's name; half to even)
+sin, cos, tan = _intrin("sin"), _intrin("cos"), _intrin("tan")
+asin, acos, atan = _intrin("asin"), _intrin("acos"), _intrin("atan")
+sinh, cosh = _intrin("sinh"), _intrin("cosh")
+asinh, acosh, atanh = _intrin("asinh"), _intrin("acosh"), _intrin("atanh")
 
 
 def children(e: PrimExpr):
