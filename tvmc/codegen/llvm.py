@@ -448,6 +448,8 @@ class CodeGenLLVM:
                 if e.op in ("min", "max"):
                     c = b.fcmp_ordered("<" if e.op == "min" else ">", x, y)
                     return b.select(c, x, y)
+                if e.op == "fmod":
+                    return b.frem(x, y)
                 # `contract` lets LLVM fuse a multiply and the add that consumes it into one FMA
                 # (one rounding instead of two, like C's -ffp-contract=on)
                 return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[e.op](x, y, flags=FP_CONTRACT)
@@ -455,8 +457,12 @@ class CodeGenLLVM:
             if e.op in ("min", "max"):
                 cmp = b.icmp_unsigned if unsigned else b.icmp_signed
                 return b.select(cmp("<" if e.op == "min" else ">", x, y), x, y)
-            if e.op in ("add", "sub", "mul"):
-                return {"add": b.add, "sub": b.sub, "mul": b.mul}[e.op](x, y)
+            if e.op in _INT_BINOPS:
+                return getattr(b, _INT_BINOPS[e.op])(x, y)
+            if e.op == "right_shift":
+                return (b.lshr if unsigned else b.ashr)(x, y)
+            if e.op == "fmod":
+                return _lanewise(b, b.urem if unsigned else b.srem)(x, y)
             sdiv, srem = _lanewise(b, b.sdiv), _lanewise(b, b.srem)
             if unsigned and e.op in ("floordiv", "div"):
                 return _lanewise(b, b.udiv)(x, y)
@@ -486,9 +492,24 @@ class CodeGenLLVM:
             return b.not_(args[0])
         if isinstance(e, Cast):
             return _cast(b, args[0], e.value.dtype, e.dtype)
+        if isinstance(e, Call) and e.name == "reinterpret":
+            return _reinterpret(b, args[0], e.args[0].dtype, e.dtype)
         if isinstance(e, Call):
             return intrinsics.emit(self, b, e.name, args, e.dtype)
         raise CodegenError(f"codegen: unsupported expression {type(e).__name__}")
+
+
+_INT_BINOPS = {"add": "add", "sub": "sub", "mul": "mul", "bitwise_and": "and_", "bitwise_or": "or_",
+               "bitwise_xor": "xor", "left_shift": "shl"}
+
+
+def _reinterpret(b, v, src: str, dst: str):
+    """The bits of register value `v` (dtype `src`) as `dst` of the same size; float16 goes
+    through its half memory form."""
+    if src == "float16":
+        v = b.fptrunc(v, _like(v.type, ir.HalfType()))
+    out = b.bitcast(v, _like(v.type, mem_type(dst)))
+    return b.fpext(out, _like(v.type, ir.FloatType())) if dst == "float16" else out
 
 
 def _zero(t):

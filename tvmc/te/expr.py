@@ -129,11 +129,15 @@ class Var(PrimExpr):
         return self.name
 
 
-BINOPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or")
+BINOPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or", "fmod", "bitwise_and",
+          "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
 
 
 class BinOp(PrimExpr):
-    """Binary arithmetic: add, sub, mul, div (true division), floordiv, floormod, min, max, and, or."""
+    """Binary arithmetic: add, sub, mul, div (true division), floordiv, floormod, min, max, fmod
+    (remainder with the dividend's sign, C's fmod / %), logical and, or (bool), and on integers
+    bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift (logical for unsigned dtypes,
+    arithmetic for signed ones)."""
 
     def __init__(self, op: str, a: PrimExpr, b: PrimExpr):
         assert op in BINOPS, op
@@ -187,11 +191,12 @@ class Cast(PrimExpr):
 
 
 INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "fabs", "pow", "floor", "ceil", "round", "sin", "cos",
-              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "reinterpret")
 
 
 class Call(PrimExpr):
-    """Math intrinsic call (one of INTRINSICS; `round` rounds half to even)."""
+    """Math intrinsic call (one of INTRINSICS; `round` rounds half to even; `reinterpret` reads
+    its argument's bits as `dtype`)."""
 
     def __init__(self, name: str, args, dtype: str):
         assert name in INTRINSICS, name
@@ -290,6 +295,27 @@ def logical_or(*conds):
     for c in conds[1:]:
         out = BinOp("or", out, c)
     return out
+
+
+def _binop(op):
+    def f(a, b):
+        a = _wrap(a)
+        return BinOp(op, a, _wrap(b, a))
+
+    f.__name__ = op
+    f.__doc__ = f"BinOp '{op}' of two expressions of one dtype (a Python number takes the other's dtype)."
+    return f
+
+
+fmod = _binop("fmod")
+bitwise_and, bitwise_or, bitwise_xor = _binop("bitwise_and"), _binop("bitwise_or"), _binop("bitwise_xor")
+left_shift, right_shift = _binop("left_shift"), _binop("right_shift")
+
+
+def reinterpret(dtype: str, x) -> "Call":
+    """The bits of `x` read as `dtype`, which has the same size (TVM's tir.reinterpret; ONNX BitCast)."""
+    x = _wrap(x)
+    return Call("reinterpret", [x], dtype)
 
 
 def select(cond, t, f):

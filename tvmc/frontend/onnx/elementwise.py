@@ -182,7 +182,10 @@ def Reciprocal(ctx, node, inputs, attrs, opset):
 @converter(1, 22)
 def Softplus(ctx, node, inputs, attrs, opset):
     """ONNX Softplus: log(exp(x) + 1) -> exp, add, log."""
-    x = inputs[0]
+    return _softplus(ctx, inputs[0])
+
+
+def _softplus(ctx, x):
     return ctx.call("log", [ctx.call("add", [ctx.call("exp", [x]), scalar(ctx, x, 1, "one")])])
 
 
@@ -317,3 +320,139 @@ def CastLike(ctx, node, inputs, attrs, opset):
     if is_const(x):
         return x.value.astype(like.dtype)
     return ctx.call("cast", [x], {"dtype": like.dtype})
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification, rounding, trigonometric and bitwise operators
+# ---------------------------------------------------------------------------------------------
+
+_unary("IsNaN", "isnan", 9, 13, 20)
+_unary("Sign", "sign", 9, 13)
+_unary("Round", "round", 11, 22)
+for _op_type, _op, _since in (("Sin", "sin", 7), ("Cos", "cos", 7), ("Tan", "tan", 7), ("Asin", "asin", 7),
+                              ("Acos", "acos", 7), ("Atan", "atan", 7), ("Sinh", "sinh", 9), ("Cosh", "cosh", 9),
+                              ("Asinh", "asinh", 9), ("Acosh", "acosh", 9), ("Atanh", "atanh", 9)):
+    _unary(_op_type, _op, _since, 22)
+_unary("BitwiseNot", "bitwise_not", 18)
+
+
+@converter(10, 20)
+def IsInf(ctx, node, inputs, attrs, opset):
+    """ONNX IsInf (detect_positive, detect_negative; both default 1) -> isinf (bool)."""
+    return ctx.call("isinf", [inputs[0]], {"detect_positive": int(attrs.get("detect_positive", 1)),
+                                           "detect_negative": int(attrs.get("detect_negative", 1))})
+
+
+def _bitwise(op_type: str, op: str):
+    def convert(ctx, node, inputs, attrs, opset):
+        return ctx.call(op, [inputs[0], inputs[1]])
+
+    convert.__name__ = op_type
+    convert.__doc__ = f"ONNX {op_type}-18 -> {op} (integer operands, numpy broadcasting)."
+    converter(18)(convert)
+
+
+_bitwise("BitwiseAnd", "bitwise_and")
+_bitwise("BitwiseOr", "bitwise_or")
+_bitwise("BitwiseXor", "bitwise_xor")
+
+
+@converter(11, 28)
+def BitShift(ctx, node, inputs, attrs, opset):
+    """ONNX BitShift (direction LEFT / RIGHT; signed types from 28) -> left_shift / right_shift:
+    a shift by a negative amount or by the bit width or more shifts every bit out (0, or -1 for a
+    negative value shifted right)."""
+    direction = attrs.get("direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ctx.error(f"direction must be LEFT or RIGHT, got '{direction}'")
+    return ctx.call("left_shift" if direction == "LEFT" else "right_shift", [inputs[0], inputs[1]])
+
+
+@converter(10, 13, 28)
+def Mod(ctx, node, inputs, attrs, opset):
+    """ONNX Mod: fmod=1 -> trunc_mod (C's fmod, the dividend's sign), fmod=0 -> floor_mod (the
+    divisor's sign, as Python's %)."""
+    return ctx.call("trunc_mod" if int(attrs.get("fmod", 0)) else "floor_mod", [inputs[0], inputs[1]])
+
+
+@converter(26)
+def BitCast(ctx, node, inputs, attrs, opset):
+    """ONNX BitCast(to) -> reinterpret: the bits read as a type of the same size."""
+    x = inputs[0]
+    dtype = np_dtype_name(int(attrs["to"]))
+    if dtype not in SUPPORTED_DTYPES:
+        raise ctx.error(f"tensor '{node.output[0]}' would have dtype {dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")
+    if np.dtype(dtype).itemsize != np.dtype(x.dtype).itemsize:
+        raise ctx.error(f"BitCast from {x.dtype} to {dtype}: the sizes differ")
+    if is_const(x):
+        return x.value.view(dtype)
+    return x if dtype == x.dtype else ctx.call("reinterpret", [x], {"dtype": dtype})
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations composed of elementwise ops (continued)
+# ---------------------------------------------------------------------------------------------
+
+@converter(1, 22)
+def Softsign(ctx, node, inputs, attrs, opset):
+    """ONNX Softsign: x / (1 + |x|)."""
+    x = inputs[0]
+    return ctx.call("divide", [x, ctx.call("add", [ctx.call("abs", [x]), scalar(ctx, x, 1, "one")])])
+
+
+@converter(10, 22)
+def ThresholdedRelu(ctx, node, inputs, attrs, opset):
+    """ONNX ThresholdedRelu: x > alpha ? x : 0 (alpha 1.0)."""
+    x = inputs[0]
+    keep = ctx.call("greater", [x, scalar(ctx, x, float(attrs.get("alpha", 1.0)), "alpha")])
+    return ctx.call("where", [keep, x, scalar(ctx, x, 0, "zero")])
+
+
+@converter(9)
+def Shrink(ctx, node, inputs, attrs, opset):
+    """ONNX Shrink: x < -lambd ? x + bias : x > lambd ? x - bias : 0 (lambd 0.5, bias 0)."""
+    x = inputs[0]
+    lambd, bias = float(attrs.get("lambd", 0.5)), float(attrs.get("bias", 0.0))
+    below = ctx.call("less", [x, scalar(ctx, x, -lambd, "neg_lambd")])
+    above = ctx.call("greater", [x, scalar(ctx, x, lambd, "lambd")])
+    b = scalar(ctx, x, bias, "bias")
+    inner = ctx.call("where", [above, ctx.call("subtract", [x, b]), scalar(ctx, x, 0, "zero")])
+    return ctx.call("where", [below, ctx.call("add", [x, b]), inner])
+
+
+@converter(12, 28)
+def Celu(ctx, node, inputs, attrs, opset):
+    """ONNX Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1)) (alpha 1.0)."""
+    x = inputs[0]
+    alpha = float(attrs.get("alpha", 1.0))
+    e = ctx.call("exp", [ctx.call("multiply", [x, scalar(ctx, x, 1.0 / alpha, "inv_alpha")])])
+    neg = ctx.call("multiply", [ctx.call("subtract", [e, scalar(ctx, x, 1, "one")]), scalar(ctx, x, alpha, "alpha")])
+    zero = scalar(ctx, x, 0, "zero")
+    return ctx.call("add", [ctx.call("maximum", [x, zero]), ctx.call("minimum", [neg, zero])])
+
+
+@converter(18, 22)
+def Mish(ctx, node, inputs, attrs, opset):
+    """ONNX Mish: x * tanh(softplus(x))."""
+    x = inputs[0]
+    return ctx.call("multiply", [x, ctx.call("tanh", [_softplus(ctx, x)])])
+
+
+def _swish(ctx, x, alpha):
+    gate = x if alpha == 1.0 else ctx.call("multiply", [x, scalar(ctx, x, alpha, "alpha")])
+    return ctx.call("multiply", [x, ctx.call("sigmoid", [gate])])
+
+
+@converter(24)
+def Swish(ctx, node, inputs, attrs, opset):
+    """ONNX Swish: x * sigmoid(alpha * x) (alpha 1.0)."""
+    return _swish(ctx, inputs[0], float(attrs.get("alpha", 1.0)))
+
+
+@converter(28)
+def SwiGLU(ctx, node, inputs, attrs, opset):
+    """ONNX SwiGLU(A, B): Swish_alpha(A) * B (alpha 1.0; A and B of one shape)."""
+    a, b = inputs[0], inputs[1]
+    if tuple(a.shape) != tuple(b.shape):
+        raise ctx.error(f"inputs A {a.type} and B {b.type} must have the same shape")
+    return ctx.call("multiply", [_swish(ctx, a, float(attrs.get("alpha", 1.0))), b])
