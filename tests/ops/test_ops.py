@@ -290,6 +290,9 @@ CASES = [
     Case("multiply_float16_overflows_to_inf", "multiply",
          lambda r: [np.array([300.0, -300.0, 2.0, 65504.0, 1e-4, -0.0, 3.0, 0.1], np.float16),
                     np.array([300.0, 300.0, 0.5, 1.0, 1e-4, 1.0, 1 / 3, 0.1], np.float16)]),
+    Case("sum_float16_accumulates_in_float32", "sum", lambda r: [u(r, (2, 3000), 0.5, 1.5, np.float16)],
+         dict(axis=(1,), keepdims=0)),
+    Case("softmax_float16", "nn.softmax", lambda r: [n(r, (3, 40), 4.0).astype(np.float16)], dict(axis=1)),
     Case("cast_f32_to_f16_rounds", "cast",
          lambda r: [np.array([1 + 2**-11, 1 + 3 * 2**-11, 65520.0, -65519.0, 1e-8, 6e-5, np.inf, np.nan], np.float32)],
          dict(dtype="float16"), tol=dict(rtol=0, atol=0)),  # conversions are exact: ties to even

@@ -230,6 +230,8 @@ class Reduce(PrimExpr):
             return _wrap(0.0 if is_float(self.dtype) else 0, self)
         if self.combiner == "prod":
             return _wrap(1.0 if is_float(self.dtype) else 1, self)
+        if is_float(self.dtype):  # -inf / inf: a max over -inf values is -inf, not the lowest finite value
+            return FloatImm(float("-inf") if self.combiner == "max" else float("inf"), self.dtype)
         return min_value(self.dtype) if self.combiner == "max" else max_value(self.dtype)
 
     def __repr__(self):

@@ -5,7 +5,7 @@ loop nests from split/fuse relations, reduction init/update, buffer flattening).
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import (BinOp, IntImm, Load, Reduce, TensorLoad, Var, logical_and, substitute,
+from tvmc.te.expr import (BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, logical_and, substitute,
                           transform, walk)
 from tvmc.te.schedule import Schedule, Split, Stage
 from tvmc.tir.ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Store
@@ -28,18 +28,20 @@ class _Lowering:
         self.children = {}     # (id(stage), id(iv)) -> [Stage]
         self.names = set()
 
-    def _buffer(self, t, shape, scope="global"):
+    def _buffer(self, t, shape, scope="global", intermediate=True):
+        """A buffer for tensor `t`; an intermediate float16 tensor is held as float32 (float16 computes
+        in float32, tvmc/codegen/llvm.py), so a reduction accumulates without float16 rounding."""
         name = t.name
         k = 1
         while name in self.names:
             name, k = f"{t.name}_{k}", k + 1
         self.names.add(name)
-        return Buffer(name, shape, t.dtype, scope)
+        return Buffer(name, shape, "float32" if intermediate and t.dtype == "float16" else t.dtype, scope)
 
     def run(self) -> PrimFunc:
         params = []
         for t in self.args:
-            buf = self._buffer(t, t.shape)
+            buf = self._buffer(t, t.shape, intermediate=False)
             self.buffers[t.uid] = (buf, None)
             params.append(buf)
         self._inline_bodies()
@@ -166,16 +168,22 @@ class _Lowering:
 
         first = next(k for k, iv in enumerate(st.leaf) if iv.kind == "reduce")
         common, tail = st.leaf[:first], st.leaf[first:]
-        init = Store(buf, store_index, value.identity())
         init_loops = [iv for iv in tail if iv.kind == "spatial"]
-        cur = Load(buf, store_index)
+        # a float16 output accumulates in a float32 register-sized local, stored (rounded) once
+        acc = self._buffer(st.tensor, [1], "local") if buf.dtype == "float16" and not init_loops else None
+        acc_buf, acc_index = (acc, IntImm(0)) if acc is not None else (buf, store_index)
+        init = Store(acc_buf, acc_index, value.identity())
+        cur = Load(acc_buf, acc_index)
         src = value.source
         combined = {"sum": lambda: cur + src, "prod": lambda: cur * src, "max": lambda: BinOp("max", cur, src),
                     "min": lambda: BinOp("min", cur, src)}[value.combiner]()
-        update = guarded(Store(buf, store_index, combined), ("spatial", "reduce"))
+        update = guarded(Store(acc_buf, acc_index, combined), ("spatial", "reduce"))
         init_nest = self._plain_nest(st, init_loops, ext, guarded(init, ("spatial",)))
         update_nest = nest(tail, update)
-        return nest(common, Seq([init_nest, update_nest]))
+        if acc is None:
+            return nest(common, Seq([init_nest, update_nest]))
+        final = guarded(Store(buf, store_index, Load(acc, IntImm(0))), ("spatial",))
+        return nest(common, Allocate(acc, Seq([init_nest, update_nest, final])))
 
     @staticmethod
     def _plain_nest(st, leaves, ext, inner):
@@ -194,7 +202,9 @@ class _Lowering:
                 idx = list(x.indices)
                 if bases is not None:
                     idx = [i - b for i, b in zip(idx, bases)]
-                return Load(buf, buf.flat_index(idx))
+                load = Load(buf, buf.flat_index(idx))
+                # a float16 reduction held in float32 is rounded where it is read
+                return Cast("float16", load) if x.tensor.dtype != buf.dtype else load
             return None
         return transform(e, rule)
 
