@@ -69,6 +69,9 @@ SHAPE_INPUTS = {
     "ReduceSumSquare": (1,), "Slice": (1, 2, 3, 4), "Tile": (1,), "Pad": (1, 2, 3),
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,),
     "CumSum": (1,), "Clip": (1, 2), "Dropout": (1, 2), "OneHot": (1,),
+    "CumProd": (1,), "Trilu": (1,), "CenterCropPad": (1,), "HannWindow": (0,), "HammingWindow": (0,),
+    "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4), "DFT": (1, 2), "STFT": (1, 3), "Col2Im": (1, 2),
+    "AffineGrid": (1,), "MaxUnpool": (2,),
 }
 
 CASE_TIMEOUT_S = 120
@@ -181,16 +184,26 @@ def skip_reason(case) -> str | None:
 
 
 def freeze_shape_inputs(model, inputs: list):
-    """Copy of `model` where graph inputs feeding a SHAPE_INPUTS position become initializers
+    """Copy of `model` where graph inputs that determine a SHAPE_INPUTS position (directly or
+    through other nodes, not through Shape/Size, which read only a shape) become initializers
     holding the case's own data; returns (model, remaining inputs) or None if none qualify."""
     import onnx
     from onnx import numpy_helper
 
-    feeding = set()
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    feeding, todo = set(), []
     for node in model.graph.node:
         for k in SHAPE_INPUTS.get(node.op_type, ()):
             if k < len(node.input) and node.input[k]:
-                feeding.add(node.input[k])
+                todo.append(node.input[k])
+    while todo:
+        name = todo.pop()
+        if name in feeding:
+            continue
+        feeding.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type not in ("Shape", "Size"):
+            todo.extend(i for i in node.input if i)
     init_names = {t.name for t in model.graph.initializer}
     real = [vi.name for vi in model.graph.input if vi.name not in init_names]
     frozen = [n for n in real if n in feeding]

@@ -513,6 +513,21 @@ def symbolic_batch_fixed():
     return make_model([node], [("x", F, ["batch", 3])], [("y", F, ["batch", 3])]), {"x": rand(2, 3)}, {"x": (2, 3)}
 
 
+@case
+def rms_normalization_function_body():
+    """RMSNormalization-23 has no converter: it imports as its ONNX function body."""
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], name="rms", axis=-1, epsilon=1e-5)
+    return (make_model([node], [("x", F, [2, 3, 8])], [("y", F, None)], {"scale": rand(8, seed=1)}, opset=23),
+            {"x": rand(2, 3, 8)})
+
+
+@case
+def group_normalization_function_body():
+    node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], name="gn", num_groups=2)
+    inits = {"scale": rand(4, seed=1), "bias": rand(4, seed=2)}
+    return make_model([node], [("x", F, [2, 4, 3, 3])], [("y", F, [2, 4, 3, 3])], inits, opset=21), {"x": rand(2, 4, 3, 3)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Numerics against onnxruntime, every case
 # ---------------------------------------------------------------------------------------------
@@ -907,6 +922,20 @@ def test_converters_cover_every_version_of_the_installed_onnx():
         assert defined, op_type
         first = min(fn.versions)
         assert {v for v in defined if v >= first} <= fn.versions, (op_type, sorted(defined), sorted(fn.versions))
+
+
+def test_function_body_nodes_are_named_after_the_node():
+    g = build("rms_normalization_function_body")
+    assert {"sqrt", "multiply", "mean"} <= set(ops(g)) and "RMSNormalization" not in ops(g)
+    assert all(c.name.startswith("rms/") for c in g.calls())
+
+
+def test_unsupported_op_in_a_function_body_names_the_function():
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="ag")
+    model = make_model([node], [("theta", F, [1, 2, 3])], [("grid", F, [1, 4, 5, 2])],
+                       {"size": np.array([1, 1, 4, 5], np.int64)}, opset=20)
+    with pytest.raises(UnsupportedOpError, match=r"AffineGrid \(the function body of AffineGrid holds a subgraph"):
+        from_onnx(model)
 
 
 def test_operator_docs_are_generated_from_the_table():

@@ -13,11 +13,13 @@ from onnx import numpy_helper
 
 from tvmc.errors import ModelError, UnsupportedOpError
 from tvmc.frontend.onnx.common import SUPPORTED_DTYPES, fmt_dims, is_const, np_dtype_name
-from tvmc.frontend.onnx.registry import CONVERTERS, supports
+from tvmc.frontend.onnx.functions import function_body, inline, tensor_type
+from tvmc.frontend.onnx.registry import CONVERTERS, has_converter, supports
 from tvmc.graph import ir
 from tvmc.graph.ir import Call, Expr, Graph, TensorType, Var, make_call
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+_FOLD_AT_IMPORT_MAX = 4096  # elements: a float call on constants up to this size is folded at import
 
 
 def from_onnx(model, input_shapes: dict | None = None) -> Graph:
@@ -139,7 +141,7 @@ class _Importer:
             self.env[v.name] = v
 
         for node in g.node:
-            self._convert(node)
+            self._convert(node, self.opset)
 
         outputs = []
         for vi in g.output:
@@ -265,15 +267,19 @@ class _Importer:
                              f"node '{e.node}'; tvmc supports only output 0 of {e.op_type} (inference mode)")
         return e
 
-    def _convert(self, node):
+    def _convert(self, node, opset: int):
+        """Convert `node` (default domain) at operator set `opset`: through its converter, or
+        through its ONNX function body (functions.py) when it has none for that version."""
         label = node_label(node)
         user = f"node '{label}' ({node.op_type})"
         inputs = [self._lookup(n, user) if n else None for n in node.input]
+        if not has_converter(node.op_type, opset):
+            return self._expand(node, opset, inputs, label)
         while inputs and inputs[-1] is None:
             inputs.pop()
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         ctx = _NodeContext(self, node, label)
-        result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, self.opset)
+        result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, opset)
         # a tuple holds one result per node output (Split, TopK, LayerNormalization, ...)
         results = list(result) if isinstance(result, tuple) else [result]
         for i, (out, res) in enumerate(zip(node.output, results)):
@@ -284,6 +290,26 @@ class _Importer:
                 if node.op_type not in _SECONDARY_OUTPUTS:
                     raise ctx.error(f"output {i} ('{out}') is not supported")
                 self.env[out] = _Unusable(label, node.op_type, i, _SECONDARY_OUTPUTS[node.op_type])
+
+    def _expand(self, node, opset: int, inputs: list, label: str):
+        """Import `node` as its ONNX function body, each body node converted in turn (an unsupported
+        op inside names the function and the op)."""
+        types = [tensor_type(e.dtype, e.shape) if e is not None else None for e in inputs]
+        try:
+            fn, body_opset, attrs = function_body(node, opset, types)
+            nodes = inline(node, fn, attrs, f"{label}/")
+        except ValueError as e:
+            raise UnsupportedOpError(self.label, [(f"{node.op_type} ({e})", opset, [label])]) from None
+        missing = {}
+        for inner in nodes:
+            if inner.domain not in _DEFAULT_DOMAINS or not supports(inner.op_type, body_opset):
+                missing.setdefault(inner.op_type, []).append(node_label(inner))
+        if missing:
+            raise UnsupportedOpError(self.label, [(f"{op} (in the function body of {node.op_type})", body_opset, names)
+                                                  for op, names in missing.items()])
+        self.used_names.update(o for inner in nodes for o in inner.output if o)
+        for inner in nodes:
+            self._convert(inner, body_opset)
 
     def _checked(self, ctx, node, out: str, result):
         if isinstance(result, np.ndarray) or np.isscalar(result):
@@ -330,12 +356,15 @@ class _NodeContext:
             call = make_call(op, list(inputs), attrs or {}, name=self.name)
         except ModelError as e:
             raise self.importer.error(str(e)) from None
-        if inputs and all(is_const(e) and e.value.dtype.kind in "biu" for e in inputs):
-            # shape arithmetic on integer constants (Neg of an axis, Equal of shapes, ...) is
-            # folded at import, so later shape-determining inputs stay constant
+        if inputs and all(is_const(e) for e in inputs) and (
+                all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX):
+            # shape arithmetic on constants (Neg of an axis, Equal of shapes, a window length
+            # through Cast and Sub, ...) is folded at import, so later shape-determining inputs
+            # stay constant; larger float constants are left to the FoldConstant pass
             from tvmc.ops.registry import get_op
 
-            value = np.asarray(get_op(op).reference(*[e.value for e in inputs], **(attrs or {})))
+            with np.errstate(all="ignore"):
+                value = np.asarray(get_op(op).reference(*[e.value for e in inputs], **(attrs or {})))
             return self.const(value.astype(call.dtype, copy=False), "folded")
         return call
 

@@ -26,6 +26,14 @@ def converter(*versions: int):
 
 
 def supports(op_type: str, opset: int) -> bool:
+    """True when `op_type` (default domain) at model opset `opset` imports: it has a converter
+    here, or an ONNX function body made of operators that import (functions.py)."""
+    from tvmc.frontend.onnx.functions import expandable
+
+    return has_converter(op_type, opset) or expandable(op_type, opset)
+
+
+def has_converter(op_type: str, opset: int) -> bool:
     """True when `op_type` (default domain) at model opset `opset` has a converter here."""
     fn = CONVERTERS.get(op_type)
     if fn is None:
@@ -62,4 +70,14 @@ def operator_table() -> str:
         missing = [v for v in defined_versions(op) if v not in fn.versions]
         lines.append(f"| {op} | {fn.__module__.rsplit('.', 1)[-1]} | {', '.join(map(str, sorted(fn.versions)))} | "
                      f"{', '.join(map(str, missing)) or '-'} |")
+    from tvmc.frontend.onnx.functions import expandable
+
+    lines += ["", "## Imported through their ONNX function body", "",
+              "Operators without a converter whose schema defines a function body: each node is imported as "
+              "its body (tvmc/frontend/onnx/functions.py), which imports when every operator in it does.", "",
+              "| operator | versions with a function body |", "| --- | --- |"]
+    for op in sorted({s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == ""} - set(CONVERTERS)):
+        versions = [v for v in defined_versions(op) if expandable(op, v)]
+        if versions:
+            lines.append(f"| {op} | {', '.join(map(str, versions))} |")
     return "\n".join(lines) + "\n"
