@@ -8,6 +8,7 @@ import numpy as np
 
 from tvmc.frontend.onnx.common import auto_pads, is_const, norm_axis, prod, reshape, scalar
 from tvmc.frontend.onnx.registry import converter
+from tvmc.frontend.onnx.tensor import one_hot_mask
 
 
 def _conv_operands(ctx, inputs, attrs, op_type: str, what: str):
@@ -454,3 +455,62 @@ def Einsum(ctx, node, inputs, attrs, opset):
         keep = set(out) | {c for _, v in operands[j + 1:] for c in v}
         x, t = _einsum_pair(ctx, x, t, y, u, keep)
     return _einsum_permute(ctx, x, t, list(out)) if t != out else x
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardmax and Lp norms composed of reductions
+# ---------------------------------------------------------------------------------------------
+
+@converter(1, 11, 13)
+def Hardmax(ctx, node, inputs, attrs, opset):
+    """ONNX Hardmax: 1 at the first maximum along `axis`, 0 elsewhere -> argmax(keepdims) ==
+    positions, cast; before 13 over the 2-D coercion [prod(shape[:axis]), prod(shape[axis:])]."""
+    x = inputs[0]
+    rank = len(x.shape)
+    axis = norm_axis(ctx, int(attrs.get("axis", -1 if opset >= 13 else 1)), rank)
+    y = x if opset >= 13 else reshape(ctx, x, (prod(x.shape[:axis]), prod(x.shape[axis:])))
+    ax = axis if opset >= 13 else 1
+    arg = ctx.call("argmax", [y], {"axis": ax, "keepdims": 0, "select_last_index": 0})
+    out = ctx.call("cast", [one_hot_mask(ctx, arg, y.shape[ax], ax)], {"dtype": x.dtype})
+    return reshape(ctx, out, x.shape)
+
+
+@converter(1, 22)
+def LpNormalization(ctx, node, inputs, attrs, opset):
+    """ONNX LpNormalization(axis = -1, p = 2 or 1): x / ||x||_p along axis, 0 where the norm is 0."""
+    x = inputs[0]
+    axis = norm_axis(ctx, int(attrs.get("axis", -1)), len(x.shape))
+    p = int(attrs.get("p", 2))
+    if p not in (1, 2):
+        raise ctx.error(f"p must be 1 or 2, got {p}")
+    attrs_r = {"axis": (axis,), "keepdims": 1}
+    if p == 2:
+        norm = ctx.call("sqrt", [ctx.call("sum", [ctx.call("multiply", [x, x])], attrs_r)])
+    else:
+        norm = ctx.call("sum", [ctx.call("abs", [x])], attrs_r)
+    zero = scalar(ctx, x, 0, "zero")
+    return ctx.call("where", [ctx.call("equal", [norm, zero]), zero, ctx.call("divide", [x, norm])])
+
+
+@converter(1, 2, 11, 18, 22)
+def LpPool(ctx, node, inputs, attrs, opset):
+    """ONNX LpPool(p = 2; kernel_shape, strides, pads, auto_pad, dilations from 18, ceil_mode from
+    18) -> (sum over the window of |x|**p)**(1/p), the window sum as an average pool that counts
+    the padding times the window size; p = 1, 2 without power calls."""
+    x = inputs[0]
+    p = float(attrs.get("p", 2))
+    if opset < 2:
+        raise ctx.error("LpPool-1 (p as a float attribute of the global form) is not supported")
+    x, kernel, strides, dilations, pads, ceil_mode = _pool_common(ctx, [x], attrs, opset, dilation_since=18)
+    if ceil_mode:
+        raise ctx.error("ceil_mode=1 is not supported for LpPool")
+    a = ctx.call("abs", [x])
+    powered = a if p == 1 else ctx.call("multiply", [a, a]) if p == 2 else \
+        ctx.call("power", [a, scalar(ctx, x, p, "p")])
+    mean = _pool(ctx, "nn.avg_pool2d", powered, kernel, strides, dilations, pads, 0, {"count_include_pad": 1})
+    total = ctx.call("multiply", [mean, scalar(ctx, x, prod(kernel), "window")])
+    if p == 1:
+        return total
+    if p == 2:
+        return ctx.call("sqrt", [total])
+    return ctx.call("power", [total, scalar(ctx, x, 1.0 / p, "inv_p")])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmc.frontend.onnx.common import norm_axis
+from tvmc.frontend.onnx.common import norm_axis, reshape
 from tvmc.frontend.onnx.registry import converter
 
 
@@ -152,3 +152,28 @@ def CumSum(ctx, node, inputs, attrs, opset):
     axis = norm_axis(ctx, int(ctx.constant(inputs, 1, "axis").reshape(-1)[0]), len(x.shape))
     return ctx.call("cumsum", [x], {"axis": axis, "exclusive": int(attrs.get("exclusive", 0)),
                                     "reverse": int(attrs.get("reverse", 0))})
+
+
+@converter(1, 11, 13, 18)
+def ReduceLogSum(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceLogSum: log(sum(x))."""
+    return _reduce(ctx, inputs, attrs, opset, "sum", post=lambda y: ctx.call("log", [y]))
+
+
+@converter(1, 11, 13, 18)
+def ReduceLogSumExp(ctx, node, inputs, attrs, opset):
+    """ONNX ReduceLogSumExp: log(sum(exp(x - m))) + m with m the maximum (kept finite: an infinite
+    maximum shifts by 0), so large inputs do not overflow."""
+    x = inputs[0]
+    axes = _reduce_axes(ctx, inputs, attrs, opset, 18)
+    if not axes or any(x.shape[a] == 0 for a in axes) or not x.dtype.startswith("float"):
+        return _reduce(ctx, inputs, attrs, opset, "sum", pre=lambda v: ctx.call("exp", [v]),
+                       post=lambda y: ctx.call("log", [y]))
+    m = ctx.call("max", [x], {"axis": axes, "keepdims": 1})
+    zero = ctx.const(np.zeros((), x.dtype), "zero")
+    m = ctx.call("where", [ctx.call("isinf", [m], {"detect_positive": 1, "detect_negative": 1}), zero, m])
+    s = ctx.call("sum", [ctx.call("exp", [ctx.call("subtract", [x, m])])], {"axis": axes, "keepdims": 1})
+    out = ctx.call("add", [ctx.call("log", [s]), m])
+    if int(attrs.get("keepdims", 1)):
+        return out
+    return reshape(ctx, out, tuple(d for k, d in enumerate(x.shape) if k not in axes))

@@ -6,7 +6,8 @@ import numpy as np
 from onnx import numpy_helper
 
 from tvmc.errors import UnsupportedOpError
-from tvmc.frontend.onnx.common import fmt_dims, is_const, is_int_const, norm_axis, prod, reshape, scalar
+from tvmc.frontend.onnx.common import (fmt_dims, is_const, is_int_const, norm_axis, np_dtype_name, prod, reshape,
+                                      scalar)
 from tvmc.frontend.onnx.registry import converter
 
 
@@ -515,3 +516,67 @@ def SpaceToDepth(ctx, node, inputs, attrs, opset):
     crd = opset >= 28 and attrs.get("mode", "DCR") == "CRD"
     y = ctx.call("transpose", [y], {"axes": (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)})
     return reshape(ctx, y, (n, c * b * b, h // b, w // b))
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks and one-hot tensors built from static shapes
+# ---------------------------------------------------------------------------------------------
+
+@converter(14)
+def Trilu(ctx, node, inputs, attrs, opset):
+    """ONNX Trilu(x[..., N, M], k = 0; upper = 1) -> where(mask, x, 0) with the constant [N, M]
+    mask j - i >= k (upper) or j - i <= k (lower)."""
+    x = inputs[0]
+    if len(x.shape) < 2:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must have rank >= 2")
+    k = int(ctx.constant(inputs, 1, "k").reshape(())) if len(inputs) > 1 and inputs[1] is not None else 0
+    n, m = x.shape[-2:]
+    diff = np.arange(m)[None, :] - np.arange(n)[:, None]
+    mask = diff >= k if int(attrs.get("upper", 1)) else diff <= k
+    if is_const(x):
+        return np.where(mask, x.value, np.zeros((), x.dtype))
+    return ctx.call("where", [ctx.const(mask, "mask"), x, scalar(ctx, x, 0, "zero")])
+
+
+@converter(9, 22)
+def EyeLike(ctx, node, inputs, attrs, opset):
+    """ONNX EyeLike(x[N, M]; dtype = x's, k = 0) -> a constant with ones on diagonal k (only x's
+    shape is read)."""
+    x = inputs[0]
+    if len(x.shape) != 2:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must be 2-D")
+    dtype = np_dtype_name(int(attrs["dtype"])) if "dtype" in attrs else x.dtype
+    return np.eye(x.shape[0], x.shape[1], k=int(attrs.get("k", 0)), dtype=dtype)
+
+
+def one_hot_mask(ctx, indices, depth: int, axis: int):
+    """indices (any int or float dtype, negative ones counted from `depth`) == the positions
+    0..depth-1 along a new output axis `axis` -> a bool tensor of shape indices.shape with depth
+    inserted at `axis`."""
+    if indices.dtype != "int64":
+        indices = ctx.call("cast", [indices], {"dtype": "int64"})
+    rank = len(indices.shape) + 1
+    wrapped = ctx.call("where", [ctx.call("less", [indices, scalar(ctx, indices, 0, "zero")]),
+                                 ctx.call("add", [indices, scalar(ctx, indices, depth, "depth")]), indices])
+    idx = reshape(ctx, wrapped, tuple(indices.shape[:axis]) + (1,) + tuple(indices.shape[axis:]))
+    positions = np.arange(depth, dtype=np.int64).reshape((depth,) + (1,) * (rank - axis - 1))
+    return ctx.call("equal", [idx, ctx.const(positions, "positions")])
+
+
+@converter(9, 11, 28)
+def OneHot(ctx, node, inputs, attrs, opset):
+    """ONNX OneHot(indices, depth, values [off, on]; axis = -1) -> where(indices == positions,
+    on, off) with depth a constant; negative indices count from depth (from 11), out-of-range
+    ones give all-off rows."""
+    indices, values = inputs[0], inputs[2]
+    depth = int(np.asarray(ctx.constant(inputs, 1, "depth")).reshape(-1)[0])
+    axis = norm_axis(ctx, int(attrs.get("axis", -1)), len(indices.shape) + 1)
+    if tuple(values.shape) != (2,):
+        raise ctx.error(f"values '{ctx.input_name(2)}' {values.type} must be [off, on]")
+    off = ctx.call("strided_slice", [values], {"begin": (0,), "end": (1,), "strides": (1,)}) if not is_const(values) \
+        else values.value[:1]
+    on = ctx.call("strided_slice", [values], {"begin": (1,), "end": (2,), "strides": (1,)}) if not is_const(values) \
+        else values.value[1:]
+    on = ctx.const(on, "on") if isinstance(on, np.ndarray) else on
+    off = ctx.const(off, "off") if isinstance(off, np.ndarray) else off
+    return ctx.call("where", [one_hot_mask(ctx, indices, depth, axis), reshape(ctx, on, ()), reshape(ctx, off, ())])
