@@ -148,10 +148,20 @@ def TopK(ctx, node, inputs, attrs, opset):
 @converter(11, 14)
 def CumSum(ctx, node, inputs, attrs, opset):
     """ONNX CumSum(x, axis input; exclusive, reverse) -> cumsum."""
+    return _cumulative(ctx, inputs, attrs, "cumsum")
+
+
+@converter(26)
+def CumProd(ctx, node, inputs, attrs, opset):
+    """ONNX CumProd(x, axis input; exclusive, reverse) -> cumprod."""
+    return _cumulative(ctx, inputs, attrs, "cumprod")
+
+
+def _cumulative(ctx, inputs, attrs, op):
     x = inputs[0]
     axis = norm_axis(ctx, int(ctx.constant(inputs, 1, "axis").reshape(-1)[0]), len(x.shape))
-    return ctx.call("cumsum", [x], {"axis": axis, "exclusive": int(attrs.get("exclusive", 0)),
-                                    "reverse": int(attrs.get("reverse", 0))})
+    return ctx.call(op, [x], {"axis": axis, "exclusive": int(attrs.get("exclusive", 0)),
+                              "reverse": int(attrs.get("reverse", 0))})
 
 
 @converter(1, 11, 13, 18)

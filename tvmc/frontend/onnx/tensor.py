@@ -211,8 +211,8 @@ def Pad(ctx, node, inputs, attrs, opset):
     x = inputs[0]
     rank = len(x.shape)
     mode = attrs.get("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
-        raise ctx.error(f"mode '{mode}' is not supported (constant, reflect, edge)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.error(f"mode '{mode}' is not supported (constant, reflect, edge, wrap)")
     if opset < 11:
         pads = attrs.get("pads", attrs.get("paddings"))
         value = float(attrs.get("value", 0.0))
@@ -580,3 +580,74 @@ def OneHot(ctx, node, inputs, attrs, opset):
     on = ctx.const(on, "on") if isinstance(on, np.ndarray) else on
     off = ctx.const(off, "off") if isinstance(off, np.ndarray) else off
     return ctx.call("where", [one_hot_mask(ctx, indices, depth, axis), reshape(ctx, on, ()), reshape(ctx, off, ())])
+
+
+# ---------------------------------------------------------------------------------------------
+# Gather and scatter
+# ---------------------------------------------------------------------------------------------
+
+def _indices(ctx, inputs, i: int):
+    e = inputs[i]
+    if e.dtype not in ("int64", "int32"):
+        raise ctx.error(f"indices '{ctx.input_name(i)}' must be int32/int64, got {e.dtype}")
+    return e
+
+
+@converter(11, 13)
+def GatherElements(ctx, node, inputs, attrs, opset):
+    """ONNX GatherElements(data, indices; axis) -> gather_elements."""
+    data = inputs[0]
+    axis = norm_axis(ctx, int(attrs.get("axis", 0)), len(data.shape))
+    return ctx.call("gather_elements", [data, _indices(ctx, inputs, 1)], {"axis": axis})
+
+
+@converter(11, 12, 13)
+def GatherND(ctx, node, inputs, attrs, opset):
+    """ONNX GatherND(data, indices; batch_dims from 12) -> gather_nd."""
+    return ctx.call("gather_nd", [inputs[0], _indices(ctx, inputs, 1)], {"batch_dims": int(attrs.get("batch_dims", 0))})
+
+
+@converter(11, 13, 16, 18)
+def ScatterElements(ctx, node, inputs, attrs, opset):
+    """ONNX ScatterElements(data, indices, updates; axis, reduction add/mul from 16, max/min from
+    18) -> scatter_elements."""
+    data = inputs[0]
+    axis = norm_axis(ctx, int(attrs.get("axis", 0)), len(data.shape))
+    return ctx.call("scatter_elements", [data, _indices(ctx, inputs, 1), inputs[2]],
+                    {"axis": axis, "reduction": attrs.get("reduction", "none")})
+
+
+@converter(9, 11)
+def Scatter(ctx, node, inputs, attrs, opset):
+    """ONNX Scatter (deprecated; ScatterElements without reduction) -> scatter_elements."""
+    return ScatterElements(ctx, node, inputs, {"axis": attrs.get("axis", 0)}, opset)
+
+
+@converter(11, 13, 16, 18)
+def ScatterND(ctx, node, inputs, attrs, opset):
+    """ONNX ScatterND(data, indices, updates; reduction add/mul from 16, max/min from 18) -> scatter_nd."""
+    return ctx.call("scatter_nd", [inputs[0], _indices(ctx, inputs, 1), inputs[2]],
+                    {"reduction": attrs.get("reduction", "none")})
+
+
+@converter(24)
+def TensorScatter(ctx, node, inputs, attrs, opset):
+    """ONNX TensorScatter(past_cache, update, write_indices = 0; axis -2, mode linear/circular) ->
+    tensor_scatter."""
+    past, upd = inputs[0], inputs[1]
+    axis = norm_axis(ctx, int(attrs.get("axis", -2)), len(past.shape))
+    w = inputs[2] if len(inputs) > 2 and inputs[2] is not None else ctx.const(np.zeros(past.shape[0], np.int64), "w")
+    mode = attrs.get("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise ctx.error(f"mode must be linear or circular, got '{mode}'")
+    return ctx.call("tensor_scatter", [past, upd, w], {"axis": axis, "mode": mode})
+
+
+@converter(10, 28)
+def ReverseSequence(ctx, node, inputs, attrs, opset):
+    """ONNX ReverseSequence(x, sequence_lens; batch_axis 1, time_axis 0) -> reverse_sequence."""
+    x = inputs[0]
+    rank = len(x.shape)
+    ba = norm_axis(ctx, int(attrs.get("batch_axis", 1)), rank)
+    ta = norm_axis(ctx, int(attrs.get("time_axis", 0)), rank)
+    return ctx.call("reverse_sequence", [x, _indices(ctx, inputs, 1)], {"batch_axis": ba, "time_axis": ta})
