@@ -33,6 +33,16 @@ SAMPLE = {
     "test_convtranspose_output_shape": False, "test_convtranspose_1d": False,
     "test_resize_upsample_scales_linear_align_corners": True, "test_resize_downsample_sizes_cubic": True,
     "test_resize_tf_crop_and_resize_axes_3_2": True, "test_upsample_nearest": True,
+    # issue 18: one or two cases per new group (dtypes, elementwise, tensor, reduce, nn, quantization,
+    # function bodies)
+    "test_add_uint8": False, "test_cast_FLOAT_to_FLOAT16": False, "test_max_float64": False,
+    "test_isnan_float16": False, "test_sin": False, "test_bitshift_right_int32_shift_ge_width": False,
+    "test_mod_mixed_sign_float32": False, "test_bitcast_float32_to_int32": False, "test_mish": False,
+    "test_gather_elements_negative_indices": False, "test_scatternd_add": False, "test_triu_neg": True,
+    "test_cumprod_1d_reverse_exclusive": True, "test_reduce_log_sum_exp_keepdims_random": True,
+    "test_hardmax_axis_1": False, "test_lppool_2d_pads": False, "test_quantizelinear_blocked_asymmetric": False,
+    "test_qlinearmatmul_3D_uint8_float32": False, "test_rms_normalization_3d_axis_negative_1_epsilon": False,
+    "test_attention_4d_gqa_with_past_and_present_fp16": False, "test_center_crop_pad_crop_and_pad": True,
 }
 
 
@@ -66,8 +76,8 @@ def test_onnxruntime_side_by_side(cases):
 
 
 def test_unsupported_op_fails_at_compile_time(cases):
-    with pytest.raises(UnsupportedOpError, match="Det"):
-        TvmcBackend.prepare(cases["test_det_2d"].model)
+    with pytest.raises(UnsupportedOpError, match="NonMaxSuppression"):
+        TvmcBackend.prepare(cases["test_nonmaxsuppression_center_point_box_format"].model)
 
 
 def test_compare_rules():
