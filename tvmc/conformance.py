@@ -71,7 +71,7 @@ SHAPE_INPUTS = {
     "CumSum": (1,), "Clip": (1, 2), "Dropout": (1, 2), "OneHot": (1,),
     "CumProd": (1,), "Trilu": (1,), "CenterCropPad": (1,), "HannWindow": (0,), "HammingWindow": (0,),
     "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4), "DFT": (1, 2), "STFT": (1, 3), "Col2Im": (1, 2),
-    "AffineGrid": (1,), "MaxUnpool": (2,),
+    "AffineGrid": (1,), "MaxUnpool": (2,), "Loop": (0, 1),
 }
 
 CASE_TIMEOUT_S = 120
@@ -183,6 +183,18 @@ def skip_reason(case) -> str | None:
     return None
 
 
+def _node_reads(node) -> list:
+    """The tensor names a node reads: its inputs and, for If/Loop/Scan, what its subgraphs read."""
+    import onnx
+
+    names = [i for i in node.input if i]
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            for inner in a.g.node:
+                names.extend(_node_reads(inner))
+    return names
+
+
 def freeze_shape_inputs(model, inputs: list):
     """Copy of `model` where graph inputs that determine a SHAPE_INPUTS position (directly or
     through other nodes, not through Shape/Size, which read only a shape) become initializers
@@ -203,7 +215,7 @@ def freeze_shape_inputs(model, inputs: list):
         feeding.add(name)
         node = producer.get(name)
         if node is not None and node.op_type not in ("Shape", "Size"):
-            todo.extend(i for i in node.input if i)
+            todo.extend(_node_reads(node))
     init_names = {t.name for t in model.graph.initializer}
     real = [vi.name for vi in model.graph.input if vi.name not in init_names]
     frozen = [n for n in real if n in feeding]
@@ -460,12 +472,16 @@ def summarize(results) -> dict:
 
 
 def op_group(op: str) -> str:
-    """The frontend converter group (module of tvmc/frontend/onnx) of an ONNX op type, or
-    'unsupported' when tvmc has no converter for it."""
+    """The frontend converter group (module of tvmc/frontend/onnx) of an ONNX op type, 'function
+    body' for an op imported through its ONNX function body, or 'unsupported'."""
     from tvmc.frontend.onnx import CONVERTERS
 
+    from tvmc.frontend.onnx.functions import expandable
+
     fn = CONVERTERS.get(op)
-    return fn.__module__.rsplit(".", 1)[-1] if fn is not None else "unsupported"
+    if fn is not None:
+        return fn.__module__.rsplit(".", 1)[-1]
+    return "function body" if any(expandable(op, v) for v in range(1, 29)) else "unsupported"
 
 
 def _pct(n: int, d: int) -> str:

@@ -528,6 +528,46 @@ def group_normalization_function_body():
     return make_model([node], [("x", F, [2, 4, 3, 3])], [("y", F, [2, 4, 3, 3])], inits, opset=21), {"x": rand(2, 4, 3, 3)}
 
 
+@case
+def if_runtime_condition():
+    """If on a graph-input condition: both branches read the outer x; where picks."""
+    then = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", F, [2, 3])])
+    other = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", F, [2, 3])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)
+    model = make_model([node], [("c", TensorProto.BOOL, []), ("x", F, [2, 3])], [("y", F, [2, 3])])
+    return model, {"c": np.array(False), "x": rand(2, 3)}
+
+
+@case
+def loop_constant_trip_count():
+    """Loop-13, trip count 3 and condition true as initializers: y += x three times, each y scanned."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["y_in", "x"], ["y_out"]),
+         helper.make_node("Identity", ["y_out"], ["scan"])], "body",
+        [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("y_in", F, [2])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("y_out", F, [2]),
+         helper.make_tensor_value_info("scan", F, [2])])
+    node = helper.make_node("Loop", ["m", "c", "y0"], ["y", "ys"], body=body)
+    inits = {"m": np.array(3, np.int64), "c": np.array(True)}
+    model = make_model([node], [("y0", F, [2]), ("x", F, [2])], [("y", F, [2]), ("ys", F, [3, 2])], inits)
+    return model, {"y0": rand(2), "x": rand(2, seed=1)}
+
+
+@case
+def scan_running_sum():
+    """Scan-11 over axis 0 of x [4, 3]: the running sum as state and scan output."""
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+                              helper.make_node("Identity", ["s_out"], ["out"])], "body",
+                             [helper.make_tensor_value_info("s_in", F, [3]), helper.make_tensor_value_info("row", F, [3])],
+                             [helper.make_tensor_value_info("s_out", F, [3]), helper.make_tensor_value_info("out", F, [3])])
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "outs"], body=body, num_scan_inputs=1)
+    model = make_model([node], [("s0", F, [3]), ("x", F, [4, 3])], [("s", F, [3]), ("outs", F, [4, 3])])
+    return model, {"s0": rand(3), "x": rand(4, 3, seed=1)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Numerics against onnxruntime, every case
 # ---------------------------------------------------------------------------------------------
@@ -931,11 +971,20 @@ def test_function_body_nodes_are_named_after_the_node():
 
 
 def test_unsupported_op_in_a_function_body_names_the_function():
-    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="ag")
-    model = make_model([node], [("theta", F, [1, 2, 3])], [("grid", F, [1, 4, 5, 2])],
-                       {"size": np.array([1, 1, 4, 5], np.int64)}, opset=20)
-    with pytest.raises(UnsupportedOpError, match=r"AffineGrid \(the function body of AffineGrid holds a subgraph"):
+    node = helper.make_node("Bernoulli", ["p"], ["y"], name="coin", seed=1.0)
+    model = make_model([node], [("p", F, [2, 3])], [("y", F, [2, 3])], opset=22)
+    with pytest.raises(UnsupportedOpError, match=r"RandomUniformLike \(in the function body of Bernoulli\)"):
         from_onnx(model)
+
+
+def test_if_with_a_run_time_condition_selects_per_output():
+    g = build("if_runtime_condition")
+    assert "where" in ops(g) and {"add", "multiply"} <= set(ops(g))
+
+
+def test_loop_and_scan_unroll():
+    assert ops(build("loop_constant_trip_count")).count("add") == 3
+    assert ops(build("scan_running_sum")).count("add") == 4
 
 
 def test_operator_docs_are_generated_from_the_table():

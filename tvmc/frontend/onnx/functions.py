@@ -86,10 +86,9 @@ def tensor_type(dtype: str, shape) -> tuple:
 
 def inline(node: NodeProto, fn: FunctionProto, attrs: dict, prefix: str) -> list:
     """The body's nodes with the function's formal inputs and outputs renamed to the node's actual
-    ones (a missing optional input becomes ''), every other tensor name prefixed with `prefix`,
-    and attribute references (`ref_attr_name`) replaced by the caller's attribute, or dropped
-    when the caller has none (the inner op's default applies). Raises ValueError for a body
-    node that holds a subgraph (If, Loop, Scan inside a function are not supported here)."""
+    ones (a missing optional input becomes ''), every other tensor name prefixed with `prefix` (in
+    subgraphs too), and attribute references (`ref_attr_name`) replaced by the caller's attribute,
+    or dropped when the caller has none (the inner op's default applies)."""
     names = {formal: (node.input[k] if k < len(node.input) else "") for k, formal in enumerate(fn.input)}
     for k, formal in enumerate(fn.output):
         if k < len(node.output) and node.output[k]:
@@ -100,24 +99,33 @@ def inline(node: NodeProto, fn: FunctionProto, attrs: dict, prefix: str) -> list
             return names[name]
         return prefix + name if name else ""
 
-    out = []
-    for inner in fn.node:
-        new = NodeProto()
-        new.CopyFrom(inner)
-        new.name = prefix + (inner.name or inner.output[0])
-        del new.input[:], new.output[:], new.attribute[:]
-        new.input.extend(rename(n) for n in inner.input)
-        new.output.extend(rename(n) for n in inner.output)
-        for a in inner.attribute:
-            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                raise ValueError(f"the function body of {node.op_type} holds a subgraph ({inner.op_type})")
-            if a.ref_attr_name:
-                if a.ref_attr_name in attrs:
-                    ref = onnx.AttributeProto()
-                    ref.CopyFrom(attrs[a.ref_attr_name])
-                    ref.name = a.name
-                    new.attribute.append(ref)
-                continue
-            new.attribute.append(a)
-        out.append(new)
-    return out
+    return [_renamed(inner, rename, attrs, prefix) for inner in fn.node]
+
+
+def _renamed(inner: NodeProto, rename, attrs: dict, prefix: str) -> NodeProto:
+    new = NodeProto()
+    new.CopyFrom(inner)
+    new.name = prefix + (inner.name or inner.output[0])
+    del new.input[:], new.output[:], new.attribute[:]
+    new.input.extend(rename(n) for n in inner.input)
+    new.output.extend(rename(n) for n in inner.output)
+    for a in inner.attribute:
+        if a.ref_attr_name:
+            if a.ref_attr_name in attrs:
+                ref = onnx.AttributeProto()
+                ref.CopyFrom(attrs[a.ref_attr_name])
+                ref.name = a.name
+                new.attribute.append(ref)
+            continue
+        if a.type == onnx.AttributeProto.GRAPH:
+            sub = onnx.AttributeProto()
+            sub.CopyFrom(a)
+            for vi in list(sub.g.input) + list(sub.g.output):
+                vi.name = rename(vi.name)
+            nodes = [_renamed(n, rename, attrs, prefix) for n in a.g.node]
+            del sub.g.node[:]
+            sub.g.node.extend(nodes)
+            new.attribute.append(sub)
+            continue
+        new.attribute.append(a)
+    return new

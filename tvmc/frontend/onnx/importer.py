@@ -311,6 +311,19 @@ class _Importer:
         for inner in nodes:
             self._convert(inner, body_opset)
 
+    def convert_graph(self, graph, opset: int, bindings: dict, user: str) -> list:
+        """Convert the nodes of subgraph `graph` (an If branch, a Loop or Scan body) into this graph,
+        its inputs bound to `bindings` ({name: Expr}) and outer-scope names visible; returns its
+        outputs in order."""
+        for name, value in bindings.items():
+            self.env[name] = value
+        self.used_names.update(o for n in graph.node for o in n.output if o)
+        for node in graph.node:
+            if node.domain not in _DEFAULT_DOMAINS or not supports(node.op_type, opset):
+                raise UnsupportedOpError(self.label, [(node.op_type, opset, [f"{node_label(node)} (in {user})"])])
+            self._convert(node, opset)
+        return [self._lookup(o.name, user) for o in graph.output]
+
     def _checked(self, ctx, node, out: str, result):
         if isinstance(result, np.ndarray) or np.isscalar(result):
             result = ir.Constant(np.asarray(result), name=out)
