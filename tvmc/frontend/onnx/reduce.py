@@ -164,13 +164,13 @@ def _cumulative(ctx, inputs, attrs, op):
                               "reverse": int(attrs.get("reverse", 0))})
 
 
-@converter(1, 11, 13, 18)
+@converter(1, 11, 13, 18, 28)
 def ReduceLogSum(ctx, node, inputs, attrs, opset):
     """ONNX ReduceLogSum: log(sum(x))."""
     return _reduce(ctx, inputs, attrs, opset, "sum", post=lambda y: ctx.call("log", [y]))
 
 
-@converter(1, 11, 13, 18)
+@converter(1, 11, 13, 18, 28)
 def ReduceLogSumExp(ctx, node, inputs, attrs, opset):
     """ONNX ReduceLogSumExp: log(sum(exp(x - m))) + m with m the maximum (kept finite: an infinite
     maximum shifts by 0), so large inputs do not overflow."""
