@@ -93,7 +93,6 @@ class _Unusable:
 
 
 _SECONDARY_OUTPUTS = {
-    "Dropout": "mask",
     "BatchNormalization": "training-mode statistics",
     "MaxPool": "Indices",
 }

@@ -315,13 +315,18 @@ def Softmax(ctx, node, inputs, attrs, opset):
 
 @converter(1, 6, 7, 10, 12, 13, 22)
 def Dropout(ctx, node, inputs, attrs, opset):
-    """ONNX Dropout (inference) -> nn.dropout; the mask output may not be used, and
-    training_mode (opset >= 12 input) must be absent or constant false."""
+    """ONNX Dropout (inference) -> nn.dropout, and the mask output (opset >= 10: bool) as a constant
+    of ones: inference keeps every element; training_mode (opset >= 12 input) must be absent or
+    constant false."""
     if opset >= 12 and len(inputs) > 2 and inputs[2] is not None:
         mode = ctx.constant(inputs, 2, "training_mode")
         if bool(np.asarray(mode).reshape(-1)[0]):
             raise ctx.error("training_mode=true is not supported (inference only)")
-    return ctx.call("nn.dropout", [inputs[0]])
+    x = inputs[0]
+    out = ctx.call("nn.dropout", [x])
+    if len(node.output) < 2 or not node.output[1]:
+        return out
+    return out, np.ones(x.shape, bool if opset >= 10 else x.dtype)
 
 
 @converter(1, 11, 13)
