@@ -416,6 +416,15 @@ CASES = [
          dict(dtype="int32")),
     Case("reinterpret_int16_float16", "reinterpret", lambda r: [r.integers(-2**15, 2**15, (2, 16)).astype(np.int16)],
          dict(dtype="float16"), tol=dict(rtol=0, atol=0)),
+    # --- grid_sample (checked against onnxruntime by the GridSample conformance cases)
+    Case("grid_sample_linear_zeros", "image.grid_sample", lambda r: [n(r, (2, 3, 5, 6)), u(r, (2, 4, 7, 2), -1.3, 1.3)],
+         dict(mode="linear", padding_mode="zeros", align_corners=0)),
+    Case("grid_sample_cubic_reflection_aligned", "image.grid_sample",
+         lambda r: [n(r, (1, 2, 4, 5)), u(r, (1, 3, 6, 2), -2.5, 2.5)],
+         dict(mode="cubic", padding_mode="reflection", align_corners=1)),
+    Case("grid_sample_nearest_border_3d", "image.grid_sample",
+         lambda r: [n(r, (1, 2, 3, 4, 5)), u(r, (1, 2, 3, 4, 3), -1.5, 1.5)],
+         dict(mode="nearest", padding_mode="border", align_corners=0)),
     # --- gathers, scatters, cumulative products
     Case("gather_elements_axis1_negative", "gather_elements",
          lambda r: [n(r, (3, 5, 4)), r.integers(-5, 5, (3, 2, 4))], dict(axis=1)),

@@ -651,3 +651,17 @@ def ReverseSequence(ctx, node, inputs, attrs, opset):
     ba = norm_axis(ctx, int(attrs.get("batch_axis", 1)), rank)
     ta = norm_axis(ctx, int(attrs.get("time_axis", 0)), rank)
     return ctx.call("reverse_sequence", [x, _indices(ctx, inputs, 1)], {"batch_axis": ba, "time_axis": ta})
+
+
+@converter(16, 20, 22)
+def GridSample(ctx, node, inputs, attrs, opset):
+    """ONNX GridSample(X, grid; mode bilinear/nearest/bicubic (16) or linear/nearest/cubic (20),
+    padding_mode zeros/border/reflection, align_corners) -> image.grid_sample; 2-D from 16, N-D
+    from 20."""
+    x, grid = inputs[0], inputs[1]
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(attrs.get("mode", "bilinear" if opset < 20 else "linear"),
+                                                          attrs.get("mode", "linear"))
+    if opset < 20 and len(x.shape) != 4:
+        raise ctx.error(f"GridSample-16 samples 4-D inputs, got {x.type}")
+    return ctx.call("image.grid_sample", [x, grid], {"mode": mode, "padding_mode": attrs.get("padding_mode", "zeros"),
+                                                     "align_corners": int(attrs.get("align_corners", 0))})
