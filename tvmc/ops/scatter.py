@@ -29,9 +29,12 @@ def _combined(reduction: str, data, out_shape, values, match, axes, name: str):
     return te.compute(out_shape, lambda *i: combine(data[i], red[i]), name=name)
 
 
-def _check_reduction(attrs):
+def _check_scatter(attrs, data, upd):
+    """A known reduction, and updates of data's dtype."""
     if attrs.get("reduction", "none") not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {attrs.get('reduction')!r}")
+    if upd.dtype != data.dtype:
+        raise ValueError(f"updates dtype {upd.dtype} differs from data {data.dtype}")
 
 
 # ---- scatter_elements ---------------------------------------------------------------------------
@@ -39,13 +42,11 @@ def _check_reduction(attrs):
 def _scatter_elements_type(in_types, attrs):
     """data[D], indices[U] (int), updates[U] with U <= D on every axis but `axis`."""
     data, idx, upd = in_types
-    _check_reduction(attrs)
+    _check_scatter(attrs, data, upd)
     axis = attrs["axis"]
     if tuple(idx.shape) != tuple(upd.shape) or len(idx.shape) != len(data.shape) or not 0 <= axis < len(data.shape):
         raise ValueError(f"indices {list(idx.shape)} and updates {list(upd.shape)} must match and have the rank "
                          f"of data {list(data.shape)}")
-    if upd.dtype != data.dtype:
-        raise ValueError(f"updates dtype {upd.dtype} differs from data {data.dtype}")
     return data
 
 
@@ -92,13 +93,11 @@ register_op(OpDef("scatter_elements", _scatter_elements_type, _scatter_elements_
 def _scatter_nd_type(in_types, attrs):
     """data[D], indices[Q.., k] (int), updates[Q.., D[k:]..]."""
     data, idx, upd = in_types
-    _check_reduction(attrs)
+    _check_scatter(attrs, data, upd)
     k = idx.shape[-1] if idx.shape else 0
     if not idx.shape or k > len(data.shape) or tuple(upd.shape) != tuple(idx.shape[:-1]) + tuple(data.shape[k:]):
         raise ValueError(f"updates {list(upd.shape)} must be indices[:-1] {list(idx.shape[:-1])} + "
                          f"data[{k}:] {list(data.shape[k:])}")
-    if upd.dtype != data.dtype:
-        raise ValueError(f"updates dtype {upd.dtype} differs from data {data.dtype}")
     return data
 
 
