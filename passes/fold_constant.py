@@ -17,7 +17,7 @@ def _evaluate(call: Call, inputs: tuple) -> Constant:
         raise PassError(f"FoldConstant: reference of {call.op} at node '{call.name or '?'}' returned shape "
                         f"{list(value.shape)}, its type says {list(call.shape)}")
     name = call.name or call.op.replace(".", "_")
-    return Constant(np.ascontiguousarray(value.astype(call.dtype, copy=False)), name)
+    return Constant(np.require(value.astype(call.dtype, copy=False), requirements="C"), name)  # keeps 0-d shapes
 
 
 @graph_pass("FoldConstant", opt_level=1)

@@ -1,19 +1,23 @@
-"""ONNX backend node conformance: run the onnx package's node test cases through tvmc on a target.
+"""ONNX backend node conformance: run the onnx package's node test cases through tvmc on a target,
+and through onnxruntime.
 
 `python -m tvmc.conformance [--target T]` (`make conformance [TARGET=T]`, default native: this
 host's x86 CPU) generates the node cases in memory from the
 installed onnx package (onnx.backend.test.case.node.collect_testcases(); nothing is written but
 the report), compiles and runs every in-scope case through tvmc.backend (driver -> mod.tar ->
-GraphExecutor) in worker processes with a per-case timeout (a crash or hang costs one case,
-not the run), compares with the case's expected outputs (the case's rtol/atol for floats,
-exact for integer and bool) and writes docs/conformance.md (another target: docs/conformance-T.md,
-and its counts into the targets table of docs/conformance.md). Its last line on stdout is
-`conformance: N passed, M failed` (M counts wrong outputs and errors).
+GraphExecutor) and through onnxruntime, in worker processes with a per-case timeout (a crash or
+hang costs one case, not the run), compares both with the case's expected outputs (the case's
+rtol/atol for floats, exact for integer and bool) and writes docs/conformance.md (another target:
+docs/conformance-T.md, and its counts into the targets table of docs/conformance.md). Its last line
+on stdout is `conformance: N passed, M failed` (M counts tvmc's wrong outputs and errors).
 
-Scope (issue 3): cases whose op type is in SCOPE_OPS and whose graph tensors are float32,
-int32, int64 or bool (other dtypes, such as float16/float64/uint8/string, are skipped). A case that feeds a shape-determining value (Reshape's shape, TopK's
-k, reduction axes, ...) as a graph input is retried with that input frozen into an initializer
-(its own data) when tvmc refuses the non-constant input; such passes are counted separately.
+Scope (issue 18, "ONNX breadth"): every node case whose graph inputs and outputs are tensors of
+the plain numpy dtypes (PLAIN_DTYPES), except the string operators, the `ai.onnx.ml` and training
+domains, the loss functions and training-mode Dropout/BatchNormalization. The core operators of
+issue 3 (CORE_OPS) are counted apart as well. A case that feeds a shape-determining value
+(Reshape's shape, TopK's k, reduction axes, ...) as a graph input is retried with that input
+frozen into an initializer (its own data) when tvmc refuses the non-constant input; such passes
+are counted separately.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Operators of issue 3 ("Core operators"), ONNX op types.
-SCOPE_OPS = frozenset("""
+# Operators of issue 3 ("Core operators"), ONNX op types: counted apart in the report.
+CORE_OPS = frozenset("""
 Conv ConvTranspose BatchNormalization InstanceNormalization LayerNormalization LRN Relu LeakyRelu PRelu
 Elu Selu Sigmoid HardSigmoid HardSwish Tanh Softplus Gelu Erf Clip Add Sub Mul Div Pow Sqrt Exp Log Neg
 Abs Reciprocal Floor Ceil Min Max Sum Mean MatMul Gemm MaxPool AveragePool GlobalAveragePool
@@ -43,8 +47,21 @@ ReduceProd ReduceL2 ArgMax ArgMin Where Equal Less Greater Not And Or Cast Shape
 ConstantOfShape Constant Identity Dropout CumSum Einsum TopK
 """.split())
 
-# dtypes an in-scope case may use besides float32 (indices, shapes, masks)
-HELPER_DTYPES = frozenset({"int64", "int32", "bool"})
+# Outside the scope of issue 18 by op type: string operators and loss functions.
+EXCLUDED_OPS = {
+    **dict.fromkeys(("StringSplit", "StringConcat", "StringNormalizer", "RegexFullMatch", "TfIdfVectorizer",
+                     "LabelEncoder"), "string operator"),
+    **dict.fromkeys(("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"), "loss function"),
+}
+EXCLUDED_DOMAINS = {"ai.onnx.ml": "ai.onnx.ml domain", "ai.onnx.preview.training": "training domain"}
+
+# tensor dtypes of the scope: numpy's own (no bfloat16, float8, int4, string)
+PLAIN_DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                          "uint32", "uint64", "bool"})
+
+# Expanded (function-body) cases whose test name does not start with their op type's name.
+CASE_PREFIXES = {"sce": "SoftmaxCrossEntropyLoss", "nllloss": "NegativeLogLikelihoodLoss",
+                 "mvn": "MeanVarianceNormalization", "flexattention": "FlexAttention"}
 
 # Inputs that determine output shapes: {op type: input positions}. A graph input feeding one of
 # these may be frozen into an initializer (tvmc compiles static shapes).
@@ -55,6 +72,9 @@ SHAPE_INPUTS = {
     "ReduceSumSquare": (1,), "Slice": (1, 2, 3, 4), "Tile": (1,), "Pad": (1, 2, 3),
     "ConstantOfShape": (0,), "Range": (0, 1, 2), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,),
     "CumSum": (1,), "Clip": (1, 2), "Dropout": (1, 2), "OneHot": (1,),
+    "CumProd": (1,), "Trilu": (1,), "CenterCropPad": (1,), "HannWindow": (0,), "HammingWindow": (0,),
+    "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4), "DFT": (1, 2), "STFT": (1, 3), "Col2Im": (1, 2),
+    "AffineGrid": (1,), "MaxUnpool": (2,), "Loop": (0, 1),
 }
 
 CASE_TIMEOUT_S = 120
@@ -69,9 +89,11 @@ TARGETS_BEGIN, TARGETS_END = "<!-- targets table: begin -->", "<!-- targets tabl
 class Result:
     name: str
     op: str
-    status: str          # passed | failed | error | skipped
+    status: str          # tvmc: passed | failed | error | skipped
     reason: str = ""
     frozen: bool = False  # passed/failed with shape inputs frozen into initializers
+    ort: str = ""        # onnxruntime on the same case: passed | failed | error ("" when not run)
+    ort_reason: str = ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,13 +122,16 @@ _SCHEMAS: list = []
 
 def case_op(case) -> str:
     """The op type a case tests: the node's op type for one-node models; for expanded
-    (function-body) models, the op type whose name prefixes the test name."""
+    (function-body) models, the op type whose name prefixes the test name (CASE_PREFIXES first)."""
     nodes = case.model.graph.node
     if len(nodes) == 1:
         return nodes[0].op_type
     if not _SCHEMAS:
         _SCHEMAS.extend(_schema_names())
     key = case.name[len("test_"):].replace("_", "").lower()
+    for prefix, name in CASE_PREFIXES.items():
+        if key.startswith(prefix):
+            return name
     for name in _SCHEMAS:
         if key.startswith(name.lower()):
             return name
@@ -114,6 +139,8 @@ def case_op(case) -> str:
 
 
 def _tensor_dtypes(model) -> set:
+    """dtype names of the graph's inputs and outputs; a non-tensor one adds its kind
+    ('sequence_type', 'optional_type', ...)."""
     import onnx
 
     out = set()
@@ -121,37 +148,81 @@ def _tensor_dtypes(model) -> set:
         if not vi.type.HasField("tensor_type"):
             out.add(vi.type.WhichOneof("value") or "?")
             continue
-        out.add(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
-                if vi.type.tensor_type.elem_type else "?")
+        elem = vi.type.tensor_type.elem_type
+        try:
+            out.add(onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else "?")
+        except Exception:  # a dtype without a numpy equivalent
+            out.add(onnx.TensorProto.DataType.Name(elem).lower())
     return out
 
 
+def _training_mode(case) -> bool:
+    """BatchNormalization with training_mode=1, or Dropout whose training_mode input is true."""
+    from onnx import helper
+
+    init_names = {t.name for t in case.model.graph.initializer}
+    real = [vi.name for vi in case.model.graph.input if vi.name not in init_names]
+    values = dict(zip(real, case.data_sets[0][0]))
+    for node in case.model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "BatchNormalization" and attrs.get("training_mode", 0):
+            return True
+        if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
+            value = values.get(node.input[2])
+            if value is None or bool(np.asarray(value).reshape(-1)[0]):
+                return True
+    return False
+
+
 def skip_reason(case) -> str | None:
-    """Why a case is outside the scope of issue 3, or None when it is in scope."""
+    """Why a case is outside the scope of issue 18, or None when it is in scope."""
     op = case_op(case)
-    if op not in SCOPE_OPS:
-        return "not in scope"
-    try:
-        dtypes = _tensor_dtypes(case.model)
-    except Exception:
-        return "non-tensor types"
-    other = sorted(dtypes - HELPER_DTYPES - {"float32"})
+    if op in EXCLUDED_OPS:
+        return EXCLUDED_OPS[op]
+    for node in case.model.graph.node:
+        if node.domain in EXCLUDED_DOMAINS:
+            return EXCLUDED_DOMAINS[node.domain]
+    other = sorted(_tensor_dtypes(case.model) - PLAIN_DTYPES)
     if other:
         return f"dtype {', '.join(other)}"
+    if _training_mode(case):
+        return "training mode"
     return None
 
 
+def _node_reads(node) -> list:
+    """The tensor names a node reads: its inputs and, for If/Loop/Scan, what its subgraphs read."""
+    import onnx
+
+    names = [i for i in node.input if i]
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            for inner in a.g.node:
+                names.extend(_node_reads(inner))
+    return names
+
+
 def freeze_shape_inputs(model, inputs: list):
-    """Copy of `model` where graph inputs feeding a SHAPE_INPUTS position become initializers
+    """Copy of `model` where graph inputs that determine a SHAPE_INPUTS position (directly or
+    through other nodes, not through Shape/Size, which read only a shape) become initializers
     holding the case's own data; returns (model, remaining inputs) or None if none qualify."""
     import onnx
     from onnx import numpy_helper
 
-    feeding = set()
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    feeding, todo = set(), []
     for node in model.graph.node:
         for k in SHAPE_INPUTS.get(node.op_type, ()):
             if k < len(node.input) and node.input[k]:
-                feeding.add(node.input[k])
+                todo.append(node.input[k])
+    while todo:
+        name = todo.pop()
+        if name in feeding:
+            continue
+        feeding.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type not in ("Shape", "Size"):
+            todo.extend(_node_reads(node))
     init_names = {t.name for t in model.graph.initializer}
     real = [vi.name for vi in model.graph.input if vi.name not in init_names]
     frozen = [n for n in real if n in feeding]
@@ -206,18 +277,29 @@ def compare(expected, actual, rtol: float, atol: float) -> str | None:
     return None
 
 
-def run_case(case) -> Result:
-    """Compile and run one node case through tvmc.backend; classify the outcome."""
+def _arrays(values) -> list:
+    """A data set's inputs or outputs as numpy arrays (some cases store TensorProtos)."""
+    from onnx import TensorProto, numpy_helper
+
+    return [numpy_helper.to_array(v) if isinstance(v, TensorProto) else np.asarray(v) for v in values]
+
+
+def _check_outputs(expected, outputs, case) -> str | None:
+    for k, (exp, act) in enumerate(zip(expected, outputs)):
+        why = compare(exp, act, case.rtol, case.atol)
+        if why:
+            return f"output {k}: {why}"
+    if len(outputs) != len(expected):
+        return f"{len(outputs)} outputs, expected {len(expected)}"
+    return None
+
+
+def run_tvmc(case, inputs, expected) -> tuple:
+    """(status, reason, frozen) of one node case compiled and run through tvmc.backend."""
     from tvmc.backend import TvmcBackend
     from tvmc.errors import ModelError
 
-    op = case_op(case)
-    reason = skip_reason(case)
-    if reason is not None:
-        return Result(case.name, op, "skipped", reason)
     model, frozen = case.model, False
-    inputs, expected = case.data_sets[0]
-    inputs = list(inputs)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -232,21 +314,47 @@ def run_case(case) -> Result:
                 rep = TvmcBackend.prepare(model, target=TARGET)
             outputs = rep.run(inputs)
     except Exception as e:  # every failure is one case's result
-        return Result(case.name, op, "error", _one_line(e), frozen)
-    for k, (exp, act) in enumerate(zip(expected, outputs)):
-        why = compare(exp, act, case.rtol, case.atol)
-        if why:
-            return Result(case.name, op, "failed", f"output {k}: {why}", frozen)
-    if len(outputs) != len(expected):
-        return Result(case.name, op, "failed", f"{len(outputs)} outputs, expected {len(expected)}", frozen)
-    return Result(case.name, op, "passed", "", frozen)
+        return "error", _one_line(e), frozen
+    why = _check_outputs(expected, outputs, case)
+    return ("failed", why, frozen) if why else ("passed", "", frozen)
+
+
+def run_ort(case, inputs, expected) -> tuple:
+    """(status, reason) of the same case run by onnxruntime (CPU, one thread)."""
+    import onnxruntime as ort
+
+    init_names = {t.name for t in case.model.graph.initializer}
+    names = [vi.name for vi in case.model.graph.input if vi.name not in init_names]
+    try:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 4
+        sess = ort.InferenceSession(case.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        outputs = sess.run(None, dict(zip(names, inputs)))
+    except Exception as e:
+        return "error", _one_line(e)
+    why = _check_outputs(expected, outputs, case)
+    return ("failed", why) if why else ("passed", "")
+
+
+def run_case(case, ort: bool = True) -> Result:
+    """Compile and run one node case through tvmc.backend (and onnxruntime unless `ort` is
+    False); classify the outcomes."""
+    op = case_op(case)
+    reason = skip_reason(case)
+    if reason is not None:
+        return Result(case.name, op, "skipped", reason)
+    inputs, expected = (_arrays(v) for v in case.data_sets[0])
+    status, why, frozen = run_tvmc(case, inputs, expected)
+    ort_status, ort_why = run_ort(case, inputs, expected) if ort else ("", "")
+    return Result(case.name, op, status, why, frozen, ort_status, ort_why)
 
 
 # ---------------------------------------------------------------------------------------------
 # Workers: one process per slot, restarted after a crash or timeout
 # ---------------------------------------------------------------------------------------------
 
-def _worker(conn, cases):
+def _worker(conn, cases, ort):
     while True:
         try:
             k = conn.recv()
@@ -255,20 +363,20 @@ def _worker(conn, cases):
         if k is None:
             return
         try:
-            res = run_case(cases[k])
+            res = run_case(cases[k], ort)
         except BaseException as e:  # noqa: BLE001  (report, keep serving)
             res = Result(cases[k].name, "?", "error", _one_line(e) + " " + traceback.format_exc(limit=1)[-100:])
         conn.send(res)
 
 
 class _Slot:
-    def __init__(self, ctx, cases):
-        self.ctx, self.cases = ctx, cases
+    def __init__(self, ctx, cases, ort):
+        self.ctx, self.cases, self.ort = ctx, cases, ort
         self.proc = self.conn = None
 
     def start(self):
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_worker, args=(child, self.cases), daemon=True)
+        self.proc = self.ctx.Process(target=_worker, args=(child, self.cases, self.ort), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
@@ -306,8 +414,9 @@ class _Slot:
         return Result(case.name, case_op(case), "error", why)
 
 
-def run_all(cases, jobs: int = 2, timeout_s: float = CASE_TIMEOUT_S, progress=True) -> list:
-    """Results for every case (skipped ones without running), in case order."""
+def run_all(cases, jobs: int = 2, timeout_s: float = CASE_TIMEOUT_S, progress=True, ort=True) -> list:
+    """Results for every case (skipped ones without running), in case order; with `ort`, each
+    in-scope case is run by onnxruntime too (in this process for a case whose worker died)."""
     results: list = [None] * len(cases)
     todo = queue.Queue()
     for k, c in enumerate(cases):
@@ -323,7 +432,7 @@ def run_all(cases, jobs: int = 2, timeout_s: float = CASE_TIMEOUT_S, progress=Tr
     t0 = time.perf_counter()
 
     def serve():
-        slot = _Slot(ctx, cases)
+        slot = _Slot(ctx, cases, ort)
         try:
             while True:
                 try:
@@ -344,6 +453,10 @@ def run_all(cases, jobs: int = 2, timeout_s: float = CASE_TIMEOUT_S, progress=Tr
         t.start()
     for t in threads:
         t.join()
+    for k, res in enumerate(results):
+        if ort and res.status != "skipped" and not res.ort:
+            inputs, expected = (_arrays(v) for v in cases[k].data_sets[0])
+            res.ort, res.ort_reason = run_ort(cases[k], inputs, expected)
     return results
 
 
@@ -352,11 +465,34 @@ def run_all(cases, jobs: int = 2, timeout_s: float = CASE_TIMEOUT_S, progress=Tr
 # ---------------------------------------------------------------------------------------------
 
 def summarize(results) -> dict:
+    """Counts over `results`: tvmc's passed/failed/error/skipped, onnxruntime's (ort_*), the
+    in-scope cases onnxruntime passes and tvmc does not (ort_only), and the CORE_OPS subset."""
     c = collections.Counter(r.status for r in results)
+    o = collections.Counter(r.ort for r in results if r.status != "skipped")
     in_scope = [r for r in results if r.status != "skipped"]
+    core = [r for r in in_scope if r.op in CORE_OPS]
     return {"passed": c["passed"], "failed": c["failed"], "error": c["error"], "skipped": c["skipped"],
             "in_scope": len(in_scope), "frozen_passed": sum(r.frozen for r in results if r.status == "passed"),
-            "out_of_scope": sum(r.reason == "not in scope" for r in results)}
+            "ort_passed": o["passed"], "ort_failed": o["failed"], "ort_error": o["error"],
+            "ort_only": sum(r.ort == "passed" and r.status != "passed" for r in in_scope),
+            "core_passed": sum(r.status == "passed" for r in core), "core_in_scope": len(core)}
+
+
+def op_group(op: str) -> str:
+    """The frontend converter group (module of tvmc/frontend/onnx) of an ONNX op type, 'function
+    body' for an op imported through its ONNX function body, or 'unsupported'."""
+    from tvmc.frontend.onnx import CONVERTERS
+
+    from tvmc.frontend.onnx.functions import expandable
+
+    fn = CONVERTERS.get(op)
+    if fn is not None:
+        return fn.__module__.rsplit(".", 1)[-1]
+    return "function body" if any(expandable(op, v) for v in range(1, 29)) else "unsupported"
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{100.0 * n / d:.1f}%" if d else "-"
 
 
 def report_path(target: str) -> str:
@@ -372,9 +508,8 @@ def update_targets_table(path: str, target: str, results, report: str) -> None:
     table, _, tail = rest.partition(TARGETS_END)
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| `")}
     s = summarize(results)
-    pct = 100.0 * s["passed"] / s["in_scope"] if s["in_scope"] else 0.0
     rows[f"`{target}`"] = (f"| `{target}` | {s['passed']} | {s['failed']} | {s['error']} | {s['in_scope']} | "
-                           f"{pct:.1f}% | [{os.path.basename(report)}]({os.path.basename(report)}) |")
+                           f"{_pct(s['passed'], s['in_scope'])} | [{os.path.basename(report)}]({os.path.basename(report)}) |")
     lines = [TARGETS_BEGIN, "## Targets", "", "Each row: `make conformance TARGET=<target>` over the same cases.", "",
              "| target | passed | failed | error | in scope | pass rate | report |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- |", *[rows[k] for k in sorted(rows)], TARGETS_END]
@@ -386,59 +521,68 @@ def write_report(results, path: str = REPORT_PATH, elapsed_s: float | None = Non
     import onnx
 
     s = summarize(results)
-    pct = 100.0 * s["passed"] / s["in_scope"] if s["in_scope"] else 0.0
     per_op: dict = collections.defaultdict(collections.Counter)
+    per_group: dict = collections.defaultdict(collections.Counter)
     for r in results:
-        per_op[r.op][r.status] += 1
-        if r.status == "passed" and r.frozen:
-            per_op[r.op]["frozen"] += 1
+        if r.status == "skipped":
+            continue
+        for table, key in ((per_op, r.op), (per_group, op_group(r.op))):
+            table[key][r.status] += 1
+            table[key]["cases"] += 1
+            table[key]["frozen"] += r.status == "passed" and r.frozen
+            table[key]["ort_passed"] += r.ort == "passed"
+    excluded = collections.Counter(r.reason for r in results if r.status == "skipped")
     lines = [
         f"# ONNX backend node conformance ({'x86' if target == DEFAULT_TARGET else target})",
         "",
         f"Generated by `make conformance{'' if target == DEFAULT_TARGET else ' TARGET=' + target}` "
         f"(`python -m tvmc.conformance --target {target}`); do not edit by hand.",
-        f"onnx {onnx.__version__}: {len(results)} node cases. In scope (issue 3): the op is in the "
-        "issue's operator list and the graph's tensors are float32, int32, int64 or bool "
-        "(float16/float64/bfloat16/int8/uint8/string cases are skipped). Expected outputs compared with the case's rtol/atol (exact for integer "
-        "and bool). 'frozen' counts passes where a shape-determining graph input (Reshape shape, "
-        "TopK k, reduction axes, ...) was frozen into an initializer holding the case's data.",
+        f"onnx {onnx.__version__}: {len(results)} node cases. In scope (issue 18): every case whose graph "
+        "inputs and outputs are tensors of numpy's dtypes (float16/32/64, int8/16/32/64, uint8/16/32/64, "
+        "bool), except the string operators, the ai.onnx.ml and training domains, the loss functions and "
+        "training-mode Dropout/BatchNormalization. Each case runs through tvmc (compile, mod.tar, "
+        "GraphExecutor) and through onnxruntime, both compared with the case's expected outputs (its "
+        "rtol/atol for floats, exact for integer and bool). 'frozen' counts tvmc passes where a "
+        "shape-determining graph input (Reshape shape, TopK k, reduction axes, ...) was frozen into an "
+        "initializer holding the case's data.",
         "",
-        "| | cases |",
-        "| --- | ---: |",
-        f"| passed | {s['passed']} (of which frozen: {s['frozen_passed']}) |",
-        f"| failed (wrong output) | {s['failed']} |",
-        f"| error (compile or run) | {s['error']} |",
-        f"| in scope | {s['in_scope']} |",
-        f"| **pass rate (in scope)** | **{pct:.1f}%** |",
-        f"| skipped | {s['skipped']} ({s['out_of_scope']} not in scope, "
-        f"{s['skipped'] - s['out_of_scope']} other dtypes) |",
+        "| in scope | tvmc | onnxruntime |",
+        "| --- | ---: | ---: |",
+        f"| passed | {s['passed']} (frozen: {s['frozen_passed']}) | {s['ort_passed']} |",
+        f"| failed (wrong output) | {s['failed']} | {s['ort_failed']} |",
+        f"| error (compile or run) | {s['error']} | {s['ort_error']} |",
+        f"| **pass rate** ({s['in_scope']} cases) | **{_pct(s['passed'], s['in_scope'])}** | "
+        f"**{_pct(s['ort_passed'], s['in_scope'])}** |",
         "",
-        "## Per operator (in scope)",
+        f"Cases onnxruntime passes and tvmc does not: {s['ort_only']}. Core operators of issue 3: tvmc passes "
+        f"{s['core_passed']} of {s['core_in_scope']}. Out of scope: {s['skipped']} "
+        f"({', '.join(f'{why} {n}' for why, n in sorted(excluded.items()))}).",
         "",
-        "| op | passed | frozen | failed | error | skipped |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "## Per converter group",
+        "",
+        "| group | cases | tvmc passed | frozen | failed | error | onnxruntime passed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    for g in sorted(per_group):
+        c = per_group[g]
+        lines.append(f"| {g} | {c['cases']} | {c['passed']} | {c['frozen']} | {c['failed']} | {c['error']} | "
+                     f"{c['ort_passed']} |")
+    lines += ["", "## Per operator", "",
+              "| op | group | cases | tvmc passed | frozen | failed | error | onnxruntime passed |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for op in sorted(per_op):
-        if op not in SCOPE_OPS:
-            continue
         c = per_op[op]
-        lines.append(f"| {op} | {c['passed']} | {c['frozen']} | {c['failed']} | {c['error']} | {c['skipped']} |")
-    missing = sorted(SCOPE_OPS - set(per_op))
-    if missing:
-        lines += ["", f"Scope ops with no node case in this onnx version: {', '.join(missing)}."]
-    lines += ["", "## Failures and errors", ""]
+        lines.append(f"| {op} | {op_group(op)} | {c['cases']} | {c['passed']} | {c['frozen']} | {c['failed']} | "
+                     f"{c['error']} | {c['ort_passed']} |")
+    lines += ["", "## tvmc failures and errors", "",
+              "Marked **(onnxruntime passes)** where onnxruntime gets the case right.", ""]
     bad = [r for r in results if r.status in ("failed", "error")]
     for r in sorted(bad, key=lambda r: (r.op, r.name)):
-        lines.append(f"- `{r.name}` ({r.op}, {r.status}{', frozen' if r.frozen else ''}): "
+        mark = " **(onnxruntime passes)**" if r.ort == "passed" else ""
+        lines.append(f"- `{r.name}` ({r.op}, {r.status}{', frozen' if r.frozen else ''}){mark}: "
                      f"{r.reason.replace('|', '/')}")
     if not bad:
         lines.append("(none)")
-    skipped_dtype = collections.Counter(r.reason for r in results if r.status == "skipped"
-                                        and r.reason != "not in scope")
-    lines += ["", "## Skipped", "", "In-scope op types, other dtypes: " +
-              (", ".join(f"{why} ({n})" for why, n in sorted(skipped_dtype.items())) or "none") + ".", "",
-              "Op types not in scope (cases): " +
-              ", ".join(f"{op} ({sum(per_op[op].values())})" for op in sorted(per_op) if op not in SCOPE_OPS) + "."]
     if elapsed_s is not None:
         lines += ["", f"Run time: {elapsed_s:.0f} s."]
     text = "\n".join(lines) + "\n"
@@ -454,24 +598,28 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tvmc.conformance", description=__doc__.splitlines()[0])
     p.add_argument("-j", "--jobs", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("-k", "--filter", default="", help="only cases whose name contains this text")
+    p.add_argument("--ops", default="", help="only cases of these op types (comma-separated)")
+    p.add_argument("--no-ort", action="store_true", help="do not run onnxruntime beside tvmc")
     p.add_argument("-t", "--target", default=DEFAULT_TARGET, help=f"target to compile for (default {DEFAULT_TARGET})")
     p.add_argument("-o", "--output", help=f"report path (default {REPORT_PATH}, docs/conformance-T.md for target T)")
     p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per case")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the workers run side by side
-    cases = [c for c in collect_cases() if args.filter in c.name]
+    ops = {o for o in args.ops.split(",") if o}
+    cases = [c for c in collect_cases() if args.filter in c.name and (not ops or case_op(c) in ops)]
     t0 = time.perf_counter()
     global TARGET
     TARGET = args.target
     output = args.output or report_path(args.target)
-    results = run_all(cases, args.jobs, args.timeout)
+    results = run_all(cases, args.jobs, args.timeout, ort=not args.no_ort)
     elapsed = time.perf_counter() - t0
     write_report(results, output, elapsed, args.target)
     update_targets_table(REPORT_PATH if args.output is None else output, args.target, results, output)
     s = summarize(results)
-    pct = 100.0 * s["passed"] / s["in_scope"] if s["in_scope"] else 0.0
-    print(f"report: {output} ({s['in_scope']} in scope, {pct:.1f}% passed; {s['failed']} wrong outputs, "
-          f"{s['error']} errors, {s['skipped']} skipped; {s['frozen_passed']} passes with frozen shape inputs)")
+    print(f"report: {output} ({s['in_scope']} in scope, {_pct(s['passed'], s['in_scope'])} passed; "
+          f"{s['failed']} wrong outputs, {s['error']} errors, {s['skipped']} out of scope; "
+          f"{s['frozen_passed']} passes with frozen shape inputs; onnxruntime passes {s['ort_passed']}, "
+          f"{s['ort_only']} of them not by tvmc)")
     print(f"conformance: {s['passed']} passed, {s['failed'] + s['error']} failed")
     return 0
 

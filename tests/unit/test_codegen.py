@@ -21,6 +21,7 @@ from tvmc.target import resolve_target
 from tvmc.tir.lower import lower
 
 N = 1 << 16          # elements per accuracy kernel
+TRIGONOMETRIC = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 LANES = 16           # float32 lanes of AVX-512 (x86 descriptor: vector_width_bits 512)
 
 
@@ -30,8 +31,8 @@ def host():
     return resolve_target("native")
 
 
-def _unary_prim(name, fn, vectorize, n=N, nargs=1):
-    args = [te.placeholder((n,), "float32", name=f"x{k}") for k in range(nargs)]
+def _unary_prim(name, fn, vectorize, n=N, nargs=1, dtype="float32"):
+    args = [te.placeholder((n,), dtype, name=f"x{k}") for k in range(nargs)]
     out = te.compute((n,), lambda i: fn(*[a[i] for a in args]), name="y")
     s = te.create_schedule(out)
     if vectorize:
@@ -48,13 +49,13 @@ def _load_library(prims, target, path):
     return ctypes.CDLL(str(path))
 
 
-def _caller(lib, name, n=N):
+def _caller(lib, name, n=N, dtype=np.float32):
     fn = getattr(lib, name)
 
     def call(*xs):
-        xs = [np.ascontiguousarray(x, dtype=np.float32) for x in xs]
+        xs = [np.ascontiguousarray(x, dtype=dtype) for x in xs]
         assert all(x.shape == (n,) for x in xs)
-        out = np.full(n, np.nan, dtype=np.float32)
+        out = np.full(n, np.nan, dtype=dtype)
         fn(*[ctypes.c_void_p(a.ctypes.data) for a in xs + [out]])
         return out
 
@@ -62,7 +63,8 @@ def _caller(lib, name, n=N):
 
 
 INTRINSICS = {"exp": te.exp, "log": te.log, "tanh": te.tanh, "erf": te.erf, "sigmoid": te.sigmoid,
-              "sqrt": te.sqrt, "fabs": te.fabs, "floor": te.floor, "ceil": te.ceil}
+              "sqrt": te.sqrt, "fabs": te.fabs, "floor": te.floor, "ceil": te.ceil, "round": te.round,
+              **{name: getattr(te, name) for name in TRIGONOMETRIC}}
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +90,8 @@ def claimed_error(name):
     return m.group(1), float(m.group(2))
 
 
-def _fill(points, rng, lo, hi, geometric=False):
-    """N float32 inputs: an even grid over [lo, hi], random points, and named edge points."""
+def _fill(points, rng, lo, hi, geometric=False, dtype=np.float32):
+    """N inputs of `dtype`: an even grid over [lo, hi], random points, and named edge points."""
     k = N - len(points)
     if geometric:
         grid = np.geomspace(lo, hi, k // 2)
@@ -97,7 +99,7 @@ def _fill(points, rng, lo, hi, geometric=False):
     else:
         grid = np.linspace(lo, hi, k // 2)
         rand = rng.uniform(lo, hi, k - k // 2)
-    return np.concatenate([grid, rand, np.asarray(points, dtype=np.float64)]).astype(np.float32)
+    return np.concatenate([grid, rand, np.asarray(points, dtype=np.float64)]).astype(dtype)
 
 
 _erf64 = np.frompyfunc(math.erf, 1, 1)
@@ -118,6 +120,23 @@ ACCURACY = {
 }
 
 
+# The trigonometric and hyperbolic functions, both precisions: name -> (reference, (lo, hi), edge points)
+TRIG_RANGES = {
+    "sin": (np.sin, (-100, 100), [0.0, 1e-8, np.pi, np.pi / 2, -100.0]),
+    "cos": (np.cos, (-100, 100), [0.0, 1e-8, np.pi, np.pi / 2, -100.0]),
+    "tan": (np.tan, (-1.5, 1.5), [0.0, 1e-8, 0.785398, 1.5]),
+    "asin": (np.arcsin, (-1, 1), [0.0, 1e-8, 1.0, -1.0, 0.5]),
+    "acos": (np.arccos, (-1, 1), [0.0, 1e-8, 1.0, -1.0, 0.5, 0.99999]),
+    "atan": (np.arctan, (-50, 50), [0.0, 1e-8, 1.0, -1.0, 0.41421356, 1e30]),
+    "sinh": (np.sinh, (-80, 80), [0.0, 1e-8, 0.49999, 0.5, 88.0, -88.0]),
+    "cosh": (np.cosh, (-80, 80), [0.0, 1e-8, 0.5, 88.0, -88.0]),
+    "asinh": (np.arcsinh, (-100, 100), [0.0, 1e-8, 1e-3, 1e10, -1e10, 5000.0]),
+    "acosh": (np.arccosh, (1, 100), [1.0, 1.0001, 1e10, 5000.0]),
+    "atanh": (np.arctanh, (-0.9999, 0.9999), [0.0, 1e-8, 1e-3, 0.5]),
+}
+ACCURACY.update({name: (ref, lambda rng, r=r, p=p: _fill(p, rng, *r)) for name, (ref, r, p) in TRIG_RANGES.items()})
+
+
 @pytest.mark.parametrize("mode", ["scalar", "vector"])
 @pytest.mark.parametrize("name", sorted(ACCURACY))
 def test_intrinsic_max_error_matches_docstring(kernels, name, mode):
@@ -135,6 +154,59 @@ def test_intrinsic_max_error_matches_docstring(kernels, name, mode):
                                  f"exceeds the documented {bound:g}")
 
 
+@pytest.fixture(scope="module")
+def kernels64(host, tmp_path_factory):
+    """{(intrinsic, 'scalar'|'vector'): f(x) -> y} on float64 (4-lane vectors)."""
+    prims, names = [], {}
+    for mode in ("scalar", "vector"):
+        for name in ACCURACY64:
+            prims.append(_unary_prim(f"{name}64_{mode}", INTRINSICS[name], mode == "vector", dtype="float64"))
+            names[(name, mode)] = f"{name}64_{mode}"
+    lib = _load_library(prims, host, tmp_path_factory.mktemp("codegen") / "intrin64.so")
+    return {key: _caller(lib, sym, dtype=np.float64) for key, sym in names.items()}
+
+
+def _fill64(points, rng, lo, hi, geometric=False):
+    return _fill(points, rng, lo, hi, geometric, dtype=np.float64)
+
+
+# float64: range ends, the series / continued-fraction seam of erf at |x| = 2, subnormals
+ACCURACY64 = {
+    "exp": (np.exp, lambda rng: _fill64([0.0, -0.0, 1e-300, -745.0, -740.0], rng, -708, 709.7)),
+    "log": (np.log, lambda rng: _fill64([1.0, 1 + 2 ** -52, 1 - 2 ** -53, 5e-324, 2.2250738585072014e-308],
+                                        rng, 1e-320, 1e308, geometric=True)),
+    "tanh": (np.tanh, lambda rng: _fill64([0.0, 1e-8, -1e-8, 1e-9, 0.3], rng, -20, 20)),
+    "erf": (lambda x: _erf64(x).astype(np.float64),
+            lambda rng: _fill64([0.0, 2.0, -2.0, 1.9999999, 6.0, 5.9999], rng, -7, 7)),
+    "sigmoid": (lambda x: 1.0 / (1.0 + np.exp(-x)), lambda rng: _fill64([0.0, 36.0, -700.0], rng, -40, 40)),
+    **{name: (ref, lambda rng, r=r, p=p: _fill64(p, rng, *r)) for name, (ref, r, p) in TRIG_RANGES.items()},
+}
+
+
+@pytest.mark.parametrize("mode", ["scalar", "vector"])
+@pytest.mark.parametrize("name", sorted(ACCURACY64))
+def test_float64_intrinsic_max_error_matches_docstring(kernels64, name, mode):
+    kind, bound = claimed_error(name + "64")
+    ref_fn, inputs = ACCURACY64[name]
+    x = inputs(np.random.default_rng(0))
+    y = kernels64[(name, mode)](x)
+    ref = ref_fn(x)
+    err = np.abs(y - ref)
+    if kind == "relative":
+        err = np.where(ref == 0, err, err / np.where(ref == 0, 1.0, np.abs(ref)))
+    worst = int(np.argmax(err))
+    assert np.isfinite(y).all()
+    assert err[worst] <= bound, (f"{name} float64 ({mode}): {kind} error {err[worst]:.3g} at x={x[worst]!r} "
+                                 f"exceeds the documented {bound:g}")
+
+
+@pytest.mark.parametrize("name", sorted(ACCURACY64))
+def test_float64_nan_propagates(kernels64, name):
+    x = np.full(N, np.nan)
+    for mode in ("scalar", "vector"):
+        assert np.isnan(kernels64[(name, mode)](x)).all(), mode
+
+
 @pytest.mark.parametrize("mode", ["scalar", "vector"])
 def test_sqrt_fabs_floor_ceil_are_exact(kernels, mode):
     rng = np.random.default_rng(1)
@@ -145,6 +217,8 @@ def test_sqrt_fabs_floor_ceil_are_exact(kernels, mode):
     np.testing.assert_array_equal(kernels[("fabs", mode)](s), np.abs(s))
     np.testing.assert_array_equal(kernels[("floor", mode)](s), np.floor(s))
     np.testing.assert_array_equal(kernels[("ceil", mode)](s), np.ceil(s))
+    halves = (np.arange(N, dtype=np.float32) - N // 2) / 2  # ties round to even, as ONNX Round
+    np.testing.assert_array_equal(kernels[("round", mode)](halves), np.round(halves))
 
 
 @pytest.mark.parametrize("mode", ["scalar", "vector"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import llvmlite
+import numpy as np
 from llvmlite import ir
 
 from tvmc.codegen import intrinsics
@@ -32,14 +33,32 @@ FP_CONTRACT = ("contract",)
 
 
 def llvm_type(dtype: str) -> ir.Type:
-    """Register type of a dtype (bool is i1 in registers, i8 in memory)."""
-    return {"float32": ir.FloatType(), "float64": ir.DoubleType(), "float16": ir.HalfType(),
-            "int64": I64, "int32": I32, "int16": ir.IntType(16), "int8": I8, "uint8": I8,
-            "bool": I1}[dtype]
+    """Register type of a dtype. bool is i1 in registers (i8 in memory); float16 is float in
+    registers (half in memory): float16 math runs in float32, converted at loads and stores,
+    since x86 and most CPUs have no float16 arithmetic (only F16C conversions)."""
+    return _REGISTER_TYPES[dtype]
+
+
+_REGISTER_TYPES = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "float16": ir.FloatType(),
+                   "int64": I64, "int32": I32, "int16": ir.IntType(16), "int8": I8,
+                   "uint64": I64, "uint32": I32, "uint16": ir.IntType(16), "uint8": I8, "bool": I1}
 
 
 def mem_type(dtype: str) -> ir.Type:
-    return I8 if dtype == "bool" else llvm_type(dtype)
+    """Memory (buffer element) type of a dtype."""
+    return {"bool": I8, "float16": ir.HalfType()}.get(dtype) or llvm_type(dtype)
+
+
+def is_unsigned(dtype: str) -> bool:
+    """bool and uint* compare, divide, extend and convert as unsigned integers."""
+    return dtype == "bool" or dtype.startswith("uint")
+
+
+def _int_constant(dtype: str, value: int):
+    """An integer literal in its register type; unsigned values above the signed range wrap to
+    their two's-complement bit pattern (LLVM integers carry no sign)."""
+    ty = llvm_type(dtype)
+    return ty(value - (1 << ty.width) if value >= 1 << (ty.width - 1) and ty.width > 1 else value)
 
 
 def for_range(builder: ir.IRBuilder, start, stop, name="i"):
@@ -282,8 +301,7 @@ class CodeGenLLVM:
             return
         lanes = vec[1]
         v = val.value if isinstance(val, _Vec) else self._splat(st, val, lanes)
-        if s.buffer.dtype == "bool":
-            v = b.zext(v, ir.VectorType(I8, lanes))
+        v = self._to_mem(st, v, s.buffer.dtype)
         if kind == "contiguous":
             ptr = self._addr_of(st, s.buffer, idx)
             if mask is None:
@@ -330,15 +348,23 @@ class CodeGenLLVM:
             for k in range(lanes):
                 x = b.load(self._addr(st, e.buffer, b.extract_element(ivec, I32(k))), typ=ety)
                 val = b.insert_element(val, x, I32(k))
-        if e.buffer.dtype == "bool":
-            val = b.icmp_unsigned("!=", val, ir.Constant(ir.VectorType(I8, lanes), None))
-        return _Vec(val, lanes)
+        return _Vec(self._from_mem(st, val, e.buffer.dtype), lanes)
 
     def _to_mem(self, st, val, dtype):
-        return st.builder.zext(val, I8) if dtype == "bool" else val
+        """Register value (scalar or vector) -> memory type: bool i1 -> i8, float16 float -> half."""
+        if dtype == "bool":
+            return st.builder.zext(val, _like(val.type, I8))
+        if dtype == "float16":
+            return st.builder.fptrunc(val, _like(val.type, ir.HalfType()))
+        return val
 
     def _from_mem(self, st, val, dtype):
-        return st.builder.icmp_unsigned("!=", val, I8(0)) if dtype == "bool" else val
+        """Memory value (scalar or vector) -> register type: i8 -> bool i1, half -> float."""
+        if dtype == "bool":
+            return st.builder.icmp_unsigned("!=", val, ir.Constant(val.type, None))
+        if dtype == "float16":
+            return st.builder.fpext(val, _like(val.type, ir.FloatType()))
+        return val
 
     def _splat(self, st, val, lanes):
         b = st.builder
@@ -350,9 +376,9 @@ class CodeGenLLVM:
     def _expr(self, st, e: PrimExpr, vec, mask=None):
         """Scalar llvm value, or _Vec inside a vectorized loop when `e` depends on its var."""
         if isinstance(e, IntImm):
-            return llvm_type(e.dtype)(e.value)
-        if isinstance(e, FloatImm):
-            return llvm_type(e.dtype)(e.value)
+            return _int_constant(e.dtype, e.value)
+        if isinstance(e, FloatImm):  # a float16 literal holds a float16 value
+            return llvm_type(e.dtype)(float(np.float16(e.value)) if e.dtype == "float16" else e.value)
         if isinstance(e, Var):
             if vec is not None and e is vec[0]:
                 lanes = vec[1]
@@ -426,15 +452,21 @@ class CodeGenLLVM:
                     # (relu's 0) the NaN test folds away and one instruction is left.
                     first = b.select(b.fcmp_ordered("<" if e.op == "min" else ">", y, x), y, x)
                     return b.select(b.fcmp_unordered("uno", y, y), y, first)
+                if e.op == "fmod":
+                    return b.frem(x, y)
                 # `contract` lets LLVM fuse a multiply and the add that consumes it into one FMA
                 # (one rounding instead of two, like C's -ffp-contract=on)
                 return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[e.op](x, y, flags=FP_CONTRACT)
-            unsigned = e.a.dtype in ("uint8", "bool")
+            unsigned = is_unsigned(e.a.dtype)
             if e.op in ("min", "max"):
                 cmp = b.icmp_unsigned if unsigned else b.icmp_signed
                 return b.select(cmp("<" if e.op == "min" else ">", x, y), x, y)
-            if e.op in ("add", "sub", "mul"):
-                return {"add": b.add, "sub": b.sub, "mul": b.mul}[e.op](x, y)
+            if e.op in _INT_BINOPS:
+                return getattr(b, _INT_BINOPS[e.op])(x, y)
+            if e.op == "right_shift":
+                return (b.lshr if unsigned else b.ashr)(x, y)
+            if e.op == "fmod":
+                return _lanewise(b, b.urem if unsigned else b.srem)(x, y)
             sdiv, srem = _lanewise(b, b.sdiv), _lanewise(b, b.srem)
             if unsigned and e.op in ("floordiv", "div"):
                 return _lanewise(b, b.udiv)(x, y)
@@ -457,16 +489,31 @@ class CodeGenLLVM:
             sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[e.op]
             if is_float(e.a.dtype):
                 return b.fcmp_unordered(sym, x, y) if e.op == "ne" else b.fcmp_ordered(sym, x, y)
-            if e.a.dtype == "bool" or e.a.dtype == "uint8":
+            if is_unsigned(e.a.dtype):
                 return b.icmp_unsigned(sym, x, y)
             return b.icmp_signed(sym, x, y)
         if isinstance(e, Not):
             return b.not_(args[0])
         if isinstance(e, Cast):
             return _cast(b, args[0], e.value.dtype, e.dtype)
+        if isinstance(e, Call) and e.name == "reinterpret":
+            return _reinterpret(b, args[0], e.args[0].dtype, e.dtype)
         if isinstance(e, Call):
             return intrinsics.emit(self, b, e.name, args, e.dtype)
         raise CodegenError(f"codegen: unsupported expression {type(e).__name__}")
+
+
+_INT_BINOPS = {"add": "add", "sub": "sub", "mul": "mul", "bitwise_and": "and_", "bitwise_or": "or_",
+               "bitwise_xor": "xor", "left_shift": "shl"}
+
+
+def _reinterpret(b, v, src: str, dst: str):
+    """The bits of register value `v` (dtype `src`) as `dst` of the same size; float16 goes
+    through its half memory form."""
+    if src == "float16":
+        v = b.fptrunc(v, _like(v.type, ir.HalfType()))
+    out = b.bitcast(v, _like(v.type, mem_type(dst)))
+    return b.fpext(out, _like(v.type, ir.FloatType())) if dst == "float16" else out
 
 
 def _zero(t):
@@ -509,28 +556,43 @@ def _operands(e):
     raise CodegenError(f"codegen: unsupported expression {type(e).__name__}")
 
 
+def _like(ty, element):
+    """`element`, or a vector of it with as many lanes as `ty` when `ty` is a vector type."""
+    return ir.VectorType(element, ty.count) if isinstance(ty, ir.VectorType) else element
+
+
 def _cast(b, v, src: str, dst: str):
-    st, dt = llvm_type(src), llvm_type(dst)
-    if isinstance(v.type, ir.VectorType):
-        st, dt = ir.VectorType(st, v.type.count), ir.VectorType(dt, v.type.count)
-    sf, df = is_float(src), is_float(dst)
+    """Convert register value `v` (scalar or vector) from dtype `src` to `dst` as numpy's astype
+    does for in-range values; a float16 result is rounded to float16 once (through half) and
+    kept as float."""
     if src == dst:
         return v
+    dt = _like(v.type, llvm_type(dst))
+    sf, df = is_float(src), is_float(dst)
     if dst == "bool":
         return b.fcmp_unordered("!=", v, _zero(v.type)) if sf else b.icmp_unsigned("!=", v, _zero(v.type))
+    if dst == "float16":
+        half = _like(v.type, ir.HalfType())
+        if sf:
+            h = b.fptrunc(v, half)
+        else:
+            h = b.uitofp(v, half) if is_unsigned(src) else b.sitofp(v, half)
+        return b.fpext(h, dt)
     if sf and df:
-        width = {"float16": 16, "float32": 32, "float64": 64}
+        width = {"float16": 32, "float32": 32, "float64": 64}  # register widths
+        if width[dst] == width[src]:
+            return v
         return b.fpext(v, dt) if width[dst] > width[src] else b.fptrunc(v, dt)
     if sf:
-        return b.fptosi(v, dt)
+        return b.fptoui(v, dt) if is_unsigned(dst) else b.fptosi(v, dt)
     if df:
-        return b.uitofp(v, dt) if src in ("bool", "uint8") else b.sitofp(v, dt)
+        return b.uitofp(v, dt) if is_unsigned(src) else b.sitofp(v, dt)
     sw, dw = llvm_type(src).width, llvm_type(dst).width
     if sw == dw:
         return v
     if sw > dw:
         return b.trunc(v, dt)
-    return b.zext(v, dt) if src in ("bool", "uint8") else b.sext(v, dt)
+    return b.zext(v, dt) if is_unsigned(src) else b.sext(v, dt)
 
 
 def _vectorizable(s: Stmt) -> bool:

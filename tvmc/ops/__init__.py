@@ -41,3 +41,4 @@ from tvmc.ops import reduce  # noqa: F401,E402  (registration: reductions, argma
 from tvmc.ops import image  # noqa: F401,E402  (registration: image.resize2d)
 from tvmc.ops import nn_conv2d_transpose  # noqa: F401,E402  (registration: nn.conv2d_transpose)
 from tvmc.ops import sort  # noqa: F401,E402  (registration: topk_values, topk_indices)
+from tvmc.ops import scatter  # noqa: F401,E402  (registration: scatter_elements, scatter_nd)

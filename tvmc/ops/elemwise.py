@@ -188,3 +188,116 @@ def _where_compute(inputs, attrs, out_type):
 
 register_op(OpDef("where", _where_type, lambda c, a, b: np.where(c, a, b), OpPattern.BROADCAST, _where_compute,
                   INJECTIVE))
+
+
+# ---- float classification, sign and rounding (ONNX IsNaN, IsInf, Sign, Round) --------------------
+
+def _bool_type(in_types, attrs):
+    return TensorType(in_types[0].shape, "bool")
+
+
+def _isinf(x, a):
+    if not x.dtype.startswith("float"):
+        return te.const(False, "bool")
+    conds = [te.eq(x, te.const(v, x.dtype)) for v, on in ((np.inf, a.get("detect_positive", 1)),
+                                                          (-np.inf, a.get("detect_negative", 1))) if on]
+    return te.logical_or(*conds) if conds else te.const(False, "bool")
+
+
+def _isinf_ref(x, detect_positive=1, detect_negative=1):
+    return (np.isposinf(x) & bool(detect_positive)) | (np.isneginf(x) & bool(detect_negative))
+
+
+# x != x holds for NaN only (an unordered comparison)
+_unary("isnan", lambda x, a: te.ne(x, x), lambda x: np.isnan(x), infer=_bool_type)
+_unary("isinf", _isinf, _isinf_ref, infer=_bool_type)
+_unary("sign", lambda x, a: te.select(x > _f(x, 0), _f(x, 1), te.select(x < _f(x, 0), _f(x, -1), x)),
+       lambda x: np.sign(x))
+_unary("round", lambda x, a: te.round(x) if x.dtype.startswith("float") else x, lambda x: np.round(x))
+
+
+# ---- trigonometric and hyperbolic functions (ONNX Sin .. Atanh; codegen/intrinsics.py) ------------
+
+def _float64_ref(fn):
+    def ref(x):
+        with np.errstate(all="ignore"):
+            return fn(x.astype(np.float64)).astype(x.dtype)
+    return ref
+
+
+for _name, _fn in (("sin", np.sin), ("cos", np.cos), ("tan", np.tan), ("asin", np.arcsin), ("acos", np.arccos),
+                   ("atan", np.arctan), ("sinh", np.sinh), ("cosh", np.cosh), ("asinh", np.arcsinh),
+                   ("acosh", np.arccosh), ("atanh", np.arctanh)):
+    _unary(_name, lambda x, a, f=getattr(te, _name): f(x), _float64_ref(_fn))
+
+
+# ---- integer bit operations (ONNX BitwiseAnd/Or/Xor/Not, BitShift) and remainders (Mod) ----------
+
+_binary("bitwise_and", te.bitwise_and, np.bitwise_and)
+_binary("bitwise_or", te.bitwise_or, np.bitwise_or)
+_binary("bitwise_xor", te.bitwise_xor, np.bitwise_xor)
+_unary("bitwise_not", lambda x, a: te.bitwise_xor(x, _f(x, -1 if x.dtype.startswith("int") else np.iinfo(x.dtype).max)),
+       lambda x: np.invert(x))
+
+
+def _shift_in_range(b, dtype):
+    """0 <= b < bit width: shifts outside shift every bit out (ONNX BitShift-26 semantics)."""
+    width = _f(b, np.iinfo(dtype).bits)
+    return te.logical_and(b >= _f(b, 0), b < width) if dtype.startswith("int") else b < width
+
+
+def _shift_ref(direction):
+    def ref(a, b):
+        a, b = np.broadcast_arrays(a, b)
+        width = np.iinfo(a.dtype).bits
+        ok = (b >= 0) & (b < width)
+        bs = np.where(ok, b, 0).astype(a.dtype)
+        if direction == "left":
+            u = np.dtype(f"u{a.dtype.itemsize}")
+            return np.where(ok, np.left_shift(a.view(u), bs.view(u)).view(a.dtype), 0).astype(a.dtype)
+        return np.where(ok, np.right_shift(a, bs), np.where(a < 0, -1, 0)).astype(a.dtype)
+    return ref
+
+
+_binary("left_shift", lambda a, b: te.select(_shift_in_range(b, a.dtype), te.left_shift(a, b), _f(a, 0)),
+        _shift_ref("left"))
+_binary("right_shift", lambda a, b: te.select(
+    _shift_in_range(b, a.dtype), te.right_shift(a, b),
+    te.select(a < _f(a, 0), _f(a, -1), _f(a, 0)) if a.dtype.startswith("int") else _f(a, 0)), _shift_ref("right"))
+
+
+def _floor_mod(a, b):
+    """Remainder with the divisor's sign (Python's %, numpy.mod): integers through floormod;
+    floats as fmod(a, b) moved by b when the signs differ (inf divisor: a, or b when the signs
+    differ, as numpy)."""
+    if not a.dtype.startswith("float"):
+        return a % b
+    r = te.fmod(a, b)
+    zero = _f(a, 0)
+    fix = te.logical_and(te.ne(r, zero), te.ne(r < zero, b < zero))
+    return te.select(fix, r + b, r)
+
+
+def _mod_ref(fn):
+    def ref(a, b):
+        with np.errstate(all="ignore"):
+            return fn(a, b).astype(a.dtype)
+    return ref
+
+
+# ONNX Mod fmod=1 (C's fmod / %: the dividend's sign) and fmod=0 (the divisor's sign)
+_binary("trunc_mod", te.fmod, _mod_ref(np.fmod))
+_binary("floor_mod", _floor_mod, _mod_ref(np.mod))
+
+
+# ---- reinterpret (ONNX BitCast) ----------------------------------------------------------------
+
+def _reinterpret_type(in_types, attrs):
+    t = in_types[0]
+    if np.dtype(t.dtype).itemsize != np.dtype(attrs["dtype"]).itemsize:
+        raise ValueError(f"cannot reinterpret {t.dtype} as {attrs['dtype']}: sizes differ")
+    return TensorType(t.shape, attrs["dtype"])
+
+
+_unary("reinterpret", lambda x, a: te.reinterpret(a["dtype"], x) if x.dtype != "bool" else
+       te.cast(a["dtype"], x), lambda x, dtype: x.view(dtype), infer=_reinterpret_type)

@@ -12,6 +12,7 @@ no weights, a pure gather.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -149,3 +150,163 @@ def _reference(data, idx_h, idx_w, w_h=None, w_w=None):
 
 
 register_op(OpDef("image.resize2d", _type, _reference, OpPattern.INJECTIVE, _compute, INJECTIVE))
+
+
+# ---- grid_sample (ONNX GridSample-16/20/22; PyTorch's grid_sampler) ------------------------------
+
+def _grid_sample_type(in_types, attrs):
+    """x[N, C, *in_spatial], grid[N, *out_spatial, D] (D = len(in_spatial), coordinates in
+    reverse axis order, normalized to [-1, 1]) -> [N, C, *out_spatial]."""
+    x, grid = in_types
+    d = len(x.shape) - 2
+    if d < 1 or len(grid.shape) != d + 2 or grid.shape[0] != x.shape[0] or grid.shape[-1] != d:
+        raise ValueError(f"grid {list(grid.shape)} does not sample x {list(x.shape)}")
+    if attrs["mode"] not in ("nearest", "linear", "cubic") or \
+            attrs["padding_mode"] not in ("zeros", "border", "reflection"):
+        raise ValueError(f"unknown mode '{attrs['mode']}' or padding_mode '{attrs['padding_mode']}'")
+    return TensorType((x.shape[0], x.shape[1]) + tuple(grid.shape[1:-1]), x.dtype)
+
+
+def _reflect(v, lo: float, hi: float):
+    """v reflected at the borders lo and hi until inside (PyTorch's reflect_coordinates)."""
+    span = hi - lo
+    below, above = v < te.const(lo, v.dtype), v > te.const(hi, v.dtype)
+    dx = te.select(below, te.const(lo, v.dtype) - v, v - te.const(hi, v.dtype))
+    n = te.floor(dx / te.const(span, v.dtype))
+    r = dx - n * te.const(span, v.dtype)
+    even = te.eq(te.floor(n * te.const(0.5, v.dtype)) * te.const(2.0, v.dtype), n)
+    from_lo, from_hi = te.const(lo, v.dtype) + r, te.const(hi, v.dtype) - r
+    return te.select(below, te.select(even, from_lo, from_hi), te.select(above, te.select(even, from_hi, from_lo), v))
+
+
+def _keys_cubic(t, k: int):
+    """Keys' cubic convolution weight (a = -0.75) of tap k in 0..3 at fraction t."""
+    a = -0.75
+    s = {0: t + 1.0, 1: t, 2: 1.0 - t, 3: 2.0 - t}[k]
+    if k in (1, 2):
+        return ((a + 2.0) * s - (a + 3.0)) * s * s + 1.0
+    return ((a * s - 5.0 * a) * s + 8.0 * a) * s - 4.0 * a
+
+
+def _grid_sample_compute(inputs, attrs, out_type):
+    """Each output point reads its coordinates from the grid, denormalizes them (align_corners:
+    -1 and 1 are the first and last pixel centers; else the image edges), applies the padding
+    mode to the coordinate, then interpolates over 1 (nearest), 2 (linear) or 4 (cubic) taps per
+    axis; a tap outside the image reads 0 (zeros), the edge (border) or its reflection."""
+    x, grid = inputs
+    mode, padding, align = attrs["mode"], attrs["padding_mode"], attrs["align_corners"]
+    dims = x.shape[2:]
+    nd = len(dims)
+    ft = grid.dtype
+    lo = [0.0 if align else -0.5 for _ in dims]
+    hi = [d - 1.0 if align else d - 0.5 for d in dims]
+
+    def coord(o, i):  # denormalized, padded coordinate along spatial axis i
+        g = grid[(o[0],) + tuple(o[2:]) + (te.const(nd - 1 - i),)]
+        d = float(dims[i])
+        v = (g + te.const(1.0, ft)) * te.const(0.5 * (d - 1), ft) if align else \
+            ((g + te.const(1.0, ft)) * te.const(d, ft) - te.const(1.0, ft)) * te.const(0.5, ft)
+        if mode == "nearest":
+            v = te.round(v)
+        outside = te.logical_or(v < te.const(lo[i], ft), v > te.const(hi[i], ft))
+        if padding == "border":
+            v = te.select(outside, te.minimum(te.maximum(v, te.const(0.0, ft)), te.const(d - 1, ft)), v)
+        elif padding == "reflection":
+            v = _reflect(v, lo[i], hi[i])
+        return v
+
+    def tap(k, i):  # (index to load, inside?) of integer tap k along axis i
+        d = dims[i]
+        if padding == "border":
+            return te.minimum(te.maximum(k, te.const(0)), te.const(d - 1)), None
+        if padding == "reflection":
+            k = te.cast("int64", _reflect(te.cast(ft, k), lo[i], hi[i]))
+            return te.minimum(te.maximum(k, te.const(0)), te.const(d - 1)), None
+        inside = te.logical_and(k >= te.const(0), k < te.const(d))
+        return te.minimum(te.maximum(k, te.const(0)), te.const(d - 1)), inside
+
+    def f(*o):
+        vs = [coord(o, i) for i in range(nd)]
+        if mode == "nearest":
+            per_axis = [[(te.cast("int64", v), None)] for v in vs]
+        else:
+            per_axis = []
+            for v in vs:
+                base = te.cast("int64", te.floor(v))
+                t = v - te.floor(v)
+                if mode == "linear":
+                    per_axis.append([(base, te.const(1.0, ft) - t), (base + te.const(1), t)])
+                else:
+                    per_axis.append([(base + te.const(k - 1), _keys_cubic(t, k)) for k in range(4)])
+        total = None
+        for combo in itertools.product(*per_axis):
+            idx, conds, weight = [], [], None
+            for i, (k, w) in enumerate(combo):
+                j, inside = tap(k, i)
+                idx.append(j)
+                if inside is not None:
+                    conds.append(inside)
+                if w is not None:
+                    weight = w if weight is None else weight * w
+            value = te.cast(ft, x[(o[0], o[1]) + tuple(idx)])
+            if conds:
+                value = te.select(te.logical_and(*conds), value, te.const(0.0, ft))
+            term = value if weight is None else value * weight
+            total = term if total is None else total + term
+        return te.cast(x.dtype, total)
+
+    return te.compute(out_type.shape, f, name="grid_sample")
+
+
+def _reflect_np(v, lo, hi):
+    span = hi - lo
+    below, above = v < lo, v > hi
+    dx = np.where(below, lo - v, v - hi)
+    n = np.floor(dx / span)
+    r = dx - n * span
+    even = n % 2 == 0
+    return np.where(below, np.where(even, lo + r, hi - r), np.where(above, np.where(even, hi - r, lo + r), v))
+
+
+def _grid_sample_ref(x, grid, mode, padding_mode, align_corners):
+    """numpy form of _grid_sample_compute (the same steps on whole arrays)."""
+    dims = x.shape[2:]
+    nd = len(dims)
+    per_axis = []
+    for i, d in enumerate(dims):
+        lo, hi = (0.0, d - 1.0) if align_corners else (-0.5, d - 0.5)
+        g = grid[..., nd - 1 - i].astype(np.float32)
+        v = (g + 1) * np.float32(0.5 * (d - 1)) if align_corners else ((g + 1) * np.float32(d) - 1) * np.float32(0.5)
+        if mode == "nearest":
+            v = np.rint(v)
+        if padding_mode == "border":
+            v = np.where((v < lo) | (v > hi), np.clip(v, 0, d - 1), v)
+        elif padding_mode == "reflection":
+            v = _reflect_np(v, lo, hi)
+        base, t = np.floor(v), v - np.floor(v)
+        taps = [(v, None)] if mode == "nearest" else [(base, 1 - t), (base + 1, t)] if mode == "linear" else \
+            [(base + k - 1, _keys_cubic(t, k)) for k in range(4)]
+        axis_taps = []
+        for k, w in taps:
+            k = k.astype(np.int64)
+            if padding_mode == "reflection":
+                k = _reflect_np(k.astype(np.float32), lo, hi).astype(np.int64)
+            inside = (k >= 0) & (k < d)
+            axis_taps.append((np.clip(k, 0, d - 1), inside if padding_mode == "zeros" else None, w))
+        per_axis.append(axis_taps)
+    out = np.zeros(x.shape[:2] + grid.shape[1:-1], np.float32)
+    batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (len(grid.shape) - 2))
+    for combo in itertools.product(*per_axis):
+        channels_last = x.transpose((0,) + tuple(range(2, 2 + nd)) + (1,))
+        vals = np.moveaxis(channels_last[(batch,) + tuple(j for j, _, _ in combo)], -1, 1).astype(np.float32)
+        for _, inside, w in combo:
+            if inside is not None:
+                vals = vals * inside[:, None]
+            if w is not None:
+                vals = vals * w[:, None]
+        out += vals
+    return out.astype(x.dtype)
+
+
+register_op(OpDef("image.grid_sample", _grid_sample_type, _grid_sample_ref, OpPattern.INJECTIVE, _grid_sample_compute,
+                  INJECTIVE))

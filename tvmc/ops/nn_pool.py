@@ -82,7 +82,8 @@ def _pool_compute(kind):
         eb = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt))
         er = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl))
         padded = pad_compute(x, ((0, 0), (0, 0), (pt, eb), (pl, er)) + block,
-                             float("-inf") if kind == "max" else 0.0, name="pad_data")
+                             (float("-inf") if x.dtype.startswith("float") else te.min_value(x.dtype))
+                             if kind == "max" else 0.0, name="pad_data")
         rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
         if kind == "max":
             return te.compute(out_type.shape, lambda a, b, y, z, *c: te.max(

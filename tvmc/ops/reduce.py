@@ -1,5 +1,5 @@
 """Reductions over axes: sum, max, min, mean, prod, argmax, argmin (ONNX Reduce*, ArgMax/ArgMin;
-TVM's topi/reduction.py), plus cumsum (ONNX CumSum)."""
+TVM's topi/reduction.py), plus cumsum and cumprod (ONNX CumSum, CumProd)."""
 
 from __future__ import annotations
 
@@ -136,41 +136,48 @@ register_op(OpDef("argmax", _arg_type, _arg_ref(np.argmax), OpPattern.COMM_REDUC
 register_op(OpDef("argmin", _arg_type, _arg_ref(np.argmin), OpPattern.COMM_REDUCE, _arg_compute("min"), REDUCE))
 
 
-# ---- cumsum ---------------------------------------------------------------------------------------
+# ---- cumsum, cumprod --------------------------------------------------------------------------------
 
-def _cumsum_type(in_types, attrs):
+def _cumulative_type(in_types, attrs):
     t = in_types[0]
     _check_axes(t.shape, (attrs["axis"],))
     return t
 
 
-def _cumsum_compute(inputs, attrs, out_type):
-    """out[.., i, ..] = sum over k of x[.., k, ..] where k <= i (k < i when exclusive; reversed
-    order with `reverse`): a masked reduction, O(n^2) along the axis."""
-    x = inputs[0]
-    axis, exclusive, reverse = attrs["axis"], attrs.get("exclusive", 0), attrs.get("reverse", 0)
-    n = x.shape[axis]
-    r = te.reduce_axis(n, "k")
-    zero = te.const(0.0 if x.dtype.startswith("float") else 0, x.dtype)
+def _cumulative_compute(combiner):
+    def compute(inputs, attrs, out_type):
+        """out[.., i, ..] = sum (prod) over k of x[.., k, ..] where k <= i (k < i when exclusive;
+        reversed order with `reverse`): a masked reduction, O(n^2) along the axis."""
+        x = inputs[0]
+        axis, exclusive, reverse = attrs["axis"], attrs.get("exclusive", 0), attrs.get("reverse", 0)
+        n = x.shape[axis]
+        r = te.reduce_axis(n, "k")
+        neutral = te.const(0 if combiner == "sum" else 1, x.dtype)
 
-    def f(*i):
-        k = r.var
-        idx = tuple(k if d == axis else v for d, v in enumerate(i))
-        cond = (k > i[axis]) if reverse else (k < i[axis])
-        if not exclusive:
-            cond = te.logical_or(cond, te.eq(k, i[axis]))
-        return te.sum(te.select(cond, x[idx], zero), r)
+        def f(*i):
+            k = r.var
+            idx = tuple(k if d == axis else v for d, v in enumerate(i))
+            cond = (k > i[axis]) if reverse else (k < i[axis])
+            if not exclusive:
+                cond = te.logical_or(cond, te.eq(k, i[axis]))
+            return getattr(te, combiner)(te.select(cond, x[idx], neutral), r)
 
-    return te.compute(out_type.shape, f, name="cumsum")
-
-
-def _cumsum_ref(x, axis, exclusive=0, reverse=0):
-    y = np.flip(x, axis) if reverse else x
-    out = np.cumsum(y, axis=axis, dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
-    if exclusive:
-        out = np.concatenate([np.zeros_like(np.take(out, [0], axis)), np.delete(out, -1, axis)], axis)
-    out = np.flip(out, axis) if reverse else out
-    return out.astype(x.dtype)
+        return te.compute(out_type.shape, f, name=f"cum{combiner}")
+    return compute
 
 
-register_op(OpDef("cumsum", _cumsum_type, _cumsum_ref, OpPattern.COMM_REDUCE, _cumsum_compute, REDUCE))
+def _cumulative_ref(fn, neutral):
+    def ref(x, axis, exclusive=0, reverse=0):
+        y = np.flip(x, axis) if reverse else x
+        out = fn(y, axis=axis, dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
+        if exclusive:
+            out = np.concatenate([np.full_like(np.take(out, [0], axis), neutral), np.delete(out, -1, axis)], axis)
+        out = np.flip(out, axis) if reverse else out
+        return out.astype(x.dtype)
+    return ref
+
+
+register_op(OpDef("cumsum", _cumulative_type, _cumulative_ref(np.cumsum, 0), OpPattern.COMM_REDUCE,
+                  _cumulative_compute("sum"), REDUCE))
+register_op(OpDef("cumprod", _cumulative_type, _cumulative_ref(np.cumprod, 1), OpPattern.COMM_REDUCE,
+                  _cumulative_compute("prod"), REDUCE))

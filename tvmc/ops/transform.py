@@ -131,7 +131,7 @@ def pad_compute(x, pad_width, pad_value=0.0, name="pad"):
                 conds.append(i[k] < a + d)
         if not conds:
             return x[tuple(src)]
-        return te.select(te.logical_and(*conds), x[tuple(src)], te.const(float(pad_value), x.dtype))
+        return te.select(te.logical_and(*conds), x[tuple(src)], te.const(pad_value, x.dtype))
 
     return te.compute(shape, f, name=name)
 
@@ -193,16 +193,119 @@ def _take_compute(inputs, attrs, out_type):
     n = data.shape[axis]
 
     def f(*i):
-        j = te.cast("int64", idx[i[axis:axis + len(idx.shape)]])
-        j = te.select(j < te.const(0), j + te.const(n), j)
-        j = te.minimum(te.maximum(j, te.const(0)), te.const(n - 1))
+        j = index_in(idx[i[axis:axis + len(idx.shape)]], n)
         return data[tuple(i[:axis]) + (j,) + tuple(i[axis + len(idx.shape):])]
 
     return te.compute(out_type.shape, f, name="take")
 
 
+def index_in(j, n: int):
+    """An index value `j` (any integer dtype) as an int64 index into an axis of size n: negative
+    values count from the end, out-of-range ones are clamped (ONNX leaves them undefined) so no
+    load leaves the tensor."""
+    j = te.cast("int64", j)
+    j = te.select(j < te.const(0), j + te.const(n), j)
+    return te.minimum(te.maximum(j, te.const(0)), te.const(n - 1))
+
+
 register_op(OpDef("take", _take_type, lambda data, idx, axis: np.take(data, idx.astype(np.int64), axis=axis),
                   OpPattern.INJECTIVE, _take_compute, INJECTIVE))
+
+
+# ---- gather_elements, gather_nd (ONNX GatherElements, GatherND) ----------------------------------
+
+def _gather_elements_type(in_types, attrs):
+    data, idx = in_types
+    if len(idx.shape) != len(data.shape) or not 0 <= attrs["axis"] < len(data.shape):
+        raise ValueError(f"indices {list(idx.shape)} must have the rank of data {list(data.shape)}, axis in range")
+    return TensorType(idx.shape, data.dtype)
+
+
+def _gather_elements_compute(inputs, attrs, out_type):
+    """out[i] = data[i with i[axis] replaced by idx[i]] (TVM's gather)."""
+    data, idx = inputs
+    axis = attrs["axis"]
+    return te.compute(out_type.shape, lambda *i: data[tuple(index_in(idx[i], data.shape[axis]) if d == axis else v
+                                                            for d, v in enumerate(i))], name="gather_elements")
+
+
+def _gather_elements_ref(data, idx, axis):
+    idx = np.where(idx < 0, idx + data.shape[axis], idx).astype(np.int64)
+    return np.take_along_axis(data, idx, axis)
+
+
+register_op(OpDef("gather_elements", _gather_elements_type, _gather_elements_ref, OpPattern.INJECTIVE,
+                  _gather_elements_compute, INJECTIVE))
+
+
+def _gather_nd_type(in_types, attrs):
+    """data[b.., d..], indices[b.., i.., k] (b = batch_dims leading axes) -> [b.., i.., d[k:]..]."""
+    data, idx = in_types
+    b, k = attrs["batch_dims"], idx.shape[-1] if idx.shape else 0
+    if not idx.shape or b + k > len(data.shape) or tuple(idx.shape[:b]) != tuple(data.shape[:b]):
+        raise ValueError(f"indices {list(idx.shape)} do not index data {list(data.shape)} with batch_dims {b}")
+    return TensorType(tuple(idx.shape[:-1]) + tuple(data.shape[b + k:]), data.dtype)
+
+
+def _gather_nd_compute(inputs, attrs, out_type):
+    data, idx = inputs
+    b, k = attrs["batch_dims"], idx.shape[-1]
+    m = len(idx.shape) - 1  # output axes taken from indices
+
+    def f(*i):
+        head = tuple(i[:m])
+        picked = tuple(index_in(idx[head + (te.const(j),)], data.shape[b + j]) for j in range(k))
+        return data[tuple(i[:b]) + picked + tuple(i[m:])]
+
+    return te.compute(out_type.shape, f, name="gather_nd")
+
+
+def _gather_nd_ref(data, idx, batch_dims):
+    lead = int(np.prod(data.shape[:batch_dims], dtype=np.int64))
+    d = data.reshape((lead,) + data.shape[batch_dims:])
+    ix = idx.reshape((lead,) + idx.shape[batch_dims:])
+    k = idx.shape[-1]
+    out = []
+    for n in range(lead):
+        j = ix[n].reshape(-1, k)
+        j = np.where(j < 0, j + np.array(d.shape[1:1 + k]), j)
+        out.append(np.stack([d[n][tuple(row)] for row in j]) if len(j) else np.zeros((0,) + d.shape[1 + k:], d.dtype))
+    return np.stack(out).reshape(idx.shape[:-1] + data.shape[batch_dims + k:])
+
+
+register_op(OpDef("gather_nd", _gather_nd_type, _gather_nd_ref, OpPattern.INJECTIVE, _gather_nd_compute,
+                  INJECTIVE))
+
+
+# ---- reverse_sequence (ONNX ReverseSequence) -----------------------------------------------------
+
+def _reverse_sequence_compute(inputs, attrs, out_type):
+    """out[.., t, ..] = x[.., len[b] - 1 - t, ..] for t < len[b] (b, t the batch and time axes)."""
+    x, lens = inputs
+    ba, ta = attrs["batch_axis"], attrs["time_axis"]
+
+    def f(*i):
+        n = te.cast("int64", lens[i[ba]])
+        t = i[ta]
+        src = te.select(t < n, n - te.const(1) - t, t)
+        return x[tuple(src if d == ta else v for d, v in enumerate(i))]
+
+    return te.compute(out_type.shape, f, name="reverse_sequence")
+
+
+def _reverse_sequence_ref(x, lens, batch_axis, time_axis):
+    out = x.copy()
+    for bi, n in enumerate(lens):
+        src = [slice(None)] * x.ndim
+        src[batch_axis], src[time_axis] = bi, slice(int(n) - 1, None, -1) if n > 0 else slice(0, 0)
+        dst = [slice(None)] * x.ndim
+        dst[batch_axis], dst[time_axis] = bi, slice(0, int(n))
+        out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+register_op(OpDef("reverse_sequence", lambda t, a: t[0], _reverse_sequence_ref, OpPattern.INJECTIVE,
+                  _reverse_sequence_compute, INJECTIVE))
 
 
 # ---- broadcast_to (ONNX Expand, Tile) ------------------------------------------------------------
@@ -233,7 +336,8 @@ register_op(OpDef("broadcast_to", _broadcast_to_type, lambda x, shape: np.broadc
 # ---- pad with reflect / edge modes (ONNX Pad mode) -----------------------------------------------
 
 def _mirror_pad_compute(inputs, attrs, out_type):
-    """Source index per axis: reflect mirrors around the edge element (excluded), edge repeats it."""
+    """Source index per axis: reflect mirrors around the edge element (excluded), edge repeats it,
+    wrap continues from the other end (numpy.pad's modes)."""
     x = inputs[0]
     mode = attrs["mode"]
 
@@ -244,6 +348,8 @@ def _mirror_pad_compute(inputs, attrs, out_type):
             if mode == "reflect":
                 k = te.select(k < te.const(0), -k, k)
                 k = te.select(k > te.const(d - 1), te.const(2 * (d - 1)) - k, k)
+            elif mode == "wrap":
+                k = k % te.const(d)
             else:
                 k = te.minimum(te.maximum(k, te.const(0)), te.const(d - 1))
             src.append(k)
@@ -254,7 +360,7 @@ def _mirror_pad_compute(inputs, attrs, out_type):
 
 def _mirror_pad_type(in_types, attrs):
     t = _pad_type(in_types, attrs)
-    if attrs["mode"] not in ("reflect", "edge"):
+    if attrs["mode"] not in ("reflect", "edge", "wrap"):
         raise ValueError(f"unknown pad mode '{attrs['mode']}'")
     if attrs["mode"] == "reflect" and any(max(a, b) > d - 1 for d, (a, b) in zip(in_types[0].shape, attrs["pad_width"])):
         raise ValueError("reflect padding must be smaller than the padded dimension")

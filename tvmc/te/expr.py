@@ -15,14 +15,17 @@ _names = itertools.count()
 
 
 def const(value, dtype: str | None = None) -> "PrimExpr":
-    """A literal: int -> IntImm (int64 unless `dtype`), float -> FloatImm (float32 unless `dtype`)."""
+    """A literal of `dtype` (IntImm for integer and bool dtypes, FloatImm for float ones); without
+    `dtype`: int -> int64, float -> float32, bool -> bool. A PrimExpr is returned unchanged."""
     if isinstance(value, PrimExpr):
         return value
-    if isinstance(value, bool):
+    if isinstance(value, bool) and dtype is None:
         return IntImm(int(value), "bool")
+    if dtype is not None:
+        return FloatImm(float(value), dtype) if is_float(dtype) else IntImm(int(value), dtype)
     if isinstance(value, int):
-        return IntImm(value, dtype or INDEX)
-    return FloatImm(float(value), dtype or "float32")
+        return IntImm(value, INDEX)
+    return FloatImm(float(value), "float32")
 
 
 def _wrap(x, like: "PrimExpr | None" = None) -> "PrimExpr":
@@ -126,11 +129,15 @@ class Var(PrimExpr):
         return self.name
 
 
-BINOPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or")
+BINOPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or", "fmod", "bitwise_and",
+          "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
 
 
 class BinOp(PrimExpr):
-    """Binary arithmetic: add, sub, mul, div (true division), floordiv, floormod, min, max, and, or."""
+    """Binary arithmetic: add, sub, mul, div (true division), floordiv, floormod, min, max, fmod
+    (remainder with the dividend's sign, C's fmod / %), logical and, or (bool), and on integers
+    bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift (logical for unsigned dtypes,
+    arithmetic for signed ones)."""
 
     def __init__(self, op: str, a: PrimExpr, b: PrimExpr):
         assert op in BINOPS, op
@@ -183,11 +190,13 @@ class Cast(PrimExpr):
         return f"{self.dtype}({self.value!r})"
 
 
-INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "fabs", "pow", "floor", "ceil")
+INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "sigmoid", "fabs", "pow", "floor", "ceil", "round", "sin", "cos",
+              "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "reinterpret")
 
 
 class Call(PrimExpr):
-    """Math intrinsic call: exp, log, sqrt, tanh, erf, sigmoid, fabs, pow, floor, ceil."""
+    """Math intrinsic call (one of INTRINSICS; `round` rounds half to even; `reinterpret` reads
+    its argument's bits as `dtype`)."""
 
     def __init__(self, name: str, args, dtype: str):
         assert name in INTRINSICS, name
@@ -221,12 +230,9 @@ class Reduce(PrimExpr):
             return _wrap(0.0 if is_float(self.dtype) else 0, self)
         if self.combiner == "prod":
             return _wrap(1.0 if is_float(self.dtype) else 1, self)
-        if is_float(self.dtype):  # so a max over -inf values is -inf (and a min over +inf, +inf)
-            return _wrap(float("-inf") if self.combiner == "max" else float("inf"), self)
-        import numpy as np
-
-        info = np.iinfo(self.dtype if self.dtype != "bool" else "uint8")
-        return _wrap(int(info.min) if self.combiner == "max" else int(info.max), self)
+        if is_float(self.dtype):  # -inf / inf: a max over -inf values is -inf, not the lowest finite value
+            return FloatImm(float("-inf") if self.combiner == "max" else float("inf"), self.dtype)
+        return min_value(self.dtype) if self.combiner == "max" else max_value(self.dtype)
 
     def __repr__(self):
         return f"{self.combiner}({self.source!r}, axes={[a.var for a in self.axes]})"
@@ -241,6 +247,30 @@ class Load(PrimExpr):
 
     def __repr__(self):
         return f"{self.buffer.name}[{self.index!r}]"
+
+
+def _limits(dtype: str) -> tuple:
+    """(lowest, highest) finite value of `dtype`'s register type: float16 runs in float32
+    registers, so its limits are float32's (they round to -inf/+inf when stored as float16)."""
+    import numpy as np
+
+    if is_float(dtype):
+        big = float(np.finfo("float64" if dtype == "float64" else "float32").max)
+        return -big, big
+    info = np.iinfo("uint8" if dtype == "bool" else dtype)
+    return int(info.min), int(info.max)
+
+
+def min_value(dtype: str) -> PrimExpr:
+    """The lowest finite value of `dtype` as a literal (TVM's te.min_value): the identity of max."""
+    lo = _limits(dtype)[0]
+    return FloatImm(lo, dtype) if is_float(dtype) else IntImm(lo, dtype)
+
+
+def max_value(dtype: str) -> PrimExpr:
+    """The highest finite value of `dtype` as a literal (TVM's te.max_value): the identity of min."""
+    hi = _limits(dtype)[1]
+    return FloatImm(hi, dtype) if is_float(dtype) else IntImm(hi, dtype)
 
 
 # ---- constructors used by operator computes ------------------------------------------------
@@ -267,6 +297,27 @@ def logical_or(*conds):
     for c in conds[1:]:
         out = BinOp("or", out, c)
     return out
+
+
+def _binop(op):
+    def f(a, b):
+        a = _wrap(a)
+        return BinOp(op, a, _wrap(b, a))
+
+    f.__name__ = op
+    f.__doc__ = f"BinOp '{op}' of two expressions of one dtype (a Python number takes the other's dtype)."
+    return f
+
+
+fmod = _binop("fmod")
+bitwise_and, bitwise_or, bitwise_xor = _binop("bitwise_and"), _binop("bitwise_or"), _binop("bitwise_xor")
+left_shift, right_shift = _binop("left_shift"), _binop("right_shift")
+
+
+def reinterpret(dtype: str, x) -> "Call":
+    """The bits of `x` read as `dtype`, which has the same size (TVM's tir.reinterpret; ONNX BitCast)."""
+    x = _wrap(x)
+    return Call("reinterpret", [x], dtype)
 
 
 def select(cond, t, f):
@@ -311,6 +362,11 @@ fabs = _intrin("fabs")
 power = _intrin("pow")
 floor = _intrin("floor")
 ceil = _intrin("ceil")
+round = _intrin("round")  # noqa: A001  (TVM's name; half to even)
+sin, cos, tan = _intrin("sin"), _intrin("cos"), _intrin("tan")
+asin, acos, atan = _intrin("asin"), _intrin("acos"), _intrin("atan")
+sinh, cosh = _intrin("sinh"), _intrin("cosh")
+asinh, acosh, atanh = _intrin("asinh"), _intrin("acosh"), _intrin("atanh")
 
 
 def children(e: PrimExpr):

@@ -6,7 +6,7 @@ schedules, memory scopes, loops bound to thread axes and cross-thread reductions
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import (BinOp, IntImm, Load, Reduce, TensorLoad, Var, eq, logical_and, substitute,
+from tvmc.te.expr import (BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, eq, logical_and, substitute,
                           transform, walk)
 from tvmc.te.schedule import THREAD_AXES, THREAD_TAGS, Schedule, Split, Stage
 from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
@@ -30,18 +30,21 @@ class _Lowering:
         self.names = set()
         self.thread_ranges = {}  # Var of a loop bound to threadIdx.* -> extent (shared regions relax them)
 
-    def _buffer(self, t, shape, scope="global", name=None):
+    def _buffer(self, t, shape, scope="global", name=None, intermediate=True):
+        """A buffer for tensor `t` (named `name`, default the tensor's, made unique); an
+        intermediate float16 tensor is held as float32 (float16 computes in float32,
+        tvmc/codegen/llvm.py), so a reduction accumulates without float16 rounding."""
         base = name or t.name
         name, k = base, 1
         while name in self.names:
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
-        return Buffer(name, shape, t.dtype, scope)
+        return Buffer(name, shape, "float32" if intermediate and t.dtype == "float16" else t.dtype, scope)
 
     def run(self) -> PrimFunc:
         params = []
         for t in self.args:
-            buf = self._buffer(t, t.shape)
+            buf = self._buffer(t, t.shape, intermediate=False)
             self.buffers[t.uid] = (buf, None)
             params.append(buf)
         self._inline_bodies()
@@ -175,13 +178,19 @@ class _Lowering:
         if bound:
             return nest(common, self._cross_thread_reduce(st, tail, bound, value, buf, store_index, ext,
                                                           guarded, nest))
-        init = Store(buf, store_index, value.identity())
         init_loops = [iv for iv in tail if iv.kind == "spatial"]
-        combined = _combine(value.combiner, Load(buf, store_index), value.source)
-        update = guarded(Store(buf, store_index, combined), ("spatial", "reduce"))
+        # a float16 output accumulates in a float32 register-sized local, stored (rounded) once
+        acc = self._buffer(st.tensor, [1], "local") if buf.dtype == "float16" and not init_loops else None
+        acc_buf, acc_index = (acc, IntImm(0)) if acc is not None else (buf, store_index)
+        init = Store(acc_buf, acc_index, value.identity())
+        combined = _combine(value.combiner, Load(acc_buf, acc_index), value.source)
+        update = guarded(Store(acc_buf, acc_index, combined), ("spatial", "reduce"))
         init_nest = self._plain_nest(st, init_loops, ext, guarded(init, ("spatial",)))
         update_nest = nest(tail, update)
-        return nest(common, Seq([init_nest, update_nest]))
+        if acc is None:
+            return nest(common, Seq([init_nest, update_nest]))
+        final = guarded(Store(buf, store_index, Load(acc, IntImm(0))), ("spatial",))
+        return nest(common, Allocate(acc, Seq([init_nest, update_nest, final])))
 
     def _cross_thread_reduce(self, st, tail, bound, value, buf, store_index, ext, guarded, nest):
         """A reduction whose reduce loop `bound[0]` is bound to a thread axis (TVM's
@@ -233,7 +242,9 @@ class _Lowering:
                 idx = list(x.indices)
                 if bases is not None:
                     idx = [i - b for i, b in zip(idx, bases)]
-                return Load(buf, buf.flat_index(idx))
+                load = Load(buf, buf.flat_index(idx))
+                # a float16 reduction held in float32 is rounded where it is read
+                return Cast("float16", load) if x.tensor.dtype != buf.dtype else load
             return None
         return transform(e, rule)
 

@@ -1,0 +1,15 @@
+"""ONNX frontend: an ONNX model (file or ModelProto) -> graph IR, checked and statically shaped.
+
+`from_onnx` (importer.py) loads and checks the model and converts its nodes through the converter
+table (registry.py); the converters live in one module per operator group, named after the ONNX
+op types they convert: elementwise, nn, reduce, tensor, quantization, recurrent, control_flow; operators with an ONNX
+function body and no converter import as that body (functions.py).
+"""
+
+from tvmc.frontend.onnx import (control_flow, elementwise, nn, quantization,  # noqa: F401  (the converters)
+                                recurrent, reduce, tensor)
+from tvmc.frontend.onnx.common import SUPPORTED_DTYPES
+from tvmc.frontend.onnx.importer import from_onnx
+from tvmc.frontend.onnx.registry import CONVERTERS, supports
+
+__all__ = ["CONVERTERS", "SUPPORTED_DTYPES", "from_onnx", "supports"]

@@ -1,0 +1,119 @@
+"""ONNX converters, control-flow group: If, Loop and Scan with their subgraphs converted like the
+main graph (outer-scope tensors visible), resolved at compile time.
+
+If with a constant condition imports the taken branch only; with a condition known only at run
+time both branches are imported and `where` picks per output (branches have no side effects, so
+computing both is the same function; their outputs must agree in shape and dtype). Loop unrolls
+a constant trip count whose body keeps its condition constant true; Scan (opset 9 and later)
+unrolls over its static scan axes. A loop whose iteration count depends on run-time values is a
+data-dependent shape and is refused (see docs/dynamic_shapes.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc.frontend.onnx.common import is_const, norm_axis, reshape
+from tvmc.frontend.onnx.registry import converter
+
+_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
+
+
+@converter(*_VERSIONS)
+def If(ctx, node, inputs, attrs, opset):
+    """ONNX If(cond; then_branch, else_branch)."""
+    cond = inputs[0]
+    importer = ctx.importer
+    if is_const(cond):
+        branch = attrs["then_branch"] if bool(np.asarray(cond.value).reshape(-1)[0]) else attrs["else_branch"]
+        return tuple(importer.convert_graph(branch, opset, {}, f"If '{ctx.name}'"))
+    then = importer.convert_graph(attrs["then_branch"], opset, {}, f"If '{ctx.name}' then_branch")
+    other = importer.convert_graph(attrs["else_branch"], opset, {}, f"If '{ctx.name}' else_branch")
+    c = reshape(ctx, cond, ())
+    outs = []
+    for k, (a, b) in enumerate(zip(then, other)):
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+            raise ctx.error(f"output {k}: then_branch gives {a.type}, else_branch {b.type}; a run-time condition "
+                            f"needs branches of one type")
+        outs.append(ctx.call("where", [c, a, b]))
+    return tuple(outs)
+
+
+def _stack(ctx, slices, axis):
+    """Per-iteration values [...] stacked along a new `axis`."""
+    parts = [reshape(ctx, s, tuple(s.shape[:axis]) + (1,) + tuple(s.shape[axis:])) for s in slices]
+    return parts[0] if len(parts) == 1 else ctx.call("concatenate", parts, {"axis": axis})
+
+
+@converter(*_VERSIONS)
+def Loop(ctx, node, inputs, attrs, opset):
+    """ONNX Loop(M, cond, v_initial...; body): unrolled for a constant trip count M whose body
+    condition stays constant (an early exit ends the unrolling); scan outputs stacked on axis 0."""
+    body = attrs["body"]
+    trip = ctx.constant(inputs, 0, "M (trip count)") if inputs and inputs[0] is not None else None
+    cond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
+    if trip is None:
+        raise ctx.error("a Loop without a trip count runs a data-dependent number of times; not supported")
+    if cond is not None and not is_const(cond):
+        raise ctx.error(f"condition '{ctx.input_name(1)}' must be a constant (a data-dependent loop)")
+    carried = list(inputs[2:])
+    n_carried = len(carried)
+    scans: list = [[] for _ in range(len(body.output) - 1 - n_carried)]
+    running = cond is None or bool(np.asarray(cond.value).reshape(-1)[0])
+    names = [i.name for i in body.input]
+    for it in range(int(np.asarray(trip).reshape(-1)[0])):
+        if not running:
+            break
+        bindings = {names[0]: ctx.const(np.array(it, np.int64), "iteration"),
+                    names[1]: ctx.const(np.array(True), "cond")}
+        bindings.update(zip(names[2:], carried))
+        outs = ctx.importer.convert_graph(body, opset, bindings, f"Loop '{ctx.name}' body")
+        c = outs[0]
+        if not is_const(c):
+            raise ctx.error(f"the body's condition '{body.output[0].name}' must be a constant (a data-dependent loop)")
+        running = bool(np.asarray(c.value).reshape(-1)[0])
+        carried = outs[1:1 + n_carried]
+        for k, s in enumerate(outs[1 + n_carried:]):
+            scans[k].append(s)
+    if any(not s for s in scans):
+        raise ctx.error("a Loop that runs no iteration has empty scan outputs of unknown shape; not supported")
+    return tuple(carried) + tuple(_stack(ctx, s, 0) for s in scans)
+
+
+@converter(9, 11, 16, 19, 21, 23, 24, 25)
+def Scan(ctx, node, inputs, attrs, opset):
+    """ONNX Scan-9+(states..., scan inputs...; body, num_scan_inputs, scan_input_axes/directions,
+    scan_output_axes/directions): unrolled over the scan axis."""
+    body = attrs["body"]
+    n_scan = int(attrs["num_scan_inputs"])
+    n_state = len(inputs) - n_scan
+    states, xs = list(inputs[:n_state]), list(inputs[n_state:])
+    in_axes = [norm_axis(ctx, int(a), len(x.shape)) for a, x in zip(attrs.get("scan_input_axes", [0] * n_scan), xs)]
+    in_rev = list(attrs.get("scan_input_directions", [0] * n_scan))
+    steps = {x.shape[a] for x, a in zip(xs, in_axes)}
+    if len(steps) != 1:
+        raise ctx.error(f"scan inputs have different lengths {sorted(steps)}")
+    n_steps = steps.pop()
+    n_out = len(body.output) - n_state
+    names = [i.name for i in body.input]
+    outs_per_step: list = [[] for _ in range(n_out)]
+    for t in range(n_steps):
+        slices = []
+        for x, a, rev in zip(xs, in_axes, in_rev):
+            k = n_steps - 1 - t if rev else t
+            begin = [0] * len(x.shape)
+            end = list(x.shape)
+            begin[a], end[a] = k, k + 1
+            s = ctx.call("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end), "strides": (1,) * len(x.shape)})
+            slices.append(reshape(ctx, s, tuple(d for i, d in enumerate(x.shape) if i != a)))
+        outs = ctx.importer.convert_graph(body, opset, dict(zip(names, states + slices)), f"Scan '{ctx.name}' body")
+        states = outs[:n_state]
+        for k, y in enumerate(outs[n_state:]):
+            outs_per_step[k].append(y)
+    out_axes = list(attrs.get("scan_output_axes", [0] * n_out))
+    out_rev = list(attrs.get("scan_output_directions", [0] * n_out))
+    scanned = []
+    for ys, a, rev in zip(outs_per_step, out_axes, out_rev):
+        axis = norm_axis(ctx, int(a), len(ys[0].shape) + 1)
+        scanned.append(_stack(ctx, ys[::-1] if rev else ys, axis))
+    return tuple(states) + tuple(scanned)

@@ -1,0 +1,83 @@
+"""The ONNX converter table: op type -> converter, with the operator versions each implements."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import onnx.defs
+
+
+# ---------------------------------------------------------------------------------------------
+# Converter table: CONVERTERS[op_type] is a function named after the ONNX op type,
+# `fn(ctx, node, inputs, attrs, opset) -> Expr | np.ndarray`; `fn.versions` lists the operator
+# versions (ONNX schema `since_version`s) it implements. An np.ndarray result is a value folded
+# at import (shape arithmetic) and becomes a Constant named after the node's output tensor.
+# ---------------------------------------------------------------------------------------------
+
+CONVERTERS: dict[str, Callable] = {}
+
+
+def converter(*versions: int):
+    def register(fn):
+        fn.versions = frozenset(versions)
+        CONVERTERS[fn.__name__] = fn
+        return fn
+    return register
+
+
+def supports(op_type: str, opset: int) -> bool:
+    """True when `op_type` (default domain) at model opset `opset` imports: it has a converter
+    here, or an ONNX function body made of operators that import (functions.py)."""
+    from tvmc.frontend.onnx.functions import expandable
+
+    return has_converter(op_type, opset) or expandable(op_type, opset)
+
+
+def has_converter(op_type: str, opset: int) -> bool:
+    """True when `op_type` (default domain) at model opset `opset` has a converter here."""
+    fn = CONVERTERS.get(op_type)
+    if fn is None:
+        return False
+    try:
+        since = onnx.defs.get_schema(op_type, opset, "").since_version
+    except Exception:  # onnx.defs.SchemaError: no version of the op at this opset
+        return False
+    return since in fn.versions
+
+
+def defined_versions(op_type: str) -> list:
+    """The operator versions (schema `since_version`s) the installed onnx defines for `op_type`
+    in the default domain, ascending."""
+    return sorted(s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                  if s.name == op_type and s.domain == "")
+
+
+def operator_table() -> str:
+    """The supported-operator table of docs/onnx_operators.md (Markdown), generated from
+    CONVERTERS: per ONNX op type its converter group (module of tvmc/frontend/onnx), the operator
+    versions converted and the versions the installed onnx defines that are not."""
+    lines = ["# Supported ONNX operators",
+             "",
+             "Generated from the converter table (tvmc/frontend/onnx/registry.py) by "
+             "`python -m tvmc.frontend.onnx`; do not edit by hand. A model imports when every node's "
+             f"operator version (the newest one at or below the model's opset) is listed. onnx {onnx.__version__}, "
+             f"{len(CONVERTERS)} operators.",
+             "",
+             "| operator | group | versions | not converted |",
+             "| --- | --- | --- | --- |"]
+    for op in sorted(CONVERTERS):
+        fn = CONVERTERS[op]
+        missing = [v for v in defined_versions(op) if v not in fn.versions]
+        lines.append(f"| {op} | {fn.__module__.rsplit('.', 1)[-1]} | {', '.join(map(str, sorted(fn.versions)))} | "
+                     f"{', '.join(map(str, missing)) or '-'} |")
+    from tvmc.frontend.onnx.functions import expandable
+
+    lines += ["", "## Imported through their ONNX function body", "",
+              "Operators without a converter whose schema defines a function body: each node is imported as "
+              "its body (tvmc/frontend/onnx/functions.py), which imports when every operator in it does.", "",
+              "| operator | versions with a function body |", "| --- | --- |"]
+    for op in sorted({s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == ""} - set(CONVERTERS)):
+        versions = [v for v in defined_versions(op) if expandable(op, v)]
+        if versions:
+            lines.append(f"| {op} | {', '.join(map(str, versions))} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,667 @@
+"""ONNX converters, tensor group: shapes, reshapes, data movement, constants, Resize."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import numpy_helper
+
+from tvmc.errors import UnsupportedOpError
+from tvmc.frontend.onnx.common import (fmt_dims, is_const, is_int_const, norm_axis, np_dtype_name, prod, reshape,
+                                      scalar)
+from tvmc.frontend.onnx.registry import converter
+
+
+@converter(1, 9, 11, 13, 21, 23, 24, 25)
+def Flatten(ctx, node, inputs, attrs, opset):
+    """ONNX Flatten(axis=1) -> reshape to [prod(shape[:axis]), prod(shape[axis:])]."""
+    x = inputs[0]
+    rank = len(x.shape)
+    axis = int(attrs.get("axis", 1))
+    if not -rank <= axis <= rank:
+        raise ctx.error(f"axis {axis} out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    newshape = (prod(x.shape[:axis]), prod(x.shape[axis:]))
+    if is_const(x):
+        return x.value.reshape(newshape)
+    return reshape(ctx, x, newshape)
+
+
+def _resolve_reshape(ctx, in_shape, shape, allowzero) -> tuple:
+    """ONNX Reshape target: 0 copies the input dim (unless allowzero), -1 is inferred."""
+    out = []
+    for i, d in enumerate(int(s) for s in shape):
+        if d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ctx.error(f"shape {list(shape)}: 0 at index {i} has no input dimension to copy")
+            out.append(int(in_shape[i]))
+        else:
+            out.append(d)
+    if out.count(-1) > 1:
+        raise ctx.error(f"shape {list(shape)} has more than one -1")
+    total = prod(in_shape)
+    if -1 in out:
+        known = prod([d for d in out if d != -1])
+        if known == 0 or total % known:
+            raise ctx.error(f"cannot reshape {fmt_dims(in_shape)} to {list(shape)}")
+        out[out.index(-1)] = total // known
+    if any(d < 0 for d in out) or prod(out) != total:
+        raise ctx.error(f"cannot reshape {fmt_dims(in_shape)} to {list(shape)}")
+    return tuple(out)
+
+
+@converter(1, 5, 13, 14, 19, 21, 23, 24, 25)
+def Reshape(ctx, node, inputs, attrs, opset):
+    """ONNX Reshape: target shape from the `shape` attribute (opset < 5) or a constant input
+    (opset >= 5), 0 and -1 resolved statically -> reshape(newshape)."""
+    x = inputs[0]
+    if opset < 5:
+        if "shape" not in attrs:
+            raise ctx.error("attribute 'shape' is required")
+        shape = attrs["shape"]
+    else:
+        shape = ctx.constant(inputs, 1, "shape").reshape(-1).tolist()
+    newshape = _resolve_reshape(ctx, x.shape, shape, int(attrs.get("allowzero", 0)))
+    if is_const(x):
+        return x.value.reshape(newshape)
+    return reshape(ctx, x, newshape)
+
+
+@converter(1, 13, 21, 23, 24, 25)
+def Transpose(ctx, node, inputs, attrs, opset):
+    """ONNX Transpose(perm, default reversed) -> transpose(axes)."""
+    x = inputs[0]
+    rank = len(x.shape)
+    perm = tuple(int(p) for p in attrs.get("perm", range(rank - 1, -1, -1)))
+    if sorted(perm) != list(range(rank)):
+        raise ctx.error(f"perm {list(perm)} is not a permutation of {rank} axes")
+    if perm == tuple(range(rank)):
+        return x
+    if is_int_const(x):
+        return np.transpose(x.value, perm)
+    return ctx.call("transpose", [x], {"axes": perm})
+
+
+@converter(1, 4, 11, 13)
+def Concat(ctx, node, inputs, attrs, opset):
+    """ONNX Concat(axis; default 1 in opset 1, negative from 11) -> concatenate."""
+    inputs = [e for e in inputs if e is not None]
+    if "axis" not in attrs and opset >= 4:
+        raise ctx.error("attribute 'axis' is required")
+    rank = len(inputs[0].shape)
+    axis = norm_axis(ctx, int(attrs.get("axis", 1)), rank)
+    if all(is_int_const(e) for e in inputs):  # shape arithmetic
+        return np.concatenate([e.value for e in inputs], axis=axis)
+    return ctx.call("concatenate", inputs, {"axis": axis})
+
+
+@converter(1, 13, 14, 16, 19, 21, 23, 24, 25)
+def Identity(ctx, node, inputs, attrs, opset):
+    """ONNX Identity -> identity (a constant passes through unchanged)."""
+    x = inputs[0]
+    return x if is_const(x) else ctx.call("identity", [x])
+
+
+@converter(1, 9, 11, 12, 13, 19, 21, 23, 24, 25)
+def Constant(ctx, node, inputs, attrs, opset):
+    """ONNX Constant (value / value_float(s) / value_int(s)) -> a Constant named after its output."""
+    if "value" in attrs:
+        return numpy_helper.to_array(attrs["value"])
+    if "value_float" in attrs:
+        return np.asarray(attrs["value_float"], dtype=np.float32)
+    if "value_floats" in attrs:
+        return np.asarray(attrs["value_floats"], dtype=np.float32)
+    if "value_int" in attrs:
+        return np.asarray(attrs["value_int"], dtype=np.int64)
+    if "value_ints" in attrs:
+        return np.asarray(attrs["value_ints"], dtype=np.int64)
+    raise ctx.error(f"unsupported constant attribute(s) {sorted(attrs)}; "
+                    f"supported: value, value_float(s), value_int(s)")
+
+
+@converter(9, 20, 21, 23, 24, 25)
+def ConstantOfShape(ctx, node, inputs, attrs, opset):
+    """ONNX ConstantOfShape: constant shape input -> np.full with `value` (default float32 0)."""
+    shape = ctx.constant(inputs, 0, "shape").reshape(-1)
+    if "value" in attrs:
+        fill = numpy_helper.to_array(attrs["value"]).reshape(-1)
+        if fill.size != 1:
+            raise ctx.error(f"attribute 'value' must hold one element, got {fill.size}")
+        value, dtype = fill[0], fill.dtype
+    else:
+        value, dtype = 0, np.float32
+    return np.full(tuple(int(d) for d in shape), value, dtype=dtype)
+
+
+@converter(1, 13, 15, 19, 21, 23, 24, 25)
+def Shape(ctx, node, inputs, attrs, opset):
+    """ONNX Shape (start/end from opset 15) -> int64 Constant (shapes are static)."""
+    shape = np.asarray(inputs[0].shape, dtype=np.int64)
+    rank = len(shape)
+    start, end = int(attrs.get("start", 0)), attrs.get("end")
+    end = rank if end is None else int(end)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return shape[start:end]
+
+
+def _axes(ctx, inputs, attrs, opset, since_input=13):
+    if opset < since_input:
+        return attrs.get("axes")
+    if len(inputs) > 1 and inputs[1] is not None:
+        return ctx.constant(inputs, 1, "axes").reshape(-1).tolist()
+    return None
+
+
+@converter(1, 11, 13, 21, 23, 24, 25)
+def Unsqueeze(ctx, node, inputs, attrs, opset):
+    """ONNX Unsqueeze (axes attribute before 13, input from 13; axes index the output)
+    -> reshape with a static newshape."""
+    x = inputs[0]
+    axes = _axes(ctx, inputs, attrs, opset)
+    if axes is None:
+        raise ctx.error("axes are required")
+    out_rank = len(x.shape) + len(axes)
+    axes = sorted(norm_axis(ctx, int(a), out_rank, "axes") for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ctx.error(f"duplicate axes {axes}")
+    dims = iter(x.shape)
+    newshape = tuple(1 if i in axes else next(dims) for i in range(out_rank))
+    if is_const(x):
+        return x.value.reshape(newshape)
+    return reshape(ctx, x, newshape)
+
+
+@converter(1, 11, 13, 21, 23, 24, 25)
+def Squeeze(ctx, node, inputs, attrs, opset):
+    """ONNX Squeeze (axes attribute before 13, input from 13; none = every 1-dim)
+    -> reshape with a static newshape."""
+    x = inputs[0]
+    rank = len(x.shape)
+    axes = _axes(ctx, inputs, attrs, opset)
+    if axes is None:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    axes = {norm_axis(ctx, int(a), rank, "axes") for a in axes}
+    for a in sorted(axes):
+        if x.shape[a] != 1:
+            raise ctx.error(f"cannot squeeze axis {a} of {x.type}: size is not 1")
+    newshape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    if is_const(x):
+        return x.value.reshape(newshape)
+    return reshape(ctx, x, newshape)
+
+
+@converter(1, 11, 13)
+def Gather(ctx, node, inputs, attrs, opset):
+    """ONNX Gather -> take(axis); folded with np.take when data and indices are constants."""
+    data, indices = inputs[0], inputs[1]
+    axis = norm_axis(ctx, int(attrs.get("axis", 0)), len(data.shape))
+    if is_const(data) and is_const(indices):
+        n = data.shape[axis]
+        idx = indices.value.astype(np.int64)
+        return np.take(data.value, np.where(idx < 0, idx + n, idx), axis=axis)
+    if indices.dtype not in ("int64", "int32"):
+        raise ctx.error(f"indices '{ctx.input_name(1)}' must be int32/int64, got {indices.dtype}")
+    return ctx.call("take", [data, indices], {"axis": axis})
+
+
+@converter(1, 2, 11, 13, 18, 19, 21, 23, 24, 25)
+def Pad(ctx, node, inputs, attrs, opset):
+    """ONNX Pad (pads as attribute before 11, constant inputs from 11; axes input from 18):
+    mode 'constant' -> pad(pad_width, pad_value); 'reflect' / 'edge' -> mirror_pad(pad_width, mode)."""
+    x = inputs[0]
+    rank = len(x.shape)
+    mode = attrs.get("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.error(f"mode '{mode}' is not supported (constant, reflect, edge, wrap)")
+    if opset < 11:
+        pads = attrs.get("pads", attrs.get("paddings"))
+        value = float(attrs.get("value", 0.0))
+        axes = list(range(rank))
+    else:
+        pads = ctx.constant(inputs, 1, "pads").reshape(-1).tolist()
+        value = 0.0
+        if len(inputs) > 2 and inputs[2] is not None:
+            value = float(ctx.constant(inputs, 2, "constant_value").reshape(-1)[0])
+        axes = list(range(rank))
+        if opset >= 18 and len(inputs) > 3 and inputs[3] is not None:
+            axes = [norm_axis(ctx, int(a), rank, "axes") for a in ctx.constant(inputs, 3, "axes").reshape(-1)]
+    if pads is None or len(pads) != 2 * len(axes):
+        raise ctx.error(f"pads {pads} must have {2 * len(axes)} values")
+    width = [[0, 0] for _ in range(rank)]
+    for j, a in enumerate(axes):
+        width[a] = [int(pads[j]), int(pads[j + len(axes)])]
+    if any(b < 0 or e < 0 for b, e in width):
+        raise ctx.error(f"negative pads {pads} are not supported")
+    if not any(b or e for b, e in width):
+        return x
+    if mode != "constant":
+        return ctx.call("mirror_pad", [x], {"pad_width": tuple(tuple(w) for w in width), "mode": mode})
+    return ctx.call("pad", [x], {"pad_width": tuple(tuple(w) for w in width), "pad_value": value})
+
+
+@converter(1, 13, 19, 21, 23, 24, 25)
+def Size(ctx, node, inputs, attrs, opset):
+    """ONNX Size -> int64 scalar Constant (shapes are static)."""
+    return np.asarray(prod(inputs[0].shape), dtype=np.int64)
+
+
+@converter(11, 27)
+def Range(ctx, node, inputs, attrs, opset):
+    """ONNX Range(start, limit, delta) on constant scalars -> a Constant (np.arange semantics:
+    ceil((limit - start) / delta) elements)."""
+    start, limit, delta = (ctx.constant(inputs, k, w).reshape(()) for k, w in
+                           enumerate(("start", "limit", "delta")))
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data movement
+# ---------------------------------------------------------------------------------------------
+
+def _slice_attrs(shape, starts, ends, axes, steps):
+    """ONNX Slice semantics resolved into per-axis begin/end/strides (clamped, numpy-like)."""
+    rank = len(shape)
+    begin, end, strides = [0] * rank, list(shape), [1] * rank
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        d = shape[a]
+        s, e, st = int(s), int(e), int(st)
+        s = s + d if s < 0 else s
+        e = e + d if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), d), min(max(e, 0), d)
+        else:
+            s, e = min(max(s, -1), d - 1), min(max(e, -1), d - 1)
+        begin[a], end[a], strides[a] = s, e, st
+    return tuple(begin), tuple(end), tuple(strides)
+
+
+def _strided_slice(ctx, x, begin, end, strides):
+    if is_const(x):
+        return x.value[tuple(slice(b, e if e >= 0 else None, s) for b, e, s in zip(begin, end, strides))]
+    if tuple(begin) == (0,) * len(begin) and tuple(end) == tuple(x.shape) and set(strides) <= {1}:
+        return ctx.call("identity", [x])
+    return ctx.call("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end), "strides": tuple(strides)})
+
+
+@converter(1, 10, 11, 13)
+def Slice(ctx, node, inputs, attrs, opset):
+    """ONNX Slice (starts/ends/axes attributes before 10; constant inputs starts, ends, axes,
+    steps from 10) -> strided_slice with clamped begin/end."""
+    x = inputs[0]
+    rank = len(x.shape)
+    if opset < 10:
+        starts, ends = attrs.get("starts"), attrs.get("ends")
+        axes, steps = attrs.get("axes"), None
+    else:
+        starts = ctx.constant(inputs, 1, "starts").reshape(-1).tolist()
+        ends = ctx.constant(inputs, 2, "ends").reshape(-1).tolist()
+        axes = ctx.constant(inputs, 3, "axes").reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None \
+            else None
+        steps = ctx.constant(inputs, 4, "steps").reshape(-1).tolist() if len(inputs) > 4 and inputs[4] is not None \
+            else None
+    if starts is None or ends is None or len(starts) != len(ends):
+        raise ctx.error("starts and ends are required and must have the same length")
+    axes = list(range(len(starts))) if axes is None else [norm_axis(ctx, int(a), rank, "axes") for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if any(int(s) == 0 for s in steps):
+        raise ctx.error("steps must be non-zero")
+    return _strided_slice(ctx, x, *_slice_attrs(x.shape, starts, ends, axes, steps))
+
+
+@converter(1, 2, 11, 13, 18)
+def Split(ctx, node, inputs, attrs, opset):
+    """ONNX Split (split sizes as attribute before 13, constant input from 13; num_outputs from
+    18; equal parts otherwise, the last one smaller) -> one strided_slice per output."""
+    x = inputs[0]
+    axis = norm_axis(ctx, int(attrs.get("axis", 0)), len(x.shape))
+    n_out = len(node.output)
+    if opset >= 13:
+        split = ctx.constant(inputs, 1, "split").reshape(-1).tolist() if len(inputs) > 1 and inputs[1] is not None \
+            else None
+    elif opset == 1 and len(inputs) > 1 and inputs[1] is not None:
+        split = ctx.constant(inputs, 1, "split").reshape(-1).tolist()
+    else:
+        split = attrs.get("split")
+    d = x.shape[axis]
+    if split is None:
+        n = int(attrs.get("num_outputs", n_out)) if opset >= 18 else n_out
+        part = -(-d // n)
+        split = [min(part, d - k * part) for k in range(n)]
+    if len(split) != n_out or sum(int(s) for s in split) != d:
+        raise ctx.error(f"split {list(split)} does not divide dimension {d} into {n_out} outputs")
+    outs, start = [], 0
+    for size in split:
+        begin = [0] * len(x.shape)
+        end = list(x.shape)
+        begin[axis], end[axis] = start, start + int(size)
+        outs.append(_strided_slice(ctx, x, begin, end, [1] * len(x.shape)))
+        start += int(size)
+    return tuple(outs)
+
+
+@converter(8, 13)
+def Expand(ctx, node, inputs, attrs, opset):
+    """ONNX Expand(x, shape): bidirectional broadcast of x with the constant shape -> broadcast_to."""
+    x = inputs[0]
+    shape = ctx.constant(inputs, 1, "shape").reshape(-1).tolist()
+    try:
+        out = tuple(int(d) for d in np.broadcast_shapes(tuple(x.shape), tuple(int(s) for s in shape)))
+    except ValueError:
+        raise ctx.error(f"cannot expand {x.type} to {shape}") from None
+    if is_const(x):
+        return np.broadcast_to(x.value, out).copy()
+    if out == tuple(x.shape):
+        return ctx.call("identity", [x])
+    return ctx.call("broadcast_to", [x], {"shape": out})
+
+
+@converter(1, 6, 13)
+def Tile(ctx, node, inputs, attrs, opset):
+    """ONNX Tile(x, repeats) -> reshape to [1, d0, 1, d1, ...], broadcast_to [r0, d0, r1, d1, ...],
+    reshape to [r0 * d0, ...]."""
+    x = inputs[0]
+    if opset < 6:
+        raise ctx.error("Tile-1 (tiles/axis inputs) is not supported")
+    reps = [int(r) for r in ctx.constant(inputs, 1, "repeats").reshape(-1)]
+    if len(reps) != len(x.shape):
+        raise ctx.error(f"repeats {reps} must have {len(x.shape)} values")
+    if is_const(x):
+        return np.tile(x.value, reps)
+    inter = tuple(v for d in x.shape for v in (1, d))
+    wide = tuple(v for r, d in zip(reps, x.shape) for v in (r, d))
+    y = ctx.call("broadcast_to", [reshape(ctx, x, inter)], {"shape": wide})
+    return reshape(ctx, y, tuple(r * d for r, d in zip(reps, x.shape)))
+
+
+def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefer_floor", cubic_a=-0.75,
+            exclude_outside=0, extrapolation=0.0, roi=None, axes=None, policy="stretch"):
+    """Resize/Upsample -> image.resize2d over the two trailing axes (a rank != 4 input runs as
+    [prod(leading), 1, H, W]); scales or sizes per resized axis (`axes`, default all), ONNX
+    Resize-18 keep_aspect_ratio_policy; tf_crop_and_resize positions outside the input take
+    `extrapolation` through a where over a constant mask."""
+    rank = len(x.shape)
+    axes = list(range(rank)) if axes is None else [norm_axis(ctx, int(a), rank, "axes") for a in axes]
+    scale_of = {a: 1.0 for a in range(rank)}
+    out_of = {a: int(d) for a, d in enumerate(x.shape)}
+    if sizes is not None:
+        if len(sizes) != len(axes):
+            raise ctx.error(f"sizes {list(sizes)} must have {len(axes)} values")
+        for a, n in zip(axes, sizes):
+            scale_of[a], out_of[a] = int(n) / x.shape[a], int(n)
+        if policy != "stretch":
+            pick = {"not_larger": min, "not_smaller": max}.get(policy)
+            if pick is None:
+                raise ctx.error(f"unknown keep_aspect_ratio_policy '{policy}'")
+            s = pick(scale_of[a] for a in axes)
+            for a in axes:
+                scale_of[a], out_of[a] = s, int(s * x.shape[a] + 0.5)
+    else:
+        if len(scales) != len(axes):
+            raise ctx.error(f"scales {list(scales)} must have {len(axes)} values")
+        for a, s in zip(axes, scales):
+            if s <= 0:
+                raise ctx.error(f"scales {list(scales)} must be positive")
+            scale_of[a], out_of[a] = float(s), int(float(s) * x.shape[a])
+    roi_of = {a: (0.0, 1.0) for a in range(rank)}
+    if roi is not None and len(roi) == 2 * len(axes):
+        for k, a in enumerate(axes):
+            roi_of[a] = (float(roi[k]), float(roi[k + len(axes)]))
+    resized = [a for a in range(rank) if out_of[a] != x.shape[a] or scale_of[a] != 1.0
+               or (coord_mode == "tf_crop_and_resize" and roi_of[a] != (0.0, 1.0))]
+    if not resized:
+        return ctx.call("identity", [x])
+    if rank < 2 or any(a < rank - 2 for a in resized):
+        raise ctx.error(f"only the two trailing axes can be resized; {x.type} to "
+                        f"{fmt_dims([out_of[a] for a in range(rank)])}")
+    from tvmc.ops.image import resize_tables
+
+    tables = [resize_tables(int(x.shape[a]), out_of[a], scale_of[a], method, coord_mode, nearest_mode, cubic_a,
+                            exclude_outside, roi_of[a]) for a in (rank - 2, rank - 1)]
+    (ih, wh, oh), (iw, ww, ow) = tables
+    h, w = x.shape[-2:]
+    y = reshape(ctx, x, (prod(x.shape[:-2]), 1, h, w)) if rank != 4 else x
+    args = [y, ctx.const(ih, "idx_h"), ctx.const(iw, "idx_w")]
+    if method != "nearest":
+        args += [ctx.const(wh, "w_h"), ctx.const(ww, "w_w")]
+    y = ctx.call("image.resize2d", args)
+    if oh.any() or ow.any():
+        mask = ctx.const(oh[:, None] | ow[None, :], "outside")
+        y = ctx.call("where", [mask, scalar(ctx, y, extrapolation, "extrapolation"), y])
+    return reshape(ctx, y, tuple(out_of[a] for a in range(rank)))
+
+
+_RESIZE_METHODS = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic"}
+
+
+@converter(10, 11, 13, 18, 19)
+def Resize(ctx, node, inputs, attrs, opset):
+    """ONNX Resize: 10 (X, scales; asymmetric coordinates, nearest rounds as Upsample does),
+    11/13 (roi, scales or sizes; coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
+    exclude_outside, extrapolation_value), 18/19 (axes, keep_aspect_ratio_policy, antialias,
+    half_pixel_symmetric) -> image.resize2d. Scales/sizes must be constant; antialias is not
+    supported."""
+    x = inputs[0]
+    method = _RESIZE_METHODS.get(attrs.get("mode", "nearest"))
+    if method is None or (opset < 11 and method == "cubic"):
+        raise ctx.error(f"unknown mode '{attrs.get('mode')}'")
+    if opset < 11:
+        scales = ctx.constant(inputs, 1, "scales").reshape(-1).tolist()
+        return _resize(ctx, x, scales, None, method, "asymmetric", "simple")
+    if int(attrs.get("antialias", 0)):
+        raise UnsupportedOpError(ctx.importer.label, [("Resize with antialias=1", opset, [ctx.name])])
+    roi = ctx.constant(inputs, 1, "roi").reshape(-1).tolist() if len(inputs) > 1 and inputs[1] is not None else None
+    scales = ctx.constant(inputs, 2, "scales").reshape(-1).tolist() \
+        if len(inputs) > 2 and inputs[2] is not None else None
+    sizes = ctx.constant(inputs, 3, "sizes").reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None else None
+    if not scales:
+        scales = None
+    if (scales is None) == (sizes is None):
+        raise ctx.error("exactly one of scales and sizes must be given")
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+    from tvmc.ops.image import COORDINATE_MODES, NEAREST_MODES
+
+    nearest_mode = attrs.get("nearest_mode", "round_prefer_floor")
+    if coord not in COORDINATE_MODES or nearest_mode not in NEAREST_MODES[:4]:
+        raise ctx.error(f"unknown coordinate_transformation_mode '{coord}' or nearest_mode '{nearest_mode}'")
+    return _resize(ctx, x, scales, sizes, method, coord, nearest_mode, float(attrs.get("cubic_coeff_a", -0.75)),
+                   int(attrs.get("exclude_outside", 0)), float(attrs.get("extrapolation_value", 0.0)), roi,
+                   attrs.get("axes") if opset >= 18 else None, attrs.get("keep_aspect_ratio_policy", "stretch"))
+
+
+@converter(7, 9, 10)
+def Upsample(ctx, node, inputs, attrs, opset):
+    """ONNX Upsample-7 (scales attribute) / -9 and -10 (deprecated; scales input): nearest or (bi)linear with
+    asymmetric coordinates -> image.resize2d."""
+    method = _RESIZE_METHODS.get(attrs.get("mode", "nearest"))
+    if method not in ("nearest", "linear"):
+        raise ctx.error(f"unknown mode '{attrs.get('mode')}'")
+    scales = attrs.get("scales") if opset < 9 else ctx.constant(inputs, 1, "scales").reshape(-1).tolist()
+    if scales is None:
+        raise ctx.error("scales are required")
+    return _resize(ctx, inputs[0], scales, None, method, "asymmetric", "simple")
+
+
+@converter(1, 11, 13, 28)
+def DepthToSpace(ctx, node, inputs, attrs, opset):
+    """ONNX DepthToSpace (blocksize; mode DCR or CRD from 11) -> reshape, transpose, reshape."""
+    x = inputs[0]
+    if len(x.shape) != 4:
+        raise ctx.error(f"input {x.type} must be NCHW")
+    b = int(attrs["blocksize"])
+    n, c, h, w = x.shape
+    if c % (b * b):
+        raise ctx.error(f"channels {c} not divisible by blocksize^2 = {b * b}")
+    if attrs.get("mode", "DCR") == "DCR":
+        y = reshape(ctx, x, (n, b, b, c // (b * b), h, w))
+        perm = (0, 3, 4, 1, 5, 2)
+    else:
+        y = reshape(ctx, x, (n, c // (b * b), b, b, h, w))
+        perm = (0, 1, 4, 2, 5, 3)
+    y = ctx.call("transpose", [y], {"axes": perm})
+    return reshape(ctx, y, (n, c // (b * b), h * b, w * b))
+
+
+@converter(1, 13, 28)
+def SpaceToDepth(ctx, node, inputs, attrs, opset):
+    """ONNX SpaceToDepth (blocksize; mode DCR or CRD from 28) -> reshape, transpose, reshape."""
+    x = inputs[0]
+    if len(x.shape) != 4:
+        raise ctx.error(f"input {x.type} must be NCHW")
+    b = int(attrs["blocksize"])
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise ctx.error(f"spatial size {h}x{w} not divisible by blocksize {b}")
+    y = reshape(ctx, x, (n, c, h // b, b, w // b, b))
+    crd = opset >= 28 and attrs.get("mode", "DCR") == "CRD"
+    y = ctx.call("transpose", [y], {"axes": (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)})
+    return reshape(ctx, y, (n, c * b * b, h // b, w // b))
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks and one-hot tensors built from static shapes
+# ---------------------------------------------------------------------------------------------
+
+@converter(14)
+def Trilu(ctx, node, inputs, attrs, opset):
+    """ONNX Trilu(x[..., N, M], k = 0; upper = 1) -> where(mask, x, 0) with the constant [N, M]
+    mask j - i >= k (upper) or j - i <= k (lower)."""
+    x = inputs[0]
+    if len(x.shape) < 2:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must have rank >= 2")
+    k = int(ctx.constant(inputs, 1, "k").reshape(())) if len(inputs) > 1 and inputs[1] is not None else 0
+    n, m = x.shape[-2:]
+    diff = np.arange(m)[None, :] - np.arange(n)[:, None]
+    mask = diff >= k if int(attrs.get("upper", 1)) else diff <= k
+    if is_const(x):
+        return np.where(mask, x.value, np.zeros((), x.dtype))
+    return ctx.call("where", [ctx.const(mask, "mask"), x, scalar(ctx, x, 0, "zero")])
+
+
+@converter(9, 22)
+def EyeLike(ctx, node, inputs, attrs, opset):
+    """ONNX EyeLike(x[N, M]; dtype = x's, k = 0) -> a constant with ones on diagonal k (only x's
+    shape is read)."""
+    x = inputs[0]
+    if len(x.shape) != 2:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must be 2-D")
+    dtype = np_dtype_name(int(attrs["dtype"])) if "dtype" in attrs else x.dtype
+    return np.eye(x.shape[0], x.shape[1], k=int(attrs.get("k", 0)), dtype=dtype)
+
+
+def one_hot_mask(ctx, indices, depth: int, axis: int):
+    """indices (any int or float dtype, negative ones counted from `depth`) == the positions
+    0..depth-1 along a new output axis `axis` -> a bool tensor of shape indices.shape with depth
+    inserted at `axis`."""
+    if indices.dtype != "int64":
+        indices = ctx.call("cast", [indices], {"dtype": "int64"})
+    rank = len(indices.shape) + 1
+    wrapped = ctx.call("where", [ctx.call("less", [indices, scalar(ctx, indices, 0, "zero")]),
+                                 ctx.call("add", [indices, scalar(ctx, indices, depth, "depth")]), indices])
+    idx = reshape(ctx, wrapped, tuple(indices.shape[:axis]) + (1,) + tuple(indices.shape[axis:]))
+    positions = np.arange(depth, dtype=np.int64).reshape((depth,) + (1,) * (rank - axis - 1))
+    return ctx.call("equal", [idx, ctx.const(positions, "positions")])
+
+
+@converter(9, 11, 28)
+def OneHot(ctx, node, inputs, attrs, opset):
+    """ONNX OneHot(indices, depth, values [off, on]; axis = -1) -> where(indices == positions,
+    on, off) with depth a constant; negative indices count from depth (from 11), out-of-range
+    ones give all-off rows."""
+    indices, values = inputs[0], inputs[2]
+    depth = int(np.asarray(ctx.constant(inputs, 1, "depth")).reshape(-1)[0])
+    axis = norm_axis(ctx, int(attrs.get("axis", -1)), len(indices.shape) + 1)
+    if tuple(values.shape) != (2,):
+        raise ctx.error(f"values '{ctx.input_name(2)}' {values.type} must be [off, on]")
+    off = ctx.call("strided_slice", [values], {"begin": (0,), "end": (1,), "strides": (1,)}) if not is_const(values) \
+        else values.value[:1]
+    on = ctx.call("strided_slice", [values], {"begin": (1,), "end": (2,), "strides": (1,)}) if not is_const(values) \
+        else values.value[1:]
+    on = ctx.const(on, "on") if isinstance(on, np.ndarray) else on
+    off = ctx.const(off, "off") if isinstance(off, np.ndarray) else off
+    return ctx.call("where", [one_hot_mask(ctx, indices, depth, axis), reshape(ctx, on, ()), reshape(ctx, off, ())])
+
+
+# ---------------------------------------------------------------------------------------------
+# Gather and scatter
+# ---------------------------------------------------------------------------------------------
+
+def _indices(ctx, inputs, i: int):
+    e = inputs[i]
+    if e.dtype not in ("int64", "int32"):
+        raise ctx.error(f"indices '{ctx.input_name(i)}' must be int32/int64, got {e.dtype}")
+    return e
+
+
+@converter(11, 13)
+def GatherElements(ctx, node, inputs, attrs, opset):
+    """ONNX GatherElements(data, indices; axis) -> gather_elements."""
+    data = inputs[0]
+    axis = norm_axis(ctx, int(attrs.get("axis", 0)), len(data.shape))
+    return ctx.call("gather_elements", [data, _indices(ctx, inputs, 1)], {"axis": axis})
+
+
+@converter(11, 12, 13)
+def GatherND(ctx, node, inputs, attrs, opset):
+    """ONNX GatherND(data, indices; batch_dims from 12) -> gather_nd."""
+    return ctx.call("gather_nd", [inputs[0], _indices(ctx, inputs, 1)], {"batch_dims": int(attrs.get("batch_dims", 0))})
+
+
+@converter(11, 13, 16, 18)
+def ScatterElements(ctx, node, inputs, attrs, opset):
+    """ONNX ScatterElements(data, indices, updates; axis, reduction add/mul from 16, max/min from
+    18) -> scatter_elements."""
+    data = inputs[0]
+    axis = norm_axis(ctx, int(attrs.get("axis", 0)), len(data.shape))
+    return ctx.call("scatter_elements", [data, _indices(ctx, inputs, 1), inputs[2]],
+                    {"axis": axis, "reduction": attrs.get("reduction", "none")})
+
+
+@converter(9, 11)
+def Scatter(ctx, node, inputs, attrs, opset):
+    """ONNX Scatter (deprecated; ScatterElements without reduction) -> scatter_elements."""
+    return ScatterElements(ctx, node, inputs, {"axis": attrs.get("axis", 0)}, opset)
+
+
+@converter(11, 13, 16, 18)
+def ScatterND(ctx, node, inputs, attrs, opset):
+    """ONNX ScatterND(data, indices, updates; reduction add/mul from 16, max/min from 18) -> scatter_nd."""
+    return ctx.call("scatter_nd", [inputs[0], _indices(ctx, inputs, 1), inputs[2]],
+                    {"reduction": attrs.get("reduction", "none")})
+
+
+@converter(24)
+def TensorScatter(ctx, node, inputs, attrs, opset):
+    """ONNX TensorScatter(past_cache, update, write_indices = 0; axis -2, mode linear/circular) ->
+    tensor_scatter."""
+    past, upd = inputs[0], inputs[1]
+    axis = norm_axis(ctx, int(attrs.get("axis", -2)), len(past.shape))
+    w = inputs[2] if len(inputs) > 2 and inputs[2] is not None else ctx.const(np.zeros(past.shape[0], np.int64), "w")
+    mode = attrs.get("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise ctx.error(f"mode must be linear or circular, got '{mode}'")
+    return ctx.call("tensor_scatter", [past, upd, w], {"axis": axis, "mode": mode})
+
+
+@converter(10, 28)
+def ReverseSequence(ctx, node, inputs, attrs, opset):
+    """ONNX ReverseSequence(x, sequence_lens; batch_axis 1, time_axis 0) -> reverse_sequence."""
+    x = inputs[0]
+    rank = len(x.shape)
+    ba = norm_axis(ctx, int(attrs.get("batch_axis", 1)), rank)
+    ta = norm_axis(ctx, int(attrs.get("time_axis", 0)), rank)
+    return ctx.call("reverse_sequence", [x, _indices(ctx, inputs, 1)], {"batch_axis": ba, "time_axis": ta})
+
+
+@converter(16, 20, 22)
+def GridSample(ctx, node, inputs, attrs, opset):
+    """ONNX GridSample(X, grid; mode bilinear/nearest/bicubic (16) or linear/nearest/cubic (20),
+    padding_mode zeros/border/reflection, align_corners) -> image.grid_sample; 2-D from 16, N-D
+    from 20."""
+    x, grid = inputs[0], inputs[1]
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(attrs.get("mode", "bilinear" if opset < 20 else "linear"),
+                                                          attrs.get("mode", "linear"))
+    if opset < 20 and len(x.shape) != 4:
+        raise ctx.error(f"GridSample-16 samples 4-D inputs, got {x.type}")
+    return ctx.call("image.grid_sample", [x, grid], {"mode": mode, "padding_mode": attrs.get("padding_mode", "zeros"),
+                                                     "align_corners": int(attrs.get("align_corners", 0))})
