@@ -68,6 +68,13 @@ class Target:
             out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Target":
+        """The Target whose to_dict() is `data` (e.g. metadata.json's "target"): lists become
+        tuples, keys that are not fields (written by another tvmc version) are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
+
     @property
     def hash(self) -> str:
         """Stable short hash of every field (tuning records key on it)."""
