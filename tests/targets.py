@@ -130,11 +130,14 @@ KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel}
 @dataclass(frozen=True)
 class TargetUnderTest:
     """name: the pytest id; spec: what `--target` takes; missing: () -> None when the target runs
-    here, else the skip reason naming the missing tool."""
+    here, else the skip reason naming the missing tool; op_sample: make test runs the first case
+    of each operator there (False: every op case is a slow test, and make test's sample is one
+    case per schedule, tests/ops/test_cpu_schedules.py)."""
 
     name: str
     spec: str
     missing: Callable = _always
+    op_sample: bool = True
 
     @functools.cached_property
     def target(self):
@@ -147,7 +150,7 @@ class TargetUnderTest:
 TARGETS = [
     TargetUnderTest("native", "native"),
     TargetUnderTest("opencl", "opencl", _opencl_missing),
-    TargetUnderTest("arm", "arm", _emulation_missing("arm")),
+    TargetUnderTest("arm", "arm", _emulation_missing("arm"), op_sample=False),
 ]
 BY_NAME = {t.name: t for t in TARGETS}
 
