@@ -82,6 +82,13 @@ class Target:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     @property
+    def fma_scalar_operand(self) -> str:
+        """Where the vector FMA of the vector unit this target's cpu and features enable takes its
+        scalar operand: "memory", "register" or "lane" (targets/isa/<arch>.yaml; "register"
+        for an architecture without an ISA table)."""
+        return _fma_scalar_operand(self.arch, self.cpu, self.features)
+
+    @property
     def arch(self) -> str:
         """Architecture component of the triple (x86_64, aarch64, wasm32, nvptx64)."""
         return self.triple.split("-")[0]
@@ -262,6 +269,13 @@ def _derive(target: Target, origin: str) -> Target:
         changes["vector_width_bits"] = min(target.vector_width_bits, unit["width_bits"])
         changes["num_vector_registers"] = min(target.num_vector_registers, unit["registers"])
     return replace(target, **changes)
+
+
+@functools.lru_cache(maxsize=64)
+def _fma_scalar_operand(arch: str, cpu: str, features: tuple) -> str:
+    isa = isa_table(arch)
+    unit = isa.vector_unit(isa.enabled_features(cpu, features, arch)) if isa is not None else None
+    return (unit or {}).get("fma_scalar_operand", "register")
 
 
 # ---------------------------------------------------------------------------------------------

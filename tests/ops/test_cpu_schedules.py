@@ -171,3 +171,25 @@ def test_softmax_over_the_contiguous_axis_is_vectorized(shape, axis, vectorized)
     a = (np.random.default_rng(1).standard_normal(shape) * 4).astype(np.float32)
     out, _ = build_and_run(fn, [a])
     np.testing.assert_allclose(out, get_op("nn.softmax").reference(a, axis), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target_name,operand,ow_tiles", [
+    ("x86", "memory", {56: 28, 28: 28, 14: 14, 7: 7, 112: 28}),
+    ("x86-avx2", "register", {56: 8, 28: 7, 14: 7, 7: 7, 112: 8}),
+    ("arm", "lane", {56: 8, 28: 7, 14: 7, 7: 7, 112: 8}),
+])
+def test_conv2d_nchwc_register_tile_fits_the_fma_operand_form(target_name, operand, ow_tiles):
+    """The fallback tile_ow of ResNet-18's layers from the descriptor: R = registers - 4 where the
+    FMA's scalar comes from memory or a rotating broadcast register (x86: 28, AVX2: 12), and
+    (registers - 4 - ic_bn) // 2 = 12 where it is a lane of a vector register (NEON: each column
+    keeps its input scalar in a register for the unrolled ic_inner step)."""
+    from tvmc.ops.cpu.conv2d_nchwc import accumulator_registers, conv2d_nchwc_config
+
+    target = resolve_target(target_name)
+    assert target.fma_scalar_operand == operand
+    lanes = target.vector_lanes()
+    assert accumulator_registers(target, lanes) == {"memory": 28, "register": 12, "lane": 12}[operand]
+    for ow, tile in ow_tiles.items():
+        workload = ((1, 2, ow, ow, lanes), (2, 2, 3, 3, lanes, lanes), (1, 2, ow, ow, lanes), "float32",
+                    (("groups", 1),))
+        assert conv2d_nchwc_config(workload, target).fallback["tile_ow"] == tile, ow
