@@ -176,3 +176,22 @@ def test_missing_emulator_names_it_and_its_package(arm_artifact, tmp_path):
     assert r.exit_code == 7
     line = r.stderr.strip()
     assert "\n" not in line and "emulator 'qemu-aarch64' not found" in line and "qemu-user" in line, line
+
+
+def test_scalar_inputs_cross_as_zero_dimensional_npy(tmp_path):
+    """A 0-d input (ONNX Clip's min, Pow's exponent) stays 0-d in the .npy the runner reads."""
+    from onnx import TensorProto, helper
+
+    require("arm")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "scale",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5]),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    from tvmc.runtime import create_executor
+
+    ex = create_executor(save_artifact(compile_model(model, resolve_target("arm")), tmp_path / "s.tar"))
+    ex.set_input("x", np.arange(5, dtype=np.float32))
+    ex.set_input("s", np.array(-2.0, np.float32))
+    ex.run()
+    np.testing.assert_array_equal(ex.get_output(0), np.arange(5, dtype=np.float32) * -2.0)

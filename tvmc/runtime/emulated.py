@@ -88,7 +88,7 @@ class EmulatedProgram:
         the measurements in ms per run). Raises InputError when the runner refuses an input,
         ArtifactError when it fails otherwise (its first line of stderr)."""
         for k, array in enumerate(inputs):
-            np.save(Path(self.folder, f"input_{k}.npy"), np.ascontiguousarray(array), allow_pickle=False)
+            np.save(Path(self.folder, f"input_{k}.npy"), np.asarray(array, order="C"), allow_pickle=False)
         outs = [Path(self.folder, f"output_{k}.npy") for k in range(num_outputs)]
         for path in outs:
             path.unlink(missing_ok=True)
