@@ -195,3 +195,12 @@ def test_scalar_inputs_cross_as_zero_dimensional_npy(tmp_path):
     ex.set_input("s", np.array(-2.0, np.float32))
     ex.run()
     np.testing.assert_array_equal(ex.get_output(0), np.arange(5, dtype=np.float32) * -2.0)
+
+
+def test_tuning_for_another_architecture_is_refused(tmp_path):
+    """Measurements under emulation would time QEMU: tune on the device, compile anywhere."""
+    import onnx
+
+    onnx.save(two_in_two_out_model(), str(tmp_path / "m.onnx"))
+    r = invoke("tune", tmp_path / "m.onnx", "--target", "arm", "-o", tmp_path / "rec.json", "--trials", "2")
+    assert r.exit_code == 9 and "tune on an aarch64 machine" in r.stderr and not (tmp_path / "rec.json").exists()
