@@ -612,9 +612,9 @@ def tune(model, target="native", records="records.json", *, target_options=None,
             a CPU target of another architecture than this host's (e.g. arm on x86-64)
     """
     from tvmc.autotune.measure import MeasureOptions
-    from tvmc.target import host_arch
     from tvmc.autotune.tune import TuneOptions, tune_tasks
     from tvmc.autotune.tuner import TUNERS
+    from tvmc.target import host_arch
 
     records = _path("records", records)
     _int("trials", trials, 1)

@@ -75,7 +75,8 @@ def _schedule_params():
         for impl in sorted(BY_IMPL):
             for which in ("fallback", "others") if impl in knobs else ("fallback",):
                 slow = t != "native" and which == "others"
-                out.append(pytest.param(t, impl, which, id=f"{t}-{impl}-{which}", marks=pytest.mark.slow if slow else ()))
+                marks = pytest.mark.slow if slow else ()
+                out.append(pytest.param(t, impl, which, id=f"{t}-{impl}-{which}", marks=marks))
     return out
 
 

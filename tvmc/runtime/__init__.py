@@ -24,8 +24,8 @@ def create_executor(artifact: Artifact | str | os.PathLike, device: str | None =
     """An executor for `artifact` (an Artifact or a mod.tar path) on the runtime its target
     names: `cpu` -> GraphExecutor (ctypes, this host's CPU), or, for a CPU of another
     architecture whose descriptor names an emulator, EmulatedExecutor (the C runner under
-    qemu-user); `opencl` -> OpenCLExecutor (pyopencl). `device` selects a device where a runtime has several (e.g. "opencl:0:1");
-    None takes the default.
+    qemu-user); `opencl` -> OpenCLExecutor (pyopencl). `device` selects a device where a
+    runtime has several (e.g. "opencl:0:1"); None takes the default.
 
     Raises ArtifactError when the artifact is invalid or no runtime here can execute it.
     """

@@ -60,8 +60,7 @@ class EmulatedProgram:
         from tvmc.codegen.build import link_runner
 
         self.target, self.origin = target, origin
-        self.emulator = find_tool(target.emulator, target.emulator_package,
-                                  f"{origin} ({target.arch}): emulator",
+        self.emulator = find_tool(target.emulator, target.emulator_package, f"{origin} ({target.arch}): emulator",
                                   ArtifactError)
         runner = link_runner(library, target)
         self.folder = tempfile.mkdtemp(prefix="tvmc-emulated-")

@@ -26,8 +26,9 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
               weight vector and temporaries); where it takes a lane of a vector register (NEON's
               by-element fmla), each column's input scalar is loaded into a register of its own
               for the whole ic_inner step, which LLVM unrolls with its ic_bn weight vectors, so
-              R = (num_vector_registers - 4 - ic_bn) // 2 (NEON, ic_bn = 4: 12; R = 28 there
-              spilled in the hot loop of 4 of ResNet-18's 11 convolutions). Then: OW itself when OW <= R, else the
+              R = (num_vector_registers - 4 - ic_bn) // 2 (NEON, ic_bn = 4: 12; with R = 28 the
+              hot loops of 6 of ResNet-18's 11 distinct convolutions spilled). Then: OW itself
+              when OW <= R, else the
               largest divisor of OW <= R when it is >= R/2, else the T in [R/2, R] that wastes the
               fewest columns in the guarded last tile (ties: the largest T), e.g. OW=56 -> 28,
               OW=55 -> 28 (one wasted column, instead of the divisor 11), OW=109 (prime) -> 22;
