@@ -1,10 +1,12 @@
 # Set-up and everyday commands. `make demo` installs tvmc and reads a line of text with PP-OCRv4;
-# `make test` installs the test dependencies and runs the fast tests; `make bench` times tvmc's
-# builds for every x86 descriptor this host runs (x86, x86-avx2, x86-64) against onnxruntime at 1
-# and 2 threads, `make bench-layers` ResNet-18's conv layers against the
-# machine's peak; `make conformance [TARGET=opencl]` runs the ONNX backend node cases through tvmc on
-# x86 (or TARGET) and rewrites docs/conformance.md (TARGET: docs/conformance-TARGET.md and its row
-# in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
+# `make test` installs the test dependencies and runs the fast tests (`make test-all` the slow ones
+# too: every op case on OpenCL and on ARM under qemu-user, the light models there); `make bench`
+# times tvmc's builds for every CPU descriptor of the host's architecture that it runs (x86-64:
+# x86, x86-avx2, x86-64; aarch64: arm-neoverse-n1, arm-cortex-a72, arm) against onnxruntime at 1
+# and 2 threads, `make bench-layers` ResNet-18's conv layers against the machine's peak;
+# `make conformance [TARGET=opencl|arm]` runs the ONNX backend node cases through tvmc on
+# x86 (or TARGET; arm under qemu-user) and rewrites docs/conformance.md (TARGET:
+# docs/conformance-TARGET.md and its row in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds;
 # `make bench-kernels [GPU_TARGET=opencl]` writes the per-kernel table (launch, shared memory, bytes per

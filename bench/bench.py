@@ -1,8 +1,9 @@
-"""Benchmark: tvmc's x86 builds against onnxruntime on the onnx package's nine light model-zoo
+"""Benchmark: tvmc's CPU builds against onnxruntime on the onnx package's nine light model-zoo
 networks plus a ResNet-18, a MobileNetV2 and a BERT-style encoder that bench/models.py builds.
 
-Each model is compiled for every shipped x86 descriptor (`--targets`, default x86, x86-avx2,
-x86-64: AVX-512, AVX2 + FMA, baseline SSE4.2) that this host can run, i.e. whose derived CPU
+Each model is compiled for every shipped CPU descriptor of this host's architecture (`--targets`;
+default on x86-64: x86, x86-avx2, x86-64, i.e. AVX-512, AVX2 + FMA, baseline SSE4.2; on aarch64:
+arm-neoverse-n1, arm-cortex-a72, arm) that this host can run, i.e. whose derived CPU
 features (Target.host_features) are all in /proc/cpuinfo; a descriptor the host cannot run is
 named in the header with the features it lacks, and its columns say "n/a". What it measures, per
 model and thread count (`make bench`, or `python bench/bench.py [--threads 1,2] [--models a,b]
@@ -70,7 +71,8 @@ RTOL = 1e-3
 MAX_OTHER_LOAD = 0.1   # cores: above this, another process competed with the timed runs
 RETRY_WAIT_S = 10.0
 OPT_LEVEL = 3
-TARGETS = ("x86", "x86-avx2", "x86-64")   # widest first: the GFLOP/s column is the first that ran
+# shipped CPU descriptors per host architecture, widest first: the GFLOP/s column is the first that ran
+TARGETS_BY_ARCH = {"x86_64": ("x86", "x86-avx2", "x86-64"), "aarch64": ("arm-neoverse-n1", "arm-cortex-a72", "arm")}
 
 
 def light_model_path(name: str) -> Path:
@@ -384,9 +386,13 @@ def main(argv=None) -> int:
                         help="comma-separated thread counts for both runtimes, one table each (default 1,2)")
     parser.add_argument("--models", default=",".join(ALL_MODELS),
                         help=f"comma-separated model names (default: all: {', '.join(ALL_MODELS)})")
-    parser.add_argument("--targets", default=",".join(TARGETS),
-                        help=f"comma-separated shipped x86 descriptors to build (default: {','.join(TARGETS)}); "
-                             "those this host cannot run are reported, not built")
+    from tvmc.target import host_arch
+
+    known = TARGETS_BY_ARCH.get(host_arch(), ())
+    parser.add_argument("--targets", default=",".join(known),
+                        help=f"comma-separated shipped CPU descriptors of this host's architecture to build "
+                             f"(default: {','.join(known) or 'none for ' + host_arch()}); those this host cannot "
+                             f"run are reported, not built")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per runtime (default 10)")
     parser.add_argument("--retries", type=int, default=3,
                         help=f"re-time a model up to N times when other processes used more than {MAX_OTHER_LOAD} "
@@ -403,9 +409,9 @@ def main(argv=None) -> int:
     if not threads_list or min(threads_list) < 1 or args.repeat < 1:
         parser.error("--threads and --repeat must be at least 1")
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = [t for t in targets if t not in TARGETS]
+    unknown = [t for t in targets if t not in known]
     if unknown or not targets:
-        parser.error(f"--targets: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(TARGETS)}")
+        parser.error(f"--targets: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
 
     import onnxruntime as ort
 

@@ -1,5 +1,6 @@
 """Benchmark: every conv2d layer of ResNet-18 (bench/models.resnet18) compiled on its own, tvmc's
-achieved GFLOP/s against the machine's fp32 peak and against onnxruntime (x86 CPU).
+achieved GFLOP/s against the machine's fp32 peak and against onnxruntime (this host's CPU: x86-64
+or aarch64).
 
 `make bench-layers`, or `python bench/layers.py [--threads 1,2] [--repeat N]`.
 
@@ -11,7 +12,8 @@ tvmc GFLOP/s, tvmc % of peak, ORT GFLOP/s.
 
 Peak (fp32, the threads used): threads x clock x FMA units x lanes x 2 (an FMA is 2 FLOP):
   clock      'cpu MHz' of /proc/cpuinfo (the nominal clock a KVM guest sees; turbo can run
-             above it, so a kernel may exceed 100%);
+             above it, so a kernel may exceed 100%); where /proc/cpuinfo has none (aarch64
+             Linux), cpufreq's cpuinfo_max_freq of cpu0; --mhz sets it;
   FMA units  2 per core (Sapphire Rapids / Ice Lake server cores: two 512-bit FMA ports; the
              --fma-units option changes it);
   lanes      float32 lanes of the target's vectors (AVX-512: 512 / 32 = 16).
@@ -70,9 +72,22 @@ def conv_model(c, h, w, o, k, stride, pad, seed=0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def cpu_mhz() -> float:
-    with open("/proc/cpuinfo") as f:
-        return float(next(line.split(":", 1)[1] for line in f if line.startswith("cpu MHz")))
+CPUFREQ_MAX = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"   # kHz
+
+
+def cpu_mhz() -> float | None:
+    """The clock in MHz: /proc/cpuinfo 'cpu MHz' (x86), else cpufreq's maximum of cpu0 (aarch64
+    Linux shows no clock in /proc/cpuinfo); None when neither is readable."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return float(next(line.split(":", 1)[1] for line in f if line.startswith("cpu MHz")))
+    except (OSError, StopIteration, ValueError):
+        pass
+    try:
+        with open(CPUFREQ_MAX) as f:
+            return int(f.read()) / 1e3
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv=None) -> int:
@@ -80,6 +95,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per runtime (default 20)")
     parser.add_argument("--fma-units", type=int, default=2, help="FMA units per core (default 2)")
+    parser.add_argument("--mhz", type=float, help="the clock in MHz (default: read from /proc/cpuinfo or cpufreq)")
     args = parser.parse_args(argv)
     threads_list = [int(t) for t in args.threads.split(",") if t.strip()]
 
@@ -90,10 +106,12 @@ def main(argv=None) -> int:
 
     ort.set_default_logger_severity(3)
     lanes = resolve_target("native").vector_lanes("float32")
-    mhz = cpu_mhz()
+    mhz = args.mhz or cpu_mhz()
+    if mhz is None:
+        parser.error(f"cannot read the clock (no 'cpu MHz' in /proc/cpuinfo, no {CPUFREQ_MAX}): pass --mhz")
     per_core = mhz / 1e3 * args.fma_units * lanes * 2
     print(f"peak = threads x clock x FMA units x lanes x 2 = threads x {mhz / 1e3:.2f} GHz x {args.fma_units} x "
-          f"{lanes} x 2 = threads x {per_core:.1f} GFLOP/s  (clock: /proc/cpuinfo 'cpu MHz'; "
+          f"{lanes} x 2 = threads x {per_core:.1f} GFLOP/s  (clock: {'--mhz' if args.mhz else 'read from the host'}; "
           f"load average {os.getloadavg()[0]:.2f})")
     layers = resnet18_conv_layers()
     results = {t: [] for t in threads_list}

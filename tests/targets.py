@@ -3,8 +3,9 @@ instead of being copied per target (DESIGN.md section 7).
 
 Each entry names the target spec tvmc resolves, why it cannot run here (None when it can: the
 reason names the missing tool and how to install it, and becomes the test's skip message) and
-how one compiled kernel runs on it (`run_kernel(prim, arrays, out)`). Adding a target (ARM under
-qemu, wasm) is one entry here and, where its runtime is new, one kernel runner.
+how one compiled kernel runs on it (`run_kernel(prim, arrays, out)`: ctypes on this host's CPU,
+pyopencl for OpenCL, the C runner under qemu-user for ARM). Adding a target (wasm) is one entry
+here and, where its runtime is new, one kernel runner.
 """
 
 from __future__ import annotations
@@ -54,6 +55,46 @@ def run_opencl_kernel(prim, target, arrays, out):
                       [np.ascontiguousarray(a) for a in arrays], out)
 
 
+def one_kernel_graph(name: str, args) -> dict:
+    """Graph-executor JSON of one kernel `name` over `args` (arrays: its inputs, then its output),
+    each a graph input or output with a storage of its own."""
+    n = len(args)
+    nodes = [{"op": "null", "name": f"arg{k}", "inputs": []} for k in range(n - 1)]
+    nodes.append({"op": "tvm_op", "name": name, "inputs": [[k, 0, 0] for k in range(n - 1)],
+                  "attrs": {"func_name": name, "num_inputs": n - 1, "num_outputs": 1}})
+    return {"nodes": nodes, "arg_nodes": list(range(n - 1)), "node_row_ptr": list(range(n + 1)),
+            "heads": [[n - 1, 0, 0]],
+            "attrs": {"shape": ["list_shape", [list(a.shape) for a in args]],
+                      "dltype": ["list_str", [a.dtype.name for a in args]],
+                      "storage_id": ["list_int", list(range(n))]}}
+
+
+def run_emulated_kernel(prim, target, arrays, out):
+    """Compile `prim` as the one kernel of a graph (graph entry, module description and C API in
+    the library, as `tvmc compile` builds them), and run it under the target's emulator through
+    the shipped C runner (tvmc.runtime.emulated)."""
+    from tvmc.codegen import description
+    from tvmc.codegen.build import compile_ir, compile_runtime, link_shared
+    from tvmc.codegen.entry import add_graph_entry
+    from tvmc.codegen.llvm import CodeGenLLVM
+    from tvmc.runtime.emulated import EmulatedProgram
+
+    args = [np.ascontiguousarray(a) for a in arrays] + [out]
+    graph = one_kernel_graph(prim.name, args)
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    add_graph_entry(cg, graph)
+    description.embed(cg.module, description.module_description(graph, {}))
+    library = link_shared(compile_ir(cg.ir_text(), target), target, [compile_runtime(target)])
+    program = EmulatedProgram(target, library, None, prim.name)
+    try:
+        (result,), _ = program.run(args[:-1], 1)
+    finally:
+        program.close()
+    np.copyto(out, result)
+    return out
+
+
 def _always() -> None:
     return None
 
@@ -64,29 +105,52 @@ def _opencl_missing() -> str | None:
     return opencl_available()
 
 
+def _emulation_missing(spec: str) -> Callable:
+    def missing() -> str | None:
+        from tvmc.runtime.emulated import emulation_missing
+
+        return emulation_missing(resolve_target(spec))
+
+    return missing
+
+
+def kernel_runner(target) -> Callable:
+    """How one compiled kernel of the resolved tvmc Target runs here: by its runtime, and for a CPU
+    of another architecture under emulation."""
+    from tvmc.target import host_arch
+
+    if target.runtime == "cpu" and target.arch != host_arch():
+        return run_emulated_kernel
+    return KERNEL_RUNNERS[target.runtime]
+
+
 KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel}
 
 
 @dataclass(frozen=True)
 class TargetUnderTest:
     """name: the pytest id; spec: what `--target` takes; missing: () -> None when the target runs
-    here, else the skip reason naming the missing tool."""
+    here, else the skip reason naming the missing tool; op_sample: make test runs the first case
+    of each operator there (False: every op case is a slow test, and make test's sample is one
+    case per schedule, tests/ops/test_cpu_schedules.py)."""
 
     name: str
     spec: str
     missing: Callable = _always
+    op_sample: bool = True
 
     @functools.cached_property
     def target(self):
         return resolve_target(self.spec)
 
     def run_kernel(self, prim, arrays, out):
-        return KERNEL_RUNNERS[self.target.runtime](prim, self.target, arrays, out)
+        return kernel_runner(self.target)(prim, self.target, arrays, out)
 
 
 TARGETS = [
     TargetUnderTest("native", "native"),
     TargetUnderTest("opencl", "opencl", _opencl_missing),
+    TargetUnderTest("arm", "arm", _emulation_missing("arm"), op_sample=False),
 ]
 BY_NAME = {t.name: t for t in TARGETS}
 
@@ -103,5 +167,5 @@ def require(name: str) -> TargetUnderTest:
 
 
 def by_runtime(target) -> Callable:
-    """The kernel runner of a resolved tvmc Target (by its runtime)."""
-    return functools.partial(KERNEL_RUNNERS[target.runtime], target=target)
+    """The kernel runner of a resolved tvmc Target (see kernel_runner)."""
+    return functools.partial(kernel_runner(target), target=target)

@@ -608,11 +608,13 @@ def tune(model, target="native", records="records.json", *, target_options=None,
     Raises:
         TypeError, ValueError: an argument of the wrong type or value (the message names it)
         ModelError (2), TargetError (3), PassError (4): as for compile
-        TuningError (9): a task index out of range, a records file that cannot be read or written
+        TuningError (9): a task index out of range, a records file that cannot be read or written,
+            a CPU target of another architecture than this host's (e.g. arm on x86-64)
     """
     from tvmc.autotune.measure import MeasureOptions
     from tvmc.autotune.tune import TuneOptions, tune_tasks
     from tvmc.autotune.tuner import TUNERS
+    from tvmc.target import host_arch
 
     records = _path("records", records)
     _int("trials", trials, 1)
@@ -639,5 +641,10 @@ def tune(model, target="native", records="records.json", *, target_options=None,
     if outside:
         raise TuningError(f"{task_list.model}: task index {outside[0]} out of range: the model has {n} tasks "
                           f"(0-{n - 1}; see tvmc tune --list-tasks)" if n else f"{task_list.model}: the model has no tuning tasks")
-    results = tune_tasks([task_list.tasks[k] for k in indices], task_list.target, records, options, progress)
+    target = task_list.target
+    if target.kind == "cpu" and target.arch != host_arch():
+        raise TuningError(f"target {target.name}: tuning measures the kernels on this {host_arch()} host, which "
+                          f"runs no {target.arch} code (under emulation it would time QEMU, not the device); tune "
+                          f"on an {target.arch} machine and compile here with --tuning-records")
+    results = tune_tasks([task_list.tasks[k] for k in indices], target, records, options, progress)
     return TuneResult(task_list, indices, results, records)

@@ -1,4 +1,5 @@
-"""Command-line stage: `tvmc compile`, `tvmc tune`, `tvmc run` and `tvmc inspect` (click).
+"""Command-line stage: `tvmc compile`, `tvmc tune`, `tvmc run`, `tvmc inspect` and `tvmc
+build-runner` (click).
 
 The commands parse their flags and call the Python API (tvmc/api.py); `--json` prints the
 API result's document (docs/json.md) as the only output on stdout, the text output otherwise.
@@ -372,6 +373,16 @@ def codegen_progress():
     return update
 
 
+def _output_folder_made(output) -> Path:
+    """Path(output), after creating its folder; ArtifactError when that fails."""
+    out = Path(output)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ArtifactError(f"{out.parent}: cannot create output folder: {e.strerror or e}") from None
+    return out
+
+
 @cli.command("compile", short_help="Compile an ONNX model into a mod.tar for a target.")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--target", "target_spec", required=True,
@@ -415,11 +426,7 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
     check_regular(model, ModelError, "an ONNX model file")
     check_output_path(output, ArtifactError, "artifact", [model] + ([tuning_records] if tuning_records else []))
     target = with_cross_compiler(resolve_target(target_spec, target_options), cross_compiler, cross_compiler_options)
-    out = Path(output)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ArtifactError(f"{out.parent}: cannot create output folder: {e.strerror or e}") from None
+    out = _output_folder_made(output)
     progress = codegen_progress()
     try:
         with dump_folder(out, ArtifactError, keep_on_error=verbose) if dumps else contextlib.nullcontext() as dump_dir:
@@ -662,6 +669,45 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
         print_profile(result.profile, result.profile_runs)
     if print_top:
         print_top_classes(result.top_classes(print_top), print_top, result.outputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# build-runner
+
+
+@cli.command("build-runner", short_help="Build the C runner program (tvmc_run) for an artifact's target.")
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The runner program to write.")
+@click.option("--cross-compiler", metavar="CC", help="Compiler driver instead of the first word of the linker command "
+              "the artifact was linked with (metadata.json target.linker).")
+@click.option("--cross-compiler-options", metavar="OPTS", help='Extra compiler and linker arguments, shell-quoted.')
+@verbose_option
+@_handle_errors
+def build_runner_cmd(artifact, output, cross_compiler, cross_compiler_options, verbose):
+    """Build tvmc_run, the C runner of tvmc/runtime/tvmc_run.c, for the target ARTIFACT (mod.tar)
+    was compiled for, with the same C compiler driver (e.g. aarch64-linux-gnu-gcc for arm).
+
+    On the device, put it in one folder with mod.so and mod.params from the tar and run
+    `./tvmc_run -p mod.params -i NAME=in.npy -o NAME=out.npy -r 10`: inputs and outputs as .npy
+    files, a timing loop, nothing needed but libc (and libgomp).
+    """
+    from tvmc.codegen.build import link_runner
+    from tvmc.package import load_artifact, write_atomically
+    from tvmc.target import Target, with_cross_compiler
+
+    check_output_path(output, ArtifactError, "runner", [artifact])
+    art = load_artifact(artifact)
+    target = Target.from_dict(art.metadata.get("target") or {})
+    if art.library_name != "mod.so":
+        raise ArtifactError(f"{artifact}: target {target.name} keeps its kernels in {art.library_name}; "
+                            f"the C runner runs CPU libraries (mod.so)")
+    target = with_cross_compiler(target, cross_compiler, cross_compiler_options)
+    program = link_runner(art.library, target)
+    path = write_atomically(_output_folder_made(output), lambda f: f.write(program), "runner", [artifact])
+    path.chmod(0o755)
+    click.echo(f"runner: {path} ({target.arch}, built by {target.linker[0]} for target {target.name})")
+    click.echo(f"run it beside mod.so and mod.params (from {artifact}): ./{path.name} -p mod.params "
+               f"-i INPUT=in.npy -o OUTPUT=out.npy -r 10")
 
 
 # ---------------------------------------------------------------------------------------------

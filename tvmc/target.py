@@ -68,11 +68,25 @@ class Target:
             out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Target":
+        """The Target whose to_dict() is `data` (e.g. metadata.json's "target"): lists become
+        tuples, keys that are not fields (written by another tvmc version) are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
+
     @property
     def hash(self) -> str:
         """Stable short hash of every field (tuning records key on it)."""
         blob = json.dumps(self.to_dict(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def fma_scalar_operand(self) -> str:
+        """Where the vector FMA of the vector unit this target's cpu and features enable takes its
+        scalar operand: "memory", "register" or "lane" (targets/isa/<arch>.yaml; "register"
+        for an architecture without an ISA table)."""
+        return _fma_scalar_operand(self.arch, self.cpu, self.features)
 
     @property
     def arch(self) -> str:
@@ -255,6 +269,13 @@ def _derive(target: Target, origin: str) -> Target:
         changes["vector_width_bits"] = min(target.vector_width_bits, unit["width_bits"])
         changes["num_vector_registers"] = min(target.num_vector_registers, unit["registers"])
     return replace(target, **changes)
+
+
+@functools.lru_cache(maxsize=64)
+def _fma_scalar_operand(arch: str, cpu: str, features: tuple) -> str:
+    isa = isa_table(arch)
+    unit = isa.vector_unit(isa.enabled_features(cpu, features, arch)) if isa is not None else None
+    return (unit or {}).get("fma_scalar_operand", "register")
 
 
 # ---------------------------------------------------------------------------------------------

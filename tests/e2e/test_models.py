@@ -1,5 +1,6 @@
 """End to end: ONNX -> tvmc compile -> mod.tar -> the target's executor, against onnxruntime, on
-every target of tests/targets.py that runs here (the light zoo models on OpenCL are slow tests)."""
+every target of tests/targets.py that runs here (the light zoo models on OpenCL and ARM are slow
+tests)."""
 
 from __future__ import annotations
 
@@ -44,11 +45,13 @@ def test_mlp_matches_onnxruntime(opt_level, target):
 
 
 def _light_params():
-    """x86 at opt levels 0 and 3 in make test; OpenCL (PoCL: 20-60 s a model) at opt level 3, slow."""
+    """x86 at opt levels 0 and 3 in make test; OpenCL (PoCL: 20-60 s a model) and ARM (qemu-user)
+    at opt level 3, slow."""
     out = []
     for name in LIGHT_MODELS:
         out += [pytest.param(name, "native", level, id=f"native-{name}-O{level}") for level in (0, 3)]
-        out.append(pytest.param(name, "opencl", 3, id=f"opencl-{name}-O3", marks=pytest.mark.slow))
+        out += [pytest.param(name, other, 3, id=f"{other}-{name}-O3", marks=pytest.mark.slow)
+                for other in ("opencl", "arm")]
     return out
 
 

@@ -1,16 +1,98 @@
-"""CPU schedule decisions that the numeric op tests do not see: which loops run in parallel, and
-which stages stay materialized."""
+"""CPU schedules: every implementation with its fallback config and two other configs of its
+space on every CPU target that runs here (this host; ARM under qemu-user), and the schedule
+decisions that the numeric op tests do not see: which loops run in parallel, and which stages
+stay materialized."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
-from util import build_and_run
+from test_ops import Case, _assert_close, bias_relu, conv, n, pool
+from util import build_and_run, op_function, run_op
 
+from tests.targets import TARGETS, require
+from tvmc.autotune.task import tasks_of_functions
 from tvmc.graph.ir import Function, TensorType, Var, make_call
 from tvmc.ops.cpu.tiling import MIN_PARALLEL_MACS
 from tvmc.ops.fused import lower_fused
+from tvmc.ops.registry import all_ops
 from tvmc.target import resolve_target
+
+# one case per CPU implementation (the implementation name is the id); shapes whose spaces hold
+# partial tiles and odd extents
+CPU_CASES = [
+    Case("injective.cpu", "add", lambda r: [n(r, (2, 6, 5, 19)), n(r, (6, 1, 1))]),
+    Case("reduce.x86", "mean", lambda r: [n(r, (2, 3, 7, 9))], dict(axis=(2, 3), keepdims=1)),
+    Case("topk.x86", "topk_indices", lambda r: [np.round(n(r, (3, 9)))], dict(axis=1, k=4, largest=1)),
+    Case("pool.x86", "nn.max_pool2d", lambda r: [n(r, (1, 5, 14, 14))], pool((3, 3), (2, 2), (1, 1, 1, 1), ceil=1)),
+    Case("softmax.x86", "nn.softmax", lambda r: [n(r, (3, 7, 45), 3.0)], dict(axis=2)),
+    Case("log_softmax.x86", "nn.log_softmax", lambda r: [n(r, (3, 37, 5), 3.0)], dict(axis=1)),
+    Case("lrn.x86", "nn.lrn", lambda r: [n(r, (1, 10, 6, 7), 3.0)], dict(size=5, alpha=1e-2, beta=0.75, bias=1.0)),
+    Case("dense.x86", "nn.dense", lambda r: [n(r, (5, 48)), n(r, (30, 48))], {},
+         lambda r: [("add", {}, [n(r, (30,))]), ("nn.relu", {}, [])]),
+    Case("dense_pack.x86", "nn.dense_pack", lambda r: [n(r, (6, 20)), n(r, (6, 20, 4))]),
+    Case("matmul.x86", "nn.matmul", lambda r: [n(r, (2, 12, 20)), n(r, (20, 30))]),
+    Case("conv2d_nchw.x86", "nn.conv2d", lambda r: [n(r, (1, 5, 11, 13)), n(r, (12, 5, 3, 3))],
+         conv(strides=(2, 2), padding=(1, 1, 1, 1)), bias_relu(12)),
+    Case("conv2d_transpose_nchw.x86", "nn.conv2d_transpose", lambda r: [n(r, (1, 6, 5, 7)), n(r, (6, 4, 3, 3))],
+         dict(strides=(2, 2), padding=(1, 0, 1, 2), dilation=(1, 1), output_padding=(1, 1), groups=1)),
+    Case("conv2d_nchwc.x86", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 7, 30, 4)), n(r, (3, 2, 3, 3, 4, 4))],
+         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW4c"),
+         lambda r: [("add", {}, [n(r, (3, 1, 1, 4))]), ("nn.relu", {}, [])]),
+    Case("conv2d_nchwc_im2col.x86", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 9, 9, 4)), n(r, (2, 2, 3, 3, 4, 8))],
+         dict(conv(strides=(2, 2), padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
+]
+BY_IMPL = {c.id: c for c in CPU_CASES}
+CPU_TARGETS = [t.name for t in TARGETS if t.spec != "opencl"]
+
+
+def test_every_cpu_implementation_has_a_case():
+    assert {impl.name for op in all_ops().values() for impl in op.strategy.get("cpu", [])} == set(BY_IMPL)
+
+
+def _configs(case, target, count=2):
+    """The fallback config of the case's implementation and `count` others of its space (seeded
+    choice); [None] for an implementation without knobs (no tuning task: its one schedule)."""
+    arrays, chain = case.build()
+    fn, _, _ = op_function(case.op, arrays, case.attrs, chain)
+    task = next((t for t in tasks_of_functions([fn], target) if t.impl == case.id), None)
+    if task is None:
+        return [None]
+    space = task.config_space(target)
+    fallback = space.fallback_config()
+    others = [i for i in range(len(space)) if dict(space.get(i)) != dict(fallback)]
+    return [fallback] + [space.get(i) for i in random.Random(case.id).sample(others, min(count, len(others)))]
+
+
+def _schedule_params():
+    """(target, implementation, which configs): the fallback, and the two others for the
+    implementations with knobs; on targets other than this host's CPU the others are slow."""
+    knobs = {impl.name for op in all_ops().values() for impl in op.strategy.get("cpu", []) if impl.config_space}
+    out = []
+    for t in CPU_TARGETS:
+        for impl in sorted(BY_IMPL):
+            for which in ("fallback", "others") if impl in knobs else ("fallback",):
+                slow = t != "native" and which == "others"
+                marks = pytest.mark.slow if slow else ()
+                out.append(pytest.param(t, impl, which, id=f"{t}-{impl}-{which}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("target_name,impl,which", _schedule_params())
+def test_cpu_schedule_fallback_and_two_other_configs(target_name, impl, which):
+    target = require(target_name).target
+    case = BY_IMPL[impl]
+    configs = _configs(case, target)
+    assert len(configs) in (1, 3) and (len(configs) == 3) == (configs[0] is not None)
+    arrays, chain = case.build()
+    for cfg in configs[:1] if which == "fallback" else configs[1:]:
+        out, ref = run_op(case.op, arrays, case.attrs, chain, impl=impl if cfg else None, target=target, config=cfg)
+        try:
+            _assert_close(out, ref, case.tol)
+        except AssertionError as e:
+            raise AssertionError(f"config {dict(cfg or {})}: {e}") from None
 
 # The schedule decisions are asserted for the fixed AVX-512 descriptor (16 float32 lanes, 32
 # registers); the numbers are checked on this host's CPU (build_and_run's default target).
@@ -90,3 +172,25 @@ def test_softmax_over_the_contiguous_axis_is_vectorized(shape, axis, vectorized)
     a = (np.random.default_rng(1).standard_normal(shape) * 4).astype(np.float32)
     out, _ = build_and_run(fn, [a])
     np.testing.assert_allclose(out, get_op("nn.softmax").reference(a, axis), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target_name,operand,ow_tiles", [
+    ("x86", "memory", {56: 28, 28: 28, 14: 14, 7: 7, 112: 28}),
+    ("x86-avx2", "register", {56: 8, 28: 7, 14: 7, 7: 7, 112: 8}),
+    ("arm", "lane", {56: 8, 28: 7, 14: 7, 7: 7, 112: 8}),
+])
+def test_conv2d_nchwc_register_tile_fits_the_fma_operand_form(target_name, operand, ow_tiles):
+    """The fallback tile_ow of ResNet-18's layers from the descriptor: R = registers - 4 where the
+    FMA's scalar comes from memory or a rotating broadcast register (x86: 28, AVX2: 12), and
+    (registers - 4 - ic_bn) // 2 = 12 where it is a lane of a vector register (NEON: each column
+    keeps its input scalar in a register for the unrolled ic_inner step)."""
+    from tvmc.ops.cpu.conv2d_nchwc import accumulator_registers, conv2d_nchwc_config
+
+    target = resolve_target(target_name)
+    assert target.fma_scalar_operand == operand
+    lanes = target.vector_lanes()
+    assert accumulator_registers(target, lanes) == {"memory": 28, "register": 12, "lane": 12}[operand]
+    for ow, tile in ow_tiles.items():
+        workload = ((1, 2, ow, ow, lanes), (2, 2, 3, 3, lanes, lanes), (1, 2, ow, ow, lanes), "float32",
+                    (("groups", 1),))
+        assert conv2d_nchwc_config(workload, target).fallback["tile_ow"] == tile, ow

@@ -42,6 +42,16 @@ def test_core_descriptors_carry_their_features():
     assert resolve_target("arm-neoverse-n1").l1d_bytes == 65536
 
 
+def test_cpu_tables_follow_llvm():
+    """What each cpu implies is what LLVM emits for it: A64FX (Fugaku) has SVE and FP16 but no dot
+    product or RCpc (LLVM selects no sdot and no ldapr for it), so its artifacts must not demand
+    asimddp or lrcpc from the device; Cortex-A53 has CRC but not the 8.1 atomics."""
+    a64fx = set(resolve_target("arm -mcpu=a64fx").host_features)
+    assert {"sve", "asimdhp", "atomics", "asimdrdm"} <= a64fx and not {"asimddp", "lrcpc"} & a64fx
+    a53 = set(resolve_target("arm -mcpu=cortex-a53").host_features)
+    assert "crc32" in a53 and "atomics" not in a53
+
+
 def test_arm_overrides_change_what_the_device_must_have():
     """-mcpu and -mattr overrides work as on x86, and change the run-time CPU check with the code."""
     a55 = resolve_target("arm -mcpu=cortex-a55")

@@ -146,24 +146,46 @@ def runtime_source() -> bytes:
 
 
 RUNTIME_CFLAGS = ("-std=c99", "-O2", "-fPIC")
+RUNNER_SOURCE = "tvmc_run.c"
 
 
 @functools.lru_cache(maxsize=8)
-def _compile_runtime(linker: tuple, source_sha256: str, target) -> bytes:
+def _compile_c(source: str, linker: tuple, source_sha256: str, target) -> bytes:
+    obj = source[:-2] + ".o"
     with tempfile.TemporaryDirectory(prefix="tvmc-cc-") as tmp:
-        Path(tmp, RUNTIME_SOURCE).write_bytes(runtime_source())
-        Path(tmp, "tvmc_kernels.h").write_bytes(resources.files("tvmc.runtime").joinpath("tvmc_kernels.h").read_bytes())
-        cmd = list(linker) + list(RUNTIME_CFLAGS) + ["-c", "-o", "tvmc_runtime.o", RUNTIME_SOURCE]
-        return _run_tool(cmd, "C compiler", target, tmp, "tvmc_runtime.o")
+        for name in (source, "tvmc_kernels.h"):
+            Path(tmp, name).write_bytes(resources.files("tvmc.runtime").joinpath(name).read_bytes())
+        cmd = list(linker) + list(RUNTIME_CFLAGS) + ["-c", "-o", obj, source]
+        return _run_tool(cmd, "C compiler", target, tmp, obj)
+
+
+def _compile_shipped(source: str, target) -> bytes:
+    """Object file of tvmc/runtime/`source` for `target`, compiled by its linker command (a C
+    compiler driver such as gcc or aarch64-linux-gnu-gcc, with its flags: -shared is ignored
+    with -c) and RUNTIME_CFLAGS; memoized per command and source, so a process compiling many
+    models compiles it once."""
+    sha = hashlib.sha256(resources.files("tvmc.runtime").joinpath(source).read_bytes()).hexdigest()
+    return _compile_c(source, tuple(target.linker), sha, target)
 
 
 def compile_runtime(target) -> bytes:
-    """Object file of the C API for `target`, compiled by its linker command (a C compiler
-    driver such as gcc or aarch64-linux-gnu-gcc, with its flags: -shared is ignored with -c)
-    and RUNTIME_CFLAGS; memoized per command and source, so a process compiling many models
-    compiles it once."""
-    sha = hashlib.sha256(runtime_source()).hexdigest()
-    return _compile_runtime(tuple(target.linker), sha, target)
+    """Object file of the C API (tvmc/runtime/tvmc_runtime.c) for `target` (see _compile_shipped)."""
+    return _compile_shipped(RUNTIME_SOURCE, target)
+
+
+def link_runner(library: bytes, target) -> bytes:
+    """The C runner (tvmc/runtime/tvmc_run.c: .npy inputs and outputs, a timing loop) as an
+    executable for `target`, linked against `library` (the bytes of a mod.so) by the target's
+    linker command without `-shared`. It loads `mod.so` from its own folder (DT_NEEDED mod.so,
+    RUNPATH $ORIGIN), so it runs with any mod.so of that target beside it. Raises CodegenError
+    when the compiler is missing or fails."""
+    obj = _compile_shipped(RUNNER_SOURCE, target)
+    with tempfile.TemporaryDirectory(prefix="tvmc-link-") as tmp:
+        Path(tmp, "tvmc_run.o").write_bytes(obj)
+        Path(tmp, "mod.so").write_bytes(library)
+        cmd = [w for w in target.linker if w != "-shared"] + \
+            ["-o", "tvmc_run", "tvmc_run.o", "mod.so", "-lm", "-Wl,-rpath,$ORIGIN"]
+        return _run_tool(cmd, "linker", target, tmp, "tvmc_run")
 
 
 def link_shared(obj: bytes, target, extra_objects=()) -> bytes:

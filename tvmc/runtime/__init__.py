@@ -15,24 +15,31 @@ import os
 from tvmc.errors import ArtifactError
 from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.executor import GraphExecutor, benchmark
+from tvmc.target import host_arch
 
 __all__ = ["GraphExecutor", "benchmark", "create_executor"]
 
 
 def create_executor(artifact: Artifact | str | os.PathLike, device: str | None = None):
     """An executor for `artifact` (an Artifact or a mod.tar path) on the runtime its target
-    names: `cpu` -> GraphExecutor (ctypes, this host's CPU), `opencl` -> OpenCLExecutor
-    (pyopencl). `device` selects a device where a runtime has several (e.g. "opencl:0:1");
-    None takes the default.
+    names: `cpu` -> GraphExecutor (ctypes, this host's CPU), or, for a CPU of another
+    architecture whose descriptor names an emulator, EmulatedExecutor (the C runner under
+    qemu-user); `opencl` -> OpenCLExecutor (pyopencl). `device` selects a device where a
+    runtime has several (e.g. "opencl:0:1"); None takes the default.
 
     Raises ArtifactError when the artifact is invalid or no runtime here can execute it.
     """
     if not isinstance(artifact, Artifact):
         artifact = load_artifact(artifact)
-    runtime = (artifact.metadata.get("target") or {}).get("runtime", "cpu")
+    target = artifact.metadata.get("target") or {}
+    runtime = target.get("runtime", "cpu")
     if runtime == "cpu":
         if device not in (None, "cpu"):
             raise ArtifactError(f"{artifact.path}: a cpu artifact runs on device 'cpu', not '{device}'")
+        if str(target.get("triple", "")).split("-")[0] not in ("", host_arch()) and target.get("emulator"):
+            from tvmc.runtime.emulated import EmulatedExecutor
+
+            return EmulatedExecutor(artifact)
         return GraphExecutor(artifact)
     if runtime == "opencl":
         from tvmc.runtime.opencl import OpenCLExecutor

@@ -52,6 +52,10 @@
  *   tvmc_last_error() then holds one line saying what is wrong (the last error of the process:
  *   call the API from one thread at a time). A model may be run any number of times.
  *
+ *   A complete program on this API ships with tvmc: tvmc_run (tvmc/runtime/tvmc_run.c; build it
+ *   for the artifact's target with `tvmc build-runner mod.tar -o tvmc_run`): .npy inputs and
+ *   outputs, a timing loop.
+ *
  * RUNNING THE KERNELS BY HAND
  *
  *   1. Read mod.json. For entry e (node_row_ptr[node] + output index):

@@ -19,9 +19,16 @@ Knobs:
              ic_outer, ic_inner) instead of (ic_outer, kh, kw, ic_inner): the weights of one
              kernel tap for all input channels are read together, the input by channel planes.
 
-Fallback heuristic (from the target descriptor):
-  tile_ow   = R = num_vector_registers - 4 accumulators at most (x86 AVX-512: 32 registers -> 28;
-              the 4 left hold the weight vector and temporaries): OW itself when OW <= R, else the
+Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand):
+  tile_ow   = R accumulators at most (accumulator_registers): num_vector_registers - 4 where the
+              FMA takes the input scalar from memory or from a broadcast register loaded just
+              ahead of it (x86 AVX-512: 32 registers -> 28, AVX2: 16 -> 12; the 4 left hold the
+              weight vector and temporaries); where it takes a lane of a vector register (NEON's
+              by-element fmla), each column's input scalar is loaded into a register of its own
+              for the whole ic_inner step, which LLVM unrolls with its ic_bn weight vectors, so
+              R = (num_vector_registers - 4 - ic_bn) // 2 (NEON, ic_bn = 4: 12; with R = 28 the
+              hot loops of 6 of ResNet-18's 11 distinct convolutions spilled). Then: OW itself
+              when OW <= R, else the
               largest divisor of OW <= R when it is >= R/2, else the T in [R/2, R] that wastes the
               fewest columns in the guarded last tile (ties: the largest T), e.g. OW=56 -> 28,
               OW=55 -> 28 (one wasted column, instead of the divisor 11), OW=109 (prime) -> 22;
@@ -54,14 +61,23 @@ def fallback_tile_ow(ow: int, regs: int) -> int:
     return min(range(max(1, regs // 2), regs + 1), key=lambda t: (-(-ow // t) * t - ow, -t))
 
 
+def accumulator_registers(target, ic_bn: int) -> int:
+    """R, the most accumulators of the fallback register tile for a target and an input channel
+    block of `ic_bn` (see the module docstring): by the target's fma_scalar_operand."""
+    free = target.num_vector_registers - RESERVED_VECTOR_REGISTERS
+    if target.fma_scalar_operand == "lane":
+        free = (free - ic_bn) // 2
+    return max(1, free)
+
+
 def conv2d_nchwc_config(workload, target) -> ConfigSpace:
     """Config space of nn.conv2d_nchwc for workload (data shape, weight shape, out shape, dtype, attrs):
     tile_ow among the divisors of OW up to num_vector_registers and every width in [R/2, R]
-    below OW (partial last tile; R as in fallback_tile_ow), unroll_ic, unroll_kw, tile_oh in
+    below OW (partial last tile; R = accumulator_registers), unroll_ic, unroll_kw, tile_oh in
     1..4, and for kernels larger than 1x1 without groups `reorder_kernel_first`."""
     _, weight, out = workload[:3]
     ow = out[3]
-    regs = max(1, target.num_vector_registers - RESERVED_VECTOR_REGISTERS)
+    regs = accumulator_registers(target, weight[4])
     space = ConfigSpace()
     divisors = [f for f in range(1, min(ow, target.num_vector_registers) + 1) if ow % f == 0]
     partial = [t for t in range(max(1, regs // 2), min(regs, ow - 1) + 1) if ow % t]
