@@ -1,7 +1,9 @@
-"""Build: fused functions -> loop IR -> one LLVM module -> object file -> shared library (mod.so).
+"""Build: fused functions -> loop IR -> one LLVM module -> object file -> library (mod.so, mod.wasm).
 
 The library of a graph also holds the C API (tvmc/runtime/tvmc_runtime.c), compiled and linked
-by the descriptor's `linker`, a C compiler driver: a command that tvmc runs.
+by the descriptor's `linker`, a C compiler driver: a command that tvmc runs. For wasm32 the same
+driver (clang) links one mod.wasm that exports the kernels, the graph entry and the C API, with
+wasi-libc's malloc as the module's allocator (RUNTIME_CFLAGS says how the C API is built).
 LLVM's own diagnostics (written to the process's stderr) are captured: an unknown cpu or
 feature is a TargetError, other messages go to the `tvmc` logger (shown by `--verbose`).
 """
@@ -25,7 +27,7 @@ from tvmc.codegen import description
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import CodegenError, TargetError
 from tvmc.paths import write_new_text
-from tvmc.toolchain import find_tool
+from tvmc.toolchain import find_linker_tools, find_tool
 
 RUNTIME_SOURCE = "tvmc_runtime.c"
 log = logging.getLogger("tvmc")
@@ -62,8 +64,14 @@ def _init_llvm():
         _initialized = True
 
 
+# Relocation model per architecture: position-independent code for shared libraries; wasm32
+# modules are linked statically (PIC wasm would import its memory and table bases).
+RELOCATION = {"wasm32": "static"}
+
+
 def target_machine(target):
-    """An LLVM TargetMachine for the descriptor's triple, cpu and features (PIC, O3).
+    """An LLVM TargetMachine for the descriptor's triple, cpu and features (RELOCATION, else
+    PIC; O3).
 
     Raises TargetError when LLVM does not know the triple, or says the cpu or a feature is not
     one of the triple's (LLVM would ignore them, or abort later while selecting instructions).
@@ -76,7 +84,7 @@ def target_machine(target):
     said: list = []
     with native_stderr(said):
         tm = tgt.create_target_machine(cpu=target.cpu, features=",".join(target.features), opt=3,
-                                       reloc="pic", codemodel="default")
+                                       reloc=RELOCATION.get(target.arch, "pic"), codemodel="default")
         tm.emit_object(llvm.parse_assembly(f'target triple = "{target.triple}"'))
     for line in "\n".join(said).splitlines():
         if "is not a recognized" in line:
@@ -145,36 +153,58 @@ def runtime_source() -> bytes:
     return resources.files("tvmc.runtime").joinpath(RUNTIME_SOURCE).read_bytes()
 
 
-RUNTIME_CFLAGS = ("-std=c99", "-O2", "-fPIC")
+# Flags compiling the C API, per library format: position-independent code for shared libraries;
+# for wasm, libc without files (wasi-libc's malloc and string functions, no stdio: a module that
+# imports nothing), its functions exported (clang hides wasm symbols by default), and the target's
+# cpu and features (an engine refuses a module that uses a feature it lacks).
+RUNTIME_CFLAGS = {
+    "so": ("-std=c99", "-O2", "-fPIC"),
+    "wasm": ("-std=c99", "-O2", "-DTVMC_RUNTIME_NO_FILES", "-fvisibility=default"),
+}
+CPU_FLAGS_FORMATS = ("wasm",)
+
+
+def runtime_cflags(target) -> tuple:
+    """RUNTIME_CFLAGS of the target's library format, with -mcpu and clang's -m<feature> /
+    -mno-<feature> spellings of its cpu and features for the formats in CPU_FLAGS_FORMATS."""
+    flags = RUNTIME_CFLAGS[target.library_format]
+    if target.library_format in CPU_FLAGS_FORMATS:
+        if target.cpu:
+            flags += (f"-mcpu={target.cpu}",)
+        flags += tuple(("-m" if f[0] == "+" else "-mno-") + f[1:] for f in target.features)
+    return flags
 
 
 @functools.lru_cache(maxsize=8)
-def _compile_runtime(linker: tuple, source_sha256: str, target) -> bytes:
+def _compile_runtime(linker: tuple, cflags: tuple, source_sha256: str, target) -> bytes:
     with tempfile.TemporaryDirectory(prefix="tvmc-cc-") as tmp:
         Path(tmp, RUNTIME_SOURCE).write_bytes(runtime_source())
         Path(tmp, "tvmc_kernels.h").write_bytes(resources.files("tvmc.runtime").joinpath("tvmc_kernels.h").read_bytes())
-        cmd = list(linker) + list(RUNTIME_CFLAGS) + ["-c", "-o", "tvmc_runtime.o", RUNTIME_SOURCE]
+        cmd = list(linker) + list(cflags) + ["-c", "-o", "tvmc_runtime.o", RUNTIME_SOURCE]
         return _run_tool(cmd, "C compiler", target, tmp, "tvmc_runtime.o")
 
 
 def compile_runtime(target) -> bytes:
     """Object file of the C API for `target`, compiled by its linker command (a C compiler
-    driver such as gcc or aarch64-linux-gnu-gcc, with its flags: -shared is ignored with -c)
-    and RUNTIME_CFLAGS; memoized per command and source, so a process compiling many models
-    compiles it once."""
+    driver such as gcc, aarch64-linux-gnu-gcc or clang for wasm32, with its flags: -shared and
+    linker flags are ignored with -c) and runtime_cflags(target); memoized per command, flags
+    and source, so a process compiling many models compiles it once."""
     sha = hashlib.sha256(runtime_source()).hexdigest()
-    return _compile_runtime(tuple(target.linker), sha, target)
+    return _compile_runtime(tuple(target.linker), runtime_cflags(target), sha, target)
 
 
 def link_shared(obj: bytes, target, extra_objects=()) -> bytes:
-    """Link an object (and `extra_objects`, object file bytes) into a shared library with the
-    descriptor's linker command. Raises CodegenError when the linker is missing, fails, or
-    exits 0 without writing the library."""
+    """Link an object (and `extra_objects`, object file bytes) into the target's library
+    (mod.<library_format>: a shared library, or a wasm module) with the descriptor's linker
+    command. Raises CodegenError when the linker or one of the descriptor's `tools` is missing,
+    the linker fails, or exits 0 without writing the library."""
+    find_linker_tools(target, CodegenError)
+    output = f"mod.{target.library_format}"
     with tempfile.TemporaryDirectory(prefix="tvmc-link-") as tmp:
         names = ["mod.o"] + [f"extra{i}.o" for i in range(len(extra_objects))]
         for name, data in zip(names, [obj, *extra_objects]):
             Path(tmp, name).write_bytes(data)
-        return _run_tool(list(target.linker) + ["-o", "mod.so", *names], "linker", target, tmp, "mod.so")
+        return _run_tool(list(target.linker) + ["-o", output, *names], "linker", target, tmp, output)
 
 
 def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
@@ -208,7 +238,8 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
         cg.add_function(p)
     if graph_json is not None:
         add_graph_entry(cg, graph_json)
-        description.embed(cg.module, description.module_description(graph_json, description.param_info(params or {})))
+        description.embed(cg.module, description.module_description(graph_json, description.param_info(params or {})),
+                          target.library_format)
     dumps = {"_want": tuple(dump_ir)}
     progress("llvm", 0, 1)
     obj = compile_ir(cg.ir_text(), target, dumps)

@@ -143,6 +143,10 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
                          int32_t ndim, const void *data, size_t nbytes);
 /* Run the whole model once (the kernels' parallel loops use OMP_NUM_THREADS threads). */
 int tvmc_model_run(tvmc_model *model);
+/* The table of data entry pointers that tvmc_model_run hands to tvmc_graph_run (entries[e] is the
+ * buffer of entry e, see RUNNING THE KERNELS BY HAND): for calling kernels one by one, e.g. to time
+ * each. Valid until tvmc_model_destroy; NULL for a NULL model. */
+void *const *tvmc_model_entries(const tvmc_model *model);
 /* Copy output `index` into `data`; nbytes must be the output's size in bytes. */
 int tvmc_model_get_output(const tvmc_model *model, int32_t index, void *data, size_t nbytes);
 /* One line describing the last error (empty when none occurred yet). */
