@@ -4,7 +4,7 @@ instead of being copied per target (DESIGN.md section 7).
 Each entry names the target spec tvmc resolves, why it cannot run here (None when it can: the
 reason names the missing tool and how to install it, and becomes the test's skip message) and
 how one compiled kernel runs on it (`run_kernel(prim, arrays, out)`). Adding a target (ARM under
-qemu, wasm) is one entry here and, where its runtime is new, one kernel runner.
+qemu) is one entry here and, where its runtime is new, one kernel runner.
 """
 
 from __future__ import annotations
@@ -54,6 +54,19 @@ def run_opencl_kernel(prim, target, arrays, out):
                       [np.ascontiguousarray(a) for a in arrays], out)
 
 
+def run_wasm_kernel(prim, target, arrays, out):
+    """Compile `prim` with the LLVM codegen for wasm32, link it into a module and run it once in
+    wasmtime."""
+    from tvmc.codegen.build import compile_ir, link_shared
+    from tvmc.codegen.llvm import CodeGenLLVM
+    from tvmc.runtime.wasm import run_kernel
+
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    module = link_shared(compile_ir(cg.ir_text(), target), target)
+    return run_kernel(module, prim.name, [np.ascontiguousarray(a) for a in arrays], out, prim.name)
+
+
 def _always() -> None:
     return None
 
@@ -64,7 +77,23 @@ def _opencl_missing() -> str | None:
     return opencl_available()
 
 
-KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel}
+def _wasm_missing() -> str | None:
+    """Why wasm modules cannot be built or run here: the engine (wasmtime), the linker or one
+    of its tools (each named with its package), else None."""
+    from tvmc.errors import CodegenError
+    from tvmc.runtime.wasm import wasm_available
+    from tvmc.toolchain import find_linker_tools, find_tool
+
+    target = resolve_target("wasm")
+    try:
+        find_tool(target.linker, target.linker_package, "linker", CodegenError)
+        find_linker_tools(target, CodegenError)
+    except CodegenError as e:
+        return str(e)
+    return wasm_available()
+
+
+KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel, "wasm": run_wasm_kernel}
 
 
 @dataclass(frozen=True)
@@ -87,6 +116,7 @@ class TargetUnderTest:
 TARGETS = [
     TargetUnderTest("native", "native"),
     TargetUnderTest("opencl", "opencl", _opencl_missing),
+    TargetUnderTest("wasm", "wasm", _wasm_missing),
 ]
 BY_NAME = {t.name: t for t in TARGETS}
 

@@ -261,4 +261,4 @@ def _params_blob(artifact: Artifact) -> bytes:
     """The params in safetensors layout (the bytes of mod.params), as the C API takes them."""
     import safetensors.numpy
 
-    return safetensors.numpy.save({k: np.ascontiguousarray(v) for k, v in artifact.params.items()})
+    return safetensors.numpy.save({k: np.require(v, requirements="C") for k, v in artifact.params.items()})
