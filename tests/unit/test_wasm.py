@@ -80,3 +80,18 @@ def test_toolchain_names_the_wasm_packages():
     packages = shipped_packages()
     assert packages["deb:lld-19"] == ["wasm-ld-19"] and packages["deb:chromium"] == ["chromium"]
     assert packages["deb:wasi-libc"] == ["/usr/lib/wasm32-wasi/libc.a"]
+
+
+@pytest.mark.parametrize("spec", ["wasm-nosimd", "wasm -mattr=+relaxed-simd"])
+def test_scalar_and_relaxed_simd_builds_match_onnxruntime(spec):
+    """The no-SIMD descriptor (scalar schedules, 1 lane) and relaxed SIMD (f32x4.relaxed_madd)."""
+    import numpy as np
+
+    from tests.e2e.builders import resnet_style_cnn
+    from tests.e2e.models import compile_and_run, onnxruntime_outputs
+
+    require("wasm")
+    model = resnet_style_cnn(seed=1, size=17)
+    x = np.random.default_rng(0).standard_normal((1, 3, 17, 17)).astype(np.float32)
+    got = compile_and_run(model, {"input": x}, target=resolve_target(spec))["logits"]
+    np.testing.assert_allclose(got, onnxruntime_outputs(model, {"input": x})["logits"], rtol=1e-3, atol=1e-4)
