@@ -418,6 +418,9 @@ def compile_cmd(model, target_spec, target_option, output, output_format, opt_le
 
     check_regular(model, ModelError, "an ONNX model file")
     if output_format == "tar":
+        if Path(output).is_dir():  # a usage error, as click's own file-name check gives it
+            raise click.BadParameter(f"'{output}' is a folder; the artifact is a file (--output-format web "
+                                     f"writes a folder)", param_hint="'-o' / '--output'")
         check_output_path(output, ArtifactError, "artifact", [model] + ([tuning_records] if tuning_records else []))
     target = with_cross_compiler(resolve_target(target_spec, target_options), cross_compiler, cross_compiler_options)
     out = Path(output)
