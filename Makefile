@@ -11,6 +11,8 @@
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds;
 # `make bench-kernels [GPU_TARGET=opencl]` writes the per-kernel table (launch, shared memory, bytes per
 # FLOP) of ResNet-18 and the BERT-style encoder for a GPU target (bench/kernels.py);
+# `make bench TARGET=wasm` times the wasm build in Node with tvmc.js beside onnxruntime-web
+# (bench/web_bench.py, bench/web/bench.mjs; writes bench/results/web_bench.md);
 # `make fuzz` runs tests/unit/test_fuzz.py with FUZZ_EXAMPLES random examples per fuzz test (the
 # fast derandomized sample runs in `make test`), the runtime's buffers between guard pages and
 # the C API's parsers under AddressSanitizer.
@@ -24,10 +26,15 @@ FUZZ_EXAMPLES ?= 400
 .PHONY: install test-deps demo test test-all fuzz bench bench-layers bench-vector bench-kernels conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
-# shipped target descriptors name (cross linker, emulator) where apt-get can run.
+# shipped target descriptors name (cross linker, emulator, wasm toolchain, browser) where apt-get
+# can run; npm installs bench/web's packages (onnxruntime-web, playwright-core) where npm exists
+# (the web tests and make bench TARGET=wasm need them, and skip or stop naming them otherwise).
 install:
 	$(PYTHON) -m pip install -e ".[$(EXTRAS)]"
 	$(PYTHON) -m tvmc.toolchain install
+	@if command -v npm >/dev/null 2>&1; then npm install --prefix bench/web --no-audit --no-fund --silent \
+		|| echo "note: npm install in bench/web failed; the web tests will skip"; \
+	else echo "note: npm not found; the web tests will skip (apt-get install npm)"; fi
 
 # The demo's model is the .onnx file inside rapidocr-onnxruntime: installed without its
 # dependencies (OpenCV, Shapely, ...), which the demo never imports; its Python bound (<3.13)
@@ -55,7 +62,11 @@ fuzz: install
 	TVMC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TVMC_GUARD_PAGES=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests/unit/test_fuzz.py
 
 bench: install
+ifeq ($(TARGET),wasm)
+	$(PYTHON) bench/web_bench.py --out bench/results/web_bench.md
+else
 	$(PYTHON) bench/bench.py
+endif
 
 bench-layers: install
 	$(PYTHON) bench/layers.py

@@ -4,8 +4,8 @@ instead of being copied per target (DESIGN.md section 7).
 Each entry names the target spec tvmc resolves, why it cannot run here (None when it can: the
 reason names the missing tool and how to install it, and becomes the test's skip message) and
 how one compiled kernel runs on it (`run_kernel(prim, arrays, out)`: ctypes on this host's CPU,
-pyopencl for OpenCL, the C runner under qemu-user for ARM). Adding a target (wasm) is one entry
-here and, where its runtime is new, one kernel runner.
+pyopencl for OpenCL, the C runner under qemu-user for ARM, wasmtime for wasm). Adding a target is
+one entry here and, where its runtime is new, one kernel runner.
 """
 
 from __future__ import annotations
@@ -95,6 +95,19 @@ def run_emulated_kernel(prim, target, arrays, out):
     return out
 
 
+def run_wasm_kernel(prim, target, arrays, out):
+    """Compile `prim` with the LLVM codegen for wasm32, link it into a module and run it once in
+    wasmtime."""
+    from tvmc.codegen.build import compile_ir, link_shared
+    from tvmc.codegen.llvm import CodeGenLLVM
+    from tvmc.runtime.wasm import run_kernel
+
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    module = link_shared(compile_ir(cg.ir_text(), target), target)
+    return run_kernel(module, prim.name, [np.ascontiguousarray(a) for a in arrays], out, prim.name)
+
+
 def _always() -> None:
     return None
 
@@ -124,7 +137,23 @@ def kernel_runner(target) -> Callable:
     return KERNEL_RUNNERS[target.runtime]
 
 
-KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel}
+def _wasm_missing() -> str | None:
+    """Why wasm modules cannot be built or run here: the engine (wasmtime), the linker or one
+    of its tools (each named with its package), else None."""
+    from tvmc.errors import CodegenError
+    from tvmc.runtime.wasm import wasm_available
+    from tvmc.toolchain import find_linker_tools, find_tool
+
+    target = resolve_target("wasm")
+    try:
+        find_tool(target.linker, target.linker_package, "linker", CodegenError)
+        find_linker_tools(target, CodegenError)
+    except CodegenError as e:
+        return str(e)
+    return wasm_available()
+
+
+KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel, "wasm": run_wasm_kernel}
 
 
 @dataclass(frozen=True)
@@ -151,6 +180,7 @@ TARGETS = [
     TargetUnderTest("native", "native"),
     TargetUnderTest("opencl", "opencl", _opencl_missing),
     TargetUnderTest("arm", "arm", _emulation_missing("arm"), op_sample=False),
+    TargetUnderTest("wasm", "wasm", _wasm_missing),
 ]
 BY_NAME = {t.name: t for t in TARGETS}
 

@@ -221,9 +221,12 @@ def _records_json(summary: dict | None) -> dict | None:
     return out
 
 
+OUTPUT_FORMATS = ("tar", "web")
+
+
 def compile(model, target="native", output=None, *, target_options=None, opt_level=3,  # noqa: A001 (TVM's name)
             input_shapes=None, disabled_passes=(), pass_config=None, tuning_records=None, dump_ir=(),
-            dump_dir=None, progress=None) -> CompileResult:
+            dump_dir=None, progress=None, output_format="tar") -> CompileResult:
     """Compile an ONNX model for a target, as `tvmc compile`; save it as a mod.tar when `output`
     is given.
 
@@ -232,6 +235,9 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
                      LLVM-style overrides such as "x86 -mcpu=skylake-avx512"), a descriptor YAML
                      path, or a resolved tvmc.target.Target
     output:          path of the mod.tar to write (into an existing folder), or None
+    output_format:   "tar" (mod.tar), or "web" (wasm targets): `output` is then a folder with the
+                     model files, the ES-module runtime tvmc.js and an index.html page
+                     (tvmc.package.save_web)
     target_options:  {descriptor field: value} overrides (as --target-option)
     opt_level:       0..3
     input_shapes:    {input name: [d0, d1, ...]} fixing symbolic dimensions
@@ -257,12 +263,14 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     import time
 
     from tvmc.driver import compile_model
-    from tvmc.package import save_artifact
+    from tvmc.package import save_artifact, save_web
 
     model = _model(model)
     output = _path("output", output, optional=True)
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, not {output_format!r}")
     reads = ([model] if isinstance(model, str) else []) + ([os.fspath(tuning_records)] if tuning_records else [])
-    if output is not None:
+    if output is not None and output_format == "tar":
         check_output_path(output, ArtifactError, "artifact", reads)
     if dump_dir is None and dump_ir:
         dump_dir = str(Path(output).parent) if output else "."
@@ -273,7 +281,8 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     result = CompileResult(module, resolved, options, model if isinstance(model, str) else "<ModelProto>")
     if output is not None:
         t0 = time.perf_counter()
-        result.output = str(save_artifact(module, output, reads))
+        save = save_web if output_format == "web" else save_artifact
+        result.output = str(save(module, output, reads))
         result.package_s = time.perf_counter() - t0
     return result
 

@@ -389,7 +389,11 @@ def _output_folder_made(output) -> Path:
               help='Target: a shipped name (native = this host; x86, x86-avx2, x86-64), or a descriptor YAML path, optionally with LLVM-style overrides: "x86 -mcpu=skylake-avx512", "native -mattr=-avx2".')
 @click.option("--target-option", multiple=True, metavar="KEY=VALUE",
               help="Override a target descriptor field, e.g. cpu=znver3 or l2_bytes=1048576 (repeatable).")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Output artifact (mod.tar).")
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Output artifact (mod.tar), or folder with --output-format web.")
+@click.option("--output-format", type=click.Choice(["tar", "web"]), default="tar", show_default=True,
+              help="tar: mod.tar; web (wasm targets): a static folder with the model files, the ES-module "
+                   "runtime tvmc.js and an index.html that runs the model and shows outputs and latency.")
 @click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True,
               help="Optimization level: which graph passes run (configs/pipelines.yaml).")
 @click.option("--disabled-pass", multiple=True, metavar="A,B", help="Passes to skip (comma-separated, repeatable).")
@@ -407,7 +411,7 @@ def _output_folder_made(output) -> Path:
 @json_option
 @verbose_option
 @_handle_errors
-def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_pass, pass_config,
+def compile_cmd(model, target_spec, target_option, output, output_format, opt_level, disabled_pass, pass_config,
                 input_shapes, dump_ir, print_pass_times, tuning_records, cross_compiler, cross_compiler_options, as_json,
                 verbose):
     """Compile an ONNX MODEL into a mod.tar for a target.
@@ -424,7 +428,11 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
     disabled = _parse_list(disabled_pass, "--disabled-pass")
 
     check_regular(model, ModelError, "an ONNX model file")
-    check_output_path(output, ArtifactError, "artifact", [model] + ([tuning_records] if tuning_records else []))
+    if output_format == "tar":
+        if Path(output).is_dir():  # a usage error, as click's own file-name check gives it
+            raise click.BadParameter(f"'{output}' is a folder; the artifact is a file (--output-format web "
+                                     f"writes a folder)", param_hint="'-o' / '--output'")
+        check_output_path(output, ArtifactError, "artifact", [model] + ([tuning_records] if tuning_records else []))
     target = with_cross_compiler(resolve_target(target_spec, target_options), cross_compiler, cross_compiler_options)
     out = _output_folder_made(output)
     progress = codegen_progress()
@@ -432,7 +440,8 @@ def compile_cmd(model, target_spec, target_option, output, opt_level, disabled_p
         with dump_folder(out, ArtifactError, keep_on_error=verbose) if dumps else contextlib.nullcontext() as dump_dir:
             result = compile_model_api(model, target, out, opt_level=opt_level, input_shapes=dict(shapes),
                                        disabled_passes=disabled, pass_config=pass_cfg, tuning_records=tuning_records,
-                                       dump_ir=dumps, dump_dir=dump_dir, progress=progress)
+                                       dump_ir=dumps, dump_dir=dump_dir, progress=progress,
+                                       output_format=output_format)
     finally:
         if progress is not None:
             progress.close()

@@ -7,6 +7,9 @@ mod.tar members (sorted by name, mtime 0, uid/gid 0, mode 0644, ustar, uncompres
     mod.params       constants in safetensors layout (8-byte LE header length, JSON header, data)
     mod.<format>     the kernel library (`mod.so` for CPU targets; format from the target)
     tvmc_kernels.h   the kernel C ABI (tvmc/runtime/tvmc_kernels.h)
+
+The web output format (save_web, wasm targets) is a static folder with the same members beside
+the JS runtime (tvmc.js) and a page (index.html) that runs the model and shows its outputs.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import io
 import json
 import math
 import os
+import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
@@ -137,6 +141,62 @@ def save_artifact(module, path, reads=()) -> Path:
                 tar.addfile(info, io.BytesIO(data))
 
     return write_atomically(path, write_tar, "artifact", reads)
+
+
+WEB_RUNTIME_FILES = ("tvmc.js", "index.html")  # tvmc/runtime/web/
+
+
+def save_web(module, folder, reads=()) -> Path:
+    """Write `module` (compiled for a wasm target) as a static web folder: the members of its
+    mod.tar (mod.wasm, mod.json, mod.params, metadata.json, tvmc_kernels.h), the ES-module
+    runtime tvmc.js and index.html, a page that runs the model on tvmc.js's example input and
+    shows its outputs and latency. Serve the folder over HTTP, or load it in Node with tvmc.js.
+
+    The files are written into a fresh folder beside `folder`, which then replaces it, so an
+    error never leaves a half-written site. `folder` must not exist, or be an earlier web output
+    (nothing but these files in it); it must not be one of `reads`. Returns the folder. Raises
+    ArtifactError when the target is not a wasm one or the folder cannot be written.
+    """
+    if library_name(module.metadata) != "mod.wasm":
+        raise ArtifactError(f"{folder}: the web output format needs a wasm target (e.g. --target wasm), "
+                            f"not {module.metadata['target']['name']}")
+    folder = Path(folder)
+    members = artifact_members(module)
+    names = set(members) | set(WEB_RUNTIME_FILES)
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ArtifactError(f"{folder}: exists and is not a folder; the web output is a folder")
+    if folder.is_dir():
+        others = sorted(p.name for p in folder.iterdir() if p.name not in names)
+        if others:
+            raise ArtifactError(f"{folder}: holds other files ({', '.join(others[:3])}); give the web output "
+                                f"a new or empty folder")
+    for other in reads:
+        if folder.exists() and os.path.samefile(folder, other):
+            raise ArtifactError(f"{folder}: is also the input {os.fspath(other)}")
+    web = resources.files("tvmc.runtime").joinpath("web")
+    members.update({name: web.joinpath(name).read_bytes() for name in WEB_RUNTIME_FILES})
+    parent = folder.parent if str(folder.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=parent))
+    except OSError as e:
+        raise ArtifactError(f"{folder}: cannot write the web output: {e.strerror or e}") from None
+    try:
+        for name, data in sorted(members.items()):
+            (tmp / name).write_bytes(data)
+            os.chmod(tmp / name, 0o644)
+        os.chmod(tmp, 0o755)
+        if folder.is_dir():
+            for p in folder.iterdir():
+                p.unlink()
+            folder.rmdir()
+        os.replace(tmp, folder)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise ArtifactError(f"{folder}: cannot write the web output: {e.strerror or e}") from None
+        raise
+    return folder
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,6 +52,16 @@ class Target:
     # GPU facts (absent from CPU descriptors and from their dicts, so CPU hashes do not move)
     max_shared_memory_per_block: int = 0
     thread_warp_size: int = 0
+    # facts added with wasm32, likewise absent from the dicts of descriptors that leave them out
+    num_cores: int = 0          # 0: every core of the host; 1: parallel loops run serially
+    tools: tuple = ()           # ((program or file, package), ...): what the linker command uses
+    browser: tuple = ()
+    browser_package: str = ""
+
+    @property
+    def threaded(self) -> bool:
+        """Whether parallel loops run on threads (libgomp); False: serially (num_cores 1)."""
+        return self.num_cores != 1
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """Number of `dtype` elements in one vector register."""
@@ -63,8 +73,10 @@ class Target:
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in GPU_FIELDS and not v:
+            if f.name in OPTIONAL_FIELDS and not v:
                 continue
+            if f.name == "tools":
+                v = dict(v)
             out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
@@ -97,7 +109,9 @@ class Target:
         return f"{self.name} ({self.triple}, cpu={self.cpu or 'generic'})"
 
 
-GPU_FIELDS = ("max_shared_memory_per_block", "thread_warp_size")
+# Fields a descriptor may leave out that the dicts (and so the hashes) leave out when empty
+OPTIONAL_FIELDS = ("max_shared_memory_per_block", "thread_warp_size", "num_cores", "tools", "browser",
+                   "browser_package")
 
 
 def _schema() -> dict:
@@ -115,7 +129,7 @@ def _descriptor_dict(target: Target) -> dict:
     data = target.to_dict()
     data.pop("host_features")
     data["cache"] = {"l1d_bytes": data.pop("l1d_bytes"), "l2_bytes": data.pop("l2_bytes")}
-    for key in ("max_threads_per_block", "linker_package", "emulator", "emulator_package"):
+    for key in ("max_threads_per_block", "linker_package", "emulator", "emulator_package", *OPTIONAL_FIELDS):
         if not data.get(key):  # optional fields a descriptor leaves out
             data.pop(key, None)
     return data
@@ -168,9 +182,11 @@ def load_descriptor(text: str, origin: str) -> Target:
     _validate(data, origin)
     cache = data.pop("cache", {}) or {}
     data.update(cache)
-    for key in ("features", "linker", "emulator"):
+    for key in ("features", "linker", "emulator", "browser"):
         if key in data:
             data[key] = tuple(data[key])
+    if "tools" in data:
+        data["tools"] = tuple(sorted(data["tools"].items()))
     return Target(**data)
 
 
@@ -243,7 +259,9 @@ class IsaTable:
         return self.host_flags.get(feature, feature)
 
     def vector_unit(self, enabled) -> dict | None:
-        return next((u for u in self.vector_units if u["feature"] in enabled), None)
+        """The first vector unit whose feature is enabled; a unit without a feature (scalar code)
+        is always available."""
+        return next((u for u in self.vector_units if u.get("feature") in enabled or "feature" not in u), None)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,6 +1,7 @@
-"""External tools a target needs (linker, emulator): found on PATH, or a one-line error naming
-the package that provides them. The tools and their packages are data in the target
-descriptors (`linker`/`linker_package`, `emulator`/`emulator_package`).
+"""External tools a target needs (linker, emulator, browser): found on PATH, or a one-line error
+naming the package that provides them. The tools and their packages are data in the target
+descriptors (`linker`/`linker_package`, `tools` (what the linker uses: {program or file:
+package}), `emulator`/`emulator_package`, `browser`/`browser_package`).
 
 `python -m tvmc.toolchain install` (run by `make install`) installs the Debian packages the
 shipped descriptors name that are missing, where apt-get can run (root); elsewhere it prints
@@ -9,6 +10,7 @@ which ones are missing and exits 0, and the tests that need them skip naming the
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -24,18 +26,33 @@ def describe_package(package: str) -> str:
     return package
 
 
+def locate(tool: str) -> str | None:
+    """Full path of `tool`: an absolute path that exists, else a program found on PATH; None."""
+    if os.path.isabs(tool):
+        return tool if os.path.exists(tool) else None
+    return shutil.which(tool)
+
+
 def find_tool(command, package: str, what: str, error_cls) -> str:
-    """Full path of `command[0]`; raises `error_cls` ("<what> '<tool>' not found; install <package>")
-    when it is not on PATH."""
-    path = shutil.which(command[0])
+    """Full path of `command[0]` (a program on PATH or an absolute file path); raises `error_cls`
+    ("<what> '<tool>' not found; install <package>") when it is missing."""
+    path = locate(command[0])
     if path is None:
         hint = f"; install {describe_package(package)}" if package else ""
         raise error_cls(f"{what} '{command[0]}' not found{hint}")
     return path
 
 
+def find_linker_tools(target, error_cls) -> None:
+    """Check that every program and file of the descriptor's `tools` exists; raises `error_cls`
+    naming the first missing one and its package."""
+    for tool, package in target.tools:
+        find_tool([tool], package, f"target {target.name}: the linker's", error_cls)
+
+
 def shipped_packages() -> dict:
-    """{package: [tool, ...]} of every linker and emulator the shipped descriptors name."""
+    """{package: [tool, ...]} of every linker, linker tool, emulator and browser the shipped
+    descriptors name."""
     from tvmc.target import NATIVE, known_targets, resolve_target
 
     out: dict = {}
@@ -43,7 +60,9 @@ def shipped_packages() -> dict:
         if name == NATIVE:
             continue
         t = resolve_target(name)
-        for tool, package in ((t.linker[:1], t.linker_package), (t.emulator[:1], t.emulator_package)):
+        named = [(t.linker[:1], t.linker_package), (t.emulator[:1], t.emulator_package),
+                 (t.browser[:1], t.browser_package)] + [((tool,), package) for tool, package in t.tools]
+        for tool, package in named:
             if tool and package:
                 out.setdefault(package, [])
                 if tool[0] not in out[package]:
@@ -54,7 +73,7 @@ def shipped_packages() -> dict:
 def missing_packages(kind: str = "deb") -> list:
     """Packages of `kind` (deb, pypi) whose tools are not on PATH."""
     return sorted(p for p, tools in shipped_packages().items()
-                  if p.startswith(kind + ":") and any(shutil.which(t) is None for t in tools))
+                  if p.startswith(kind + ":") and any(locate(t) is None for t in tools))
 
 
 def main(argv=None) -> int:
@@ -65,8 +84,6 @@ def main(argv=None) -> int:
     names = [p.split(":", 1)[1] for p in missing_packages("deb")]
     if not names:
         return 0
-    import os
-
     if shutil.which("apt-get") is None or os.geteuid() != 0:
         print(f"note: not installing {' '.join(names)} (needs root and apt-get); the tests that need them "
               f"will skip", file=sys.stderr)

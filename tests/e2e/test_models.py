@@ -44,14 +44,20 @@ def test_mlp_matches_onnxruntime(opt_level, target):
     np.testing.assert_allclose(got, ref, **RANDOM_TOL)
 
 
+# wasm (one thread in wasmtime) in make test: two models; the others in make test-all
+WASM_SAMPLE = ("squeezenet", "shufflenet")
+
+
 def _light_params():
     """x86 at opt levels 0 and 3 in make test; OpenCL (PoCL: 20-60 s a model) and ARM (qemu-user)
-    at opt level 3, slow."""
+    at opt level 3, slow; wasm at opt level 3, WASM_SAMPLE in make test."""
     out = []
     for name in LIGHT_MODELS:
         out += [pytest.param(name, "native", level, id=f"native-{name}-O{level}") for level in (0, 3)]
         out += [pytest.param(name, other, 3, id=f"{other}-{name}-O3", marks=pytest.mark.slow)
                 for other in ("opencl", "arm")]
+        out.append(pytest.param(name, "wasm", 3, id=f"wasm-{name}-O3",
+                                marks=() if name in WASM_SAMPLE else pytest.mark.slow))
     return out
 
 

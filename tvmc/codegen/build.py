@@ -1,7 +1,9 @@
-"""Build: fused functions -> loop IR -> one LLVM module -> object file -> shared library (mod.so).
+"""Build: fused functions -> loop IR -> one LLVM module -> object file -> library (mod.so, mod.wasm).
 
 The library of a graph also holds the C API (tvmc/runtime/tvmc_runtime.c), compiled and linked
-by the descriptor's `linker`, a C compiler driver: a command that tvmc runs.
+by the descriptor's `linker`, a C compiler driver: a command that tvmc runs. For wasm32 the same
+driver (clang) links one mod.wasm that exports the kernels, the graph entry and the C API, with
+wasi-libc's malloc as the module's allocator (RUNTIME_CFLAGS says how the C API is built).
 LLVM's own diagnostics (written to the process's stderr) are captured: an unknown cpu or
 feature is a TargetError, other messages go to the `tvmc` logger (shown by `--verbose`).
 """
@@ -25,7 +27,7 @@ from tvmc.codegen import description
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import CodegenError, TargetError
 from tvmc.paths import write_new_text
-from tvmc.toolchain import find_tool
+from tvmc.toolchain import find_linker_tools, find_tool
 
 RUNTIME_SOURCE = "tvmc_runtime.c"
 log = logging.getLogger("tvmc")
@@ -62,8 +64,14 @@ def _init_llvm():
         _initialized = True
 
 
+# Relocation model per architecture: position-independent code for shared libraries; wasm32
+# modules are linked statically (PIC wasm would import its memory and table bases).
+RELOCATION = {"wasm32": "static"}
+
+
 def target_machine(target):
-    """An LLVM TargetMachine for the descriptor's triple, cpu and features (PIC, O3).
+    """An LLVM TargetMachine for the descriptor's triple, cpu and features (RELOCATION, else
+    PIC; O3).
 
     Raises TargetError when LLVM does not know the triple, or says the cpu or a feature is not
     one of the triple's (LLVM would ignore them, or abort later while selecting instructions).
@@ -76,7 +84,7 @@ def target_machine(target):
     said: list = []
     with native_stderr(said):
         tm = tgt.create_target_machine(cpu=target.cpu, features=",".join(target.features), opt=3,
-                                       reloc="pic", codemodel="default")
+                                       reloc=RELOCATION.get(target.arch, "pic"), codemodel="default")
         tm.emit_object(llvm.parse_assembly(f'target triple = "{target.triple}"'))
     for line in "\n".join(said).splitlines():
         if "is not a recognized" in line:
@@ -145,27 +153,47 @@ def runtime_source() -> bytes:
     return resources.files("tvmc.runtime").joinpath(RUNTIME_SOURCE).read_bytes()
 
 
-RUNTIME_CFLAGS = ("-std=c99", "-O2", "-fPIC")
+# Flags compiling the shipped C sources (the C API, the C runner), per library format:
+# position-independent code for shared libraries; for wasm, libc without files (wasi-libc's malloc
+# and string functions, no stdio: a module that imports nothing), its functions exported (clang
+# hides wasm symbols by default), and the target's cpu and features (an engine refuses a module
+# that uses a feature it lacks).
+RUNTIME_CFLAGS = {
+    "so": ("-std=c99", "-O2", "-fPIC"),
+    "wasm": ("-std=c99", "-O2", "-DTVMC_RUNTIME_NO_FILES", "-fvisibility=default"),
+}
+CPU_FLAGS_FORMATS = ("wasm",)
 RUNNER_SOURCE = "tvmc_run.c"
 
 
+def runtime_cflags(target) -> tuple:
+    """RUNTIME_CFLAGS of the target's library format, with -mcpu and clang's -m<feature> /
+    -mno-<feature> spellings of its cpu and features for the formats in CPU_FLAGS_FORMATS."""
+    flags = RUNTIME_CFLAGS[target.library_format]
+    if target.library_format in CPU_FLAGS_FORMATS:
+        if target.cpu:
+            flags += (f"-mcpu={target.cpu}",)
+        flags += tuple(("-m" if f[0] == "+" else "-mno-") + f[1:] for f in target.features)
+    return flags
+
+
 @functools.lru_cache(maxsize=8)
-def _compile_c(source: str, linker: tuple, source_sha256: str, target) -> bytes:
+def _compile_c(source: str, linker: tuple, cflags: tuple, source_sha256: str, target) -> bytes:
     obj = source[:-2] + ".o"
     with tempfile.TemporaryDirectory(prefix="tvmc-cc-") as tmp:
         for name in (source, "tvmc_kernels.h"):
             Path(tmp, name).write_bytes(resources.files("tvmc.runtime").joinpath(name).read_bytes())
-        cmd = list(linker) + list(RUNTIME_CFLAGS) + ["-c", "-o", obj, source]
+        cmd = list(linker) + list(cflags) + ["-c", "-o", obj, source]
         return _run_tool(cmd, "C compiler", target, tmp, obj)
 
 
 def _compile_shipped(source: str, target) -> bytes:
     """Object file of tvmc/runtime/`source` for `target`, compiled by its linker command (a C
-    compiler driver such as gcc or aarch64-linux-gnu-gcc, with its flags: -shared is ignored
-    with -c) and RUNTIME_CFLAGS; memoized per command and source, so a process compiling many
-    models compiles it once."""
+    compiler driver such as gcc, aarch64-linux-gnu-gcc or clang for wasm32, with its flags:
+    -shared and linker flags are ignored with -c) and runtime_cflags(target); memoized per
+    command, flags and source, so a process compiling many models compiles it once."""
     sha = hashlib.sha256(resources.files("tvmc.runtime").joinpath(source).read_bytes()).hexdigest()
-    return _compile_c(source, tuple(target.linker), sha, target)
+    return _compile_c(source, tuple(target.linker), runtime_cflags(target), sha, target)
 
 
 def compile_runtime(target) -> bytes:
@@ -178,7 +206,10 @@ def link_runner(library: bytes, target) -> bytes:
     executable for `target`, linked against `library` (the bytes of a mod.so) by the target's
     linker command without `-shared`. It loads `mod.so` from its own folder (DT_NEEDED mod.so,
     RUNPATH $ORIGIN), so it runs with any mod.so of that target beside it. Raises CodegenError
-    when the compiler is missing or fails."""
+    when the compiler is missing or fails, or the target builds no shared library (wasm)."""
+    if target.library_format != "so":
+        raise CodegenError(f"target {target.name}: the C runner needs a shared-library target "
+                           f"(this one builds {target.library_format})")
     obj = _compile_shipped(RUNNER_SOURCE, target)
     with tempfile.TemporaryDirectory(prefix="tvmc-link-") as tmp:
         Path(tmp, "tvmc_run.o").write_bytes(obj)
@@ -189,14 +220,17 @@ def link_runner(library: bytes, target) -> bytes:
 
 
 def link_shared(obj: bytes, target, extra_objects=()) -> bytes:
-    """Link an object (and `extra_objects`, object file bytes) into a shared library with the
-    descriptor's linker command. Raises CodegenError when the linker is missing, fails, or
-    exits 0 without writing the library."""
+    """Link an object (and `extra_objects`, object file bytes) into the target's library
+    (mod.<library_format>: a shared library, or a wasm module) with the descriptor's linker
+    command. Raises CodegenError when the linker or one of the descriptor's `tools` is missing,
+    the linker fails, or exits 0 without writing the library."""
+    find_linker_tools(target, CodegenError)
+    output = f"mod.{target.library_format}"
     with tempfile.TemporaryDirectory(prefix="tvmc-link-") as tmp:
         names = ["mod.o"] + [f"extra{i}.o" for i in range(len(extra_objects))]
         for name, data in zip(names, [obj, *extra_objects]):
             Path(tmp, name).write_bytes(data)
-        return _run_tool(list(target.linker) + ["-o", "mod.so", *names], "linker", target, tmp, "mod.so")
+        return _run_tool(list(target.linker) + ["-o", output, *names], "linker", target, tmp, output)
 
 
 def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
@@ -230,7 +264,8 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
         cg.add_function(p)
     if graph_json is not None:
         add_graph_entry(cg, graph_json)
-        description.embed(cg.module, description.module_description(graph_json, description.param_info(params or {})))
+        description.embed(cg.module, description.module_description(graph_json, description.param_info(params or {})),
+                          target.library_format)
     dumps = {"_want": tuple(dump_ir)}
     progress("llvm", 0, 1)
     obj = compile_ir(cg.ir_text(), target, dumps)

@@ -22,9 +22,11 @@ Entry e is data entry `node_row_ptr[node] + output index` of mod.json; `calls` l
 nodes in node order (those the graph entry `tvmc_graph_run` makes, `__nop` views left out).
 
 Readers are per library format (`READERS`): `so` reads the symbol through the ELF symbol table
-(pyelftools); source-code libraries (`cl`, `ptx`) carry it as their first line, a `//` comment
-(embed_in_source), and GPU descriptions add mod.json's "kernels" (launch and argument order of
-each device kernel); a format added later (e.g. a wasm custom section) adds its reader here.
+(pyelftools); `wasm` modules carry the same bytes a second time as the custom section
+`tvmc_module_description` (the data symbol, which the C API inside the module reads, exists only
+in the linear memory of an instantiated module); source-code libraries (`cl`, `ptx`) carry it as
+their first line, a `//` comment (embed_in_source), and GPU descriptions add mod.json's
+"kernels" (launch and argument order of each device kernel).
 """
 
 from __future__ import annotations
@@ -123,9 +125,10 @@ def encode(description: dict) -> bytes:
     return json.dumps(description, sort_keys=True, separators=(",", ":")).encode("ascii")
 
 
-def embed(module, description: dict) -> None:
+def embed(module, description: dict, library_format: str = "so") -> None:
     """Add the description to an llvmlite ir.Module as the exported constant
-    `tvmc_module_description` (i8 array, NUL-terminated)."""
+    `tvmc_module_description` (i8 array, NUL-terminated); for a `wasm` library also as the
+    custom section of that name (named metadata `wasm.custom_sections`)."""
     from llvmlite import ir
 
     data = encode(description) + b"\0"
@@ -133,6 +136,10 @@ def embed(module, description: dict) -> None:
     var = ir.GlobalVariable(module, ty, SYMBOL)
     var.global_constant = True
     var.initializer = ir.Constant(ty, bytearray(data))
+    if library_format == "wasm":  # LLVM's WebAssembly backend writes these pairs as custom sections
+        module.add_named_metadata("wasm.custom_sections",
+                                  module.add_metadata([ir.MetaDataString(module, SYMBOL),
+                                                       ir.MetaDataString(module, data.decode("ascii"))]))
 
 
 SOURCE_PREFIX = f"// {SYMBOL}: "
@@ -184,7 +191,50 @@ def _read_elf(f, size: int) -> bytes:
     raise LookupError(f"the library has no symbol {SYMBOL}")
 
 
-READERS = {"so": _read_elf, "cl": _read_source_comment, "ptx": _read_source_comment}
+WASM_MAGIC = b"\0asm\1\0\0\0"
+
+
+def _leb_u32(f, limit: int) -> int:
+    """An unsigned LEB128 number (at most 5 bytes) from `f`; ValueError when it is malformed or
+    exceeds `limit`."""
+    value = 0
+    for shift in range(0, 35, 7):
+        byte = f.read(1)
+        if not byte:
+            raise ValueError("truncated")
+        value |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            if value > limit:
+                raise ValueError(f"a section length {value} exceeds the file")
+            return value
+    raise ValueError("malformed LEB128 number")
+
+
+def _read_wasm(f, size: int) -> bytes:
+    """The payload of the custom section SYMBOL of a WebAssembly module (binary format 1:
+    sections as id byte, LEB128 length, content; a custom section, id 0, starts with its name)."""
+    if f.read(8) != WASM_MAGIC:
+        raise ValueError("not a WebAssembly 1.0 module")
+    pos = 8
+    while pos < size:
+        f.seek(pos)
+        section_id = f.read(1)[0]
+        length = _leb_u32(f, size)
+        start = f.tell()
+        if start + length > size:
+            raise ValueError("a section runs past the end of the file")
+        if section_id == 0:
+            name = f.read(_leb_u32(f, length))
+            if name == SYMBOL.encode():
+                nbytes = start + length - f.tell()
+                if nbytes > MAX_DESCRIPTION_BYTES:
+                    raise ValueError(f"the section holds {nbytes} bytes, more than the limit")
+                return f.read(nbytes)
+        pos = start + length
+    raise LookupError(f"the module has no custom section {SYMBOL}")
+
+
+READERS = {"so": _read_elf, "wasm": _read_wasm, "cl": _read_source_comment, "ptx": _read_source_comment}
 
 
 def read_description(f, size: int, library_format: str, origin: str) -> dict:

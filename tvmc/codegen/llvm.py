@@ -2,7 +2,9 @@
 
 Vectorized loops become LLVM vector operations (contiguous loads/stores, broadcasts, gathers,
 masked accesses under vector conditions); parallel loops are outlined and launched with
-libgomp's `GOMP_parallel`; unrolled loops are emitted once per iteration.
+libgomp's `GOMP_parallel`, or run serially on a target without threads (`num_cores: 1`, wasm32);
+unrolled loops are emitted once per iteration. What differs per architecture is in small tables
+keyed by the triple's architecture (SIZE_T_BITS).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 MAX_VECTOR_LANES = 64
+# Width of C's size_t (malloc's argument) where it is not 64 bits
+SIZE_T_BITS = {"wasm32": 32}
 MAX_UNROLL = 64
 FP_CONTRACT = ("contract",)
 
@@ -119,6 +123,7 @@ class CodeGenLLVM:
         self.target = target
         self.module = ir.Module(name=module_name)
         self.module.triple = target.triple
+        self.size_t = ir.IntType(SIZE_T_BITS.get(target.arch, 64))
         self._outlined = 0
         self._decls: dict = {}
 
@@ -201,15 +206,15 @@ class CodeGenLLVM:
             st.buffers[buf] = ptr
             self._stmt(st, s.body, vec)
             return
-        malloc = self.declare("malloc", PTR, [I64])
+        malloc = self.declare("malloc", PTR, [self.size_t])
         free = self.declare("free", VOID, [PTR])
-        ptr = st.builder.call(malloc, [I64(buf.nbytes + 64)], name=buf.name)
+        ptr = st.builder.call(malloc, [self.size_t(buf.nbytes + 64)], name=buf.name)
         st.buffers[buf] = ptr
         self._stmt(st, s.body, vec)
         st.builder.call(free, [ptr])
 
     def _for(self, st, s: For, vec):
-        if s.kind == "parallel" and vec is None:
+        if s.kind == "parallel" and vec is None and self.target.threaded:
             return self._parallel(st, s)
         if s.kind == "vectorize" and vec is None and 1 < s.extent <= MAX_VECTOR_LANES and _vectorizable(s.body):
             self._stmt(st, s.body, (s.var, s.extent))

@@ -24,8 +24,9 @@ def create_executor(artifact: Artifact | str | os.PathLike, device: str | None =
     """An executor for `artifact` (an Artifact or a mod.tar path) on the runtime its target
     names: `cpu` -> GraphExecutor (ctypes, this host's CPU), or, for a CPU of another
     architecture whose descriptor names an emulator, EmulatedExecutor (the C runner under
-    qemu-user); `opencl` -> OpenCLExecutor (pyopencl). `device` selects a device where a
-    runtime has several (e.g. "opencl:0:1"); None takes the default.
+    qemu-user); `opencl` -> OpenCLExecutor (pyopencl); `wasm` -> WasmExecutor (wasmtime).
+    `device` selects a device where a runtime has several (e.g. "opencl:0:1"); None takes the
+    default.
 
     Raises ArtifactError when the artifact is invalid or no runtime here can execute it.
     """
@@ -45,4 +46,10 @@ def create_executor(artifact: Artifact | str | os.PathLike, device: str | None =
         from tvmc.runtime.opencl import OpenCLExecutor
 
         return OpenCLExecutor(artifact, device)
+    if runtime == "wasm":
+        if device not in (None, "wasm"):
+            raise ArtifactError(f"{artifact.path}: a wasm artifact runs on device 'wasm', not '{device}'")
+        from tvmc.runtime.wasm import WasmExecutor
+
+        return WasmExecutor(artifact)
     raise ArtifactError(f"{artifact.path}: target runtime '{runtime}' is not supported by this tvmc")

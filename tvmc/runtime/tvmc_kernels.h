@@ -56,6 +56,23 @@
  *   for the artifact's target with `tvmc build-runner mod.tar -o tvmc_run`): .npy inputs and
  *   outputs, a timing loop.
  *
+ * WEBASSEMBLY (wasm32 targets: mod.wasm instead of mod.so)
+ *
+ *   mod.wasm imports nothing and exports its linear memory ("memory"), every kernel, tvmc_graph_run,
+ *   tvmc_module_description (the address of the description; the same bytes are the module's
+ *   custom section "tvmc_module_description"), all of the C API above, and the module's allocator,
+ *   wasi-libc's malloc and free. Pointers are 32-bit byte offsets into that memory, size_t is 32
+ *   bits, tvmc_tensor_info is 24 bytes (name, dtype, ndim, shape at 0, 4, 8, 12; nbytes at 16).
+ *   Memory management is explicit: the host allocates what it hands to the API with the exported
+ *   malloc (the params blob, input data, output buffers, the out pointer of tvmc_model_create),
+ *   copies bytes in and out of the memory, and frees them with free; tvmc_model_create allocates
+ *   the storage plan inside the module (storage_bytes of the description, 64-byte aligned) and
+ *   kernels that need a workspace malloc and free it during the call; tvmc_model_destroy frees the
+ *   model. The memory grows (memory.grow) when malloc needs more: views of it taken before a call
+ *   may be detached after it. Parallel loops run serially (one thread, no imports);
+ *   tvmc_model_create_from_file reports TVMC_ERR_IO (no file system). tvmc/runtime/web/tvmc.js
+ *   (browsers, Node) and tvmc/runtime/wasm.py (wasmtime) are hosts that follow these rules.
+ *
  * RUNNING THE KERNELS BY HAND
  *
  *   1. Read mod.json. For entry e (node_row_ptr[node] + output index):
@@ -147,6 +164,10 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
                          int32_t ndim, const void *data, size_t nbytes);
 /* Run the whole model once (the kernels' parallel loops use OMP_NUM_THREADS threads). */
 int tvmc_model_run(tvmc_model *model);
+/* The table of data entry pointers that tvmc_model_run hands to tvmc_graph_run (entries[e] is the
+ * buffer of entry e, see RUNNING THE KERNELS BY HAND): for calling kernels one by one, e.g. to time
+ * each. Valid until tvmc_model_destroy; NULL for a NULL model. */
+void *const *tvmc_model_entries(const tvmc_model *model);
 /* Copy output `index` into `data`; nbytes must be the output's size in bytes. */
 int tvmc_model_get_output(const tvmc_model *model, int32_t index, void *data, size_t nbytes);
 /* One line describing the last error (empty when none occurred yet). */

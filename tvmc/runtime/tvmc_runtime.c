@@ -10,10 +10,12 @@
  * plan the kernels were compiled for.
  *
  * Platform: with libc (the default) memory comes from malloc/free and files from stdio. Define
- * TVMC_RUNTIME_NO_LIBC (e.g. for wasm32 without a libc) and provide
+ * TVMC_RUNTIME_NO_FILES for a libc without files (wasm32 with wasi-libc: malloc and string
+ * functions, no stdio, so the module imports nothing), or TVMC_RUNTIME_NO_LIBC (no libc at all)
+ * and provide
  *     void *tvmc_platform_malloc(size_t nbytes);  void tvmc_platform_free(void *ptr);
  *     void *memcpy(void *, const void *, size_t); void *memset(void *, int, size_t);
- * then tvmc_model_create_from_file reports TVMC_ERR_IO (no file system).
+ * Without files tvmc_model_create_from_file reports TVMC_ERR_IO (no file system).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +28,9 @@ void tvmc_platform_free(void *ptr);
 void *memcpy(void *dst, const void *src, size_t n);
 void *memset(void *dst, int c, size_t n);
 #else
+#ifndef TVMC_RUNTIME_NO_FILES
 #include <stdio.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 static void *tvmc_platform_malloc(size_t nbytes) { return malloc(nbytes); }
@@ -617,7 +621,7 @@ int tvmc_model_create(const void *params, size_t params_size, tvmc_model **out) 
 }
 
 int tvmc_model_create_from_file(const char *params_path, tvmc_model **out) {
-#ifdef TVMC_RUNTIME_NO_LIBC
+#if defined(TVMC_RUNTIME_NO_LIBC) || defined(TVMC_RUNTIME_NO_FILES)
   (void)params_path;
   if (out) *out = NULL;
   return fail(TVMC_ERR_IO, "tvmc_model_create_from_file: this build has no file system; use tvmc_model_create",
@@ -730,6 +734,8 @@ int tvmc_model_run(tvmc_model *model) {
   tvmc_graph_run((void *const *)model->pointers);
   return TVMC_OK;
 }
+
+void *const *tvmc_model_entries(const tvmc_model *model) { return model ? (void *const *)model->pointers : NULL; }
 
 int tvmc_model_get_output(const tvmc_model *model, int32_t index, void *data, size_t nbytes) {
   const entry_t *e;

@@ -1,0 +1,82 @@
+"""CPU schedules (tvmc/ops/cpu) on every CPU target that runs here (tests/targets.py: this host,
+wasm32): each implementation with its fallback config and two other configs of its space (all of
+them when the space is smaller), compiled for the target and run on its runtime against numpy.
+Tuning may pick any config, and a schedule's fallback heuristic reads the target's descriptor
+(lanes, registers), so every target checks its own."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from test_ops import Case, _assert_close, bias_relu, conv, n, pool
+from util import op_function, run_op
+
+from tests.targets import TARGETS, require
+from tvmc.autotune.task import tasks_of_functions
+from tvmc.ops.registry import all_ops
+
+# one case per CPU implementation (the implementation name is the id)
+CPU_CASES = [
+    Case("injective.cpu", "add", lambda r: [n(r, (2, 6, 5, 19)), n(r, (6, 1, 1))]),
+    Case("conv2d_nchw.x86", "nn.conv2d", lambda r: [n(r, (1, 8, 15, 15)), n(r, (16, 8, 3, 3))],
+         conv(strides=(2, 2), padding=(1, 1, 1, 1)), bias_relu(16)),
+    Case("conv2d_nchwc.x86", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 9, 14, 4)), n(r, (2, 2, 3, 3, 4, 8))],
+         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
+    Case("conv2d_nchwc_im2col.x86", "nn.conv2d_nchwc",
+         lambda r: [n(r, (1, 2, 7, 10, 4)), n(r, (2, 2, 1, 1, 4, 8))], dict(conv(), out_layout="NCHW8c")),
+    Case("dense.x86", "nn.dense", lambda r: [n(r, (3, 70)), n(r, (50, 70))], {},
+         lambda r: [("add", {}, [n(r, (50,))]), ("nn.relu", {}, [])]),
+    Case("matmul.x86", "nn.matmul", lambda r: [n(r, (2, 13, 20)), n(r, (20, 45))]),
+    Case("dense_pack.x86", "nn.dense_pack", lambda r: [n(r, (3, 50)), n(r, (5, 50, 8))]),
+    Case("softmax.x86", "nn.softmax", lambda r: [n(r, (3, 7, 45), 3.0)], dict(axis=2)),
+    Case("log_softmax.x86", "nn.log_softmax", lambda r: [n(r, (3, 37, 5), 3.0)], dict(axis=1)),
+    Case("lrn.x86", "nn.lrn", lambda r: [n(r, (1, 10, 6, 7), 3.0)], dict(size=5, alpha=1e-2, beta=0.75, bias=1.0)),
+    Case("pool.x86", "nn.max_pool2d", lambda r: [n(r, (1, 5, 14, 14))], pool((3, 3), (2, 2), (1, 1, 1, 1), ceil=1)),
+    Case("reduce.x86", "mean", lambda r: [n(r, (2, 3, 7, 9))], dict(axis=(2, 3), keepdims=1)),
+    Case("conv2d_transpose_nchw.x86", "nn.conv2d_transpose", lambda r: [n(r, (1, 6, 5, 7)), n(r, (6, 4, 3, 3))],
+         dict(strides=(2, 2), padding=(1, 0, 1, 2), dilation=(1, 1), output_padding=(1, 1), groups=1)),
+    Case("topk.x86", "topk_indices", lambda r: [np.round(n(r, (3, 9)))], dict(axis=1, k=4, largest=1)),
+]
+BY_IMPL = {c.id: c for c in CPU_CASES}
+CPU_TARGETS = [t.name for t in TARGETS if t.name != "opencl"]
+
+
+def test_every_cpu_implementation_has_a_case():
+    assert {impl.name for op in all_ops().values() for impl in op.strategy.get("cpu", [])} == set(BY_IMPL)
+
+
+def _configs(case, target, count=2):
+    """The fallback config of the case's implementation on `target` and `count` others of its
+    space (seeded choice; fewer when the space is smaller); ([None], 1) for an implementation
+    without knobs (no tuning task: its one schedule)."""
+    arrays, chain = case.build()
+    fn, _, _ = op_function(case.op, arrays, case.attrs, chain)
+    task = next((t for t in tasks_of_functions([fn], target) if t.impl == case.id), None)
+    if task is None:
+        assert all_ops()[case.op].implementations("cpu")[0].name == case.id
+        return [None], 1
+    space = task.config_space(target)
+    fallback = space.fallback_config()
+    indices = list(range(len(space)))
+    random.Random(case.id).shuffle(indices)
+    others = [space.get(i) for i in indices if dict(space.get(i)) != dict(fallback)][:count]
+    return [fallback] + others, len(space)
+
+
+@pytest.mark.parametrize("target_name", CPU_TARGETS)
+@pytest.mark.parametrize("impl", sorted(BY_IMPL))
+def test_cpu_schedule_fallback_and_two_other_configs(impl, target_name):
+    target = require(target_name)
+    case = BY_IMPL[impl]
+    configs, space_size = _configs(case, target.target)
+    assert len(configs) == min(3, space_size)
+    arrays, chain = case.build()
+    for cfg in configs:
+        out, ref = run_op(case.op, arrays, case.attrs, chain, impl=impl if cfg is not None else None,
+                          target=target.target, config=cfg)
+        try:
+            _assert_close(out, ref, case.tol)
+        except AssertionError as e:
+            raise AssertionError(f"config {dict(cfg)}: {e}") from None

@@ -1,0 +1,186 @@
+// tvmc.js -- the JavaScript runtime of tvmc's wasm32 artifacts: a dependency-free ES module for
+// browsers and Node (18+). It states the executor contract of tvmc/runtime in JavaScript:
+//
+//   import { loadModel } from "./tvmc.js";
+//   const model = await loadModel("./");           // a folder (URL or path) with mod.wasm, mod.params, metadata.json
+//   model.inputs                                    // [{name, dtype, shape, nbytes}], likewise model.outputs
+//   model.setInput("data", new Float32Array(...));  // a typed array of the input's dtype and size
+//   model.run();                                    // the whole graph: one call into the module
+//   const y = model.getOutput(0);                   // a typed array (a copy), by index or name
+//   const t = model.time({ runs: 20, warmup: 2 });  // {medianMs, meanMs, minMs, maxMs, runs}
+//   model.destroy();
+//
+// mod.wasm imports nothing; it exports its memory, the kernels, the graph entry and the C API of
+// tvmc_kernels.h, and its allocator (malloc, free). Memory management is explicit and all inside
+// the module: loadModel copies the params blob into memory from the module's malloc, hands it to
+// tvmc_model_create (which checks it against the description embedded in the module, keeps its
+// own copy, allocates every storage buffer of the plan, 64-byte aligned) and frees the blob; one
+// staging buffer per input and output is allocated once; destroy() frees everything. Addresses are
+// byte offsets into the module's memory; views of it are made anew after every call, since a
+// memory.grow (inside malloc) detaches earlier views. Errors are thrown as Error("tvmc: ...")
+// with the C API's message (tvmc_last_error).
+
+const TYPED_ARRAYS = {
+  float32: Float32Array, float64: Float64Array, float16: Uint16Array, int64: BigInt64Array,
+  int32: Int32Array, int16: Int16Array, int8: Int8Array, uint64: BigUint64Array, uint32: Uint32Array,
+  uint16: Uint16Array, uint8: Uint8Array, bool: Uint8Array,
+};
+const TENSOR_INFO_BYTES = 24; // tvmc_tensor_info on wasm32: name, dtype, ndim, shape (4 bytes each), nbytes (u64 at 16)
+
+async function readFile(base, name) {
+  const url = new URL(name, base);
+  if (url.protocol === "file:") {
+    const { readFile: read } = await import("node:fs/promises");
+    return new Uint8Array(await read(url));
+  }
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`tvmc: cannot fetch ${url}: HTTP ${response.status}`);
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+function baseUrl(folder) {
+  const text = String(folder).endsWith("/") ? String(folder) : `${folder}/`;
+  if (/^[a-z][a-z0-9+.-]*:/i.test(text)) return new URL(text);
+  if (typeof process !== "undefined" && process.versions && process.versions.node) {
+    return new URL(text, `file://${process.cwd()}/`);
+  }
+  return new URL(text, globalThis.location.href);
+}
+
+/** The example input of the web page and the tests: element i of a float tensor is
+ * ((i * 7919) % 1000) / 500 - 1 (rounded to the dtype), of an integer or bool tensor i % 2. */
+export function exampleInput(dtype, count) {
+  const Typed = TYPED_ARRAYS[dtype];
+  if (!Typed) throw new Error(`tvmc: no typed array for dtype ${dtype}`);
+  const out = new Typed(count);
+  for (let i = 0; i < count; i++) {
+    if (dtype.startsWith("float") && dtype !== "float16") out[i] = ((i * 7919) % 1000) / 500 - 1;
+    else out[i] = Typed === BigInt64Array || Typed === BigUint64Array ? BigInt(i % 2) : i % 2;
+  }
+  return out;
+}
+
+export class Model {
+  /** Use loadModel(); `exports` are the instance's exports, `params` the bytes of mod.params. */
+  constructor(exports, params, metadata) {
+    this.exports = exports;
+    this.metadata = metadata;
+    const blob = this.#malloc(params.byteLength);
+    this.#bytes().set(params, blob);
+    const out = this.#malloc(4);
+    const rc = exports.tvmc_model_create(blob, params.byteLength, out);
+    exports.free(blob);
+    this.#check(rc);
+    this.handle = this.#view().getUint32(out, true);
+    exports.free(out);
+    this.info = this.#malloc(TENSOR_INFO_BYTES);
+    this.inputs = this.#tensors(exports.tvmc_model_num_inputs(this.handle), exports.tvmc_model_input_info);
+    this.outputs = this.#tensors(exports.tvmc_model_num_outputs(this.handle), exports.tvmc_model_output_info);
+  }
+
+  #bytes() { return new Uint8Array(this.exports.memory.buffer); }
+  #view() { return new DataView(this.exports.memory.buffer); }
+
+  #malloc(nbytes) {
+    const addr = this.exports.malloc(Math.max(nbytes, 1));
+    if (addr === 0) throw new Error(`tvmc: out of memory allocating ${nbytes} bytes in the wasm module`);
+    return addr;
+  }
+
+  #string(addr) {
+    const bytes = this.#bytes();
+    let end = addr;
+    while (bytes[end] !== 0) end++;
+    return new TextDecoder().decode(bytes.subarray(addr, end));
+  }
+
+  #check(rc) {
+    if (rc !== 0) throw new Error(`tvmc: ${this.#string(this.exports.tvmc_last_error())} (code ${rc})`);
+  }
+
+  #tensors(count, describe) {
+    const list = [];
+    for (let i = 0; i < count; i++) {
+      this.#check(describe(this.handle, i, this.info));
+      const view = this.#view();
+      const [name, dtype, ndim, shapeAddr] = [0, 4, 8, 12].map((o) => view.getUint32(this.info + o, true));
+      const shape = [];
+      for (let d = 0; d < ndim; d++) shape.push(Number(view.getBigInt64(shapeAddr + 8 * d, true)));
+      const nbytes = Number(view.getBigUint64(this.info + 16, true));
+      list.push({ name: this.#string(name), dtype: this.#string(dtype), shape, nbytes,
+                  nameAddr: name, dtypeAddr: dtype, shapeAddr, buffer: this.#malloc(nbytes) });
+    }
+    return list;
+  }
+
+  #find(list, key, what) {
+    const t = typeof key === "number" ? list[key] : list.find((x) => x.name === key);
+    if (!t) throw new Error(`tvmc: unknown ${what} '${key}'; the model's ${what}s are: ${list.map((x) => x.name).join(", ")}`);
+    return t;
+  }
+
+  /** Copy `array` (a typed array of the input's dtype and element count) into input `name`. */
+  setInput(name, array) {
+    const t = this.#find(this.inputs, name, "input");
+    const Typed = TYPED_ARRAYS[t.dtype];
+    if (!(array instanceof Typed) || array.byteLength !== t.nbytes) {
+      throw new Error(`tvmc: input '${t.name}': expected a ${Typed.name} of ${t.nbytes} bytes ` +
+                      `(${t.dtype} [${t.shape.join(",")}]), got ${array.constructor.name} of ${array.byteLength} bytes`);
+    }
+    this.#bytes().set(new Uint8Array(array.buffer, array.byteOffset, array.byteLength), t.buffer);
+    this.#check(this.exports.tvmc_model_set_input(this.handle, t.nameAddr, t.dtypeAddr, t.shapeAddr,
+                                                  t.shape.length, t.buffer, t.nbytes));
+  }
+
+  /** Run the whole graph once (tvmc_model_run: the module's graph entry). */
+  run() { this.#check(this.exports.tvmc_model_run(this.handle)); }
+
+  /** A copy of output `key` (index or name) as a typed array of its dtype (shape: outputs[i].shape). */
+  getOutput(key) {
+    const t = this.#find(this.outputs, key, "output");
+    this.#check(this.exports.tvmc_model_get_output(this.handle, this.outputs.indexOf(t), t.buffer, t.nbytes));
+    const Typed = TYPED_ARRAYS[t.dtype];
+    return new Typed(this.exports.memory.buffer.slice(t.buffer, t.buffer + t.nbytes));
+  }
+
+  /** Time run(): `warmup` untimed runs, then `runs` timed ones (performance.now). Milliseconds. */
+  time({ runs = 10, warmup = 1 } = {}) {
+    for (let i = 0; i < warmup; i++) this.run();
+    const samples = [];
+    for (let i = 0; i < runs; i++) {
+      const t0 = performance.now();
+      this.run();
+      samples.push(performance.now() - t0);
+    }
+    const sorted = [...samples].sort((a, b) => a - b);
+    const mid = sorted.length >> 1;
+    return {
+      medianMs: sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2,
+      meanMs: samples.reduce((a, b) => a + b, 0) / samples.length,
+      minMs: sorted[0], maxMs: sorted[sorted.length - 1], runs,
+    };
+  }
+
+  /** Free the model and its staging buffers (the instance itself is garbage-collected). */
+  destroy() {
+    for (const t of [...this.inputs, ...this.outputs]) this.exports.free(t.buffer);
+    this.exports.free(this.info);
+    this.exports.tvmc_model_destroy(this.handle);
+    this.handle = 0;
+  }
+}
+
+/** Load mod.wasm, mod.params and metadata.json from `folder` (a URL or, in Node, a path; the web
+ * output of `tvmc compile --output-format web`, or an unpacked mod.tar) and create the model. */
+export async function loadModel(folder) {
+  const base = baseUrl(folder);
+  const [wasm, params, metadata] = await Promise.all(
+    ["mod.wasm", "mod.params", "metadata.json"].map((name) => readFile(base, name)));
+  let instance;
+  try {
+    ({ instance } = await WebAssembly.instantiate(wasm, {}));
+  } catch (e) {
+    throw new Error(`tvmc: ${new URL("mod.wasm", base)}: this engine cannot run the module (${e.message})`);
+  }
+  return new Model(instance.exports, params, JSON.parse(new TextDecoder().decode(metadata)));
+}
