@@ -6,6 +6,8 @@ mod.tar members (sorted by name, mtime 0, uid/gid 0, mode 0644, ustar, uncompres
     mod.json         graph in TVM's graph-executor JSON schema (sorted keys, indent 1)
     mod.params       constants in safetensors layout (8-byte LE header length, JSON header, data)
     mod.<format>     the kernel library (`mod.so` for CPU targets; format from the target)
+    mod.cubin        (CUDA, where ptxas was found) the PTX assembled for the target's GPU;
+                     metadata "device_binaries" lists such members
     tvmc_kernels.h   the kernel C ABI (tvmc/runtime/tvmc_kernels.h)
 """
 
@@ -98,6 +100,7 @@ def save_artifact(module, path) -> Path:
         PARAMS_NAME: _params_bytes(module.params),
         library_name(module.metadata): bytes(module.library),
         HEADER_NAME: kernel_header(),
+        **{name: bytes(data) for name, data in module.device_binaries.items()},
     }
 
     def write_tar(f):
@@ -149,6 +152,7 @@ class Artifact:
     library_path: path of the kernel library, extracted into a private temporary folder that
                   is deleted when this object is garbage collected
     header:       text of tvmc_kernels.h as shipped in the tar
+    device_binaries: {member name: bytes} of the device binaries metadata.json lists (mod.cubin)
     """
 
     path: str
@@ -158,6 +162,7 @@ class Artifact:
     library_path: str
     header: str
     _tmpdir: tempfile.TemporaryDirectory = field(repr=False, compare=False)
+    device_binaries: dict = field(default_factory=dict, repr=False)
 
     @property
     def library(self) -> bytes:
@@ -234,7 +239,10 @@ def load_artifact(path) -> Artifact:
     if not isinstance(metadata, dict):
         raise ArtifactError(f"{path}: {METADATA_NAME} is not a JSON object")
     lib = library_name(metadata)
-    required = [GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME]
+    binaries = metadata.get("device_binaries", [])
+    if not isinstance(binaries, list) or not all(isinstance(b, str) for b in binaries):
+        raise ArtifactError(f"{path}: {METADATA_NAME} 'device_binaries' is not a list of member names")
+    required = [GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME] + binaries
     missing = [m for m in required if m not in contents]
     if missing:
         raise ArtifactError(f"{path}: missing member{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
@@ -258,4 +266,4 @@ def load_artifact(path) -> Artifact:
         f.write(contents[lib])
     return Artifact(path=path, graph_json=graph_json, params=params, metadata=metadata,
                     library_path=library_path, header=contents[HEADER_NAME].decode(errors="replace"),
-                    _tmpdir=tmpdir)
+                    _tmpdir=tmpdir, device_binaries={name: contents[name] for name in binaries})

@@ -51,6 +51,8 @@ class Target:
     # GPU facts (absent from CPU descriptors and from their dicts, so CPU hashes do not move)
     max_shared_memory_per_block: int = 0
     thread_warp_size: int = 0
+    max_registers_per_thread: int = 0
+    assembler: tuple = ()
 
     def vector_lanes(self, dtype: str = "float32") -> int:
         """Number of `dtype` elements in one vector register."""
@@ -82,7 +84,7 @@ class Target:
         return f"{self.name} ({self.triple}, cpu={self.cpu or 'generic'})"
 
 
-GPU_FIELDS = ("max_shared_memory_per_block", "thread_warp_size")
+GPU_FIELDS = ("max_shared_memory_per_block", "thread_warp_size", "max_registers_per_thread", "assembler")
 
 
 def _schema() -> dict:
@@ -126,7 +128,7 @@ def load_descriptor(text: str, origin: str) -> Target:
     _validate(data, origin)
     cache = data.pop("cache", {}) or {}
     data.update(cache)
-    for key in ("features", "linker", "emulator"):
+    for key in ("features", "linker", "emulator", "assembler"):
         if key in data:
             data[key] = tuple(data[key])
     return Target(**data)
@@ -221,6 +223,8 @@ def _derive(target: Target, origin: str) -> Target:
     if isa is None:
         return target
     enabled = isa.enabled_features(target.cpu, target.features, origin)
+    if target.kind == "gpu":  # device code demands nothing of the host CPU
+        return target
     changes = {"host_features": tuple(sorted({isa.host_flag(f) for f in enabled}))}
     unit = isa.vector_unit(enabled)
     if unit is not None:

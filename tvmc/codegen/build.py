@@ -1,4 +1,11 @@
-"""Build: fused functions -> loop IR -> one LLVM module -> object file -> shared library (mod.so)."""
+"""Build: fused functions -> loop IR -> the target's kernel library.
+
+CPU targets: one LLVM module -> object file -> shared library (mod.so) with the graph entry.
+GPU targets: one device kernel per fused function, each kernel's launch in mod.json "kernels";
+printed as OpenCL C (mod.cl, tvmc.codegen.opencl) or compiled by LLVM's NVPTX backend to PTX
+(mod.ptx), with a cubin beside it where the descriptor's assembler (ptxas) is found
+(tvmc.codegen.nvptx).
+"""
 
 from __future__ import annotations
 
@@ -31,8 +38,18 @@ def target_machine(target):
         tgt = llvm.Target.from_triple(target.triple)
     except RuntimeError as e:
         raise CodegenError(f"target {target.name}: LLVM does not know triple {target.triple}: {e}") from None
-    return tgt.create_target_machine(cpu=target.cpu, features=",".join(target.features), opt=3,
+    return tgt.create_target_machine(cpu=target.cpu, features=llvm_features(target), opt=3,
                                      reloc="pic", codemodel="default")
+
+
+def llvm_features(target) -> str:
+    """LLVM's -mattr for `target`: the descriptor's features; for nvptx64 the PTX ISA version
+    (tvmc.codegen.nvptx.ptx_version), which LLVM would otherwise default per its own version."""
+    if target.arch == "nvptx64":
+        from tvmc.codegen.nvptx import ptx_version
+
+        return f"+ptx{ptx_version(target)}"
+    return ",".join(target.features)
 
 
 def optimize(mod, tm, speed_level: int = 3):
@@ -44,8 +61,10 @@ def optimize(mod, tm, speed_level: int = 3):
     pb.getModulePassManager().run(mod, pb)
 
 
-def compile_ir(ir_text: str, target, dumps: dict | None = None) -> bytes:
-    """LLVM IR text -> optimized object file bytes for `target`. Raises CodegenError."""
+def compile_ir(ir_text: str, target, dumps: dict | None = None, assembly: bool = False) -> bytes:
+    """LLVM IR text -> optimized object file bytes for `target` (with `assembly`, the assembly
+    text instead: PTX for nvptx64). `dumps` receives 'll' (and 'asm' when listed in its '_want').
+    Raises CodegenError."""
     tm = target_machine(target)
     try:
         mod = llvm.parse_assembly(ir_text)
@@ -56,10 +75,11 @@ def compile_ir(ir_text: str, target, dumps: dict | None = None) -> bytes:
     mod.data_layout = str(tm.target_data)
     optimize(mod, tm)
     if dumps is not None:
-        dumps["ll"] = str(mod)
-        if "asm" in dumps.get("_want", ()):
-            dumps["asm"] = tm.emit_assembly(mod)
-    return tm.emit_object(mod)
+        dumps["ll"] = str(mod)  # before emission: the backend's passes change the module
+    asm = tm.emit_assembly(mod) if assembly or "asm" in (dumps or {}).get("_want", ()) else None
+    if dumps is not None and asm is not None:
+        dumps["asm"] = asm
+    return asm.encode() if assembly else tm.emit_object(mod)
 
 
 def link_shared(obj: bytes, target) -> bytes:
@@ -79,37 +99,83 @@ def link_shared(obj: bytes, target) -> bytes:
         return so.read_bytes()
 
 
-def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None) -> bytes:
-    """Compile fused graph `Function`s for `target` into shared-library bytes.
+def kernel_info(prim, flops: int) -> dict:
+    """What mod.json records of a device kernel: its launch (grid, block, shared bytes), its
+    arguments in call order (inputs, then the output; name, shape, dtype), its FLOPs (the anchor
+    op's, tvmc.autotune.task.task_flops) and the global memory bytes it loads and stores
+    (tvmc.tir.gpu.global_traffic_bytes)."""
+    from tvmc.tir.gpu import global_traffic_bytes
 
-    Each Function becomes a kernel `void <name>(void* arg0, ..., void* out)` (see the kernel
-    ABI header tvmc_kernels.h); with `graph_json`, the library also gets the graph entry
-    `tvmc_graph_run` (tvmc.codegen.entry). `dump_ir` may contain 'tir', 'll', 'asm': those
-    stages are written into `dump_dir` as mod.tir, mod.ll, mod.s. `config_lookup(impl_name,
+    return dict(prim.launch.to_dict(), args=[{"name": b.name, "shape": list(b.shape), "dtype": b.dtype}
+                                             for b in prim.params],
+                flops=flops, global_bytes=global_traffic_bytes(prim))
+
+
+def _flops(func) -> int:
+    from tvmc.autotune.task import task_flops
+    from tvmc.ops.fused import anchor_call, workload
+
+    anchor = anchor_call(func)
+    return task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
+
+
+def _write_dumps(dump_dir, dump_ir, prims, dumps: dict) -> None:
+    """Write the stages listed in `dump_ir` into `dump_dir`: mod.tir (the loop IR of `prims`),
+    mod.ll and mod.s (from `dumps`, where the target's codegen produced them)."""
+    if not dump_dir or not dump_ir:
+        return
+    os.makedirs(dump_dir, exist_ok=True)
+    if "tir" in dump_ir:
+        Path(dump_dir, "mod.tir").write_text("".join(str(p) for p in prims))
+    for stage, name in (("ll", "mod.ll"), ("asm", "mod.s")):
+        if stage in dump_ir and stage in dumps:
+            Path(dump_dir, name).write_text(dumps[stage])
+
+
+def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
+                  device_binaries: dict | None = None) -> bytes:
+    """Compile fused graph `Function`s for `target` into its kernel library (module docstring).
+
+    CPU: shared-library bytes; each Function becomes a kernel `void <name>(void* arg0, ...,
+    void* out)` (see the kernel ABI header tvmc_kernels.h); with `graph_json`, the library also
+    gets the graph entry `tvmc_graph_run` (tvmc.codegen.entry). GPU: OpenCL C or PTX text; with
+    `graph_json`, each kernel's launch configuration and argument order are added to it as
+    graph_json["kernels"][func_name] (kernel_info), and `device_binaries` (a dict) receives
+    {member name: bytes} of device code assembled beside the library (mod.cubin).
+    `dump_ir` may contain 'tir', 'll', 'asm': those stages are written into `dump_dir` as
+    mod.tir, mod.ll, mod.s (LLVM targets; mod.s is the PTX for CUDA). `config_lookup(impl_name,
     workload) -> ConfigEntity | None` (e.g. autotune.record.ApplyHistoryBest) supplies tuned
-    configs to lower_fused.
+    configs to lower_fused. Raises ScheduleError (a kernel beyond the target's limits) or
+    CodegenError.
     """
-    if target.codegen == "opencl":  # OpenCL C source (mod.cl); launch configurations go into graph_json
-        from tvmc.codegen.opencl import build_opencl
-
-        return build_opencl(functions, target, dump_ir, dump_dir, graph_json, config_lookup)
     from tvmc.codegen.entry import add_graph_entry
     from tvmc.ops.fused import lower_fused
 
     prims = [lower_fused(f, target, config_lookup) for f in functions]
+    if target.kind == "gpu" and graph_json is not None:
+        graph_json["kernels"] = {p.name: kernel_info(p, _flops(f)) for p, f in zip(prims, functions)}
+    dumps = {"_want": tuple(dump_ir)}
+    if target.codegen == "opencl":
+        from tvmc.codegen.opencl import CodeGenOpenCL
+
+        cl = CodeGenOpenCL(target)
+        for p in prims:
+            cl.add_function(p)
+        _write_dumps(dump_dir, dump_ir, prims, dumps)
+        return cl.source().encode()
     cg = CodeGenLLVM(target)
     for p in prims:
         cg.add_function(p)
+    if target.library_format == "ptx":
+        from tvmc.codegen.nvptx import assemble
+
+        ptx = compile_ir(cg.ir_text(), target, dumps, assembly=True)
+        _write_dumps(dump_dir, dump_ir, prims, dumps)
+        if device_binaries is not None:
+            device_binaries.update(assemble(ptx, target))
+        return ptx
     if graph_json is not None:
         add_graph_entry(cg, graph_json)
-    dumps = {"_want": tuple(dump_ir)}
     obj = compile_ir(cg.ir_text(), target, dumps)
-    if dump_dir and dump_ir:
-        os.makedirs(dump_dir, exist_ok=True)
-        if "tir" in dump_ir:
-            Path(dump_dir, "mod.tir").write_text("".join(str(p) for p in prims))
-        if "ll" in dump_ir:
-            Path(dump_dir, "mod.ll").write_text(dumps["ll"])
-        if "asm" in dump_ir:
-            Path(dump_dir, "mod.s").write_text(dumps["asm"])
+    _write_dumps(dump_dir, dump_ir, prims, dumps)
     return link_shared(obj, target)

@@ -3,11 +3,16 @@
 Vectorized loops become LLVM vector operations (contiguous loads/stores, broadcasts, gathers,
 masked accesses under vector conditions); parallel loops are outlined and launched with
 libgomp's `GOMP_parallel`; unrolled loops are emitted once per iteration.
+
+GPU device kernels (PrimFuncs lowered by tvmc.tir.gpu.lower_device) go through the same code
+for a GPU triple; what that triple spells differently (thread indices, shared memory, barriers,
+kernel annotations) is its DeviceTable.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import llvmlite
 from llvmlite import ir
@@ -16,7 +21,8 @@ from tvmc.codegen import intrinsics
 from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, walk)
-from tvmc.tir.ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
+from tvmc.te.schedule import THREAD_TAGS
+from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
 from tvmc.tir.simplify import Linear, simplify
 
 if llvmlite.ir_layer_typed_pointers_enabled:
@@ -29,6 +35,44 @@ VOID = ir.VoidType()
 MAX_VECTOR_LANES = 64
 MAX_UNROLL = 64
 FP_CONTRACT = ("contract",)
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """What a GPU triple spells differently in LLVM IR (TVM's codegen_nvptx, as a table).
+
+    thread_index:     thread tag ('blockIdx.x' .. 'threadIdx.z') -> the intrinsic returning it (i32)
+    shared_addrspace: LLVM address space of memory shared by a block's threads
+    barrier:          intrinsic every thread of a block waits at (CUDA __syncthreads)
+    kernel_cc:        calling convention of a kernel entry point
+    annotations:      named metadata holding (kernel, key, i32) annotations
+    block_keys:       annotation keys of the most threads per block along x, y, z (launch bounds)
+    registers_key:    annotation key of the most registers per thread
+    """
+
+    thread_index: dict
+    shared_addrspace: int
+    barrier: str
+    kernel_cc: str
+    annotations: str
+    block_keys: tuple
+    registers_key: str
+
+
+# NVVM IR (LLVM's NVPTX backend; NVIDIA's NVVM IR specification): special registers %ctaid/%tid,
+# shared memory in address space 3, bar.sync 0; the launch bounds become PTX .maxntid/.maxnreg.
+NVPTX = DeviceTable(
+    thread_index={"blockIdx.x": "llvm.nvvm.read.ptx.sreg.ctaid.x", "blockIdx.y": "llvm.nvvm.read.ptx.sreg.ctaid.y",
+                  "blockIdx.z": "llvm.nvvm.read.ptx.sreg.ctaid.z", "threadIdx.x": "llvm.nvvm.read.ptx.sreg.tid.x",
+                  "threadIdx.y": "llvm.nvvm.read.ptx.sreg.tid.y", "threadIdx.z": "llvm.nvvm.read.ptx.sreg.tid.z"},
+    shared_addrspace=3,
+    barrier="llvm.nvvm.barrier0",
+    kernel_cc="ptx_kernel",
+    annotations="nvvm.annotations",
+    block_keys=("maxntidx", "maxntidy", "maxntidz"),
+    registers_key="maxnreg",
+)
+DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
 
 
 def llvm_type(dtype: str) -> ir.Type:
@@ -91,15 +135,19 @@ class _FnState:
         self.builder = ir.IRBuilder(body)
         self.env: dict = {}      # Var -> llvm value
         self.buffers: dict = {}  # Buffer -> llvm pointer
+        self.launch = None       # LaunchConfig of a device kernel
+        self.shared: dict = {}   # id(Buffer) -> generic pointer to its shared-memory global
 
 
 class CodeGenLLVM:
-    """Builds one LLVM module from PrimFuncs for `target` (triple from the descriptor)."""
+    """Builds one LLVM module from PrimFuncs for `target` (triple from the descriptor; a GPU
+    triple's device kernels through its DeviceTable)."""
 
     def __init__(self, target, module_name="tvmc_module"):
         self.target = target
         self.module = ir.Module(name=module_name)
         self.module.triple = target.triple
+        self.device = DEVICE_TABLES.get(target.arch)
         self._outlined = 0
         self._decls: dict = {}
 
@@ -112,17 +160,38 @@ class CodeGenLLVM:
 
     # --- functions ------------------------------------------------------------------------
     def add_function(self, f: PrimFunc):
-        """Emit `void name(ptr arg0, ..., ptr argN)` for a PrimFunc."""
+        """Emit `void name(ptr arg0, ..., ptr argN)` for a PrimFunc (for a GPU triple, a kernel
+        entry point with its launch bounds). Raises CodegenError when a device kernel meets a
+        triple without a DeviceTable or the reverse."""
+        if (f.launch is None) != (self.device is None):
+            raise CodegenError(f"kernel {f.name}: " + (f"target {self.target.name} ({self.target.triple}) has no "
+                                                       "GPU codegen" if self.device is None else
+                                                       f"not lowered for the GPU target {self.target.name}"))
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * len(f.params)), f.name)
         for arg, buf in zip(fn.args, f.params):
             arg.name = buf.name
             arg.add_attribute("noalias")
         fn.attributes.add("nounwind")
         st = _FnState(fn)
+        if f.launch is not None:
+            st.launch = f.launch
+            self._annotate_kernel(fn, f.launch)
         for arg, buf in zip(fn.args, f.params):
             st.buffers[buf] = arg
         self._stmt(st, f.body)
         st.builder.ret_void()
+
+    def _annotate_kernel(self, fn: ir.Function, launch):
+        """Mark `fn` a kernel entry point bounded by its launch's block and the target's
+        registers per thread (so the assembler allocates registers for exactly that block)."""
+        d = self.device
+        fn.calling_convention = d.kernel_cc
+        md = self.module.add_named_metadata(d.annotations)
+        bounds = list(zip(d.block_keys, launch.block))
+        if self.target.max_registers_per_thread:
+            bounds.append((d.registers_key, self.target.max_registers_per_thread))
+        for key, value in bounds:
+            md.add(self.module.add_metadata([fn, ir.MetaDataString(self.module, key), I32(value)]))
 
     def ir_text(self) -> str:
         return str(self.module)
@@ -139,6 +208,8 @@ class CodeGenLLVM:
             self._store(st, s, vec, None)
         elif isinstance(s, Allocate):
             self._allocate(st, s, vec)
+        elif isinstance(s, Barrier) and self.device is not None:
+            b.call(self.declare(self.device.barrier, VOID, []), [])
         elif isinstance(s, IfThenElse):
             cond = self._expr(st, s.cond, vec)
             if isinstance(cond, _Vec):
@@ -182,6 +253,10 @@ class CodeGenLLVM:
             st.buffers[buf] = ptr
             self._stmt(st, s.body, vec)
             return
+        if buf.scope == "shared" and self.device is not None:
+            st.buffers[buf] = self._shared(st, buf)
+            self._stmt(st, s.body, vec)
+            return
         malloc = self.declare("malloc", PTR, [I64])
         free = self.declare("free", VOID, [PTR])
         ptr = st.builder.call(malloc, [I64(buf.nbytes + 64)], name=buf.name)
@@ -189,8 +264,40 @@ class CodeGenLLVM:
         self._stmt(st, s.body, vec)
         st.builder.call(free, [ptr])
 
+    def _shared(self, st, buf: Buffer):
+        """A generic pointer to `buf`'s block-shared global, one per buffer and kernel (LLVM
+        infers the shared address space back for every access through it)."""
+        if id(buf) not in st.shared:
+            ty = ir.ArrayType(mem_type(buf.dtype), buf.size)
+            g = ir.GlobalVariable(self.module, ty, self.module.get_unique_name(f"{st.fn.name}.{buf.name}"),
+                                  addrspace=self.device.shared_addrspace)
+            g.linkage = "internal"
+            g.initializer = ir.Constant(ty, ir.Undefined)
+            g.align = 16
+            st.shared[id(buf)] = st.alloca_builder.addrspacecast(g, PTR, name=buf.name)
+        return st.shared[id(buf)]
+
+    def _thread_loop(self, st, s: For, vec):
+        """A loop bound to a thread tag: its variable is that block or thread index (one
+        iteration per block or thread); a loop narrower than the launch runs under a guard."""
+        b = st.builder
+        index = b.call(self.declare(self.device.thread_index[s.kind], I32, []), [])
+        st.env[s.var] = b.zext(index, I64, name=s.var.name)
+        if s.extent < st.launch.extent(s.kind):
+            with b.if_then(b.icmp_signed("<", st.env[s.var], I64(s.extent))):
+                self._stmt(st, s.body, vec)
+        else:
+            self._stmt(st, s.body, vec)
+
     def _for(self, st, s: For, vec):
+        if s.kind in THREAD_TAGS:
+            if st.launch is None:
+                raise CodegenError(f"codegen: loop {s.var.name} is bound to {s.kind} outside a GPU kernel")
+            return self._thread_loop(st, s, vec)
         if s.kind == "parallel" and vec is None:
+            if st.launch is not None:
+                raise CodegenError(f"codegen: parallel loop {s.var.name} in GPU kernel {st.fn.name}; bind it to "
+                                   "blockIdx/threadIdx instead")
             return self._parallel(st, s)
         if s.kind == "vectorize" and vec is None and 1 < s.extent <= MAX_VECTOR_LANES and _vectorizable(s.body):
             self._stmt(st, s.body, (s.var, s.extent))
