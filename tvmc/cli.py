@@ -403,7 +403,8 @@ def print_top_classes(outputs: dict, k: int) -> None:
 @click.option("--print-top", type=click.IntRange(min=1), metavar="K", help="Print the top-K classes of each output.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for parallel loops (also: OMP_NUM_THREADS).")
 @click.option("--device", metavar="DEVICE",
-              help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE (default: the first).")
+              help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE; cuda or cuda:ORDINAL "
+                   "(default: the first).")
 @verbose_option
 @_handle_errors
 def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, print_top, threads, device,

@@ -33,6 +33,7 @@ HEADER_NAME = "tvmc_kernels.h"
 GRAPH_NAME = "mod.json"
 PARAMS_NAME = "mod.params"
 METADATA_NAME = "metadata.json"
+CUBIN_NAME = "mod.cubin"  # a CUDA artifact's PTX assembled for its GPU (tvmc.codegen.nvptx), where ptxas was found
 
 
 def library_name(metadata: dict) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.e2e.builders import mlp, resnet_style_cnn
 from tests.e2e.models import LIGHT_MODELS, compile_and_run, expose_pre_softmax, light_model_path, onnxruntime_outputs
-from tests.targets import require
+from tests.targets import BY_NAME, require
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
@@ -44,11 +44,13 @@ def test_mlp_matches_onnxruntime(opt_level, target):
 
 
 def _light_params():
-    """x86 at opt levels 0 and 3 in make test; OpenCL (PoCL: 20-60 s a model) at opt level 3, slow."""
+    """x86 at opt levels 0 and 3 in make test; OpenCL (PoCL: 20-60 s a model) and CUDA (a GPU) at
+    opt level 3, slow."""
     out = []
     for name in LIGHT_MODELS:
         out += [pytest.param(name, "native", level, id=f"native-{name}-O{level}") for level in (0, 3)]
-        out.append(pytest.param(name, "opencl", 3, id=f"opencl-{name}-O3", marks=pytest.mark.slow))
+        for t in ("opencl", "cuda"):
+            out.append(pytest.param(name, t, 3, id=f"{t}-{name}-O3", marks=(pytest.mark.slow,) + BY_NAME[t].marks))
     return out
 
 

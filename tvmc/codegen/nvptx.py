@@ -16,9 +16,8 @@ import tempfile
 from pathlib import Path
 
 from tvmc.errors import CodegenError, TargetError
+from tvmc.package import CUBIN_NAME
 from tvmc.target import isa_table
-
-CUBIN_NAME = "mod.cubin"
 
 
 def _ptx_number(features) -> int:

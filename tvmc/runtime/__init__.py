@@ -16,14 +16,14 @@ from tvmc.errors import ArtifactError
 from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.executor import GraphExecutor, benchmark
 
-__all__ = ["GraphExecutor", "benchmark", "create_executor"]
+__all__ = ["GraphExecutor", "benchmark", "create_executor", "device_missing"]
 
 
 def create_executor(artifact: Artifact | str | os.PathLike, device: str | None = None):
     """An executor for `artifact` (an Artifact or a mod.tar path) on the runtime its target
     names: `cpu` -> GraphExecutor (ctypes, this host's CPU), `opencl` -> OpenCLExecutor
-    (pyopencl). `device` selects a device where a runtime has several (e.g. "opencl:0:1");
-    None takes the default.
+    (pyopencl), `cuda` -> CUDAExecutor (cuda-python). `device` selects a device where a runtime
+    has several (e.g. "opencl:0:1", "cuda:1"); None takes the default.
 
     Raises ArtifactError when the artifact is invalid or no runtime here can execute it.
     """
@@ -38,4 +38,22 @@ def create_executor(artifact: Artifact | str | os.PathLike, device: str | None =
         from tvmc.runtime.opencl import OpenCLExecutor
 
         return OpenCLExecutor(artifact, device)
+    if runtime == "cuda":
+        from tvmc.runtime.cuda import CUDAExecutor
+
+        return CUDAExecutor(artifact, device)
     raise ArtifactError(f"{artifact.path}: target runtime '{runtime}' is not supported by this tvmc")
+
+
+def device_missing(runtime: str) -> str | None:
+    """None when the default device of `runtime` ('cpu', 'opencl', 'cuda') can run kernels
+    here, else the reason (a missing package, driver or device), as one line."""
+    if runtime == "opencl":
+        from tvmc.runtime.opencl import opencl_available
+
+        return opencl_available()
+    if runtime == "cuda":
+        from tvmc.runtime.cuda import cuda_available
+
+        return cuda_available()
+    return None
