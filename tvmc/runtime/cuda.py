@@ -81,6 +81,25 @@ def cuda_available() -> str | None:
     return None
 
 
+def _device_info(ordinal: int) -> tuple:
+    """(CUdevice, name, (compute capability major, minor)) of GPU `ordinal` (driver initialized)."""
+    cu = _driver()
+    dev = _call("cuDeviceGet", cu.cuDeviceGet, ordinal)
+    name = _call("cuDeviceGetName", cu.cuDeviceGetName, _NAME_BYTES, dev).split(b"\0", 1)[0]
+    attr = cu.CUdevice_attribute
+    capability = tuple(_call("cuDeviceGetAttribute", cu.cuDeviceGetAttribute, a, dev) for a in (
+        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+    return dev, name.decode(errors="replace").strip(), capability
+
+
+def gpu_info(device: str | None = None) -> tuple:
+    """(name, 'sm_XY') of the GPU `device` names (as cuda_device takes it); sm_XY is the cpu
+    `--target "cuda -mcpu=sm_XY"` compiles for, so that its cubin loads without a JIT. Raises
+    ArtifactError."""
+    _, name, (major, minor) = _device_info(cuda_device(device))
+    return name, f"sm_{major}{minor}"
+
+
 def architecture(cpu: str) -> tuple:
     """'sm_86' -> (8, 6, ''), 'sm_90a' -> (9, 0, 'a'), 'sm_100' -> (10, 0, ''): compute
     capability major, minor and the architecture-specific suffix. Raises ArtifactError otherwise."""
@@ -120,13 +139,7 @@ class KernelModule:
         self.module = self.stream = self.context = None
         cu = _driver()
         self.cu = cu
-        ordinal = cuda_device() if device is None else device
-        self._device = _call("cuDeviceGet", cu.cuDeviceGet, ordinal)
-        name = _call("cuDeviceGetName", cu.cuDeviceGetName, _NAME_BYTES, self._device)
-        self.device_name = name.split(b"\0", 1)[0].decode(errors="replace").strip()
-        attr = cu.CUdevice_attribute
-        self.capability = tuple(_call("cuDeviceGetAttribute", cu.cuDeviceGetAttribute, a, self._device) for a in (
-            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+        self._device, self.device_name, self.capability = _device_info(cuda_device() if device is None else device)
         gpu = f"sm_{self.capability[0]}{self.capability[1]}"
         if arch and not ptx_runs_on(arch, self.capability):
             raise ArtifactError(f"{origin}: compiled for {arch}, the GPU {self.device_name} is {gpu}; "
