@@ -17,6 +17,7 @@ import pytest
 
 from tests.e2e.builders import bert_encoder, mlp, resnet_style_cnn
 from tests.e2e.models import LIGHT_MODELS, light_model_path, onnxruntime_outputs
+from tests.e2e.gpu_cli import check_profile, check_run_matches_onnxruntime, compile_mlp
 from tests.e2e.test_cli_e2e import tvmc
 from tests.targets import require
 from tvmc.codegen.nvptx import assembler_missing
@@ -72,11 +73,7 @@ def test_e2e_model_compiles_to_ptx_that_ptxas_accepts(target_name, build):
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cli_cuda")
-    model = mlp(seed=3, batch=2, sizes=(32, 48, 16, 8))
-    onnx.save(model, d / "mlp.onnx")
-    tvmc("compile", d / "mlp.onnx", "--target", "cuda-sm80", "-o", d / "mlp.tar")
-    return d, model
+    return compile_mlp(tmp_path_factory.mktemp("cli_cuda"), "cuda-sm80")
 
 
 def test_artifact_holds_ptx_cubin_and_each_kernels_launch(compiled, tmp_path):
@@ -139,14 +136,7 @@ def test_tune_without_a_gpu_is_one_line_and_writes_nothing(compiled, tmp_path):
 @pytest.mark.cuda
 def test_run_on_the_gpu_matches_onnxruntime(compiled):
     require("cuda")
-    d, model = compiled
-    x = np.random.default_rng(0).standard_normal((2, 32)).astype(np.float32)
-    np.savez(d / "in.npz", x=x)
-    res = tvmc("run", d / "mlp.tar", "--device", "cuda:0", "--inputs", d / "in.npz", "--outputs", d / "out.npz",
-               "--print-time", "--repeat", "2")
-    assert res.stdout.startswith("device: ")
-    np.testing.assert_allclose(np.load(d / "out.npz")["y"], onnxruntime_outputs(model, {"x": x})["y"],
-                               rtol=1e-4, atol=1e-5)
+    check_run_matches_onnxruntime(*compiled, "cuda:0")
 
 
 @pytest.mark.cuda
@@ -178,12 +168,5 @@ def test_the_cubin_is_loaded_on_its_architecture_and_the_ptx_elsewhere(compiled,
 
 @pytest.mark.cuda
 def test_profile_times_each_kernel_with_cuda_events(compiled):
-    from tvmc.runtime import create_executor
-
     require("cuda")
-    d, _ = compiled
-    ex = create_executor(d / "mlp.tar", "cuda")
-    ex.set_input("x", np.zeros((2, 32), np.float32))
-    times = ex.profile()
-    assert [name for name, _ in times] == [call[0] for call in ex._calls] and len(times) == ex.num_kernels
-    assert all(ms >= 0 for _, ms in times)
+    check_profile(compiled[0] / "mlp.tar", "cuda")
