@@ -163,10 +163,12 @@ class CodeGenLLVM:
         """Emit `void name(ptr arg0, ..., ptr argN)` for a PrimFunc (for a GPU triple, a kernel
         entry point with its launch bounds). Raises CodegenError when a device kernel meets a
         triple without a DeviceTable or the reverse."""
-        if (f.launch is None) != (self.device is None):
-            raise CodegenError(f"kernel {f.name}: " + (f"target {self.target.name} ({self.target.triple}) has no "
-                                                       "GPU codegen" if self.device is None else
-                                                       f"not lowered for the GPU target {self.target.name}"))
+        if f.launch is not None and self.device is None:
+            raise CodegenError(f"kernel {f.name}: a GPU device kernel, but target {self.target.name} "
+                               f"({self.target.triple}) has no GPU codegen")
+        if f.launch is None and self.device is not None:
+            raise CodegenError(f"kernel {f.name}: not lowered for the GPU target {self.target.name} "
+                               "(no launch configuration)")
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * len(f.params)), f.name)
         for arg, buf in zip(fn.args, f.params):
             arg.name = buf.name
