@@ -1,4 +1,4 @@
-"""Shared by the GPU targets' CLI tests (test_opencl_cli.py, test_cuda.py): an MLP compiled by
+"""Shared by the GPU targets' CLI tests (test_opencl_cli.py, test_cuda_cli.py): an MLP compiled by
 `tvmc compile`, run by `tvmc run --device` against onnxruntime, profiled kernel by kernel."""
 
 from __future__ import annotations

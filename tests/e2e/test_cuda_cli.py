@@ -52,9 +52,10 @@ def _check_module(module, target_name: str):
 
 
 def _e2e_models():
-    """(id, model builder, marks): the CNN on every shipped descriptor in make test; the MLP, the
-    BERT encoder and the light models in make test-all."""
-    out = [pytest.param(t, lambda: resnet_style_cnn(seed=1, size=33), id=f"{t}-cnn") for t in CUDA_TARGETS]
+    """(target, model builder): the CNN for the first shipped descriptor in make test; for the
+    others, and the MLP, the BERT encoder and the light models for all, in make test-all."""
+    out = [pytest.param(t, lambda: resnet_style_cnn(seed=1, size=33), id=f"{t}-cnn",
+                        marks=() if t == CUDA_TARGETS[0] else pytest.mark.slow) for t in CUDA_TARGETS]
     slow = [("mlp", lambda: mlp(seed=2, batch=3, sizes=(50, 130, 70, 10))),
             ("bert", lambda: bert_encoder(seed=3, seq=128, hidden=256, heads=4, layers=2, vocab=1000))]
     slow += [(name, lambda name=name: onnx.load(light_model_path(name))) for name in LIGHT_MODELS]
