@@ -52,6 +52,7 @@ class Target:
     max_shared_memory_per_block: int = 0
     thread_warp_size: int = 0
     max_registers_per_thread: int = 0
+    registers_per_block: int = 0
     assembler: tuple = ()
 
     def vector_lanes(self, dtype: str = "float32") -> int:
@@ -84,7 +85,8 @@ class Target:
         return f"{self.name} ({self.triple}, cpu={self.cpu or 'generic'})"
 
 
-GPU_FIELDS = ("max_shared_memory_per_block", "thread_warp_size", "max_registers_per_thread", "assembler")
+GPU_FIELDS = ("max_shared_memory_per_block", "thread_warp_size", "max_registers_per_thread", "registers_per_block",
+              "assembler")
 
 
 def _schema() -> dict:

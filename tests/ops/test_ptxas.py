@@ -18,8 +18,8 @@ from test_ops import CASES
 from util import op_function
 
 from tvmc.codegen.build import compile_ir
-from tvmc.codegen.llvm import CodeGenLLVM
-from tvmc.codegen.nvptx import assembler_missing, run_ptxas
+from tvmc.codegen.llvm import NVPTX, CodeGenLLVM, block_register_bound
+from tvmc.codegen.nvptx import assembler_missing, kernel_resources
 from tvmc.ops.fused import lower_fused
 from tvmc.target import known_targets, resolve_target
 
@@ -41,29 +41,12 @@ def _params():
     return out
 
 
-def ptxas_info(stderr: str) -> dict:
-    """ptxas -v's per-kernel lines -> {kernel: {"registers": int, "smem": int}}."""
-    out, name = {}, None
-    for line in stderr.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)'", line)
-        if m:
-            name = m.group(1)
-            out[name] = {"registers": 0, "smem": 0}
-        m = re.search(r"Used (\d+) registers", line)
-        if m and name:
-            out[name]["registers"] = int(m.group(1))
-            smem = re.search(r"(\d+) bytes smem", line)
-            out[name]["smem"] = int(smem.group(1)) if smem else 0
-    return out
-
-
 def compile_kernel(prim, target):
-    """(PTX text, ptxas -v information of the kernel) of a lowered device kernel."""
+    """(PTX text, what ptxas allocates for the kernel) of a lowered device kernel."""
     cg = CodeGenLLVM(target)
     cg.add_function(prim)
     ptx = compile_ir(cg.ir_text(), target, assembly=True)
-    _, stderr = run_ptxas(ptx, target, ["-v"])
-    return ptx.decode(), ptxas_info(stderr)[prim.name]
+    return ptx.decode(), kernel_resources(ptx, target)[prim.name]
 
 
 @pytest.mark.parametrize("case,target_name", _params())
@@ -84,6 +67,8 @@ def test_op_case_ptx_is_accepted_by_ptxas(case, target_name, request):
     assert entry and entry.group(1).count(".param .u64 .ptr") == len(prim.params)  # one pointer per buffer
     assert ".maxntid " + ", ".join(map(str, prim.launch.block)) in ptx
     assert info["registers"] <= target.max_registers_per_thread
+    # the block's registers fit the GPU's register file (else the launch fails)
+    assert info["registers"] <= block_register_bound(target, prim.launch.threads_per_block, NVPTX.register_unit)
     shared = prim.launch.shared_bytes
     assert shared <= info["smem"] <= shared + 16 * len(re.findall(r"\.shared \.align", ptx))
     assert ("bar.sync" in ptx) == ("barrier(" in str(prim))

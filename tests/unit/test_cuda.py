@@ -191,3 +191,16 @@ def test_device_data_round_trip_through_the_program_interface():
     prim = lower_device(lower(s, [a, b], "add_one"), target.target)
     x = np.arange(1000, dtype=np.float32)
     np.testing.assert_array_equal(target.run_kernel(prim, [x], np.zeros(1000, np.float32)), x + 1)
+
+
+def test_a_block_beyond_the_register_file_is_refused_at_compile_time():
+    """ptxas fits each block into the register file of a real GPU; a descriptor with a smaller one
+    (here 512 registers per block) gets a one-line CodegenError naming the kernel."""
+    from tvmc.driver import compile_model
+
+    _need_ptxas()
+    small = resolve_target("cuda", {"registers_per_block": "512"})
+    with pytest.raises(CodegenError, match=r"kernel fused_\w+: ptxas gave each of its \d+ threads \d+ registers, "
+                                           r"beyond target cuda's 512 per block") as err:
+        compile_model(mlp(seed=5, batch=2, sizes=(16, 24, 4)), small)
+    assert "\n" not in str(err.value)

@@ -172,7 +172,7 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
         ptx = compile_ir(cg.ir_text(), target, dumps, assembly=True)
         _write_dumps(dump_dir, dump_ir, prims, dumps)
         if device_binaries is not None:
-            device_binaries.update(assemble(ptx, target))
+            device_binaries.update(assemble(ptx, target, {p.name: p.launch.threads_per_block for p in prims}))
         return ptx
     if graph_json is not None:
         add_graph_entry(cg, graph_json)

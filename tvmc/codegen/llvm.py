@@ -48,6 +48,7 @@ class DeviceTable:
     annotations:      named metadata holding (kernel, key, i32) annotations
     block_keys:       annotation keys of the most threads per block along x, y, z (launch bounds)
     registers_key:    annotation key of the most registers per thread
+    register_unit:    registers per thread allocated together (a warp's registers come in blocks)
     """
 
     thread_index: dict
@@ -57,6 +58,7 @@ class DeviceTable:
     annotations: str
     block_keys: tuple
     registers_key: str
+    register_unit: int
 
 
 # NVVM IR (LLVM's NVPTX backend; NVIDIA's NVVM IR specification): special registers %ctaid/%tid,
@@ -71,6 +73,7 @@ NVPTX = DeviceTable(
     annotations="nvvm.annotations",
     block_keys=("maxntidx", "maxntidy", "maxntidz"),
     registers_key="maxnreg",
+    register_unit=8,  # 256 registers per warp of 32 (CUDA occupancy calculator)
 )
 DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
 
@@ -184,14 +187,17 @@ class CodeGenLLVM:
         st.builder.ret_void()
 
     def _annotate_kernel(self, fn: ir.Function, launch):
-        """Mark `fn` a kernel entry point bounded by its launch's block and the target's
-        registers per thread (so the assembler allocates registers for exactly that block)."""
+        """Mark `fn` a kernel entry point bounded by its launch's block, so that the assembler
+        fits the block's registers into the target's registers per block; and by the target's
+        registers per thread where that is the tighter bound (an explicit register bound
+        overrides the block's in ptxas, so it is given only then)."""
         d = self.device
         fn.calling_convention = d.kernel_cc
         md = self.module.add_named_metadata(d.annotations)
         bounds = list(zip(d.block_keys, launch.block))
-        if self.target.max_registers_per_thread:
-            bounds.append((d.registers_key, self.target.max_registers_per_thread))
+        limit = self.target.max_registers_per_thread
+        if limit and limit < block_register_bound(self.target, launch.threads_per_block, d.register_unit):
+            bounds.append((d.registers_key, limit))
         for key, value in bounds:
             md.add(self.module.add_metadata([fn, ir.MetaDataString(self.module, key), I32(value)]))
 
@@ -572,6 +578,17 @@ class CodeGenLLVM:
         if isinstance(e, Call):
             return intrinsics.emit(self, b, e.name, args, e.dtype)
         raise CodegenError(f"codegen: unsupported expression {type(e).__name__}")
+
+
+def block_register_bound(target, threads: int, unit: int) -> int:
+    """Most registers per thread that let a block of `threads` fit the target's registers per
+    block: whole warps, each thread's registers allocated `unit` at a time (CUDA's occupancy
+    rule; unbounded without the descriptor's registers_per_block)."""
+    if not target.registers_per_block:
+        return 1 << 30
+    warp = max(1, target.thread_warp_size)
+    lanes = -(-threads // warp) * warp
+    return target.registers_per_block // (lanes * unit) * unit
 
 
 def _zero(t):

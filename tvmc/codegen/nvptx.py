@@ -10,11 +10,13 @@ instead of JIT-compiling mod.ptx.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from tvmc.codegen.llvm import DEVICE_TABLES, block_register_bound
 from tvmc.errors import CodegenError, TargetError
 from tvmc.package import CUBIN_NAME
 from tvmc.target import isa_table
@@ -50,13 +52,23 @@ def assembler_missing(target) -> str | None:
     return None
 
 
-def assemble(ptx: bytes, target, extra_args=()) -> dict:
+def assemble(ptx: bytes, target, block_threads: dict) -> dict:
     """{CUBIN_NAME: cubin bytes} of `ptx` assembled by `target`'s assembler for its cpu
-    (`ptxas -arch=sm_XX`), or {} when the assembler is not found. Raises CodegenError with the
-    first line of ptxas's message and the command that reproduces it when ptxas rejects the PTX."""
+    (`ptxas -arch=sm_XY`), or {} when the assembler is not found. `block_threads` ({kernel:
+    threads per block}) checks that each kernel's block fits the target's registers per block
+    (else the launch would fail on the GPU). Raises CodegenError with the first line of ptxas's
+    message and the command that reproduces it when ptxas rejects the PTX, or naming the kernel
+    whose block does not fit."""
     if assembler_missing(target):
         return {}
-    return {CUBIN_NAME: run_ptxas(ptx, target, extra_args)[0]}
+    cubin, stderr = run_ptxas(ptx, target, ["-v"])
+    unit = DEVICE_TABLES[target.arch].register_unit
+    for name, used in _resources(stderr).items():
+        threads = block_threads.get(name, 0)
+        if threads and used["registers"] > block_register_bound(target, threads, unit):
+            raise CodegenError(f"kernel {name}: ptxas gave each of its {threads} threads {used['registers']} "
+                               f"registers, beyond target {target.name}'s {target.registers_per_block} per block")
+    return {CUBIN_NAME: cubin}
 
 
 def run_ptxas(ptx: bytes, target, extra_args=()) -> tuple:
@@ -79,3 +91,29 @@ def run_ptxas(ptx: bytes, target, extra_args=()) -> tuple:
                        (res.stderr.strip().splitlines() or ["?"])[0])
             raise CodegenError(f"ptxas rejected the PTX: {err.strip()} (command: {' '.join(cmd)})")
         return out.read_bytes(), res.stderr
+
+
+def kernel_resources(ptx: bytes, target) -> dict:
+    """What ptxas allocates for each kernel of `ptx` on `target`'s GPU (`ptxas -v`): {kernel:
+    {"registers": per thread, "smem": static shared memory bytes per block, "spill_bytes": local
+    memory bytes stored and loaded for spilled registers}}. Raises CodegenError as run_ptxas."""
+    return _resources(run_ptxas(ptx, target, ["-v"])[1])
+
+
+def _resources(stderr: str) -> dict:
+    out, name = {}, None
+    for line in stderr.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            name = m.group(1)
+            out[name] = {"registers": 0, "smem": 0, "spill_bytes": 0}
+        elif name is not None:
+            spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+            if spills:
+                out[name]["spill_bytes"] = int(spills.group(1)) + int(spills.group(2))
+            regs = re.search(r"Used (\d+) registers", line)
+            if regs:
+                out[name]["registers"] = int(regs.group(1))
+                smem = re.search(r"(\d+) bytes smem", line)
+                out[name]["smem"] = int(smem.group(1)) if smem else 0
+    return out
