@@ -204,3 +204,18 @@ def test_a_block_beyond_the_register_file_is_refused_at_compile_time():
                                            r"beyond target cuda's 512 per block") as err:
         compile_model(mlp(seed=5, batch=2, sizes=(16, 24, 4)), small)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("offset,wide", [(0, True), (2, False)])
+def test_aligned_vector_accesses_become_one_wide_load_and_store(offset, wide):
+    """out[4 tx + v + offset] = a[4 tx + v + offset] + 1 over v in 0..4, vectorized: 16-byte
+    aligned when offset is 0 (ld.global.nc.v4 / st.global.v4), element-aligned otherwise."""
+    from tvmc.te.expr import IntImm, Load
+
+    a, out = Buffer("a", (68,), "float32"), Buffer("out", (68,), "float32")
+    tx, v = Var("tx"), Var("v")
+    index = tx * IntImm(4) + v + IntImm(offset)
+    body = For(tx, 16, "threadIdx.x", For(v, 4, "vectorize", Store(out, index, Load(a, index) + FloatImm(1.0))))
+    ptx = _ptx(lower_device(PrimFunc("shifted", [a, out], body), CUDA))
+    assert (re.search(r"ld\.global\.nc\.v4\.\w+", ptx) is not None) == wide
+    assert (re.search(r"st\.global\.v4\.\w+", ptx) is not None) == wide
