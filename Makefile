@@ -1,12 +1,15 @@
 # Set-up and everyday commands. `make demo` installs tvmc and reads a line of text with PP-OCRv4;
 # `make test` installs the test dependencies and runs the fast tests (`make test-all` the slow ones
-# too: every op case on OpenCL and on ARM under qemu-user, the light models there); `make bench`
-# times tvmc's builds for every CPU descriptor of the host's architecture that it runs (x86-64:
-# x86, x86-avx2, x86-64; aarch64: arm-neoverse-n1, arm-cortex-a72, arm) against onnxruntime at 1
-# and 2 threads, `make bench-layers` ResNet-18's conv layers against the machine's peak;
-# `make conformance [TARGET=opencl|arm]` runs the ONNX backend node cases through tvmc on
-# x86 (or TARGET; arm under qemu-user) and rewrites docs/conformance.md (TARGET:
-# docs/conformance-TARGET.md and its row in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
+# too: every op case on OpenCL, on ARM under qemu-user and on wasm, the light models there);
+# `make test-cuda` runs the tests marked cuda (op cases, e2e models, a conformance sample on an
+# NVIDIA GPU; they skip without one); `make bench` times tvmc's builds for every CPU descriptor of
+# the host's architecture that it runs (x86-64: x86, x86-avx2, x86-64; aarch64: arm-neoverse-n1,
+# arm-cortex-a72, arm) against onnxruntime at 1 and 2 threads (`make bench TARGET=cuda`: on the
+# GPU against onnxruntime's CUDA provider and torch eager, untuned and tuned with CUDA_TUNE_TRIALS
+# measurements per model, bench/bench_cuda.py), `make bench-layers` ResNet-18's conv layers against
+# the machine's peak; `make conformance [TARGET=opencl|arm|wasm|cuda]` runs the ONNX backend node
+# cases through tvmc on x86 (or TARGET; arm under qemu-user) and rewrites docs/conformance.md
+# (TARGET: docs/conformance-TARGET.md and its row in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds;
 # `make bench-kernels [GPU_TARGET=opencl]` writes the per-kernel table (launch, shared memory, bytes per
@@ -20,10 +23,11 @@ PYTHON ?= python3
 TARGET ?= native
 GPU_TARGET ?= opencl
 EXTRAS ?= test,bench
+CUDA_TUNE_TRIALS ?= 400
 
 FUZZ_EXAMPLES ?= 400
 
-.PHONY: install test-deps demo test test-all fuzz bench bench-layers bench-vector bench-kernels conformance tune-demo tune-replay
+.PHONY: install test-deps demo test test-all test-cuda fuzz bench bench-layers bench-vector bench-kernels conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator, wasm toolchain, browser) where apt-get
@@ -61,9 +65,17 @@ test-all: test-deps
 fuzz: install
 	TVMC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TVMC_GUARD_PAGES=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests/unit/test_fuzz.py
 
+test-cuda: install
+	$(PYTHON) -m pytest -q -m cuda tests
+
+# TARGET=cuda: torch and onnx2torch come with the cuda-bench extra; onnxruntime's CUDA provider needs
+# onnxruntime-gpu in place of onnxruntime (pip uninstall onnxruntime; pip install onnxruntime-gpu).
 bench: install
 ifeq ($(TARGET),wasm)
 	$(PYTHON) bench/web_bench.py --out bench/results/web_bench.md
+else ifeq ($(TARGET),cuda)
+	$(PYTHON) -m pip install -e ".[cuda-bench]"
+	$(PYTHON) bench/bench_cuda.py --tune-trials $(CUDA_TUNE_TRIALS) --out bench/results/cuda.md
 else
 	$(PYTHON) bench/bench.py
 endif

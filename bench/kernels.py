@@ -1,11 +1,12 @@
 """Per-kernel table of a GPU target's artifacts: ResNet-18 and the BERT-style encoder
-(bench/models.py) compiled for an OpenCL descriptor, each device kernel with its launch
+(bench/models.py) compiled for a GPU descriptor, each device kernel with its launch
 (grid, block), threads and shared memory per block, MFLOP and global memory bytes per FLOP
-(tvmc inspect's "device kernels" view: tvmc/cli.print_kernel_table).
+(tvmc inspect's "device kernels" view: tvmc/cli.print_kernel_table); for a CUDA descriptor,
+also the registers, shared memory and spills ptxas allocates for its GPU.
 
-`make bench-kernels [GPU_TARGET=opencl]`, or `python bench/kernels.py --target opencl`; writes
-bench/results/<target>_kernels.md. Compile-time facts only: no timing (a CPU OpenCL driver says
-nothing about GPU speed).
+`make bench-kernels [GPU_TARGET=opencl|cuda-sm90|...]`, or `python bench/kernels.py --target opencl`;
+writes bench/results/<target>_kernels.md. Compile-time facts only: no timing (a CPU OpenCL driver
+says nothing about GPU speed).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import os
 import sys
 
@@ -21,16 +23,33 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import bert, resnet18  # noqa: E402
 
 from tvmc.cli import print_kernel_table  # noqa: E402
+from tvmc.codegen.nvptx import assembler_missing, kernel_resources  # noqa: E402
 from tvmc.driver import compile_model  # noqa: E402
 from tvmc.target import resolve_target  # noqa: E402
 
 
 def kernel_table(model, target) -> str:
-    graph_json = compile_model(model, target).graph_json
+    module = compile_model(model, target)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        print_kernel_table(graph_json)
+        print_kernel_table(module.graph_json)
+    if target.runtime == "cuda" and not assembler_missing(target):
+        out.write(resources_table(module, target))
     return out.getvalue()
+
+
+def resources_table(module, target) -> str:
+    """What ptxas allocates per kernel of a CUDA module for the descriptor's GPU: registers per
+    thread and per block (x the block's threads; 65536 per SM on every CUDA GPU since Kepler),
+    static shared memory bytes, bytes of spilled registers moved through local memory."""
+    kernels = module.graph_json["kernels"]
+    lines = [f"\nptxas -arch={target.cpu}",
+             f"  {'kernel':44s} {'regs':>5s} {'regs/block':>10s} {'smem B':>7s} {'spill B':>8s}"]
+    for name, r in sorted(kernel_resources(module.library, target).items()):
+        threads = math.prod(kernels[name]["block"])
+        lines.append(f"  {name:44s} {r['registers']:5d} {r['registers'] * threads:10d} {r['smem']:7d} "
+                     f"{r['spill_bytes']:8d}")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,8 @@
 """Benchmark models the bench builds itself with onnx.helper (random weights, fixed seeds):
 ResNet-18, MobileNetV2 and a BERT-style encoder, beside the nine light zoo models.
 
+Each builder takes `batch` (default 1: the shapes below), as the CUDA bench's batch 16 needs.
+
     resnet18      torchvision's ResNet-18 topology (7x7/2 stem, 3x3/2 max pool, four stages of two
                   basic blocks at 64/128/256/512 channels, 1x1/2 projection shortcuts, global
                   average pool, Flatten, Gemm 1000); Conv without bias + BatchNormalization kept
@@ -55,13 +57,13 @@ def _head(b: _Builder, x: str, channels: int, classes: int = 1000) -> None:
     b.nodes[-1].output[0] = "logits"
 
 
-def _image_model(b: _Builder, name: str) -> onnx.ModelProto:
-    return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, IMAGE)],
-                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], name)
+def _image_model(b: _Builder, name: str, batch: int) -> onnx.ModelProto:
+    return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch] + IMAGE[1:])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 1000])], name)
 
 
-def resnet18(seed: int = 0) -> onnx.ModelProto:
-    """torchvision ResNet-18 (see the module docstring); about 3.6 GFLOP per inference."""
+def resnet18(seed: int = 0, batch: int = 1) -> onnx.ModelProto:
+    """torchvision ResNet-18 (see the module docstring); about 3.6 GFLOP per image."""
     b = _Builder(seed)
     x = _conv_bn(b, "input", 3, 64, 7, 2, "relu")
     x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
@@ -75,15 +77,15 @@ def resnet18(seed: int = 0) -> onnx.ModelProto:
             x = b.node("Relu", [b.node("Add", [sc, y])])
             cin = cout
     _head(b, x, 512)
-    return _image_model(b, "resnet18")
+    return _image_model(b, "resnet18", batch)
 
 
 MOBILENET_V2_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
                        (6, 320, 1, 1))
 
 
-def mobilenet_v2(seed: int = 0) -> onnx.ModelProto:
-    """torchvision MobileNetV2, width 1.0 (see the module docstring); about 0.6 GFLOP per inference."""
+def mobilenet_v2(seed: int = 0, batch: int = 1) -> onnx.ModelProto:
+    """torchvision MobileNetV2, width 1.0 (see the module docstring); about 0.6 GFLOP per image."""
     b = _Builder(seed)
     x = _conv_bn(b, "input", 3, 32, 3, 2, "relu6")
     cin = 32
@@ -98,22 +100,22 @@ def mobilenet_v2(seed: int = 0) -> onnx.ModelProto:
             cin = c
     x = _conv_bn(b, x, cin, 1280, 1, 1, "relu6")
     _head(b, x, 1280)
-    return _image_model(b, "mobilenet_v2")
+    return _image_model(b, "mobilenet_v2", batch)
 
 
-def bert(seed: int = 0) -> onnx.ModelProto:
+def bert(seed: int = 0, batch: int = 1) -> onnx.ModelProto:
     """BERT-style encoder: seq 128, hidden 256, 4 heads, 4 layers (tests/e2e/builders.bert_encoder)."""
-    return bert_encoder(seed=seed, seq=128, hidden=256, heads=4, layers=4, vocab=1000)
+    return bert_encoder(seed=seed, seq=128, hidden=256, heads=4, layers=4, vocab=1000, batch=batch)
 
 
 
-def bert_inputs(seq: int = 128, vocab: int = 1000, seed: int = 0) -> dict:
+def bert_inputs(seq: int = 128, vocab: int = 1000, seed: int = 0, batch: int = 1) -> dict:
     """Feeds for `bert`: token ids uniform in [0, vocab) (seed `seed`), attention mask 1 except a
     padded last quarter (0: those keys get the -1e9 bias)."""
     rng = np.random.default_rng(seed)
-    mask = np.ones((1, seq), np.int64)
+    mask = np.ones((batch, seq), np.int64)
     mask[:, seq - seq // 4:] = 0
-    return {"input_ids": rng.integers(0, vocab, (1, seq)).astype(np.int64), "attention_mask": mask}
+    return {"input_ids": rng.integers(0, vocab, (batch, seq)).astype(np.int64), "attention_mask": mask}
 
 
 # name -> (builder, feeds or None for the bench's default uniform [0, 1) float inputs)

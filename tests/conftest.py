@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tests.targets import TARGETS, require  # noqa: E402
 
 
-@pytest.fixture(params=[t.name for t in TARGETS])
+@pytest.fixture(params=[pytest.param(t.name, marks=t.marks) for t in TARGETS])
 def target(request):
     """A TargetUnderTest (tests/targets.py) that runs here; skips with the reason otherwise."""
     return require(request.param)

@@ -2,10 +2,11 @@
 instead of being copied per target (DESIGN.md section 7).
 
 Each entry names the target spec tvmc resolves, why it cannot run here (None when it can: the
-reason names the missing tool and how to install it, and becomes the test's skip message) and
-how one compiled kernel runs on it (`run_kernel(prim, arrays, out)`: ctypes on this host's CPU,
-pyopencl for OpenCL, the C runner under qemu-user for ARM, wasmtime for wasm). Adding a target is
-one entry here and, where its runtime is new, one kernel runner.
+reason names the missing tool and how to install it, and becomes the test's skip message), the
+pytest marks of its tests (`-m cuda` selects the GPU ones) and how one compiled kernel runs on it
+(`run_kernel(prim, arrays, out)`: ctypes on this host's CPU, pyopencl for OpenCL, cuda-python for
+CUDA, the C runner under qemu-user for ARM, wasmtime for wasm). Adding a target is one entry here
+and, where its runtime is new, one kernel runner.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pytest
 
 from tvmc.target import resolve_target
 
@@ -47,7 +49,8 @@ def run_cpu_kernel(prim, target, arrays, out):
 def run_opencl_kernel(prim, target, arrays, out):
     """Print `prim` as OpenCL C, build it for the first OpenCL device and run it once."""
     from tvmc.codegen.opencl import CodeGenOpenCL
-    from tvmc.runtime.opencl import KernelProgram, run_kernel
+    from tvmc.runtime.device import run_kernel
+    from tvmc.runtime.opencl import KernelProgram
 
     cg = CodeGenOpenCL(target)
     cg.add_function(prim)
@@ -108,6 +111,20 @@ def run_wasm_kernel(prim, target, arrays, out):
     return run_kernel(module, prim.name, [np.ascontiguousarray(a) for a in arrays], out, prim.name)
 
 
+def run_cuda_kernel(prim, target, arrays, out):
+    """Compile `prim` to PTX with the LLVM codegen (nvptx64), load it on the first CUDA GPU and
+    run it once."""
+    from tvmc.codegen.build import compile_ir
+    from tvmc.codegen.llvm import CodeGenLLVM
+    from tvmc.runtime.cuda import KernelModule
+    from tvmc.runtime.device import run_kernel
+
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    module = KernelModule(compile_ir(cg.ir_text(), target, assembly=True), arch=target.cpu)
+    return run_kernel(module, prim.name, prim.launch.to_dict(), [np.ascontiguousarray(a) for a in arrays], out)
+
+
 def _always() -> None:
     return None
 
@@ -153,19 +170,27 @@ def _wasm_missing() -> str | None:
     return wasm_available()
 
 
-KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel, "wasm": run_wasm_kernel}
+def _cuda_missing() -> str | None:
+    from tvmc.runtime.cuda import cuda_available
+
+    return cuda_available()
+
+
+KERNEL_RUNNERS = {"cpu": run_cpu_kernel, "opencl": run_opencl_kernel, "cuda": run_cuda_kernel,
+                  "wasm": run_wasm_kernel}
 
 
 @dataclass(frozen=True)
 class TargetUnderTest:
     """name: the pytest id; spec: what `--target` takes; missing: () -> None when the target runs
-    here, else the skip reason naming the missing tool; op_sample: make test runs the first case
-    of each operator there (False: every op case is a slow test, and make test's sample is one
-    case per schedule, tests/ops/test_cpu_schedules.py)."""
+    here, else the skip reason naming the missing tool; marks: pytest marks of its tests;
+    op_sample: make test runs the first case of each operator there (False: every op case is a
+    slow test, and make test's sample is one case per schedule, tests/ops/test_cpu_schedules.py)."""
 
     name: str
     spec: str
     missing: Callable = _always
+    marks: tuple = ()
     op_sample: bool = True
 
     @functools.cached_property
@@ -181,14 +206,13 @@ TARGETS = [
     TargetUnderTest("opencl", "opencl", _opencl_missing),
     TargetUnderTest("arm", "arm", _emulation_missing("arm"), op_sample=False),
     TargetUnderTest("wasm", "wasm", _wasm_missing),
+    TargetUnderTest("cuda", "cuda", _cuda_missing, (pytest.mark.cuda,)),
 ]
 BY_NAME = {t.name: t for t in TARGETS}
 
 
 def require(name: str) -> TargetUnderTest:
     """The target `name` when it runs here; otherwise the calling test is skipped with the reason."""
-    import pytest
-
     t = BY_NAME[name]
     reason = t.missing()
     if reason:

@@ -641,7 +641,8 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @click.option("--print-top", type=click.IntRange(min=1), metavar="K", help="Print the top-K classes of each output.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads for parallel loops (also: OMP_NUM_THREADS).")
 @click.option("--device", metavar="DEVICE",
-              help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE (default: the first).")
+              help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE; cuda or cuda:ORDINAL "
+                   "(default: the first).")
 @config_option
 @json_option
 @verbose_option

@@ -27,6 +27,7 @@ import collections
 import multiprocessing
 import os
 import queue
+import subprocess
 import sys
 import threading
 import time
@@ -594,6 +595,21 @@ def write_report(results, path: str = REPORT_PATH, elapsed_s: float | None = Non
     return text
 
 
+def _device_missing(target: str) -> str | None:
+    """Why the device of `target` (a GPU runtime) cannot run here, or None. Asked in a fresh
+    interpreter: the workers fork from this one, and a CUDA driver initialized before a fork is
+    unusable in the children."""
+    from tvmc.target import resolve_target
+
+    runtime = resolve_target(target).runtime
+    if runtime == "cpu":
+        return None
+    code = "import sys; from tvmc.runtime import device_missing; print(device_missing(sys.argv[1]) or '')"
+    res = subprocess.run([sys.executable, "-c", code, runtime], capture_output=True, text=True)
+    lines = res.stdout.strip().splitlines() or ([] if res.returncode == 0 else [f"exit code {res.returncode}"])
+    return lines[-1] if lines else None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tvmc.conformance", description=__doc__.splitlines()[0])
     p.add_argument("-j", "--jobs", type=int, default=2, help="worker processes (default 2)")
@@ -605,6 +621,10 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per case")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the workers run side by side
+    missing = _device_missing(args.target)
+    if missing:
+        print(f"error: target {args.target} runs on its device, and none runs here: {missing}", file=sys.stderr)
+        return 7
     ops = {o for o in args.ops.split(",") if o}
     cases = [c for c in collect_cases() if args.filter in c.name and (not ops or case_op(c) in ops)]
     t0 = time.perf_counter()

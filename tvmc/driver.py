@@ -51,6 +51,8 @@ class CompiledModule:
     metadata:   dict (metadata.json): version, target, inputs/outputs, options, ABI version,
                 kernel_flops ({kernel name: FLOPs of one call}, for kernels with a reduction)
     timings_s:  {stage name: seconds} for the compile summary
+    device_binaries: {member name: bytes} of device code assembled beside the library (mod.cubin
+                from ptxas for CUDA targets, where it is found); metadata "device_binaries" lists them
     """
 
     library: bytes
@@ -58,6 +60,7 @@ class CompiledModule:
     params: dict
     metadata: dict
     timings_s: dict = field(default_factory=dict)
+    device_binaries: dict = field(default_factory=dict)
 
 
 def _device_requirements(library: bytes, target: Target) -> dict | None:
@@ -113,8 +116,10 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
 
         config_lookup = ApplyHistoryBest.from_file(options.tuning_records, target)
     t0 = time.perf_counter()
+    device_binaries: dict = {}
     library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir,
-                            graph_json=graph_json, config_lookup=config_lookup, params=params, progress=progress)
+                            graph_json=graph_json, config_lookup=config_lookup, params=params, progress=progress,
+                            device_binaries=device_binaries)
     timings["codegen"] = time.perf_counter() - t0
 
     metadata = {
@@ -137,5 +142,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "tuning_records": config_lookup.summary() if config_lookup is not None else None,
         "device_requirements": _device_requirements(library, target),
     }
+    if device_binaries:
+        metadata["device_binaries"] = sorted(device_binaries)
     params = {k: np.require(v, requirements="C") for k, v in params.items()}
-    return CompiledModule(library, graph_json, params, metadata, timings)
+    return CompiledModule(library, graph_json, params, metadata, timings, device_binaries)

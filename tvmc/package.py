@@ -6,6 +6,8 @@ mod.tar members (sorted by name, mtime 0, uid/gid 0, mode 0644, ustar, uncompres
     mod.json         graph in TVM's graph-executor JSON schema (sorted keys, indent 1)
     mod.params       constants in safetensors layout (8-byte LE header length, JSON header, data)
     mod.<format>     the kernel library (`mod.so` for CPU targets; format from the target)
+    mod.cubin        (CUDA, where ptxas was found) the PTX assembled for the target's GPU;
+                     metadata "device_binaries" lists such members
     tvmc_kernels.h   the kernel C ABI (tvmc/runtime/tvmc_kernels.h)
 
 The web output format (save_web, wasm targets) is a static folder with the same members beside
@@ -45,6 +47,7 @@ PARAMS_NAME = "mod.params"
 METADATA_NAME = "metadata.json"
 MEMBER_BYTES_KEY = "member_bytes"    # metadata.json: {member name: size in bytes} of every other member
 MEMBER_SHA256_KEY = "member_sha256"  # metadata.json: {member name: sha256 hex digest} of every other member
+CUBIN_NAME = "mod.cubin"  # a CUDA artifact's PTX assembled for its GPU (tvmc.codegen.nvptx), where ptxas was found
 
 
 def library_name(metadata: dict) -> str:
@@ -110,6 +113,7 @@ def artifact_members(module) -> dict:
         PARAMS_NAME: _params_bytes(module.params),
         library_name(module.metadata): bytes(module.library),
         HEADER_NAME: kernel_header(),
+        **{name: bytes(data) for name, data in module.device_binaries.items()},
     }
     sizes = {name: len(data) for name, data in sorted(members.items())}
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(members.items())}
@@ -241,6 +245,7 @@ METADATA_SCHEMA = {
         "outputs": _TENSORS,
         MEMBER_BYTES_KEY: {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
         MEMBER_SHA256_KEY: {"type": "object", "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
+        "device_binaries": {"type": "array", "items": {"type": "string", "pattern": "^mod\\.[a-z0-9]+$"}},
         "num_kernels": _OPTIONAL_INT,
         "num_kernel_calls": _OPTIONAL_INT,
         "planned_activation_bytes": _OPTIONAL_INT,
@@ -294,6 +299,8 @@ class Artifact:
     param_info:    {name: (dtype name, shape tuple)} from the mod.params header
     params:        {name: np.ndarray} (mod.params); None when loaded without data (inspect)
     library:       bytes of the kernel library; None when loaded without data (inspect)
+    device_binaries: {member name: bytes} of the device binaries metadata.json lists (mod.cubin);
+                   empty when loaded without data
     """
 
     path: str
@@ -305,6 +312,7 @@ class Artifact:
     param_info: dict
     params: dict | None = field(default=None, repr=False)
     library: bytes | None = field(default=None, repr=False)
+    device_binaries: dict = field(default_factory=dict, repr=False)
 
     @property
     def member_bytes(self) -> dict:
@@ -505,9 +513,11 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
                                 f"recompile the model")
         _check_schema(origin, METADATA_NAME, metadata, METADATA_SCHEMA)
         lib = library_name(metadata)
-        members.require([GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME])
+        binaries = sorted(set(metadata.get("device_binaries", [])))
+        members.require([GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME] + binaries)
         sizes, digests = metadata[MEMBER_BYTES_KEY], metadata[MEMBER_SHA256_KEY]
-        unrecorded = [m for m in (GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME) if m not in sizes or m not in digests]
+        unrecorded = [m for m in [GRAPH_NAME, PARAMS_NAME, lib, HEADER_NAME] + binaries
+                      if m not in sizes or m not in digests]
         if unrecorded:
             raise ArtifactError(f"{origin}: {METADATA_NAME} records no size or sha256 for {', '.join(unrecorded)}")
 
@@ -519,9 +529,11 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
         with members.open(PARAMS_NAME, sizes[PARAMS_NAME]) as pf:
             info = _read_params_header(origin, pf, sizes[PARAMS_NAME])
         params = library = None
+        device_binaries = {}
         fmt = lib.split(".", 1)[1]
         if read_data:
             library = members.read(lib, sizes[lib], sha256=digests[lib])
+            device_binaries = {b: members.read(b, sizes[b], sha256=digests[b]) for b in binaries}
             description = read_description(io.BytesIO(library), len(library), fmt, f"{origin}: {lib}")
             try:
                 params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME], sha256=digests[PARAMS_NAME]))
@@ -534,7 +546,7 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
     _check_parts(origin, graph_json, metadata, info, description, lib)
     return Artifact(path=origin, graph_json=graph_json, metadata=metadata,
                     header=header.decode(errors="replace"), description=description, library_name=lib,
-                    param_info=info, params=params, library=library)
+                    param_info=info, params=params, library=library, device_binaries=device_binaries)
 
 
 def _check_parts(origin, graph_json, metadata, info, description, lib) -> None:

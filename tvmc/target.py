@@ -52,6 +52,11 @@ class Target:
     # GPU facts (absent from CPU descriptors and from their dicts, so CPU hashes do not move)
     max_shared_memory_per_block: int = 0
     thread_warp_size: int = 0
+    # facts added with CUDA (register file, assembler), absent from the dicts of descriptors that
+    # leave them out
+    max_registers_per_thread: int = 0
+    registers_per_block: int = 0
+    assembler: tuple = ()
     # facts added with wasm32, likewise absent from the dicts of descriptors that leave them out
     num_cores: int = 0          # 0: every core of the host; 1: parallel loops run serially
     tools: tuple = ()           # ((program or file, package), ...): what the linker command uses
@@ -110,8 +115,8 @@ class Target:
 
 
 # Fields a descriptor may leave out that the dicts (and so the hashes) leave out when empty
-OPTIONAL_FIELDS = ("max_shared_memory_per_block", "thread_warp_size", "num_cores", "tools", "browser",
-                   "browser_package")
+OPTIONAL_FIELDS = ("max_shared_memory_per_block", "thread_warp_size", "max_registers_per_thread",
+                   "registers_per_block", "assembler", "num_cores", "tools", "browser", "browser_package")
 
 
 def _schema() -> dict:
@@ -182,7 +187,7 @@ def load_descriptor(text: str, origin: str) -> Target:
     _validate(data, origin)
     cache = data.pop("cache", {}) or {}
     data.update(cache)
-    for key in ("features", "linker", "emulator", "browser"):
+    for key in ("features", "linker", "emulator", "browser", "assembler"):
         if key in data:
             data[key] = tuple(data[key])
     if "tools" in data:
@@ -281,6 +286,8 @@ def _derive(target: Target, origin: str) -> Target:
     if isa is None:
         return target
     enabled = isa.enabled_features(target.cpu, target.features, origin)
+    if target.kind == "gpu":  # device code demands nothing of the host CPU
+        return target
     changes = {"host_features": tuple(sorted({isa.host_flag(f) for f in enabled}))}
     unit = isa.vector_unit(enabled)
     if unit is not None:

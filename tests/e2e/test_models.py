@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.builders import mlp, resnet_style_cnn
 from tests.e2e.models import LIGHT_MODELS, compile_and_run, expose_pre_softmax, light_model_path, onnxruntime_outputs
-from tests.targets import require
+from tests.targets import BY_NAME, require
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
@@ -49,13 +49,13 @@ WASM_SAMPLE = ("squeezenet", "shufflenet")
 
 
 def _light_params():
-    """x86 at opt levels 0 and 3 in make test; OpenCL (PoCL: 20-60 s a model) and ARM (qemu-user)
-    at opt level 3, slow; wasm at opt level 3, WASM_SAMPLE in make test."""
+    """x86 at opt levels 0 and 3 in make test; OpenCL (PoCL: 20-60 s a model), ARM (qemu-user) and
+    CUDA (a GPU) at opt level 3, slow; wasm at opt level 3, WASM_SAMPLE in make test."""
     out = []
     for name in LIGHT_MODELS:
         out += [pytest.param(name, "native", level, id=f"native-{name}-O{level}") for level in (0, 3)]
-        out += [pytest.param(name, other, 3, id=f"{other}-{name}-O3", marks=pytest.mark.slow)
-                for other in ("opencl", "arm")]
+        for t in ("opencl", "arm", "cuda"):
+            out.append(pytest.param(name, t, 3, id=f"{t}-{name}-O3", marks=(pytest.mark.slow,) + BY_NAME[t].marks))
         out.append(pytest.param(name, "wasm", 3, id=f"wasm-{name}-O3",
                                 marks=() if name in WASM_SAMPLE else pytest.mark.slow))
     return out

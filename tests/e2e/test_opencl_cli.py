@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 import tarfile
 
-import numpy as np
-import onnx
 import pytest
 
-from tests.e2e.builders import mlp
-from tests.e2e.models import onnxruntime_outputs
+from tests.e2e.gpu_cli import check_profile, check_run_matches_onnxruntime, compile_mlp
 from tests.e2e.test_cli_e2e import tvmc
 from tests.targets import require
 
@@ -20,11 +17,7 @@ pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip ins
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cli_opencl")
-    model = mlp(seed=3, batch=2, sizes=(32, 48, 16, 8))
-    onnx.save(model, d / "mlp.onnx")
-    tvmc("compile", d / "mlp.onnx", "--target", "opencl", "-o", d / "mlp.tar")
-    return d, model
+    return compile_mlp(tmp_path_factory.mktemp("cli_opencl"), "opencl")
 
 
 def test_artifact_holds_opencl_source_and_each_kernels_launch(compiled, tmp_path):
@@ -69,14 +62,7 @@ def test_tampered_launch_is_an_artifact_error(compiled, tmp_path):
 
 def test_run_on_the_opencl_device_matches_onnxruntime(compiled):
     require("opencl")
-    d, model = compiled
-    x = np.random.default_rng(0).standard_normal((2, 32)).astype(np.float32)
-    np.savez(d / "in.npz", x=x)
-    res = tvmc("run", d / "mlp.tar", "--device", "opencl:0:0", "--inputs", d / "in.npz", "--outputs", d / "out.npz",
-               "--print-time", "--repeat", "2")
-    assert res.stdout.startswith("device: ")
-    np.testing.assert_allclose(np.load(d / "out.npz")["y"], onnxruntime_outputs(model, {"x": x})["y"],
-                               rtol=1e-4, atol=1e-5)
+    check_run_matches_onnxruntime(*compiled, "opencl:0:0")
 
 
 def test_run_on_a_missing_device_is_one_line(compiled):
@@ -86,12 +72,5 @@ def test_run_on_a_missing_device_is_one_line(compiled):
 
 
 def test_profile_times_each_kernel_with_opencl_events(compiled):
-    from tvmc.runtime import create_executor
-
     require("opencl")
-    d, _ = compiled
-    ex = create_executor(d / "mlp.tar", "opencl")
-    ex.set_input("x", np.zeros((2, 32), np.float32))
-    times = ex.profile()
-    assert [name for name, _ in times] == [call[0] for call in ex._calls] and len(times) == ex.num_kernels
-    assert all(ms >= 0 for _, ms in times)
+    check_profile(compiled[0] / "mlp.tar", "opencl")

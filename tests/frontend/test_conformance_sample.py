@@ -1,6 +1,6 @@
 """A representative sample of the ONNX backend node cases (the full run is `make conformance`),
-driven through tvmc.backend exactly as tvmc/conformance.py runs them; plus the runner's own
-classification, comparison and report."""
+driven through tvmc.backend exactly as tvmc/conformance.py runs them, on this host's CPU and (marked
+cuda) on a GPU; plus the runner's own classification, comparison and report."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from tests.targets import require
 from tvmc import conformance
 from tvmc.backend import TvmcBackend
 from tvmc.errors import UnsupportedOpError
@@ -56,6 +57,16 @@ def test_node_case(cases, name):
     res = conformance.run_case(cases[name])
     assert res.status == "passed", res.reason
     assert res.frozen == SAMPLE[name]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(SAMPLE))
+def test_node_case_on_cuda(cases, name, monkeypatch):
+    """The same sample compiled for CUDA and run on a GPU (make conformance TARGET=cuda: all cases)."""
+    require("cuda")
+    monkeypatch.setattr(conformance, "TARGET", "cuda")
+    res = conformance.run_case(cases[name])
+    assert res.status == "passed", res.reason
 
 
 def test_scope_rules(cases):

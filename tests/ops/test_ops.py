@@ -508,7 +508,8 @@ def _op_params():
             sample = t.name == "native" or (t.op_sample and c.op not in seen)
             if t.name != "native":
                 seen.add(c.op)
-            out.append(pytest.param(c, t.name, id=f"{t.name}-{c.id}", marks=() if sample else pytest.mark.slow))
+            out.append(pytest.param(c, t.name, id=f"{t.name}-{c.id}",
+                                    marks=t.marks + (() if sample else (pytest.mark.slow,))))
         seen = set()
     return out
 

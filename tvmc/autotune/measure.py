@@ -2,21 +2,23 @@
 machine in a separate runner process, check results against the fallback config's output.
 
 Build: a ProcessPoolExecutor of `parallel` forked workers lowers the task's anchor op with the
-candidate config and compiles it into its own .so (`build_candidate`; for an OpenCL target, the
-kernel's OpenCL C and launch in a JSON file, built by the driver in the runner). At most `parallel` builds
+candidate config and compiles it into its own .so (`build_candidate`; for a GPU target, the
+kernel's OpenCL C or PTX and its launch in a JSON file, loaded by the device's driver in the
+runner). At most `parallel` builds
 are in flight, so a build's wait starts when it starts; a build that passes the timeout has its
 pool killed and replaced (the other builds in flight are resubmitted).
 
-Run: one runner process (spawned, numpy + ctypes or pyopencl only, so a segfault or a hang in a
-candidate kills the runner, never the tuner) loads the library (OpenCL: builds the program for
-the first OpenCL device and runs the kernel there), feeds seeded random inputs (uniform in
+Run: one runner process (spawned, numpy + ctypes, pyopencl or cuda-python only, so a segfault or a
+hang in a candidate kills the runner, never the tuner) loads the library (GPU: the program for
+the first OpenCL device or CUDA GPU, and runs the kernel there), feeds seeded random inputs (uniform in
 [-1, 1)), runs once as warm-up and compares the output with the fallback config's (rtol 1e-4,
 atol 1e-5 x the reference's largest magnitude: float32 sums in another order), then times
 `repeat` rounds of `number` runs (a fresh runner first runs its first kernel for 0.2 s: the
 first timings of a new process are several times slower); a round shorter than `min_repeat_ms` makes `number` grow until
 a round lasts that long (TVM's LocalRunner). Costs are seconds per run, one per round. A runner
 that dies or passes the candidate's remaining time (timeout minus build time) is killed and
-restarted.
+restarted. A GPU target is measured on its device only: without one, Measurer raises TuningError
+at once.
 
 Error codes follow AutoTVM's MeasureErrorNo.
 """
@@ -97,21 +99,19 @@ def build_candidate(task, target, config: dict, path: str):
             prim = lower_fused(task.function(), target,
                                config_lookup=lambda name, wl: cfg if name == task.impl else None)
             if target.codegen == "opencl":
-                import json
-
                 from tvmc.codegen.opencl import CodeGenOpenCL
 
                 cl = CodeGenOpenCL(target)
                 cl.add_function(prim)
-                with open(path, "w") as f:
-                    json.dump({"source": cl.source(), "launch": prim.launch.to_dict()}, f)
-                return MeasureError.NO_ERROR, "", time.perf_counter() - t0
+                return _write_device_candidate(path, cl.source(), prim, t0)
             cg = CodeGenLLVM(target)
             cg.add_function(prim)
             ir = cg.ir_text()
         except Exception as e:  # any failure of the schedule for this config (e.g. beyond the GPU's limits)
             return MeasureError.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0
         try:
+            if target.kind == "gpu":  # PTX, JIT-compiled by the CUDA driver in the runner
+                return _write_device_candidate(path, compile_ir(ir, target, assembly=True).decode(), prim, t0)
             so = link_shared(compile_ir(ir, target), target)
         except CodegenError as e:
             return MeasureError.COMPILE_HOST, str(e), time.perf_counter() - t0
@@ -120,6 +120,15 @@ def build_candidate(task, target, config: dict, path: str):
         return MeasureError.NO_ERROR, "", time.perf_counter() - t0
     except Exception as e:
         return MeasureError.COMPILE_HOST, f"{type(e).__name__}: {e}", time.perf_counter() - t0
+
+
+def _write_device_candidate(path, library: str, prim, t0: float):
+    """Write a GPU candidate for the runner: its library text (OpenCL C or PTX) and launch, as JSON."""
+    import json
+
+    with open(path, "w") as f:
+        json.dump({"library": library, "launch": prim.launch.to_dict()}, f)
+    return MeasureError.NO_ERROR, "", time.perf_counter() - t0
 
 
 def _die_with_parent():
@@ -185,11 +194,12 @@ def _runner_main(conn):
             inputs = {key: arrs}  # one task at a time
         arrs = inputs[key]
         out = np.zeros(req["out_shape"], req["out_dtype"])
-        if req["runtime"] == "opencl":
+        if req["runtime"] in ("opencl", "cuda"):
             try:
-                call, fetch = _opencl_call(req, arrs, out)
+                call, fetch = _device_call(req, arrs, out)
             except Exception as e:  # the driver rejected or could not run the kernel
-                conn.send(("wrong", f"OpenCL: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+                conn.send(("wrong", f"{req['runtime']}: {type(e).__name__}: "
+                                    f"{str(e).splitlines()[0] if str(e) else ''}"))
                 continue
             lib = None
         else:
@@ -238,16 +248,22 @@ def _runner_main(conn):
                 _ctypes.dlclose(lib._handle)  # thousands of candidates: unload each one
 
 
-def _opencl_call(req, arrs, out):
-    """(call, fetch) for an OpenCL candidate (a JSON file with "source" and "launch"): call runs
-    the kernel once on the device and waits; fetch copies the output into `out`."""
+def _device_call(req, arrs, out):
+    """(call, fetch) for a GPU candidate (a JSON file with "library" and "launch"), loaded on the
+    first OpenCL device or CUDA GPU: call runs the kernel once on the device and waits; fetch
+    copies the output into `out`."""
     import json
-
-    from tvmc.runtime.opencl import KernelProgram
 
     with open(req["path"]) as f:
         built = json.load(f)
-    program = KernelProgram(built["source"], origin="candidate")
+    if req["runtime"] == "cuda":
+        from tvmc.runtime.cuda import KernelModule
+
+        program = KernelModule(built["library"].encode(), origin="candidate")
+    else:
+        from tvmc.runtime.opencl import KernelProgram
+
+        program = KernelProgram(built["library"], origin="candidate")
     kernel = program.kernel(req["func"])
     bufs = []
     for a in arrs + [out]:
@@ -256,7 +272,7 @@ def _opencl_call(req, arrs, out):
 
     def call():
         program.launch(kernel, built["launch"], bufs)
-        program.queue.finish()
+        program.finish()
 
     return call, lambda: program.download(bufs[-1], out)
 
@@ -268,6 +284,12 @@ class Measurer:
     (tests inject faults through it; it must be a module-level function)."""
 
     def __init__(self, target, options: MeasureOptions = MeasureOptions(), build_fn=build_candidate):
+        from tvmc.errors import TuningError
+        from tvmc.runtime import device_missing
+
+        missing = device_missing(target.runtime)
+        if missing:
+            raise TuningError(f"target {target.name} is tuned by measuring on its device, and none runs here: {missing}")
         self.target, self.options, self.build_fn = target, options, build_fn
         self.tmp = tempfile.mkdtemp(prefix="tvmc-tune-")
         self._pool = None

@@ -1,9 +1,14 @@
-"""Build: fused functions -> loop IR -> one LLVM module -> object file -> library (mod.so, mod.wasm).
+"""Build: fused functions -> loop IR -> the target's kernel library.
 
-The library of a graph also holds the C API (tvmc/runtime/tvmc_runtime.c), compiled and linked
-by the descriptor's `linker`, a C compiler driver: a command that tvmc runs. For wasm32 the same
-driver (clang) links one mod.wasm that exports the kernels, the graph entry and the C API, with
-wasi-libc's malloc as the module's allocator (RUNTIME_CFLAGS says how the C API is built).
+CPU targets (mod.so, mod.wasm): one LLVM module -> object file -> library. The library of a graph
+also holds the C API (tvmc/runtime/tvmc_runtime.c), compiled and linked by the descriptor's
+`linker`, a C compiler driver: a command that tvmc runs. For wasm32 the same driver (clang) links
+one mod.wasm that exports the kernels, the graph entry and the C API, with wasi-libc's malloc as
+the module's allocator (RUNTIME_CFLAGS says how the C API is built).
+GPU targets: one device kernel per fused function, each kernel's launch in mod.json "kernels";
+printed as OpenCL C (mod.cl, tvmc.codegen.opencl) or compiled by LLVM's NVPTX backend to PTX
+(mod.ptx), with a cubin beside it where the descriptor's assembler (ptxas) is found
+(tvmc.codegen.nvptx); both carry the module description as their first line.
 LLVM's own diagnostics (written to the process's stderr) are captured: an unknown cpu or
 feature is a TargetError, other messages go to the `tvmc` logger (shown by `--verbose`).
 """
@@ -83,9 +88,11 @@ def target_machine(target):
         raise TargetError(f"target {target.name}: LLVM does not know triple {target.triple}: {e}") from None
     said: list = []
     with native_stderr(said):
-        tm = tgt.create_target_machine(cpu=target.cpu, features=",".join(target.features), opt=3,
+        tm = tgt.create_target_machine(cpu=target.cpu, features=llvm_features(target), opt=3,
                                        reloc=RELOCATION.get(target.arch, "pic"), codemodel="default")
-        tm.emit_object(llvm.parse_assembly(f'target triple = "{target.triple}"'))
+        probe = llvm.parse_assembly(f'target triple = "{target.triple}"')
+        # NVPTX emits no object files, only assembly (PTX)
+        tm.emit_assembly(probe) if target.library_format == "ptx" else tm.emit_object(probe)
     for line in "\n".join(said).splitlines():
         if "is not a recognized" in line:
             raise TargetError(f"target {target.name} ({target.triple}): LLVM says {line.strip()[:200]}")
@@ -93,9 +100,29 @@ def target_machine(target):
     return tm
 
 
+def llvm_features(target) -> str:
+    """LLVM's -mattr for `target`: the descriptor's features; for nvptx64 the PTX ISA version
+    (tvmc.codegen.nvptx.ptx_version), which LLVM would otherwise default per its own version."""
+    if target.arch == "nvptx64":
+        from tvmc.codegen.nvptx import ptx_version
+
+        return f"+ptx{ptx_version(target)}"
+    return ",".join(target.features)
+
+
 def _log_llvm(said: list) -> None:
     for text in said:
         log.info("LLVM: %s", text)
+
+
+def llvm_features(target) -> str:
+    """LLVM's -mattr for `target`: the descriptor's features; for nvptx64 the PTX ISA version
+    (tvmc.codegen.nvptx.ptx_version), which LLVM would otherwise default per its own version."""
+    if target.arch == "nvptx64":
+        from tvmc.codegen.nvptx import ptx_version
+
+        return f"+ptx{ptx_version(target)}"
+    return ",".join(target.features)
 
 
 def optimize(mod, tm, speed_level: int = 3):
@@ -107,8 +134,10 @@ def optimize(mod, tm, speed_level: int = 3):
     pb.getModulePassManager().run(mod, pb)
 
 
-def compile_ir(ir_text: str, target, dumps: dict | None = None) -> bytes:
-    """LLVM IR text -> optimized object file bytes for `target`. Raises CodegenError."""
+def compile_ir(ir_text: str, target, dumps: dict | None = None, assembly: bool = False) -> bytes:
+    """LLVM IR text -> optimized object file bytes for `target` (with `assembly`, the assembly
+    text instead: PTX for nvptx64). `dumps` receives 'll' (and 'asm' when listed in its '_want').
+    Raises CodegenError."""
     tm = target_machine(target)
     said: list = []
     with native_stderr(said):
@@ -121,10 +150,11 @@ def compile_ir(ir_text: str, target, dumps: dict | None = None) -> bytes:
         mod.data_layout = str(tm.target_data)
         optimize(mod, tm)
         if dumps is not None:
-            dumps["ll"] = str(mod)
-            if "asm" in dumps.get("_want", ()):
-                dumps["asm"] = tm.emit_assembly(mod)
-        obj = tm.emit_object(mod)
+            dumps["ll"] = str(mod)  # before emission: the backend's passes change the module
+        asm = tm.emit_assembly(mod) if assembly or "asm" in (dumps or {}).get("_want", ()) else None
+        if dumps is not None and asm is not None:
+            dumps["asm"] = asm
+        obj = asm.encode() if assembly else tm.emit_object(mod)
     _log_llvm(said)
     return obj
 
@@ -233,24 +263,61 @@ def link_shared(obj: bytes, target, extra_objects=()) -> bytes:
         return _run_tool(list(target.linker) + ["-o", output, *names], "linker", target, tmp, output)
 
 
+def kernel_info(prim, flops: int) -> dict:
+    """What mod.json records of a device kernel: its launch (grid, block, shared bytes), its
+    arguments in call order (inputs, then the output; name, shape, dtype), its FLOPs (the anchor
+    op's, tvmc.autotune.task.task_flops) and the global memory bytes it loads and stores
+    (tvmc.tir.gpu.global_traffic_bytes)."""
+    from tvmc.tir.gpu import global_traffic_bytes
+
+    return dict(prim.launch.to_dict(), args=[{"name": b.name, "shape": list(b.shape), "dtype": b.dtype}
+                                             for b in prim.params],
+                flops=flops, global_bytes=global_traffic_bytes(prim))
+
+
+def _flops(func) -> int:
+    from tvmc.autotune.task import task_flops
+    from tvmc.ops.fused import anchor_call, workload
+
+    anchor = anchor_call(func)
+    return task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
+
+
+def _write_dumps(dump_dir, dump_ir, prims, dumps: dict) -> None:
+    """Write the stages listed in `dump_ir` into `dump_dir` (files created exclusively,
+    tvmc.paths.write_new_text): mod.tir (the loop IR of `prims`), mod.ll and mod.s (from
+    `dumps`, where the target's codegen produced them)."""
+    if not dump_dir or not dump_ir:
+        return
+    os.makedirs(dump_dir, exist_ok=True)
+    if "tir" in dump_ir:
+        write_new_text(Path(dump_dir, "mod.tir"), "".join(str(p) for p in prims))
+    for stage, name in (("ll", "mod.ll"), ("asm", "mod.s")):
+        if stage in dump_ir and stage in dumps:
+            write_new_text(Path(dump_dir, name), dumps[stage])
+
+
 def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
-                  params=None, progress=None) -> bytes:
-    """Compile fused graph `Function`s for `target` into shared-library bytes.
+                  params=None, progress=None, device_binaries: dict | None = None) -> bytes:
+    """Compile fused graph `Function`s for `target` into its kernel library (module docstring).
 
-    Each Function becomes a kernel `void <name>(void* arg0, ..., void* out)` (see the kernel
-    ABI header tvmc_kernels.h); with `graph_json` (and its `params`, {name: np.ndarray}), the
-    library also gets the graph entry `tvmc_graph_run` (tvmc.codegen.entry), the module
-    description it was compiled for (tvmc.codegen.description) and the C API. `dump_ir` may contain 'tir', 'll', 'asm': those
-    stages are written into `dump_dir` as mod.tir, mod.ll, mod.s. `config_lookup(impl_name,
-    workload) -> ConfigEntity | None` (e.g. autotune.record.ApplyHistoryBest) supplies tuned
-    configs to lower_fused. `progress(stage, done, total)`, when given, is called after each
-    kernel is lowered (stage "lower", total = number of functions), before LLVM optimizes and
-    emits the module ("llvm", 0 of 1) and before linking ("link", 0 of 1).
+    CPU: library bytes (mod.so, mod.wasm); each Function becomes a kernel `void <name>(void*
+    arg0, ..., void* out)` (see the kernel ABI header tvmc_kernels.h); with `graph_json` (and
+    its `params`, {name: np.ndarray}), the library also gets the graph entry `tvmc_graph_run`
+    (tvmc.codegen.entry), the module description it was compiled for (tvmc.codegen.description)
+    and the C API. GPU: OpenCL C or PTX text; with `graph_json`, each kernel's launch
+    configuration and argument order are added to it as graph_json["kernels"][func_name]
+    (kernel_info), the module description becomes the text's first line, and
+    `device_binaries` (a dict) receives {member name: bytes} of device code assembled beside
+    the library (mod.cubin). `dump_ir` may contain 'tir', 'll', 'asm': those stages are written
+    into `dump_dir` as mod.tir, mod.ll, mod.s (LLVM targets; mod.s is the PTX for CUDA).
+    `config_lookup(impl_name, workload) -> ConfigEntity | None` (e.g.
+    autotune.record.ApplyHistoryBest) supplies tuned configs to lower_fused.
+    `progress(stage, done, total)`, when given, is called after each kernel is lowered (stage
+    "lower", total = number of functions), before LLVM optimizes and emits the module ("llvm",
+    0 of 1) and before linking ("link", 0 of 1). Raises ScheduleError (a kernel beyond the
+    target's limits) or CodegenError.
     """
-    if target.codegen == "opencl":  # OpenCL C source (mod.cl); launch configurations go into graph_json
-        from tvmc.codegen.opencl import build_opencl
-
-        return build_opencl(functions, target, dump_ir, dump_dir, graph_json, config_lookup, params)
     from tvmc.codegen.entry import add_graph_entry
     from tvmc.ops.fused import lower_fused
 
@@ -259,23 +326,36 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     for f in functions:
         prims.append(lower_fused(f, target, config_lookup))
         progress("lower", len(prims), len(functions))
+    if target.kind == "gpu" and graph_json is not None:
+        graph_json["kernels"] = {p.name: kernel_info(p, _flops(f)) for p, f in zip(prims, functions)}
+    described = None if graph_json is None else \
+        description.module_description(graph_json, description.param_info(params or {}))
+    dumps = {"_want": tuple(dump_ir)}
+    if target.codegen == "opencl":
+        from tvmc.codegen.opencl import CodeGenOpenCL
+
+        cl = CodeGenOpenCL(target)
+        for p in prims:
+            cl.add_function(p)
+        _write_dumps(dump_dir, dump_ir, prims, dumps)
+        source = cl.source()
+        return (source if described is None else description.embed_in_source(source, described)).encode()
     cg = CodeGenLLVM(target)
     for p in prims:
         cg.add_function(p)
+    progress("llvm", 0, 1)
+    if target.library_format == "ptx":
+        from tvmc.codegen.nvptx import assemble
+
+        ptx = compile_ir(cg.ir_text(), target, dumps, assembly=True)
+        _write_dumps(dump_dir, dump_ir, prims, dumps)
+        if device_binaries is not None:
+            device_binaries.update(assemble(ptx, target, {p.name: p.launch.threads_per_block for p in prims}))
+        return ptx if described is None else description.embed_in_source(ptx.decode(), described).encode()
     if graph_json is not None:
         add_graph_entry(cg, graph_json)
-        description.embed(cg.module, description.module_description(graph_json, description.param_info(params or {})),
-                          target.library_format)
-    dumps = {"_want": tuple(dump_ir)}
-    progress("llvm", 0, 1)
+        description.embed(cg.module, described, target.library_format)
     obj = compile_ir(cg.ir_text(), target, dumps)
-    if dump_dir and dump_ir:
-        os.makedirs(dump_dir, exist_ok=True)
-        if "tir" in dump_ir:
-            write_new_text(Path(dump_dir, "mod.tir"), "".join(str(p) for p in prims))
-        if "ll" in dump_ir:
-            write_new_text(Path(dump_dir, "mod.ll"), dumps["ll"])
-        if "asm" in dump_ir:
-            write_new_text(Path(dump_dir, "mod.s"), dumps["asm"])
+    _write_dumps(dump_dir, dump_ir, prims, dumps)
     progress("link", 0, 1)
     return link_shared(obj, target, [compile_runtime(target)] if graph_json is not None else [])

@@ -5,11 +5,18 @@ masked accesses under vector conditions); parallel loops are outlined and launch
 libgomp's `GOMP_parallel`, or run serially on a target without threads (`num_cores: 1`, wasm32);
 unrolled loops are emitted once per iteration. What differs per architecture is in small tables
 keyed by the triple's architecture (SIZE_T_BITS).
+
+GPU device kernels (PrimFuncs lowered by tvmc.tir.gpu.lower_device) go through the same code
+for a GPU triple; what that triple spells differently (thread indices, shared memory, barriers,
+kernel annotations) is its DeviceTable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
+from dataclasses import dataclass
 
 import llvmlite
 import numpy as np
@@ -19,7 +26,8 @@ from tvmc.codegen import intrinsics
 from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, walk)
-from tvmc.tir.ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
+from tvmc.te.schedule import THREAD_TAGS
+from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
 from tvmc.tir.simplify import Linear, simplify
 
 if llvmlite.ir_layer_typed_pointers_enabled:
@@ -34,6 +42,51 @@ MAX_VECTOR_LANES = 64
 SIZE_T_BITS = {"wasm32": 32}
 MAX_UNROLL = 64
 FP_CONTRACT = ("contract",)
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """What a GPU triple spells differently in LLVM IR (TVM's codegen_nvptx, as a table).
+
+    thread_index:     thread tag ('blockIdx.x' .. 'threadIdx.z') -> the intrinsic returning it (i32)
+    shared_addrspace: LLVM address space of memory shared by a block's threads
+    barrier:          intrinsic every thread of a block waits at (CUDA __syncthreads)
+    kernel_cc:        calling convention of a kernel entry point
+    annotations:      named metadata holding (kernel, key, i32) annotations
+    block_keys:       annotation keys of the most threads per block along x, y, z (launch bounds)
+    registers_key:    annotation key of the most registers per thread
+    register_unit:    registers per thread allocated together (a warp's registers come in blocks)
+    buffer_align:     bytes every kernel buffer's start is aligned to (device allocations, shared
+                      arrays): the most a vector access may claim
+    """
+
+    thread_index: dict
+    shared_addrspace: int
+    barrier: str
+    kernel_cc: str
+    annotations: str
+    block_keys: tuple
+    registers_key: str
+    register_unit: int
+    buffer_align: int
+
+
+# NVVM IR (LLVM's NVPTX backend; NVIDIA's NVVM IR specification): special registers %ctaid/%tid,
+# shared memory in address space 3, bar.sync 0; the launch bounds become PTX .maxntid/.maxnreg.
+NVPTX = DeviceTable(
+    thread_index={"blockIdx.x": "llvm.nvvm.read.ptx.sreg.ctaid.x", "blockIdx.y": "llvm.nvvm.read.ptx.sreg.ctaid.y",
+                  "blockIdx.z": "llvm.nvvm.read.ptx.sreg.ctaid.z", "threadIdx.x": "llvm.nvvm.read.ptx.sreg.tid.x",
+                  "threadIdx.y": "llvm.nvvm.read.ptx.sreg.tid.y", "threadIdx.z": "llvm.nvvm.read.ptx.sreg.tid.z"},
+    shared_addrspace=3,
+    barrier="llvm.nvvm.barrier0",
+    kernel_cc="ptx_kernel",
+    annotations="nvvm.annotations",
+    block_keys=("maxntidx", "maxntidy", "maxntidz"),
+    registers_key="maxnreg",
+    register_unit=8,  # 256 registers per warp of 32 (CUDA occupancy calculator)
+    buffer_align=16,  # cuMemAlloc gives 256 (one allocation per storage id and argument); shared arrays 16
+)
+DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
 
 
 def llvm_type(dtype: str) -> ir.Type:
@@ -114,16 +167,20 @@ class _FnState:
         self.builder = ir.IRBuilder(body)
         self.env: dict = {}      # Var -> llvm value
         self.buffers: dict = {}  # Buffer -> llvm pointer
+        self.launch = None       # LaunchConfig of a device kernel
+        self.shared: dict = {}   # id(Buffer) -> generic pointer to its shared-memory global
 
 
 class CodeGenLLVM:
-    """Builds one LLVM module from PrimFuncs for `target` (triple from the descriptor)."""
+    """Builds one LLVM module from PrimFuncs for `target` (triple from the descriptor; a GPU
+    triple's device kernels through its DeviceTable)."""
 
     def __init__(self, target, module_name="tvmc_module"):
         self.target = target
         self.module = ir.Module(name=module_name)
         self.module.triple = target.triple
         self.size_t = ir.IntType(SIZE_T_BITS.get(target.arch, 64))
+        self.device = DEVICE_TABLES.get(target.arch)
         self._outlined = 0
         self._decls: dict = {}
 
@@ -136,17 +193,43 @@ class CodeGenLLVM:
 
     # --- functions ------------------------------------------------------------------------
     def add_function(self, f: PrimFunc):
-        """Emit `void name(ptr arg0, ..., ptr argN)` for a PrimFunc."""
+        """Emit `void name(ptr arg0, ..., ptr argN)` for a PrimFunc (for a GPU triple, a kernel
+        entry point with its launch bounds). Raises CodegenError when a device kernel meets a
+        triple without a DeviceTable or the reverse."""
+        if f.launch is not None and self.device is None:
+            raise CodegenError(f"kernel {f.name}: a GPU device kernel, but target {self.target.name} "
+                               f"({self.target.triple}) has no GPU codegen")
+        if f.launch is None and self.device is not None:
+            raise CodegenError(f"kernel {f.name}: not lowered for the GPU target {self.target.name} "
+                               "(no launch configuration)")
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * len(f.params)), f.name)
         for arg, buf in zip(fn.args, f.params):
             arg.name = buf.name
             arg.add_attribute("noalias")
         fn.attributes.add("nounwind")
         st = _FnState(fn)
+        if f.launch is not None:
+            st.launch = f.launch
+            self._annotate_kernel(fn, f.launch)
         for arg, buf in zip(fn.args, f.params):
             st.buffers[buf] = arg
         self._stmt(st, f.body)
         st.builder.ret_void()
+
+    def _annotate_kernel(self, fn: ir.Function, launch):
+        """Mark `fn` a kernel entry point bounded by its launch's block, so that the assembler
+        fits the block's registers into the target's registers per block; and by the target's
+        registers per thread where that is the tighter bound (an explicit register bound
+        overrides the block's in ptxas, so it is given only then)."""
+        d = self.device
+        fn.calling_convention = d.kernel_cc
+        md = self.module.add_named_metadata(d.annotations)
+        bounds = list(zip(d.block_keys, launch.block))
+        limit = self.target.max_registers_per_thread
+        if limit and limit < block_register_bound(self.target, launch.threads_per_block, d.register_unit):
+            bounds.append((d.registers_key, limit))
+        for key, value in bounds:
+            md.add(self.module.add_metadata([fn, ir.MetaDataString(self.module, key), I32(value)]))
 
     def ir_text(self) -> str:
         return str(self.module)
@@ -163,6 +246,8 @@ class CodeGenLLVM:
             self._store(st, s, vec, None)
         elif isinstance(s, Allocate):
             self._allocate(st, s, vec)
+        elif isinstance(s, Barrier) and self.device is not None:
+            b.call(self.declare(self.device.barrier, VOID, []), [])
         elif isinstance(s, IfThenElse):
             cond = self._expr(st, s.cond, vec)
             if isinstance(cond, _Vec):
@@ -206,6 +291,10 @@ class CodeGenLLVM:
             st.buffers[buf] = ptr
             self._stmt(st, s.body, vec)
             return
+        if buf.scope == "shared" and self.device is not None:
+            st.buffers[buf] = self._shared(st, buf)
+            self._stmt(st, s.body, vec)
+            return
         malloc = self.declare("malloc", PTR, [self.size_t])
         free = self.declare("free", VOID, [PTR])
         ptr = st.builder.call(malloc, [self.size_t(buf.nbytes + 64)], name=buf.name)
@@ -213,7 +302,39 @@ class CodeGenLLVM:
         self._stmt(st, s.body, vec)
         st.builder.call(free, [ptr])
 
+    def _shared(self, st, buf: Buffer):
+        """A generic pointer to `buf`'s block-shared global, one per buffer and kernel (LLVM
+        infers the shared address space back for every access through it)."""
+        if id(buf) not in st.shared:
+            ty = ir.ArrayType(mem_type(buf.dtype), buf.size)
+            g = ir.GlobalVariable(self.module, ty, self.module.get_unique_name(f"{st.fn.name}.{buf.name}"),
+                                  addrspace=self.device.shared_addrspace)
+            g.linkage = "internal"
+            g.initializer = ir.Constant(ty, ir.Undefined)
+            g.align = self.device.buffer_align
+            st.shared[id(buf)] = st.alloca_builder.addrspacecast(g, PTR, name=buf.name)
+        return st.shared[id(buf)]
+
+    def _thread_loop(self, st, s: For, vec):
+        """A loop bound to a thread tag: its variable is that block or thread index (one
+        iteration per block or thread); a loop narrower than the launch runs under a guard."""
+        b = st.builder
+        index = b.call(self.declare(self.device.thread_index[s.kind], I32, []), [])
+        st.env[s.var] = b.zext(index, I64, name=s.var.name)
+        if s.extent < st.launch.extent(s.kind):
+            with b.if_then(b.icmp_signed("<", st.env[s.var], I64(s.extent))):
+                self._stmt(st, s.body, vec)
+        else:
+            self._stmt(st, s.body, vec)
+
     def _for(self, st, s: For, vec):
+        if s.kind in THREAD_TAGS:
+            if st.launch is None:
+                raise CodegenError(f"codegen: loop {s.var.name} is bound to {s.kind} outside a GPU kernel")
+            return self._thread_loop(st, s, vec)
+        if s.kind == "parallel" and vec is None and st.launch is not None:
+            raise CodegenError(f"codegen: parallel loop {s.var.name} in GPU kernel {st.fn.name}; bind it to "
+                               "blockIdx/threadIdx instead")
         if s.kind == "parallel" and vec is None and self.target.threaded:
             return self._parallel(st, s)
         if s.kind == "vectorize" and vec is None and 1 < s.extent <= MAX_VECTOR_LANES and _vectorizable(s.body):
@@ -296,6 +417,18 @@ class CodeGenLLVM:
             return "contiguous", rest.to_expr()
         return "gather", None
 
+    def _vector_align(self, index: PrimExpr, dtype: str) -> int:
+        """The alignment (bytes) claimed for a contiguous vector access starting at element
+        `index`: 4 for CPU triples (unaligned vector moves cost little there); for a GPU triple,
+        the largest power of two, up to the device table's buffer alignment, dividing the byte
+        offset of every value `index` takes (its coefficients and constant), so that an aligned
+        access becomes one wide load or store (PTX ld.v4) instead of one per lane."""
+        if self.device is None:
+            return 4
+        lin = Linear.of(index)
+        g = functools.reduce(math.gcd, [c for _, c in lin.terms.values()] + [lin.const]) * np.dtype(dtype).itemsize
+        return min(self.device.buffer_align, g & -g) if g else self.device.buffer_align
+
     def _store(self, st, s: Store, vec, mask):
         b = st.builder
         val = self._expr(st, s.value, vec, mask)
@@ -309,12 +442,13 @@ class CodeGenLLVM:
         v = self._to_mem(st, v, s.buffer.dtype)
         if kind == "contiguous":
             ptr = self._addr_of(st, s.buffer, idx)
+            align = self._vector_align(idx, s.buffer.dtype)
             if mask is None:
-                b.store(v, ptr, align=4)
+                b.store(v, ptr, align=align)
             else:
                 vt = ir.VectorType(ety, lanes)
                 f = self.declare(f"llvm.masked.store.{_vname(vt)}.p0", VOID, [vt, PTR, I32, ir.VectorType(I1, lanes)])
-                b.call(f, [v, ptr, I32(4), mask])
+                b.call(f, [v, ptr, I32(align), mask])
             return
         # scatter (or scalar index under a mask): one lane at a time, last lane wins
         ivec = self._expr(st, s.index, vec)
@@ -339,11 +473,12 @@ class CodeGenLLVM:
         vt = ir.VectorType(ety, lanes)
         if kind == "contiguous":
             ptr = self._addr_of(st, e.buffer, idx)
+            align = self._vector_align(idx, e.buffer.dtype)
             if mask is None:
-                val = b.load(ptr, typ=vt, align=4)
+                val = b.load(ptr, typ=vt, align=align)
             else:
                 f = self.declare(f"llvm.masked.load.{_vname(vt)}.p0", vt, [PTR, I32, ir.VectorType(I1, lanes), vt])
-                val = b.call(f, [ptr, I32(4), mask, ir.Constant(vt, None)])
+                val = b.call(f, [ptr, I32(align), mask, ir.Constant(vt, None)])
         else:
             ivec = self._expr(st, e.index, vec)
             ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
@@ -519,6 +654,17 @@ def _reinterpret(b, v, src: str, dst: str):
         v = b.fptrunc(v, _like(v.type, ir.HalfType()))
     out = b.bitcast(v, _like(v.type, mem_type(dst)))
     return b.fpext(out, _like(v.type, ir.FloatType())) if dst == "float16" else out
+
+
+def block_register_bound(target, threads: int, unit: int) -> int:
+    """Most registers per thread that let a block of `threads` fit the target's registers per
+    block: whole warps, each thread's registers allocated `unit` at a time (CUDA's occupancy
+    rule; unbounded without the descriptor's registers_per_block)."""
+    if not target.registers_per_block:
+        return 1 << 30
+    warp = max(1, target.thread_warp_size)
+    lanes = -(-threads // warp) * warp
+    return target.registers_per_block // (lanes * unit) * unit
 
 
 def _zero(t):

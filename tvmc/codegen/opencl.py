@@ -19,7 +19,7 @@ from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var, is_float,
                           walk)
 from tvmc.te.schedule import THREAD_TAGS
-from tvmc.tir.gpu import global_traffic_bytes, shared_buffers
+from tvmc.tir.gpu import shared_buffers
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store
 from tvmc.tir.simplify import Linear
 
@@ -292,51 +292,3 @@ def _vector_expr_ok(e, var) -> bool:
     if isinstance(e, Call) and e.dtype == "float32" and (e.name in VECTOR_MATH or e.name == "sigmoid"):
         return all(_vector_expr_ok(x, var) for x in e.args)
     return False
-
-
-def kernel_info(prim: PrimFunc, flops: int) -> dict:
-    """What mod.json records of a kernel: its launch (grid, block, shared bytes), its arguments
-    in call order (inputs, then the output; name, shape, dtype), its FLOPs (the anchor op's,
-    tvmc.autotune.task.task_flops) and the global memory bytes it loads and stores
-    (tvmc.tir.gpu.global_traffic_bytes)."""
-    return dict(prim.launch.to_dict(), args=[{"name": b.name, "shape": list(b.shape), "dtype": b.dtype}
-                                             for b in prim.params],
-                flops=flops, global_bytes=global_traffic_bytes(prim))
-
-
-def _flops(func) -> int:
-    from tvmc.autotune.task import task_flops
-    from tvmc.ops.fused import anchor_call, workload
-
-    anchor = anchor_call(func)
-    return task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
-
-
-def build_opencl(functions, target, dump_ir=(), dump_dir=None, graph_json=None, config_lookup=None,
-                 params=None) -> bytes:
-    """Lower fused graph `Function`s for GPU `target` and print them as one OpenCL C program
-    (mod.cl bytes). With `graph_json` (and its `params`), each kernel's launch configuration and
-    argument order are added to it as graph_json["kernels"][func_name] (kernel_info), and the
-    module description (tvmc.codegen.description) becomes the program's first line. `dump_ir` 'tir' writes
-    the device kernels' loop IR to `dump_dir`/mod.tir. Raises ScheduleError (a kernel beyond
-    the target's limits) or CodegenError (a dtype OpenCL C cannot hold)."""
-    import os
-    from pathlib import Path
-
-    from tvmc.codegen import description
-    from tvmc.ops.fused import lower_fused
-    from tvmc.paths import write_new_text
-
-    prims = [lower_fused(f, target, config_lookup) for f in functions]
-    cg = CodeGenOpenCL(target)
-    for p in prims:
-        cg.add_function(p)
-    source = cg.source()
-    if graph_json is not None:
-        graph_json["kernels"] = {p.name: kernel_info(p, _flops(f)) for p, f in zip(prims, functions)}
-        source = description.embed_in_source(
-            source, description.module_description(graph_json, description.param_info(params or {})))
-    if dump_dir and "tir" in dump_ir:
-        os.makedirs(dump_dir, exist_ok=True)
-        write_new_text(Path(dump_dir, "mod.tir"), "".join(str(p) for p in prims))
-    return source.encode()

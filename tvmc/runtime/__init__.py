@@ -17,16 +17,16 @@ from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.executor import GraphExecutor, benchmark
 from tvmc.target import host_arch
 
-__all__ = ["GraphExecutor", "benchmark", "create_executor"]
+__all__ = ["GraphExecutor", "benchmark", "create_executor", "device_missing"]
 
 
 def create_executor(artifact: Artifact | str | os.PathLike, device: str | None = None):
     """An executor for `artifact` (an Artifact or a mod.tar path) on the runtime its target
     names: `cpu` -> GraphExecutor (ctypes, this host's CPU), or, for a CPU of another
     architecture whose descriptor names an emulator, EmulatedExecutor (the C runner under
-    qemu-user); `opencl` -> OpenCLExecutor (pyopencl); `wasm` -> WasmExecutor (wasmtime).
-    `device` selects a device where a runtime has several (e.g. "opencl:0:1"); None takes the
-    default.
+    qemu-user); `opencl` -> OpenCLExecutor (pyopencl); `cuda` -> CUDAExecutor (cuda-python);
+    `wasm` -> WasmExecutor (wasmtime). `device` selects a device where a runtime has several
+    (e.g. "opencl:0:1", "cuda:1"); None takes the default.
 
     Raises ArtifactError when the artifact is invalid or no runtime here can execute it.
     """
@@ -46,6 +46,10 @@ def create_executor(artifact: Artifact | str | os.PathLike, device: str | None =
         from tvmc.runtime.opencl import OpenCLExecutor
 
         return OpenCLExecutor(artifact, device)
+    if runtime == "cuda":
+        from tvmc.runtime.cuda import CUDAExecutor
+
+        return CUDAExecutor(artifact, device)
     if runtime == "wasm":
         if device not in (None, "wasm"):
             raise ArtifactError(f"{artifact.path}: a wasm artifact runs on device 'wasm', not '{device}'")
@@ -53,3 +57,17 @@ def create_executor(artifact: Artifact | str | os.PathLike, device: str | None =
 
         return WasmExecutor(artifact)
     raise ArtifactError(f"{artifact.path}: target runtime '{runtime}' is not supported by this tvmc")
+
+
+def device_missing(runtime: str) -> str | None:
+    """None when the default device of `runtime` ('cpu', 'opencl', 'cuda') can run kernels
+    here, else the reason (a missing package, driver or device), as one line."""
+    if runtime == "opencl":
+        from tvmc.runtime.opencl import opencl_available
+
+        return opencl_available()
+    if runtime == "cuda":
+        from tvmc.runtime.cuda import cuda_available
+
+        return cuda_available()
+    return None

@@ -1,0 +1,160 @@
+"""Runtime stage (GPU devices): the graph executor that the OpenCL and CUDA runtimes share.
+
+A device runtime supplies a program: the artifact's kernels loaded on one device
+(tvmc.runtime.opencl.KernelProgram, tvmc.runtime.cuda.KernelModule), with
+
+    device_name                       the device, as its driver names it
+    buffer(nbytes)                    a device buffer
+    upload(buffer, array) / download(buffer, array)
+    kernel(name)                      a kernel handle (AttributeError when the library lacks it)
+    launch(kernel, launch, buffers, timed=False)
+                                      enqueue one launch ({"grid": [x,y,z], "block": [x,y,z]});
+                                      with `timed`, returns a handle for elapsed_ms
+    elapsed_ms(handle)                the launch's device time in milliseconds (waits for it)
+    finish()                          wait until every enqueued launch is done
+
+DeviceExecutor keeps the executor contract of tvmc.runtime over it, from mod.json: one device
+buffer per storage id, params uploaded once, kernels launched in graph order with the launch
+configurations of mod.json "kernels", a per-kernel profile. numpy only holds tensors on the
+host side: every operator runs in the device's kernels.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tvmc.errors import ArtifactError, InputError
+from tvmc.package import Artifact, graph_attr, library_name, load_artifact
+from tvmc.runtime.executor import output_position
+
+
+def run_kernel(program, name: str, launch: dict, arrays, out: np.ndarray) -> np.ndarray:
+    """Run kernel `name` of `program` once on numpy `arrays` (inputs) and `out` (output, filled
+    in); returns `out`."""
+    bufs = []
+    for a in list(arrays) + [out]:
+        b = program.buffer(a.nbytes)
+        program.upload(b, a)
+        bufs.append(b)
+    program.launch(program.kernel(name), launch, bufs)
+    program.finish()
+    program.download(bufs[-1], out)
+    return out
+
+
+class DeviceExecutor:
+    """Executes an Artifact (or mod.tar path) compiled for a GPU target whose runtime is
+    `runtime` ('opencl', 'cuda') with the program `make_program(artifact)` returns (see the
+    module docstring); the executor contract of tvmc.runtime.
+
+    Raises ArtifactError when the artifact is not one for `runtime`, mod.json lacks a kernel's
+    launch, or the library lacks a kernel mod.json calls (and whatever make_program raises)."""
+
+    def __init__(self, artifact: Artifact | str | os.PathLike, runtime: str, make_program):
+        if not isinstance(artifact, Artifact):
+            artifact = load_artifact(artifact)
+        self.artifact = artifact
+        origin = artifact.path
+        target_runtime = (artifact.metadata.get("target") or {}).get("runtime")
+        if target_runtime != runtime:
+            raise ArtifactError(f"{origin}: target runtime '{target_runtime}' is not {runtime}")
+        g = artifact.graph_json
+        kernels = g.get("kernels")
+        if not isinstance(kernels, dict):
+            raise ArtifactError(f"{origin}: mod.json has no kernel launch configurations ('kernels')")
+        self.program = make_program(artifact)
+        self.device_name = self.program.device_name
+
+        nodes, row_ptr = g["nodes"], g["node_row_ptr"]
+        shapes = graph_attr(g, "shape")
+        dtypes = [np.dtype(d) for d in graph_attr(g, "dltype")]
+        sids = [int(s) for s in graph_attr(g, "storage_id")]
+        sizes: dict = {}
+        for eid, sid in enumerate(sids):
+            sizes[sid] = max(sizes.get(sid, 0), int(np.prod(shapes[eid], dtype=np.int64)) * dtypes[eid].itemsize)
+        self._buffers = {sid: self.program.buffer(n) for sid, n in sorted(sizes.items())}
+        self._entries = [(sids[e], tuple(shapes[e]), dtypes[e]) for e in range(len(sids))]
+
+        params = artifact.params
+        self._inputs = {}
+        for nid, node in enumerate(nodes):
+            if node.get("op") != "null":
+                continue
+            eid = row_ptr[nid]
+            if node["name"] in params:
+                self.program.upload(self._buffers[sids[eid]], params[node["name"]])
+            else:
+                self._inputs[node["name"]] = eid
+        names = [i["name"] for i in artifact.metadata.get("inputs", [])]
+        self.input_names = [n for n in names if n in self._inputs] + [n for n in self._inputs if n not in names]
+
+        library = library_name(artifact.metadata)
+        self._calls = []
+        for nid, node in enumerate(nodes):
+            func = node.get("attrs", {}).get("func_name")
+            if node.get("op") != "tvm_op" or func == "__nop":
+                continue
+            if func not in kernels:
+                raise ArtifactError(f"{origin}: kernel '{func}' (node '{node['name']}') has no launch in mod.json")
+            try:
+                kernel = self.program.kernel(func)
+            except AttributeError:
+                raise ArtifactError(f"{origin}: kernel '{func}' is missing from {library}") from None
+            eids = [row_ptr[i[0]] + i[1] for i in node["inputs"]] + [row_ptr[nid]]
+            self._calls.append((func, kernel, kernels[func], [self._buffers[sids[e]] for e in eids]))
+        self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
+        out_names = [o["name"] for o in artifact.metadata.get("outputs", [])]
+        self.output_names = out_names if len(out_names) == len(self._heads) else \
+            [f"output_{i}" for i in range(len(self._heads))]
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self._calls)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._heads)
+
+    def input_info(self, name: str) -> tuple:
+        _, shape, dtype = self._entries[self._inputs[name]]
+        return shape, dtype.name
+
+    def set_input(self, name: str, array) -> None:
+        """Copy `array` to the device; InputError on an unknown name, another shape or dtype."""
+        if name not in self._inputs:
+            raise InputError(f"unknown input '{name}'; the model's inputs are: {', '.join(self.input_names)}")
+        sid, shape, dtype = self._entries[self._inputs[name]]
+        src = np.asarray(array)
+        if tuple(src.shape) != shape or src.dtype != dtype:
+            raise InputError(f"input '{name}': expected shape [{','.join(map(str, shape))}] {dtype.name}, "
+                             f"got [{','.join(map(str, src.shape))}] {src.dtype.name}")
+        self.program.upload(self._buffers[sid], src)
+
+    def _launch_all(self, timed: bool = False) -> list:
+        return [self.program.launch(kernel, launch, bufs, timed) for _, kernel, launch, bufs in self._calls]
+
+    def run(self) -> None:
+        """Launch every kernel in graph order and wait for the last."""
+        self._launch_all()
+        self.program.finish()
+
+    def profile(self) -> list:
+        """One run, timed per kernel on the device (OpenCL or CUDA events): [(kernel name, milliseconds)]."""
+        handles = self._launch_all(timed=True)
+        self.program.finish()
+        return [(call[0], self.program.elapsed_ms(h)) for call, h in zip(self._calls, handles)]
+
+    def get_output(self, index) -> np.ndarray:
+        """A host copy of output `index` (position or name)."""
+        sid, shape, dtype = self._entries[self._heads[output_position(index, self.output_names)]]
+        out = np.empty(shape, dtype)
+        self.program.download(self._buffers[sid], out)
+        return out
+
+    @staticmethod
+    def set_num_threads(n: int) -> None:
+        """Accepted for the executor contract; a GPU schedules its own threads."""
+        if n < 1:
+            raise InputError(f"thread count must be at least 1, got {n}")
