@@ -40,6 +40,11 @@ VOID = ir.VoidType()
 MAX_VECTOR_LANES = 64
 # Width of C's size_t (malloc's argument) where it is not 64 bits
 SIZE_T_BITS = {"wasm32": 32}
+# Architectures whose float16 -> float32 conversions are spelled with integer operations
+# (half_to_float) instead of `fpext`: LLVM's optimizer turns a compare of two widened halves into
+# a compare of <N x half> vectors, on which the wasm32 backend of llvmlite's LLVM never returns
+# (instruction selection loops), and the vector `llvm.convert.from.fp16` fails an assertion there.
+HALF_BY_BITS = ("wasm32",)
 MAX_UNROLL = 64
 FP_CONTRACT = ("contract",)
 
@@ -180,6 +185,7 @@ class CodeGenLLVM:
         self.module = ir.Module(name=module_name)
         self.module.triple = target.triple
         self.size_t = ir.IntType(SIZE_T_BITS.get(target.arch, 64))
+        self.half_by_bits = target.arch in HALF_BY_BITS
         self.device = DEVICE_TABLES.get(target.arch)
         self._outlined = 0
         self._decls: dict = {}
@@ -503,7 +509,7 @@ class CodeGenLLVM:
         if dtype == "bool":
             return st.builder.icmp_unsigned("!=", val, ir.Constant(val.type, None))
         if dtype == "float16":
-            return st.builder.fpext(val, _like(val.type, ir.FloatType()))
+            return half_to_float(st.builder, val, self.half_by_bits)
         return val
 
     def _splat(self, st, val, lanes):
@@ -635,9 +641,9 @@ class CodeGenLLVM:
         if isinstance(e, Not):
             return b.not_(args[0])
         if isinstance(e, Cast):
-            return _cast(b, args[0], e.value.dtype, e.dtype)
+            return _cast(b, args[0], e.value.dtype, e.dtype, self.half_by_bits)
         if isinstance(e, Call) and e.name == "reinterpret":
-            return _reinterpret(b, args[0], e.args[0].dtype, e.dtype)
+            return _reinterpret(b, args[0], e.args[0].dtype, e.dtype, self.half_by_bits)
         if isinstance(e, Call):
             return intrinsics.emit(self, b, e.name, args, e.dtype)
         raise CodegenError(f"codegen: unsupported expression {type(e).__name__}")
@@ -647,13 +653,37 @@ _INT_BINOPS = {"add": "add", "sub": "sub", "mul": "mul", "bitwise_and": "and_", 
                "bitwise_xor": "xor", "left_shift": "shl"}
 
 
-def _reinterpret(b, v, src: str, dst: str):
+def half_to_float(b, h, by_bits: bool = False):
+    """float16 value(s) `h` (LLVM half, scalar or vector) widened to float, exactly. With
+    `by_bits` (the architectures of HALF_BY_BITS) in integer operations: the magnitude bits
+    shifted into a float's mantissa and exponent (h & 0x7fff) << 13, scaled by 2**112 (which also
+    normalizes subnormals), the exponent forced to 255 for inf and nan, the sign bit moved to
+    bit 31."""
+    ft = _like(h.type, ir.FloatType())
+    if not by_bits:
+        return b.fpext(h, ft)
+    it = _like(h.type, I32)
+
+    def c(v):
+        return ir.Constant(it, v) if not isinstance(it, ir.VectorType) else \
+            ir.Constant(it, [ir.Constant(I32, v)] * it.count)
+
+    bits = b.zext(b.bitcast(h, _like(h.type, ir.IntType(16))), it)
+    magnitude = b.shl(b.and_(bits, c(0x7FFF)), c(13))
+    finite = b.fmul(b.bitcast(magnitude, ft), b.bitcast(c(0x77800000), ft))  # 2**112
+    special = b.bitcast(b.or_(magnitude, c(0x7F800000)), ft)
+    is_special = b.icmp_unsigned(">=", b.and_(bits, c(0x7C00)), c(0x7C00))
+    value = b.bitcast(b.select(is_special, special, finite), it)
+    return b.bitcast(b.or_(value, b.shl(b.and_(bits, c(0x8000)), c(16))), ft)
+
+
+def _reinterpret(b, v, src: str, dst: str, half_by_bits: bool = False):
     """The bits of register value `v` (dtype `src`) as `dst` of the same size; float16 goes
     through its half memory form."""
     if src == "float16":
         v = b.fptrunc(v, _like(v.type, ir.HalfType()))
     out = b.bitcast(v, _like(v.type, mem_type(dst)))
-    return b.fpext(out, _like(v.type, ir.FloatType())) if dst == "float16" else out
+    return half_to_float(b, out, half_by_bits) if dst == "float16" else out
 
 
 def block_register_bound(target, threads: int, unit: int) -> int:
@@ -712,7 +742,7 @@ def _like(ty, element):
     return ir.VectorType(element, ty.count) if isinstance(ty, ir.VectorType) else element
 
 
-def _cast(b, v, src: str, dst: str):
+def _cast(b, v, src: str, dst: str, half_by_bits: bool = False):
     """Convert register value `v` (scalar or vector) from dtype `src` to `dst` as numpy's astype
     does for in-range values; a float16 result is rounded to float16 once (through half) and
     kept as float."""
@@ -728,7 +758,7 @@ def _cast(b, v, src: str, dst: str):
             h = b.fptrunc(v, half)
         else:
             h = b.uitofp(v, half) if is_unsigned(src) else b.sitofp(v, half)
-        return b.fpext(h, dt)
+        return half_to_float(b, h, half_by_bits)
     if sf and df:
         width = {"float16": 32, "float32": 32, "float64": 64}  # register widths
         if width[dst] == width[src]:
