@@ -435,7 +435,7 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
     threads:   threads of the kernels' parallel loops (default: OMP_NUM_THREADS, else all cores)
     profile:   also run kernel by kernel, timing each kernel (repeat x number runs, at least 1);
                plain runs and timing use the library's whole-graph entry
-    device:    the device of a GPU artifact ("opencl", "opencl:PLATFORM:DEVICE"; default: the
+    device:    the device of a GPU artifact ("opencl", "opencl:PLATFORM:DEVICE", "cuda:ORDINAL"; default: the
                first); None or "cpu" for CPU artifacts
     on_device: called with the device's name once the executor has chosen one (GPU runtimes)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, graph_attr, library_name, load_artifact
-from tvmc.runtime.executor import output_position
+from tvmc.runtime.executor import checked_input, output_position
 
 
 def run_kernel(program, name: str, launch: dict, arrays, out: np.ndarray) -> np.ndarray:
@@ -123,14 +123,9 @@ class DeviceExecutor:
 
     def set_input(self, name: str, array) -> None:
         """Copy `array` to the device; InputError on an unknown name, another shape or dtype."""
-        if name not in self._inputs:
-            raise InputError(f"unknown input '{name}'; the model's inputs are: {', '.join(self.input_names)}")
-        sid, shape, dtype = self._entries[self._inputs[name]]
-        src = np.asarray(array)
-        if tuple(src.shape) != shape or src.dtype != dtype:
-            raise InputError(f"input '{name}': expected shape [{','.join(map(str, shape))}] {dtype.name}, "
-                             f"got [{','.join(map(str, src.shape))}] {src.dtype.name}")
-        self.program.upload(self._buffers[sid], src)
+        src = checked_input(name, array, self.input_names,
+                            {n: self._entries[e][1:] for n, e in self._inputs.items()})
+        self.program.upload(self._buffers[self._entries[self._inputs[name]][0]], src)
 
     def _launch_all(self, timed: bool = False) -> list:
         return [self.program.launch(kernel, launch, bufs, timed) for _, kernel, launch, bufs in self._calls]

@@ -24,7 +24,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError, TVMCError
 from tvmc.package import Artifact, load_artifact
-from tvmc.runtime.executor import _fmt_shape, output_position
+from tvmc.runtime.executor import checked_input, output_position
 from tvmc.target import Target, host_arch
 from tvmc.toolchain import find_tool
 
@@ -157,14 +157,7 @@ class EmulatedExecutor:
     def set_input(self, name: str, array) -> None:
         """Keep a copy of `array` for input `name` (written for the runner at the next run).
         Raises InputError on an unknown name, another shape or dtype (no implicit casts)."""
-        if name not in self._inputs:
-            raise InputError(f"unknown input '{name}'; the model's inputs are: {', '.join(self.input_names)}")
-        shape, dtype = self._inputs[name]
-        src = np.asarray(array)
-        if tuple(src.shape) != shape or src.dtype != dtype:
-            raise InputError(f"input '{name}': expected shape {_fmt_shape(shape)} {dtype.name}, "
-                             f"got {_fmt_shape(src.shape)} {src.dtype.name}")
-        self._values[name] = src.copy()
+        self._values[name] = checked_input(name, array, self.input_names, self._inputs).copy()
 
     def _run(self, repeat: int = 0, number: int = 1) -> list:
         self._outputs, samples = self._program.run([self._values[n] for n in self.input_names], self.num_outputs,

@@ -26,6 +26,22 @@ def _fmt_shape(shape) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
+def checked_input(name: str, array, input_names, expected) -> np.ndarray:
+    """`array` as the ndarray for input `name`, which every executor's set_input takes: `expected`
+    maps the model's input names to (shape tuple, dtype) and `input_names` lists them in order.
+
+    Raises InputError (one line naming the tensor, expected vs got) on an unknown name, another
+    shape or another dtype: no implicit casts."""
+    if name not in expected:
+        raise InputError(f"unknown input '{name}'; the model's inputs are: {', '.join(input_names)}")
+    shape, dtype = expected[name]
+    src = np.asarray(array)
+    if tuple(src.shape) != tuple(shape) or src.dtype != np.dtype(dtype):
+        raise InputError(f"input '{name}': expected shape {_fmt_shape(shape)} {np.dtype(dtype).name}, "
+                         f"got {_fmt_shape(src.shape)} {src.dtype.name}")
+    return src
+
+
 def host_cpu_flags() -> set | None:
     """CPU feature flags of this host from /proc/cpuinfo ('flags' or 'Features'); None if unreadable."""
     try:
@@ -248,14 +264,9 @@ class GraphExecutor:
         Raises InputError (one line naming the tensor, expected vs got) on an unknown name,
         a different shape, or a different dtype; no implicit casts.
         """
-        if name not in self._inputs:
-            raise InputError(f"unknown input '{name}'; the model's inputs are: {', '.join(self.input_names)}")
-        dst = self._views[self._inputs[name]]
-        src = np.asarray(array)
-        if tuple(src.shape) != tuple(dst.shape) or src.dtype != dst.dtype:
-            raise InputError(f"input '{name}': expected shape {_fmt_shape(dst.shape)} {dst.dtype.name}, "
-                             f"got {_fmt_shape(src.shape)} {src.dtype.name}")
-        np.copyto(dst, src)
+        views = {n: self._views[k] for n, k in self._inputs.items()}
+        src = checked_input(name, array, self.input_names, {n: (v.shape, v.dtype) for n, v in views.items()})
+        np.copyto(views[name], src)
 
     def run(self) -> None:
         """Run the graph once: one call of the library's graph entry, or, for libraries

@@ -21,7 +21,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, load_artifact
-from tvmc.runtime.executor import output_position
+from tvmc.runtime.executor import checked_input, output_position
 
 ENGINE_HINT = "pip install wasmtime"
 # tvmc_tensor_info on wasm32: name, dtype (pointers), ndim (int32), shape (pointer), nbytes (uint64 at 16)
@@ -197,13 +197,8 @@ class WasmExecutor:
     def set_input(self, name: str, array) -> None:
         """Copy `array` into input `name` (tvmc_model_set_input). Raises InputError (one line naming
         the tensor, expected vs got) on an unknown name, another shape or dtype; no implicit casts."""
-        if name not in self._inputs:
-            raise InputError(f"unknown input '{name}'; the model's inputs are: {', '.join(self.input_names)}")
+        src = checked_input(name, array, self.input_names, {n: v[:2] for n, v in self._inputs.items()})
         shape, dtype, name_addr, dtype_addr, shape_addr, buf = self._inputs[name]
-        src = np.asarray(array)
-        if tuple(src.shape) != shape or src.dtype != np.dtype(dtype):
-            raise InputError(f"input '{name}': expected shape [{','.join(map(str, shape))}] {dtype}, "
-                             f"got [{','.join(map(str, src.shape))}] {src.dtype.name}")
         self.module.write(buf, np.ascontiguousarray(src).tobytes())
         self._check(self.module.call("tvmc_model_set_input", self._model, name_addr, dtype_addr, shape_addr,
                                      len(shape), buf, src.nbytes))
