@@ -27,7 +27,7 @@ CUDA_TUNE_TRIALS ?= 400
 
 FUZZ_EXAMPLES ?= 400
 
-.PHONY: install test-deps demo test test-all test-cuda fuzz bench bench-layers bench-vector bench-kernels conformance tune-demo tune-replay
+.PHONY: install test-deps demo test test-all test-cuda fuzz bench bench-layers bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator, wasm toolchain, browser) where apt-get
@@ -87,6 +87,11 @@ bench-layers: install
 # and the BERT encoder's dense layers for a CPU TARGET (e.g. make bench-vector TARGET=arm).
 bench-vector: install
 	$(PYTHON) bench/vector_report.py --target $(TARGET) --out bench/results/vector_$(TARGET).md
+
+# The end-to-end table of a TARGET (each tests/e2e model against onnxruntime: max error, the tests'
+# bound; under qemu-user for arm, wasmtime for wasm): bench/e2e_report.py, no timing.
+e2e-report: install
+	$(PYTHON) bench/e2e_report.py --target $(TARGET) --out bench/results/e2e_$(TARGET).md
 
 bench-kernels: install
 	$(PYTHON) bench/kernels.py --target $(GPU_TARGET)

@@ -496,6 +496,16 @@ def _pct(n: int, d: int) -> str:
     return f"{100.0 * n / d:.1f}%" if d else "-"
 
 
+def _ort_version() -> str:
+    """The installed onnxruntime's version (its pass counts move between releases)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("onnxruntime")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def report_path(target: str) -> str:
     """docs/conformance.md for the default target, docs/conformance-<target>.md for another."""
     return REPORT_PATH if target == DEFAULT_TARGET else os.path.join("docs", f"conformance-{target}.md")
@@ -547,7 +557,7 @@ def write_report(results, path: str = REPORT_PATH, elapsed_s: float | None = Non
         "shape-determining graph input (Reshape shape, TopK k, reduction axes, ...) was frozen into an "
         "initializer holding the case's data.",
         "",
-        "| in scope | tvmc | onnxruntime |",
+        f"| in scope | tvmc | onnxruntime {_ort_version()} |",
         "| --- | ---: | ---: |",
         f"| passed | {s['passed']} (frozen: {s['frozen_passed']}) | {s['ort_passed']} |",
         f"| failed (wrong output) | {s['failed']} | {s['ort_failed']} |",
