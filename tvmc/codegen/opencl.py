@@ -13,10 +13,11 @@ arithmetic wrapping to its width, bool tensors stored as uchar. Index arithmetic
 
 float16 needs no cl_khr_fp16 (OpenCL C 1.2 sec. 6.1.1.1: without it `half` may only be the
 pointee of a pointer, read and written by vload_half / vstore_half): as in the LLVM codegen,
-float16 values are `float` in registers and `half` in global and shared memory, loaded with
-vload_half (exact) and stored with vstore_half_rte (round to nearest even, once); a Cast to
-float16 rounds the same way through a private half. Shared float16 buffers are declared as
-ushort arrays (their bits) and accessed through a `__local half*`.
+float16 values are `float` in registers and `half` in memory, loaded with vload_half (exact) and
+stored with vstore_half_rte (round to nearest even, once); a Cast to float16 rounds the same way
+through a private half. Kernel parameters are `half*`; shared and private float16 arrays
+(tvmc.tir.lower holds intermediates in float32, but the loop IR allows them) are ushort arrays
+of the bits, accessed through a `half*` of their address space.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ from tvmc.tir.simplify import Linear
 TYPES = {"float16": "float", "float32": "float", "float64": "double", "int64": "long", "int32": "int",
          "int16": "short", "int8": "char", "uint64": "ulong", "uint32": "uint", "uint16": "ushort", "uint8": "uchar",
          "bool": "bool"}
-# element types in memory: bool is not a valid buffer element type in OpenCL C, half only a pointee
+# element types in memory: bool is not a valid buffer element type in OpenCL C; half is only a
+# pointee (parameters), so shared and private arrays of float16 hold its bits
 MEMORY_TYPES = dict(TYPES, bool="uchar", float16="half")
+ARRAY_TYPES = dict(MEMORY_TYPES, float16="ushort")
 UNSIGNED = {"int8": "uint", "int16": "uint", "int32": "uint", "int64": "ulong"}  # a signed type's shift type
 THREAD_INDEX = {"blockIdx.x": "get_group_id(0)", "blockIdx.y": "get_group_id(1)", "blockIdx.z": "get_group_id(2)",
                 "threadIdx.x": "get_local_id(0)", "threadIdx.y": "get_local_id(1)", "threadIdx.z": "get_local_id(2)"}
-SCOPE_QUALIFIERS = {"global": "__global", "shared": "__local", "local": ""}
+HALF_POINTERS = {"shared": "__local half*", "local": "half*"}  # float16 arrays by scope (global: parameters)
 BARRIERS = {"shared": "barrier(CLK_LOCAL_MEM_FENCE);", "global": "barrier(CLK_GLOBAL_MEM_FENCE);"}
 OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&&", "or": "||", "bitwise_and": "&",
              "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<", "right_shift": ">>",
@@ -122,8 +125,7 @@ class CodeGenOpenCL:
         args = ", ".join(f"__global {self._mem_type(b.dtype)}* restrict {self._var_name(b)}" for b in prim.params)
         lines = [f"__kernel void {prim.name}({args}) {{"]
         for buf in shared_buffers(prim):
-            elem = "ushort" if buf.dtype == "float16" else self._mem_type(buf.dtype)  # half is no array element
-            lines.append(f"  __local {elem} {self._var_name(buf)}[{buf.size}];")
+            lines.append(f"  __local {self._array_type(buf.dtype)} {self._var_name(buf)}[{buf.size}];")
         self._stmt(prim.body)
         self.kernels.append("\n".join(lines + self._lines + ["}"]))
 
@@ -147,14 +149,17 @@ class CodeGenOpenCL:
         self._type(dtype)
         return MEMORY_TYPES[dtype]
 
+    def _array_type(self, dtype: str) -> str:
+        self._type(dtype)
+        return ARRAY_TYPES[dtype]
+
     def _half_pointer(self, buf) -> str | None:
-        """The `half*` through which float16 buffer `buf` is read and written; None for any
-        other buffer, and for float16 in private arrays: those hold float values rounded to
-        float16 at each store (see _store), the numbers the LLVM codegen's half stack slots hold."""
-        if buf.dtype != "float16" or buf.scope == "local":
+        """The `half*` through which float16 buffer `buf` is read (vload_half) and written
+        (vstore_half_rte); None for other dtypes."""
+        if buf.dtype != "float16":
             return None
         name = self._var_name(buf)
-        return f"((__local half*){name})" if buf.scope == "shared" else name
+        return name if buf.scope == "global" else f"(({HALF_POINTERS[buf.scope]}){name})"
 
     def _helper(self, name: str, dtype: str) -> str:
         t = self._type(dtype)
@@ -181,9 +186,8 @@ class CodeGenOpenCL:
         elif isinstance(s, Store):
             self._store(s)
         elif isinstance(s, Allocate):
-            if s.buffer.scope == "local":  # private float16 arrays hold floats (see _half_pointer)
-                self._emit(f"{TYPES[s.buffer.dtype] if s.buffer.dtype == 'float16' else self._mem_type(s.buffer.dtype)} "
-                           f"{self._var_name(s.buffer)}[{s.buffer.size}];")
+            if s.buffer.scope == "local":
+                self._emit(f"{self._array_type(s.buffer.dtype)} {self._var_name(s.buffer)}[{s.buffer.size}];")
             self._stmt(s.body)  # shared buffers are declared at kernel scope (OpenCL requires it)
         elif isinstance(s, IfThenElse):
             self._block(f"if ({self._expr(s.cond)})", s.then)
@@ -255,16 +259,13 @@ class CodeGenOpenCL:
         return f"{MATH[e.name]}({', '.join(self._vexpr(a, var, lanes) for a in e.args)})"
 
     def _store(self, s: Store):
-        value, index, dtype = self._expr(s.value), self._expr(s.index), s.buffer.dtype
+        value, index = self._expr(s.value), self._expr(s.index)
         pointer = self._half_pointer(s.buffer)
         if pointer is not None:
             self._emit(f"vstore_half_rte({value}, {index}, {pointer});")
-            return
-        if dtype == "bool":
-            value = f"(uchar)({value})"
-        elif dtype == "float16":
-            value = f"{self._helper('to_half', 'float32')}({value})"
-        self._emit(f"{self._var_name(s.buffer)}[{index}] = {value};")
+        else:
+            value = f"(uchar)({value})" if s.buffer.dtype == "bool" else value
+            self._emit(f"{self._var_name(s.buffer)}[{index}] = {value};")
 
     # --- expressions ---------------------------------------------------------------------------
     def _expr(self, e: PrimExpr) -> str:
