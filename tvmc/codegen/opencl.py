@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from tvmc.codegen.llvm import is_unsigned
 from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var, is_float,
                           walk)
@@ -101,10 +102,6 @@ def _int_literal(value: int, dtype: str, ctype: str) -> str:
     if dtype == "int64":  # -2**63 has no literal: 2**63 does not fit a long
         return f"({value + 1}L - 1L)" if value == -2**63 else f"{value}L"
     return f"(({ctype}){value})"
-
-
-def _is_unsigned(dtype: str) -> bool:
-    return dtype == "bool" or dtype.startswith("uint")
 
 
 class CodeGenOpenCL:
@@ -300,9 +297,9 @@ class CodeGenOpenCL:
 
     def _cast(self, e: Cast) -> str:
         """C's conversions, which are numpy's astype for in-range values; a float16 result is
-        rounded to float16 once, as in the LLVM codegen: from double directly (vstore_half_rte
-        has a double form under cl_khr_fp64), from an integer through float, exact below 2**24
-        and at least 65520 (float16's +-inf) above it."""
+        rounded to float16 once, as in the LLVM codegen: a double directly (vstore_half_rte has
+        a double form under cl_khr_fp64), an integer through float (exact below 2**24 in
+        magnitude; above, rounding directly or through float both give float16's infinity)."""
         x, src, dst = self._expr(e.value), e.value.dtype, e.dtype
         if dst == "bool":
             return f"({x} != 0)"
@@ -321,7 +318,7 @@ class CodeGenOpenCL:
         elif e.op in ("floordiv", "floormod", "div") and not is_float(dtype):
             # div on integers is floor division, as in the LLVM codegen; unsigned ones are C's
             c_op = "%" if e.op == "floormod" else "/"
-            if _is_unsigned(dtype) or self._nonnegative(e.a) and isinstance(e.b, IntImm) and e.b.value > 0:
+            if is_unsigned(dtype) or self._nonnegative(e.a) and isinstance(e.b, IntImm) and e.b.value > 0:
                 text = f"({a} {c_op} {b})"
             else:
                 text = f"{self._helper('floormod' if e.op == 'floormod' else 'floordiv', dtype)}({a}, {b})"
@@ -356,7 +353,6 @@ class CodeGenOpenCL:
         if dst == "float16":
             return f"{self._helper('half_from_bits', 'float32')}((ushort){x})"
         return f"as_{self._type(dst)}({x})"
-
 
 
 def _contiguous_base(index: PrimExpr, var: Var):
