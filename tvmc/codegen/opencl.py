@@ -4,17 +4,29 @@ A printer made of spelling tables, like tinygrad's cstyle renderers: thread axes
 get_group_id / get_local_id, scopes __global / __local / private arrays, barriers
 barrier(CLK_LOCAL_MEM_FENCE); vectorized loops over contiguous float32 data become vloadN /
 vstoreN on floatN values (other vectorized loops are unrolled scalar code). Math intrinsics
-are OpenCL built-ins (exp, log, tanh, erf, pow, sqrt: within 16 ulp in OpenCL's full profile,
-far inside the tests' float32 tolerance of 1e-4 relative). Semantics follow the LLVM codegen:
-floor division and modulo for signed integers, NaN-propagating min/max as `a < b ? a : b`,
-narrow integer arithmetic wrapping to its width, bool tensors stored as uchar. Index
-arithmetic is 64-bit (`long`).
+are OpenCL built-ins (exp, log, tanh, erf, pow, sqrt, the trigonometric and hyperbolic functions:
+within 16 ulp in OpenCL's full profile, far inside the tests' float32 tolerance of 1e-4
+relative). Semantics follow the LLVM codegen: floor division and modulo for signed integers
+(unsigned ones divide as C does), NaN-propagating min/max as `a < b ? a : b`, narrow integer
+arithmetic wrapping to its width, bool tensors stored as uchar. Index arithmetic is 64-bit
+(`long`).
+
+float16 needs no cl_khr_fp16 (OpenCL C 1.2 sec. 6.1.1.1: without it `half` may only be the
+pointee of a pointer, read and written by vload_half / vstore_half): as in the LLVM codegen,
+float16 values are `float` in registers and `half` in memory, loaded with vload_half (exact) and
+stored with vstore_half_rte (round to nearest even, once); a Cast to float16 rounds the same way
+through a private half. Kernel parameters are `half*`; shared and private float16 arrays
+(tvmc.tir.lower holds intermediates in float32, but the loop IR allows them) are ushort arrays
+of the bits, accessed through a `half*` of their address space.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from tvmc.codegen.llvm import is_unsigned
 from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var, is_float,
                           walk)
@@ -25,25 +37,34 @@ from tvmc.tir.simplify import Linear
 
 # ---- spelling tables ----------------------------------------------------------------------------
 
-TYPES = {"float32": "float", "float64": "double", "int64": "long", "int32": "int", "int16": "short",
-         "int8": "char", "uint8": "uchar", "bool": "bool"}
-MEMORY_TYPES = dict(TYPES, bool="uchar")  # bool is not a valid buffer element type in OpenCL C
+# register types (float16 computes in float32, as in tvmc/codegen/llvm.py)
+TYPES = {"float16": "float", "float32": "float", "float64": "double", "int64": "long", "int32": "int",
+         "int16": "short", "int8": "char", "uint64": "ulong", "uint32": "uint", "uint16": "ushort", "uint8": "uchar",
+         "bool": "bool"}
+# element types in memory: bool is not a valid buffer element type in OpenCL C; half is only a
+# pointee (parameters), so shared and private arrays of float16 hold its bits
+MEMORY_TYPES = dict(TYPES, bool="uchar", float16="half")
+ARRAY_TYPES = dict(MEMORY_TYPES, float16="ushort")
+UNSIGNED = {"int8": "uint", "int16": "uint", "int32": "uint", "int64": "ulong"}  # a signed type's shift type
 THREAD_INDEX = {"blockIdx.x": "get_group_id(0)", "blockIdx.y": "get_group_id(1)", "blockIdx.z": "get_group_id(2)",
                 "threadIdx.x": "get_local_id(0)", "threadIdx.y": "get_local_id(1)", "threadIdx.z": "get_local_id(2)"}
-SCOPE_QUALIFIERS = {"global": "__global", "shared": "__local", "local": ""}
+HALF_POINTERS = {"shared": "__local half*", "local": "half*"}  # float16 arrays by scope (global: parameters)
 BARRIERS = {"shared": "barrier(CLK_LOCAL_MEM_FENCE);", "global": "barrier(CLK_GLOBAL_MEM_FENCE);"}
-OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&&", "or": "||",
+OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "and": "&&", "or": "||", "bitwise_and": "&",
+             "bitwise_or": "|", "bitwise_xor": "^", "left_shift": "<<", "right_shift": ">>",
              "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "fabs": "fabs", "floor": "floor",
-        "ceil": "ceil", "pow": "pow"}
-NARROW_INTS = ("int8", "uint8", "int16")   # C promotes them to int: results are cast back (wrap)
+        "ceil": "ceil", "pow": "pow", "round": "rint", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin",
+        "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh",
+        "atanh": "atanh"}  # round is half to even: rint (OpenCL's round goes away from zero)
+NARROW_INTS = ("int8", "uint8", "int16", "uint16")   # C promotes them to int: results are cast back (wrap)
 VECTOR_WIDTHS = (2, 3, 4, 8, 16)            # OpenCL C floatN types
 VECTOR_MATH = ("exp", "log", "sqrt", "tanh", "erf", "fabs", "floor", "ceil")
 # names a buffer or loop variable must not take (built-in functions and keywords of OpenCL C)
-RESERVED = frozenset(MATH.values()) | {"sigmoid", "min", "max", "fmin", "fmax", "select", "abs", "clamp", "mix",
-                                       "sign", "round", "rint", "trunc", "exp2", "log2", "pow", "half", "float",
-                                       "double", "int", "long", "char", "short", "bool", "kernel", "global",
-                                       "local", "private", "constant", "barrier", "vload4", "vstore4"}
+RESERVED = frozenset(MATH.values()) | frozenset(MEMORY_TYPES.values()) | {
+    "sigmoid", "min", "max", "fmin", "fmax", "fmod", "select", "abs", "clamp", "mix", "sign", "round", "trunc", "exp2",
+    "log2", "kernel", "global", "local", "private", "constant", "barrier", "vload4", "vstore4", "vload_half",
+    "vstore_half_rte"}
 
 # helpers emitted on demand: name -> C text (T is the type)
 HELPERS = {
@@ -53,18 +74,34 @@ HELPERS = {
                 "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}",
     "min": "inline {T} tvmc_min_{T}({T} a, {T} b) {{ return a < b ? a : b; }}",
     "max": "inline {T} tvmc_max_{T}({T} a, {T} b) {{ return a > b ? a : b; }}",
+    # a {T} rounded to float16 (nearest even) and widened back: the register value of a float16
+    "to_half": "inline float tvmc_to_half_{T}({T} x) {{ ushort h; vstore_half_rte(x, 0, (half*)&h); "
+               "return vload_half(0, (const half*)&h); }}",
+    # the bits of a float16 register value ({T} is float), and back
+    "half_bits": "inline ushort tvmc_half_bits_{T}({T} x) {{ ushort h; vstore_half_rte(x, 0, (half*)&h); return h; }}",
+    "half_from_bits": "inline {T} tvmc_half_from_bits_{T}(ushort h) {{ return vload_half(0, (const half*)&h); }}",
 }
 
 
 def _float_literal(value: float, dtype: str) -> str:
     if math.isnan(value):
         return "NAN"
+    if dtype == "float16":  # a float16 literal holds a float16 value (as in the LLVM codegen)
+        value, dtype = float(np.float16(value)), "float32"
     if math.isinf(value):
         return "INFINITY" if value > 0 else "(-INFINITY)"
     text = repr(float(value))
     if "e" not in text and "." not in text:
         text += ".0"
     return f"({text}f)" if dtype == "float32" else f"({text})"
+
+
+def _int_literal(value: int, dtype: str, ctype: str) -> str:
+    if dtype == "uint64":
+        return f"{value % 2**64}UL"
+    if dtype == "int64":  # -2**63 has no literal: 2**63 does not fit a long
+        return f"({value + 1}L - 1L)" if value == -2**63 else f"{value}L"
+    return f"(({ctype}){value})"
 
 
 class CodeGenOpenCL:
@@ -85,7 +122,7 @@ class CodeGenOpenCL:
         args = ", ".join(f"__global {self._mem_type(b.dtype)}* restrict {self._var_name(b)}" for b in prim.params)
         lines = [f"__kernel void {prim.name}({args}) {{"]
         for buf in shared_buffers(prim):
-            lines.append(f"  __local {self._mem_type(buf.dtype)} {self._var_name(buf)}[{buf.size}];")
+            lines.append(f"  __local {self._array_type(buf.dtype)} {self._var_name(buf)}[{buf.size}];")
         self._stmt(prim.body)
         self.kernels.append("\n".join(lines + self._lines + ["}"]))
 
@@ -108,6 +145,18 @@ class CodeGenOpenCL:
     def _mem_type(self, dtype: str) -> str:
         self._type(dtype)
         return MEMORY_TYPES[dtype]
+
+    def _array_type(self, dtype: str) -> str:
+        self._type(dtype)
+        return ARRAY_TYPES[dtype]
+
+    def _half_pointer(self, buf) -> str | None:
+        """The `half*` through which float16 buffer `buf` is read (vload_half) and written
+        (vstore_half_rte); None for other dtypes."""
+        if buf.dtype != "float16":
+            return None
+        name = self._var_name(buf)
+        return name if buf.scope == "global" else f"(({HALF_POINTERS[buf.scope]}){name})"
 
     def _helper(self, name: str, dtype: str) -> str:
         t = self._type(dtype)
@@ -132,10 +181,10 @@ class CodeGenOpenCL:
         elif isinstance(s, For):
             self._for(s)
         elif isinstance(s, Store):
-            self._emit(f"{self._var_name(s.buffer)}[{self._expr(s.index)}] = {self._stored(s.value, s.buffer.dtype)};")
+            self._store(s)
         elif isinstance(s, Allocate):
             if s.buffer.scope == "local":
-                self._emit(f"{self._mem_type(s.buffer.dtype)} {self._var_name(s.buffer)}[{s.buffer.size}];")
+                self._emit(f"{self._array_type(s.buffer.dtype)} {self._var_name(s.buffer)}[{s.buffer.size}];")
             self._stmt(s.body)  # shared buffers are declared at kernel scope (OpenCL requires it)
         elif isinstance(s, IfThenElse):
             self._block(f"if ({self._expr(s.cond)})", s.then)
@@ -206,22 +255,30 @@ class CodeGenOpenCL:
             return f"((float{lanes})(1.0f) / ((float{lanes})(1.0f) + exp(-{self._vexpr(e.args[0], var, lanes)})))"
         return f"{MATH[e.name]}({', '.join(self._vexpr(a, var, lanes) for a in e.args)})"
 
-    # --- expressions ---------------------------------------------------------------------------
-    def _stored(self, value: PrimExpr, dtype: str) -> str:
-        text = self._expr(value)
-        return f"(uchar)({text})" if dtype == "bool" else text
+    def _store(self, s: Store):
+        value, index = self._expr(s.value), self._expr(s.index)
+        pointer = self._half_pointer(s.buffer)
+        if pointer is not None:
+            self._emit(f"vstore_half_rte({value}, {index}, {pointer});")
+        else:
+            value = f"(uchar)({value})" if s.buffer.dtype == "bool" else value
+            self._emit(f"{self._var_name(s.buffer)}[{index}] = {value};")
 
+    # --- expressions ---------------------------------------------------------------------------
     def _expr(self, e: PrimExpr) -> str:
         if isinstance(e, IntImm):
             if e.dtype == "bool":
                 return "true" if e.value else "false"
-            return f"{e.value}L" if e.dtype == "int64" else f"(({self._type(e.dtype)}){e.value})"
+            return _int_literal(e.value, e.dtype, self._type(e.dtype))
         if isinstance(e, FloatImm):
             self._type(e.dtype)
             return _float_literal(e.value, e.dtype)
         if isinstance(e, Var):
             return self._var_name(e)
         if isinstance(e, Load):
+            pointer = self._half_pointer(e.buffer)
+            if pointer is not None:
+                return f"vload_half({self._expr(e.index)}, {pointer})"
             text = f"{self._var_name(e.buffer)}[{self._expr(e.index)}]"
             return f"({text} != 0)" if e.dtype == "bool" else text
         if isinstance(e, Select):
@@ -231,43 +288,71 @@ class CodeGenOpenCL:
         if isinstance(e, Cmp):
             return f"({self._expr(e.a)} {OPERATORS[e.op]} {self._expr(e.b)})"
         if isinstance(e, Cast):
-            if e.dtype == "bool":
-                return f"({self._expr(e.value)} != 0)"
-            return f"(({self._type(e.dtype)}){self._expr(e.value)})"
+            return self._cast(e)
         if isinstance(e, BinOp):
             return self._binop(e)
         if isinstance(e, Call):
             return self._call(e)
         raise CodegenError(f"OpenCL codegen: unsupported expression {type(e).__name__}")
 
+    def _cast(self, e: Cast) -> str:
+        """C's conversions, which are numpy's astype for in-range values; a float16 result is
+        rounded to float16 once, as in the LLVM codegen: a double directly (vstore_half_rte has
+        a double form under cl_khr_fp64), an integer through float (exact below 2**24 in
+        magnitude; above, rounding directly or through float both give float16's infinity)."""
+        x, src, dst = self._expr(e.value), e.value.dtype, e.dtype
+        if dst == "bool":
+            return f"({x} != 0)"
+        if dst == "float16" and src not in ("float16", "bool"):
+            if src != "float64":
+                src, x = "float32", f"((float){x})"
+            return f"{self._helper('to_half', src)}({x})"
+        return f"(({self._type(dst)}){x})"
+
     def _binop(self, e: BinOp) -> str:
         a, b, dtype = self._expr(e.a), self._expr(e.b), e.a.dtype
         if e.op in ("min", "max"):
             return f"{self._helper(e.op, dtype)}({a}, {b})"
-        if e.op in ("floordiv", "floormod"):
-            c_op = "/" if e.op == "floordiv" else "%"
-            if dtype in ("uint8", "bool") or self._nonnegative(e.a) and isinstance(e.b, IntImm) and e.b.value > 0:
+        if e.op == "fmod":
+            text = f"fmod({a}, {b})" if is_float(dtype) else f"({a} % {b})"
+        elif e.op in ("floordiv", "floormod", "div") and not is_float(dtype):
+            # div on integers is floor division, as in the LLVM codegen; unsigned ones are C's
+            c_op = "%" if e.op == "floormod" else "/"
+            if is_unsigned(dtype) or self._nonnegative(e.a) and isinstance(e.b, IntImm) and e.b.value > 0:
                 text = f"({a} {c_op} {b})"
             else:
-                text = f"{self._helper(e.op, dtype)}({a}, {b})"
-        elif e.op == "div" and not is_float(dtype):  # integer true division (floor, as the LLVM codegen)
-            text = f"{self._helper('floordiv', dtype)}({a}, {b})" if dtype not in ("uint8", "bool") else f"({a} / {b})"
+                text = f"{self._helper('floormod' if e.op == 'floormod' else 'floordiv', dtype)}({a}, {b})"
+        elif e.op == "left_shift" and dtype in UNSIGNED:  # shifting into the sign bit is undefined in C
+            text = f"(({UNSIGNED[dtype]}){a} << {b})"
         else:
             text = f"({a} {OPERATORS[e.op]} {b})"
-        return f"(({TYPES[dtype]}){text})" if dtype in NARROW_INTS else text
+        if dtype in NARROW_INTS or e.op == "left_shift" and dtype in UNSIGNED:
+            return f"(({TYPES[dtype]}){text})"
+        return text
 
     def _nonnegative(self, e) -> bool:
         bounds = Linear.of(e).bounds(self._ranges)
         return bounds is not None and bounds[0] >= 0
 
     def _call(self, e: Call) -> str:
-        if e.dtype not in ("float32", "float64"):
-            raise CodegenError(f"OpenCL codegen: intrinsic {e.name} needs a float argument, got {e.dtype}")
         args = [self._expr(a) for a in e.args]
+        if e.name == "reinterpret":
+            return self._reinterpret(args[0], e.args[0].dtype, e.dtype)
+        if not is_float(e.dtype):
+            raise CodegenError(f"OpenCL codegen: intrinsic {e.name} needs a float argument, got {e.dtype}")
         if e.name == "sigmoid":
             one = _float_literal(1.0, e.dtype)
             return f"({one} / ({one} + exp(-{args[0]})))"
         return f"{MATH[e.name]}({', '.join(args)})"
+
+    def _reinterpret(self, x: str, src: str, dst: str) -> str:
+        """The bits of `x` (dtype `src`) as `dst` of the same size: as_<type>, float16 through
+        its half bits."""
+        if src == "float16":
+            return f"(({self._type(dst)}){self._helper('half_bits', 'float32')}({x}))"
+        if dst == "float16":
+            return f"{self._helper('half_from_bits', 'float32')}((ushort){x})"
+        return f"as_{self._type(dst)}({x})"
 
 
 def _contiguous_base(index: PrimExpr, var: Var):

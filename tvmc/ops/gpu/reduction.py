@@ -32,8 +32,8 @@ def _reduce_length(workload) -> int:
     shape = workload[0]
     axes = attrs.get("axis", ())
     axes = axes if isinstance(axes, (tuple, list)) else (axes,)
-    if not axes:  # global pooling: H and W
-        axes = (2, 3)
+    if not axes:  # global pooling: the axes after N and C (scatter_nd's data of any rank, also without
+        axes = range(2, len(shape))  # axes, takes the same estimate: it only sizes the knobs' defaults)
     return math.prod(shape[a] for a in axes)
 
 

@@ -1,0 +1,110 @@
+"""OpenCL C printer (tvmc/codegen/opencl.py) on the dtypes beyond float32: float16 as half
+memory with float registers (no cl_khr_fp16) in global, shared and private memory, 64-bit
+integer literals at the ends of their range; each kernel built and run by the OpenCL driver
+here (PoCL) against numpy, exactly. The op cases of tests/ops/test_ops.py cover the operators."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tests.targets import require
+from tvmc import te
+from tvmc.codegen.opencl import CodeGenOpenCL
+from tvmc.target import resolve_target
+from tvmc.te.expr import BinOp, FloatImm, IntImm, Load, Var
+from tvmc.tir.gpu import LaunchConfig, lower_device
+from tvmc.tir.ir import Allocate, Barrier, Buffer, For, PrimFunc, Seq, Store
+from tvmc.tir.lower import lower
+
+GPU = resolve_target("opencl")
+
+
+def _source(prim) -> str:
+    cg = CodeGenOpenCL(GPU)
+    cg.add_function(prim)
+    return cg.source()
+
+
+def _row_max_float16():
+    """y[i] = max over r of h[i, r] + float16(x[i, r] * 3), h and y float16, x float32: a block
+    per row, its 64 threads reducing (in float32, as every float16 reduction) through shared
+    memory."""
+    h = te.placeholder((5, 100), "float16", name="h")
+    x = te.placeholder((5, 100), "float32", name="x")
+    r = te.reduce_axis(100, "r")
+    y = te.compute((5,), lambda i: te.max(h[i, r] + te.cast("float16", x[i, r] * te.const(3.0)), r), name="y")
+    s = te.create_schedule(y)
+    s[y].bind(y.op.axis[0], te.thread_axis("blockIdx.x"))
+    _, ki = s[y].split(r, 64)
+    s[y].bind(ki, te.thread_axis("threadIdx.x"))
+    return lower_device(lower(s, [h, x, y], "row_max_f16"), GPU)
+
+
+def _no_half_values(src: str) -> bool:
+    """`half` only ever names a pointee: no half values, no half arithmetic, no extension."""
+    return not re.findall(r"\bhalf\b(?!\*)", src) and "cl_khr_fp16" not in src
+
+
+def test_float16_is_half_memory_through_vload_vstore_and_float_arithmetic():
+    prim = _row_max_float16()
+    src = _source(prim)
+    assert "__global half* restrict h" in src and "__global half* restrict y" in src
+    assert "vload_half(" in src and "vstore_half_rte(" in src
+    assert "tvmc_to_half_float(" in src  # the cast rounds to float16
+    assert _no_half_values(src), src
+
+    rng = np.random.default_rng(16)
+    h = rng.standard_normal((5, 100)).astype(np.float16)
+    x = (rng.standard_normal((5, 100)) * 300).astype(np.float32)
+    x[0, :3] = [1 / 3, 65504 / 3, 1e30]  # rounds at float16's ulp, overflows in float16 only, inf
+    out = require("opencl").run_kernel(prim, [h, x], np.zeros(5, np.float16))
+    # the sums are float, their maximum is rounded to float16 at the store: the maximum of the
+    # rounded sums (rounding is monotonic)
+    with np.errstate(over="ignore"):
+        ref = (h.astype(np.float32) + (x * 3).astype(np.float16).astype(np.float32)).astype(np.float16).max(axis=1)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_float16_shared_and_private_arrays_hold_half_bits():
+    """tvmc.tir.lower holds float16 intermediates in float32; loop IR written directly may
+    stage float16 in shared and private arrays: y[i] = float16(t * 1.5), t = float16(3 * x[63 - i])
+    through shared s and private t, each store rounding to float16."""
+    x, y = Buffer("x", (64,), "float16"), Buffer("y", (64,), "float16")
+    shared, private = Buffer("s", (64,), "float16", "shared"), Buffer("t", (1,), "float16", "local")
+    i, zero = Var("i", "int64"), IntImm(0)
+    body = For(i, 64, "threadIdx.x", Allocate(shared, Allocate(private, Seq([
+        Store(shared, i, Load(x, i)),
+        Barrier("shared"),
+        Store(private, zero, BinOp("mul", Load(shared, BinOp("sub", IntImm(63), i)), FloatImm(3.0, "float16"))),
+        Store(y, i, BinOp("mul", Load(private, zero), FloatImm(1.5, "float16")))]))))
+    prim = PrimFunc("stage_f16", [x, y], body, LaunchConfig((1, 1, 1), (64, 1, 1), 128))
+    src = _source(prim)
+    assert "__local ushort s[64];" in src and "ushort t[1];" in src
+    assert "vstore_half_rte(vload_half(i, x), i, ((__local half*)s));" in src
+    assert "vload_half(0L, ((half*)t))" in src
+    assert _no_half_values(src), src
+
+    a = (np.random.default_rng(7).standard_normal(64) * 1000).astype(np.float16)
+    out = require("opencl").run_kernel(prim, [a], np.zeros(64, np.float16))
+    t = (a[::-1].astype(np.float32) * 3).astype(np.float16)
+    np.testing.assert_array_equal(out, (t.astype(np.float32) * 1.5).astype(np.float16))
+
+
+def test_64_bit_integer_literals_at_the_ends_of_their_range():
+    """2**64 - 1 and -2**63 have no plain C literal (the latter is the negation of a literal
+    that does not fit a long)."""
+    u = te.placeholder((8,), "uint64", name="u")
+    v = te.placeholder((8,), "int64", name="v")
+    y = te.compute((8,), lambda i: te.bitwise_xor(te.cast("uint64", te.maximum(v[i], te.const(-2**63, "int64"))),
+                                                  te.bitwise_and(u[i], te.const(2**64 - 1, "uint64"))), name="y")
+    s = te.create_schedule(y)
+    s[y].bind(y.op.axis[0], te.thread_axis("threadIdx.x"))
+    prim = lower_device(lower(s, [u, v, y], "ends"), GPU)
+    src = _source(prim)
+    assert "18446744073709551615UL" in src and "(-9223372036854775807L - 1L)" in src
+    uu = np.array([0, 1, 2**64 - 1, 2**63, 5, 6, 7, 2**40], np.uint64)
+    vv = np.array([-2**63, 2**63 - 1, -1, 0, 3, -7, 9, 11], np.int64)
+    out = require("opencl").run_kernel(prim, [uu, vv], np.zeros(8, np.uint64))
+    np.testing.assert_array_equal(out, vv.view(np.uint64) ^ uu)
