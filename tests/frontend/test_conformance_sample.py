@@ -118,3 +118,13 @@ def test_report(tmp_path):
     assert "`test_b` (Relu, failed) **(onnxruntime passes)**" in text
     assert "| **pass rate** (4 cases) | **50.0%** | **50.0%** |" in text
     assert "Cases onnxruntime passes and tvmc does not: 1." in text and "string operator 1" in text
+
+
+def test_rank0_outputs_of_two_reductions_on_opencl(cases, monkeypatch):
+    """DynamicQuantizeLinear's scale and zero point are rank-0 outputs reading two reductions (min
+    and max): with no loop to attach them at, the kernel's one thread computes them first
+    (tvmc.ops.gpu.tiling.attach_reductions_per_thread)."""
+    require("opencl")
+    monkeypatch.setattr(conformance, "TARGET", "opencl")
+    res = conformance.run_case(cases["test_dynamicquantizelinear"])
+    assert res.status == "passed", res.reason

@@ -89,9 +89,10 @@ def attach_reductions_per_thread(s, out, thread_loop, skip=()):
             at = thread_loop
         else:
             spatial = [iv for iv in consumer.leaf if iv.kind == "spatial"]
-            at = spatial[-1] if spatial else consumer.leaf[0]
+            at = spatial[-1] if spatial else consumer.leaf[0] if consumer.leaf else None
         st.set_scope("local")
-        st.compute_at(consumer, at)
+        if at is not None:  # else a rank-0 reader with no loop: the one thread computes it first
+            st.compute_at(consumer, at)
 
 
 def schedule_per_thread(s, out, num_threads: int, keep=()):
