@@ -663,14 +663,10 @@ def half_to_float(b, h, by_bits: bool = False):
     if not by_bits:
         return b.fpext(h, ft)
     it = _like(h.type, I32)
-
-    def c(v):
-        return ir.Constant(it, v) if not isinstance(it, ir.VectorType) else \
-            ir.Constant(it, [ir.Constant(I32, v)] * it.count)
-
+    c = functools.partial(intrinsics._const, it)
     bits = b.zext(b.bitcast(h, _like(h.type, ir.IntType(16))), it)
     magnitude = b.shl(b.and_(bits, c(0x7FFF)), c(13))
-    finite = b.fmul(b.bitcast(magnitude, ft), b.bitcast(c(0x77800000), ft))  # 2**112
+    finite = b.fmul(b.bitcast(magnitude, ft), intrinsics._const(ft, 2.0 ** 112))
     special = b.bitcast(b.or_(magnitude, c(0x7F800000)), ft)
     is_special = b.icmp_unsigned(">=", b.and_(bits, c(0x7C00)), c(0x7C00))
     value = b.bitcast(b.select(is_special, special, finite), it)

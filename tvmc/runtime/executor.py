@@ -264,9 +264,9 @@ class GraphExecutor:
         Raises InputError (one line naming the tensor, expected vs got) on an unknown name,
         a different shape, or a different dtype; no implicit casts.
         """
-        views = {n: self._views[k] for n, k in self._inputs.items()}
-        src = checked_input(name, array, self.input_names, {n: (v.shape, v.dtype) for n, v in views.items()})
-        np.copyto(views[name], src)
+        expected = {n: (self._views[k].shape, self._views[k].dtype) for n, k in self._inputs.items()}
+        src = checked_input(name, array, self.input_names, expected)
+        np.copyto(self._views[self._inputs[name]], src)
 
     def run(self) -> None:
         """Run the graph once: one call of the library's graph entry, or, for libraries
