@@ -11,16 +11,18 @@ from tvmc.frontend.onnx.registry import converter
 from tvmc.frontend.onnx.tensor import one_hot_mask
 
 
-def _conv_operands(ctx, inputs, attrs, op_type: str, what: str):
+def _conv_operands(ctx, inputs, attrs, op_type: str, what: str, ranks=(3, 4)):
     """Shared start of Conv and ConvTranspose: (x, w, bias or None, number of spatial axes,
     kernel, strides, dilations, groups), all ints; raises the node's error for a missing
-    input, a rank other than 3 (1-D) or 4 (2-D), or a kernel_shape that is not the weight's."""
+    input, a rank not in `ranks` (3: 1-D, 4: 2-D, 5: 3-D), or a kernel_shape that is not the
+    weight's."""
     if len(inputs) < 2:
         raise ctx.error(f"{op_type} needs inputs X and W")
     x, w = inputs[0], inputs[1]
     rank = len(x.shape)
-    if rank not in (3, 4) or len(w.shape) != rank:
-        raise ctx.error(f"only 1-D and 2-D {what}s are supported; input '{ctx.input_name(0)}' "
+    if rank not in ranks or len(w.shape) != rank:
+        dims = " and ".join(f"{r - 2}-D" for r in ranks)
+        raise ctx.error(f"only {dims} {what}s are supported; input '{ctx.input_name(0)}' "
                         f"is {x.type}, weight {w.type}")
     n_sp = rank - 2
     kernel = tuple(int(k) for k in attrs.get("kernel_shape", w.shape[2:]))
@@ -39,10 +41,11 @@ def _lift_1d(ctx, x, w):
 
 
 def _conv_epilogue(ctx, out, b, n_sp):
-    """Add the bias [C] as [C, 1, 1] (folded when constant) and drop the H = 1 axis of a 1-D conv."""
+    """Add the bias [C] as [C, 1, ...] (folded when constant) and drop the H = 1 axis of a 1-D conv."""
     if b is not None:
-        bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, 1, 1)) if is_const(b) \
-            else reshape(ctx, b, (b.shape[0], 1, 1))
+        ones = (1,) * max(n_sp, 2)
+        bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, *ones)) if is_const(b) \
+            else reshape(ctx, b, (b.shape[0],) + ones)
         out = ctx.call("add", [out, bias])
     if n_sp == 1:
         out = reshape(ctx, out, (out.shape[0], out.shape[1], out.shape[3]))
@@ -66,12 +69,12 @@ def Conv(ctx, node, inputs, attrs, opset):
 
 @converter(1, 11, 22)
 def ConvTranspose(ctx, node, inputs, attrs, opset):
-    """ONNX ConvTranspose-1/11/22 -> nn.conv2d_transpose (+ add of the bias as [C,1,1]); 1-D runs
-    as 2-D with H=1. output_shape (when given) and auto_pad SAME_* become explicit pads, as the
+    """ONNX ConvTranspose-1/11/22 -> nn.conv2d_transpose, 3-D -> nn.conv3d_transpose (+ add of the
+    bias as [C,1,...]); 1-D runs as 2-D with H=1. output_shape (when given) and auto_pad SAME_* become explicit pads, as the
     ONNX reference does: total = s*(in-1) + output_padding + (k-1)*d + 1 - out, the larger half
     at the end for SAME_UPPER, at the beginning otherwise."""
     x, w, b, n_sp, kernel, strides, dilations, groups = _conv_operands(ctx, inputs, attrs, "ConvTranspose",
-                                                                         "transposed convolution")
+                                                                         "transposed convolution", (3, 4, 5))
     out_pad = tuple(int(p) for p in attrs.get("output_padding", [0] * n_sp))
     auto_pad = attrs.get("auto_pad", "NOTSET") or "NOTSET"
     spatial = x.shape[2:]
@@ -96,8 +99,8 @@ def ConvTranspose(ctx, node, inputs, attrs, opset):
         strides, dilations, out_pad = (1,) + strides, (1,) + dilations, (0,) + out_pad
         padding = (0, pads[0], 0, pads[1])
     else:
-        padding = (pads[0], pads[1], pads[2], pads[3])
-    out = ctx.call("nn.conv2d_transpose", [x, w], {
+        padding = tuple(pads)
+    out = ctx.call("nn.conv3d_transpose" if n_sp == 3 else "nn.conv2d_transpose", [x, w], {
         "strides": strides, "padding": tuple(padding), "dilation": dilations, "output_padding": out_pad,
         "groups": groups})
     return _conv_epilogue(ctx, out, b, n_sp)
