@@ -252,6 +252,42 @@ def MaxPool(ctx, node, inputs, attrs, opset):
     return _pool(ctx, "nn.max_pool2d", x, kernel, strides, dilations, pads, ceil_mode, {})
 
 
+@converter(9, 11, 22)
+def MaxUnpool(ctx, node, inputs, attrs, opset):
+    """ONNX MaxUnpool-9/11/22 (X, I, optional constant output_shape; kernel_shape, strides, pads):
+    a zero tensor of the inferred shape (per axis (in - 1) * stride + kernel - pads) with X's
+    values written at their flat (row-major, whole-tensor) indices I -> broadcast_to(0),
+    scatter_elements along that one axis, reshape; a larger output_shape pads the result with
+    zeros at the end of each axis, as the ONNX reference and node cases do (the indices stay
+    relative to the inferred shape). scatter_elements compares every output element with every
+    index (outputs x inputs work): exact for any I, sized for small tensors, not large decoders."""
+    x, idx = inputs[0], inputs[1]
+    n_sp = len(x.shape) - 2
+    kernel = [int(k) for k in attrs.get("kernel_shape", ())]
+    if n_sp < 1 or len(kernel) != n_sp:
+        raise ctx.error(f"kernel_shape {kernel} must have one value per spatial axis of input "
+                        f"'{ctx.input_name(0)}' {x.type}")
+    if tuple(idx.shape) != tuple(x.shape) or idx.dtype != "int64":
+        raise ctx.error(f"indices '{ctx.input_name(1)}' {idx.type} must be int64 of X's shape {x.type}")
+    strides = [int(v) for v in attrs.get("strides", [1] * n_sp)]
+    pads = [int(v) for v in attrs.get("pads", [0] * (2 * n_sp))]
+    inferred = tuple(x.shape[:2]) + tuple((i - 1) * s + k - p0 - p1 for i, s, k, p0, p1 in zip(
+        x.shape[2:], strides, kernel, pads[:n_sp], pads[n_sp:]))
+    zeros = ctx.call("broadcast_to", [scalar(ctx, x, 0, "zero")], {"shape": (prod(inferred),)})
+    flat = ctx.call("scatter_elements", [zeros, reshape(ctx, idx, (prod(idx.shape),)),
+                                         reshape(ctx, x, (prod(x.shape),))], {"axis": 0, "reduction": "none"})
+    out = reshape(ctx, flat, inferred)
+    if len(inputs) > 2 and inputs[2] is not None:
+        shape = tuple(int(d) for d in ctx.constant(inputs, 2, "output_shape").reshape(-1))
+        if len(shape) != len(inferred) or any(o < i for o, i in zip(shape, inferred)):
+            raise ctx.error(f"output_shape {list(shape)} must have rank {len(inferred)} and hold the inferred "
+                            f"shape {list(inferred)}")
+        if shape != inferred:
+            out = ctx.call("pad", [out], {"pad_width": tuple((0, o - i) for o, i in zip(shape, inferred)),
+                                          "pad_value": 0.0})
+    return out
+
+
 @converter(1, 7, 10, 11, 19, 22)
 def AveragePool(ctx, node, inputs, attrs, opset):
     """ONNX AveragePool (1-D, 2-D, 3-D; count_include_pad from 7, ceil_mode from 10, dilations
