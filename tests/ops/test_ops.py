@@ -478,6 +478,11 @@ CASES = [
          lambda r: [n(r, (1, 4, 3, 4, 3)), n(r, (4, 3, 2, 3, 2))],
          dict(strides=(2, 1, 2), padding=(1, 0, -1, 0, 2, 1), dilation=(1, 2, 1), output_padding=(1, 0, 0), groups=2),
          lambda r: [("add", {}, [n(r, (6, 1, 1, 1))])]),
+    Case("max_pool2d_indices_ties_pad_dilation", "nn.max_pool2d_indices",
+         lambda r: [r.integers(-3, 3, (2, 3, 7, 8)).astype(np.float32)],
+         pool((3, 2), (2, 3), (1, 0, 2, 1), ceil=1, dilation=(2, 1))),
+    Case("max_pool2d_indices_storage_order_col_major", "nn.max_pool2d_indices", lambda r: [n(r, (1, 2, 5, 6))],
+         pool((2, 3), (2, 2), (1, 1, 1, 1), storage_order=1)),
 ]
 
 

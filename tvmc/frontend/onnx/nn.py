@@ -247,9 +247,16 @@ def _pool(ctx, op, x, kernel, strides, dilations, pads, ceil_mode, extra):
 @converter(1, 8, 10, 11, 12, 22)
 def MaxPool(ctx, node, inputs, attrs, opset):
     """ONNX MaxPool (1-D, 2-D, 3-D; kernel_shape, strides, pads, auto_pad, dilations from 10,
-    ceil_mode from 10) -> nn.max_pool2d. The optional Indices output may not be used."""
+    ceil_mode from 10) -> nn.max_pool2d; the Indices output (1-D and 2-D; storage_order) ->
+    nn.max_pool2d_indices, the flat index of each maximum in X."""
     x, kernel, strides, dilations, pads, ceil_mode = _pool_common(ctx, inputs, attrs, opset, dilation_since=10)
-    return _pool(ctx, "nn.max_pool2d", x, kernel, strides, dilations, pads, ceil_mode, {})
+    values = _pool(ctx, "nn.max_pool2d", x, kernel, strides, dilations, pads, ceil_mode, {})
+    if len(node.output) < 2 or not node.output[1]:
+        return values
+    if len(kernel) == 3:
+        raise ctx.error("the Indices output of a 3-D MaxPool is not supported")
+    extra = {"storage_order": int(attrs.get("storage_order", 0))}
+    return values, _pool(ctx, "nn.max_pool2d_indices", x, kernel, strides, dilations, pads, ceil_mode, extra)
 
 
 @converter(9, 11, 22)
