@@ -244,6 +244,22 @@ def _pool(ctx, op, x, kernel, strides, dilations, pads, ceil_mode, extra):
     return reshape(ctx, y, (n, c, y.shape[2], oh, ow))
 
 
+@converter(18)
+def Col2Im(ctx, node, inputs, attrs, opset):
+    """ONNX Col2Im-18 (input [N, C * prod(block_shape), L], constant image_shape and block_shape;
+    dilations, pads, strides) -> nn.col2im [N, C, *image_shape]."""
+    image = tuple(int(v) for v in ctx.constant(inputs, 1, "image_shape").reshape(-1))
+    block = tuple(int(v) for v in ctx.constant(inputs, 2, "block_shape").reshape(-1))
+    nd = len(image)
+    if nd < 1 or len(block) != nd:
+        raise ctx.error(f"image_shape {list(image)} and block_shape {list(block)} must have the same length >= 1")
+    return ctx.call("nn.col2im", [inputs[0]], {
+        "image_shape": image, "block_shape": block,
+        "strides": tuple(int(v) for v in attrs.get("strides", [1] * nd)),
+        "dilation": tuple(int(v) for v in attrs.get("dilations", [1] * nd)),
+        "padding": tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))})
+
+
 @converter(1, 8, 10, 11, 12, 22)
 def MaxPool(ctx, node, inputs, attrs, opset):
     """ONNX MaxPool (1-D, 2-D, 3-D; kernel_shape, strides, pads, auto_pad, dilations from 10,
