@@ -106,6 +106,63 @@ def ConvTranspose(ctx, node, inputs, attrs, opset):
     return _conv_epilogue(ctx, out, b, n_sp)
 
 
+@converter(19, 22)
+def DeformConv(ctx, node, inputs, attrs, opset):
+    """ONNX DeformConv-19/22, 2-D (X [N,C,H,W], W [O,C/group,KH,KW], offset [N,G*KH*KW*2,OH,OW],
+    optional B [O] and mask [N,G*KH*KW,OH,OW]; G = offset_group) as a bilinear gather and a
+    grouped matmul, as the ONNX reference builds it on GridSample:
+    1. the sampling point of tap (kh, kw) of output (oh, ow) is (oh*sh - pad_top + kh*dh + dy,
+       ow*sw - pad_left + kw*dw + dx); normalized for image.grid_sample (linear, zeros,
+       align_corners=0: g = (2p + 1) / size - 1) it is offset * (2 / size) + a constant table;
+    2. image.grid_sample of X as [N*G, C/G, H, W] at those points (a corner outside reads 0),
+       times the mask: the columns [N, C*KH*KW, OH*OW] of an im2col;
+    3. nn.matmul of W as [group, O/group, C/group*KH*KW] with the columns as
+       [N, group, C/group*KH*KW, OH*OW], reshaped to [N, O, OH, OW], plus the bias."""
+    if len(inputs) < 3:
+        raise ctx.error("DeformConv needs inputs X, W and offset")
+    x, w, offset = inputs[0], inputs[1], inputs[2]
+    if len(x.shape) != 4 or len(w.shape) != 4 or len(offset.shape) != 4:
+        raise ctx.error(f"only 2-D deformable convolutions are supported; input '{ctx.input_name(0)}' is {x.type}, "
+                        f"weight {w.type}, offset {offset.type}")
+    n, c, h, wd = x.shape
+    o, cpg, kh, kw = w.shape
+    groups, og = int(attrs.get("group", 1)), int(attrs.get("offset_group", 1))
+    if tuple(int(k) for k in attrs.get("kernel_shape", (kh, kw))) != (kh, kw):
+        raise ctx.error(f"kernel_shape {list(attrs['kernel_shape'])} does not match weight {w.type}")
+    sh, sw = (int(v) for v in attrs.get("strides", (1, 1)))
+    dh, dw = (int(v) for v in attrs.get("dilations", (1, 1)))
+    pt, pl, pb, pr = (int(v) for v in attrs.get("pads", (0, 0, 0, 0)))
+    oh, ow = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1, (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if cpg * groups != c or o % groups or c % og:
+        raise ctx.error(f"channels {c} do not match weight {w.type} with group={groups}, offset_group={og}")
+    if tuple(offset.shape) != (n, og * kh * kw * 2, oh, ow):
+        raise ctx.error(f"offset '{ctx.input_name(2)}' {offset.type} must be [{n},{og * kh * kw * 2},{oh},{ow}]")
+    mask = inputs[4] if len(inputs) > 4 else None
+    if mask is not None and tuple(mask.shape) != (n, og * kh * kw, oh, ow):
+        raise ctx.error(f"mask '{ctx.input_name(4)}' {mask.type} must be [{n},{og * kh * kw},{oh},{ow}]")
+    dt = np.dtype(x.dtype)
+    ys = np.arange(oh)[None, :] * sh - pt + np.arange(kh)[:, None] * dh  # [KH, OH]
+    xs = np.arange(ow)[None, :] * sw - pl + np.arange(kw)[:, None] * dw  # [KW, OW]
+    base = np.empty((kh, kw, 2, oh, ow), np.float64)
+    base[:, :, 0] = ys[:, None, :, None]
+    base[:, :, 1] = xs[None, :, None, :]
+    size = np.array([h, wd], np.float64).reshape(2, 1, 1)
+    grid = reshape(ctx, offset, (n, og, kh, kw, 2, oh, ow))
+    grid = ctx.call("add", [ctx.call("multiply", [grid, ctx.const((2.0 / size).astype(dt), "grid_scale")]),
+                            ctx.const(((2.0 * base + 1.0) / size - 1.0).astype(dt), "grid_base")])
+    grid = ctx.call("transpose", [grid], {"axes": (0, 1, 2, 3, 5, 6, 4)})
+    grid = ctx.call("take", [grid, ctx.const(np.array([1, 0], np.int64), "xy")], {"axis": 6})  # (x, y) order
+    grid = reshape(ctx, grid, (n * og, kh * kw * oh, ow, 2))
+    cols = ctx.call("image.grid_sample", [reshape(ctx, x, (n * og, c // og, h, wd)), grid],
+                    {"mode": "linear", "padding_mode": "zeros", "align_corners": 0})
+    if mask is not None:
+        cols = ctx.call("multiply", [cols, reshape(ctx, mask, (n * og, 1, kh * kw * oh, ow))])
+    cols = reshape(ctx, cols, (n, groups, cpg * kh * kw, oh * ow))
+    out = ctx.call("nn.matmul", [reshape(ctx, w, (groups, o // groups, cpg * kh * kw)), cols])
+    out = reshape(ctx, out, (n, o, oh, ow))
+    return _conv_epilogue(ctx, out, inputs[3] if len(inputs) > 3 else None, 2)
+
+
 @converter(1, 6, 7, 9, 14, 15)
 def BatchNormalization(ctx, node, inputs, attrs, opset):
     """ONNX BatchNormalization-1..15 (inference mode) -> nn.batch_norm(axis=1)."""
