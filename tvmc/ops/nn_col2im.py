@@ -17,9 +17,8 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.cpu.reduction import schedule_reduce
-from tvmc.ops.gpu.injective import generic_config, schedule_generic
-from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+from tvmc.ops.reduce import WINDOW
+from tvmc.ops.registry import OpDef, OpPattern, register_op
 
 
 def col2im_grid(image_shape, block_shape, strides, dilation, padding) -> tuple:
@@ -84,8 +83,4 @@ def _reference(x, image_shape, block_shape, strides, dilation, padding):
     return canvas[(slice(None), slice(None)) + crop].astype(x.dtype)
 
 
-# not a hot op: the tap reduction at root with its outer loops parallel on CPUs, a thread per
-# image element on GPUs
-register_op(OpDef("nn.col2im", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
-    "cpu": [Implementation("col2im.x86", schedule_reduce)],
-    "gpu": [Implementation("col2im.gpu", schedule_generic, config_space=generic_config)]}))
+register_op(OpDef("nn.col2im", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, WINDOW))

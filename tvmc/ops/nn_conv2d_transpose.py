@@ -11,10 +11,10 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
-from tvmc.ops.cpu.reduction import schedule_reduce
 from tvmc.ops.gpu.conv2d import conv2d_direct_config, schedule_conv2d_direct
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.nn_conv2d import conv2d_nchw, grouped, ungrouped
+from tvmc.ops.reduce import WINDOW
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 
@@ -174,10 +174,6 @@ register_op(OpDef("nn.conv2d_transpose", _type_nd(2), _reference, OpPattern.OUT_
                            applies=grouped)],
 }))
 
-# 3-D: no dedicated schedule (not a hot op): the reduction at root with its outer loops parallel
-# (the dilated input inlined into it) on CPUs, one output element per thread on GPUs
+# 3-D: no dedicated schedule (not a hot op; the dilated input is inlined into the reduction)
 register_op(OpDef("nn.conv3d_transpose", _type_nd(3), _reference, OpPattern.OUT_ELEMWISE_FUSABLE,
-                  _compute(conv3d_transpose_ncdhw), {
-                      "cpu": [Implementation("conv3d_transpose_ncdhw.x86", schedule_reduce)],
-                      "gpu": [Implementation("conv3d_transpose_ncdhw.gpu", schedule_generic,
-                                             config_space=generic_config)]}))
+                  _compute(conv3d_transpose_ncdhw), WINDOW))

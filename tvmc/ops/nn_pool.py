@@ -13,10 +13,10 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.pool import schedule_pool
-from tvmc.ops.cpu.reduction import schedule_reduce as schedule_reduce_cpu
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.gpu.reduction import reduce_config, schedule_reduce
 from tvmc.ops.layout import channel_block, logical_shape, to_layout
+from tvmc.ops.reduce import WINDOW
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
@@ -206,11 +206,8 @@ def _indices_ref(x, pool_size, strides, padding, dilation=(1, 1), ceil_mode=0, s
     return out + (np.arange(n * c).reshape(n, c, 1, 1) * h * w)
 
 
-# not an anchor for epilogues (an int64 result): the max and the first-hit reduction at root on
-# CPUs, a thread per output on GPUs
-register_op(OpDef("nn.max_pool2d_indices", _indices_type, _indices_ref, OpPattern.OPAQUE, _indices_compute, {
-    "cpu": [Implementation("max_pool2d_indices.x86", schedule_reduce_cpu)],
-    "gpu": [Implementation("max_pool2d_indices.gpu", schedule_generic, config_space=generic_config)]}))
+# not an anchor for epilogues (an int64 result)
+register_op(OpDef("nn.max_pool2d_indices", _indices_type, _indices_ref, OpPattern.OPAQUE, _indices_compute, WINDOW))
 
 
 def _global_type(in_types, attrs):
