@@ -70,9 +70,9 @@ def Conv(ctx, node, inputs, attrs, opset):
 @converter(1, 11, 22)
 def ConvTranspose(ctx, node, inputs, attrs, opset):
     """ONNX ConvTranspose-1/11/22 -> nn.conv2d_transpose, 3-D -> nn.conv3d_transpose (+ add of the
-    bias as [C,1,...]); 1-D runs as 2-D with H=1. output_shape (when given) and auto_pad SAME_* become explicit pads, as the
-    ONNX reference does: total = s*(in-1) + output_padding + (k-1)*d + 1 - out, the larger half
-    at the end for SAME_UPPER, at the beginning otherwise."""
+    bias as [C,1,...]); 1-D runs as 2-D with H=1. output_shape (when given) and auto_pad SAME_*
+    become explicit pads, as the ONNX reference does: total = s*(in-1) + output_padding +
+    (k-1)*d + 1 - out, the larger half at the end for SAME_UPPER, at the beginning otherwise."""
     x, w, b, n_sp, kernel, strides, dilations, groups = _conv_operands(ctx, inputs, attrs, "ConvTranspose",
                                                                          "transposed convolution", (3, 4, 5))
     out_pad = tuple(int(p) for p in attrs.get("output_padding", [0] * n_sp))
