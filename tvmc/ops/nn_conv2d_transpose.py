@@ -25,19 +25,12 @@ def conv_transpose_out_size(size, k, stride, pad_begin, pad_end, dilation, outpu
     return stride * (size - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end
 
 
-def conv2d_transpose_out_hw(h, w, kh, kw, strides, padding, dilation, output_padding):
-    """(OH, OW) of a 2-D transposed convolution; padding (top, left, bottom, right)."""
-    pt, pl, pb, pr = padding
-    return (conv_transpose_out_size(h, kh, strides[0], pt, pb, dilation[0], output_padding[0]),
-            conv_transpose_out_size(w, kw, strides[1], pl, pr, dilation[1], output_padding[1]))
-
-
-def _out_spatial(data_shape, weight_shape, attrs):
+def _out_spatial(data_shape, weight_shape, strides, padding, dilation, output_padding=None):
     """Output spatial extents (any number of axes); padding is (begins..., ends...)."""
     nd = len(data_shape) - 2
-    pads, out_pad = attrs["padding"], attrs.get("output_padding", (0,) * nd)
-    return tuple(conv_transpose_out_size(data_shape[2 + i], weight_shape[2 + i], attrs["strides"][i], pads[i],
-                                         pads[nd + i], attrs["dilation"][i], out_pad[i]) for i in range(nd))
+    out_pad = output_padding or (0,) * nd
+    return tuple(conv_transpose_out_size(data_shape[2 + i], weight_shape[2 + i], strides[i], padding[i],
+                                         padding[nd + i], dilation[i], out_pad[i]) for i in range(nd))
 
 
 def _type_nd(nd):
@@ -49,18 +42,21 @@ def _type_nd(nd):
         g = attrs.get("groups", 1)
         if w.shape[0] != d.shape[1] or d.shape[1] % g:
             raise ValueError(f"channels {d.shape[1]} do not match weight {list(w.shape)} with groups={g}")
-        out = _out_spatial(d.shape, w.shape, attrs)
+        out = _out_spatial(d.shape, w.shape, attrs["strides"], attrs["padding"], attrs["dilation"],
+                           attrs.get("output_padding"))
         if min(out) <= 0:
             raise ValueError(f"output {'x'.join(map(str, out))} is empty")
         return TensorType((d.shape[0], w.shape[1] * g) + out, d.dtype)
     return infer
 
 
-def _dilated_input(data, strides, offsets, padded):
-    """xp[n, c, u...] = data[n, c, (u + off) / s ...] where every u + off is a multiple of its
-    stride s inside the input, else 0: the input dilated by the strides (s - 1 zeros between
-    elements) and padded (off = pad_begin - (K - 1) * d)."""
-    sizes = data.shape[2:]
+def _dilated_padded(data, weight_shape, strides, padding, dilation, out):
+    """The input dilated by the strides (s - 1 zeros between elements) and padded by
+    (K - 1) * d - pad_begin at the start, extent out + (K - 1) * d per axis, for a stride-1
+    convolution to `out`: xp[n, c, u...] = data[n, c, (u + off) / s ...] where every
+    u + off (off = pad_begin - (K - 1) * d) is a multiple of its stride inside the input, else 0."""
+    ks, sizes = weight_shape[2:], data.shape[2:]
+    offsets = [padding[i] - (k - 1) * dilation[i] for i, k in enumerate(ks)]
 
     def f(nn, cc, *us):
         conds, idx = [], []
@@ -74,7 +70,8 @@ def _dilated_input(data, strides, offsets, padded):
             idx.append(t // s if s > 1 else t)
         return te.select(te.logical_and(*conds), data[(nn, cc, *idx)], te.const(0.0, data.dtype))
 
-    return te.compute(data.shape[:2] + tuple(padded), f, name="dilate_pad_data")
+    padded = tuple(o + (k - 1) * d for o, k, d in zip(out, ks, dilation))
+    return te.compute(data.shape[:2] + padded, f, name="dilate_pad_data")
 
 
 def _flipped_weight(weight, groups):
@@ -91,19 +88,11 @@ def _flipped_weight(weight, groups):
     return te.compute((og * groups, cg) + tuple(ks), f, name="weight_flipped")
 
 
-def _dilated_padded(data, weight_shape, strides, padding, dilation, out):
-    """_dilated_input padded for a stride-1 convolution to `out`: extent out + (K - 1) * d per axis."""
-    ks = weight_shape[2:]
-    return _dilated_input(data, strides, [padding[i] - (k - 1) * dilation[i] for i, k in enumerate(ks)],
-                          [o + (k - 1) * dilation[i] for i, (o, k) in enumerate(zip(out, ks))])
-
-
 def conv2d_transpose_nchw(data, weight, strides, padding, dilation, output_padding=(0, 0), groups=1):
     """Gather form (no scatter): out = conv2d(stride 1, dilation d) of the input dilated by the
-    strides and padded by (K-1)*d - pad on each side (_dilated_input), with the kernel flipped
+    strides and padded by (K-1)*d - pad on each side (_dilated_padded), with the kernel flipped
     and its in/out axes swapped per group (_flipped_weight)."""
-    attrs = dict(strides=strides, padding=padding, dilation=dilation, output_padding=output_padding)
-    out = _out_spatial(data.shape, weight.shape, attrs)
+    out = _out_spatial(data.shape, weight.shape, strides, padding, dilation, output_padding)
     xp = _dilated_padded(data, weight.shape, strides, padding, dilation, out)
     return conv2d_nchw(xp, _flipped_weight(weight, groups), (1, 1), (0, 0, 0, 0), dilation, groups)
 
@@ -112,8 +101,7 @@ def conv3d_transpose_ncdhw(data, weight, strides, padding, dilation, output_padd
     """3-D transposed convolution, NCDHW data, weight [C, O/groups, KD, KH, KW], padding
     (d_begin, h_begin, w_begin, d_end, h_end, w_end): the gather form of conv2d_transpose_nchw
     with the stride-1 convolution written as one reduction over (ic, kd, kh, kw)."""
-    attrs = dict(strides=strides, padding=padding, dilation=dilation, output_padding=output_padding)
-    out = _out_spatial(data.shape, weight.shape, attrs)
+    out = _out_spatial(data.shape, weight.shape, strides, padding, dilation, output_padding)
     xp = _dilated_padded(data, weight.shape, strides, padding, dilation, out)
     wt = _flipped_weight(weight, groups)
     oc, cg = wt.shape[:2]
@@ -136,8 +124,7 @@ def _reference(x, w, strides, padding, dilation, output_padding=None, groups=1):
     n, c = x.shape[:2]
     og, ks = w.shape[1], w.shape[2:]
     begin = padding[:nd]
-    out = _out_spatial(x.shape, w.shape, dict(strides=strides, padding=padding, dilation=dilation,
-                                              output_padding=output_padding or (0,) * nd))
+    out = _out_spatial(x.shape, w.shape, strides, padding, dilation, output_padding)
     lead = [max(0, -b) for b in begin]
     canvas = [lead[i] + max(strides[i] * (x.shape[2 + i] - 1) + (ks[i] - 1) * dilation[i] + 1, out[i] + begin[i])
               for i in range(nd)]
