@@ -787,10 +787,14 @@ def test_pools():
     assert d.attrs["padding"] == (1, 1, 1, 1) and d.shape == (1, 2, 4, 4)
 
 
-def test_maxpool_indices_used_is_an_error():
-    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2])
-    model = make_model([node], [("x", F, [1, 1, 4, 4])], [("y", F, None), ("idx", I64, None)])
-    with pytest.raises(ModelError, match=r"'idx'.*Indices.*'mp'"):
+def test_maxpool_indices_import_as_their_op_and_3d_indices_are_an_error():
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2], storage_order=1)
+    g = from_onnx(make_model([node], [("x", F, [1, 1, 4, 4])], [("y", F, None), ("idx", I64, None)]))
+    assert [o.op_name for o in g.outputs] == ["nn.max_pool2d", "nn.max_pool2d_indices"]
+    assert g.outputs[1].attrs["storage_order"] == 1 and g.outputs[1].dtype == "int64"
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp3", kernel_shape=[2, 2, 2])
+    model = make_model([node], [("x", F, [1, 1, 4, 4, 4])], [("y", F, None), ("idx", I64, None)])
+    with pytest.raises(ModelError, match=r"'mp3'.*Indices output of a 3-D MaxPool"):
         from_onnx(model)
 
 
