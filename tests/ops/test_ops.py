@@ -473,7 +473,8 @@ CASES = [
          dict(pad_width=((0, 0), (2, 5), (1, 3)), mode="wrap")),
     Case("reinterpret_bool_uint8", "reinterpret", lambda r: [r.integers(0, 2, (2, 9)).astype(bool)],
          dict(dtype="uint8")),
-    # --- issue 18, nn group (3-D ConvTranspose, MaxPool Indices, Col2Im, DeformConv's sampling)
+    # --- issue 18, nn group: 3-D ConvTranspose, MaxPool Indices, Col2Im (DeformConv and MaxUnpool are made of
+    # existing ops: tests/frontend)
     Case("conv3d_transpose_s2_groups2_neg_pad", "nn.conv3d_transpose",
          lambda r: [n(r, (1, 4, 3, 4, 3)), n(r, (4, 3, 2, 3, 2))],
          dict(strides=(2, 1, 2), padding=(1, 0, -1, 0, 2, 1), dilation=(1, 2, 1), output_padding=(1, 0, 0), groups=2),
