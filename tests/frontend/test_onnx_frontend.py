@@ -568,6 +568,47 @@ def scan_running_sum():
     return model, {"s0": rand(3), "x": rand(4, 3, seed=1)}
 
 
+# --- issue 18, nn group: DeformConv, Col2Im, MaxUnpool, MaxPool Indices, 3-D ConvTranspose
+
+@case
+def deform_conv_groups_offset_groups_mask_bias():
+    """Strides, dilations, asymmetric pads, group 2, offset_group 2, offsets reaching outside X."""
+    w, b = rand(4, 2, 2, 3, seed=1), rand(4, seed=2)
+    node = helper.make_node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], name="dc", group=2,
+                            offset_group=2, strides=[2, 1], dilations=[1, 2], pads=[1, 0, 0, 2], kernel_shape=[2, 3])
+    inputs = [("x", F, [2, 4, 5, 6]), ("offset", F, [2, 24, 3, 4]), ("mask", F, [2, 12, 3, 4])]
+    feeds = {"x": rand(2, 4, 5, 6), "offset": rand(2, 24, 3, 4, seed=3) * 2.5, "mask": rand(2, 12, 3, 4, seed=4)}
+    return make_model([node], inputs, [("y", F, None)], {"w": w, "b": b}, opset=19), feeds
+
+
+@case
+def col2im_strides_dilations_pads():
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], strides=[2, 3], dilations=[2, 1],
+                            pads=[1, 0, 2, 2])
+    inits = {"image": np.array([7, 8], np.int64), "block": np.array([3, 2], np.int64)}
+    return make_model([node], [("x", F, [2, 18, 9])], [("y", F, None)], inits, opset=18), {"x": rand(2, 18, 9)}
+
+
+@case
+def maxpool_indices_maxunpool_pads():
+    """MaxPool's Indices (column-major: storage_order 1) fed to MaxUnpool with the same window."""
+    pool = helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 3], strides=[2, 2], pads=[0, 1, 0, 1])
+    unpool = helper.make_node("MaxUnpool", ["p", "i"], ["y"], kernel_shape=[2, 3], strides=[2, 2], pads=[0, 1, 0, 1])
+    pool_cm = helper.make_node("MaxPool", ["x"], ["q", "j"], kernel_shape=[3, 2], strides=[1, 2], storage_order=1)
+    model = make_model([pool, unpool, pool_cm], [("x", F, [2, 3, 6, 7])],
+                       [("y", F, None), ("i", I64, None), ("j", I64, None)], opset=22)
+    return model, {"x": rand(2, 3, 6, 7)}
+
+
+@case
+def convtranspose_3d_strides_pads_groups_bias():
+    w, b = rand(4, 3, 2, 3, 2, seed=1), rand(6, seed=2)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], group=2, strides=[2, 1, 2], dilations=[1, 2, 1],
+                            pads=[1, 0, 0, 0, 2, 1], output_padding=[1, 0, 0])
+    return make_model([node], [("x", F, [1, 4, 3, 4, 3])], [("y", F, None)], {"w": w, "b": b}), \
+        {"x": rand(1, 4, 3, 4, 3)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Numerics against onnxruntime, every case
 # ---------------------------------------------------------------------------------------------
@@ -746,10 +787,14 @@ def test_pools():
     assert d.attrs["padding"] == (1, 1, 1, 1) and d.shape == (1, 2, 4, 4)
 
 
-def test_maxpool_indices_used_is_an_error():
-    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2])
-    model = make_model([node], [("x", F, [1, 1, 4, 4])], [("y", F, None), ("idx", I64, None)])
-    with pytest.raises(ModelError, match=r"'idx'.*Indices.*'mp'"):
+def test_maxpool_indices_import_as_their_op_and_3d_indices_are_an_error():
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp", kernel_shape=[2, 2], storage_order=1)
+    g = from_onnx(make_model([node], [("x", F, [1, 1, 4, 4])], [("y", F, None), ("idx", I64, None)]))
+    assert [o.op_name for o in g.outputs] == ["nn.max_pool2d", "nn.max_pool2d_indices"]
+    assert g.outputs[1].attrs["storage_order"] == 1 and g.outputs[1].dtype == "int64"
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], name="mp3", kernel_shape=[2, 2, 2])
+    model = make_model([node], [("x", F, [1, 1, 4, 4, 4])], [("y", F, None), ("idx", I64, None)])
+    with pytest.raises(ModelError, match=r"'mp3'.*Indices output of a 3-D MaxPool"):
         from_onnx(model)
 
 

@@ -473,6 +473,22 @@ CASES = [
          dict(pad_width=((0, 0), (2, 5), (1, 3)), mode="wrap")),
     Case("reinterpret_bool_uint8", "reinterpret", lambda r: [r.integers(0, 2, (2, 9)).astype(bool)],
          dict(dtype="uint8")),
+    # --- issue 18, nn group: 3-D ConvTranspose, MaxPool Indices, Col2Im (DeformConv and MaxUnpool are made of
+    # existing ops: tests/frontend)
+    Case("conv3d_transpose_s2_groups2_neg_pad", "nn.conv3d_transpose",
+         lambda r: [n(r, (1, 4, 3, 4, 3)), n(r, (4, 3, 2, 3, 2))],
+         dict(strides=(2, 1, 2), padding=(1, 0, -1, 0, 2, 1), dilation=(1, 2, 1), output_padding=(1, 0, 0), groups=2),
+         lambda r: [("add", {}, [n(r, (6, 1, 1, 1))])]),
+    Case("max_pool2d_indices_ties_pad_dilation", "nn.max_pool2d_indices",
+         lambda r: [r.integers(-3, 3, (2, 3, 7, 8)).astype(np.float32)],
+         pool((3, 2), (2, 3), (1, 0, 2, 1), ceil=1, dilation=(2, 1))),
+    Case("max_pool2d_indices_storage_order_col_major", "nn.max_pool2d_indices", lambda r: [n(r, (1, 2, 5, 6))],
+         pool((2, 3), (2, 2), (1, 1, 1, 1), storage_order=1)),
+    Case("col2im_strides_dilation_pads", "nn.col2im", lambda r: [n(r, (2, 18, 9))],
+         dict(image_shape=(7, 8), block_shape=(3, 2), strides=(2, 3), dilation=(2, 1), padding=(1, 0, 2, 2))),
+    Case("col2im_3d", "nn.col2im", lambda r: [n(r, (1, 12, 48))],
+         dict(image_shape=(4, 5, 6), block_shape=(2, 1, 3), strides=(1, 2, 2), dilation=(1, 1, 2),
+              padding=(0, 1, 2, 1, 0, 3)), slow="a second col2im rank: the first case covers the math"),
 ]
 
 

@@ -23,6 +23,9 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | concatenate | x0, x1, ... | axis (>= 0) | INJECTIVE |
 | pad | x | pad_width ((before, after) per axis), pad_value | INJECTIVE |
 | nn.conv2d_transpose | data[N,C,H,W], weight[C,O/groups,KH,KW] | strides, padding (t,l,b,r; may be negative), dilation, output_padding (oh,ow), groups | OUT_ELEMWISE_FUSABLE |
+| nn.conv3d_transpose | data[N,C,D,H,W], weight[C,O/groups,KD,KH,KW] | strides, padding (d,h,w begins, then ends; may be negative), dilation, output_padding, groups | OUT_ELEMWISE_FUSABLE |
+| nn.max_pool2d_indices | data[N,C,H,W] -> int64 [N,C,OH,OW], the flat index of each window's first maximum | as nn.max_pool2d (NCHW only), storage_order (0 row-major, 1 column-major) | OPAQUE |
+| nn.col2im | data[N,C*prod(B),L] -> [N,C,*image_shape] | image_shape, block_shape B, strides, dilation, padding (begins, then ends) | OUT_ELEMWISE_FUSABLE |
 | image.resize2d | data[N,C,H,W], idx_h[OH,Th], idx_w[OW,Tw] (int64), optional w_h[OH,Th], w_w[OW,Tw] (tables from image.resize_tables) | - | INJECTIVE |
 | topk_values / topk_indices | x | axis, k, largest (0/1); sorted, ties by lower index; indices int64 | OPAQUE |
 
@@ -42,3 +45,4 @@ from tvmc.ops import image  # noqa: F401,E402  (registration: image.resize2d)
 from tvmc.ops import nn_conv2d_transpose  # noqa: F401,E402  (registration: nn.conv2d_transpose)
 from tvmc.ops import sort  # noqa: F401,E402  (registration: topk_values, topk_indices)
 from tvmc.ops import scatter  # noqa: F401,E402  (registration: scatter_elements, scatter_nd)
+from tvmc.ops import nn_col2im  # noqa: F401,E402  (registration: nn.col2im)

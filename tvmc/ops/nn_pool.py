@@ -1,4 +1,5 @@
-"""Pooling (ONNX MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool) on NCHW or NCHW[x]c data.
+"""Pooling (ONNX MaxPool with its Indices output, AveragePool, GlobalAveragePool, GlobalMaxPool) on
+NCHW or NCHW[x]c data.
 
 Every pooling op takes an optional `layout` attribute: "NCHW" (the default, [N, C, H, W]) or
 "NCHW[x]c" ([N, C//x, H, W, x], set by AlterOpLayout; TVM's pool2d `layout`); the window
@@ -15,6 +16,7 @@ from tvmc.ops.cpu.pool import schedule_pool
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.gpu.reduction import reduce_config, schedule_reduce
 from tvmc.ops.layout import channel_block, logical_shape, to_layout
+from tvmc.ops.reduce import WINDOW
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
@@ -142,6 +144,70 @@ register_op(OpDef("nn.max_pool2d", _pool_type, _pool_reference("max"), OpPattern
                   _pool_compute("max"), POOL))
 register_op(OpDef("nn.avg_pool2d", _pool_type, _pool_reference("avg"), OpPattern.OUT_ELEMWISE_FUSABLE,
                   _pool_compute("avg"), POOL))
+
+
+# ---- max_pool2d_indices: MaxPool's second output (ONNX MaxPool-8.., Indices) ----------------------
+
+def _indices_type(in_types, attrs):
+    t = in_types[0]
+    if len(t.shape) != 4 or attrs.get("layout", "NCHW") != "NCHW":
+        raise ValueError(f"max_pool2d_indices needs NCHW data, got {list(t.shape)}")
+    oh, ow = pool_out_hw(t.shape[2], t.shape[3], attrs)
+    if oh <= 0 or ow <= 0:
+        raise ValueError("pooling window larger than the padded input")
+    return TensorType(t.shape[:2] + (oh, ow), "int64")
+
+
+def _indices_compute(inputs, attrs, out_type):
+    """The flat index into data [N, C, H, W] of each window's maximum: (n * C + c) * H * W +
+    h * W + w (storage_order 0, row-major) or + h + w * H (storage_order 1); the first maximum in
+    the window's row-major scan wins, as in the ONNX reference (a window holding NaN has no
+    maximum equal to itself: its index is undefined)."""
+    x = inputs[0]
+    c, h, w = x.shape[1:]
+    kh, kw = attrs["pool_size"]
+    sh, sw = attrs["strides"]
+    dh, dw = attrs.get("dilation", (1, 1))
+    pt, pl = attrs["padding"][:2]
+    peak = _pool_compute("max")(inputs, attrs, TensorType(out_type.shape, x.dtype))
+    rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
+
+    def first(a, b, y, z):
+        hh, ww = y * sh - pt + rh.var * dh, z * sw - pl + rw.var * dw
+        inside = te.logical_and(hh >= 0, hh < h, ww >= 0, ww < w)
+        value = x[a, b, te.minimum(te.maximum(hh, te.const(0)), te.const(h - 1)),
+                  te.minimum(te.maximum(ww, te.const(0)), te.const(w - 1))]
+        hit = te.logical_and(inside, te.eq(value, peak[a, b, y, z]))
+        return te.min(te.select(hit, hh * w + ww, te.const(h * w)), [rh, rw])
+
+    pos = te.compute(out_type.shape, first, name="max_pool2d_argmax")
+
+    def flat(a, b, y, z):
+        p = pos[a, b, y, z]
+        within = p if not attrs.get("storage_order", 0) else p // w + (p % w) * h
+        return te.cast("int64", (a * c + b) * (h * w) + within)
+
+    return te.compute(out_type.shape, flat, name="max_pool2d_indices")
+
+
+def _indices_ref(x, pool_size, strides, padding, dilation=(1, 1), ceil_mode=0, storage_order=0):
+    n, c, h, w = x.shape
+    oh, ow = pool_out_hw(h, w, dict(pool_size=pool_size, strides=strides, padding=padding, dilation=dilation,
+                                    ceil_mode=ceil_mode))
+    out = np.zeros((n, c, oh, ow), np.int64)
+    for i in range(oh):
+        for j in range(ow):
+            ys = [y for y in i * strides[0] - padding[0] + np.arange(pool_size[0]) * dilation[0] if 0 <= y < h]
+            xs = [v for v in j * strides[1] - padding[1] + np.arange(pool_size[1]) * dilation[1] if 0 <= v < w]
+            win = x[:, :, ys][:, :, :, xs].reshape(n, c, -1)
+            k = np.argmax(win, axis=2)  # the first maximum in row-major order
+            yy, xx = np.asarray(ys)[k // len(xs)], np.asarray(xs)[k % len(xs)]
+            out[:, :, i, j] = yy + xx * h if storage_order else yy * w + xx
+    return out + (np.arange(n * c).reshape(n, c, 1, 1) * h * w)
+
+
+# not an anchor for epilogues (an int64 result)
+register_op(OpDef("nn.max_pool2d_indices", _indices_type, _indices_ref, OpPattern.OPAQUE, _indices_compute, WINDOW))
 
 
 def _global_type(in_types, attrs):

@@ -8,12 +8,18 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.reduction import schedule_reduce
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.gpu.reduction import reduce_config
 from tvmc.ops.gpu.reduction import schedule_reduce as schedule_reduce_gpu
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 REDUCE = {"cpu": [Implementation("reduce.x86", schedule_reduce)],
           "gpu": [Implementation("reduce.gpu", schedule_reduce_gpu, config_space=reduce_config)]}
+# gather-form window operators (col2im, the 3-D transposed convolution, max-pool indices): each
+# output element reduces over its own window of taps; no dedicated schedule (not hot ops): the
+# reductions at root with their outer loops parallel on CPUs, one output element per thread on GPUs
+WINDOW = {"cpu": [Implementation("window_reduce.x86", schedule_reduce)],
+          "gpu": [Implementation("window_reduce.gpu", schedule_generic, config_space=generic_config)]}
 
 
 def _check_axes(shape, axes):

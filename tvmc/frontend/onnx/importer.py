@@ -85,8 +85,8 @@ def one_line(e: Exception) -> str:
 
 
 class _Unusable:
-    """Placeholder for a secondary node output (Dropout mask, BatchNorm training statistics,
-    MaxPool indices): tvmc only supports output 0 of such nodes."""
+    """Placeholder for a secondary node output (BatchNorm training statistics): tvmc only
+    supports output 0 of such nodes."""
 
     def __init__(self, node: str, op_type: str, index: int, what: str):
         self.node, self.op_type, self.index, self.what = node, op_type, index, what
@@ -94,7 +94,6 @@ class _Unusable:
 
 _SECONDARY_OUTPUTS = {
     "BatchNormalization": "training-mode statistics",
-    "MaxPool": "Indices",
 }
 
 

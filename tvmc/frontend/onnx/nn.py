@@ -11,16 +11,18 @@ from tvmc.frontend.onnx.registry import converter
 from tvmc.frontend.onnx.tensor import one_hot_mask
 
 
-def _conv_operands(ctx, inputs, attrs, op_type: str, what: str):
+def _conv_operands(ctx, inputs, attrs, op_type: str, what: str, ranks=(3, 4)):
     """Shared start of Conv and ConvTranspose: (x, w, bias or None, number of spatial axes,
     kernel, strides, dilations, groups), all ints; raises the node's error for a missing
-    input, a rank other than 3 (1-D) or 4 (2-D), or a kernel_shape that is not the weight's."""
+    input, a rank not in `ranks` (3: 1-D, 4: 2-D, 5: 3-D), or a kernel_shape that is not the
+    weight's."""
     if len(inputs) < 2:
         raise ctx.error(f"{op_type} needs inputs X and W")
     x, w = inputs[0], inputs[1]
     rank = len(x.shape)
-    if rank not in (3, 4) or len(w.shape) != rank:
-        raise ctx.error(f"only 1-D and 2-D {what}s are supported; input '{ctx.input_name(0)}' "
+    if rank not in ranks or len(w.shape) != rank:
+        dims = " and ".join(f"{r - 2}-D" for r in ranks)
+        raise ctx.error(f"only {dims} {what}s are supported; input '{ctx.input_name(0)}' "
                         f"is {x.type}, weight {w.type}")
     n_sp = rank - 2
     kernel = tuple(int(k) for k in attrs.get("kernel_shape", w.shape[2:]))
@@ -39,10 +41,11 @@ def _lift_1d(ctx, x, w):
 
 
 def _conv_epilogue(ctx, out, b, n_sp):
-    """Add the bias [C] as [C, 1, 1] (folded when constant) and drop the H = 1 axis of a 1-D conv."""
+    """Add the bias [C] as [C, 1, ...] (folded when constant) and drop the H = 1 axis of a 1-D conv."""
     if b is not None:
-        bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, 1, 1)) if is_const(b) \
-            else reshape(ctx, b, (b.shape[0], 1, 1))
+        ones = (1,) * max(n_sp, 2)
+        bias = ctx.derived(b, "bias", lambda v: v.reshape(-1, *ones)) if is_const(b) \
+            else reshape(ctx, b, (b.shape[0],) + ones)
         out = ctx.call("add", [out, bias])
     if n_sp == 1:
         out = reshape(ctx, out, (out.shape[0], out.shape[1], out.shape[3]))
@@ -66,12 +69,12 @@ def Conv(ctx, node, inputs, attrs, opset):
 
 @converter(1, 11, 22)
 def ConvTranspose(ctx, node, inputs, attrs, opset):
-    """ONNX ConvTranspose-1/11/22 -> nn.conv2d_transpose (+ add of the bias as [C,1,1]); 1-D runs
-    as 2-D with H=1. output_shape (when given) and auto_pad SAME_* become explicit pads, as the
-    ONNX reference does: total = s*(in-1) + output_padding + (k-1)*d + 1 - out, the larger half
-    at the end for SAME_UPPER, at the beginning otherwise."""
+    """ONNX ConvTranspose-1/11/22 -> nn.conv2d_transpose, 3-D -> nn.conv3d_transpose (+ add of the
+    bias as [C,1,...]); 1-D runs as 2-D with H=1. output_shape (when given) and auto_pad SAME_*
+    become explicit pads, as the ONNX reference does: total = s*(in-1) + output_padding +
+    (k-1)*d + 1 - out, the larger half at the end for SAME_UPPER, at the beginning otherwise."""
     x, w, b, n_sp, kernel, strides, dilations, groups = _conv_operands(ctx, inputs, attrs, "ConvTranspose",
-                                                                         "transposed convolution")
+                                                                         "transposed convolution", (3, 4, 5))
     out_pad = tuple(int(p) for p in attrs.get("output_padding", [0] * n_sp))
     auto_pad = attrs.get("auto_pad", "NOTSET") or "NOTSET"
     spatial = x.shape[2:]
@@ -96,11 +99,68 @@ def ConvTranspose(ctx, node, inputs, attrs, opset):
         strides, dilations, out_pad = (1,) + strides, (1,) + dilations, (0,) + out_pad
         padding = (0, pads[0], 0, pads[1])
     else:
-        padding = (pads[0], pads[1], pads[2], pads[3])
-    out = ctx.call("nn.conv2d_transpose", [x, w], {
+        padding = tuple(pads)
+    out = ctx.call("nn.conv3d_transpose" if n_sp == 3 else "nn.conv2d_transpose", [x, w], {
         "strides": strides, "padding": tuple(padding), "dilation": dilations, "output_padding": out_pad,
         "groups": groups})
     return _conv_epilogue(ctx, out, b, n_sp)
+
+
+@converter(19, 22)
+def DeformConv(ctx, node, inputs, attrs, opset):
+    """ONNX DeformConv-19/22, 2-D (X [N,C,H,W], W [O,C/group,KH,KW], offset [N,G*KH*KW*2,OH,OW],
+    optional B [O] and mask [N,G*KH*KW,OH,OW]; G = offset_group) as a bilinear gather and a
+    grouped matmul, as the ONNX reference builds it on GridSample:
+    1. the sampling point of tap (kh, kw) of output (oh, ow) is (oh*sh - pad_top + kh*dh + dy,
+       ow*sw - pad_left + kw*dw + dx); normalized for image.grid_sample (linear, zeros,
+       align_corners=0: g = (2p + 1) / size - 1) it is offset * (2 / size) + a constant table;
+    2. image.grid_sample of X as [N*G, C/G, H, W] at those points (a corner outside reads 0),
+       times the mask: the columns [N, C*KH*KW, OH*OW] of an im2col;
+    3. nn.matmul of W as [group, O/group, C/group*KH*KW] with the columns as
+       [N, group, C/group*KH*KW, OH*OW], reshaped to [N, O, OH, OW], plus the bias."""
+    if len(inputs) < 3:
+        raise ctx.error("DeformConv needs inputs X, W and offset")
+    x, w, offset = inputs[0], inputs[1], inputs[2]
+    if len(x.shape) != 4 or len(w.shape) != 4 or len(offset.shape) != 4:
+        raise ctx.error(f"only 2-D deformable convolutions are supported; input '{ctx.input_name(0)}' is {x.type}, "
+                        f"weight {w.type}, offset {offset.type}")
+    n, c, h, wd = x.shape
+    o, cpg, kh, kw = w.shape
+    groups, og = int(attrs.get("group", 1)), int(attrs.get("offset_group", 1))
+    if tuple(int(k) for k in attrs.get("kernel_shape", (kh, kw))) != (kh, kw):
+        raise ctx.error(f"kernel_shape {list(attrs['kernel_shape'])} does not match weight {w.type}")
+    sh, sw = (int(v) for v in attrs.get("strides", (1, 1)))
+    dh, dw = (int(v) for v in attrs.get("dilations", (1, 1)))
+    pt, pl, pb, pr = (int(v) for v in attrs.get("pads", (0, 0, 0, 0)))
+    oh, ow = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1, (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    if cpg * groups != c or o % groups or c % og:
+        raise ctx.error(f"channels {c} do not match weight {w.type} with group={groups}, offset_group={og}")
+    if tuple(offset.shape) != (n, og * kh * kw * 2, oh, ow):
+        raise ctx.error(f"offset '{ctx.input_name(2)}' {offset.type} must be [{n},{og * kh * kw * 2},{oh},{ow}]")
+    mask = inputs[4] if len(inputs) > 4 else None
+    if mask is not None and tuple(mask.shape) != (n, og * kh * kw, oh, ow):
+        raise ctx.error(f"mask '{ctx.input_name(4)}' {mask.type} must be [{n},{og * kh * kw},{oh},{ow}]")
+    dt = np.dtype(x.dtype)
+    ys = np.arange(oh)[None, :] * sh - pt + np.arange(kh)[:, None] * dh  # [KH, OH]
+    xs = np.arange(ow)[None, :] * sw - pl + np.arange(kw)[:, None] * dw  # [KW, OW]
+    base = np.empty((kh, kw, 2, oh, ow), np.float64)
+    base[:, :, 0] = ys[:, None, :, None]
+    base[:, :, 1] = xs[None, :, None, :]
+    size = np.array([h, wd], np.float64).reshape(2, 1, 1)
+    grid = reshape(ctx, offset, (n, og, kh, kw, 2, oh, ow))
+    grid = ctx.call("add", [ctx.call("multiply", [grid, ctx.const((2.0 / size).astype(dt), "grid_scale")]),
+                            ctx.const(((2.0 * base + 1.0) / size - 1.0).astype(dt), "grid_base")])
+    grid = ctx.call("transpose", [grid], {"axes": (0, 1, 2, 3, 5, 6, 4)})
+    grid = ctx.call("take", [grid, ctx.const(np.array([1, 0], np.int64), "xy")], {"axis": 6})  # (x, y) order
+    grid = reshape(ctx, grid, (n * og, kh * kw * oh, ow, 2))
+    cols = ctx.call("image.grid_sample", [reshape(ctx, x, (n * og, c // og, h, wd)), grid],
+                    {"mode": "linear", "padding_mode": "zeros", "align_corners": 0})
+    if mask is not None:
+        cols = ctx.call("multiply", [cols, reshape(ctx, mask, (n * og, 1, kh * kw * oh, ow))])
+    cols = reshape(ctx, cols, (n, groups, cpg * kh * kw, oh * ow))
+    out = ctx.call("nn.matmul", [reshape(ctx, w, (groups, o // groups, cpg * kh * kw)), cols])
+    out = reshape(ctx, out, (n, o, oh, ow))
+    return _conv_epilogue(ctx, out, inputs[3] if len(inputs) > 3 else None, 2)
 
 
 @converter(1, 6, 7, 9, 14, 15)
@@ -241,12 +301,71 @@ def _pool(ctx, op, x, kernel, strides, dilations, pads, ceil_mode, extra):
     return reshape(ctx, y, (n, c, y.shape[2], oh, ow))
 
 
+@converter(18)
+def Col2Im(ctx, node, inputs, attrs, opset):
+    """ONNX Col2Im-18 (input [N, C * prod(block_shape), L], constant image_shape and block_shape;
+    dilations, pads, strides) -> nn.col2im [N, C, *image_shape]."""
+    image = tuple(int(v) for v in ctx.constant(inputs, 1, "image_shape").reshape(-1))
+    block = tuple(int(v) for v in ctx.constant(inputs, 2, "block_shape").reshape(-1))
+    nd = len(image)
+    if nd < 1 or len(block) != nd:
+        raise ctx.error(f"image_shape {list(image)} and block_shape {list(block)} must have the same length >= 1")
+    return ctx.call("nn.col2im", [inputs[0]], {
+        "image_shape": image, "block_shape": block,
+        "strides": tuple(int(v) for v in attrs.get("strides", [1] * nd)),
+        "dilation": tuple(int(v) for v in attrs.get("dilations", [1] * nd)),
+        "padding": tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))})
+
+
 @converter(1, 8, 10, 11, 12, 22)
 def MaxPool(ctx, node, inputs, attrs, opset):
     """ONNX MaxPool (1-D, 2-D, 3-D; kernel_shape, strides, pads, auto_pad, dilations from 10,
-    ceil_mode from 10) -> nn.max_pool2d. The optional Indices output may not be used."""
+    ceil_mode from 10) -> nn.max_pool2d; the Indices output (1-D and 2-D; storage_order) ->
+    nn.max_pool2d_indices, the flat index of each maximum in X."""
     x, kernel, strides, dilations, pads, ceil_mode = _pool_common(ctx, inputs, attrs, opset, dilation_since=10)
-    return _pool(ctx, "nn.max_pool2d", x, kernel, strides, dilations, pads, ceil_mode, {})
+    values = _pool(ctx, "nn.max_pool2d", x, kernel, strides, dilations, pads, ceil_mode, {})
+    if len(node.output) < 2 or not node.output[1]:
+        return values
+    if len(kernel) == 3:
+        raise ctx.error("the Indices output of a 3-D MaxPool is not supported")
+    extra = {"storage_order": int(attrs.get("storage_order", 0))}
+    return values, _pool(ctx, "nn.max_pool2d_indices", x, kernel, strides, dilations, pads, ceil_mode, extra)
+
+
+@converter(9, 11, 22)
+def MaxUnpool(ctx, node, inputs, attrs, opset):
+    """ONNX MaxUnpool-9/11/22 (X, I, optional constant output_shape; kernel_shape, strides, pads):
+    a zero tensor of the inferred shape (per axis (in - 1) * stride + kernel - pads) with X's
+    values written at their flat (row-major, whole-tensor) indices I -> broadcast_to(0),
+    scatter_elements along that one axis, reshape; a larger output_shape pads the result with
+    zeros at the end of each axis, as the ONNX reference and node cases do (the indices stay
+    relative to the inferred shape). scatter_elements compares every output element with every
+    index (outputs x inputs work): exact for any I, sized for small tensors, not large decoders."""
+    x, idx = inputs[0], inputs[1]
+    n_sp = len(x.shape) - 2
+    kernel = [int(k) for k in attrs.get("kernel_shape", ())]
+    if n_sp < 1 or len(kernel) != n_sp:
+        raise ctx.error(f"kernel_shape {kernel} must have one value per spatial axis of input "
+                        f"'{ctx.input_name(0)}' {x.type}")
+    if tuple(idx.shape) != tuple(x.shape) or idx.dtype != "int64":
+        raise ctx.error(f"indices '{ctx.input_name(1)}' {idx.type} must be int64 of X's shape {x.type}")
+    strides = [int(v) for v in attrs.get("strides", [1] * n_sp)]
+    pads = [int(v) for v in attrs.get("pads", [0] * (2 * n_sp))]
+    inferred = tuple(x.shape[:2]) + tuple((i - 1) * s + k - p0 - p1 for i, s, k, p0, p1 in zip(
+        x.shape[2:], strides, kernel, pads[:n_sp], pads[n_sp:]))
+    zeros = ctx.call("broadcast_to", [scalar(ctx, x, 0, "zero")], {"shape": (prod(inferred),)})
+    flat = ctx.call("scatter_elements", [zeros, reshape(ctx, idx, (prod(idx.shape),)),
+                                         reshape(ctx, x, (prod(x.shape),))], {"axis": 0, "reduction": "none"})
+    out = reshape(ctx, flat, inferred)
+    if len(inputs) > 2 and inputs[2] is not None:
+        shape = tuple(int(d) for d in ctx.constant(inputs, 2, "output_shape").reshape(-1))
+        if len(shape) != len(inferred) or any(o < i for o, i in zip(shape, inferred)):
+            raise ctx.error(f"output_shape {list(shape)} must have rank {len(inferred)} and hold the inferred "
+                            f"shape {list(inferred)}")
+        if shape != inferred:
+            out = ctx.call("pad", [out], {"pad_width": tuple((0, o - i) for o, i in zip(shape, inferred)),
+                                          "pad_value": 0.0})
+    return out
 
 
 @converter(1, 7, 10, 11, 19, 22)
