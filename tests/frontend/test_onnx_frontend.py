@@ -364,6 +364,18 @@ def einsum_equations():
 
 
 @case
+def einsum_diagonals_and_scalar():
+    """Repeated letters in one operand (diagonals: ONNX test_einsum_batch_diagonal's "...ii->...i",
+    a trace, a 3-fold diagonal beside a contraction) and a rank-0 operand ("->")."""
+    eqs = [("...ii->...i", ["d3"]), ("ii", ["d2"]), ("iij,jk->ik", ["d3b", "b2"]), ("iii->i", ["c3"]), ("->", ["s"])]
+    nodes = [helper.make_node("Einsum", ins, [f"y{k}"], equation=eq) for k, (eq, ins) in enumerate(eqs)]
+    shapes = {"d3": [2, 4, 4], "d2": [3, 3], "d3b": [3, 3, 4], "b2": [4, 5], "c3": [3, 3, 3], "s": []}
+    feeds = {n: rand(*s, seed=k) for k, (n, s) in enumerate(shapes.items())}
+    return (make_model(nodes, [(n, F, s) for n, s in shapes.items()], [(f"y{k}", F, None) for k in range(len(eqs))],
+                       opset=12), feeds)
+
+
+@case
 def global_pools_lrn():
     nodes = [helper.make_node("GlobalAveragePool", ["x"], ["a"]), helper.make_node("GlobalMaxPool", ["x"], ["b"]),
              helper.make_node("LRN", ["x"], ["c"], size=3),
@@ -1065,7 +1077,8 @@ def test_einsum_lowers_to_transpose_reshape_matmul_sum():
     assert len(calls_of(g, "nn.matmul")) == 7 and calls_of(g, "sum")
 
 
-def test_einsum_diagonal_is_a_clear_error():
-    node = helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")
-    with pytest.raises(ModelError, match=r"repeated indices"):
-        from_onnx(make_model([node], [("x", F, [3, 3])], [("y", F, [3])], opset=12))
+def test_einsum_diagonal_is_a_take_of_the_flattened_axes():
+    g = build("einsum_diagonals_and_scalar")
+    takes = calls_of(g, "take")
+    assert [t.attrs["axis"] for t in takes] == [1, 0, 1, 0]  # after the batch axis, or alone
+    assert "identity" in ops(g)  # "->" on a rank-0 operand: its value, as a new tensor
