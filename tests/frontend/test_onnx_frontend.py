@@ -580,6 +580,23 @@ def scan_running_sum():
     return model, {"s0": rand(3), "x": rand(4, 3, seed=1)}
 
 
+@case
+def scan8_batch_reversed():
+    """Scan-8 over x [2, 4, 3] (batch 2, 4 steps), scanned backwards, with a constant
+    sequence_lens of full length: running sum and running product per batch element."""
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+                              helper.make_node("Mul", ["p_in", "row"], ["p_out"]),
+                              helper.make_node("Identity", ["s_out"], ["out"])], "body",
+                             [helper.make_tensor_value_info(n, F, [3]) for n in ("s_in", "p_in", "row")],
+                             [helper.make_tensor_value_info(n, F, [3]) for n in ("s_out", "p_out", "out")])
+    node = helper.make_node("Scan", ["lens", "s0", "p0", "x"], ["s", "p", "outs"], body=body, num_scan_inputs=1,
+                            directions=[1])
+    model = make_model([node], [("s0", F, [2, 3]), ("p0", F, [2, 3]), ("x", F, [2, 4, 3])],
+                       [("s", F, [2, 3]), ("p", F, [2, 3]), ("outs", F, [2, 4, 3])],
+                       {"lens": np.array([4, 4], np.int64)}, opset=8)
+    return model, {"s0": rand(2, 3), "p0": rand(2, 3, seed=2), "x": rand(2, 4, 3, seed=1)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Numerics against onnxruntime, every case
 # ---------------------------------------------------------------------------------------------
@@ -997,6 +1014,13 @@ def test_if_with_a_run_time_condition_selects_per_output():
 def test_loop_and_scan_unroll():
     assert ops(build("loop_constant_trip_count")).count("add") == 3
     assert ops(build("scan_running_sum")).count("add") == 4
+
+
+def test_scan8_with_short_sequences_is_a_clear_error():
+    model, _ = CASES["scan8_batch_reversed"]()
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([4, 2], np.int64), "lens"))
+    with pytest.raises(ModelError, match=r"sequence_lens \[4, 2\] must all equal the scan length \[4\]"):
+        from_onnx(model)
 
 
 def test_operator_docs_are_generated_from_the_table():
