@@ -581,6 +581,18 @@ def scan_running_sum():
 
 
 @case
+def melweightmatrix_constant():
+    """MelWeightMatrix-17 of constant scalars (folded at import): 10 filters over a 64-point DFT at
+    16 kHz, 20 Hz to 7 kHz, in float64; and narrow bands where edges coincide (8 over 16 points)."""
+    nodes = [helper.make_node("MelWeightMatrix", ["m", "d", "r", "lo", "hi"], ["a"], output_datatype=TensorProto.DOUBLE),
+             helper.make_node("MelWeightMatrix", ["m2", "d2", "r", "lo", "hi2"], ["b"])]
+    inits = {"m": np.array(10, np.int64), "d": np.array(64, np.int64), "r": np.array(16000, np.int64),
+             "lo": np.array(20, np.float32), "hi": np.array(7000, np.float32), "m2": np.array(8, np.int64),
+             "d2": np.array(16, np.int64), "hi2": np.array(1500, np.float32)}
+    return make_model(nodes, [], [("a", TensorProto.DOUBLE, [33, 10]), ("b", F, [9, 8])], inits, opset=17), {}
+
+
+@case
 def scan8_batch_reversed():
     """Scan-8 over x [2, 4, 3] (batch 2, 4 steps), scanned backwards, with a constant
     sequence_lens of full length: running sum and running product per batch element."""

@@ -549,6 +549,39 @@ def EyeLike(ctx, node, inputs, attrs, opset):
     return np.eye(x.shape[0], x.shape[1], k=int(attrs.get("k", 0)), dtype=dtype)
 
 
+@converter(17)
+def MelWeightMatrix(ctx, node, inputs, attrs, opset):
+    """ONNX MelWeightMatrix-17(num_mel_bins, dft_length, sample_rate, lower_edge_hertz,
+    upper_edge_hertz; output_datatype = float32) -> the [dft_length // 2 + 1, num_mel_bins]
+    matrix of triangular filters, folded at compile time (every input must be a constant).
+
+    As ONNX's reference: num_mel_bins + 2 edges spaced evenly on the mel scale
+    mel(f) = 2595 log10(1 + f / 700) from lower to upper edge in steps of (high - low) /
+    (num_mel_bins + 2), mapped back to hertz and to spectrogram bins floor((dft_length + 1) *
+    f / sample_rate); filter i rises linearly from edge i to 1 at edge i + 1 (1 at the center
+    when they coincide) and falls to 0 at edge i + 2."""
+    n_mel, dft_length, rate = (int(ctx.constant(inputs, k, what).reshape(()))
+                               for k, what in enumerate(("num_mel_bins", "dft_length", "sample_rate")))
+    low, high = (float(ctx.constant(inputs, k, what).reshape(()))
+                 for k, what in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz")))
+    if n_mel <= 0 or dft_length <= 0 or rate <= 0 or not 0 <= low <= high:
+        raise ctx.error(f"needs num_mel_bins, dft_length, sample_rate > 0 and 0 <= lower_edge_hertz <= "
+                        f"upper_edge_hertz; got {n_mel}, {dft_length}, {rate}, {low}, {high}")
+    mel_low, mel_high = (2595.0 * np.log10(1.0 + f / 700.0) for f in (low, high))
+    mels = mel_low + np.arange(n_mel + 2) * ((mel_high - mel_low) / (n_mel + 2))
+    hertz = 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
+    edges = (((dft_length + 1) * hertz) // rate).astype(np.int64)
+    j = np.arange(dft_length // 2 + 1)[:, None]
+    left, center, right = edges[None, :-2], edges[None, 1:-1], edges[None, 2:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rise = np.where(center > left, (j - left) / np.maximum(center - left, 1), j == center)
+        fall = (right - j) / np.maximum(right - center, 1)
+    out = np.where((j >= left) & (j <= center), rise, 0.0)
+    out = np.where((right > center) & (j >= center) & (j < right), fall, out)
+    dtype = np_dtype_name(int(attrs["output_datatype"])) if "output_datatype" in attrs else "float32"
+    return out.astype(dtype)
+
+
 def one_hot_mask(ctx, indices, depth: int, axis: int):
     """indices (any int or float dtype, negative ones counted from `depth`) == the positions
     0..depth-1 along a new output axis `axis` -> a bool tensor of shape indices.shape with depth
