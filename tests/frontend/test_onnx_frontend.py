@@ -344,6 +344,19 @@ def resize_modes():
 
 
 @case
+def resize_antialias():
+    """Resize-18 antialias=1 downsampling: linear by sizes (3 and 5 taps wide), cubic by scales
+    0.3 x 0.5 (with exclude_outside), and an axis upsampled beside one downsampled (plain taps there)."""
+    nodes = [helper.make_node("Resize", ["x", "", "", "sz"], ["a"], mode="linear", antialias=1),
+             helper.make_node("Resize", ["x", "", "s"], ["b"], mode="cubic", antialias=1, exclude_outside=1),
+             helper.make_node("Resize", ["x", "", "s2"], ["c"], mode="cubic", antialias=1)]
+    inits = {"sz": np.array([1, 2, 5, 3], np.int64), "s": np.array([1, 1, 0.3, 0.5], np.float32),
+             "s2": np.array([1, 1, 1.5, 0.25], np.float32)}
+    return (make_model(nodes, [("x", F, [1, 2, 13, 12])], [(n, F, None) for n in "abc"], inits, opset=18),
+            {"x": rand(1, 2, 13, 12)})
+
+
+@case
 def upsample_opset9():
     node = helper.make_node("Upsample", ["x", "s"], ["y"], mode="linear")
     return (make_model([node], [("x", F, [1, 2, 3, 4])], [("y", F, None)],

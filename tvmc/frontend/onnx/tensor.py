@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from tvmc.errors import UnsupportedOpError
 from tvmc.frontend.onnx.common import (fmt_dims, is_const, is_int_const, norm_axis, np_dtype_name, prod, reshape,
                                       scalar)
 from tvmc.frontend.onnx.registry import converter
@@ -375,7 +374,7 @@ def Tile(ctx, node, inputs, attrs, opset):
 
 
 def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefer_floor", cubic_a=-0.75,
-            exclude_outside=0, extrapolation=0.0, roi=None, axes=None, policy="stretch"):
+            exclude_outside=0, extrapolation=0.0, roi=None, axes=None, policy="stretch", antialias=0):
     """Resize/Upsample -> image.resize2d over the two trailing axes (a rank != 4 input runs as
     [prod(leading), 1, H, W]); scales or sizes per resized axis (`axes`, default all), ONNX
     Resize-18 keep_aspect_ratio_policy; tf_crop_and_resize positions outside the input take
@@ -417,7 +416,7 @@ def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefe
     from tvmc.ops.image import resize_tables
 
     tables = [resize_tables(int(x.shape[a]), out_of[a], scale_of[a], method, coord_mode, nearest_mode, cubic_a,
-                            exclude_outside, roi_of[a]) for a in (rank - 2, rank - 1)]
+                            exclude_outside, roi_of[a], antialias) for a in (rank - 2, rank - 1)]
     (ih, wh, oh), (iw, ww, ow) = tables
     h, w = x.shape[-2:]
     y = reshape(ctx, x, (prod(x.shape[:-2]), 1, h, w)) if rank != 4 else x
@@ -439,8 +438,8 @@ def Resize(ctx, node, inputs, attrs, opset):
     """ONNX Resize: 10 (X, scales; asymmetric coordinates, nearest rounds as Upsample does),
     11/13 (roi, scales or sizes; coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
     exclude_outside, extrapolation_value), 18/19 (axes, keep_aspect_ratio_policy, antialias,
-    half_pixel_symmetric) -> image.resize2d. Scales/sizes must be constant; antialias is not
-    supported."""
+    half_pixel_symmetric) -> image.resize2d. Scales/sizes must be constant; antialias widens the
+    linear/cubic taps of a downsampled axis (tvmc.ops.image.resize_tables)."""
     x = inputs[0]
     method = _RESIZE_METHODS.get(attrs.get("mode", "nearest"))
     if method is None or (opset < 11 and method == "cubic"):
@@ -448,8 +447,6 @@ def Resize(ctx, node, inputs, attrs, opset):
     if opset < 11:
         scales = ctx.constant(inputs, 1, "scales").reshape(-1).tolist()
         return _resize(ctx, x, scales, None, method, "asymmetric", "simple")
-    if int(attrs.get("antialias", 0)):
-        raise UnsupportedOpError(ctx.importer.label, [("Resize with antialias=1", opset, [ctx.name])])
     roi = ctx.constant(inputs, 1, "roi").reshape(-1).tolist() if len(inputs) > 1 and inputs[1] is not None else None
     scales = ctx.constant(inputs, 2, "scales").reshape(-1).tolist() \
         if len(inputs) > 2 and inputs[2] is not None else None
@@ -466,7 +463,8 @@ def Resize(ctx, node, inputs, attrs, opset):
         raise ctx.error(f"unknown coordinate_transformation_mode '{coord}' or nearest_mode '{nearest_mode}'")
     return _resize(ctx, x, scales, sizes, method, coord, nearest_mode, float(attrs.get("cubic_coeff_a", -0.75)),
                    int(attrs.get("exclude_outside", 0)), float(attrs.get("extrapolation_value", 0.0)), roi,
-                   attrs.get("axes") if opset >= 18 else None, attrs.get("keep_aspect_ratio_policy", "stretch"))
+                   attrs.get("axes") if opset >= 18 else None, attrs.get("keep_aspect_ratio_policy", "stretch"),
+                   int(attrs.get("antialias", 0)) if opset >= 18 else 0)
 
 
 @converter(7, 9, 10)
