@@ -606,6 +606,16 @@ def melweightmatrix_constant():
 
 
 @case
+def det_batched():
+    """Det-22 of [2, 3, 5, 5] (one matrix singular) and of one [3, 3] matrix (a rank-0 output)."""
+    x = rand(2, 3, 5, 5)
+    x[1, 2, 4] = x[1, 2, 0]
+    nodes = [helper.make_node("Det", ["x"], ["a"]), helper.make_node("Det", ["m"], ["b"])]
+    return (make_model(nodes, [("x", F, [2, 3, 5, 5]), ("m", F, [3, 3])], [("a", F, [2, 3]), ("b", F, [])], opset=22),
+            {"x": x, "m": rand(3, 3, seed=1)})
+
+
+@case
 def scan8_batch_reversed():
     """Scan-8 over x [2, 4, 3] (batch 2, 4 steps), scanned backwards, with a constant
     sequence_lens of full length: running sum and running product per batch element."""
@@ -978,16 +988,16 @@ def test_every_numpy_dtype_imports(dtype):
 
 def test_unsupported_ops_are_all_listed_before_conversion():
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Det", ["r"], ["e"], name="det1"),
-             helper.make_node("Det", ["x"], ["e2"], name="det2"),
+             helper.make_node("RandomNormalLike", ["r"], ["e"], name="rnd1"),
+             helper.make_node("RandomNormalLike", ["x"], ["e2"], name="rnd2"),
              helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["sel"], name="nms")]
     model = make_model(nodes, [("x", F, [2, 2]), ("boxes", F, [1, 3, 4]), ("scores", F, [1, 1, 3])],
                        [("e", F, None), ("e2", F, None), ("sel", I64, None)])
     with pytest.raises(UnsupportedOpError) as info:
         from_onnx(model)
     msg = str(info.value)
-    assert "Det (opset 13) at det1, det2" in msg and "NonMaxSuppression (opset 13) at nms" in msg
-    assert [m[0] for m in info.value.missing] == ["Det", "NonMaxSuppression"]
+    assert "RandomNormalLike (opset 13) at rnd1, rnd2" in msg and "NonMaxSuppression (opset 13) at nms" in msg
+    assert [m[0] for m in info.value.missing] == ["RandomNormalLike", "NonMaxSuppression"]
     assert "\n" not in msg
 
 

@@ -1,4 +1,4 @@
-"""ONNX converters, nn group: convolution, dense/matmul, pooling, normalization, softmax, Einsum."""
+"""ONNX converters, nn group: convolution, dense/matmul, pooling, normalization, softmax, Einsum, Det."""
 
 from __future__ import annotations
 
@@ -484,6 +484,16 @@ def Einsum(ctx, node, inputs, attrs, opset):
         x, t = _einsum_pair(ctx, x, t, y, u, keep)
     y = _einsum_permute(ctx, x, t, list(out)) if t != out else x
     return ctx.call("identity", [y]) if any(y is e for e in inputs) else y
+
+
+@converter(11, 22)
+def Det(ctx, node, inputs, attrs, opset):
+    """ONNX Det-11/22 (22 adds bfloat16, refused as a dtype): X [..., M, M] float -> det [...]
+    (tvmc.ops.linalg: LU with partial pivoting)."""
+    x = inputs[0]
+    if len(x.shape) < 2 or x.shape[-1] != x.shape[-2]:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must be [..., M, M]")
+    return ctx.call("det", [x])
 
 
 # ---------------------------------------------------------------------------------------------
