@@ -51,9 +51,9 @@ def _source_coordinate(x, in_size, out_size, scale, mode, roi):
 
 def _antialias_coeffs(ratio, scale, method, cubic_a):
     """Linear or cubic taps stretched by 1/scale when downsampling (ONNX Resize-18 antialias=1):
-    the kernel evaluated at scale * (i - ratio) for the 2 * ceil-ish(support / scale) taps
-    i = start .. 1 - start (start = floor(-support / scale) + 1; support 1 linear, 2 cubic),
-    normalized to sum 1."""
+    the kernel evaluated at scale * (i - ratio) for the 2 - 2 * start taps i = start .. 1 - start
+    (start = floor(-support / scale) + 1; support 1 linear, 2 cubic; scale 1 when upsampling),
+    normalized to sum 1. image.resize2d unrolls taps_h * taps_w terms per output."""
     scale = min(scale, 1.0)
     support = 1 if method == "linear" else 2
     start = math.floor(-support / scale) + 1

@@ -132,11 +132,11 @@ def _scan_8(ctx, inputs, attrs, opset):
     if len(batch) != 1 or None in batch:
         raise ctx.error(f"inputs must share a leading batch axis, got {[x.type for x in rest]}")
     in_rev = list(attrs.get("directions", [0] * n_scan))
+    out_zeros = [0] * (len(body.output) - n_state)  # scan outputs: axis 0 per batch element, forward
     per_batch = []
     for b in range(batch.pop()):
         st, ys = _scan(ctx, body, opset, [_take_slice(ctx, s, 0, b) for s in states],
-                       [_take_slice(ctx, x, 0, b) for x in xs], [0] * n_scan, in_rev,
-                       [0] * (len(body.output) - n_state), [0] * (len(body.output) - n_state))
+                       [_take_slice(ctx, x, 0, b) for x in xs], [0] * n_scan, in_rev, out_zeros, out_zeros)
         per_batch.append(st + ys)
     return tuple(_stack(ctx, list(vals), 0) for vals in zip(*per_batch))
 

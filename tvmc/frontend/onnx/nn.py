@@ -453,6 +453,8 @@ def _einsum_diagonal(ctx, x, t):
 
 
 def _einsum_permute(ctx, x, have, want):
+    # a letter repeated in `have` (a diagonal still to take) maps its j-th use in `want` to its
+    # j-th axis in `have`
     perm = tuple(have.index(c) if have.count(c) == 1 else
                  [k for k, d in enumerate(have) if d == c][want[:j].count(c)] for j, c in enumerate(want))
     return x if perm == tuple(range(len(perm))) else ctx.call("transpose", [x], {"axes": perm})

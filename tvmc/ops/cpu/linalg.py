@@ -3,6 +3,8 @@ root, each over the whole batch, the batch axes fused in parallel when the stage
 
 from __future__ import annotations
 
+import math
+
 
 def schedule_det(s, out, anchor, cfg, target, min_parallel_elems: int = 4096):
     """Stages at root in order (pivot search, row swap and elimination, per step; then the
@@ -11,8 +13,5 @@ def schedule_det(s, out, anchor, cfg, target, min_parallel_elems: int = 4096):
     n_batch = len(out.shape)
     for st in s.stages:
         batch = list(st.op.axis[:n_batch])
-        size = 1
-        for e in st.tensor.shape:
-            size *= e
-        if batch and size >= min_parallel_elems:
+        if batch and math.prod(st.tensor.shape) >= min_parallel_elems:
             st.parallel(st.fuse(*batch) if len(batch) > 1 else batch[0])
