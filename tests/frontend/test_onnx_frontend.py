@@ -346,13 +346,15 @@ def resize_modes():
 @case
 def resize_antialias():
     """Resize-18 antialias=1 downsampling: linear by sizes (3 and 5 taps wide), cubic by scales
-    0.3 x 0.5 (with exclude_outside), and an axis upsampled beside one downsampled (plain taps there)."""
+    0.3 x 0.5 (with exclude_outside), an axis upsampled beside one downsampled (plain taps there),
+    and W alone downsampled (one matmul)."""
     nodes = [helper.make_node("Resize", ["x", "", "", "sz"], ["a"], mode="linear", antialias=1),
              helper.make_node("Resize", ["x", "", "s"], ["b"], mode="cubic", antialias=1, exclude_outside=1),
-             helper.make_node("Resize", ["x", "", "s2"], ["c"], mode="cubic", antialias=1)]
+             helper.make_node("Resize", ["x", "", "s2"], ["c"], mode="cubic", antialias=1),
+             helper.make_node("Resize", ["x", "", "", "sz2"], ["d"], mode="linear", antialias=1)]
     inits = {"sz": np.array([1, 2, 5, 3], np.int64), "s": np.array([1, 1, 0.3, 0.5], np.float32),
-             "s2": np.array([1, 1, 1.5, 0.25], np.float32)}
-    return (make_model(nodes, [("x", F, [1, 2, 13, 12])], [(n, F, None) for n in "abc"], inits, opset=18),
+             "s2": np.array([1, 1, 1.5, 0.25], np.float32), "sz2": np.array([1, 2, 13, 4], np.int64)}
+    return (make_model(nodes, [("x", F, [1, 2, 13, 12])], [(n, F, None) for n in "abcd"], inits, opset=18),
             {"x": rand(1, 2, 13, 12)})
 
 
@@ -1134,6 +1136,11 @@ def test_einsum_lowers_to_transpose_reshape_matmul_sum():
     g = build("einsum_equations")
     assert set(ops(g)) <= {"nn.matmul", "transpose", "reshape", "sum"}
     assert len(calls_of(g, "nn.matmul")) == 7 and calls_of(g, "sum")
+
+
+def test_resize_antialias_is_one_matmul_per_resized_axis():
+    g = build("resize_antialias")
+    assert len(calls_of(g, "nn.matmul")) == 7 and not calls_of(g, "image.resize2d")
 
 
 def test_einsum_diagonal_is_a_take_of_the_flattened_axes():

@@ -53,7 +53,7 @@ def _antialias_coeffs(ratio, scale, method, cubic_a):
     """Linear or cubic taps stretched by 1/scale when downsampling (ONNX Resize-18 antialias=1):
     the kernel evaluated at scale * (i - ratio) for the 2 - 2 * start taps i = start .. 1 - start
     (start = floor(-support / scale) + 1; support 1 linear, 2 cubic; scale 1 when upsampling),
-    normalized to sum 1. image.resize2d unrolls taps_h * taps_w terms per output."""
+    normalized to sum 1. The frontend applies these wide tables as matmuls (resize_matrix)."""
     scale = min(scale, 1.0)
     support = 1 if method == "linear" else 2
     start = math.floor(-support / scale) + 1
@@ -126,6 +126,14 @@ def resize_tables(in_size: int, out_size: int, scale: float, method: str, coordi
         w_rows.append(c)
     return (np.array(idx_rows, dtype=np.int64).reshape(out_size, -1),
             np.array(w_rows, dtype=np.float32).reshape(out_size, -1), np.array(outside, dtype=bool))
+
+
+def resize_matrix(idx, weights, in_size: int) -> np.ndarray:
+    """The per-axis table (idx, weights [out_size, taps] of resize_tables) as a dense float32
+    [out_size, in_size] matrix: out = matrix @ in along that axis."""
+    m = np.zeros((idx.shape[0], in_size), np.float32)
+    np.add.at(m, (np.arange(idx.shape[0])[:, None], idx), weights)
+    return m
 
 
 def _type(in_types, attrs):

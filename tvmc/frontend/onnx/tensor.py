@@ -376,7 +376,7 @@ def Tile(ctx, node, inputs, attrs, opset):
 def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefer_floor", cubic_a=-0.75,
             exclude_outside=0, extrapolation=0.0, roi=None, axes=None, policy="stretch", antialias=0):
     """Resize/Upsample -> image.resize2d over the two trailing axes (a rank != 4 input runs as
-    [prod(leading), 1, H, W]); scales or sizes per resized axis (`axes`, default all), ONNX
+    [prod(leading), 1, H, W]; antialiased float data as two matmuls, _resize_as_matmuls); scales or sizes per resized axis (`axes`, default all), ONNX
     Resize-18 keep_aspect_ratio_policy; tf_crop_and_resize positions outside the input take
     `extrapolation` through a where over a constant mask."""
     rank = len(x.shape)
@@ -419,15 +419,35 @@ def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefe
                             exclude_outside, roi_of[a], antialias) for a in (rank - 2, rank - 1)]
     (ih, wh, oh), (iw, ww, ow) = tables
     h, w = x.shape[-2:]
-    y = reshape(ctx, x, (prod(x.shape[:-2]), 1, h, w)) if rank != 4 else x
-    args = [y, ctx.const(ih, "idx_h"), ctx.const(iw, "idx_w")]
-    if method != "nearest":
-        args += [ctx.const(wh, "w_h"), ctx.const(ww, "w_w")]
-    y = ctx.call("image.resize2d", args)
+    if antialias and method != "nearest" and x.dtype.startswith("float"):
+        y = _resize_as_matmuls(ctx, reshape(ctx, x, (prod(x.shape[:-2]), h, w)), tables)
+    else:
+        y = reshape(ctx, x, (prod(x.shape[:-2]), 1, h, w)) if rank != 4 else x
+        args = [y, ctx.const(ih, "idx_h"), ctx.const(iw, "idx_w")]
+        if method != "nearest":
+            args += [ctx.const(wh, "w_h"), ctx.const(ww, "w_w")]
+        y = ctx.call("image.resize2d", args)
     if oh.any() or ow.any():
         mask = ctx.const(oh[:, None] | ow[None, :], "outside")
         y = ctx.call("where", [mask, scalar(ctx, y, extrapolation, "extrapolation"), y])
     return reshape(ctx, y, tuple(out_of[a] for a in range(rank)))
+
+
+def _resize_as_matmuls(ctx, x, tables):
+    """x [B, H, W] resized separably by constant [OW, W] and [OH, H] weight matrices (the tables'
+    taps, summed where the edge clamps them onto one index): nn.matmul(x, W_w^T), then
+    nn.matmul(W_h, that); an axis whose matrix is the identity is skipped. For antialiased
+    downsampling, whose taps grow as 1/scale per axis: two matmuls instead of taps_h * taps_w
+    unrolled terms per output."""
+    from tvmc.ops.image import resize_matrix
+
+    (ih, wh, _), (iw, ww, _) = tables
+    m_h, m_w = resize_matrix(ih, wh, x.shape[1]), resize_matrix(iw, ww, x.shape[2])
+    if m_w.shape != (x.shape[2],) * 2 or not np.array_equal(m_w, np.eye(x.shape[2])):
+        x = ctx.call("nn.matmul", [x, ctx.const(m_w.T.astype(x.dtype), "w_w")])
+    if m_h.shape != (x.shape[1],) * 2 or not np.array_equal(m_h, np.eye(x.shape[1])):
+        x = ctx.call("nn.matmul", [ctx.const(m_h.astype(x.dtype), "w_h"), x])
+    return x
 
 
 _RESIZE_METHODS = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic"}
@@ -439,7 +459,7 @@ def Resize(ctx, node, inputs, attrs, opset):
     11/13 (roi, scales or sizes; coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
     exclude_outside, extrapolation_value), 18/19 (axes, keep_aspect_ratio_policy, antialias,
     half_pixel_symmetric) -> image.resize2d. Scales/sizes must be constant; antialias widens the
-    linear/cubic taps of a downsampled axis (tvmc.ops.image.resize_tables)."""
+    linear/cubic taps of a downsampled axis (tvmc.ops.image.resize_tables), applied as matmuls."""
     x = inputs[0]
     method = _RESIZE_METHODS.get(attrs.get("mode", "nearest"))
     if method is None or (opset < 11 and method == "cubic"):
