@@ -344,21 +344,6 @@ def resize_modes():
 
 
 @case
-def resize_antialias():
-    """Resize-18 antialias=1 downsampling: linear by sizes (3 and 5 taps wide), cubic by scales
-    0.3 x 0.5 (with exclude_outside), an axis upsampled beside one downsampled (plain taps there),
-    and W alone downsampled (one matmul)."""
-    nodes = [helper.make_node("Resize", ["x", "", "", "sz"], ["a"], mode="linear", antialias=1),
-             helper.make_node("Resize", ["x", "", "s"], ["b"], mode="cubic", antialias=1, exclude_outside=1),
-             helper.make_node("Resize", ["x", "", "s2"], ["c"], mode="cubic", antialias=1),
-             helper.make_node("Resize", ["x", "", "", "sz2"], ["d"], mode="linear", antialias=1)]
-    inits = {"sz": np.array([1, 2, 5, 3], np.int64), "s": np.array([1, 1, 0.3, 0.5], np.float32),
-             "s2": np.array([1, 1, 1.5, 0.25], np.float32), "sz2": np.array([1, 2, 13, 4], np.int64)}
-    return (make_model(nodes, [("x", F, [1, 2, 13, 12])], [(n, F, None) for n in "abcd"], inits, opset=18),
-            {"x": rand(1, 2, 13, 12)})
-
-
-@case
 def upsample_opset9():
     node = helper.make_node("Upsample", ["x", "s"], ["y"], mode="linear")
     return (make_model([node], [("x", F, [1, 2, 3, 4])], [("y", F, None)],
@@ -373,18 +358,6 @@ def einsum_equations():
     nodes = [helper.make_node("Einsum", ins, [f"y{k}"], equation=eq) for k, (eq, ins) in enumerate(eqs)]
     shapes = {"a3": [2, 3, 4], "b3": [2, 4, 5], "a2": [3, 4], "b2": [4, 5], "c2": [5, 2], "q": [1, 2, 3, 8],
               "k": [1, 2, 6, 8]}
-    feeds = {n: rand(*s, seed=k) for k, (n, s) in enumerate(shapes.items())}
-    return (make_model(nodes, [(n, F, s) for n, s in shapes.items()], [(f"y{k}", F, None) for k in range(len(eqs))],
-                       opset=12), feeds)
-
-
-@case
-def einsum_diagonals_and_scalar():
-    """Repeated letters in one operand (diagonals: ONNX test_einsum_batch_diagonal's "...ii->...i",
-    a trace, a 3-fold diagonal beside a contraction) and a rank-0 operand ("->")."""
-    eqs = [("...ii->...i", ["d3"]), ("ii", ["d2"]), ("iij,jk->ik", ["d3b", "b2"]), ("iii->i", ["c3"]), ("->", ["s"])]
-    nodes = [helper.make_node("Einsum", ins, [f"y{k}"], equation=eq) for k, (eq, ins) in enumerate(eqs)]
-    shapes = {"d3": [2, 4, 4], "d2": [3, 3], "d3b": [3, 3, 4], "b2": [4, 5], "c3": [3, 3, 3], "s": []}
     feeds = {n: rand(*s, seed=k) for k, (n, s) in enumerate(shapes.items())}
     return (make_model(nodes, [(n, F, s) for n, s in shapes.items()], [(f"y{k}", F, None) for k in range(len(eqs))],
                        opset=12), feeds)
@@ -593,6 +566,35 @@ def scan_running_sum():
     node = helper.make_node("Scan", ["s0", "x"], ["s", "outs"], body=body, num_scan_inputs=1)
     model = make_model([node], [("s0", F, [3]), ("x", F, [4, 3])], [("s", F, [3]), ("outs", F, [4, 3])])
     return model, {"s0": rand(3), "x": rand(4, 3, seed=1)}
+
+
+# --- issue 18, group B (misc ops): Resize antialias, Einsum diagonals, MelWeightMatrix, Det, Scan-8
+
+@case
+def resize_antialias():
+    """Resize-18 antialias=1 downsampling: linear by sizes (3 and 5 taps wide), cubic by scales
+    0.3 x 0.5 (with exclude_outside), an axis upsampled beside one downsampled (plain taps there),
+    and W alone downsampled (one matmul)."""
+    nodes = [helper.make_node("Resize", ["x", "", "", "sz"], ["a"], mode="linear", antialias=1),
+             helper.make_node("Resize", ["x", "", "s"], ["b"], mode="cubic", antialias=1, exclude_outside=1),
+             helper.make_node("Resize", ["x", "", "s2"], ["c"], mode="cubic", antialias=1),
+             helper.make_node("Resize", ["x", "", "", "sz2"], ["d"], mode="linear", antialias=1)]
+    inits = {"sz": np.array([1, 2, 5, 3], np.int64), "s": np.array([1, 1, 0.3, 0.5], np.float32),
+             "s2": np.array([1, 1, 1.5, 0.25], np.float32), "sz2": np.array([1, 2, 13, 4], np.int64)}
+    return (make_model(nodes, [("x", F, [1, 2, 13, 12])], [(n, F, None) for n in "abcd"], inits, opset=18),
+            {"x": rand(1, 2, 13, 12)})
+
+
+@case
+def einsum_diagonals_and_scalar():
+    """Repeated letters in one operand (diagonals: ONNX test_einsum_batch_diagonal's "...ii->...i",
+    a trace, a 3-fold diagonal beside a contraction) and a rank-0 operand ("->")."""
+    eqs = [("...ii->...i", ["d3"]), ("ii", ["d2"]), ("iij,jk->ik", ["d3b", "b2"]), ("iii->i", ["c3"]), ("->", ["s"])]
+    nodes = [helper.make_node("Einsum", ins, [f"y{k}"], equation=eq) for k, (eq, ins) in enumerate(eqs)]
+    shapes = {"d3": [2, 4, 4], "d2": [3, 3], "d3b": [3, 3, 4], "b2": [4, 5], "c3": [3, 3, 3], "s": []}
+    feeds = {n: rand(*s, seed=k) for k, (n, s) in enumerate(shapes.items())}
+    return (make_model(nodes, [(n, F, s) for n, s in shapes.items()], [(f"y{k}", F, None) for k in range(len(eqs))],
+                       opset=12), feeds)
 
 
 @case

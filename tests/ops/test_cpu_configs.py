@@ -38,6 +38,8 @@ CPU_CASES = [
     Case("conv2d_transpose_nchw.x86", "nn.conv2d_transpose", lambda r: [n(r, (1, 6, 5, 7)), n(r, (6, 4, 3, 3))],
          dict(strides=(2, 2), padding=(1, 0, 1, 2), dilation=(1, 1), output_padding=(1, 1), groups=1)),
     Case("topk.x86", "topk_indices", lambda r: [np.round(n(r, (3, 9)))], dict(axis=1, k=4, largest=1)),
+    # issue 18, group B (misc ops)
+    Case("det.x86", "det", lambda r: [n(r, (3, 2, 5, 5))]),
 ]
 BY_IMPL = {c.id: c for c in CPU_CASES}
 CPU_TARGETS = [t.name for t in TARGETS if t.name != "opencl"]

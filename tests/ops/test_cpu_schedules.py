@@ -43,6 +43,8 @@ CPU_CASES = [
          lambda r: [("add", {}, [n(r, (3, 1, 1, 4))]), ("nn.relu", {}, [])]),
     Case("conv2d_nchwc_im2col.x86", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 9, 9, 4)), n(r, (2, 2, 3, 3, 4, 8))],
          dict(conv(strides=(2, 2), padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
+    # issue 18, group B (misc ops)
+    Case("det.x86", "det", lambda r: [n(r, (3, 2, 5, 5))]),
 ]
 BY_IMPL = {c.id: c for c in CPU_CASES}
 CPU_TARGETS = [t.name for t in TARGETS if t.spec != "opencl"]

@@ -49,6 +49,8 @@ GPU_CASES = [
          dict(strides=(3, 2), padding=(0, 0, 0, 0), dilation=(2, 2), output_padding=(0, 0), groups=2)),
     Case("conv2d_nchwc.gpu", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 9, 9, 4)), n(r, (2, 2, 3, 3, 4, 8))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
+    # issue 18, group B (misc ops)
+    Case("det.gpu", "det", lambda r: [n(r, (3, 2, 5, 5))]),
 ]
 BY_IMPL = {c.id: c for c in GPU_CASES}
 
