@@ -47,6 +47,8 @@ SAMPLE = {
     # issue 18, nn group: DeformConv, Col2Im, MaxPool Indices
     "test_deform_conv_with_mask_bias": False, "test_col2im_pads": True,
     "test_maxpool_with_argmax_2d_precomputed_strides": False,
+    # issue 18, group B (misc ops)
+    "test_det_nd": False, "test_einsum_batch_diagonal": False, "test_resize_downsample_scales_linear_antialias": True,
 }
 
 

@@ -609,6 +609,74 @@ def convtranspose_3d_strides_pads_groups_bias():
         {"x": rand(1, 4, 3, 4, 3)}
 
 
+# --- issue 18, group B (misc ops): Resize antialias, Einsum diagonals, MelWeightMatrix, Det, Scan-8
+
+@case
+def resize_antialias():
+    """Resize-18 antialias=1 downsampling: linear by sizes (3 and 5 taps wide), cubic by scales
+    0.3 x 0.5 (with exclude_outside), an axis upsampled beside one downsampled (plain taps there),
+    and W alone downsampled (one matmul)."""
+    nodes = [helper.make_node("Resize", ["x", "", "", "sz"], ["a"], mode="linear", antialias=1),
+             helper.make_node("Resize", ["x", "", "s"], ["b"], mode="cubic", antialias=1, exclude_outside=1),
+             helper.make_node("Resize", ["x", "", "s2"], ["c"], mode="cubic", antialias=1),
+             helper.make_node("Resize", ["x", "", "", "sz2"], ["d"], mode="linear", antialias=1)]
+    inits = {"sz": np.array([1, 2, 5, 3], np.int64), "s": np.array([1, 1, 0.3, 0.5], np.float32),
+             "s2": np.array([1, 1, 1.5, 0.25], np.float32), "sz2": np.array([1, 2, 13, 4], np.int64)}
+    return (make_model(nodes, [("x", F, [1, 2, 13, 12])], [(n, F, None) for n in "abcd"], inits, opset=18),
+            {"x": rand(1, 2, 13, 12)})
+
+
+@case
+def einsum_diagonals_and_scalar():
+    """Repeated letters in one operand (diagonals: ONNX test_einsum_batch_diagonal's "...ii->...i",
+    a trace, a 3-fold diagonal beside a contraction) and a rank-0 operand ("->")."""
+    eqs = [("...ii->...i", ["d3"]), ("ii", ["d2"]), ("iij,jk->ik", ["d3b", "b2"]), ("iii->i", ["c3"]), ("->", ["s"])]
+    nodes = [helper.make_node("Einsum", ins, [f"y{k}"], equation=eq) for k, (eq, ins) in enumerate(eqs)]
+    shapes = {"d3": [2, 4, 4], "d2": [3, 3], "d3b": [3, 3, 4], "b2": [4, 5], "c3": [3, 3, 3], "s": []}
+    feeds = {n: rand(*s, seed=k) for k, (n, s) in enumerate(shapes.items())}
+    return (make_model(nodes, [(n, F, s) for n, s in shapes.items()], [(f"y{k}", F, None) for k in range(len(eqs))],
+                       opset=12), feeds)
+
+
+@case
+def melweightmatrix_constant():
+    """MelWeightMatrix-17 of constant scalars (folded at import): 10 filters over a 64-point DFT at
+    16 kHz, 20 Hz to 7 kHz, in float64; and narrow bands where edges coincide (8 over 16 points)."""
+    nodes = [helper.make_node("MelWeightMatrix", ["m", "d", "r", "lo", "hi"], ["a"], output_datatype=TensorProto.DOUBLE),
+             helper.make_node("MelWeightMatrix", ["m2", "d2", "r", "lo", "hi2"], ["b"])]
+    inits = {"m": np.array(10, np.int64), "d": np.array(64, np.int64), "r": np.array(16000, np.int64),
+             "lo": np.array(20, np.float32), "hi": np.array(7000, np.float32), "m2": np.array(8, np.int64),
+             "d2": np.array(16, np.int64), "hi2": np.array(1500, np.float32)}
+    return make_model(nodes, [], [("a", TensorProto.DOUBLE, [33, 10]), ("b", F, [9, 8])], inits, opset=17), {}
+
+
+@case
+def det_batched():
+    """Det-22 of [2, 3, 5, 5] (one matrix singular) and of one [3, 3] matrix (a rank-0 output)."""
+    x = rand(2, 3, 5, 5)
+    x[1, 2, 4] = x[1, 2, 0]
+    nodes = [helper.make_node("Det", ["x"], ["a"]), helper.make_node("Det", ["m"], ["b"])]
+    return (make_model(nodes, [("x", F, [2, 3, 5, 5]), ("m", F, [3, 3])], [("a", F, [2, 3]), ("b", F, [])], opset=22),
+            {"x": x, "m": rand(3, 3, seed=1)})
+
+
+@case
+def scan8_batch_reversed():
+    """Scan-8 over x [2, 4, 3] (batch 2, 4 steps), scanned backwards, with a constant
+    sequence_lens of full length: running sum and running product per batch element."""
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+                              helper.make_node("Mul", ["p_in", "row"], ["p_out"]),
+                              helper.make_node("Identity", ["s_out"], ["out"])], "body",
+                             [helper.make_tensor_value_info(n, F, [3]) for n in ("s_in", "p_in", "row")],
+                             [helper.make_tensor_value_info(n, F, [3]) for n in ("s_out", "p_out", "out")])
+    node = helper.make_node("Scan", ["lens", "s0", "p0", "x"], ["s", "p", "outs"], body=body, num_scan_inputs=1,
+                            directions=[1])
+    model = make_model([node], [("s0", F, [2, 3]), ("p0", F, [2, 3]), ("x", F, [2, 4, 3])],
+                       [("s", F, [2, 3]), ("p", F, [2, 3]), ("outs", F, [2, 4, 3])],
+                       {"lens": np.array([4, 4], np.int64)}, opset=8)
+    return model, {"s0": rand(2, 3), "p0": rand(2, 3, seed=2), "x": rand(2, 4, 3, seed=1)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Numerics against onnxruntime, every case
 # ---------------------------------------------------------------------------------------------
@@ -969,16 +1037,16 @@ def test_every_numpy_dtype_imports(dtype):
 
 def test_unsupported_ops_are_all_listed_before_conversion():
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Det", ["r"], ["e"], name="det1"),
-             helper.make_node("Det", ["x"], ["e2"], name="det2"),
+             helper.make_node("RandomNormalLike", ["r"], ["e"], name="rnd1"),
+             helper.make_node("RandomNormalLike", ["x"], ["e2"], name="rnd2"),
              helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["sel"], name="nms")]
     model = make_model(nodes, [("x", F, [2, 2]), ("boxes", F, [1, 3, 4]), ("scores", F, [1, 1, 3])],
                        [("e", F, None), ("e2", F, None), ("sel", I64, None)])
     with pytest.raises(UnsupportedOpError) as info:
         from_onnx(model)
     msg = str(info.value)
-    assert "Det (opset 13) at det1, det2" in msg and "NonMaxSuppression (opset 13) at nms" in msg
-    assert [m[0] for m in info.value.missing] == ["Det", "NonMaxSuppression"]
+    assert "RandomNormalLike (opset 13) at rnd1, rnd2" in msg and "NonMaxSuppression (opset 13) at nms" in msg
+    assert [m[0] for m in info.value.missing] == ["RandomNormalLike", "NonMaxSuppression"]
     assert "\n" not in msg
 
 
@@ -1030,6 +1098,13 @@ def test_if_with_a_run_time_condition_selects_per_output():
 def test_loop_and_scan_unroll():
     assert ops(build("loop_constant_trip_count")).count("add") == 3
     assert ops(build("scan_running_sum")).count("add") == 4
+
+
+def test_scan8_with_short_sequences_is_a_clear_error():
+    model, _ = CASES["scan8_batch_reversed"]()
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([4, 2], np.int64), "lens"))
+    with pytest.raises(ModelError, match=r"sequence_lens \[4, 2\] must all equal the scan length \[4\]"):
+        from_onnx(model)
 
 
 def test_operator_docs_are_generated_from_the_table():
@@ -1110,7 +1185,13 @@ def test_einsum_lowers_to_transpose_reshape_matmul_sum():
     assert len(calls_of(g, "nn.matmul")) == 7 and calls_of(g, "sum")
 
 
-def test_einsum_diagonal_is_a_clear_error():
-    node = helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")
-    with pytest.raises(ModelError, match=r"repeated indices"):
-        from_onnx(make_model([node], [("x", F, [3, 3])], [("y", F, [3])], opset=12))
+def test_resize_antialias_is_one_matmul_per_resized_axis():
+    g = build("resize_antialias")
+    assert len(calls_of(g, "nn.matmul")) == 7 and not calls_of(g, "image.resize2d")
+
+
+def test_einsum_diagonal_is_a_take_of_the_flattened_axes():
+    g = build("einsum_diagonals_and_scalar")
+    takes = calls_of(g, "take")
+    assert [t.attrs["axis"] for t in takes] == [1, 0, 1, 0]  # after the batch axis, or alone
+    assert "identity" in ops(g)  # "->" on a rank-0 operand: its value, as a new tensor

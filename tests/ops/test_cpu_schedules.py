@@ -45,6 +45,8 @@ CPU_CASES = [
          dict(conv(strides=(2, 2), padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
     Case("window_reduce.x86", "nn.col2im", lambda r: [n(r, (2, 18, 9))],
          dict(image_shape=(7, 8), block_shape=(3, 2), strides=(2, 3), dilation=(2, 1), padding=(1, 0, 2, 2))),
+    # issue 18, group B (misc ops)
+    Case("det.x86", "det", lambda r: [n(r, (3, 2, 5, 5))]),
 ]
 BY_IMPL = {c.id: c for c in CPU_CASES}
 CPU_TARGETS = [t.name for t in TARGETS if t.spec != "opencl"]

@@ -51,6 +51,8 @@ GPU_CASES = [
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
     Case("window_reduce.gpu", "nn.col2im", lambda r: [n(r, (2, 18, 9))],
          dict(image_shape=(7, 8), block_shape=(3, 2), strides=(2, 3), dilation=(2, 1), padding=(1, 0, 2, 2))),
+    # issue 18, group B (misc ops)
+    Case("det.gpu", "det", lambda r: [n(r, (3, 2, 5, 5))]),
 ]
 BY_IMPL = {c.id: c for c in GPU_CASES}
 

@@ -489,7 +489,23 @@ CASES = [
     Case("col2im_3d", "nn.col2im", lambda r: [n(r, (1, 12, 48))],
          dict(image_shape=(4, 5, 6), block_shape=(2, 1, 3), strides=(1, 2, 2), dilation=(1, 1, 2),
               padding=(0, 1, 2, 1, 0, 3)), slow="a second col2im rank: the first case covers the math"),
+    # issue 18, group B (misc ops): det
+    Case("det_pivots_singular", "det", lambda r: [_det_matrices(r)]),
+    Case("det_float64_single", "det", lambda r: [r.standard_normal((3, 3))]),
+    Case("det_batch_2x3_7x7", "det", lambda r: [n(r, (2, 3, 7, 7))], slow="19 elimination stages per target"),
 ]
+
+
+def _det_matrices(rng):
+    """[6, 4, 4] float32 with the cases LU pivoting must get right: a zero leading entry (a row
+    swap), two equal rows (singular), a zero column (a zero pivot: no elimination), the
+    identity with two rows swapped (det -1), and plain normal samples."""
+    a = n(rng, (6, 4, 4))
+    a[1, 0, 0] = 0.0
+    a[2, 3] = a[2, 1]
+    a[3, :, 2] = 0.0
+    a[4] = np.eye(4, dtype=np.float32)[[0, 2, 1, 3]]
+    return a
 
 
 def _resize_tables(rng, h, w):

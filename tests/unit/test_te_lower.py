@@ -221,6 +221,26 @@ def test_compute_at_2d_region():
     assert allocations(prim)["B"].shape == (6, 7)
 
 
+def test_compute_at_chain_of_siblings_and_a_data_dependent_row():
+    """B and P attached at C's row loop with C: B is read only by its sibling R (through a row
+    index computed from P's data, so R needs all of B's rows), P only by R: their regions come
+    from R's loads (det's elimination chain)."""
+    A = te.placeholder((3, 4, 5), name="A")
+    B = te.compute((3, 4, 5), lambda b, i, j: A[b, i, j] * 2.0, name="B")
+    k = te.reduce_axis(4, "k")
+    P = te.compute((3,), lambda b: te.max(te.cast("int64", A[b, k, 0]), k), name="P")
+    R = te.compute((3, 4, 5), lambda b, i, j: B[b, te.select(te.eq(i, 0), P[b], i), j], name="R")
+    C = te.compute((3,), lambda b: R[b, 0, 2] + R[b, 0, 3], name="C")
+    s = te.create_schedule(C)
+    (b,) = s[C].op.axis
+    for t in (B, P, R):
+        s[t].compute_at(s[C], b)
+    prim = lower(s, [A, C], "k")
+    bufs = allocations(prim)
+    assert bufs["R"].shape == (1, 1, 2) and bufs["P"].shape == (1,)
+    assert bufs["B"].shape == (1, 4, 2)  # every row: the row index is P's data
+
+
 def test_cache_write_creates_local_accumulator():
     A = te.placeholder((8, 16), name="A")
     k = te.reduce_axis(16, "k")

@@ -28,6 +28,7 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | nn.col2im | data[N,C*prod(B),L] -> [N,C,*image_shape] | image_shape, block_shape B, strides, dilation, padding (begins, then ends) | OUT_ELEMWISE_FUSABLE |
 | image.resize2d | data[N,C,H,W], idx_h[OH,Th], idx_w[OW,Tw] (int64), optional w_h[OH,Th], w_w[OW,Tw] (tables from image.resize_tables) | - | INJECTIVE |
 | topk_values / topk_indices | x | axis, k, largest (0/1); sorted, ties by lower index; indices int64 | OPAQUE |
+| det | x[..., N, N] (float) -> [...] | - (LU with partial pivoting) | OPAQUE |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):
 
@@ -46,3 +47,4 @@ from tvmc.ops import nn_conv2d_transpose  # noqa: F401,E402  (registration: nn.c
 from tvmc.ops import sort  # noqa: F401,E402  (registration: topk_values, topk_indices)
 from tvmc.ops import scatter  # noqa: F401,E402  (registration: scatter_elements, scatter_nd)
 from tvmc.ops import nn_col2im  # noqa: F401,E402  (registration: nn.col2im)
+from tvmc.ops import linalg  # noqa: F401,E402  (registration: det)

@@ -49,7 +49,27 @@ def _source_coordinate(x, in_size, out_size, scale, mode, roi):
     raise ValueError(f"unknown coordinate_transformation_mode '{mode}'")
 
 
-def _coeffs(ratio, scale, method, nearest_mode, cubic_a):
+def _antialias_coeffs(ratio, scale, method, cubic_a):
+    """Linear or cubic taps stretched by 1/scale when downsampling (ONNX Resize-18 antialias=1):
+    the kernel evaluated at scale * (i - ratio) for the 2 - 2 * start taps i = start .. 1 - start
+    (start = floor(-support / scale) + 1; support 1 linear, 2 cubic; scale 1 when upsampling),
+    normalized to sum 1. The frontend applies these wide tables as matmuls (resize_matrix)."""
+    scale = min(scale, 1.0)
+    support = 1 if method == "linear" else 2
+    start = math.floor(-support / scale) + 1
+    t = np.abs((np.arange(start, 2 - start) - ratio) * scale)
+    if method == "linear":
+        c = np.clip(1 - t, 0, 1)
+    else:
+        a = cubic_a
+        c = np.where(t <= 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+                     np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0))
+    return c / c.sum()
+
+
+def _coeffs(ratio, scale, method, nearest_mode, cubic_a, antialias=0):
+    if antialias and method != "nearest":
+        return _antialias_coeffs(ratio, scale, method, cubic_a)
     if method == "nearest":
         if nearest_mode == "simple":  # Resize-10 / Upsample: floor when upsampling, ceil when downsampling
             nearest_mode = "ceil" if scale < 1 else "floor"
@@ -81,8 +101,9 @@ def _neighbors(x, n, in_size):
 
 def resize_tables(in_size: int, out_size: int, scale: float, method: str, coordinate_mode: str,
                   nearest_mode: str = "round_prefer_floor", cubic_a: float = -0.75, exclude_outside: int = 0,
-                  roi=(0.0, 1.0)):
-    """Per-axis resampling table (ONNX Resize semantics, one axis).
+                  roi=(0.0, 1.0), antialias: int = 0):
+    """Per-axis resampling table (ONNX Resize semantics, one axis); with `antialias` (Resize-18),
+    linear and cubic kernels widen by 1/scale when downsampling (more taps).
 
     Returns (idx int64 [out_size, taps], weights float32 [out_size, taps], outside bool [out_size]):
     source indexes (clamped into the input: the edge padding of the reference), their weights,
@@ -94,7 +115,7 @@ def resize_tables(in_size: int, out_size: int, scale: float, method: str, coordi
         ori = _source_coordinate(x, in_size, out_size, scale, coordinate_mode, roi)
         outside.append(coordinate_mode == "tf_crop_and_resize" and (ori < 0 or ori > in_size - 1))
         ratio = 1.0 if float(ori).is_integer() else ori - math.floor(ori)
-        c = _coeffs(ratio, scale, method, nearest_mode, cubic_a)
+        c = _coeffs(ratio, scale, method, nearest_mode, cubic_a, antialias)
         idx = _neighbors(ori, len(c), in_size)
         if exclude_outside:
             c = np.where((idx < 0) | (idx >= in_size), 0.0, c)
@@ -105,6 +126,14 @@ def resize_tables(in_size: int, out_size: int, scale: float, method: str, coordi
         w_rows.append(c)
     return (np.array(idx_rows, dtype=np.int64).reshape(out_size, -1),
             np.array(w_rows, dtype=np.float32).reshape(out_size, -1), np.array(outside, dtype=bool))
+
+
+def resize_matrix(idx, weights, in_size: int) -> np.ndarray:
+    """The per-axis table (idx, weights [out_size, taps] of resize_tables) as a dense float32
+    [out_size, in_size] matrix: out = matrix @ in along that axis."""
+    m = np.zeros((idx.shape[0], in_size), np.float32)
+    np.add.at(m, (np.arange(idx.shape[0])[:, None], idx), weights)
+    return m
 
 
 def _type(in_types, attrs):

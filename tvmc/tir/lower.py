@@ -141,8 +141,13 @@ class _Lowering:
         # Children attached to our loops: bound inference, local buffers.
         attached = {}
         for iv in st.leaf:
-            for child in self.children.get((id(st), id(iv)), []):
-                creg = self._infer_region(st, iv, child, ext, coord)
+            kids = self.children.get((id(st), id(iv)), [])
+            regions = {}
+            for child in reversed(kids):  # consumers first: a child may be read only by a later sibling
+                siblings = [(k, regions[k.tensor.uid]) for k in kids if k.tensor.uid in regions]
+                regions[child.tensor.uid] = self._infer_region(st, iv, child, ext, coord, siblings)
+            for child in kids:
+                creg = regions[child.tensor.uid]
                 buf = self._buffer(child.tensor, [e for _, e in creg], child.scope or "local")
                 self.buffers[child.tensor.uid] = (buf, [b for b, _ in creg])
                 attached.setdefault(iv, []).append((child, creg, buf))
@@ -249,8 +254,13 @@ class _Lowering:
         return transform(e, rule)
 
     # --- bound inference -----------------------------------------------------------------
-    def _infer_region(self, st, at_iv, child, ext, coord):
-        """Region of `child` read by one iteration of `st`'s loop `at_iv`: [(base, extent)]."""
+    def _infer_region(self, st, at_iv, child, ext, coord, siblings=()):
+        """Region of `child` read by one iteration of `st`'s loop `at_iv`: [(base, extent)].
+
+        When `st` itself does not read `child`, the region is the union of what the `siblings`
+        (stages attached at the same loop, with their regions) read of it: a chain of stages
+        computed one after another per iteration (e.g. the elimination steps of det). An index
+        computed from tensor data (a pivot row) covers the child's whole axis."""
         pos = st.leaf.index(at_iv)
         ranges = {}
         for iv in st.leaf[pos + 1:]:
@@ -258,19 +268,29 @@ class _Lowering:
         if child.scope == "shared":  # one buffer for the block: relaxed over the threads of every enclosing stage
             for var, extent in self.thread_ranges.items():
                 ranges.setdefault(var, (IntImm(0), IntImm(extent - 1)))
-        loads = [x for x in walk(self.bodies[st]) if isinstance(x, TensorLoad) and x.tensor is child.tensor]
+        readers = [(self.bodies[st], coord, ranges)]
+        if not any(isinstance(x, TensorLoad) and x.tensor is child.tensor for x in walk(self.bodies[st])):
+            readers = []
+            for sib, sreg in siblings:
+                sranges = {iv.var: (b, simplify(b + (e - 1))) for iv, (b, e) in zip(sib.op.axis, sreg)}
+                sranges.update({iv.var: (IntImm(0), IntImm(iv.extent - 1)) for iv in sib.op.reduce_axis})
+                readers.append((self.bodies[sib], {}, sranges))
         region = None
-        for ld in loads:
-            dims = []
-            for idx in ld.indices:
-                lo, hi = _interval(substitute(idx, coord), ranges)
-                lo, hi = simplify(lo), simplify(hi)
-                d = simplify(hi - lo)
-                if not isinstance(d, IntImm):
-                    raise ScheduleError(f"compute_at: cannot bound the region of {child.tensor.name} "
-                                        f"inside {st.tensor.name} (extent {d!r} is not constant)")
-                dims.append((lo, d.value + 1))
-            region = dims if region is None else [_union(a, b) for a, b in zip(region, dims)]
+        for body, subst, rng in readers:
+            for ld in (x for x in walk(body) if isinstance(x, TensorLoad) and x.tensor is child.tensor):
+                dims = []
+                for idx, size in zip(ld.indices, child.tensor.shape):
+                    if any(isinstance(x, TensorLoad) for x in walk(idx)):
+                        dims.append((IntImm(0), size))
+                        continue
+                    lo, hi = _interval(substitute(idx, subst), rng)
+                    lo, hi = simplify(lo), simplify(hi)
+                    d = simplify(hi - lo)
+                    if not isinstance(d, IntImm):
+                        raise ScheduleError(f"compute_at: cannot bound the region of {child.tensor.name} "
+                                            f"inside {st.tensor.name} (extent {d!r} is not constant)")
+                    dims.append((lo, d.value + 1))
+                region = dims if region is None else [_union(a, b) for a, b in zip(region, dims)]
         if region is None:
             raise ScheduleError(f"compute_at: {st.tensor.name} does not read {child.tensor.name}")
         return region

@@ -4,9 +4,9 @@ main graph (outer-scope tensors visible), resolved at compile time.
 If with a constant condition imports the taken branch only; with a condition known only at run
 time both branches are imported and `where` picks per output (branches have no side effects, so
 computing both is the same function; their outputs must agree in shape and dtype). Loop unrolls
-a constant trip count whose body keeps its condition constant true; Scan (opset 9 and later)
-unrolls over its static scan axes. A loop whose iteration count depends on run-time values is a
-data-dependent shape and is refused (see docs/dynamic_shapes.md).
+a constant trip count whose body keeps its condition constant true; Scan unrolls over its
+static scan axes (Scan-8: per element of its batch axis). A loop whose iteration count depends
+on run-time values is a data-dependent shape and is refused (see docs/dynamic_shapes.md).
 """
 
 from __future__ import annotations
@@ -80,16 +80,10 @@ def Loop(ctx, node, inputs, attrs, opset):
     return tuple(carried) + tuple(_stack(ctx, s, 0) for s in scans)
 
 
-@converter(9, 11, 16, 19, 21, 23, 24, 25)
-def Scan(ctx, node, inputs, attrs, opset):
-    """ONNX Scan-9+(states..., scan inputs...; body, num_scan_inputs, scan_input_axes/directions,
-    scan_output_axes/directions): unrolled over the scan axis."""
-    body = attrs["body"]
-    n_scan = int(attrs["num_scan_inputs"])
-    n_state = len(inputs) - n_scan
-    states, xs = list(inputs[:n_state]), list(inputs[n_state:])
-    in_axes = [norm_axis(ctx, int(a), len(x.shape)) for a, x in zip(attrs.get("scan_input_axes", [0] * n_scan), xs)]
-    in_rev = list(attrs.get("scan_input_directions", [0] * n_scan))
+def _scan(ctx, body, opset, states, xs, in_axes, in_rev, out_axes, out_rev):
+    """The Scan loop unrolled: body(states, slices of xs along in_axes (reversed where in_rev))
+    per step -> (final states, scan outputs stacked along out_axes, reversed where out_rev)."""
+    n_state = len(states)
     steps = {x.shape[a] for x, a in zip(xs, in_axes)}
     if len(steps) != 1:
         raise ctx.error(f"scan inputs have different lengths {sorted(steps)}")
@@ -98,22 +92,68 @@ def Scan(ctx, node, inputs, attrs, opset):
     names = [i.name for i in body.input]
     outs_per_step: list = [[] for _ in range(n_out)]
     for t in range(n_steps):
-        slices = []
-        for x, a, rev in zip(xs, in_axes, in_rev):
-            k = n_steps - 1 - t if rev else t
-            begin = [0] * len(x.shape)
-            end = list(x.shape)
-            begin[a], end[a] = k, k + 1
-            s = ctx.call("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end), "strides": (1,) * len(x.shape)})
-            slices.append(reshape(ctx, s, tuple(d for i, d in enumerate(x.shape) if i != a)))
+        slices = [_take_slice(ctx, x, a, n_steps - 1 - t if rev else t) for x, a, rev in zip(xs, in_axes, in_rev)]
         outs = ctx.importer.convert_graph(body, opset, dict(zip(names, states + slices)), f"Scan '{ctx.name}' body")
         states = outs[:n_state]
         for k, y in enumerate(outs[n_state:]):
             outs_per_step[k].append(y)
-    out_axes = list(attrs.get("scan_output_axes", [0] * n_out))
-    out_rev = list(attrs.get("scan_output_directions", [0] * n_out))
     scanned = []
     for ys, a, rev in zip(outs_per_step, out_axes, out_rev):
         axis = norm_axis(ctx, int(a), len(ys[0].shape) + 1)
         scanned.append(_stack(ctx, ys[::-1] if rev else ys, axis))
+    return list(states), scanned
+
+
+def _take_slice(ctx, x, axis, k):
+    """x[..., k, ...] along `axis`, that axis dropped."""
+    begin, end = [0] * len(x.shape), list(x.shape)
+    begin[axis], end[axis] = k, k + 1
+    s = ctx.call("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end), "strides": (1,) * len(x.shape)})
+    return reshape(ctx, s, tuple(d for i, d in enumerate(x.shape) if i != axis))
+
+
+def _scan_8(ctx, inputs, attrs, opset):
+    """ONNX Scan-8(sequence_lens?, states..., scan inputs...; body, num_scan_inputs, directions):
+    every input and output has a leading batch axis and scan inputs scan their axis 1; each batch
+    element is unrolled as Scan-9 would, the results stacked on axis 0. sequence_lens, when
+    given, must be a constant equal to the scan length for every batch element (shorter
+    sequences leave outputs that depend on run-time lengths)."""
+    body = attrs["body"]
+    n_scan = int(attrs["num_scan_inputs"])
+    lens, rest = inputs[0], list(inputs[1:])
+    n_state = len(rest) - n_scan
+    states, xs = rest[:n_state], rest[n_state:]
+    if lens is not None:
+        value = ctx.constant(inputs, 0, "sequence_lens").reshape(-1)
+        full = {x.shape[1] for x in xs if len(x.shape) > 1}
+        if len(full) != 1 or np.any(value != next(iter(full))):
+            raise ctx.error(f"sequence_lens {value.tolist()} must all equal the scan length {sorted(full)}")
+    batch = {x.shape[0] if x.shape else None for x in rest}
+    if len(batch) != 1 or None in batch:
+        raise ctx.error(f"inputs must share a leading batch axis, got {[x.type for x in rest]}")
+    in_rev = list(attrs.get("directions", [0] * n_scan))
+    out_zeros = [0] * (len(body.output) - n_state)  # scan outputs: axis 0 per batch element, forward
+    per_batch = []
+    for b in range(batch.pop()):
+        st, ys = _scan(ctx, body, opset, [_take_slice(ctx, s, 0, b) for s in states],
+                       [_take_slice(ctx, x, 0, b) for x in xs], [0] * n_scan, in_rev, out_zeros, out_zeros)
+        per_batch.append(st + ys)
+    return tuple(_stack(ctx, list(vals), 0) for vals in zip(*per_batch))
+
+
+@converter(8, 9, 11, 16, 19, 21, 23, 24, 25)
+def Scan(ctx, node, inputs, attrs, opset):
+    """ONNX Scan-9+(states..., scan inputs...; body, num_scan_inputs, scan_input_axes/directions,
+    scan_output_axes/directions): unrolled over the scan axis; Scan-8 see _scan_8."""
+    if opset < 9:
+        return _scan_8(ctx, inputs, attrs, opset)
+    n_scan = int(attrs["num_scan_inputs"])
+    n_state = len(inputs) - n_scan
+    states, xs = list(inputs[:n_state]), list(inputs[n_state:])
+    in_axes = [norm_axis(ctx, int(a), len(x.shape)) for a, x in zip(attrs.get("scan_input_axes", [0] * n_scan), xs)]
+    n_out = len(attrs["body"].output) - n_state
+    states, scanned = _scan(ctx, attrs["body"], opset, states, xs, in_axes,
+                            list(attrs.get("scan_input_directions", [0] * n_scan)),
+                            list(attrs.get("scan_output_axes", [0] * n_out)),
+                            list(attrs.get("scan_output_directions", [0] * n_out)))
     return tuple(states) + tuple(scanned)

@@ -1,4 +1,4 @@
-"""ONNX converters, nn group: convolution, dense/matmul, pooling, normalization, softmax, Einsum."""
+"""ONNX converters, nn group: convolution, dense/matmul, pooling, normalization, softmax, Einsum, Det."""
 
 from __future__ import annotations
 
@@ -507,7 +507,7 @@ def LayerNormalization(ctx, node, inputs, attrs, opset):
 def _einsum_terms(ctx, equation, ranks):
     """Parse an einsum equation into ([letters per operand], output letters); '...' becomes
     upper-case letters (broadcast dims must have equal sizes), implicit output = the letters
-    seen once, sorted."""
+    seen once, sorted. A term may repeat a letter (a diagonal) and may be empty (a rank-0 operand)."""
     eq = equation.replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
@@ -519,10 +519,8 @@ def _einsum_terms(ctx, equation, ranks):
     for t, r in zip(terms, ranks):
         if "..." in t:
             t = t.replace("...", ell[n_ell - (r - len(t.replace("...", ""))):])
-        if len(t) != r or not t.isalpha():
+        if len(t) != r or (t and not t.isalpha()):
             raise ctx.error(f"equation '{equation}': term '{t}' does not match an operand of rank {r}")
-        if len(set(t)) != len(t):
-            raise ctx.error(f"equation '{equation}': repeated indices in one operand (diagonals) are not supported")
         out_terms.append(t)
     if arrow:
         out = rhs.replace("...", ell)
@@ -552,14 +550,39 @@ def _einsum_pair(ctx, a, ta, b, tb, keep):
     return reshape(ctx, y, tuple(dims[c] for c in letters)), "".join(letters)
 
 
+def _einsum_diagonal(ctx, x, t):
+    """Operand x (letters t) with every repeated letter taken once: its diagonal. The axes of a
+    letter c (size n, m times in t) move last, are flattened to n**m and `take` picks the
+    elements i * (1 + n + ... + n**(m-1)), i < n; c ends the returned letters."""
+    for c in dict.fromkeys(t):
+        if t.count(c) < 2:
+            continue
+        rest = "".join(d for d in t if d != c)
+        x = _einsum_permute(ctx, x, t, list(rest) + [c] * t.count(c))
+        sizes = [x.shape[k] for k in range(len(rest), len(t))]
+        if len(set(sizes)) != 1:
+            raise ctx.error(f"einsum index '{c}' has sizes {sizes} in one operand")
+        n, m = sizes[0], len(sizes)
+        x = reshape(ctx, x, tuple(x.shape[:len(rest)]) + (n ** m,))
+        step = sum(n ** k for k in range(m))
+        x = ctx.call("take", [x, ctx.const(np.arange(n, dtype=np.int64) * step, f"diagonal_{c}")],
+                     {"axis": len(rest)})
+        t = rest + c
+    return x, t
+
+
 def _einsum_permute(ctx, x, have, want):
-    perm = tuple(have.index(c) for c in want)
+    # a letter repeated in `have` (a diagonal still to take) maps its j-th use in `want` to its
+    # j-th axis in `have`
+    perm = tuple(have.index(c) if have.count(c) == 1 else
+                 [k for k, d in enumerate(have) if d == c][want[:j].count(c)] for j, c in enumerate(want))
     return x if perm == tuple(range(len(perm))) else ctx.call("transpose", [x], {"axes": perm})
 
 
 @converter(12, 28)
 def Einsum(ctx, node, inputs, attrs, opset):
-    """ONNX Einsum-12/28 (28 adds dtypes) without diagonals: letters used by one operand only and not in the output
+    """ONNX Einsum-12/28 (28 adds dtypes): a letter repeated in one operand takes its diagonal
+    (take on the flattened axes); letters used by one operand only and not in the output
     are summed first; operands are contracted pairwise as batched matmuls (transpose + reshape +
     nn.matmul); the result is transposed to the output order. E.g. "bij,bjk->bik",
     "bhid,bhjd->bhij", "ij->ji", "ij->i"."""
@@ -568,6 +591,8 @@ def Einsum(ctx, node, inputs, attrs, opset):
         raise ctx.error(f"equation '{attrs['equation']}': bad output indices '{out}'")
     operands = []
     for k, (x, t) in enumerate(zip(inputs, terms)):
+        x, t = _einsum_diagonal(ctx, x, t)
+        terms[k] = t
         elsewhere = set(out) | {c for j, u in enumerate(terms) if j != k for c in u}
         axes = tuple(i for i, c in enumerate(t) if c not in elsewhere)
         if axes:
@@ -578,7 +603,18 @@ def Einsum(ctx, node, inputs, attrs, opset):
     for j, (y, u) in enumerate(operands[1:], 1):
         keep = set(out) | {c for _, v in operands[j + 1:] for c in v}
         x, t = _einsum_pair(ctx, x, t, y, u, keep)
-    return _einsum_permute(ctx, x, t, list(out)) if t != out else x
+    y = _einsum_permute(ctx, x, t, list(out)) if t != out else x
+    return ctx.call("identity", [y]) if any(y is e for e in inputs) else y
+
+
+@converter(11, 22)
+def Det(ctx, node, inputs, attrs, opset):
+    """ONNX Det-11/22 (22 adds bfloat16, refused as a dtype): X [..., M, M] float -> det [...]
+    (tvmc.ops.linalg: LU with partial pivoting)."""
+    x = inputs[0]
+    if len(x.shape) < 2 or x.shape[-1] != x.shape[-2]:
+        raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must be [..., M, M]")
+    return ctx.call("det", [x])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from tvmc.errors import UnsupportedOpError
 from tvmc.frontend.onnx.common import (fmt_dims, is_const, is_int_const, norm_axis, np_dtype_name, prod, reshape,
                                       scalar)
 from tvmc.frontend.onnx.registry import converter
@@ -375,9 +374,9 @@ def Tile(ctx, node, inputs, attrs, opset):
 
 
 def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefer_floor", cubic_a=-0.75,
-            exclude_outside=0, extrapolation=0.0, roi=None, axes=None, policy="stretch"):
+            exclude_outside=0, extrapolation=0.0, roi=None, axes=None, policy="stretch", antialias=0):
     """Resize/Upsample -> image.resize2d over the two trailing axes (a rank != 4 input runs as
-    [prod(leading), 1, H, W]); scales or sizes per resized axis (`axes`, default all), ONNX
+    [prod(leading), 1, H, W]; antialiased float data as two matmuls, _resize_as_matmuls); scales or sizes per resized axis (`axes`, default all), ONNX
     Resize-18 keep_aspect_ratio_policy; tf_crop_and_resize positions outside the input take
     `extrapolation` through a where over a constant mask."""
     rank = len(x.shape)
@@ -417,18 +416,38 @@ def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefe
     from tvmc.ops.image import resize_tables
 
     tables = [resize_tables(int(x.shape[a]), out_of[a], scale_of[a], method, coord_mode, nearest_mode, cubic_a,
-                            exclude_outside, roi_of[a]) for a in (rank - 2, rank - 1)]
+                            exclude_outside, roi_of[a], antialias) for a in (rank - 2, rank - 1)]
     (ih, wh, oh), (iw, ww, ow) = tables
     h, w = x.shape[-2:]
-    y = reshape(ctx, x, (prod(x.shape[:-2]), 1, h, w)) if rank != 4 else x
-    args = [y, ctx.const(ih, "idx_h"), ctx.const(iw, "idx_w")]
-    if method != "nearest":
-        args += [ctx.const(wh, "w_h"), ctx.const(ww, "w_w")]
-    y = ctx.call("image.resize2d", args)
+    if antialias and method != "nearest" and x.dtype.startswith("float"):
+        y = _resize_as_matmuls(ctx, reshape(ctx, x, (prod(x.shape[:-2]), h, w)), tables)
+    else:
+        y = reshape(ctx, x, (prod(x.shape[:-2]), 1, h, w)) if rank != 4 else x
+        args = [y, ctx.const(ih, "idx_h"), ctx.const(iw, "idx_w")]
+        if method != "nearest":
+            args += [ctx.const(wh, "w_h"), ctx.const(ww, "w_w")]
+        y = ctx.call("image.resize2d", args)
     if oh.any() or ow.any():
         mask = ctx.const(oh[:, None] | ow[None, :], "outside")
         y = ctx.call("where", [mask, scalar(ctx, y, extrapolation, "extrapolation"), y])
     return reshape(ctx, y, tuple(out_of[a] for a in range(rank)))
+
+
+def _resize_as_matmuls(ctx, x, tables):
+    """x [B, H, W] resized separably by constant [OW, W] and [OH, H] weight matrices (the tables'
+    taps, summed where the edge clamps them onto one index): nn.matmul(x, W_w^T), then
+    nn.matmul(W_h, that); an axis whose matrix is the identity is skipped. For antialiased
+    downsampling, whose taps grow as 1/scale per axis: two matmuls instead of taps_h * taps_w
+    unrolled terms per output."""
+    from tvmc.ops.image import resize_matrix
+
+    (ih, wh, _), (iw, ww, _) = tables
+    m_h, m_w = resize_matrix(ih, wh, x.shape[1]), resize_matrix(iw, ww, x.shape[2])
+    if m_w.shape != (x.shape[2],) * 2 or not np.array_equal(m_w, np.eye(x.shape[2])):
+        x = ctx.call("nn.matmul", [x, ctx.const(m_w.T.astype(x.dtype), "w_w")])
+    if m_h.shape != (x.shape[1],) * 2 or not np.array_equal(m_h, np.eye(x.shape[1])):
+        x = ctx.call("nn.matmul", [ctx.const(m_h.astype(x.dtype), "w_h"), x])
+    return x
 
 
 _RESIZE_METHODS = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic"}
@@ -439,8 +458,8 @@ def Resize(ctx, node, inputs, attrs, opset):
     """ONNX Resize: 10 (X, scales; asymmetric coordinates, nearest rounds as Upsample does),
     11/13 (roi, scales or sizes; coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
     exclude_outside, extrapolation_value), 18/19 (axes, keep_aspect_ratio_policy, antialias,
-    half_pixel_symmetric) -> image.resize2d. Scales/sizes must be constant; antialias is not
-    supported."""
+    half_pixel_symmetric) -> image.resize2d. Scales/sizes must be constant; antialias widens the
+    linear/cubic taps of a downsampled axis (tvmc.ops.image.resize_tables), applied as matmuls."""
     x = inputs[0]
     method = _RESIZE_METHODS.get(attrs.get("mode", "nearest"))
     if method is None or (opset < 11 and method == "cubic"):
@@ -448,8 +467,6 @@ def Resize(ctx, node, inputs, attrs, opset):
     if opset < 11:
         scales = ctx.constant(inputs, 1, "scales").reshape(-1).tolist()
         return _resize(ctx, x, scales, None, method, "asymmetric", "simple")
-    if int(attrs.get("antialias", 0)):
-        raise UnsupportedOpError(ctx.importer.label, [("Resize with antialias=1", opset, [ctx.name])])
     roi = ctx.constant(inputs, 1, "roi").reshape(-1).tolist() if len(inputs) > 1 and inputs[1] is not None else None
     scales = ctx.constant(inputs, 2, "scales").reshape(-1).tolist() \
         if len(inputs) > 2 and inputs[2] is not None else None
@@ -466,7 +483,8 @@ def Resize(ctx, node, inputs, attrs, opset):
         raise ctx.error(f"unknown coordinate_transformation_mode '{coord}' or nearest_mode '{nearest_mode}'")
     return _resize(ctx, x, scales, sizes, method, coord, nearest_mode, float(attrs.get("cubic_coeff_a", -0.75)),
                    int(attrs.get("exclude_outside", 0)), float(attrs.get("extrapolation_value", 0.0)), roi,
-                   attrs.get("axes") if opset >= 18 else None, attrs.get("keep_aspect_ratio_policy", "stretch"))
+                   attrs.get("axes") if opset >= 18 else None, attrs.get("keep_aspect_ratio_policy", "stretch"),
+                   int(attrs.get("antialias", 0)) if opset >= 18 else 0)
 
 
 @converter(7, 9, 10)
@@ -547,6 +565,39 @@ def EyeLike(ctx, node, inputs, attrs, opset):
         raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must be 2-D")
     dtype = np_dtype_name(int(attrs["dtype"])) if "dtype" in attrs else x.dtype
     return np.eye(x.shape[0], x.shape[1], k=int(attrs.get("k", 0)), dtype=dtype)
+
+
+@converter(17)
+def MelWeightMatrix(ctx, node, inputs, attrs, opset):
+    """ONNX MelWeightMatrix-17(num_mel_bins, dft_length, sample_rate, lower_edge_hertz,
+    upper_edge_hertz; output_datatype = float32) -> the [dft_length // 2 + 1, num_mel_bins]
+    matrix of triangular filters, folded at compile time (every input must be a constant).
+
+    As ONNX's reference: num_mel_bins + 2 edges spaced evenly on the mel scale
+    mel(f) = 2595 log10(1 + f / 700) from lower to upper edge in steps of (high - low) /
+    (num_mel_bins + 2), mapped back to hertz and to spectrogram bins floor((dft_length + 1) *
+    f / sample_rate); filter i rises linearly from edge i to 1 at edge i + 1 (1 at the center
+    when they coincide) and falls to 0 at edge i + 2."""
+    n_mel, dft_length, rate = (int(ctx.constant(inputs, k, what).reshape(()))
+                               for k, what in enumerate(("num_mel_bins", "dft_length", "sample_rate")))
+    low, high = (float(ctx.constant(inputs, k, what).reshape(()))
+                 for k, what in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz")))
+    if n_mel <= 0 or dft_length <= 0 or rate <= 0 or not 0 <= low <= high:
+        raise ctx.error(f"needs num_mel_bins, dft_length, sample_rate > 0 and 0 <= lower_edge_hertz <= "
+                        f"upper_edge_hertz; got {n_mel}, {dft_length}, {rate}, {low}, {high}")
+    mel_low, mel_high = (2595.0 * np.log10(1.0 + f / 700.0) for f in (low, high))
+    mels = mel_low + np.arange(n_mel + 2) * ((mel_high - mel_low) / (n_mel + 2))
+    hertz = 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
+    edges = (((dft_length + 1) * hertz) // rate).astype(np.int64)
+    j = np.arange(dft_length // 2 + 1)[:, None]
+    left, center, right = edges[None, :-2], edges[None, 1:-1], edges[None, 2:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rise = np.where(center > left, (j - left) / np.maximum(center - left, 1), j == center)
+        fall = (right - j) / np.maximum(right - center, 1)
+    out = np.where((j >= left) & (j <= center), rise, 0.0)
+    out = np.where((right > center) & (j >= center) & (j < right), fall, out)
+    dtype = np_dtype_name(int(attrs["output_datatype"])) if "output_datatype" in attrs else "float32"
+    return out.astype(dtype)
 
 
 def one_hot_mask(ctx, indices, depth: int, axis: int):
