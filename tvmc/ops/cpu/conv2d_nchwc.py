@@ -47,7 +47,8 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
               num_vector_registers accumulators (the engine reloads the weight and splat operands
               rather than keep them). Measured in Node 20 on ResNet-18's 3x3 layers (one thread):
               56x56x64 (4, 4) 13.1 -> 10.1 ms, 14x14x256 (2, 7) 14.7 -> 9.7 ms, 7x7x512 (2, 7)
-              16.7 -> 9.9 ms; ResNet-18's kernels 191 -> 148 ms. On x86 AVX2 (LLVM allocates the
+              16.7 -> 9.9 ms; whole models, interleaved in one Node process: ResNet-18 219 -> 174 ms,
+              SqueezeNet 50 -> 38, Inception v1 197 -> 169, MobileNetV2 35 -> 28. On x86 AVX2 (LLVM allocates the
               registers, the broadcast is one vbroadcastss) tile_oc = 2 or 4 was 1.4x-2x slower on
               3 of those 4 layers, so the other operand forms keep one block;
   unroll_kw = False (as TVM's fallback; measured the same way: +9% on a 3x3 64-channel layer,
