@@ -101,7 +101,7 @@ class Target:
     @property
     def fma_scalar_operand(self) -> str:
         """Where the vector FMA of the vector unit this target's cpu and features enable takes its
-        scalar operand: "memory", "register" or "lane" (targets/isa/<arch>.yaml; "register"
+        scalar operand: "memory", "register", "lane" or "splat" (targets/isa/<arch>.yaml; "register"
         for an architecture without an ISA table)."""
         return _fma_scalar_operand(self.arch, self.cpu, self.features)
 

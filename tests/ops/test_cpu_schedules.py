@@ -198,3 +198,24 @@ def test_conv2d_nchwc_register_tile_fits_the_fma_operand_form(target_name, opera
         workload = ((1, 2, ow, ow, lanes), (2, 2, 3, 3, lanes, lanes), (1, 2, ow, ow, lanes), "float32",
                     (("groups", 1),))
         assert conv2d_nchwc_config(workload, target).fallback["tile_ow"] == tile, ow
+
+
+@pytest.mark.parametrize("ow,oc_blocks,tile", [(56, 16, (4, 4)), (28, 32, (4, 4)), (14, 64, (2, 7)), (7, 128, (2, 7)),
+                                               (13, 250, (1, 13)), (14, 1, (1, 14))])
+def test_conv2d_nchwc_splat_operand_tiles_several_channel_blocks(ow, oc_blocks, tile):
+    """wasm simd128 (fma_scalar_operand "splat"): the fallback register tile (tile_oc, tile_ow) of
+    ResNet-18's 3x3 layers and SqueezeNet's last 1x1 one, the most multiply-adds per loaded
+    operand within 16 accumulators; x86 AVX2 keeps one channel block for the same layers."""
+    from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config
+
+    def fallback(target):
+        lanes = target.vector_lanes()
+        workload = ((1, 2, ow, ow, lanes), (oc_blocks, 2, 3, 3, lanes, lanes), (1, oc_blocks, ow, ow, lanes),
+                    "float32", (("groups", 1),))
+        space = conv2d_nchwc_config(workload, target).fallback
+        return space["tile_oc"], space["tile_ow"]
+
+    wasm = resolve_target("wasm")
+    assert wasm.fma_scalar_operand == "splat"
+    assert fallback(wasm) == tile
+    assert fallback(resolve_target("x86-avx2"))[0] == 1

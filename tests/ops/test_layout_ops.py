@@ -225,12 +225,28 @@ def test_conv2d_nchwc_schedule_shape():
                                                      groups=1, out_layout="NCHW16c"))
     body = make_call("nn.relu", [make_call("add", [conv, b])])
     cfg = conv2d_nchwc_config(workload(conv), target).fallback_config()
-    assert dict(cfg) == {"tile_ow": 28, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1,
+    assert dict(cfg) == {"tile_ow": 28, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1, "tile_oc": 1,
                          "reorder_kernel_first": False}
     text = str(lower_fused(Function([x, w, b], body, "fused_conv"), target))
     assert "allocate conv2d_nchwc: float32[1,1,1,28,16] (local)" in text
     assert "parallel for nn_relu_i0.nn_relu_i1.nn_relu_i2 in 0..224" in text
     assert "vectorize for conv2d_nchwc_i4 in 0..16" in text and "unroll for conv2d_nchwc_i3 in 0..28" in text
+    assert " if " not in text
+
+
+def test_conv2d_nchwc_tile_of_several_channel_blocks():
+    """wasm's fallback for a 14x14, 32-channel-block layer: tile_oc = 2 blocks x tile_ow = 7
+    columns of accumulators, the block loop unrolled outside the column loop (compile only)."""
+    target = resolve_target("wasm")
+    x = Var("x", TensorType((1, 8, 14, 14, 4)))
+    w = Var("w", TensorType((32, 8, 3, 3, 4, 4)))
+    conv = make_call("nn.conv2d_nchwc", [x, w], dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1),
+                                                     groups=1, out_layout="NCHW4c"))
+    cfg = conv2d_nchwc_config(workload(conv), target).fallback_config()
+    assert (cfg["tile_oc"], cfg["tile_ow"]) == (2, 7)
+    text = str(lower_fused(Function([x, w], make_call("nn.relu", [conv]), "fused_conv"), target))
+    assert "allocate conv2d_nchwc: float32[1,2,1,7,4] (local)" in text
+    assert "unroll for conv2d_nchwc_i1 in 0..2" in text and "unroll for conv2d_nchwc_i3 in 0..7" in text
     assert " if " not in text
 
 

@@ -493,6 +493,12 @@ CASES = [
     Case("det_pivots_singular", "det", lambda r: [_det_matrices(r)]),
     Case("det_float64_single", "det", lambda r: [r.standard_normal((3, 3))]),
     Case("det_batch_2x3_7x7", "det", lambda r: [n(r, (2, 3, 7, 7))], slow="19 elimination stages per target"),
+    # --- issue 15 point 6 (wasm speed): conv2d_nchwc register tiles of several output channel
+    # blocks (tile_oc; wasm's fallback picks tile_oc = 4, tile_ow = 4 here)
+    Case("conv2d_nchwc_4_oc_blocks_3x3", "nn.conv2d_nchwc",
+         lambda r: [n(r, (1, 2, 5, 8, 4)), n(r, (4, 2, 3, 3, 4, 4))],
+         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW4c"),
+         lambda r: [("add", {}, [n(r, (4, 1, 1, 4))]), ("nn.relu", {}, [])]),
 ]
 
 
@@ -625,6 +631,8 @@ SWEEPS = [
          conv(strides=(2, 2), padding=(1, 1, 1, 1), groups=6)),
     Case("conv2d_nchwc_ow14", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 6, 14, 4)), n(r, (1, 2, 3, 3, 4, 8))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
+    Case("conv2d_nchwc_ow4_oc_blocks4", "nn.conv2d_nchwc", lambda r: [n(r, (1, 1, 2, 4, 4)), n(r, (4, 1, 3, 3, 4, 4))],
+         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW4c")),
     Case("dense_n12", "nn.dense", lambda r: [n(r, (3, 20)), n(r, (12, 20))]),
     Case("dense_pack_m6_nb4_bn8", "nn.dense_pack", lambda r: [n(r, (6, 9)), n(r, (4, 9, 8))]),
     Case("matmul_bcast_m6_n20", "nn.matmul", lambda r: [n(r, (2, 6, 5)), n(r, (5, 20))]),

@@ -84,7 +84,7 @@ def test_task_extraction(tasks, task, target):
     assert tasks[0].workload == tasks[1].workload and task.op == "nn.conv2d_nchwc"
     assert task.flops == 2 * (16 * 6 * 6) * (8 * 3 * 3)  # 2 x outputs x reduction taps
     space = task.config_space(target)
-    assert set(space.knobs) == {"tile_ow", "unroll_ic", "unroll_kw", "tile_oh", "reorder_kernel_first"}
+    assert set(space.knobs) == {"tile_ow", "unroll_ic", "unroll_kw", "tile_oh", "tile_oc", "reorder_kernel_first"}
     assert space.index_of(space.fallback_config()) is not None
     # list and tuple spellings of a workload are the same key
     assert workload_key(task.workload) == workload_key(json.loads(json.dumps(task.workload)))
@@ -252,8 +252,9 @@ def _write_records(path, target, task, rows):
 
 def test_apply_best_uses_the_best_valid_record(task, target, model_path, tmp_path):
     space = task.config_space(target)
-    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3, "reorder_kernel_first": True}
-    failed = {"tile_ow": 1, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1, "reorder_kernel_first": False}
+    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3, "tile_oc": 1, "reorder_kernel_first": True}
+    failed = {"tile_ow": 1, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1, "tile_oc": 1,
+              "reorder_kernel_first": False}
     path = tmp_path / "r.json"
     _write_records(path, target, task, [(dict(space.fallback_config()), 2e-3, 0), (good, 1e-3, 0),
                                         (failed, 1e-6, int(MeasureError.WRONG_ANSWER))])
@@ -359,7 +360,7 @@ def _c_library(code: str, path: str):
 
 def _hangs(config) -> bool:
     return (config["tile_oh"] == 3 and config["tile_ow"] == 6 and not config["unroll_ic"] and not config["unroll_kw"]
-            and not config["reorder_kernel_first"])
+            and config["tile_oc"] == 1 and not config["reorder_kernel_first"])
 
 
 def faulty_build(task, target, config, path):
@@ -455,7 +456,7 @@ def test_hanging_candidate_times_out(task, target):
 def test_build_timeout(task, target, tmp_path):
     space = task.config_space(target)
     configs = [c for c in space.all_configs()
-               if c["tile_oh"] == 1 and c["tile_ow"] == 6 and not c["reorder_kernel_first"]]
+               if c["tile_oh"] == 1 and c["tile_ow"] == 6 and c["tile_oc"] == 1 and not c["reorder_kernel_first"]]
     assert [c["unroll_kw"] for c in configs] == [False, True, False, True]
     _PREBUILT["path"] = str(tmp_path / "prebuilt.so")
     assert build_candidate(task, target, configs[0], _PREBUILT["path"])[0] == MeasureError.NO_ERROR
