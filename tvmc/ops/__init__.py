@@ -25,6 +25,9 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | nn.conv2d_transpose | data[N,C,H,W], weight[C,O/groups,KH,KW] | strides, padding (t,l,b,r; may be negative), dilation, output_padding (oh,ow), groups | OUT_ELEMWISE_FUSABLE |
 | image.resize2d | data[N,C,H,W], idx_h[OH,Th], idx_w[OW,Tw] (int64), optional w_h[OH,Th], w_w[OW,Tw] (tables from image.resize_tables) | - | INJECTIVE |
 | topk_values / topk_indices | x | axis, k, largest (0/1); sorted, ties by lower index; indices int64 | OPAQUE |
+| nonzero / nonzero_shape | x -> int64[rank, <=size(x)] / int64[2] | - | OPAQUE |
+| compress / compress_shape | x, condition bool[L] -> x with axis <= min(extent, L) / int64[rank] | axis | OPAQUE |
+| unique / unique_shape, unique_inverse | x -> values (axis <= extent), indices, counts (int64[<=extent]) / int64[rank]; inverse int64[extent] | axis, sorted (0/1), output ('values', 'indices', 'counts', 'inverse') | OPAQUE |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):
 
@@ -42,3 +45,4 @@ from tvmc.ops import image  # noqa: F401,E402  (registration: image.resize2d)
 from tvmc.ops import nn_conv2d_transpose  # noqa: F401,E402  (registration: nn.conv2d_transpose)
 from tvmc.ops import sort  # noqa: F401,E402  (registration: topk_values, topk_indices)
 from tvmc.ops import scatter  # noqa: F401,E402  (registration: scatter_elements, scatter_nd)
+from tvmc.ops import dynamic  # noqa: F401,E402  (registration: nonzero, compress, unique and their _shape ops)
