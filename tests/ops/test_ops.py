@@ -473,6 +473,22 @@ CASES = [
          dict(pad_width=((0, 0), (2, 5), (1, 3)), mode="wrap")),
     Case("reinterpret_bool_uint8", "reinterpret", lambda r: [r.integers(0, 2, (2, 9)).astype(bool)],
          dict(dtype="uint8")),
+    # --- data-dependent shapes (issue 18 point 5, dyn-shapes): outputs padded to their bound, and
+    # their run-time shapes; a dynamic output followed by shape-preserving elementwise ops
+    Case("nonzero_3d_cast_add", "nonzero", lambda r: [r.integers(-1, 2, (2, 3, 4)).astype(np.float32)],
+         chain=lambda r: [("cast", dict(dtype="float32"), []), ("add", {}, [np.float32(0.5)])]),
+    Case("nonzero_shape_bool", "nonzero_shape", lambda r: [r.integers(0, 2, (3, 5)).astype(bool)]),
+    Case("compress_axis1", "compress", lambda r: [n(r, (3, 5, 2)), np.array([1, 0, 1, 1], bool)], dict(axis=1)),
+    Case("compress_shape_none", "compress_shape", lambda r: [n(r, (4,)), np.zeros(3, bool)], dict(axis=0)),
+    Case("unique_values_sorted_axis0", "unique",
+         lambda r: [np.array([[1, 0, 2], [-1, 3, 0], [1, 0, 2], [0, 0, 0], [-1, 3, 0]], np.float32)],
+         dict(axis=0, sorted=1, output="values")),
+    Case("unique_counts_unsorted_int64", "unique", lambda r: [r.integers(-3, 3, (11,))],
+         dict(axis=0, sorted=0, output="counts")),
+    Case("unique_shape_indices", "unique_shape", lambda r: [r.integers(-3, 3, (9,)).astype(np.int32)],
+         dict(axis=0, sorted=1, output="indices")),
+    Case("unique_inverse_axis1_unsorted", "unique_inverse",
+         lambda r: [np.array([[2, 1, 2, 0], [5, 4, 5, 0]], np.int64)], dict(axis=1, sorted=0, output="inverse")),
 ]
 
 

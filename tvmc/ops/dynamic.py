@@ -19,11 +19,12 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.reduction import schedule_reduce
-from tvmc.ops.gpu.injective import generic_config, schedule_generic
+from tvmc.ops.gpu.injective import generic_config
+from tvmc.ops.gpu.selection import schedule_sequential
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 SELECTION = {"cpu": [Implementation("selection.x86", schedule_reduce)],
-             "gpu": [Implementation("selection.gpu", schedule_generic, config_space=generic_config)]}
+             "gpu": [Implementation("selection.gpu", schedule_sequential, config_space=generic_config)]}
 
 INT64 = "int64"
 

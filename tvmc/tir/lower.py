@@ -271,8 +271,8 @@ class _Lowering:
                                         f"inside {st.tensor.name} (extent {d!r} is not constant)")
                 dims.append((lo, d.value + 1))
             region = dims if region is None else [_union(a, b) for a, b in zip(region, dims)]
-        if region is None:
-            raise ScheduleError(f"compute_at: {st.tensor.name} does not read {child.tensor.name}")
+        if region is None:  # read only by other stages attached there: computed whole, once per iteration
+            return [(IntImm(0), e) for e in child.tensor.shape]
         return region
 
 
