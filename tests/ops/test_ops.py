@@ -489,6 +489,20 @@ CASES = [
          dict(axis=0, sorted=1, output="indices")),
     Case("unique_inverse_axis1_unsorted", "unique_inverse",
          lambda r: [np.array([[2, 1, 2, 0], [5, 4, 5, 0]], np.int64)], dict(axis=1, sorted=0, output="inverse")),
+    Case("topk_run_time_k_values_ties", "topk", lambda r: [r.integers(-2, 3, (3, 7)).astype(np.float32),
+                                                          np.array([4], np.int64)],
+         dict(axis=1, largest=1, output="values")),
+    Case("topk_shape_k_beyond_extent", "topk_shape", lambda r: [n(r, (5, 2)), np.array([9], np.int64)],
+         dict(axis=0, largest=0, output="indices")),
+    Case("non_max_suppression_two_classes", "non_max_suppression",
+         lambda r: [np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, -0.1, 1, 0.9], [0, 10, 1, 11], [1, 1, 0, 0]]],
+                             np.float32), u(r, (1, 2, 5), 0, 1), np.array([2], np.int64),
+                    np.array([0.5], np.float32), np.array([0.2], np.float32)],
+         dict(center_point_box=0, use_score_threshold=1, max_boxes=2)),
+    Case("non_max_suppression_shape_center", "non_max_suppression_shape",
+         lambda r: [u(r, (2, 4, 4), 0.5, 2), u(r, (2, 1, 4), 0, 1), np.array([3], np.int64),
+                    np.array([0.3], np.float32), np.array([0.0], np.float32)],
+         dict(center_point_box=1, use_score_threshold=0, max_boxes=4)),
 ]
 
 

@@ -288,3 +288,207 @@ def _unique_count(inputs, attrs):
 
 register_dynamic("unique", _unique_type, _unique_exact, _unique_compute, _unique_count)
 register_op(OpDef("unique_inverse", _unique_type, _unique_exact, OpPattern.OPAQUE, _unique_compute, SELECTION))
+
+
+# ---- topk with a run-time k (ONNX TopK-10/11/24 whose K is computed) --------------------------
+# attrs: axis, largest (0/1), output ('values' or 'indices'); inputs x and k (int64, one element).
+# The bound is the axis extent: the whole axis sorted, entries from k on zeroed.
+
+def _topk_type(in_types, attrs):
+    x, k = in_types
+    axis = attrs["axis"]
+    if not 0 <= axis < len(x.shape):
+        raise ValueError(f"axis {axis} out of range for rank {len(x.shape)}")
+    if k.size != 1 or not k.dtype.startswith("int"):
+        raise ValueError(f"K must be one integer, got {k}")
+    return TensorType(x.shape, x.dtype if attrs["output"] == "values" else INT64, (axis,))
+
+
+def _topk_k(inputs, attrs):
+    """int64[1]: k clamped into [0, extent]."""
+    x, k = inputs
+    kk = te.cast(INT64, k[tuple(te.const(0) for _ in k.shape)])
+    return te.compute((1,), lambda _: te.minimum(te.maximum(kk, _one(0)), _one(x.shape[attrs["axis"]])),
+                      name="topk_k")
+
+
+def _topk_compute(inputs, attrs, out_type):
+    from tvmc.ops.sort import _topk_indices_compute
+
+    x, axis = inputs[0], attrs["axis"]
+    idx = _topk_indices_compute(x, axis, x.shape[axis], attrs.get("largest", 1))
+    k = _topk_k(inputs, attrs)
+    if attrs["output"] == "values":
+        zero = te.const(False, "bool") if x.dtype == "bool" else te.const(0, x.dtype)
+        value = lambda j: x[tuple(idx[j] if d == axis else e for d, e in enumerate(j))]  # noqa: E731
+    else:
+        zero, value = _one(0), lambda j: idx[j]
+    return te.compute(out_type.shape, lambda *j: te.select(te.cast(INT64, j[axis]) < k[0], value(j), zero),
+                      name=f"topk_{attrs['output']}")
+
+
+def _topk_exact(x, k, axis, output, largest=1):
+    from tvmc.ops.sort import topk_reference
+
+    k = min(max(int(np.asarray(k).reshape(-1)[0]), 0), x.shape[axis])
+    return topk_reference(x, axis, k, largest)[0 if output == "values" else 1]
+
+
+register_dynamic("topk", _topk_type, _topk_exact, _topk_compute, _topk_k)
+
+
+# ---- non_max_suppression (ONNX NonMaxSuppression-10/11) ---------------------------------------
+# inputs: boxes[B, N, 4], scores[B, C, N], max_output_boxes_per_class (int64, one element),
+# iou_threshold, score_threshold (float, one element each); attrs: center_point_box (0: corners
+# [y1, x1, y2, x2] in any order, 1: [x_center, y_center, width, height]), use_score_threshold (0/1),
+# max_boxes (a bound on max_output_boxes_per_class known at compile time, else N).
+# Output int64[<= B * C * min(max_boxes, N), 3]: (batch, class, box) rows, per batch and class
+# the boxes by decreasing score (ties: lower index), each kept unless its IoU with a box kept
+# before it exceeds the threshold, at most max_output_boxes_per_class of them.
+#
+# The greedy suppression is written as a fixed point: kept_0 = the candidates; kept_s[p] = the
+# candidate at sorted position p unless a kept_(s-1) box before it overlaps it. Positions < s are
+# final in kept_s, so N - 1 rounds give the greedy result: N stages, so N is limited.
+
+NMS_MAX_BOXES = 64
+
+
+def _nms_type(in_types, attrs):
+    boxes, scores = in_types[:2]
+    if len(boxes.shape) != 3 or boxes.shape[2] != 4 or len(scores.shape) != 3 or \
+            scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
+        raise ValueError(f"boxes must be [B, N, 4] and scores [B, C, N], got {boxes} and {scores}")
+    if boxes.shape[1] > NMS_MAX_BOXES:
+        raise ValueError(f"{boxes.shape[1]} boxes per batch, more than the {NMS_MAX_BOXES} tvmc's greedy "
+                         f"suppression (one stage per box) compiles")
+    b, c, n = scores.shape
+    return TensorType((b * c * min(n, attrs["max_boxes"]), 3), INT64, (0,))
+
+
+def _corners(box, center: int):
+    """(x_min, x_max, y_min, y_max) of a box given by its four coordinates."""
+    if center:
+        xc, yc, w, h = box
+        return xc - w / 2, xc + w / 2, yc - h / 2, yc + h / 2
+    y1, x1, y2, x2 = box
+    return te.minimum(x1, x2), te.maximum(x1, x2), te.minimum(y1, y2), te.maximum(y1, y2)
+
+
+def _overlaps(a, b, center: int, threshold):
+    """Boxes a and b (four coordinate expressions each) overlap by an IoU above `threshold`."""
+    ax0, ax1, ay0, ay1 = _corners(a, center)
+    bx0, bx1, by0, by1 = _corners(b, center)
+    w = te.minimum(ax1, bx1) - te.maximum(ax0, bx0)
+    h = te.minimum(ay1, by1) - te.maximum(ay0, by0)
+    zero = te.const(0, w.dtype)
+    inter = w * h
+    area_a, area_b = (ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0)
+    union = area_a + area_b - inter
+    return te.logical_and(w > zero, h > zero, area_a > zero, area_b > zero, union > zero,
+                          inter / te.select(union > zero, union, te.const(1, w.dtype)) > threshold)
+
+
+class _NmsStages:
+    """sorted position -> box (`order`), the final kept flags (`kept`), the selection limited to
+    max_output_boxes_per_class (`selected`), their `count` and the flat source of each output row."""
+
+    def __init__(self, inputs, attrs):
+        boxes, scores, max_out, iou_th, score_th = inputs
+        b, c, n = scores.shape
+        first = lambda t: t[tuple(te.const(0) for _ in t.shape)]  # noqa: E731
+        rm = te.reduce_axis(n, "nms_rank_m")
+
+        def ahead(bb, cc, m, i):  # box m sorts before box i: higher score, ties by lower index
+            sm, si = scores[bb, cc, m], scores[bb, cc, i]
+            return te.logical_or(sm > si, te.logical_and(te.eq(sm, si), m < i))
+        rank = te.compute((b, c, n), lambda bb, cc, i: te.sum(te.select(ahead(bb, cc, rm.var, i), _one(1), _one(0)),
+                                                             rm), name="nms_rank")
+        ro = te.reduce_axis(n, "nms_order_i")
+        order = te.compute((b, c, n), lambda bb, cc, p: te.sum(te.select(
+            te.eq(rank[bb, cc, ro.var], te.cast(INT64, p)), te.cast(INT64, ro.var), _one(0)), ro), name="nms_order")
+
+        def candidate(bb, cc, p):
+            if not attrs["use_score_threshold"]:
+                return te.const(True, "bool")
+            return scores[bb, cc, order[bb, cc, p]] > first(score_th)
+
+        def box(bb, cc, p):
+            return [boxes[bb, order[bb, cc, p], te.const(k)] for k in range(4)]
+
+        def overlap(bb, cc, p, q):
+            return _overlaps(box(bb, cc, q), box(bb, cc, p), attrs["center_point_box"], first(iou_th))
+
+        kept = te.compute((b, c, n), lambda bb, cc, p: te.select(candidate(bb, cc, p), _one(1), _one(0)),
+                          name="nms_kept0")
+        for s in range(1, n):
+            rq = te.reduce_axis(n, f"nms_kept{s}_q")
+            prev = kept
+            suppressed = te.compute((b, c, n), lambda bb, cc, p, prev=prev, rq=rq: te.max(te.select(te.logical_and(
+                rq.var < p, te.eq(prev[bb, cc, rq.var], _one(1)), overlap(bb, cc, p, rq.var)), _one(1), _one(0)), rq),
+                name=f"nms_suppressed{s}")
+            kept = te.compute((b, c, n), lambda bb, cc, p, sup=suppressed: te.select(
+                candidate(bb, cc, p), _one(1) - sup[bb, cc, p], _one(0)), name=f"nms_kept{s}")
+        limit = te.maximum(te.cast(INT64, first(max_out)), _one(0))
+        rb = te.reduce_axis(n, "nms_before_q")
+        before = te.compute((b, c, n), lambda bb, cc, p: te.sum(te.select(
+            te.logical_and(rb.var < p, te.eq(kept[bb, cc, rb.var], _one(1))), _one(1), _one(0)), rb), name="nms_before")
+        total = b * c * n
+        self.unravel = lambda f: _unravel(f, (b, c, n))  # noqa: E731
+        self.order = order
+
+        def selected(f):
+            bb, cc, p = self.unravel(f)
+            return te.logical_and(te.eq(kept[bb, cc, p], _one(1)), before[bb, cc, p] < limit)
+        self.count = _count(selected, total, "nms_count")
+        self.src = _source(selected, _prefix(selected, total, "nms_prefix"), total, total, "nms_src")
+
+
+def _nms_compute(inputs, attrs, out_type):
+    st = _NmsStages(inputs, attrs)
+
+    def row(r, k):
+        f = st.src[r]
+        bb, cc, p = st.unravel(f)
+        return te.select(te.eq(k, te.const(0)), bb, te.select(te.eq(k, te.const(1)), cc, st.order[bb, cc, p]))
+    return te.compute(out_type.shape, lambda r, k: te.select(te.cast(INT64, r) < st.count[0], row(r, k), _one(0)),
+                      name="non_max_suppression")
+
+
+def nms_reference(boxes, scores, max_out, iou_th, score_th, center_point_box, use_score_threshold, max_boxes=0):
+    """ONNX NonMaxSuppression on numpy arrays: int64[selected, 3] (module comment above)."""
+    limit = max(int(np.asarray(max_out).reshape(-1)[0]), 0)
+    iou_th, score_th = float(np.asarray(iou_th).reshape(-1)[0]), float(np.asarray(score_th).reshape(-1)[0])
+
+    def corners(bx):
+        if center_point_box:
+            return bx[0] - bx[2] / 2, bx[0] + bx[2] / 2, bx[1] - bx[3] / 2, bx[1] + bx[3] / 2
+        return min(bx[1], bx[3]), max(bx[1], bx[3]), min(bx[0], bx[2]), max(bx[0], bx[2])
+
+    def overlap(a, b):
+        ax0, ax1, ay0, ay1 = corners(a)
+        bx0, bx1, by0, by1 = corners(b)
+        w, h = min(ax1, bx1) - max(ax0, bx0), min(ay1, by1) - max(ay0, by0)
+        area_a, area_b = (ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0)
+        union = area_a + area_b - w * h
+        return w > 0 and h > 0 and area_a > 0 and area_b > 0 and union > 0 and w * h / union > iou_th
+
+    rows = []
+    for b in range(scores.shape[0]):
+        for c in range(scores.shape[1]):
+            kept = []
+            for i in sorted(range(scores.shape[2]), key=lambda i: (-scores[b, c, i], i)):
+                if len(kept) == limit:
+                    break
+                if use_score_threshold and not scores[b, c, i] > score_th:
+                    continue
+                if not any(overlap(boxes[b, k], boxes[b, i]) for k in kept):
+                    kept.append(i)
+            rows += [(b, c, i) for i in kept]
+    return np.array(rows, np.int64).reshape(-1, 3)
+
+
+def _nms_count(inputs, attrs):
+    return _NmsStages(inputs, attrs).count
+
+
+register_dynamic("non_max_suppression", _nms_type, nms_reference, _nms_compute, _nms_count)

@@ -262,8 +262,11 @@ class _Lowering:
         region = None
         for ld in loads:
             dims = []
-            for idx in ld.indices:
-                lo, hi = _interval(substitute(idx, coord), ranges)
+            for idx, extent in zip(ld.indices, child.tensor.shape):
+                try:
+                    lo, hi = _interval(substitute(idx, coord), ranges)
+                except ScheduleError:  # an index read from data (a gather): the whole axis
+                    lo, hi = IntImm(0), IntImm(extent - 1)
                 lo, hi = simplify(lo), simplify(hi)
                 d = simplify(hi - lo)
                 if not isinstance(d, IntImm):

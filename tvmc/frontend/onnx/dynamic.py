@@ -1,6 +1,7 @@
-"""ONNX converters, data-dependent shapes: NonZero, Compress, Unique (tvmc/ops/dynamic.py; the design
-is docs/dynamic_shapes.md). On constants they fold at import; otherwise the output is padded to a
-bound and carries a run-time shape."""
+"""ONNX converters, data-dependent shapes: NonZero, Compress, Unique, NonMaxSuppression (the ops are
+tvmc/ops/dynamic.py, the design docs/dynamic_shapes.md; TopK with a run-time K is in reduce.py).
+On constants they fold at import; otherwise the output is padded to a bound and carries a run-time
+shape."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from tvmc.frontend.onnx.common import is_const, norm_axis, prod, reshape
 from tvmc.frontend.onnx.registry import converter
-from tvmc.ops.dynamic import UNIQUE_OUTPUTS, _unique_exact_all
+from tvmc.ops.dynamic import NMS_MAX_BOXES, UNIQUE_OUTPUTS, _unique_exact_all, nms_reference
 
 
 @converter(9, 13)
@@ -63,3 +64,32 @@ def Unique(ctx, node, inputs, attrs, opset):
     uattrs = {"axis": axis, "sorted": sort}
     return tuple(ctx.call("unique_inverse", [x], {**uattrs, "output": out}) if out == "inverse"
                  else ctx.dynamic_call("unique", [x], {**uattrs, "output": out}) for out in UNIQUE_OUTPUTS)
+
+
+@converter(10, 11)
+def NonMaxSuppression(ctx, node, inputs, attrs, opset):
+    """ONNX NonMaxSuppression(boxes, scores[, max_output_boxes_per_class, iou_threshold,
+    score_threshold]; center_point_box) -> non_max_suppression: int64[<= B*C*min(N, max), 3]. A
+    missing max_output_boxes_per_class selects nothing (ONNX's default 0); at most NMS_MAX_BOXES
+    boxes per batch."""
+    boxes, scores = inputs[:2]
+    extra = list(inputs[2:]) + [None] * (5 - len(inputs))
+    max_out, iou_th, score_th = extra[:3]
+    if max_out is None or (is_const(max_out) and int(max_out.value.reshape(-1)[0]) <= 0) or 0 in boxes.shape \
+            or 0 in scores.shape:
+        return np.zeros((0, 3), np.int64)
+    if boxes.shape[1] > NMS_MAX_BOXES:
+        raise ctx.error(f"{boxes.shape[1]} boxes per batch: tvmc's greedy suppression (one stage per box) "
+                        f"compiles at most {NMS_MAX_BOXES}")
+    nattrs = {"center_point_box": int(attrs.get("center_point_box", 0)), "use_score_threshold": int(score_th is not None),
+              "max_boxes": min(int(max_out.value.reshape(-1)[0]), boxes.shape[1]) if is_const(max_out)
+              else boxes.shape[1]}
+    iou_th = iou_th if iou_th is not None else ctx.const(np.zeros(1, boxes.dtype), "iou_threshold")
+    score_th = score_th if score_th is not None else ctx.const(np.zeros(1, boxes.dtype), "score_threshold")
+    args = [boxes, scores, max_out, iou_th, score_th]
+    for what, e in zip(("max_output_boxes_per_class", "iou_threshold", "score_threshold"), args[2:]):
+        if e.type.size != 1:
+            raise ctx.error(f"{what} must hold one value, got {e.type}")
+    if all(is_const(e) for e in args):
+        return nms_reference(*[e.value for e in args], **nattrs)
+    return ctx.dynamic_call("non_max_suppression", args, nattrs)
