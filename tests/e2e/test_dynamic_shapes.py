@@ -1,0 +1,114 @@
+"""Outputs whose shape depends on the data (docs/dynamic_shapes.md): a model where NonZero feeds
+Cast and Add and is itself a graph output, and a Unique and a TopK with a computed K, compiled and
+run by `tvmc run` on every target that runs here (the Python, OpenCL and wasm executors, the C
+runner under qemu for ARM) and by the C runner built for this host, against onnxruntime; ops
+whose result would read the padding are refused at compile time, naming the node."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tests.e2e.models import onnxruntime_outputs
+from tests.targets import TARGETS, require
+
+pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
+
+
+def tvmc(*args, check=True):
+    res = subprocess.run([sys.executable, "-m", "tvmc.cli", *map(str, args)], capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise AssertionError(f"tvmc {' '.join(map(str, args))} failed ({res.returncode}): {res.stderr}")
+    return res
+
+
+def dynamic_model() -> onnx.ModelProto:
+    """x float32[3, 4], k int64[1] -> y = Cast(NonZero(x)) + 1.5, nz = NonZero(x),
+    u = Unique(x) (sorted values), t = TopK(x * 2, K = k + 1) values along axis 1."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.5])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    k_one = helper.make_tensor("k_one", TensorProto.INT64, [1], [1])
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Cast", ["nz"], ["c"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["c", "one"], ["y"]),
+             helper.make_node("Unique", ["x"], ["u"]),
+             helper.make_node("Mul", ["x", "two"], ["x2"]),
+             helper.make_node("Add", ["k", "k_one"], ["k1"]),
+             helper.make_node("TopK", ["x2", "k1"], ["t", "ti"], axis=1)]
+    graph = helper.make_graph(nodes, "dyn", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+        helper.make_tensor_value_info("k", TensorProto.INT64, [1])], [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"]),
+        helper.make_tensor_value_info("nz", TensorProto.INT64, [2, "n"]),
+        helper.make_tensor_value_info("u", TensorProto.FLOAT, ["m"]),
+        helper.make_tensor_value_info("t", TensorProto.FLOAT, [3, "k"])], [one, two, k_one])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+INPUTS = {"x": np.array([[0, 1.5, 0, 2], [3, 0, 0, 1.5], [0, 0, -1, 0]], np.float32), "k": np.array([1], np.int64)}
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dyn")
+    onnx.save(dynamic_model(), d / "dyn.onnx")
+    np.savez(d / "in.npz", **INPUTS)
+    return d
+
+
+@pytest.mark.parametrize("name", [pytest.param(t.name, marks=t.marks + ((pytest.mark.slow,) if t.name == "arm" else ()))
+                                  for t in TARGETS])
+def test_tvmc_run_slices_outputs_to_their_run_time_shape(model_file, name, tmp_path):
+    target = require(name)
+    tvmc("compile", model_file / "dyn.onnx", "--target", target.spec, "-o", tmp_path / "dyn.tar")
+    tvmc("run", tmp_path / "dyn.tar", "--inputs", model_file / "in.npz", "--outputs", tmp_path / "out.npz")
+    got = np.load(tmp_path / "out.npz")
+    want = onnxruntime_outputs(dynamic_model(), INPUTS)
+    assert sorted(got.files) == sorted(want)
+    for key, ref in want.items():
+        assert got[key].shape == ref.shape and got[key].dtype == ref.dtype, key
+        np.testing.assert_array_equal(got[key], ref, err_msg=key)
+
+
+def test_c_runner_writes_run_time_shapes(model_file, tmp_path):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not found: needed to build the C runner")
+    tvmc("compile", model_file / "dyn.onnx", "--target", "native", "-o", tmp_path / "dyn.tar")
+    with tarfile.open(tmp_path / "dyn.tar") as t:
+        for member in ("mod.so", "mod.params"):
+            (tmp_path / member).write_bytes(t.extractfile(member).read())
+    tvmc("build-runner", tmp_path / "dyn.tar", "-o", tmp_path / "tvmc_run")
+    for name, value in INPUTS.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    (tmp_path / "out").mkdir()
+    res = subprocess.run([str(tmp_path / "tvmc_run"), "-p", str(tmp_path / "mod.params"), "-i", f"x={tmp_path}/x.npy",
+                          "-i", f"k={tmp_path}/k.npy", "-O", str(tmp_path / "out")], capture_output=True, text=True,
+                         cwd=tmp_path, env={"LD_LIBRARY_PATH": str(tmp_path)}, timeout=300)
+    assert res.returncode == 0, res.stderr
+    want = onnxruntime_outputs(dynamic_model(), INPUTS)
+    for k, (key, ref) in enumerate(want.items()):
+        got = np.load(tmp_path / "out" / f"output_{k}.npy")
+        assert got.shape == ref.shape, key
+        np.testing.assert_array_equal(got, ref, err_msg=key)
+    assert "output nz int64 [2,5]" in res.stdout
+
+
+@pytest.mark.parametrize("op,why", [("ReduceSum", "would read its padding"),
+                                    ("Shape", "needs it at compile time")])
+def test_padding_dependent_users_are_refused_naming_the_node(tmp_path, op, why):
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node(op, ["nz"], ["y"], name="the_user")]
+    graph = helper.make_graph(nodes, "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, ["d"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.save(model, tmp_path / "bad.onnx")
+    res = tvmc("compile", tmp_path / "bad.onnx", "--target", "native", "-o", tmp_path / "bad.tar", check=False)
+    assert res.returncode != 0 and not (tmp_path / "bad.tar").exists()
+    line = res.stderr.strip()
+    assert "\n" not in line and "the_user" in line and why in line and "Traceback" not in line, line
