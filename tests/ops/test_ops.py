@@ -503,6 +503,10 @@ CASES = [
          lambda r: [u(r, (2, 4, 4), 0.5, 2), u(r, (2, 1, 4), 0, 1), np.array([3], np.int64),
                     np.array([0.3], np.float32), np.array([0.0], np.float32)],
          dict(center_point_box=1, use_score_threshold=0, max_boxes=4)),
+    Case("dyn_reshape_zero_and_minus_one", "dyn.reshape", lambda r: [n(r, (2, 3, 2)), np.array([0, -1], np.int64)],
+         dict(allowzero=0), chain=lambda r: [("nn.relu", {}, [])]),
+    Case("dyn_reshape_shape_rank3", "dyn.reshape_shape", lambda r: [n(r, (6, 2)), np.array([3, 1, 4], np.int64)],
+         dict(allowzero=1)),
 ]
 
 

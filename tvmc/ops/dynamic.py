@@ -76,18 +76,22 @@ def _padded_reference(exact, infer):
     return ref
 
 
-def register_dynamic(name: str, infer, exact, compute, count):
+def register_dynamic(name: str, infer, exact, compute, count=None, shape=None):
     """Register `name` (padded data) and `name_shape` (its run-time shape).
 
-    infer(in_types, attrs) -> TensorType: the bound, with one dynamic axis.
+    infer(in_types, attrs) -> TensorType: the bound, with its dynamic axes.
     exact(*arrays, **attrs) -> np.ndarray: ONNX semantics (constant folding, tests).
     compute(inputs, attrs, out_type) -> te.Tensor: the padded output.
-    count(inputs, attrs) -> te.Tensor int64[1]: the run-time extent of the dynamic axis.
+    count(inputs, attrs) -> te.Tensor int64[1]: the run-time extent of the one dynamic axis; or
+    shape(inputs, attrs) -> te.Tensor int64[rank]: the run-time shape.
     """
     def shape_type(in_types, attrs):
         return TensorType((len(infer(in_types, attrs).shape),), INT64)
 
     def shape_compute(inputs, attrs, out_type):
+        if shape is not None:
+            dims = shape(inputs, attrs)
+            return te.compute(out_type.shape, lambda k: dims[k], name=f"{name}_shape")
         bound = infer([TensorType(t.shape, t.dtype) for t in inputs], attrs)
         (axis,) = bound.dynamic_axes
         n = count(inputs, attrs)
@@ -492,3 +496,72 @@ def _nms_count(inputs, attrs):
 
 
 register_dynamic("non_max_suppression", _nms_type, nms_reference, _nms_compute, _nms_count)
+
+
+# ---- dyn.reshape (ONNX Reshape-5..25 whose shape input is computed at run time; TVM's dyn.reshape) --
+# inputs: x (static shape S), shape int64[r]; attrs: allowzero (0/1). The element count is known,
+# so each output extent is at most size(x): the bound is size(x) along all r axes, which is only
+# affordable for a small x or rank (RESHAPE_MAX_BOUND elements). A shape whose product is not
+# size(x) gives an unspecified result (kernels report no errors).
+
+RESHAPE_MAX_BOUND = 1 << 22
+
+
+def _reshape_type(in_types, attrs):
+    x, shape = in_types
+    if len(shape.shape) != 1 or not shape.dtype.startswith("int"):
+        raise ValueError(f"shape must be a 1-D integer tensor, got {shape}")
+    r, n = shape.shape[0], x.size
+    if n ** r > RESHAPE_MAX_BOUND:
+        raise ValueError(f"a reshape of {n} elements to a rank-{r} shape known only at run time needs a bound of "
+                         f"{n}^{r} elements, more than the {RESHAPE_MAX_BOUND} tvmc allocates for it")
+    return TensorType((n,) * r, x.dtype, tuple(range(r)))
+
+
+def _reshape_dims(inputs, attrs):
+    """int64[r]: the run-time output shape (0 copies the input extent unless allowzero; -1 is
+    inferred from the element count)."""
+    x, shape = inputs
+    r, n = shape.shape[0], math.prod(x.shape)
+
+    def raw(k):
+        s = te.cast(INT64, shape[(k,)])
+        if attrs.get("allowzero", 0) or not x.shape:
+            return s
+        copied = _pick(k, [_one(d) for d in x.shape] + [_one(0)])
+        return te.select(te.logical_and(te.eq(s, _one(0)), k < te.const(len(x.shape))), copied, s)
+    rk = te.reduce_axis(r, "reshape_known_k")
+    known = te.compute((1,), lambda _: te.prod(te.select(te.eq(raw(rk.var), _one(-1)), _one(1), raw(rk.var)), rk),
+                       name="reshape_known")
+    return te.compute((r,), lambda k: te.select(te.eq(raw(k), _one(-1)), _one(n) // te.maximum(known[0], _one(1)),
+                                                 raw(k)), name="reshape_dims")
+
+
+def _reshape_compute(inputs, attrs, out_type):
+    """out[i] = x's element at the row-major position of i in the run-time shape (zero outside it)."""
+    x = inputs[0]
+    dims = _reshape_dims(inputs, attrs)
+    r = len(out_type.shape)
+    zero = te.const(False, "bool") if x.dtype == "bool" else te.const(0, x.dtype)
+
+    def body(*i):
+        flat, inside = None, []
+        for k in range(r):
+            extent = dims[(te.const(k),)]
+            inside.append(te.cast(INT64, i[k]) < extent)
+            flat = te.cast(INT64, i[k]) if flat is None else flat * extent + te.cast(INT64, i[k])
+        if not x.shape:
+            return te.select(te.logical_and(*inside), x[()], zero) if inside else x[()]
+        value = x[tuple(_unravel(te.minimum(flat, _one(max(math.prod(x.shape) - 1, 0))), x.shape))]
+        return te.select(te.logical_and(*inside), value, zero) if inside else value
+    return te.compute(out_type.shape, body, name="dyn_reshape")
+
+
+def _reshape_exact(x, shape, allowzero=0):
+    dims = [int(d) for d in shape]
+    if not allowzero:
+        dims = [x.shape[k] if d == 0 and k < x.ndim else d for k, d in enumerate(dims)]
+    return x.reshape(dims)
+
+
+register_dynamic("dyn.reshape", _reshape_type, _reshape_exact, _reshape_compute, shape=_reshape_dims)

@@ -432,12 +432,18 @@ class _NodeContext:
     def input_name(self, i: int) -> str:
         return self.node.input[i] if i < len(self.node.input) else f"#{i}"
 
-    def constant(self, inputs, i: int, what: str) -> np.ndarray:
-        """The value of input `i`, which must be a Constant (initializer or foldable)."""
+    def constant(self, inputs, i: int, what: str, unbounded: bool = False) -> np.ndarray:
+        """The value of input `i`, which must be a Constant (initializer or foldable). `unbounded`:
+        the input sizes the output with no bound tvmc could derive (docs/dynamic_shapes.md), which
+        the error says."""
         e = inputs[i] if i < len(inputs) else None
         if e is None:
             raise self.error(f"missing input {what}")
         if not isinstance(e, ir.Constant):
+            if unbounded:
+                raise self.error(f"input {what} ('{self.input_name(i)}') must be a constant (initializer or "
+                                 f"computable at import): the output's size would depend on its values, with no "
+                                 f"bound known at compile time")
             raise self.error(f"input {what} ('{self.input_name(i)}') must be a constant (initializer or "
                              f"computable at import); tvmc needs static shapes")
         return e.value
