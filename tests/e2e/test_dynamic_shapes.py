@@ -1,8 +1,8 @@
 """Outputs whose shape depends on the data (docs/dynamic_shapes.md): a model where NonZero feeds
 Cast and Add and is itself a graph output, and a Unique and a TopK with a computed K, compiled and
 run by `tvmc run` on every target that runs here (the Python, OpenCL and wasm executors, the C
-runner under qemu for ARM) and by the C runner built for this host, against onnxruntime; ops
-whose result would read the padding are refused at compile time, naming the node."""
+runner under qemu for ARM) and by the C runner built for this host, against onnxruntime; a Loop left early by a condition computed at run
+time; ops whose result would read the padding are refused at compile time, naming the node."""
 
 from __future__ import annotations
 
@@ -112,3 +112,41 @@ def test_padding_dependent_users_are_refused_naming_the_node(tmp_path, op, why):
     assert res.returncode != 0 and not (tmp_path / "bad.tar").exists()
     line = res.stderr.strip()
     assert "\n" not in line and "the_user" in line and why in line and "Traceback" not in line, line
+
+
+def early_exit_loop() -> onnx.ModelProto:
+    """Loop with M = 6 whose condition comes from the inputs (c0) and from the body
+    (sum(v * 2) < limit): carried v, scan output v * 2 + v."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["v_in", "two"], ["v_out"]),
+         helper.make_node("ReduceSum", ["v_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["c_out"]),
+         helper.make_node("Add", ["v_out", "v_in"], ["scan"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("scan", TensorProto.FLOAT, [2])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "c0", "v0"], ["v", "scans"], body=body)], "loop",
+        [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("limit", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("c0", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("scans", TensorProto.FLOAT, ["n", 2])],
+        [helper.make_tensor("M", TensorProto.INT64, [], [6]), helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("limit,c0,runs", [(20.0, True, 3), (1e3, True, 6), (1.0, True, 1), (20.0, False, 0)])
+def test_loop_with_a_run_time_condition_matches_onnxruntime(limit, c0, runs):
+    from tvmc.backend import TvmcBackend
+
+    model = early_exit_loop()
+    inputs = {"v0": np.array([1, 2], np.float32), "limit": np.array(limit, np.float32), "c0": np.array(c0)}
+    got = TvmcBackend.prepare(model, target="native").run(list(inputs.values()))
+    want = onnxruntime_outputs(model, inputs)
+    assert got[1].shape == (runs, 2)
+    for g, (key, ref) in zip(got, want.items()):
+        np.testing.assert_array_equal(g, ref, err_msg=key)

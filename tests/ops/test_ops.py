@@ -507,6 +507,8 @@ CASES = [
          dict(allowzero=0), chain=lambda r: [("nn.relu", {}, [])]),
     Case("dyn_reshape_shape_rank3", "dyn.reshape_shape", lambda r: [n(r, (6, 2)), np.array([3, 1, 4], np.int64)],
          dict(allowzero=1)),
+    Case("dyn_head_bool", "dyn.head", lambda r: [r.integers(0, 2, (5, 3)).astype(bool), np.array([3], np.int64)]),
+    Case("dyn_head_shape_negative_count", "dyn.head_shape", lambda r: [n(r, (4, 2)), np.array([-2], np.int64)]),
 ]
 
 

@@ -565,3 +565,36 @@ def _reshape_exact(x, shape, allowzero=0):
 
 
 register_dynamic("dyn.reshape", _reshape_type, _reshape_exact, _reshape_compute, shape=_reshape_dims)
+
+
+# ---- dyn.head: the first n entries along axis 0, n computed at run time ------------------------
+# inputs: x (static shape, the bound), n (int64, one element). A Loop unrolled to its constant trip
+# count but left early by a condition computed at run time stacks its scan outputs over every
+# iteration; the ones that ran are the first n (tvmc/frontend/onnx/control_flow.py).
+
+def _head_type(in_types, attrs):
+    x, n = in_types
+    if not x.shape or n.size != 1 or not n.dtype.startswith("int"):
+        raise ValueError(f"dyn.head takes a tensor of rank >= 1 and one integer, got {x} and {n}")
+    return TensorType(x.shape, x.dtype, (0,))
+
+
+def _head_count(inputs, attrs):
+    x, n = inputs
+    first = te.cast(INT64, n[tuple(te.const(0) for _ in n.shape)])
+    return te.compute((1,), lambda _: te.minimum(te.maximum(first, _one(0)), _one(x.shape[0])), name="head_count")
+
+
+def _head_compute(inputs, attrs, out_type):
+    x = inputs[0]
+    count = _head_count(inputs, attrs)
+    zero = te.const(False, "bool") if x.dtype == "bool" else te.const(0, x.dtype)
+    return te.compute(out_type.shape, lambda *i: te.select(te.cast(INT64, i[0]) < count[0], x[i], zero),
+                      name="dyn_head")
+
+
+def _head_exact(x, n):
+    return x[:min(max(int(np.asarray(n).reshape(-1)[0]), 0), x.shape[0])]
+
+
+register_dynamic("dyn.head", _head_type, _head_exact, _head_compute, _head_count)
