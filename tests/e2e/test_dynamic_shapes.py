@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tarfile
 
 import numpy as np
@@ -17,16 +16,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.e2e.models import onnxruntime_outputs
+from tests.e2e.test_cli_e2e import tvmc
 from tests.targets import TARGETS, require
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
-
-
-def tvmc(*args, check=True):
-    res = subprocess.run([sys.executable, "-m", "tvmc.cli", *map(str, args)], capture_output=True, text=True)
-    if check and res.returncode != 0:
-        raise AssertionError(f"tvmc {' '.join(map(str, args))} failed ({res.returncode}): {res.stderr}")
-    return res
 
 
 def dynamic_model() -> onnx.ModelProto:
