@@ -44,6 +44,9 @@ SAMPLE = {
     "test_hardmax_axis_1": False, "test_lppool_2d_pads": False, "test_quantizelinear_blocked_asymmetric": False,
     "test_qlinearmatmul_3D_uint8_float32": False, "test_rms_normalization_3d_axis_negative_1_epsilon": False,
     "test_attention_4d_gqa_with_past_and_present_fp16": False, "test_center_crop_pad_crop_and_pad": True,
+    # issue 18 point 5: data-dependent shapes
+    "test_nonzero_example": False, "test_compress_0": False, "test_unique_sorted_with_axis": False,
+    "test_nonmaxsuppression_suppress_by_IOU": False,
 }
 
 
