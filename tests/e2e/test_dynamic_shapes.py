@@ -174,3 +174,24 @@ def test_tvmc_js_gives_run_time_shapes(tmp_path):
     want = onnxruntime_outputs(model, {"x": example_input("bool", (3, 4))})["y"]
     assert got["bound"] == [2, 12] and got["shape"] == list(want.shape)
     np.testing.assert_array_equal(np.array(got["data"], np.float32).reshape(want.shape), want)
+
+
+def test_reductions_and_scans_along_static_axes_keep_the_run_time_shape():
+    """ReduceSum (keepdims 0), ReduceMax (keepdims 1) and CumSum along axis 0 of NonZero's
+    [2, n] output: the dynamic axis is kept (renumbered), its shape derived from NonZero's."""
+    from tvmc.backend import TvmcBackend
+
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Cast", ["nz"], ["c"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["c", "axis"], ["s0"], keepdims=0),
+             helper.make_node("ReduceMax", ["c", "axis"], ["s1"], keepdims=1),
+             helper.make_node("CumSum", ["c", "axis"], ["s2"])]
+    graph = helper.make_graph(nodes, "red", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("s0", TensorProto.FLOAT, ["n"]),
+                               helper.make_tensor_value_info("s1", TensorProto.FLOAT, [1, "n"]),
+                               helper.make_tensor_value_info("s2", TensorProto.FLOAT, [2, "n"])],
+                              [helper.make_tensor("axis", TensorProto.INT64, [1], [0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    got = TvmcBackend.prepare(model, target="native").run([INPUTS["x"]])
+    for g, (key, ref) in zip(got, onnxruntime_outputs(model, {"x": INPUTS["x"]}).items()):
+        assert g.shape == ref.shape, key
+        np.testing.assert_array_equal(g, ref, err_msg=key)

@@ -33,8 +33,8 @@ class TensorType:
 
     `dynamic_axes` (sorted axis numbers, default none) marks a tensor whose extent along those
     axes is known only at run time (NonZero, Unique, Compress, ...): `shape` is then an upper
-    bound, the buffer holds the data in its leading corner (row-major over the bound, the rest
-    zero) and an int64[rank] tensor holds the run-time shape (docs/dynamic_shapes.md).
+    bound, the buffer holds the data in its leading corner (row-major over the bound; the rest is
+    never read) and an int64[rank] tensor holds the run-time shape (docs/dynamic_shapes.md).
 
     Checked when made: every dimension is an integer >= 0 and the tensor holds at most
     MAX_TENSOR_BYTES bytes (computed exactly, so no 64-bit overflow hides a huge shape). Raises
@@ -193,7 +193,7 @@ def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
     opdef = get_op(op)
     type_ = opdef.type_of([i.type for i in inputs], attrs, name)
     if any(i.type.is_dynamic for i in inputs):
-        type_ = _forwarded_dynamic_type(op, opdef.pattern, inputs, type_, name)
+        type_ = _forwarded_dynamic_type(op, opdef.pattern, inputs, attrs, type_, name)
     if opdef.pattern not in empty_ok:
         for k, i in enumerate(inputs):
             if 0 in i.shape:
@@ -205,13 +205,18 @@ def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
 # Integer ops that fault on a zero divisor: the zero padding of a run-time-shaped divisor would
 # trap, so they take one only as the dividend.
 _ZERO_DIVISOR_FAULTS = ("divide", "trunc_mod", "floor_mod")
+# Reductions and scans along `axis` (a tuple of axes, or one axis) that may read a run-time-shaped
+# tensor along its other axes.
+_AXIS_REDUCTIONS = ("sum", "max", "min", "prod", "mean")
+_AXIS_SCANS = ("cumsum", "cumprod")
 
 
-def _forwarded_dynamic_type(op: str, pattern, inputs, type_: TensorType, name: str) -> TensorType:
+def _forwarded_dynamic_type(op: str, pattern, inputs, attrs: dict, type_: TensorType, name: str) -> TensorType:
     """The type of a call reading tensors with a run-time shape (docs/dynamic_shapes.md): an
     elementwise op, or a broadcast whose other operands have extent 1 along the dynamic axes,
-    runs over the bound and its result has the same run-time shape; any other op would read the
-    padding, and is refused. Raises ModelError naming the node."""
+    runs over the bound and its result has the same run-time shape; so does a reduction or scan
+    along other axes (its dynamic axes renumbered when reduced axes are dropped); any other op
+    would read the padding, and is refused. Raises ModelError naming the node."""
     from tvmc.errors import ModelError
     from tvmc.ops.registry import OpPattern
 
@@ -224,6 +229,13 @@ def _forwarded_dynamic_type(op: str, pattern, inputs, type_: TensorType, name: s
         return ModelError(f"node '{name or '?'}' ({op}): input {k0} has a run-time shape (axes "
                           f"{list(first.type.dynamic_axes)} of the bound {_fmt_dims(first.shape)}); {why}")
 
+    if op in _AXIS_REDUCTIONS + _AXIS_SCANS and len(inputs) == 1:
+        reduced = set(attrs["axis"]) if isinstance(attrs["axis"], (tuple, list)) else {attrs["axis"]}
+        if reduced & set(first.type.dynamic_axes):
+            raise refuse(f"{op} along a dynamic axis would read its padding")
+        if op in _AXIS_REDUCTIONS and not attrs.get("keepdims", 1):
+            axes = tuple(a - sum(r < a for r in reduced) for a in first.type.dynamic_axes)
+        return TensorType(type_.shape, type_.dtype, axes)
     if pattern not in (OpPattern.ELEMWISE, OpPattern.BROADCAST):
         raise refuse(f"{op} would read its padding; only elementwise ops, casts and broadcasts with "
                      f"a scalar or constant operand run over such a tensor")

@@ -395,7 +395,7 @@ class _NodeContext:
             shapes = self.importer.run_time_shapes
             source = next((e for e in inputs if e in shapes), None)
             if source is not None:
-                shapes[call] = shapes[source]
+                shapes[call] = shapes[source] if call.shape == source.shape else self._reduced_shape(call, source)
         if inputs and all(is_const(e) for e in inputs) and (
                 all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX):
             # shape arithmetic on constants (Neg of an axis, Equal of shapes, a window length
@@ -407,6 +407,17 @@ class _NodeContext:
                 value = np.asarray(get_op(op).reference(*[e.value for e in inputs], **(attrs or {})))
             return self.const(value.astype(call.dtype, copy=False), "folded")
         return call
+
+    def _reduced_shape(self, call: Call, source: Expr) -> Call:
+        """The run-time shape of `call`, a reduction of `source` along static axes: its own
+        static extents, and source's run-time extents along the dynamic axes (in order)."""
+        out_axes, src_axes = call.type.dynamic_axes, source.type.dynamic_axes
+        picked = self.call("take", [self.importer.run_time_shapes[source],
+                                    self.const(np.array([src_axes[out_axes.index(a)] if a in out_axes else 0
+                                                         for a in range(len(call.shape))], np.int64), "axes")],
+                           {"axis": 0})
+        mask = self.const(np.array([a in out_axes for a in range(len(call.shape))]), "dynamic")
+        return self.call("where", [mask, picked, self.const(np.array(call.shape, np.int64), "extents")])
 
     def dynamic_call(self, op: str, inputs, attrs=None) -> Call:
         """A call of a data-dependent operator (tvmc/ops/dynamic.py): `op` gives the output padded to
