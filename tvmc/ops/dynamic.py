@@ -111,8 +111,13 @@ def _pick(k, exprs):
     return out
 
 
+def _zero(dtype: str):
+    """0 (False) of `dtype`: what a padded output holds past its run-time shape."""
+    return te.const(False, "bool") if dtype == "bool" else te.const(0, dtype)
+
+
 def _is_nonzero(x):
-    return te.ne(x, te.const(0, x.dtype) if x.dtype != "bool" else te.const(False, "bool"))
+    return te.ne(x, _zero(x.dtype))
 
 
 # ---- nonzero (ONNX NonZero-9/13) --------------------------------------------------------------
@@ -168,7 +173,7 @@ def _compress_compute(inputs, attrs, out_type):
     flag, n = _compress_flag(inputs, attrs)
     src = _source(flag, _prefix(flag, n, "compress_prefix"), n, n, "compress_src")
     count = _count(flag, n, "compress_count")
-    zero = te.const(False, "bool") if x.dtype == "bool" else te.const(0, x.dtype)
+    zero = _zero(x.dtype)
     return te.compute(out_type.shape, lambda *i: te.select(
         te.cast(INT64, i[axis]) < count[0],
         x[tuple((src[i[axis]]) if d == axis else v for d, v in enumerate(i))], zero),
@@ -279,7 +284,7 @@ def _unique_compute(inputs, attrs, out_type):
             te.eq(st.rank[rc.var], te.cast(INT64, j)), _one(1), _one(0)), rc), name="unique_counts")
     if output == "indices":
         return te.compute(out_type.shape, lambda j: st.src[j], name="unique_indices")
-    zero = te.const(False, "bool") if x.dtype == "bool" else te.const(0, x.dtype)
+    zero = _zero(x.dtype)
     return te.compute(out_type.shape, lambda *i: te.select(
         te.cast(INT64, i[axis]) < st.count[0],
         x[tuple((st.src[i[axis]]) if d == axis else v for d, v in enumerate(i))], zero),
@@ -323,7 +328,7 @@ def _topk_compute(inputs, attrs, out_type):
     idx = _topk_indices_compute(x, axis, x.shape[axis], attrs.get("largest", 1))
     k = _topk_k(inputs, attrs)
     if attrs["output"] == "values":
-        zero = te.const(False, "bool") if x.dtype == "bool" else te.const(0, x.dtype)
+        zero = _zero(x.dtype)
         value = lambda j: x[tuple(idx[j] if d == axis else e for d, e in enumerate(j))]  # noqa: E731
     else:
         zero, value = _one(0), lambda j: idx[j]
@@ -542,7 +547,7 @@ def _reshape_compute(inputs, attrs, out_type):
     x = inputs[0]
     dims = _reshape_dims(inputs, attrs)
     r = len(out_type.shape)
-    zero = te.const(False, "bool") if x.dtype == "bool" else te.const(0, x.dtype)
+    zero = _zero(x.dtype)
 
     def body(*i):
         flat, inside = None, []
@@ -588,7 +593,7 @@ def _head_count(inputs, attrs):
 def _head_compute(inputs, attrs, out_type):
     x = inputs[0]
     count = _head_count(inputs, attrs)
-    zero = te.const(False, "bool") if x.dtype == "bool" else te.const(0, x.dtype)
+    zero = _zero(x.dtype)
     return te.compute(out_type.shape, lambda *i: te.select(te.cast(INT64, i[0]) < count[0], x[i], zero),
                       name="dyn_head")
 
