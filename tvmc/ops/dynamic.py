@@ -27,6 +27,16 @@ SELECTION = {"cpu": [Implementation("selection.x86", schedule_reduce)],
              "gpu": [Implementation("selection.gpu", schedule_sequential, config_space=generic_config)]}
 
 INT64 = "int64"
+# The selections are O(n^2) in the selected extent n (NonZero of 32768 elements: 0.5 s on a Zen 3
+# core pair); beyond this n they would run for minutes,
+# so they are refused at compile time instead.
+SELECTION_MAX_EXTENT = 1 << 16
+
+
+def _check_extent(n: int, what: str):
+    if n > SELECTION_MAX_EXTENT:
+        raise ValueError(f"{what} selects among {n} elements; tvmc's selection kernels take O(n^2) steps and "
+                         f"compile at most {SELECTION_MAX_EXTENT}")
 
 
 def _one(v):
@@ -126,6 +136,7 @@ def _nonzero_type(in_types, attrs):
     (x,) = in_types
     if not x.shape:
         raise ValueError("NonZero of a rank-0 tensor is not supported")
+    _check_extent(math.prod(x.shape), "NonZero")
     return TensorType((len(x.shape), math.prod(x.shape)), INT64, (1,))
 
 
@@ -158,6 +169,7 @@ def _compress_type(in_types, attrs):
         raise ValueError(f"condition must be a 1-D bool tensor, got {cond}")
     shape = list(x.shape)
     shape[axis] = min(shape[axis], cond.shape[0])
+    _check_extent(shape[axis], "Compress")
     return TensorType(tuple(shape), x.dtype, (axis,))
 
 
@@ -219,6 +231,7 @@ def _unique_type(in_types, attrs):
     axis, output = attrs["axis"], attrs["output"]
     if not 0 <= axis < len(x.shape):
         raise ValueError(f"axis {axis} out of range for rank {len(x.shape)}")
+    _check_extent(x.shape[axis], "Unique")
     if output == "inverse":
         return TensorType((x.shape[axis],), INT64)
     if output == "values":
