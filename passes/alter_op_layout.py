@@ -253,4 +253,4 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     for v in graph.inputs:
         rw.memo.setdefault(v, (v, NCHW))
     outputs = [rw.plain(o) for o in graph.outputs]
-    return _cancel_transforms(Graph(graph.inputs, outputs, graph.output_names))
+    return _cancel_transforms(graph.with_outputs(outputs))

@@ -132,7 +132,7 @@ def _copy_outputs(graph: Graph) -> Graph:
             out = make_call("identity", [out], name=f"{name}_copy")
         seen.add(out)
         outs.append(out)
-    return Graph(graph.inputs, outs, graph.output_names)
+    return graph.with_outputs(outs)
 
 
 @graph_pass("FuseOps", opt_level=1, options={"max_depth": 256})
@@ -187,4 +187,4 @@ def fuse_ops(graph: Graph, ctx) -> Graph:
             func = Function(params, body, name)
             functions[key] = func
         memo[e] = Call(func, [memo[x] for x in externals], {}, e.type, e.name)
-    return Graph(graph.inputs, [memo[o] for o in graph.outputs], graph.output_names)
+    return graph.with_outputs([memo[o] for o in graph.outputs])

@@ -134,4 +134,4 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     meta["planned_bytes"] = sum(table.nbytes[s] for s in {sid_of[e] for e in intermediates})
     meta["unplanned_bytes"] = sum(_aligned(e.type.nbytes, alignment) for e in intermediates)
     meta["inplace"] = inplace
-    return Graph(graph.inputs, graph.outputs, graph.output_names, meta)
+    return graph.with_outputs(graph.outputs, meta)

@@ -128,8 +128,9 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "target": target.to_dict(),
         "target_hash": target.hash,
         "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype} for v in graph.inputs],
-        "outputs": [{"name": n, "shape": list(o.shape), "dtype": o.dtype}
-                    for n, o in zip(graph.output_names, graph.outputs)],
+        "outputs": [{"name": n, "shape": list(o.shape), "dtype": o.dtype,
+                     **({"dynamic_axes": list(o.type.dynamic_axes)} if o.type.is_dynamic else {})}
+                    for n, o in zip(graph.output_names, graph.outputs[:graph.num_model_outputs])],
         "options": {"opt_level": options.opt_level, "disabled_passes": sorted(options.disabled_passes),
                     "pass_config": dict(options.pass_config),
                     "input_shapes": {k: list(v) for k, v in options.input_shapes}},

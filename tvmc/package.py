@@ -268,6 +268,7 @@ GRAPH_SCHEMA = {
         "arg_nodes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "node_row_ptr": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "heads": {"type": "array", "items": _REF},
+        "output_shapes": {"type": "array", "items": {"anyOf": [{"type": "null"}, _REF]}},
         "attrs": {"type": "object", "required": ["shape", "dltype", "storage_id"], "properties": {
             "shape": _tagged({"type": "array", "items": {"type": "integer", "minimum": 0}}),
             "dltype": _tagged({"type": "string"}),
@@ -373,6 +374,16 @@ def _check_graph_structure(origin: str, g: dict) -> None:
             check_ref(ref, nid, f"node {nid} ('{_short(node['name'], 40)}')")
     for ref in g["heads"]:
         check_ref(ref, len(nodes), "heads")
+    run_time_shapes = g.get("output_shapes", [])
+    if len(run_time_shapes) not in (0, len(g["heads"])):
+        bad(f"output_shapes lists {len(run_time_shapes)} entries for {len(g['heads'])} heads")
+    for head, ref in zip(g["heads"], run_time_shapes):
+        if ref is None:
+            continue
+        check_ref(ref, len(nodes), "output_shapes")
+        e, h = row_ptr[ref[0]] + ref[1], row_ptr[head[0]] + head[1]
+        if dtypes[e] != "int64" or list(shapes[e]) != [len(shapes[h])]:
+            bad(f"the run-time shape of entry {h} is entry {e}, which is not int64[{len(shapes[h])}]")
     storage = g.get("storage_bytes")
     for e, (shape, dtype, sid) in enumerate(zip(shapes, dtypes, sids)):
         try:

@@ -19,7 +19,7 @@ SAMPLE = {
     "test_concat_3d_axis_1": False, "test_conv_with_strides_padding": False,
     "test_gemm_default_matrix_bias": False, "test_flatten_axis1": False, "test_globalaveragepool": False,
     "test_lrn": False, "test_matmul_3d": False, "test_maxpool_2d_strides": False,
-    "test_reshape_negative_dim": True, "test_softmax_axis_1": False, "test_transpose_all_permutations_0": False,
+    "test_reshape_negative_dim": False, "test_softmax_axis_1": False, "test_transpose_all_permutations_0": False,
     "test_unsqueeze_axis_0": True, "test_clip_default_min": False, "test_sum_two_inputs": False,
     "test_leakyrelu": False, "test_batchnorm_example": False, "test_shape": False,
     # operators added for the conformance issue
@@ -30,7 +30,7 @@ SAMPLE = {
     "test_gelu_tanh_2": False, "test_less_bcast": False, "test_depthtospace_crd_mode_example": False,
     "test_tile": True, "test_cumsum_1d_int32_exclusive": True, "test_instancenorm_example": False,
     "test_pow_types_int64_int64": False, "test_reduce_l2_empty_set": True,
-    "test_maxpool_3d_dilations": False, "test_averagepool_1d_default": False, "test_top_k_smallest": True,
+    "test_maxpool_3d_dilations": False, "test_averagepool_1d_default": False, "test_top_k_smallest": False,
     "test_convtranspose_output_shape": False, "test_convtranspose_1d": False,
     "test_resize_upsample_scales_linear_align_corners": True, "test_resize_downsample_sizes_cubic": True,
     "test_resize_tf_crop_and_resize_axes_3_2": True, "test_upsample_nearest": True,
@@ -49,6 +49,9 @@ SAMPLE = {
     "test_maxpool_with_argmax_2d_precomputed_strides": False,
     # issue 18, group B (misc ops)
     "test_det_nd": False, "test_einsum_batch_diagonal": False, "test_resize_downsample_scales_linear_antialias": True,
+    # issue 18 point 5: data-dependent shapes
+    "test_nonzero_example": False, "test_compress_0": False, "test_unique_sorted_with_axis": False,
+    "test_nonmaxsuppression_suppress_by_IOU": False,
 }
 
 
@@ -92,8 +95,8 @@ def test_onnxruntime_side_by_side(cases):
 
 
 def test_unsupported_op_fails_at_compile_time(cases):
-    with pytest.raises(UnsupportedOpError, match="NonMaxSuppression"):
-        TvmcBackend.prepare(cases["test_nonmaxsuppression_center_point_box_format"].model)
+    with pytest.raises(UnsupportedOpError, match="TfIdfVectorizer"):
+        TvmcBackend.prepare(cases["test_tfidfvectorizer_tf_only_bigrams_skip0"].model)
 
 
 def test_compare_rules():

@@ -10,11 +10,13 @@ blob and every input. `tvmc inspect` reads it from the library file without load
 Format version 1:
 
     {"version": 1,
-     "kernel_abi_version": 2,
+     "kernel_abi_version": 3,
      "storage_bytes": [bytes per storage id],
      "entries": [{"storage_id": sid, "dtype": "float32", "shape": [1, 3, 224, 224]}, ...],
      "inputs":  [{"name": ..., "entry": e, "dtype": ..., "shape": [...]}, ...],
      "outputs": [{"name": ..., "entry": e, "dtype": ..., "shape": [...]}, ...],
+                (an output whose shape is known at run time also has "shape_entry": the entry of
+                its int64[rank] shape tensor; "shape" is then its bound, docs/dynamic_shapes.md)
      "params":  [{"name": ..., "entry": e, "dtype": ..., "shape": [...], "nbytes": n}, ...],
      "calls":   [{"func": "fused_nn_conv2d_add", "args": [entry ids: inputs, then outputs]}, ...]}
 
@@ -95,6 +97,9 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
         output_names = graph_json.get("output_names") or [f"output_{i}" for i in range(len(heads))]
     outputs = [{"name": str(n), "entry": e, "dtype": entries[e]["dtype"], "shape": entries[e]["shape"]}
                for n, e in zip(output_names, heads)]
+    for out, ref in zip(outputs, graph_json.get("output_shapes") or []):
+        if ref is not None:
+            out["shape_entry"] = _entry_id(graph_json, ref)
     calls = []
     for nid, node in enumerate(nodes):
         if node["op"] != "tvm_op" or node["attrs"]["func_name"] == "__nop":

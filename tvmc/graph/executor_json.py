@@ -40,7 +40,11 @@ def build_executor_json(graph: Graph) -> tuple:
                                    with inputs in the Function's parameter order.
       graph_json["arg_nodes"]:     ids of the null nodes (inputs and params)
       graph_json["node_row_ptr"]:  [0, 1, ..., len(nodes)] (one output per node)
-      graph_json["heads"]:         [[node_id, 0, 0]] per graph output
+      graph_json["heads"]:         [[node_id, 0, 0]] per graph output (the model's, not the
+                                   run-time shape outputs)
+      graph_json["output_shapes"]: only when an output's shape is known at run time: per head,
+                                   null or the [node_id, 0, 0] of its int64[rank] shape tensor
+                                   (the head's "shape" is then the bound; docs/dynamic_shapes.md)
       graph_json["attrs"]:         {"shape": ["list_shape", [...]], "dltype": ["list_str", [...]],
                                    "storage_id": ["list_int", [...]]}, one entry per node
       graph_json["storage_bytes"]: bytes per storage id (from PlanMemory)
@@ -85,15 +89,19 @@ def build_executor_json(graph: Graph) -> tuple:
                           "flatten_data": "0"},
                 "inputs": [[node_id[i], 0, 0] for i in e.inputs]})
 
+    n_model = graph.num_model_outputs
     graph_json = {
         "nodes": nodes,
         "arg_nodes": [k for k, n in enumerate(nodes) if n["op"] == "null"],
         "node_row_ptr": list(range(len(nodes) + 1)),
-        "heads": [[node_id[o], 0, 0] for o in graph.outputs],
+        "heads": [[node_id[o], 0, 0] for o in graph.outputs[:n_model]],
         "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", dltypes],
                   "storage_id": ["list_int", sids]},
         "storage_bytes": [int(b) for b in graph.meta["storage_bytes"]],
         "input_names": [v.name for v in graph.inputs],
-        "output_names": list(graph.output_names),
+        "output_names": list(graph.output_names[:n_model]),
     }
+    if any(k is not None for k in graph.output_shapes):
+        graph_json["output_shapes"] = [None if k is None else [node_id[graph.outputs[k]], 0, 0]
+                                       for k in graph.output_shapes[:n_model]]
     return graph_json, params

@@ -31,6 +31,11 @@ MAX_TENSOR_BYTES = 1 << 40
 class TensorType:
     """Static tensor type: `shape` (tuple of ints, row-major) and `dtype` (numpy name, e.g. 'float32').
 
+    `dynamic_axes` (sorted axis numbers, default none) marks a tensor whose extent along those
+    axes is known only at run time (NonZero, Unique, Compress, ...): `shape` is then an upper
+    bound, the buffer holds the data in its leading corner (row-major over the bound; the rest is
+    never read) and an int64[rank] tensor holds the run-time shape (docs/dynamic_shapes.md).
+
     Checked when made: every dimension is an integer >= 0 and the tensor holds at most
     MAX_TENSOR_BYTES bytes (computed exactly, so no 64-bit overflow hides a huge shape). Raises
     ValueError with the reason (make_call and Var turn it into a ModelError naming the node or
@@ -39,8 +44,11 @@ class TensorType:
 
     shape: tuple
     dtype: str = "float32"
+    dynamic_axes: tuple = ()
 
     def __post_init__(self):
+        if any(not 0 <= a < len(self.shape) for a in self.dynamic_axes):
+            raise ValueError(f"dynamic axes {list(self.dynamic_axes)} out of range for rank {len(self.shape)}")
         for d in self.shape:
             if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
                 raise ValueError(f"shape {list(self.shape)} has a dimension that is not an integer")
@@ -61,8 +69,14 @@ class TensorType:
         """Size in bytes."""
         return self.size * np.dtype(self.dtype).itemsize
 
+    @property
+    def is_dynamic(self) -> bool:
+        """True when some extent is known only at run time (`shape` is its bound)."""
+        return bool(self.dynamic_axes)
+
     def __str__(self):
-        return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
+        dims = (f"<={d}" if a in self.dynamic_axes else str(d) for a, d in enumerate(self.shape))
+        return f"{self.dtype}[{','.join(dims)}]"
 
 
 def _fmt_dims(shape) -> str:
@@ -178,6 +192,8 @@ def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
     attrs = dict(attrs or {})
     opdef = get_op(op)
     type_ = opdef.type_of([i.type for i in inputs], attrs, name)
+    if any(i.type.is_dynamic for i in inputs):
+        type_ = _forwarded_dynamic_type(op, opdef.pattern, inputs, attrs, type_, name)
     if opdef.pattern not in empty_ok:
         for k, i in enumerate(inputs):
             if 0 in i.shape:
@@ -186,18 +202,82 @@ def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
     return Call(op, inputs, attrs, type_, name)
 
 
+# Integer ops that fault on a zero divisor: the zero padding of a run-time-shaped divisor would
+# trap, so they take one only as the dividend.
+_ZERO_DIVISOR_FAULTS = ("divide", "trunc_mod", "floor_mod")
+# Reductions and scans along `axis` (a tuple of axes, or one axis) that may read a run-time-shaped
+# tensor along its other axes.
+_AXIS_REDUCTIONS = ("sum", "max", "min", "prod", "mean")
+_AXIS_SCANS = ("cumsum", "cumprod")
+
+
+def _forwarded_dynamic_type(op: str, pattern, inputs, attrs: dict, type_: TensorType, name: str) -> TensorType:
+    """The type of a call reading tensors with a run-time shape (docs/dynamic_shapes.md): an
+    elementwise op, or a broadcast whose other operands have extent 1 along the dynamic axes,
+    runs over the bound and its result has the same run-time shape; so does a reduction or scan
+    along other axes (its dynamic axes renumbered when reduced axes are dropped); any other op
+    would read the padding, and is refused. Raises ModelError naming the node."""
+    from tvmc.errors import ModelError
+    from tvmc.ops.registry import OpPattern
+
+    dyn = [(k, i) for k, i in enumerate(inputs) if i.type.is_dynamic]
+    k0, first = dyn[0]
+    rank = len(type_.shape)
+    axes = tuple(a + rank - len(first.shape) for a in first.type.dynamic_axes)
+
+    def refuse(why):
+        return ModelError(f"node '{name or '?'}' ({op}): input {k0} has a run-time shape (axes "
+                          f"{list(first.type.dynamic_axes)} of the bound {_fmt_dims(first.shape)}); {why}")
+
+    if op in _AXIS_REDUCTIONS + _AXIS_SCANS and len(inputs) == 1:
+        reduced = set(attrs["axis"]) if isinstance(attrs["axis"], (tuple, list)) else {attrs["axis"]}
+        if reduced & set(first.type.dynamic_axes):
+            raise refuse(f"{op} along a dynamic axis would read its padding")
+        if op in _AXIS_REDUCTIONS and not attrs.get("keepdims", 1):
+            axes = tuple(a - sum(r < a for r in reduced) for a in first.type.dynamic_axes)
+        return TensorType(type_.shape, type_.dtype, axes)
+    if pattern not in (OpPattern.ELEMWISE, OpPattern.BROADCAST):
+        raise refuse(f"{op} would read its padding; only elementwise ops, casts and broadcasts with "
+                     f"a scalar or constant operand run over such a tensor")
+    if len(dyn) > 1:
+        raise refuse("two operands with run-time shapes cannot be matched at compile time")
+    if tuple(first.shape) != tuple(type_.shape[rank - len(first.shape):]) or len(first.shape) < rank and any(
+            type_.shape[a] != 1 for a in range(rank - len(first.shape))):
+        raise refuse("a broadcast may not grow it")
+    for k, i in enumerate(inputs):
+        lead = rank - len(i.shape)
+        if k != k0 and any(a >= lead and i.shape[a - lead] != 1 for a in axes):
+            raise refuse(f"input {k} is not of extent 1 along those axes")
+    if op in _ZERO_DIVISOR_FAULTS and k0 != 0 and not type_.dtype.startswith("float"):
+        raise refuse("its zero padding would be an integer divisor")
+    return TensorType(type_.shape, type_.dtype, axes)
+
+
 class Graph:
     """A whole model: `inputs` (Vars, in order), `outputs` (Exprs) with `output_names`.
 
+    `output_shapes` gives, per output, None or the position among `outputs` of the int64[rank]
+    tensor that holds its run-time shape (an output whose type is dynamic, see TensorType);
+    those shape outputs come after the model's own outputs and are not shown to users.
     `meta` carries analysis results that later stages read (PlanMemory stores the storage
     plan there); passes that rebuild the graph drop it unless they recompute it.
     """
 
-    def __init__(self, inputs, outputs, output_names=None, meta=None):
+    def __init__(self, inputs, outputs, output_names=None, meta=None, output_shapes=None):
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.output_names = tuple(output_names or [f"output_{i}" for i in range(len(self.outputs))])
         self.meta = dict(meta or {})
+        self.output_shapes = tuple(output_shapes or [None] * len(self.outputs))
+
+    def with_outputs(self, outputs, meta=None) -> "Graph":
+        """The same inputs, names and run-time shape links over new `outputs` (one per output)."""
+        return Graph(self.inputs, outputs, self.output_names, meta, self.output_shapes)
+
+    @property
+    def num_model_outputs(self) -> int:
+        """The outputs a user sees: all but the run-time shape outputs (which come last)."""
+        return len(self.outputs) - sum(s is not None for s in self.output_shapes)
 
     def topo(self) -> list:
         """All reachable expressions in a deterministic post-order (inputs before users)."""
@@ -250,7 +330,7 @@ def rewrite(graph: Graph, fn: Callable[[Expr, tuple], Expr | None]) -> Graph:
             if out is None:
                 out = e
         memo[e] = out
-    return Graph(graph.inputs, [memo[o] for o in graph.outputs], graph.output_names)
+    return graph.with_outputs([memo[o] for o in graph.outputs])
 
 
 def users(graph: Graph) -> dict:

@@ -29,6 +29,9 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | image.resize2d | data[N,C,H,W], idx_h[OH,Th], idx_w[OW,Tw] (int64), optional w_h[OH,Th], w_w[OW,Tw] (tables from image.resize_tables) | - | INJECTIVE |
 | topk_values / topk_indices | x | axis, k, largest (0/1); sorted, ties by lower index; indices int64 | OPAQUE |
 | det | x[..., N, N] (float) -> [...] | - (LU with partial pivoting) | OPAQUE |
+| nonzero / nonzero_shape | x -> int64[rank, <=size(x)] / int64[2] | - | OPAQUE |
+| compress / compress_shape | x, condition bool[L] -> x with axis <= min(extent, L) / int64[rank] | axis | OPAQUE |
+| unique / unique_shape, unique_inverse | x -> values (axis <= extent), indices, counts (int64[<=extent]) / int64[rank]; inverse int64[extent] | axis, sorted (0/1), output ('values', 'indices', 'counts', 'inverse') | OPAQUE |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):
 
@@ -48,3 +51,4 @@ from tvmc.ops import sort  # noqa: F401,E402  (registration: topk_values, topk_i
 from tvmc.ops import scatter  # noqa: F401,E402  (registration: scatter_elements, scatter_nd)
 from tvmc.ops import nn_col2im  # noqa: F401,E402  (registration: nn.col2im)
 from tvmc.ops import linalg  # noqa: F401,E402  (registration: det)
+from tvmc.ops import dynamic  # noqa: F401,E402  (registration: nonzero, compress, unique and their _shape ops)

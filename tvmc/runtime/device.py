@@ -27,7 +27,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, graph_attr, library_name, load_artifact
-from tvmc.runtime.executor import checked_input, output_position
+from tvmc.runtime.executor import checked_input, output_position, run_time_heads, sliced_output
 
 
 def run_kernel(program, name: str, launch: dict, arrays, out: np.ndarray) -> np.ndarray:
@@ -105,6 +105,7 @@ class DeviceExecutor:
             eids = [row_ptr[i[0]] + i[1] for i in node["inputs"]] + [row_ptr[nid]]
             self._calls.append((func, kernel, kernels[func], [self._buffers[sids[e]] for e in eids]))
         self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
+        self._head_shapes = run_time_heads(g)
         out_names = [o["name"] for o in artifact.metadata.get("outputs", [])]
         self.output_names = out_names if len(out_names) == len(self._heads) else \
             [f"output_{i}" for i in range(len(self._heads))]
@@ -143,7 +144,14 @@ class DeviceExecutor:
 
     def get_output(self, index) -> np.ndarray:
         """A host copy of output `index` (position or name)."""
-        sid, shape, dtype = self._entries[self._heads[output_position(index, self.output_names)]]
+        k = output_position(index, self.output_names)
+        out = self._download(self._heads[k])
+        if self._head_shapes[k] is None:
+            return out
+        return sliced_output(out, self._download(self._head_shapes[k]), self.artifact.path, self.output_names[k])
+
+    def _download(self, entry: int) -> np.ndarray:
+        sid, shape, dtype = self._entries[entry]
         out = np.empty(shape, dtype)
         self.program.download(self._buffers[sid], out)
         return out

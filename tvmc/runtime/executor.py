@@ -92,6 +92,25 @@ def output_position(index, output_names) -> int:
     return index
 
 
+def run_time_heads(graph_json: dict) -> list:
+    """Per head of mod.json, the data entry of its int64[rank] run-time shape, or None for an
+    output whose shape is static (mod.json "output_shapes", docs/dynamic_shapes.md)."""
+    row_ptr = graph_json["node_row_ptr"]
+    refs = graph_json.get("output_shapes") or [None] * len(graph_json["heads"])
+    return [None if r is None else row_ptr[r[0]] + r[1] for r in refs]
+
+
+def sliced_output(bound: np.ndarray, shape, origin: str, name: str) -> np.ndarray:
+    """The run-time-shaped output held in the leading corner of its `bound` buffer: a copy of
+    bound[:shape[0], :shape[1], ...]. Raises ArtifactError when `shape` (int64[rank], written by
+    a kernel) does not fit the bound."""
+    shape = [int(d) for d in shape]
+    if len(shape) != bound.ndim or any(not 0 <= d <= b for d, b in zip(shape, bound.shape)):
+        raise ArtifactError(f"{origin}: output '{name}' has run-time shape {_fmt_shape(shape)}, outside its "
+                            f"bound {_fmt_shape(bound.shape)}")
+    return bound[tuple(slice(0, d) for d in shape)].copy()
+
+
 def load_library(data: bytes, name: str, origin: str) -> ctypes.CDLL:
     """dlopen the library bytes `data` from a file in a fresh private folder that is removed as
     soon as the library is loaded, so no run (not even one that crashes in a kernel) leaves it
@@ -241,6 +260,7 @@ class GraphExecutor:
             self._entry_args = (table,)
 
         self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
+        self._head_shapes = run_time_heads(g)
         names = [o["name"] for o in artifact.metadata.get("outputs", [])]
         if len(names) != len(self._heads):
             names = list(g.get("output_names", []))
@@ -301,8 +321,13 @@ class GraphExecutor:
                 for name, seconds in totals.items()]
 
     def get_output(self, index) -> np.ndarray:
-        """A copy of output `index` (position in mod.json heads, or output name), with its shape."""
-        return self._views[self._heads[output_position(index, self.output_names)]].copy()
+        """A copy of output `index` (position in mod.json heads, or output name), with its shape
+        (an output with a run-time shape is sliced to the shape the last run computed)."""
+        k = output_position(index, self.output_names)
+        data, shape = self._views[self._heads[k]], self._head_shapes[k]
+        if shape is None:
+            return data.copy()
+        return sliced_output(data, self._views[shape], self.artifact.path, self.output_names[k])
 
     @property
     def num_outputs(self) -> int:

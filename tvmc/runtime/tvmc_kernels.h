@@ -40,6 +40,7 @@
  *       tvmc_model_input_info(m, 0, &in);              name, dtype, shape, size of input 0
  *       tvmc_model_set_input(m, in.name, "float32", shape, ndim, data, nbytes);
  *       tvmc_model_run(m);
+ *       tvmc_model_output_shape(m, 0, shape, ndim);     the shape output 0 has after this run
  *       tvmc_model_get_output(m, 0, out, out_nbytes);
  *       tvmc_model_destroy(m);
  *
@@ -96,7 +97,11 @@
  *      Or, instead of step 5: build a table `void *entries[]` with the storage pointer of
  *      every entry e (entries[e]) and make one call, tvmc_graph_run(entries): the library's
  *      generated graph entry calls every kernel in node order.
- *   6. Read the outputs from the storage buffers of the entries listed in "heads".
+ *   6. Read the outputs from the storage buffers of the entries listed in "heads". When mod.json
+ *      has "output_shapes", a head with a non-null item there has a shape known only at run
+ *      time: attrs.shape is its bound, the item names the entry of an int64[ndim] tensor that
+ *      holds the run-time shape after the run, and the data is the leading corner of the bound
+ *      (rows of the bound's strides). Version 3 of this ABI added these run-time shapes.
  */
 #ifndef TVMC_KERNELS_H_
 #define TVMC_KERNELS_H_
@@ -109,7 +114,7 @@ extern "C" {
 #endif
 
 /* Version of this ABI; metadata.json "kernel_abi_version" carries the same number. */
-#define TVMC_KERNEL_ABI_VERSION 2
+#define TVMC_KERNEL_ABI_VERSION 3
 
 /* Alignment in bytes of every buffer passed to a kernel. */
 #define TVMC_BUFFER_ALIGNMENT 64
@@ -168,7 +173,13 @@ int tvmc_model_run(tvmc_model *model);
  * buffer of entry e, see RUNNING THE KERNELS BY HAND): for calling kernels one by one, e.g. to time
  * each. Valid until tvmc_model_destroy; NULL for a NULL model. */
 void *const *tvmc_model_entries(const tvmc_model *model);
-/* Copy output `index` into `data`; nbytes must be the output's size in bytes. */
+/* The shape output `index` has after the last tvmc_model_run, into shape[0..ndim) (ndim must be
+ * the output's). An output whose shape depends on the data (NonZero, Unique, ... in the model)
+ * has a bound, the shape tvmc_model_output_info gives, and a run-time shape within it; every other
+ * output's run-time shape is its shape. (Since ABI version 3.) */
+int tvmc_model_output_shape(const tvmc_model *model, int32_t index, int64_t *shape, int32_t ndim);
+/* Copy output `index`, with its run-time shape (row-major), into `data`; nbytes must be its size in
+ * bytes at that shape (tvmc_model_output_info's nbytes for an output without a run-time shape). */
 int tvmc_model_get_output(const tvmc_model *model, int32_t index, void *data, size_t nbytes);
 /* One line describing the last error (empty when none occurred yet). */
 const char *tvmc_last_error(void);

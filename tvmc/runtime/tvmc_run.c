@@ -75,6 +75,14 @@ static const struct {
 };
 #define NUM_NPY_DTYPES ((int)(sizeof(npy_dtypes) / sizeof(npy_dtypes[0])))
 
+/* Bytes per element of a tvmc dtype name (0 when it has no .npy form here). */
+static size_t dtype_size(const char *dtype) {
+  int k;
+  for (k = 0; k < NUM_NPY_DTYPES; k++)
+    if (strcmp(npy_dtypes[k].dtype, dtype) == 0) return (size_t)(npy_dtypes[k].descr[2] - '0');
+  return 0;
+}
+
 typedef struct {
   const char *dtype;
   int32_t ndim;
@@ -355,9 +363,16 @@ int main(int argc, char **argv) {
   else check(tvmc_model_run(m), "run");
   for (k = 0; k < no; k++) {
     tvmc_tensor_info info;
+    int64_t shape[MAX_NDIM];
     void *data;
     int written = 0;
     check(tvmc_model_output_info(m, k, &info), "output info");
+    if (info.ndim > MAX_NDIM) die(EXIT_DATA, "output '%s' has more than %d dimensions", info.name, MAX_NDIM);
+    /* an output whose shape depends on the data: its run-time shape, within the bound info gives */
+    check(tvmc_model_output_shape(m, k, shape, info.ndim), "output shape");
+    info.shape = shape;
+    info.nbytes = (uint64_t)dtype_size(info.dtype);
+    for (i = 0; i < info.ndim; i++) info.nbytes *= (uint64_t)shape[i];
     data = malloc(info.nbytes ? (size_t)info.nbytes : 1);
     if (!data) die(TVMC_ERR_MEMORY, "out of memory");
     check(tvmc_model_get_output(m, k, data, (size_t)info.nbytes), "output");

@@ -403,6 +403,7 @@ typedef struct {
 typedef struct {
   char *name;
   int64_t entry;
+  int64_t shape_entry; /* an output with a run-time shape: the entry of its int64[ndim] shape; else -1 */
 } tensor_t;
 
 struct tvmc_model {
@@ -450,6 +451,16 @@ static int read_tensors(const char *s, const jtok *toks, int64_t root, const cha
     if (name < 0 || toks[name].type != J_STR || e < 0 || !j_uint(s, &toks[e], &(*out)[i].entry) ||
         (*out)[i].entry >= m->num_entries)
       return bad_description(key);
+    (*out)[i].shape_entry = -1;
+    if ((e = j_get(s, toks, k, "shape_entry")) >= 0) {
+      const entry_t *data = &m->entries[(*out)[i].entry], *shape;
+      if (!j_uint(s, &toks[e], &(*out)[i].shape_entry) || (*out)[i].shape_entry >= m->num_entries)
+        return bad_description(key);
+      shape = &m->entries[(*out)[i].shape_entry];
+      if (cstr_len(dtypes[shape->dtype].name) != 5 || !bytes_equal(dtypes[shape->dtype].name, "int64", 5) ||
+          shape->ndim != 1 || shape->shape[0] != data->ndim)
+        return bad_description(key);
+    }
     (*out)[i].name = (char *)alloc_in(&m->blocks, toks[name].end - toks[name].start + 1, 1);
     if (!(*out)[i].name) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
     if (j_decode(s, &toks[name], (*out)[i].name) < 0) return bad_description(key);
@@ -737,21 +748,71 @@ int tvmc_model_run(tvmc_model *model) {
 
 void *const *tvmc_model_entries(const tvmc_model *model) { return model ? (void *const *)model->pointers : NULL; }
 
+/* The run-time shape of output `t` into shape[0..ndim) and its size in bytes; the shape entry is
+ * checked against the bound (a kernel wrote it). */
+static int run_time_shape(const tvmc_model *m, const tensor_t *t, int64_t *shape, uint64_t *nbytes) {
+  const entry_t *e = &m->entries[t->entry];
+  const int64_t *dims = t->shape_entry < 0 ? e->shape : (const int64_t *)m->pointers[t->shape_entry];
+  int32_t k;
+  *nbytes = dtypes[e->dtype].size;
+  for (k = 0; k < e->ndim; k++) {
+    if (dims[k] < 0 || dims[k] > e->shape[k]) {
+      fail(TVMC_ERR_OUTPUT, "output '", NULL, NULL);
+      err_strn(t->name, 64);
+      err_str("': its run-time shape is outside its bound (was the model run?)");
+      return TVMC_ERR_OUTPUT;
+    }
+    shape[k] = dims[k];
+    *nbytes *= (uint64_t)dims[k];
+  }
+  return TVMC_OK;
+}
+
+int tvmc_model_output_shape(const tvmc_model *model, int32_t index, int64_t *shape, int32_t ndim) {
+  uint64_t nbytes;
+  if (!model || (ndim && !shape)) return fail(TVMC_ERR_ARGUMENT, "tvmc_model_output_shape: NULL argument", NULL, NULL);
+  if (index < 0 || index >= model->num_outputs)
+    return fail(TVMC_ERR_ARGUMENT, "tvmc_model_output_shape: index out of range", NULL, NULL);
+  if (ndim != model->entries[model->outputs[index].entry].ndim)
+    return fail(TVMC_ERR_ARGUMENT, "tvmc_model_output_shape: ndim is not the output's", NULL, NULL);
+  return run_time_shape(model, &model->outputs[index], shape, &nbytes);
+}
+
 int tvmc_model_get_output(const tvmc_model *model, int32_t index, void *data, size_t nbytes) {
   const entry_t *e;
+  const tensor_t *t;
+  int64_t shape[MAX_NDIM + 1], pos[MAX_NDIM + 1];
+  uint64_t need, row, offset;
+  int32_t k;
+  int rc;
   if (!model || (nbytes && !data)) return fail(TVMC_ERR_ARGUMENT, "tvmc_model_get_output: NULL argument", NULL, NULL);
   if (index < 0 || index >= model->num_outputs)
     return fail(TVMC_ERR_ARGUMENT, "tvmc_model_get_output: index out of range", NULL, NULL);
-  e = &model->entries[model->outputs[index].entry];
-  if ((uint64_t)nbytes != e->nbytes) {
+  t = &model->outputs[index];
+  e = &model->entries[t->entry];
+  if ((rc = run_time_shape(model, t, shape, &need)) != TVMC_OK) return rc;
+  if ((uint64_t)nbytes != need) {
     fail(TVMC_ERR_OUTPUT, "output '", NULL, NULL);
-    err_strn(model->outputs[index].name, 64);
+    err_strn(t->name, 64);
     err_str("' has ");
-    err_u64(e->nbytes);
+    err_u64(need);
     err_str(" bytes, the buffer ");
     err_u64((uint64_t)nbytes);
     return TVMC_ERR_OUTPUT;
   }
-  if (nbytes) memcpy(data, model->pointers[model->outputs[index].entry], nbytes);
+  if (!nbytes) return TVMC_OK;
+  if (t->shape_entry < 0 || e->ndim == 0) {
+    memcpy(data, model->pointers[t->entry], nbytes);
+    return TVMC_OK;
+  }
+  /* the leading corner of the bound, one innermost row at a time */
+  row = (uint64_t)shape[e->ndim - 1] * dtypes[e->dtype].size;
+  for (k = 0; k < e->ndim; k++) pos[k] = 0;
+  for (offset = 0; offset < nbytes; offset += row) {
+    uint64_t src = 0;
+    for (k = 0; k < e->ndim; k++) src = src * (uint64_t)e->shape[k] + (uint64_t)pos[k];
+    memcpy((char *)data + offset, (const char *)model->pointers[t->entry] + src * dtypes[e->dtype].size, row);
+    for (k = e->ndim - 2; k >= 0 && ++pos[k] == shape[k]; k--) pos[k] = 0;
+  }
   return TVMC_OK;
 }

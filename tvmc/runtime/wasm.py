@@ -159,6 +159,7 @@ class WasmExecutor:
             name, dtype, shape, _ = self._tensor_info("tvmc_model_output_info", i)
             self._outputs.append((name, shape, dtype, mod.malloc(_nbytes(shape, dtype))))
         self.output_names = [o[0] for o in self._outputs]
+        self._shape_buf = mod.malloc(8 * max([len(o[1]) for o in self._outputs] + [1]))
         desc = artifact.description
         self._calls = [(c["func"], c["args"]) for c in desc["calls"]]
         for func, _ in self._calls:
@@ -236,7 +237,10 @@ class WasmExecutor:
     def get_output(self, index) -> np.ndarray:
         """A copy of output `index` (position or output name), with its shape."""
         i = output_position(index, self.output_names)
-        _, shape, dtype, buf = self._outputs[i]
+        _, bound, dtype, buf = self._outputs[i]
+        # the shape of this run: the bound, or within it for an output whose shape depends on the data
+        self._check(self.module.call("tvmc_model_output_shape", self._model, i, self._shape_buf, len(bound)))
+        shape = struct.unpack(f"<{len(bound)}q", self.module.read(self._shape_buf, 8 * len(bound))) if bound else ()
         nbytes = _nbytes(shape, dtype)
         self._check(self.module.call("tvmc_model_get_output", self._model, i, buf, nbytes))
         return np.frombuffer(self.module.read(buf, nbytes), dtype).reshape(shape).copy()

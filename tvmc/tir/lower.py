@@ -260,7 +260,8 @@ class _Lowering:
         When `st` itself does not read `child`, the region is the union of what the `siblings`
         (stages attached at the same loop, with their regions) read of it: a chain of stages
         computed one after another per iteration (e.g. the elimination steps of det). An index
-        computed from tensor data (a pivot row) covers the child's whole axis."""
+        computed from tensor data (a pivot row, a gather) covers the child's whole axis; a child
+        that nothing attached there reads is computed whole."""
         pos = st.leaf.index(at_iv)
         ranges = {}
         for iv in st.leaf[pos + 1:]:
@@ -280,10 +281,10 @@ class _Lowering:
             for ld in (x for x in walk(body) if isinstance(x, TensorLoad) and x.tensor is child.tensor):
                 dims = []
                 for idx, size in zip(ld.indices, child.tensor.shape):
-                    if any(isinstance(x, TensorLoad) for x in walk(idx)):
-                        dims.append((IntImm(0), size))
-                        continue
-                    lo, hi = _interval(substitute(idx, subst), rng)
+                    try:
+                        lo, hi = _interval(substitute(idx, subst), rng)
+                    except ScheduleError:  # an index read from data (a gather, a pivot row): the whole axis
+                        lo, hi = IntImm(0), IntImm(size - 1)
                     lo, hi = simplify(lo), simplify(hi)
                     d = simplify(hi - lo)
                     if not isinstance(d, IntImm):
@@ -291,8 +292,8 @@ class _Lowering:
                                             f"inside {st.tensor.name} (extent {d!r} is not constant)")
                     dims.append((lo, d.value + 1))
                 region = dims if region is None else [_union(a, b) for a, b in zip(region, dims)]
-        if region is None:
-            raise ScheduleError(f"compute_at: {st.tensor.name} does not read {child.tensor.name}")
+        if region is None:  # read by nothing attached there: computed whole, once per iteration
+            return [(IntImm(0), e) for e in child.tensor.shape]
         return region
 
 

@@ -4,9 +4,9 @@ main graph (outer-scope tensors visible), resolved at compile time.
 If with a constant condition imports the taken branch only; with a condition known only at run
 time both branches are imported and `where` picks per output (branches have no side effects, so
 computing both is the same function; their outputs must agree in shape and dtype). Loop unrolls
-a constant trip count whose body keeps its condition constant true; Scan unrolls over its
-static scan axes (Scan-8: per element of its batch axis). A loop whose iteration count depends
-on run-time values is a data-dependent shape and is refused (see docs/dynamic_shapes.md).
+a constant trip count, masking the iterations after an exit whose condition is known only at run
+time; Scan unrolls over its static scan axes (Scan-8: per element of its batch axis). A trip
+count known only at run time has no bound and is refused (see docs/dynamic_shapes.md).
 """
 
 from __future__ import annotations
@@ -47,37 +47,73 @@ def _stack(ctx, slices, axis):
 
 @converter(*_VERSIONS)
 def Loop(ctx, node, inputs, attrs, opset):
-    """ONNX Loop(M, cond, v_initial...; body): unrolled for a constant trip count M whose body
-    condition stays constant (an early exit ends the unrolling); scan outputs stacked on axis 0."""
+    """ONNX Loop(M, cond, v_initial...; body): unrolled to a constant trip count M; scan outputs
+    stacked on axis 0. A constant condition ends the unrolling where it turns false. A condition
+    computed at run time (the initial one or the body's) keeps a `running` flag: every iteration
+    is computed, the carried values of the iterations after the exit are discarded (`where`), and
+    the scan outputs keep the iterations that ran (dyn.head: bounded by M, with a run-time shape;
+    docs/dynamic_shapes.md). A trip count computed at run time has no bound and is refused."""
     body = attrs["body"]
+    if inputs and inputs[0] is not None and not is_const(inputs[0]):
+        raise ctx.error(f"trip count M ('{ctx.input_name(0)}') must be a constant (initializer or computable at "
+                        f"import): tvmc unrolls loops, and a computed M has no bound at compile time")
     trip = ctx.constant(inputs, 0, "M (trip count)") if inputs and inputs[0] is not None else None
     cond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
     if trip is None:
-        raise ctx.error("a Loop without a trip count runs a data-dependent number of times; not supported")
-    if cond is not None and not is_const(cond):
-        raise ctx.error(f"condition '{ctx.input_name(1)}' must be a constant (a data-dependent loop)")
+        raise ctx.error("a Loop without a trip count runs a data-dependent number of times with no bound; "
+                        "not supported")
     carried = list(inputs[2:])
     n_carried = len(carried)
     scans: list = [[] for _ in range(len(body.output) - 1 - n_carried)]
-    running = cond is None or bool(np.asarray(cond.value).reshape(-1)[0])
+    running = True if cond is None else _flag(ctx, cond)
+    ran = []  # per iteration: a bool flag computed at run time, or True
     names = [i.name for i in body.input]
     for it in range(int(np.asarray(trip).reshape(-1)[0])):
-        if not running:
+        if running is False:
             break
         bindings = {names[0]: ctx.const(np.array(it, np.int64), "iteration"),
                     names[1]: ctx.const(np.array(True), "cond")}
         bindings.update(zip(names[2:], carried))
         outs = ctx.importer.convert_graph(body, opset, bindings, f"Loop '{ctx.name}' body")
-        c = outs[0]
-        if not is_const(c):
-            raise ctx.error(f"the body's condition '{body.output[0].name}' must be a constant (a data-dependent loop)")
-        running = bool(np.asarray(c.value).reshape(-1)[0])
-        carried = outs[1:1 + n_carried]
+        new = outs[1:1 + n_carried]
+        if running is not True:  # an iteration after the exit keeps the values it was given
+            for k, (a, b) in enumerate(zip(new, carried)):
+                if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+                    raise ctx.error(f"loop-carried value {k} changes from {b.type} to {a.type}; a run-time "
+                                    f"condition needs one type per carried value")
+            new = [ctx.call("where", [running, a, b]) for a, b in zip(new, carried)]
+        ran.append(running)
+        running = _and(ctx, running, _flag(ctx, outs[0]))
+        carried = new
         for k, s in enumerate(outs[1 + n_carried:]):
             scans[k].append(s)
     if any(not s for s in scans):
         raise ctx.error("a Loop that runs no iteration has empty scan outputs of unknown shape; not supported")
-    return tuple(carried) + tuple(_stack(ctx, s, 0) for s in scans)
+    stacked = [_stack(ctx, s, 0) for s in scans]
+    if any(r is not True for r in ran):  # the scan outputs hold the iterations that ran
+        count = None
+        for r in ran:
+            one = ctx.const(np.array(1, np.int64), "one") if r is True else ctx.call("cast", [r], {"dtype": "int64"})
+            count = one if count is None else ctx.call("add", [count, one])
+        count = reshape(ctx, count, (1,))
+        stacked = [ctx.dynamic_call("dyn.head", [s, count]) for s in stacked]
+    return tuple(carried) + tuple(stacked)
+
+
+def _flag(ctx, cond):
+    """A loop condition as True/False when constant, else a bool scalar expression."""
+    if is_const(cond):
+        return bool(np.asarray(cond.value).reshape(-1)[0])
+    c = reshape(ctx, cond, ())
+    return c if c.dtype == "bool" else ctx.call("cast", [c], {"dtype": "bool"})
+
+
+def _and(ctx, a, b):
+    if a is False or b is False:
+        return False
+    if a is True or b is True:
+        return b if a is True else a
+    return ctx.call("logical_and", [a, b])
 
 
 def _scan(ctx, body, opset, states, xs, in_axes, in_rev, out_axes, out_rev):

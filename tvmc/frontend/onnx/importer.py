@@ -109,6 +109,7 @@ class _Importer:
         self.used_names: set = set()
         self.derived: dict = {}
         self.inferred: dict = {}
+        self.run_time_shapes: dict = {}  # Expr with a dynamic type -> the int64[rank] Expr of its shape
 
     def error(self, msg: str) -> ModelError:
         return ModelError(f"{self.label}: {msg}")
@@ -141,10 +142,15 @@ class _Importer:
         for node in g.node:
             self._convert(node, self.opset)
 
-        outputs = []
-        for vi in g.output:
-            outputs.append(self._lookup(vi.name, f"graph output '{vi.name}'"))
-        return Graph(inputs, outputs, [vi.name for vi in g.output])
+        outputs = [self._lookup(vi.name, f"graph output '{vi.name}'") for vi in g.output]
+        names, links = [vi.name for vi in g.output], [None] * len(outputs)
+        for k, out in enumerate(list(outputs)):
+            if out.type.is_dynamic:  # its run-time shape becomes a hidden output after the model's
+                links[k] = len(outputs)
+                outputs.append(self.run_time_shapes[out])
+                names.append(f"{names[k]}:shape")
+                links.append(None)
+        return Graph(inputs, outputs, names, output_shapes=links)
 
     def _scan_ops(self):
         """Every op type without a converter, listed at once (before any conversion)."""
@@ -289,6 +295,10 @@ class _Importer:
         result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, opset)
         # a tuple holds one result per node output (Split, TopK, LayerNormalization, ...)
         results = list(result) if isinstance(result, tuple) else [result]
+        dynamic = [n for n, e in zip(node.input, inputs) if e is not None and e.type.is_dynamic]
+        if dynamic and not all(isinstance(r, Expr) and r in self.run_time_shapes for r in results):
+            raise ctx.error(f"input '{dynamic[0]}' has a shape known only at run time, and {node.op_type} "
+                            f"needs it at compile time (docs/dynamic_shapes.md)")
         for i, (out, res) in enumerate(zip(node.output, results)):
             if out:
                 self.env[out] = self._checked(ctx, node, out, res)
@@ -340,6 +350,10 @@ class _Importer:
             raise ctx.error(f"tensor '{out}' has dtype {result.dtype}; "
                             f"supported: {', '.join(SUPPORTED_DTYPES)}")
         expected = self.inferred.get(out)
+        if expected is not None and result.type.is_dynamic:  # the model may state one run's extents
+            expected = TensorType(tuple(b if a in result.type.dynamic_axes else d for a, (b, d) in
+                                        enumerate(zip(result.shape, expected.shape))), expected.dtype,
+                                  result.type.dynamic_axes) if len(expected.shape) == len(result.shape) else expected
         if expected is not None and (tuple(result.shape) != expected.shape or result.dtype != expected.dtype):
             raise ctx.error(f"tensor '{out}': tvmc infers {result.type} but the model "
                             f"(value_info / ONNX shape inference) says {expected}")
@@ -376,6 +390,11 @@ class _NodeContext:
             call = make_call(op, list(inputs), attrs or {}, name=self.name)
         except ModelError as e:
             raise self.importer.error(str(e)) from None
+        if call.type.is_dynamic:  # a shape-preserving op forwards its operand's run-time shape
+            shapes = self.importer.run_time_shapes
+            source = next((e for e in inputs if e in shapes), None)
+            if source is not None:
+                shapes[call] = shapes[source] if call.shape == source.shape else self._reduced_shape(call, source)
         if inputs and all(is_const(e) for e in inputs) and (
                 all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX):
             # shape arithmetic on constants (Neg of an axis, Equal of shapes, a window length
@@ -386,6 +405,24 @@ class _NodeContext:
             with np.errstate(all="ignore"):
                 value = np.asarray(get_op(op).reference(*[e.value for e in inputs], **(attrs or {})))
             return self.const(value.astype(call.dtype, copy=False), "folded")
+        return call
+
+    def _reduced_shape(self, call: Call, source: Expr) -> Call:
+        """The run-time shape of `call`, a reduction of `source` along static axes: its own
+        static extents, and source's run-time extents along the dynamic axes (in order)."""
+        out_axes, src_axes = call.type.dynamic_axes, source.type.dynamic_axes
+        picked = self.call("take", [self.importer.run_time_shapes[source],
+                                    self.const(np.array([src_axes[out_axes.index(a)] if a in out_axes else 0
+                                                         for a in range(len(call.shape))], np.int64), "axes")],
+                           {"axis": 0})
+        mask = self.const(np.array([a in out_axes for a in range(len(call.shape))]), "dynamic")
+        return self.call("where", [mask, picked, self.const(np.array(call.shape, np.int64), "extents")])
+
+    def dynamic_call(self, op: str, inputs, attrs=None) -> Call:
+        """A call of a data-dependent operator (tvmc/ops/dynamic.py): `op` gives the output padded to
+        its bound and `op`_shape its run-time shape, which the call's users forward."""
+        call = self.call(op, inputs, attrs)
+        self.importer.run_time_shapes[call] = self.call(f"{op}_shape", inputs, attrs)
         return call
 
     def const(self, value, suffix: str) -> ir.Constant:
@@ -405,12 +442,18 @@ class _NodeContext:
     def input_name(self, i: int) -> str:
         return self.node.input[i] if i < len(self.node.input) else f"#{i}"
 
-    def constant(self, inputs, i: int, what: str) -> np.ndarray:
-        """The value of input `i`, which must be a Constant (initializer or foldable)."""
+    def constant(self, inputs, i: int, what: str, unbounded: bool = False) -> np.ndarray:
+        """The value of input `i`, which must be a Constant (initializer or foldable). `unbounded`:
+        the input sizes the output with no bound tvmc could derive (docs/dynamic_shapes.md), which
+        the error says."""
         e = inputs[i] if i < len(inputs) else None
         if e is None:
             raise self.error(f"missing input {what}")
         if not isinstance(e, ir.Constant):
+            if unbounded:
+                raise self.error(f"input {what} ('{self.input_name(i)}') must be a constant (initializer or "
+                                 f"computable at import): the output's size would depend on its values, with no "
+                                 f"bound known at compile time")
             raise self.error(f"input {what} ('{self.input_name(i)}') must be a constant (initializer or "
                              f"computable at import); tvmc needs static shapes")
         return e.value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmc.frontend.onnx.common import norm_axis, reshape
+from tvmc.frontend.onnx.common import is_const, norm_axis, reshape
 from tvmc.frontend.onnx.registry import converter
 
 
@@ -133,15 +133,23 @@ def TopK(ctx, node, inputs, attrs, opset):
     -> (topk_values, topk_indices), both sorted (ties: lower index first)."""
     x = inputs[0]
     axis = norm_axis(ctx, int(attrs.get("axis", -1)), len(x.shape))
+    largest = int(attrs.get("largest", 1)) if opset >= 11 else 1
     if opset < 10:
         if "k" not in attrs:
             raise ctx.error("attribute 'k' is required")
         k = int(attrs["k"])
+    elif len(inputs) > 1 and not is_const(inputs[1]):
+        # k computed at run time: the whole axis sorted, bounded by its extent (tvmc/ops/dynamic.py)
+        if inputs[1].type.size != 1 or not inputs[1].dtype.startswith("int"):
+            raise ctx.error(f"input K must be one integer, got {inputs[1].type}")
+        kattrs = {"axis": axis, "largest": largest}
+        return tuple(ctx.dynamic_call("topk", [x, inputs[1]], {**kattrs, "output": out})
+                     for out in ("values", "indices"))
     else:
         k = int(ctx.constant(inputs, 1, "K").reshape(-1)[0])
     if not 0 <= k <= x.shape[axis]:
         raise ctx.error(f"k={k} out of range for axis {axis} of {x.type}")
-    tattrs = {"axis": axis, "k": k, "largest": int(attrs.get("largest", 1)) if opset >= 11 else 1}
+    tattrs = {"axis": axis, "k": k, "largest": largest}
     return ctx.call("topk_values", [x], tattrs), ctx.call("topk_indices", [x], tattrs)
 
 

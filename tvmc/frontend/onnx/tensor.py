@@ -51,12 +51,18 @@ def _resolve_reshape(ctx, in_shape, shape, allowzero) -> tuple:
 @converter(1, 5, 13, 14, 19, 21, 23, 24, 25)
 def Reshape(ctx, node, inputs, attrs, opset):
     """ONNX Reshape: target shape from the `shape` attribute (opset < 5) or a constant input
-    (opset >= 5), 0 and -1 resolved statically -> reshape(newshape)."""
+    (opset >= 5), 0 and -1 resolved statically -> reshape(newshape); a shape input computed at run
+    time -> dyn.reshape (docs/dynamic_shapes.md)."""
     x = inputs[0]
     if opset < 5:
         if "shape" not in attrs:
             raise ctx.error("attribute 'shape' is required")
         shape = attrs["shape"]
+    elif len(inputs) > 1 and inputs[1] is not None and not is_const(inputs[1]) and x.type.size:
+        # a shape computed at run time: every extent bounded by the element count (tvmc/ops/dynamic.py)
+        if len(inputs[1].shape) != 1:
+            raise ctx.error(f"input 'shape' must be 1-D, got {inputs[1].type}")
+        return ctx.dynamic_call("dyn.reshape", [x, inputs[1]], {"allowzero": int(attrs.get("allowzero", 0))})
     else:
         shape = ctx.constant(inputs, 1, "shape").reshape(-1).tolist()
     newshape = _resolve_reshape(ctx, x.shape, shape, int(attrs.get("allowzero", 0)))
@@ -120,7 +126,7 @@ def Constant(ctx, node, inputs, attrs, opset):
 @converter(9, 20, 21, 23, 24, 25)
 def ConstantOfShape(ctx, node, inputs, attrs, opset):
     """ONNX ConstantOfShape: constant shape input -> np.full with `value` (default float32 0)."""
-    shape = ctx.constant(inputs, 0, "shape").reshape(-1)
+    shape = ctx.constant(inputs, 0, "shape", unbounded=True).reshape(-1)
     if "value" in attrs:
         fill = numpy_helper.to_array(attrs["value"]).reshape(-1)
         if fill.size != 1:
@@ -248,7 +254,7 @@ def Size(ctx, node, inputs, attrs, opset):
 def Range(ctx, node, inputs, attrs, opset):
     """ONNX Range(start, limit, delta) on constant scalars -> a Constant (np.arange semantics:
     ceil((limit - start) / delta) elements)."""
-    start, limit, delta = (ctx.constant(inputs, k, w).reshape(()) for k, w in
+    start, limit, delta = (ctx.constant(inputs, k, w, unbounded=True).reshape(()) for k, w in
                            enumerate(("start", "limit", "delta")))
     n = max(int(np.ceil((limit - start) / delta)), 0)
     return (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
@@ -343,7 +349,7 @@ def Split(ctx, node, inputs, attrs, opset):
 def Expand(ctx, node, inputs, attrs, opset):
     """ONNX Expand(x, shape): bidirectional broadcast of x with the constant shape -> broadcast_to."""
     x = inputs[0]
-    shape = ctx.constant(inputs, 1, "shape").reshape(-1).tolist()
+    shape = ctx.constant(inputs, 1, "shape", unbounded=True).reshape(-1).tolist()
     try:
         out = tuple(int(d) for d in np.broadcast_shapes(tuple(x.shape), tuple(int(s) for s in shape)))
     except ValueError:

@@ -135,12 +135,27 @@ export class Model {
   /** Run the whole graph once (tvmc_model_run: the module's graph entry). */
   run() { this.#check(this.exports.tvmc_model_run(this.handle)); }
 
-  /** A copy of output `key` (index or name) as a typed array of its dtype (shape: outputs[i].shape). */
+  /** The shape output `key` (index or name) has after the last run: outputs[i].shape, or within that
+   * bound for an output whose shape depends on the data (tvmc_model_output_shape). */
+  outputShape(key) {
+    const t = this.#find(this.outputs, key, "output");
+    const addr = this.#malloc(8 * Math.max(t.shape.length, 1));
+    try {
+      this.#check(this.exports.tvmc_model_output_shape(this.handle, this.outputs.indexOf(t), addr, t.shape.length));
+      const view = this.#view();
+      return t.shape.map((_, d) => Number(view.getBigInt64(addr + 8 * d, true)));
+    } finally {
+      this.exports.free(addr);
+    }
+  }
+
+  /** A copy of output `key` (index or name) as a typed array of its dtype, row-major in outputShape(key). */
   getOutput(key) {
     const t = this.#find(this.outputs, key, "output");
-    this.#check(this.exports.tvmc_model_get_output(this.handle, this.outputs.indexOf(t), t.buffer, t.nbytes));
     const Typed = TYPED_ARRAYS[t.dtype];
-    return new Typed(this.exports.memory.buffer.slice(t.buffer, t.buffer + t.nbytes));
+    const nbytes = this.outputShape(key).reduce((a, d) => a * d, Typed.BYTES_PER_ELEMENT);
+    this.#check(this.exports.tvmc_model_get_output(this.handle, this.outputs.indexOf(t), t.buffer, nbytes));
+    return new Typed(this.exports.memory.buffer.slice(t.buffer, t.buffer + nbytes));
   }
 
   /** Time run(): `warmup` untimed runs, then `runs` timed ones (performance.now). Milliseconds. */
