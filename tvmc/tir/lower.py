@@ -291,7 +291,8 @@ class _Lowering:
                         raise ScheduleError(f"compute_at: cannot bound the region of {child.tensor.name} "
                                             f"inside {st.tensor.name} (extent {d!r} is not constant)")
                     dims.append((lo, d.value + 1))
-                region = dims if region is None else [_union(a, b) for a, b in zip(region, dims)]
+                region = dims if region is None else [_union(a, b, size) for a, b, size in
+                                                      zip(region, dims, child.tensor.shape)]
         if region is None:  # read by nothing attached there: computed whole, once per iteration
             return [(IntImm(0), e) for e in child.tensor.shape]
         return region
@@ -342,11 +343,13 @@ def _interval(e, ranges):
     raise ScheduleError(f"compute_at: cannot bound index expression {e!r}")
 
 
-def _union(a, b):
+def _union(a, b, size):
+    """The smallest (base, extent) covering regions a and b of an axis of `size`; the whole axis
+    when their bases differ by a non-constant (readers at different thread or loop coordinates)."""
     (la, ea), (lb, eb) = a, b
     d = simplify(lb - la)
     if not isinstance(d, IntImm):
-        raise ScheduleError(f"compute_at: regions {la!r} and {lb!r} differ by a non-constant")
+        return IntImm(0), size
     lo = la if d.value >= 0 else lb
     start = min(0, d.value)
     end = max(ea, d.value + eb)
