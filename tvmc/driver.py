@@ -73,6 +73,26 @@ def _device_requirements(library: bytes, target: Target) -> dict | None:
     return library_requirements(library)
 
 
+def _optimize_bodies(graph, ctx, bodies: dict) -> dict:
+    """{LoopBody: its body Graph through the same passes (FuseOps, PlanMemory included)} for every
+    run-time loop of `graph`, nested ones too; body kernels are named `loop<k>_<name>` so that they
+    never clash with the main graph's in the one library."""
+    from tvmc.graph.ir import Call, Function
+    from tvmc.passes import optimize
+
+    for c in graph.calls():
+        body = c.op == "control.loop" and c.attrs["body"]
+        if body and body not in bodies:
+            compiled = optimize(body.graph, ctx)
+            prefix = f"loop{len(bodies)}_"
+            bodies[body] = compiled
+            for e in compiled.calls():
+                if isinstance(e.op, Function) and not e.op.name.startswith(prefix):
+                    e.op.name = prefix + e.op.name
+            _optimize_bodies(compiled, ctx, bodies)
+    return bodies
+
+
 def compile_model(model, target: Target, options: CompileOptions = CompileOptions(), progress=None) -> CompiledModule:
     """Compile an ONNX model (path or ModelProto) for `target`.
 
@@ -104,11 +124,13 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         key = f"passes/{name}"
         timings[key] = timings.get(key, 0.0) + ms / 1e3
 
-    graph_json, params = build_executor_json(graph)
+    bodies = _optimize_bodies(graph, ctx, {})
+    graph_json, params = build_executor_json(graph, bodies)
     functions = {}
-    for e in graph.topo():
-        if isinstance(e, Call) and isinstance(e.op, Function):
-            functions.setdefault(e.op.name, e.op)
+    for g in (graph, *bodies.values()):
+        for e in g.topo():
+            if isinstance(e, Call) and isinstance(e.op, Function):
+                functions.setdefault(e.op.name, e.op)
 
     config_lookup = None
     if options.tuning_records:

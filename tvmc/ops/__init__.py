@@ -52,3 +52,4 @@ from tvmc.ops import scatter  # noqa: F401,E402  (registration: scatter_elements
 from tvmc.ops import nn_col2im  # noqa: F401,E402  (registration: nn.col2im)
 from tvmc.ops import linalg  # noqa: F401,E402  (registration: det)
 from tvmc.ops import dynamic  # noqa: F401,E402  (registration: nonzero, compress, unique and their _shape ops)
+from tvmc.ops import control  # noqa: F401,E402  (registration: control.loop, interpreted by the executors)

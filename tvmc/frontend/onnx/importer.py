@@ -128,12 +128,7 @@ class _Importer:
         for node in g.node:
             self.used_names.update(o for o in node.output if o)
 
-        for t in g.initializer:
-            try:
-                value = numpy_helper.to_array(t)
-            except Exception as e:
-                raise self.error(f"initializer '{t.name}' cannot be read: {one_line(e)}") from None
-            self.env[t.name] = ir.Constant(value, name=t.name)
+        self._bind_initializers(g)
 
         inputs = [self._make_input(vi, input_shapes.get(vi.name)) for vi in real_inputs]
         for v in inputs:
@@ -328,10 +323,19 @@ class _Importer:
         for inner in nodes:
             self._convert(inner, body_opset)
 
+    def _bind_initializers(self, g) -> None:
+        for t in g.initializer:
+            try:
+                value = numpy_helper.to_array(t)
+            except Exception as e:
+                raise self.error(f"initializer '{t.name}' cannot be read: {one_line(e)}") from None
+            self.env[t.name] = ir.Constant(value, name=t.name)
+
     def convert_graph(self, graph, opset: int, bindings: dict, user: str) -> list:
         """Convert the nodes of subgraph `graph` (an If branch, a Loop or Scan body) into this graph,
-        its inputs bound to `bindings` ({name: Expr}) and outer-scope names visible; returns its
-        outputs in order."""
+        its initializers and its inputs bound to `bindings` ({name: Expr}), outer-scope names
+        visible; returns its outputs in order."""
+        self._bind_initializers(graph)
         for name, value in bindings.items():
             self.env[name] = value
         self.used_names.update(o for n in graph.node for o in n.output if o)
