@@ -18,7 +18,7 @@ import numpy as np
 from llvmlite import ir
 
 from tvmc.codegen.llvm import I1, I8, I64, PTR, VOID, CodeGenLLVM
-from tvmc.graph.executor_json import graph_attr, run_order
+from tvmc.graph.executor_json import graph_attr, program
 
 ENTRY_NAME = "tvmc_graph_run"
 
@@ -32,65 +32,56 @@ def add_graph_entry(cg: CodeGenLLVM, graph_json: dict) -> None:
     head = fn.append_basic_block("entry")
     pointers = ir.IRBuilder(head)  # every entry pointer is loaded once, in the entry block
     b = ir.IRBuilder(fn.append_basic_block("start"))
-    nodes, row_ptr = graph_json["nodes"], graph_json["node_row_ptr"]
     shapes, dtypes = graph_attr(graph_json, "shape"), graph_attr(graph_json, "dltype")
     memcpy = cg.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
     loaded = {}
 
-    def pointer(ref):
-        eid = row_ptr[ref[0]] + ref[1]
+    def pointer(eid):
         if eid not in loaded:
             slot = pointers.gep(entries, [I64(eid)], inbounds=True, source_etype=PTR)
             loaded[eid] = pointers.load(slot, typ=PTR, name=f"e{eid}")
         return loaded[eid]
 
     def copy(dst, src):
-        eid = row_ptr[src[0]] + src[1]
-        nbytes = math.prod(shapes[eid]) * np.dtype(dtypes[eid]).itemsize
+        nbytes = math.prod(shapes[src]) * np.dtype(dtypes[src]).itemsize
         b.call(memcpy, [pointer(dst), pointer(src), I64(nbytes), I1(0)])
 
-    def run(order):
-        for item in order:
-            if isinstance(item, tuple):
-                loop(nodes[item[0]], item[0], item[1])
-                continue
-            node = nodes[item]
-            args = [pointer(i) for i in node["inputs"]]
-            args += [pointer([item, k]) for k in range(int(node["attrs"].get("num_outputs", 1)))]
-            b.call(cg.module.get_global(node["attrs"]["func_name"]), args)
+    def run(calls):
+        for call in calls:
+            if "loop" in call:
+                loop(call)
+            else:
+                b.call(cg.module.get_global(call["func"]), [pointer(e) for e in call["args"]])
 
-    def loop(node, nid, body):
-        attrs = node["attrs"]
-        n = int(attrs["num_carried"])
-        ins, outs = attrs["body_inputs"], attrs["body_outputs"]
-        trip = b.load(pointer(node["inputs"][0]), typ=I64)
-        first = b.load(pointer(node["inputs"][1]), typ=I8)
-        for k in range(n):
-            copy(ins[2 + k], node["inputs"][2 + k])
+    def loop(lp):
+        ins, outs = lp["body_inputs"], lp["body_outputs"]
+        trip = b.load(pointer(lp["trip_count"]), typ=I64)
+        first = b.load(pointer(lp["cond"]), typ=I8)
+        for dst, src in zip(ins[2:], lp["init"]):
+            copy(dst, src)
         before = b.block
-        header, step, done = (fn.append_basic_block(f"loop{nid}_{s}") for s in ("header", "body", "exit"))
+        header, step, done = (fn.append_basic_block(f"loop_{s}") for s in ("header", "body", "exit"))
         b.branch(header)
         b.position_at_end(header)
-        i = b.phi(I64, name=f"i{nid}")
-        cond = b.phi(I8, name=f"cond{nid}")
+        i = b.phi(I64, name="i")
+        cond = b.phi(I8, name="cond")
         i.add_incoming(I64(0), before)
         cond.add_incoming(first, before)
-        go = b.and_(b.icmp_signed("<", i, trip), b.icmp_unsigned("!=", cond, I8(0)))
-        b.cbranch(go, step, done)
+        b.cbranch(b.and_(b.icmp_signed("<", i, trip), b.icmp_unsigned("!=", cond, I8(0))), step, done)
         b.position_at_end(step)
         b.store(i, pointer(ins[0]))
         b.store(cond, pointer(ins[1]))
-        run(body)
+        run(lp["calls"])
         nxt = b.load(pointer(outs[0]), typ=I8)
-        for k in range(n):
-            copy(ins[2 + k], outs[1 + k])
+        for dst, src in zip(ins[2:], outs[1:]):
+            copy(dst, src)
         i.add_incoming(b.add(i, I64(1)), b.block)
         cond.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(done)
-        for j, k in enumerate(attrs["output_index"]):
-            copy([nid, j], ins[2 + k])
+        for dst, k in zip(lp["outputs"], lp["output_index"]):
+            copy(dst, ins[2 + k])
 
-    run(run_order(graph_json))
+    run(program(graph_json))
     b.ret_void()
-    pointers.branch(b.function.basic_blocks[1])
+    pointers.branch(fn.basic_blocks[1])

@@ -27,7 +27,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, graph_attr, library_name, load_artifact
-from tvmc.graph.executor_json import run_order
+from tvmc.graph.executor_json import loop_entries, run_order
 from tvmc.runtime.control import run_loop
 from tvmc.runtime.executor import checked_input, output_position, run_time_heads, sliced_output
 
@@ -97,7 +97,7 @@ class DeviceExecutor:
             out = []
             for item in order:
                 if isinstance(item, tuple):
-                    out.append((item[0], calls(item[1])))
+                    out.append((loop_entries(g, item[0]), calls(item[1])))
                     continue
                 node = nodes[item]
                 func = node["attrs"]["func_name"]
@@ -112,7 +112,6 @@ class DeviceExecutor:
             return out
 
         library = library_name(artifact.metadata)
-        self._nodes, self._row_ptr = nodes, row_ptr
         self._calls = calls(run_order(g))
         self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
         self._head_shapes = run_time_heads(g)
@@ -144,12 +143,9 @@ class DeviceExecutor:
         handles = []
         for call in self._calls if calls is None else calls:
             if len(call) == 2:
-                nid, body = call
-                entry = lambda ref: self._row_ptr[ref[0]] + ref[1]  # noqa: E731
-                run_loop(self._nodes[nid], nid, lambda: self._launch_all(calls=body),
-                         lambda ref: self._download(entry(ref)),
-                         lambda ref, a: self.program.upload(self._buffers[self._entries[entry(ref)][0]],
-                                                            np.ascontiguousarray(a)))
+                loop, body = call
+                run_loop(loop, lambda: self._launch_all(calls=body), self._download,
+                         lambda e, a: self.program.upload(self._buffers[self._entries[e][0]], np.ascontiguousarray(a)))
                 continue
             _, kernel, launch, bufs = call
             handles.append(self.program.launch(kernel, launch, bufs, timed))

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.graph.executor_json import graph_attr, run_order
+from tvmc.graph.executor_json import graph_attr, loop_entries, run_order
 from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.control import run_loop
 from tvmc.target import host_arch
@@ -237,10 +237,8 @@ class GraphExecutor:
             for item in order:
                 if isinstance(item, tuple):
                     nid, body = item[0], calls(item[1])
-                    view = lambda ref: self._views[row_ptr[ref[0]] + ref[1]]  # noqa: E731
-                    loop = functools.partial(run_loop, nodes[nid], nid,
-                                             functools.partial(_run_calls, body), view,
-                                             lambda ref, a: np.copyto(view(ref), a))
+                    loop = functools.partial(run_loop, loop_entries(g, nid), functools.partial(_run_calls, body),
+                                             self._views.__getitem__, lambda e, a: np.copyto(self._views[e], a))
                     out.append((loop, (), f"tvmc_loop '{nodes[nid]['name']}'"))
                     continue
                 node = nodes[item]
