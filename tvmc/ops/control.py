@@ -37,3 +37,6 @@ def _loop_reference(trip, cond, *rest, body, index):
 
 
 register_op(OpDef("control.loop", _loop_type, _loop_reference, OpPattern.OPAQUE))
+
+# Operators that no kernel computes: FuseOps leaves them alone and the executors interpret them.
+INTERPRETED = frozenset({"control.loop"})

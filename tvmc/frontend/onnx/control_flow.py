@@ -110,9 +110,9 @@ def _run_time_loop(ctx, inputs, body, opset):
     carried = list(inputs[2:])
     n_carried = len(carried)
     if len(body.output) != 1 + n_carried:
-        raise ctx.error(f"trip count M ('{ctx.input_name(0) or 'absent'}') is computed at run time and the body "
-                        f"has {len(body.output) - 1 - n_carried} scan output(s): their length has no bound at "
-                        f"compile time; not supported")
+        raise ctx.error(f"trip count M ('{ctx.input_name(0) or 'absent'}') must be a constant when the body has "
+                        f"scan outputs ({len(body.output) - 1 - n_carried}): with M known only at run time their "
+                        f"length has no bound at compile time")
     if not carried:
         raise ctx.error("a Loop with a run-time trip count and no loop-carried value computes nothing")
     for k, v in enumerate(carried):

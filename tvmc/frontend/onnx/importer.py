@@ -334,7 +334,10 @@ class _Importer:
     def convert_graph(self, graph, opset: int, bindings: dict, user: str) -> list:
         """Convert the nodes of subgraph `graph` (an If branch, a Loop or Scan body) into this graph,
         its initializers and its inputs bound to `bindings` ({name: Expr}), outer-scope names
-        visible; returns its outputs in order."""
+        visible; returns its outputs in order. The subgraph's names are its own scope: the outer
+        values of names it binds or produces are visible again afterwards."""
+        scoped = {*bindings, *(t.name for t in graph.initializer), *(o for n in graph.node for o in n.output if o)}
+        outer = {name: self.env[name] for name in scoped if name in self.env}
         self._bind_initializers(graph)
         for name, value in bindings.items():
             self.env[name] = value
@@ -343,7 +346,11 @@ class _Importer:
             if node.domain not in _DEFAULT_DOMAINS or not supports(node.op_type, opset):
                 raise UnsupportedOpError(self.label, [(node.op_type, opset, [f"{node_label(node)} (in {user})"])])
             self._convert(node, opset)
-        return [self._lookup(o.name, user) for o in graph.output]
+        outputs = [self._lookup(o.name, user) for o in graph.output]
+        for name in scoped:
+            self.env.pop(name, None)
+        self.env.update(outer)
+        return outputs
 
     def _checked(self, ctx, node, out: str, result):
         if isinstance(result, np.ndarray) or np.isscalar(result):
