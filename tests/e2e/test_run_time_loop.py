@@ -165,3 +165,38 @@ def test_a_carried_value_that_changes_type_is_refused(tmp_path):
     res = tvmc("compile", tmp_path / "g.onnx", "--target", "native", "-o", tmp_path / "g.tar", check=False)
     line = res.stderr.strip()
     assert res.returncode != 0 and "\n" not in line and "growing" in line and "changes from" in line, line
+
+
+def test_tvmc_js_runs_the_loop(tmp_path):
+    """tvmc.js (Node) on the web output of a wasm build: the module's graph entry runs the loop."""
+    import json
+
+    import tvmc
+    from tests.e2e.test_web import _node
+
+    node = _node()
+    model = running_sum_model()
+    tvmc.compile(model, target=require("wasm").target, output=tmp_path / "site", output_format="web")
+    runs = []
+    for m, cond, limit in RUNS:
+        inputs = feeds(m, cond, limit)
+        runs.append({"M": [m], "cond": [int(cond)], **{k: inputs[k].reshape(-1).tolist() for k in ("x", "s0", "p0")},
+                     "limit": [limit]})
+    script = tmp_path / "run.mjs"
+    script.write_text(
+        'import { loadModel } from "./site/tvmc.js";\n'
+        'const m = await loadModel(new URL("./site/", import.meta.url));\n'
+        f"const runs = {json.dumps(runs)};\n"
+        "const typed = { M: (v) => BigInt64Array.from(v.map(BigInt)), cond: (v) => Uint8Array.from(v) };\n"
+        "const out = runs.map((r) => {\n"
+        "  for (const [k, v] of Object.entries(r)) m.setInput(k, (typed[k] || ((a) => Float32Array.from(a)))(v));\n"
+        "  m.run();\n"
+        "  return [0, 1].map((i) => Array.from(m.getOutput(i)));\n"
+        "});\n"
+        "console.log(JSON.stringify(out));\n"
+        "m.destroy();\n")
+    res = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    for got, run in zip(json.loads(res.stdout), RUNS):
+        want = onnxruntime_outputs(model, feeds(*run))
+        _assert_matches({k: np.array(g, np.float32).reshape(want[k].shape) for k, g in zip(want, got)}, want)
