@@ -5,8 +5,12 @@ If with a constant condition imports the taken branch only; with a condition kno
 time both branches are imported and `where` picks per output (branches have no side effects, so
 computing both is the same function; their outputs must agree in shape and dtype). Loop unrolls
 a constant trip count, masking the iterations after an exit whose condition is known only at run
-time; Scan unrolls over its static scan axes (Scan-8: per element of its batch axis). A trip
-count known only at run time has no bound and is refused (see docs/dynamic_shapes.md).
+time; Scan unrolls over its static scan axes (Scan-8: per element of its batch axis). A Loop
+whose trip count is known only at run time (or absent) stays a loop: its body becomes a graph of
+its own (`control.loop` with a LoopBody, tvmc/ops/control.py), compiled like the main graph into
+the same library, and the executors run it (the graph entry on CPUs, tvmc/runtime/control.py in
+the Python executors); its carried values must keep static types, and scan outputs, which would
+have no bound, are refused (see docs/dynamic_shapes.md).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def Loop(ctx, node, inputs, attrs, opset):
     computed at run time (the initial one or the body's) keeps a `running` flag: every iteration
     is computed, the carried values of the iterations after the exit are discarded (`where`), and
     the scan outputs keep the iterations that ran (dyn.head: bounded by M, with a run-time shape;
-    docs/dynamic_shapes.md). A trip count computed at run time has no bound and is refused."""
+    docs/dynamic_shapes.md). A trip count computed at run time, or none: _run_time_loop."""
     body = attrs["body"]
     cond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
     if not inputs or inputs[0] is None or not is_const(inputs[0]):
