@@ -385,8 +385,8 @@ def _check_graph_structure(origin: str, g: dict) -> None:
             check_ref(ref, nid, f"node {nid} ('{_short(node['name'], 40)}')")
     for nid, node in enumerate(nodes):
         if node["op"] == "tvmc_loop":
-            _check_loop(nid, node, check_ref, lambda r: (list(shapes[row_ptr[r[0]] + r[1]]), dtypes[row_ptr[r[0]] + r[1]]),
-                        len(nodes), bad)
+            _check_loop(nid, node, check_ref, lambda r: (list(shapes[row_ptr[r[0]] + r[1]]),
+                                                         dtypes[row_ptr[r[0]] + r[1]]), len(nodes), bad)
     for ref in g["heads"]:
         check_ref(ref, len(nodes), "heads")
     run_time_shapes = g.get("output_shapes", [])
@@ -430,7 +430,8 @@ def _check_loop(nid: int, node: dict, check_ref, type_of, num_nodes: int, bad) -
     carried = [type_of(r) for r in node["inputs"][2:2 + n]]
     if [type_of(r) for r in attrs["body_inputs"][2:]] != carried or \
             [type_of(r) for r in attrs["body_outputs"][1:]] != carried or \
-            [type_of([nid, j]) for j in range(len(attrs["output_index"]))] != [carried[k] for k in attrs["output_index"]]:
+            [type_of([nid, j]) for j in range(len(attrs["output_index"]))] != \
+            [carried[k] for k in attrs["output_index"]]:
         bad(f"{what}: a loop-carried value changes type")
 
 

@@ -5,9 +5,7 @@ and the C runner; what it cannot bound is refused in one line naming the node.""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tarfile
 
 import numpy as np
 import onnx
@@ -16,6 +14,7 @@ from onnx import TensorProto, helper
 
 from tests.e2e.models import onnxruntime_outputs
 from tests.e2e.test_cli_e2e import tvmc
+from tests.e2e.test_dynamic_shapes import native_c_runner
 from tests.targets import TARGETS, require
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
@@ -124,13 +123,7 @@ def test_tvmc_run_matches_onnxruntime(model_dir, name, tmp_path):
 
 
 def test_c_runner_matches_onnxruntime(model_dir, tmp_path):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc not found: needed to build the C runner")
-    tvmc("compile", model_dir / "loop.onnx", "--target", "native", "-o", tmp_path / "loop.tar")
-    with tarfile.open(tmp_path / "loop.tar") as t:
-        for member in ("mod.so", "mod.params"):
-            (tmp_path / member).write_bytes(t.extractfile(member).read())
-    tvmc("build-runner", tmp_path / "loop.tar", "-o", tmp_path / "tvmc_run")
+    native_c_runner(model_dir / "loop.onnx", tmp_path)
     for k, run in enumerate(RUNS):
         inputs = feeds(*run)
         args = []

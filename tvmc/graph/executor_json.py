@@ -101,8 +101,8 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
                 node_id[e] = (add({"op": "null", "name": name, "inputs": []}, [e], plan, sid_base), 0)
             elif e.op == "control.loop":
                 body = e.attrs["body"]
-                outs = sorted((c for c in order if isinstance(c, Call) and c.op == "control.loop" and c.attrs["body"] is body),
-                              key=lambda c: c.attrs["index"])
+                outs = sorted((c for c in order if isinstance(c, Call) and c.op == "control.loop"
+                               and c.attrs["body"] is body), key=lambda c: c.attrs["index"])
                 nid = add({"op": "tvmc_loop", "name": body.name, "inputs": [ref(i) for i in e.inputs],
                            "attrs": {"num_inputs": str(len(e.inputs)), "num_outputs": str(len(outs)),
                                      "num_carried": str(body.num_carried),

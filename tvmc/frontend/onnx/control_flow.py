@@ -121,7 +121,8 @@ def _run_time_loop(ctx, inputs, body, opset):
         raise ctx.error("a Loop with a run-time trip count and no loop-carried value computes nothing")
     for k, v in enumerate(carried):
         if v.type.is_dynamic:
-            raise ctx.error(f"loop-carried value {k} has a run-time shape ({v.type}); a run-time Loop needs static types")
+            raise ctx.error(f"loop-carried value {k} has a run-time shape ({v.type}); a run-time Loop needs "
+                            f"static types")
     importer = ctx.importer
     names = [i.name for i in body.input]
     params = [Var(importer.unique_name(f"{ctx.name}:{names[0]}"), TensorType((), "int64")),
