@@ -19,8 +19,8 @@ import numpy as np
 
 from tvmc.errors import ModelError
 from tvmc.frontend.onnx.common import is_const, norm_axis, reshape
-from tvmc.graph.ir import Call
 from tvmc.frontend.onnx.registry import converter
+from tvmc.graph.ir import Call, Graph, LoopBody, TensorType, Var, make_call, post_order, rewrite
 
 _VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
 
@@ -108,9 +108,6 @@ def _run_time_loop(ctx, inputs, body, opset):
     depend on them become captured inputs, computed once before the loop) and the Loop one
     `control.loop` call per carried value, interpreted by the executors. Carried values must keep
     one static type; scan outputs (no bound on M) are refused."""
-    from tvmc.graph.ir import LoopBody, TensorType, Var, make_call, post_order, rewrite
-    from tvmc.graph.ir import Graph as IRGraph
-
     carried = list(inputs[2:])
     n_carried = len(carried)
     if len(body.output) != 1 + n_carried:
@@ -150,8 +147,8 @@ def _run_time_loop(ctx, inputs, body, opset):
             raise ctx.error(f"the body reads '{e.name or e.op_name}' ({e.type}), which has a run-time shape; "
                             f"not supported in a run-time Loop")
     holes = {e: Var(importer.unique_name(f"{ctx.name}:captured"), e.type) for e in captured}
-    graph = rewrite(IRGraph(params, outs), lambda e, _: holes.get(e))
-    loop_body = LoopBody(IRGraph(params + list(holes.values()), graph.outputs), n_carried, ctx.name)
+    graph = rewrite(Graph(params, outs), lambda e, _: holes.get(e))
+    loop_body = LoopBody(Graph(params + list(holes.values()), graph.outputs), n_carried, ctx.name)
     trip = reshape(ctx, inputs[0], ()) if inputs and inputs[0] is not None \
         else ctx.const(np.array(np.iinfo(np.int64).max, np.int64), "M")
     if trip.dtype != "int64":
