@@ -193,3 +193,22 @@ def test_tvmc_js_runs_the_loop(tmp_path):
     for got, run in zip(json.loads(res.stdout), RUNS):
         want = onnxruntime_outputs(model, feeds(*run))
         _assert_matches({k: np.array(g, np.float32).reshape(want[k].shape) for k, g in zip(want, got)}, want)
+
+
+@pytest.mark.parametrize("edit,why", [
+    (lambda attrs: attrs.update(body_outputs=attrs["body_outputs"][:1] + attrs["body_outputs"][2:] * 2),
+     "changes type"),
+    (lambda attrs: attrs.update(body_nodes=[0, attrs["body_nodes"][1]]), "inconsistent body")])
+def test_a_malformed_loop_node_is_refused_at_load(tmp_path, edit, why):
+    """load_artifact checks the tvmc_loop node before any executor copies through it."""
+    from tvmc.driver import compile_model
+    from tvmc.errors import ArtifactError
+    from tvmc.package import load_artifact, save_artifact
+    from tvmc.target import resolve_target
+
+    module = compile_model(running_sum_model(), resolve_target("native"))
+    loop = next(n for n in module.graph_json["nodes"] if n["op"] == "tvmc_loop")
+    edit(loop["attrs"])
+    save_artifact(module, tmp_path / "bad.tar")
+    with pytest.raises(ArtifactError, match=why):
+        load_artifact(tmp_path / "bad.tar")
