@@ -26,8 +26,8 @@ import os
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.package import Artifact, graph_attr, library_name, load_artifact
 from tvmc.graph.executor_json import loop_entries, run_order
+from tvmc.package import Artifact, graph_attr, library_name, load_artifact
 from tvmc.runtime.control import run_loop
 from tvmc.runtime.executor import checked_input, output_position, run_time_heads, sliced_output
 
@@ -93,7 +93,8 @@ class DeviceExecutor:
         self.input_names = [n for n in names if n in self._inputs] + [n for n in self._inputs if n not in names]
 
         def calls(order):
-            """One (func, kernel, launch, buffers) per kernel; (loop node id, calls of its body) per loop."""
+            """One (func, kernel, launch, buffers) per kernel; (loop_entries, calls of its body) per
+            run-time loop."""
             out = []
             for item in order:
                 if isinstance(item, tuple):
