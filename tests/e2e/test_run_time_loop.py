@@ -212,3 +212,25 @@ def test_a_malformed_loop_node_is_refused_at_load(tmp_path, edit, why):
     save_artifact(module, tmp_path / "bad.tar")
     with pytest.raises(ArtifactError, match=why):
         load_artifact(tmp_path / "bad.tar")
+
+
+def test_while_loop_with_a_constant_unbounded_trip_count():
+    """A `while` as exporters write it: M = INT64_MAX (an initializer) and the body's condition;
+    no scan output, so it stays a loop instead of being unrolled M times."""
+    from tvmc.backend import TvmcBackend
+
+    body = helper.make_graph([helper.make_node("Mul", ["v", "two"], ["v2"]),
+                              helper.make_node("ReduceSum", ["v2"], ["s"], keepdims=0),
+                              helper.make_node("Less", ["s", "limit"], ["c2"])], "body",
+                             [vi("i", I64, []), vi("c", B, []), vi("v", F, [3])], [vi("c2", B, []), vi("v2", F, [3])],
+                             [helper.make_tensor("two", F, [], [2.0])])
+    graph = helper.make_graph([helper.make_node("Loop", ["M", "", "v0"], ["v"], body=body)], "while",
+                              [vi("v0", F, [3]), vi("limit", F, [])], [vi("v", F, [3])],
+                              [helper.make_tensor("M", I64, [], [np.iinfo(np.int64).max])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    rep = TvmcBackend.prepare(model, target="native")
+    assert any(n["op"] == "tvmc_loop" for n in rep.module.graph_json["nodes"])
+    for limit in (0.0, 10.0, 1e6):
+        inputs = {"v0": np.array([0.25, 0.5, 1], np.float32), "limit": np.array(limit, np.float32)}
+        want = onnxruntime_outputs(model, inputs)
+        _assert_matches(dict(zip(want, rep.run(inputs))), want)

@@ -6,7 +6,8 @@ time both branches are imported and `where` picks per output (branches have no s
 computing both is the same function; their outputs must agree in shape and dtype). Loop unrolls
 a constant trip count, masking the iterations after an exit whose condition is known only at run
 time; Scan unrolls over its static scan axes (Scan-8: per element of its batch axis). A Loop
-whose trip count is known only at run time (or absent) stays a loop: its body becomes a graph of
+whose trip count is known only at run time (or absent), or whose condition is known only at run
+time while it has no scan output, stays a loop: its body becomes a graph of
 its own (`control.loop` with a LoopBody, tvmc/ops/control.py), compiled like the main graph into
 the same library, and the executors run it (the graph entry on CPUs, tvmc/runtime/control.py in
 the Python executors); its carried values must keep static types, and scan outputs, which would
@@ -58,21 +59,26 @@ def Loop(ctx, node, inputs, attrs, opset):
     computed at run time (the initial one or the body's) keeps a `running` flag: every iteration
     is computed, the carried values of the iterations after the exit are discarded (`where`), and
     the scan outputs keep the iterations that ran (dyn.head: bounded by M, with a run-time shape;
-    docs/dynamic_shapes.md). A trip count computed at run time, or none: _run_time_loop."""
+    docs/dynamic_shapes.md). A trip count computed at run time, or none, and a run-time condition
+    with no scan output to stack (a while loop: M often INT64_MAX) stay a loop: _run_time_loop."""
     body = attrs["body"]
     cond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
     if not inputs or inputs[0] is None or not is_const(inputs[0]):
         return _run_time_loop(ctx, inputs, body, opset)
-    trip = ctx.constant(inputs, 0, "M (trip count)")
+    trip = int(np.asarray(ctx.constant(inputs, 0, "M (trip count)")).reshape(-1)[0])
     carried = list(inputs[2:])
     n_carried = len(carried)
     scans: list = [[] for _ in range(len(body.output) - 1 - n_carried)]
     running = True if cond is None else _flag(ctx, cond)
+    if not scans and trip > 0 and not isinstance(running, bool):
+        return _run_time_loop(ctx, inputs, body, opset)
     ran = []  # per iteration: a bool flag computed at run time, or True
     names = [i.name for i in body.input]
-    for it in range(int(np.asarray(trip).reshape(-1)[0])):
+    for it in range(trip):
         if running is False:
             break
+        if not scans and not isinstance(running, bool):  # the body's condition is a run-time value
+            return _run_time_loop(ctx, inputs, body, opset)
         bindings = {names[0]: ctx.const(np.array(it, np.int64), "iteration"),
                     names[1]: ctx.const(np.array(True), "cond")}
         bindings.update(zip(names[2:], carried))
