@@ -73,10 +73,11 @@ def _device_requirements(library: bytes, target: Target) -> dict | None:
     return library_requirements(library)
 
 
-def _optimize_bodies(graph, ctx, bodies: dict) -> dict:
-    """{LoopBody: its body Graph through the same passes (FuseOps, PlanMemory included)} for every
-    run-time loop of `graph`, nested ones too; body kernels are named `loop<k>_<name>` so that they
-    never clash with the main graph's in the one library."""
+def optimize_loop_bodies(graph, ctx, bodies: dict) -> dict:
+    """{LoopBody: its body Graph through the passes of PassContext `ctx` (FuseOps, PlanMemory
+    included)} for every run-time loop (`control.loop`, tvmc.graph.ir.LoopBody) of the optimized
+    `graph`, nested ones too, added to `bodies`; body kernels are named `loop<k>_<name>` so that
+    they never clash with the main graph's in the one library."""
     from tvmc.graph.ir import Call, Function
     from tvmc.passes import optimize
 
@@ -89,7 +90,7 @@ def _optimize_bodies(graph, ctx, bodies: dict) -> dict:
             for e in compiled.calls():
                 if isinstance(e.op, Function) and not e.op.name.startswith(prefix):
                     e.op.name = prefix + e.op.name
-            _optimize_bodies(compiled, ctx, bodies)
+            optimize_loop_bodies(compiled, ctx, bodies)
     return bodies
 
 
@@ -124,7 +125,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         key = f"passes/{name}"
         timings[key] = timings.get(key, 0.0) + ms / 1e3
 
-    bodies = _optimize_bodies(graph, ctx, {})
+    bodies = optimize_loop_bodies(graph, ctx, {})
     graph_json, params = build_executor_json(graph, bodies)
     functions = {}
     for g in (graph, *bodies.values()):

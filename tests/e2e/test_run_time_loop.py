@@ -234,3 +234,20 @@ def test_while_loop_with_a_constant_unbounded_trip_count():
         inputs = {"v0": np.array([0.25, 0.5, 1], np.float32), "limit": np.array(limit, np.float32)}
         want = onnxruntime_outputs(model, inputs)
         _assert_matches(dict(zip(want, rep.run(inputs))), want)
+
+
+def test_tuning_tasks_include_the_body_kernels():
+    """`tvmc tune` extracts the body's anchors too (a dense here), so tuning records apply to them."""
+    from tvmc.autotune.task import extract_tasks
+    from tvmc.target import resolve_target
+
+    body = helper.make_graph([helper.make_node("MatMul", ["v", "w"], ["v2"]),
+                              helper.make_node("Identity", ["c"], ["c2"])], "body",
+                             [vi("i", I64, []), vi("c", B, []), vi("v", F, [4, 16])],
+                             [vi("c2", B, []), vi("v2", F, [4, 16])],
+                             [helper.make_tensor("w", F, [16, 16], np.eye(16, dtype=np.float32).reshape(-1))])
+    graph = helper.make_graph([helper.make_node("Loop", ["M", "", "v0"], ["v"], body=body)], "g",
+                              [vi("M", I64, []), vi("v0", F, [4, 16])], [vi("v", F, [4, 16])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    tasks = extract_tasks(model, resolve_target("native"))
+    assert len(tasks) == 1 and tasks[0].op.startswith("nn.dense"), tasks
