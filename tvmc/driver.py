@@ -77,15 +77,20 @@ def optimize_loop_bodies(graph, ctx, bodies: dict) -> dict:
     """{LoopBody: its body Graph through the passes of PassContext `ctx` (FuseOps, PlanMemory
     included)} for every run-time loop (`control.loop`, tvmc.graph.ir.LoopBody) of the optimized
     `graph`, nested ones too, added to `bodies`; body kernels are named `loop<k>_<name>` so that
-    they never clash with the main graph's in the one library."""
-    from tvmc.graph.ir import Call, Function
+    they never clash with the main graph's in the one library, and their graph dumps go to the
+    subfolder `loop<k>` of ctx.dump_dir."""
+    import dataclasses
+    import os
+
+    from tvmc.graph.ir import Function
     from tvmc.passes import optimize
 
     for c in graph.calls():
         body = c.op == "control.loop" and c.attrs["body"]
         if body and body not in bodies:
-            compiled = optimize(body.graph, ctx)
             prefix = f"loop{len(bodies)}_"
+            dumps = None if ctx.dump_dir is None else os.path.join(ctx.dump_dir, prefix[:-1])
+            compiled = optimize(body.graph, dataclasses.replace(ctx, dump_dir=dumps))
             bodies[body] = compiled
             for e in compiled.calls():
                 if isinstance(e.op, Function) and not e.op.name.startswith(prefix):

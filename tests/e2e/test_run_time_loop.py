@@ -251,3 +251,10 @@ def test_tuning_tasks_include_the_body_kernels():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     tasks = extract_tasks(model, resolve_target("native"))
     assert len(tasks) == 1 and tasks[0].op.startswith("nn.dense"), tasks
+
+
+def test_graph_dumps_of_a_body_go_to_their_own_folder(model_dir, tmp_path):
+    tvmc("compile", model_dir / "loop.onnx", "--target", "native", "-o", tmp_path / "m.tar", "--dump-ir", "graph")
+    main, body = tmp_path / "m.dumps", tmp_path / "m.dumps" / "loop0"
+    assert (main / "graph.09_FuseOps.txt").exists() and (body / "graph.09_FuseOps.txt").exists()
+    assert "control.loop" in (main / "graph.09_FuseOps.txt").read_text()
