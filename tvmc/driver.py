@@ -99,6 +99,13 @@ def optimize_loop_bodies(graph, ctx, bodies: dict) -> dict:
     return bodies
 
 
+def _activation_bytes(graph, bodies: dict, key: str):
+    """PlanMemory's `key` ("planned_bytes", "unplanned_bytes") of the graph plus its loop bodies'
+    (each body's storage is a region of its own); None when the plan has no such figure."""
+    values = [g.meta.get(key) for g in (graph, *bodies.values())]
+    return None if None in values else sum(values)
+
+
 def compile_model(model, target: Target, options: CompileOptions = CompileOptions(), progress=None) -> CompiledModule:
     """Compile an ONNX model (path or ModelProto) for `target`.
 
@@ -166,8 +173,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
         "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())
                          if f is not None},
-        "planned_activation_bytes": graph.meta.get("planned_bytes"),
-        "unplanned_activation_bytes": graph.meta.get("unplanned_bytes"),
+        "planned_activation_bytes": _activation_bytes(graph, bodies, "planned_bytes"),
+        "unplanned_activation_bytes": _activation_bytes(graph, bodies, "unplanned_bytes"),
         "tuning_records": config_lookup.summary() if config_lookup is not None else None,
         "device_requirements": _device_requirements(library, target),
     }
