@@ -174,6 +174,9 @@ def fuse_ops(graph: Graph, ctx) -> Graph:
             same = all(a is b for a, b in zip(inputs, e.inputs))
             memo[e] = e if same else Call(e.op, inputs, e.attrs, e.type, e.name)
             continue
+        if e.op == "control.loop":  # interpreted by the executors; its body is compiled on its own
+            memo[e] = Call(e.op, [memo[i] for i in e.inputs], e.attrs, e.type, e.name)
+            continue
         if group.calls[-1] is not e:
             continue
         params, body, externals, key = _outline(group)

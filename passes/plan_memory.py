@@ -107,12 +107,15 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     sid_of: dict = {}
     inplace: dict = {}
     elementwise: dict = {}
-    for e in list(graph.inputs) + order:
-        if e in sid_of:
-            continue
+    # the calls of one run-time loop (one per carried value) are one node: all written when the first runs
+    loops: dict = {}
+    for e in order:
+        if isinstance(e, Call) and e.op == "control.loop":
+            loops.setdefault(e.attrs["body"], []).append(e)
+
+    def allocate(e, src=None):
         size = _aligned(e.type.nbytes, alignment)
         intermediate = isinstance(e, Call) and e not in outputs
-        src = _inplace_input(e, pending, outputs, elementwise) if inplace_on else None
         if src is not None:
             sid_of[e] = sid_of[src]
             inplace[e] = src
@@ -120,6 +123,18 @@ def plan_memory(graph: Graph, ctx) -> Graph:
             sid_of[e] = table.reuse(size, e.dtype)
         else:
             sid_of[e] = table.new(size, e.dtype)
+
+    for e in list(graph.inputs) + order:
+        loop_call = isinstance(e, Call) and e.op == "control.loop"
+        if e in sid_of and not loop_call:
+            continue
+        src = None
+        if e not in sid_of:
+            src = _inplace_input(e, pending, outputs, elementwise) if inplace_on else None
+            allocate(e, src)
+            for sibling in loops[e.attrs["body"]] if loop_call else ():
+                if sibling not in sid_of:
+                    allocate(sibling)
         if not isinstance(e, Call):
             continue
         for i in e.inputs:

@@ -3,7 +3,7 @@
 __version__ = "0.1.0"
 
 # Version of the kernel C ABI written into metadata.json and checked by `tvmc run`.
-KERNEL_ABI_VERSION = 3
+KERNEL_ABI_VERSION = 4
 
 # The LLVM codegen emits opaque pointers (`ptr`); llvmlite's IR layer must be told before it
 # is first imported.

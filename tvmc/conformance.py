@@ -66,8 +66,9 @@ CASE_PREFIXES = {"sce": "SoftmaxCrossEntropyLoss", "nllloss": "NegativeLogLikeli
 
 # Inputs that determine output shapes: {op type: input positions}. A graph input feeding one of
 # these may be frozen into an initializer where tvmc finds no bound for the output (TopK's K, a
-# Loop's condition and Reshape's shape on a non-empty tensor are run-time values with a bound,
-# docs/dynamic_shapes.md).
+# Loop's condition and Reshape's shape on a non-empty tensor are run-time values with a bound; a
+# Loop's trip count is frozen only when the Loop has scan outputs, which have no bound with M
+# known at run time; docs/dynamic_shapes.md).
 SHAPE_INPUTS = {
     "Reshape": (1,), "Expand": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
     "ReduceMean": (1,), "ReduceSum": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,),

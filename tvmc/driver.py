@@ -73,6 +73,39 @@ def _device_requirements(library: bytes, target: Target) -> dict | None:
     return library_requirements(library)
 
 
+def optimize_loop_bodies(graph, ctx, bodies: dict) -> dict:
+    """{LoopBody: its body Graph through the passes of PassContext `ctx` (FuseOps, PlanMemory
+    included)} for every run-time loop (`control.loop`, tvmc.graph.ir.LoopBody) of the optimized
+    `graph`, nested ones too, added to `bodies`; body kernels are named `loop<k>_<name>` so that
+    they never clash with the main graph's in the one library, and their graph dumps go to the
+    subfolder `loop<k>` of ctx.dump_dir."""
+    import dataclasses
+    import os
+
+    from tvmc.graph.ir import Function
+    from tvmc.passes import optimize
+
+    for c in graph.calls():
+        body = c.op == "control.loop" and c.attrs["body"]
+        if body and body not in bodies:
+            prefix = f"loop{len(bodies)}_"
+            dumps = None if ctx.dump_dir is None else os.path.join(ctx.dump_dir, prefix[:-1])
+            compiled = optimize(body.graph, dataclasses.replace(ctx, dump_dir=dumps))
+            bodies[body] = compiled
+            for e in compiled.calls():
+                if isinstance(e.op, Function) and not e.op.name.startswith(prefix):
+                    e.op.name = prefix + e.op.name
+            optimize_loop_bodies(compiled, ctx, bodies)
+    return bodies
+
+
+def _activation_bytes(graph, bodies: dict, key: str):
+    """PlanMemory's `key` ("planned_bytes", "unplanned_bytes") of the graph plus its loop bodies'
+    (each body's storage is a region of its own); None when the plan has no such figure."""
+    values = [g.meta.get(key) for g in (graph, *bodies.values())]
+    return None if None in values else sum(values)
+
+
 def compile_model(model, target: Target, options: CompileOptions = CompileOptions(), progress=None) -> CompiledModule:
     """Compile an ONNX model (path or ModelProto) for `target`.
 
@@ -104,11 +137,13 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         key = f"passes/{name}"
         timings[key] = timings.get(key, 0.0) + ms / 1e3
 
-    graph_json, params = build_executor_json(graph)
+    bodies = optimize_loop_bodies(graph, ctx, {})
+    graph_json, params = build_executor_json(graph, bodies)
     functions = {}
-    for e in graph.topo():
-        if isinstance(e, Call) and isinstance(e.op, Function):
-            functions.setdefault(e.op.name, e.op)
+    for g in (graph, *bodies.values()):
+        for e in g.topo():
+            if isinstance(e, Call) and isinstance(e.op, Function):
+                functions.setdefault(e.op.name, e.op)
 
     config_lookup = None
     if options.tuning_records:
@@ -138,8 +173,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
         "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())
                          if f is not None},
-        "planned_activation_bytes": graph.meta.get("planned_bytes"),
-        "unplanned_activation_bytes": graph.meta.get("unplanned_bytes"),
+        "planned_activation_bytes": _activation_bytes(graph, bodies, "planned_bytes"),
+        "unplanned_activation_bytes": _activation_bytes(graph, bodies, "unplanned_bytes"),
         "tuning_records": config_lookup.summary() if config_lookup is not None else None,
         "device_requirements": _device_requirements(library, target),
     }

@@ -259,12 +259,23 @@ GRAPH_SCHEMA = {
         "nodes": {"type": "array", "items": {
             "type": "object", "required": ["op", "name", "inputs"],
             "properties": {
-                "op": {"enum": ["null", "tvm_op"]}, "name": {"type": "string"},
+                "op": {"enum": ["null", "tvm_op", "tvmc_loop", "tvmc_loop_var"]}, "name": {"type": "string"},
                 "inputs": {"type": "array", "items": _REF},
                 "attrs": {"type": "object", "properties": {"func_name": {"type": "string"},
                                                            "num_inputs": _COUNT, "num_outputs": _COUNT}}},
-            "if": {"properties": {"op": {"const": "tvm_op"}}},
-            "then": {"required": ["attrs"], "properties": {"attrs": {"required": ["func_name"]}}}}},
+            "allOf": [
+                {"if": {"properties": {"op": {"const": "tvm_op"}}},
+                 "then": {"required": ["attrs"], "properties": {"attrs": {"required": ["func_name"]}}}},
+                {"if": {"properties": {"op": {"const": "tvmc_loop"}}},
+                 "then": {"required": ["attrs"], "properties": {"attrs": {
+                     "required": ["num_outputs", "num_carried", "output_index", "body_nodes", "body_inputs",
+                                  "body_outputs"],
+                     "properties": {"num_carried": _COUNT,
+                                    "output_index": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                                    "body_nodes": {"type": "array", "items": {"type": "integer", "minimum": 0},
+                                                   "minItems": 2, "maxItems": 2},
+                                    "body_inputs": {"type": "array", "items": _REF},
+                                    "body_outputs": {"type": "array", "items": _REF}}}}}}]}},
         "arg_nodes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "node_row_ptr": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "heads": {"type": "array", "items": _REF},
@@ -356,7 +367,7 @@ def _check_graph_structure(origin: str, g: dict) -> None:
     """Indices of mod.json in range and tensor sizes bounded, so the description can be computed."""
     bad = functools.partial(_malformed, origin)
     nodes, row_ptr = g["nodes"], g["node_row_ptr"]
-    outputs = [1 if n["op"] == "null" else int(n["attrs"].get("num_outputs", 1)) for n in nodes]
+    outputs = [int(n.get("attrs", {}).get("num_outputs", 1)) for n in nodes]
     if len(row_ptr) != len(nodes) + 1 or row_ptr[0] != 0 or \
             any(row_ptr[i + 1] - row_ptr[i] != outputs[i] for i in range(len(nodes))):
         bad("node_row_ptr does not match the nodes and their num_outputs")
@@ -372,6 +383,10 @@ def _check_graph_structure(origin: str, g: dict) -> None:
     for nid, node in enumerate(nodes):
         for ref in node["inputs"]:
             check_ref(ref, nid, f"node {nid} ('{_short(node['name'], 40)}')")
+    for nid, node in enumerate(nodes):
+        if node["op"] == "tvmc_loop":
+            _check_loop(nid, node, check_ref, lambda r: (list(shapes[row_ptr[r[0]] + r[1]]),
+                                                         dtypes[row_ptr[r[0]] + r[1]]), len(nodes), bad)
     for ref in g["heads"]:
         check_ref(ref, len(nodes), "heads")
     run_time_shapes = g.get("output_shapes", [])
@@ -394,6 +409,30 @@ def _check_graph_structure(origin: str, g: dict) -> None:
             bad(f"entry {e} has {nbytes} bytes, more than the limit of {MAX_TENSOR_BYTES}")
         if storage is not None and sid >= len(storage):
             bad(f"entry {e} is in storage {sid}, but storage_bytes lists {len(storage)} storages")
+
+
+def _check_loop(nid: int, node: dict, check_ref, type_of, num_nodes: int, bad) -> None:
+    """A `tvmc_loop` node (tvmc.graph.executor_json): its body after it, and the types the
+    executors copy between match (trip count int64 scalar, conditions bool scalars, each carried
+    value one type from the initial value through the body)."""
+    attrs, what = node["attrs"], f"loop node {nid} ('{_short(node['name'], 40)}')"
+    n = int(attrs["num_carried"])
+    begin, end = attrs["body_nodes"]
+    if not nid < begin <= end <= num_nodes or len(node["inputs"]) < 2 + n or len(attrs["body_inputs"]) != 2 + n \
+            or len(attrs["body_outputs"]) != 1 + n or len(attrs["output_index"]) != int(attrs["num_outputs"]) \
+            or any(k >= n for k in attrs["output_index"]):
+        bad(f"{what} has an inconsistent body")
+    for ref in attrs["body_inputs"] + attrs["body_outputs"]:
+        check_ref(ref, num_nodes, what)
+    scalars = [type_of(r) for r in node["inputs"][:2] + attrs["body_inputs"][:2] + attrs["body_outputs"][:1]]
+    if scalars != [([], "int64"), ([], "bool")] * 2 + [([], "bool")]:
+        bad(f"{what}: trip count and conditions must be int64 and bool scalars")
+    carried = [type_of(r) for r in node["inputs"][2:2 + n]]
+    if [type_of(r) for r in attrs["body_inputs"][2:]] != carried or \
+            [type_of(r) for r in attrs["body_outputs"][1:]] != carried or \
+            [type_of([nid, j]) for j in range(len(attrs["output_index"]))] != \
+            [carried[k] for k in attrs["output_index"]]:
+        bad(f"{what}: a loop-carried value changes type")
 
 
 def _malformed(origin: str, what: str):

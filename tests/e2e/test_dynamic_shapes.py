@@ -70,14 +70,20 @@ def test_tvmc_run_slices_outputs_to_their_run_time_shape(model_file, name, tmp_p
         np.testing.assert_array_equal(got[key], ref, err_msg=key)
 
 
-def test_c_runner_writes_run_time_shapes(model_file, tmp_path):
+def native_c_runner(model_path, folder):
+    """`model_path` compiled for this host into folder/mod.tar, its mod.so and mod.params beside it
+    and the C runner folder/tvmc_run built for it (skips without gcc)."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc not found: needed to build the C runner")
-    tvmc("compile", model_file / "dyn.onnx", "--target", "native", "-o", tmp_path / "dyn.tar")
-    with tarfile.open(tmp_path / "dyn.tar") as t:
+    tvmc("compile", model_path, "--target", "native", "-o", folder / "mod.tar")
+    with tarfile.open(folder / "mod.tar") as t:
         for member in ("mod.so", "mod.params"):
-            (tmp_path / member).write_bytes(t.extractfile(member).read())
-    tvmc("build-runner", tmp_path / "dyn.tar", "-o", tmp_path / "tvmc_run")
+            (folder / member).write_bytes(t.extractfile(member).read())
+    tvmc("build-runner", folder / "mod.tar", "-o", folder / "tvmc_run")
+
+
+def test_c_runner_writes_run_time_shapes(model_file, tmp_path):
+    native_c_runner(model_file / "dyn.onnx", tmp_path)
     for name, value in INPUTS.items():
         np.save(tmp_path / f"{name}.npy", value)
     (tmp_path / "out").mkdir()

@@ -149,3 +149,23 @@ def test_inplace_not_applied(case):
 def test_inplace_option_is_typed():
     with pytest.raises(PassError):
         PassContext(config={"PlanMemory.inplace": 1})
+
+
+def test_outputs_of_one_run_time_loop_are_allocated_when_it_runs():
+    """The control.loop calls of one LoopBody are one node that writes all of them when the first
+    runs: a later one must not take a storage freed in between (t's, still live at the loop)."""
+    from tvmc.graph.ir import LoopBody, TensorType, make_call
+
+    shape = (4,)
+    i, c = Var("i", TensorType((), "int64")), Var("c", TensorType((), "bool"))
+    a, b = var("a", shape), var("b", shape)
+    body = LoopBody(Graph([i, c, a, b], [c, call("nn.relu", a), call("nn.relu", b)]), 2, "loop")
+    m, go, x = Var("M", TensorType((), "int64")), Var("go", TensorType((), "bool")), var("x", shape)
+    t = call("nn.softmax", x, axis=0)  # opaque: its own kernel
+    out0, out1 = (make_call("control.loop", [m, go, x, x], {"body": body, "index": k}) for k in (0, 1))
+    g = plan(Graph([m, go, x], [call("add", out0, t), call("nn.relu", out1)]))
+    sid = g.meta["storage_id"]
+    loops = [e for e in g.calls() if e.op == "control.loop"]
+    fused_t = next(e for e in g.calls() if e not in loops and e.inputs == (x,))
+    assert len(loops) == 2 and sid[fused_t] not in {sid[e] for e in loops}
+    assert sid[loops[0]] != sid[loops[1]]

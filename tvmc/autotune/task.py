@@ -158,8 +158,9 @@ def tasks_of_functions(functions, target) -> list:
 def extract_tasks(model, target, options=None) -> list:
     """Tasks of an ONNX model (path or ModelProto) compiled with CompileOptions `options`:
     the frontend and the graph passes of options.opt_level run, then every kernel call of the
-    optimized graph is counted (a fused function called twice counts twice)."""
-    from tvmc.driver import CompileOptions
+    optimized graph and of its run-time loop bodies is counted (a fused function called twice
+    counts twice; a body's kernels once, whatever the trip count)."""
+    from tvmc.driver import CompileOptions, optimize_loop_bodies
     from tvmc.frontend.onnx import from_onnx
     from tvmc.passes import PassContext, optimize
 
@@ -168,5 +169,6 @@ def extract_tasks(model, target, options=None) -> list:
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=dict(options.pass_config), target=target)
     graph = optimize(graph, ctx)
-    calls = [e.op for e in graph.topo() if isinstance(e, Call) and isinstance(e.op, Function)]
+    calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
+             if isinstance(e, Call) and isinstance(e.op, Function)]
     return tasks_of_functions(calls, target)

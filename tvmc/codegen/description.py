@@ -7,10 +7,10 @@ any kernel touches memory: by the Python runtime (tvmc.package.load_artifact) ag
 mod.params and metadata.json, and by the C API (tvmc/runtime/tvmc_runtime.c) against the params
 blob and every input. `tvmc inspect` reads it from the library file without loading the library.
 
-Format version 1:
+Format version 2 (version 1 had no loop items in "calls"):
 
-    {"version": 1,
-     "kernel_abi_version": 3,
+    {"version": 2,
+     "kernel_abi_version": 4,
      "storage_bytes": [bytes per storage id],
      "entries": [{"storage_id": sid, "dtype": "float32", "shape": [1, 3, 224, 224]}, ...],
      "inputs":  [{"name": ..., "entry": e, "dtype": ..., "shape": [...]}, ...],
@@ -19,9 +19,13 @@ Format version 1:
                 its int64[rank] shape tensor; "shape" is then its bound, docs/dynamic_shapes.md)
      "params":  [{"name": ..., "entry": e, "dtype": ..., "shape": [...], "nbytes": n}, ...],
      "calls":   [{"func": "fused_nn_conv2d_add", "args": [entry ids: inputs, then outputs]}, ...]}
+                (a run-time loop is one item {"loop": name, "trip_count", "cond", "init",
+                "body_inputs", "body_outputs", "outputs", "output_index", "calls": its body's}, see
+                tvmc.graph.executor_json.loop_entries)
 
 Entry e is data entry `node_row_ptr[node] + output index` of mod.json; `calls` lists the tvm_op
-nodes in node order (those the graph entry `tvmc_graph_run` makes, `__nop` views left out).
+nodes in the order the graph entry `tvmc_graph_run` runs them (tvmc.graph.executor_json.program:
+node order, `__nop` views left out, a loop's body inside its loop item).
 
 Readers are per library format (`READERS`): `so` reads the symbol through the ELF symbol table
 (pyelftools); `wasm` modules carry the same bytes a second time as the custom section
@@ -40,10 +44,10 @@ import numpy as np
 
 import tvmc
 from tvmc.errors import ArtifactError
-from tvmc.graph.executor_json import graph_attr
+from tvmc.graph.executor_json import graph_attr, program
 
 SYMBOL = "tvmc_module_description"
-VERSION = 1
+VERSION = 2
 MAX_DESCRIPTION_BYTES = 64 << 20
 
 
@@ -100,13 +104,7 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
     for out, ref in zip(outputs, graph_json.get("output_shapes") or []):
         if ref is not None:
             out["shape_entry"] = _entry_id(graph_json, ref)
-    calls = []
-    for nid, node in enumerate(nodes):
-        if node["op"] != "tvm_op" or node["attrs"]["func_name"] == "__nop":
-            continue
-        outs = [int(row_ptr[nid]) + k for k in range(int(node["attrs"].get("num_outputs", 1)))]
-        calls.append({"func": str(node["attrs"]["func_name"]),
-                      "args": [_entry_id(graph_json, i) for i in node["inputs"]] + outs})
+    calls = program(graph_json)
     storage = graph_json.get("storage_bytes")
     if storage is None:
         storage = [0] * (max((e["storage_id"] for e in entries), default=-1) + 1)

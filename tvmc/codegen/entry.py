@@ -3,14 +3,22 @@
 `void tvmc_graph_run(void *const *entries)` takes one pointer per data entry of mod.json
 (entry id = node_row_ptr[node] + output index): graph inputs, params and the storage the
 plan assigns to each intermediate. It calls the kernels in node order, so a whole inference
-is one native call (no per-operator overhead from Python or any other host).
+is one native call (no per-operator overhead from Python or any other host). A run-time loop
+(`tvmc_loop` node, tvmc.graph.executor_json) becomes a loop here: while i < M and cond, store i
+and cond into the body's inputs, call the body's kernels, take the body's condition and copy its
+carried values back; then copy the final carried values to the loop's outputs. So the C API, the
+C runner and the wasm module built on this entry run such graphs with no interpreter of their own.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from llvmlite import ir
 
-from tvmc.codegen.llvm import I64, PTR, VOID, CodeGenLLVM
+from tvmc.codegen.llvm import I1, I8, I64, PTR, VOID, CodeGenLLVM
+from tvmc.graph.executor_json import graph_attr, program
 
 ENTRY_NAME = "tvmc_graph_run"
 
@@ -21,22 +29,59 @@ def add_graph_entry(cg: CodeGenLLVM, graph_json: dict) -> None:
     fn.attributes.add("nounwind")
     entries = fn.args[0]
     entries.name = "entries"
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    row_ptr = graph_json["node_row_ptr"]
+    head = fn.append_basic_block("entry")
+    pointers = ir.IRBuilder(head)  # every entry pointer is loaded once, in the entry block
+    b = ir.IRBuilder(fn.append_basic_block("start"))
+    shapes, dtypes = graph_attr(graph_json, "shape"), graph_attr(graph_json, "dltype")
+    memcpy = cg.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
     loaded = {}
 
     def pointer(eid):
         if eid not in loaded:
-            slot = b.gep(entries, [I64(eid)], inbounds=True, source_etype=PTR)
-            loaded[eid] = b.load(slot, typ=PTR, name=f"e{eid}")
+            slot = pointers.gep(entries, [I64(eid)], inbounds=True, source_etype=PTR)
+            loaded[eid] = pointers.load(slot, typ=PTR, name=f"e{eid}")
         return loaded[eid]
 
-    for nid, node in enumerate(graph_json["nodes"]):
-        if node["op"] != "tvm_op":
-            continue
-        attrs = node["attrs"]
-        args = [pointer(row_ptr[i[0]] + i[1]) for i in node["inputs"]]
-        args += [pointer(row_ptr[nid] + k) for k in range(int(attrs.get("num_outputs", 1)))]
-        kernel = cg.module.get_global(attrs["func_name"])
-        b.call(kernel, args)
+    def copy(dst, src):
+        nbytes = math.prod(shapes[src]) * np.dtype(dtypes[src]).itemsize
+        b.call(memcpy, [pointer(dst), pointer(src), I64(nbytes), I1(0)])
+
+    def run(calls):
+        for call in calls:
+            if "loop" in call:
+                loop(call)
+            else:
+                b.call(cg.module.get_global(call["func"]), [pointer(e) for e in call["args"]])
+
+    def loop(lp):
+        ins, outs = lp["body_inputs"], lp["body_outputs"]
+        trip = b.load(pointer(lp["trip_count"]), typ=I64)
+        first = b.load(pointer(lp["cond"]), typ=I8)
+        for dst, src in zip(ins[2:], lp["init"]):
+            copy(dst, src)
+        before = b.block
+        header, step, done = (fn.append_basic_block(f"loop_{s}") for s in ("header", "body", "exit"))
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(I64, name="i")
+        cond = b.phi(I8, name="cond")
+        i.add_incoming(I64(0), before)
+        cond.add_incoming(first, before)
+        b.cbranch(b.and_(b.icmp_signed("<", i, trip), b.icmp_unsigned("!=", cond, I8(0))), step, done)
+        b.position_at_end(step)
+        b.store(i, pointer(ins[0]))
+        b.store(cond, pointer(ins[1]))
+        run(lp["calls"])
+        nxt = b.load(pointer(outs[0]), typ=I8)
+        for dst, src in zip(ins[2:], outs[1:]):
+            copy(dst, src)
+        i.add_incoming(b.add(i, I64(1)), b.block)
+        cond.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(done)
+        for dst, k in zip(lp["outputs"], lp["output_index"]):
+            copy(dst, ins[2 + k])
+
+    run(program(graph_json))
     b.ret_void()
+    pointers.branch(fn.basic_blocks[1])

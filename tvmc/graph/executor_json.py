@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvmc.errors import PassError
-from tvmc.graph.ir import Constant, Function, Graph, Var
+from tvmc.graph.ir import Call, Constant, Function, Graph, Var
 
 
 def _unique(name: str, taken: set) -> str:
@@ -28,7 +28,7 @@ def graph_attr(graph_json: dict, name: str) -> list:
     return value
 
 
-def build_executor_json(graph: Graph) -> tuple:
+def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
     """Serialize a graph after FuseOps + PlanMemory in TVM's graph-executor JSON schema.
 
     Returns (graph_json, params):
@@ -52,56 +52,161 @@ def build_executor_json(graph: Graph) -> tuple:
       params:                      {param name: np.ndarray}, names unique (a clash with
                                    an input or another constant gets a `_1`, `_2` suffix)
 
+    Run-time loops (`control.loop` calls, see tvmc.graph.ir.LoopBody) need `bodies`, {LoopBody:
+    its body Graph after FuseOps + PlanMemory}. Each loop is one node {"op": "tvmc_loop", "inputs":
+    [trip count, cond, initial carried..., captured...], "attrs": {"num_outputs", "num_carried",
+    "output_index": [carried value k of each output], "body_nodes": [begin, end), "body_inputs":
+    [iteration, cond, carried...], "body_outputs": [cond, carried...]}} (entries as [node, index,
+    0]); its body's nodes come after the main graph's (the body's iteration, condition and carried
+    inputs are {"op": "tvmc_loop_var"} nodes; the captured tensors are read where the main graph
+    keeps them), their storage ids after the main graph's. The executors run a node range with
+    `run_order` and interpret loops (docs/dynamic_shapes.md).
+
     Deterministic: the same graph gives identical JSON. A head may point at a null node (an
     output that is an input or a param, as in TVM); FuseOps avoids this by copying them.
     Raises PassError when the graph was not fused and planned.
     """
     if "storage_id" not in graph.meta:
         raise PassError("executor JSON needs a memory plan: run FuseOps and PlanMemory first")
-    plan = graph.meta["storage_id"]
-    nodes, node_id, params, shapes, dltypes, sids = [], {}, {}, [], [], []
+    nodes, params, shapes, dltypes, sids, row_ptr = [], {}, [], [], [], [0]
+    storage_bytes = [int(b) for b in graph.meta["storage_bytes"]]
     taken = {v.name for v in graph.inputs}
 
-    def add(e, node):
-        node_id[e] = len(nodes)
+    def add(node, exprs, plan, sid_base):
+        for e in exprs:
+            shapes.append([int(d) for d in e.shape])
+            dltypes.append(e.dtype)
+            sids.append(sid_base + int(plan[e]))
         nodes.append(node)
-        shapes.append([int(d) for d in e.shape])
-        dltypes.append(e.dtype)
-        sids.append(int(plan[e]))
+        row_ptr.append(len(sids))
+        return len(nodes) - 1
 
-    for v in graph.inputs:
-        add(v, {"op": "null", "name": v.name, "inputs": []})
-    for e in graph.topo():
-        if e in node_id:
-            continue
-        if isinstance(e, Var):
-            raise PassError(f"Var '{e.name}' is used but is not a graph input")
-        if isinstance(e, Constant):
-            name = _unique(e.name or "param", taken)
-            params[name] = np.asarray(e.value)
-            add(e, {"op": "null", "name": name, "inputs": []})
-            continue
-        if not isinstance(e.op, Function):
-            raise PassError(f"node '{e.name or '?'}' ({e.op}) is not in a fused function: run FuseOps first")
-        func = e.op.name
-        add(e, {"op": "tvm_op", "name": func,
-                "attrs": {"func_name": func, "num_inputs": str(len(e.inputs)), "num_outputs": "1",
-                          "flatten_data": "0"},
-                "inputs": [[node_id[i], 0, 0] for i in e.inputs]})
+    def serialize(g, node_id, sid_base):
+        """Append the nodes of `g` (node_id: {Expr: (node, output)} already bound), then the
+        bodies of its loops, each in a storage region of its own after the storages so far."""
+        plan, loops = g.meta["storage_id"], []
+        ref = lambda e: [node_id[e][0], node_id[e][1], 0]  # noqa: E731
+        order = g.topo()
+        for v in g.inputs:
+            if v not in node_id:
+                node_id[v] = (add({"op": "null", "name": v.name, "inputs": []}, [v], plan, sid_base), 0)
+        for e in order:
+            if e in node_id:
+                continue
+            if isinstance(e, Var):
+                raise PassError(f"Var '{e.name}' is used but is not a graph input")
+            if isinstance(e, Constant):
+                name = _unique(e.name or "param", taken)
+                params[name] = np.asarray(e.value)
+                node_id[e] = (add({"op": "null", "name": name, "inputs": []}, [e], plan, sid_base), 0)
+            elif e.op == "control.loop":
+                body = e.attrs["body"]
+                outs = sorted((c for c in order if isinstance(c, Call) and c.op == "control.loop"
+                               and c.attrs["body"] is body), key=lambda c: c.attrs["index"])
+                nid = add({"op": "tvmc_loop", "name": body.name, "inputs": [ref(i) for i in e.inputs],
+                           "attrs": {"num_inputs": str(len(e.inputs)), "num_outputs": str(len(outs)),
+                                     "num_carried": str(body.num_carried),
+                                     "output_index": [int(c.attrs["index"]) for c in outs]}},
+                          outs, plan, sid_base)
+                node_id.update((c, (nid, j)) for j, c in enumerate(outs))
+                loops.append((nid, e))
+            elif isinstance(e.op, Function):
+                func = e.op.name
+                node_id[e] = (add({"op": "tvm_op", "name": func,
+                                   "attrs": {"func_name": func, "num_inputs": str(len(e.inputs)), "num_outputs": "1",
+                                             "flatten_data": "0"},
+                                   "inputs": [ref(i) for i in e.inputs]}, [e], plan, sid_base), 0)
+            else:
+                raise PassError(f"node '{e.name or '?'}' ({e.op}) is not in a fused function: run FuseOps first")
+        for nid, call in loops:
+            body = bodies[call.attrs["body"]]
+            n_own = 2 + call.attrs["body"].num_carried
+            base = len(storage_bytes)
+            storage_bytes.extend(int(b) for b in body.meta["storage_bytes"])
+            begin = len(nodes)
+            inner = {v: node_id[a] for v, a in zip(body.inputs[n_own:], call.inputs[n_own:])}  # captured: read in place
+            for v in body.inputs[:n_own]:
+                inner[v] = (add({"op": "tvmc_loop_var", "name": v.name, "inputs": []}, [v], body.meta["storage_id"],
+                                base), 0)
+            serialize(body, inner, base)
+            nodes[nid]["attrs"].update({
+                "body_nodes": [begin, len(nodes)],
+                "body_inputs": [[inner[v][0], inner[v][1], 0] for v in body.inputs[:n_own]],
+                "body_outputs": [[inner[o][0], inner[o][1], 0] for o in body.outputs]})
+        return node_id
+
+    node_id = serialize(graph, {}, 0)
 
     n_model = graph.num_model_outputs
     graph_json = {
         "nodes": nodes,
         "arg_nodes": [k for k, n in enumerate(nodes) if n["op"] == "null"],
-        "node_row_ptr": list(range(len(nodes) + 1)),
-        "heads": [[node_id[o], 0, 0] for o in graph.outputs[:n_model]],
+        "node_row_ptr": row_ptr,
+        "heads": [[*node_id[o], 0] for o in graph.outputs[:n_model]],
         "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", dltypes],
                   "storage_id": ["list_int", sids]},
-        "storage_bytes": [int(b) for b in graph.meta["storage_bytes"]],
+        "storage_bytes": storage_bytes,
         "input_names": [v.name for v in graph.inputs],
         "output_names": list(graph.output_names[:n_model]),
     }
     if any(k is not None for k in graph.output_shapes):
-        graph_json["output_shapes"] = [None if k is None else [node_id[graph.outputs[k]], 0, 0]
+        graph_json["output_shapes"] = [None if k is None else [*node_id[graph.outputs[k]], 0]
                                        for k in graph.output_shapes[:n_model]]
     return graph_json, params
+
+
+def run_order(graph_json: dict, begin: int = 0, end: int | None = None) -> list:
+    """What running the nodes [begin, end) of a graph-executor JSON does, in order: the node id of
+    each kernel (`tvm_op`, `__nop` views left out) and, per run-time loop, (its node id, run_order
+    of its body). The bodies' own nodes (after the loop, see build_executor_json) are left out of
+    the range that holds them."""
+    nodes = graph_json["nodes"]
+    end = len(nodes) if end is None else end
+    inner = set()
+    for nid in range(begin, end):
+        if nodes[nid]["op"] == "tvmc_loop":
+            inner.update(range(*nodes[nid]["attrs"]["body_nodes"]))
+    order = []
+    for nid in range(begin, end):
+        node = nodes[nid]
+        if nid in inner:
+            continue
+        if node["op"] == "tvm_op" and node["attrs"].get("func_name") != "__nop":
+            order.append(nid)
+        elif node["op"] == "tvmc_loop":
+            order.append((nid, run_order(graph_json, *node["attrs"]["body_nodes"])))
+    return order
+
+
+def loop_entries(graph_json: dict, nid: int) -> dict:
+    """The `tvmc_loop` node `nid` as data entries (entry = node_row_ptr[node] + output index):
+    {"loop": name, "trip_count": e, "cond": e, "init": [initial carried...], "body_inputs":
+    [iteration, cond, carried...], "body_outputs": [cond, carried...], "outputs": [e per loop
+    output], "output_index": [carried value k of each output]}; what tvmc.runtime.control.run_loop
+    and the graph entry read."""
+    row_ptr, node = graph_json["node_row_ptr"], graph_json["nodes"][nid]
+    attrs, n = node["attrs"], int(node["attrs"]["num_carried"])
+    entry = lambda ref: int(row_ptr[int(ref[0])]) + int(ref[1])  # noqa: E731
+    return {"loop": str(node["name"]), "trip_count": entry(node["inputs"][0]), "cond": entry(node["inputs"][1]),
+            "init": [entry(r) for r in node["inputs"][2:2 + n]],
+            "body_inputs": [entry(r) for r in attrs["body_inputs"]],
+            "body_outputs": [entry(r) for r in attrs["body_outputs"]],
+            "outputs": [int(row_ptr[nid]) + j for j in range(len(attrs["output_index"]))],
+            "output_index": [int(k) for k in attrs["output_index"]]}
+
+
+def program(graph_json: dict, order: list | None = None) -> list:
+    """A run of the graph as data entries, in order: {"func", "args": [input entries..., output
+    entries...]} per kernel and loop_entries(...) plus "calls" (the body's program) per run-time
+    loop. The module description embeds it and the graph entry is compiled from it."""
+    nodes, row_ptr = graph_json["nodes"], graph_json["node_row_ptr"]
+    out = []
+    for item in run_order(graph_json) if order is None else order:
+        if isinstance(item, tuple):
+            out.append({**loop_entries(graph_json, item[0]), "calls": program(graph_json, item[1])})
+            continue
+        node = nodes[item]
+        outs = [int(row_ptr[item]) + k for k in range(int(node["attrs"].get("num_outputs", 1)))]
+        out.append({"func": str(node["attrs"]["func_name"]),
+                    "args": [int(row_ptr[int(i[0])]) + int(i[1]) for i in node["inputs"]] + outs})
+    return out

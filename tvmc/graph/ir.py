@@ -150,6 +150,29 @@ class Function:
         return f"Function({self.name})"
 
 
+class LoopBody:
+    """The body of a run-time loop (ONNX Loop whose trip count or condition is known only at run
+    time), a graph of its own compiled like the main graph and interpreted by the executors.
+
+    graph.inputs:  iteration (int64 scalar), condition (bool scalar), the `num_carried`
+                   loop-carried values, then the captured outer-scope tensors (read only)
+    graph.outputs: the next condition (bool scalar), then the next loop-carried values (each of
+                   its input's type)
+    The `control.loop` calls of the main graph take (trip count int64 scalar, condition bool
+    scalar, initial carried values..., captured tensors...) and hold the body in attrs["body"];
+    attrs["index"] k says which final carried value a call gives (all of one body are one loop).
+    Compared and hashed by identity.
+    """
+
+    def __init__(self, graph: "Graph", num_carried: int, name: str):
+        self.graph = graph
+        self.num_carried = num_carried
+        self.name = name
+
+    def __repr__(self):
+        return f"LoopBody({self.name})"
+
+
 class Call(Expr):
     """`op(*inputs, **attrs)`: `op` is a registered operator name or a fused `Function`.
 

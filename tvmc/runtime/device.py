@@ -26,7 +26,9 @@ import os
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
+from tvmc.graph.executor_json import loop_entries, run_order
 from tvmc.package import Artifact, graph_attr, library_name, load_artifact
+from tvmc.runtime.control import run_loop
 from tvmc.runtime.executor import checked_input, output_position, run_time_heads, sliced_output
 
 
@@ -90,20 +92,28 @@ class DeviceExecutor:
         names = [i["name"] for i in artifact.metadata.get("inputs", [])]
         self.input_names = [n for n in names if n in self._inputs] + [n for n in self._inputs if n not in names]
 
+        def calls(order):
+            """One (func, kernel, launch, buffers) per kernel; (loop_entries, calls of its body) per
+            run-time loop."""
+            out = []
+            for item in order:
+                if isinstance(item, tuple):
+                    out.append((loop_entries(g, item[0]), calls(item[1])))
+                    continue
+                node = nodes[item]
+                func = node["attrs"]["func_name"]
+                if func not in kernels:
+                    raise ArtifactError(f"{origin}: kernel '{func}' (node '{node['name']}') has no launch in mod.json")
+                try:
+                    kernel = self.program.kernel(func)
+                except AttributeError:
+                    raise ArtifactError(f"{origin}: kernel '{func}' is missing from {library}") from None
+                eids = [row_ptr[i[0]] + i[1] for i in node["inputs"]] + [row_ptr[item]]
+                out.append((func, kernel, kernels[func], [self._buffers[sids[e]] for e in eids]))
+            return out
+
         library = library_name(artifact.metadata)
-        self._calls = []
-        for nid, node in enumerate(nodes):
-            func = node.get("attrs", {}).get("func_name")
-            if node.get("op") != "tvm_op" or func == "__nop":
-                continue
-            if func not in kernels:
-                raise ArtifactError(f"{origin}: kernel '{func}' (node '{node['name']}') has no launch in mod.json")
-            try:
-                kernel = self.program.kernel(func)
-            except AttributeError:
-                raise ArtifactError(f"{origin}: kernel '{func}' is missing from {library}") from None
-            eids = [row_ptr[i[0]] + i[1] for i in node["inputs"]] + [row_ptr[nid]]
-            self._calls.append((func, kernel, kernels[func], [self._buffers[sids[e]] for e in eids]))
+        self._calls = calls(run_order(g))
         self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
         self._head_shapes = run_time_heads(g)
         out_names = [o["name"] for o in artifact.metadata.get("outputs", [])]
@@ -128,8 +138,19 @@ class DeviceExecutor:
                             {n: self._entries[e][1:] for n, e in self._inputs.items()})
         self.program.upload(self._buffers[self._entries[self._inputs[name]][0]], src)
 
-    def _launch_all(self, timed: bool = False) -> list:
-        return [self.program.launch(kernel, launch, bufs, timed) for _, kernel, launch, bufs in self._calls]
+    def _launch_all(self, timed: bool = False, calls=None) -> list:
+        """Launch `calls` (default: the graph's) in order; a run-time loop is interpreted here
+        (tvmc.runtime.control), its condition and carried values copied through the host."""
+        handles = []
+        for call in self._calls if calls is None else calls:
+            if len(call) == 2:
+                loop, body = call
+                run_loop(loop, lambda: self._launch_all(calls=body), self._download,
+                         lambda e, a: self.program.upload(self._buffers[self._entries[e][0]], np.ascontiguousarray(a)))
+                continue
+            _, kernel, launch, bufs = call
+            handles.append(self.program.launch(kernel, launch, bufs, timed))
+        return handles
 
     def run(self) -> None:
         """Launch every kernel in graph order and wait for the last."""
@@ -140,7 +161,8 @@ class DeviceExecutor:
         """One run, timed per kernel on the device (OpenCL or CUDA events): [(kernel name, milliseconds)]."""
         handles = self._launch_all(timed=True)
         self.program.finish()
-        return [(call[0], self.program.elapsed_ms(h)) for call, h in zip(self._calls, handles)]
+        return [(call[0], self.program.elapsed_ms(h)) for call, h in zip((c for c in self._calls if len(c) == 4),
+                                                                          handles)]
 
     def get_output(self, index) -> np.ndarray:
         """A host copy of output `index` (position or name)."""

@@ -6,6 +6,7 @@ numpy only holds tensors here; every operator runs inside mod.so. See tvmc_kerne
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import statistics
@@ -15,8 +16,9 @@ import time
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.graph.executor_json import graph_attr
+from tvmc.graph.executor_json import graph_attr, loop_entries, run_order
 from tvmc.package import Artifact, load_artifact
+from tvmc.runtime.control import run_loop
 from tvmc.target import host_arch
 
 ALIGNMENT_BYTES = 64
@@ -158,6 +160,11 @@ def _aligned_empty(nbytes: int) -> np.ndarray:
     return raw[offset:offset + nbytes]
 
 
+def _run_calls(calls) -> None:
+    for fn, args, _ in calls:
+        fn(*args)
+
+
 class GraphExecutor:
     """Executes an Artifact (or a mod.tar path) on this CPU.
 
@@ -223,32 +230,39 @@ class GraphExecutor:
         self.input_names = [n for n in input_names if n in self._inputs] + \
             [n for n in self._inputs if n not in input_names]
 
-        self._calls = []
-        self._call_names = []  # func_name of each entry of _calls, for profile()
-        for nid, node in enumerate(nodes):
-            if node.get("op") != "tvm_op":
-                continue
-            attrs = node.get("attrs", {})
-            func = attrs.get("func_name")
-            if func == "__nop":
-                continue
-            num_outputs = int(attrs.get("num_outputs", 1))
-            outs = [row_ptr[nid] + k for k in range(num_outputs)]
-            for eid in outs:
-                if sids[eid] in fixed_sids:
-                    raise ArtifactError(f"{origin}: kernel '{func}' writes the storage of "
-                                        f"{fixed_sids[sids[eid]]} (bad storage plan)")
-            ins = [row_ptr[i[0]] + i[1] for i in node["inputs"]]
-            try:
-                fn = getattr(self._lib, func)
-            except AttributeError:
-                raise ArtifactError(f"{origin}: kernel '{func}' (node '{node['name']}') "
-                                    f"is missing from the library") from None
-            args = tuple(ctypes.c_void_p(self._views[e].ctypes.data) for e in ins + outs)
-            fn.argtypes = [ctypes.c_void_p] * len(args)
-            fn.restype = None
-            self._calls.append((fn, args))
-            self._call_names.append(func)
+        def calls(order):
+            """(ctypes function, pointer args, name) per kernel of `order` (run_order); a run-time
+            loop is one call of its interpreter (tvmc.runtime.control) over its body's calls."""
+            out = []
+            for item in order:
+                if isinstance(item, tuple):
+                    nid, body = item[0], calls(item[1])
+                    loop = functools.partial(run_loop, loop_entries(g, nid), functools.partial(_run_calls, body),
+                                             self._views.__getitem__, lambda e, a: np.copyto(self._views[e], a))
+                    out.append((loop, (), f"tvmc_loop '{nodes[nid]['name']}'"))
+                    continue
+                node = nodes[item]
+                func = node["attrs"]["func_name"]
+                outs = [row_ptr[item] + k for k in range(int(node["attrs"].get("num_outputs", 1)))]
+                for eid in outs:
+                    if sids[eid] in fixed_sids:
+                        raise ArtifactError(f"{origin}: kernel '{func}' writes the storage of "
+                                            f"{fixed_sids[sids[eid]]} (bad storage plan)")
+                ins = [row_ptr[i[0]] + i[1] for i in node["inputs"]]
+                try:
+                    fn = getattr(self._lib, func)
+                except AttributeError:
+                    raise ArtifactError(f"{origin}: kernel '{func}' (node '{node['name']}') "
+                                        f"is missing from the library") from None
+                args = tuple(ctypes.c_void_p(self._views[e].ctypes.data) for e in ins + outs)
+                fn.argtypes = [ctypes.c_void_p] * len(args)
+                fn.restype = None
+                out.append((fn, args, func))
+            return out
+
+        program = calls(run_order(g))
+        self._calls = [(fn, args) for fn, args, _ in program]
+        self._call_names = [name for _, _, name in program]  # for profile()
 
         # The graph entry (tvmc_graph_run) runs all kernels in one native call over a table of
         # one pointer per data entry; libraries without it are run kernel by kernel.

@@ -94,9 +94,17 @@
  *   5. dlopen("mod.so"), and for each "tvm_op" node in node order, dlsym(func_name) and
  *      call it with the storage pointers of its input entries, then its output entry.
  *      A node whose func_name is "__nop" is an in-place view: skip it.
+ *      A "tvmc_loop" node (a Loop whose trip count or condition is known only at run time;
+ *      ABI version 4) is run, not called: its inputs are the trip count M (int64 scalar), the
+ *      condition (bool, one byte), the initial carried values, then captured tensors; its
+ *      attrs list body_nodes [begin, end) (nodes after it, skipped in node order and run as
+ *      its body), body_inputs (iteration, condition, carried values) and body_outputs
+ *      (condition, carried values). While i < M and cond: store i and cond into body_inputs,
+ *      run the body's nodes, take the body's condition, copy its carried outputs to the
+ *      carried inputs; then copy carried value output_index[j] into the loop's output j.
  *      Or, instead of step 5: build a table `void *entries[]` with the storage pointer of
  *      every entry e (entries[e]) and make one call, tvmc_graph_run(entries): the library's
- *      generated graph entry calls every kernel in node order.
+ *      generated graph entry calls every kernel in node order and runs the loops.
  *   6. Read the outputs from the storage buffers of the entries listed in "heads". When mod.json
  *      has "output_shapes", a head with a non-null item there has a shape known only at run
  *      time: attrs.shape is its bound, the item names the entry of an int64[ndim] tensor that
@@ -114,7 +122,7 @@ extern "C" {
 #endif
 
 /* Version of this ABI; metadata.json "kernel_abi_version" carries the same number. */
-#define TVMC_KERNEL_ABI_VERSION 3
+#define TVMC_KERNEL_ABI_VERSION 4
 
 /* Alignment in bytes of every buffer passed to a kernel. */
 #define TVMC_BUFFER_ALIGNMENT 64

@@ -13,6 +13,7 @@ The JS runtime (tvmc/runtime/web/tvmc.js) makes the same calls in browsers and N
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import time
@@ -21,6 +22,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, load_artifact
+from tvmc.runtime.control import run_loop
 from tvmc.runtime.executor import checked_input, output_position
 
 ENGINE_HINT = "pip install wasmtime"
@@ -120,6 +122,16 @@ def run_kernel(data: bytes, name: str, arrays, out: np.ndarray, origin: str = "k
     return out
 
 
+def _kernel_names(calls) -> list:
+    """The kernel of every call of a description's calls, loop bodies included."""
+    return [n for c in calls for n in (_kernel_names(c["calls"]) if "loop" in c else [c["func"]])]
+
+
+def _run_all(calls) -> None:
+    for fn, args, _ in calls:
+        fn(*args)
+
+
 class WasmExecutor:
     """Executes an Artifact (or mod.tar path) compiled for a wasm32 target in wasmtime, through the
     module's C API (see the module docstring); the executor contract of tvmc.runtime.
@@ -161,8 +173,8 @@ class WasmExecutor:
         self.output_names = [o[0] for o in self._outputs]
         self._shape_buf = mod.malloc(8 * max([len(o[1]) for o in self._outputs] + [1]))
         desc = artifact.description
-        self._calls = [(c["func"], c["args"]) for c in desc["calls"]]
-        for func, _ in self._calls:
+        self._calls = desc["calls"]
+        for func in _kernel_names(self._calls):
             try:
                 mod.function(func)
             except AttributeError:
@@ -220,16 +232,31 @@ class WasmExecutor:
         table = mod.call("tvmc_model_entries", self._model)
         count = len(self.artifact.description["entries"])
         entries = struct.unpack(f"<{count}I", mod.read(table, 4 * count))
-        calls = [(mod.function(func), [entries[a] for a in args], func) for func, args in self._calls]
-        for fn, args, _ in calls:
-            fn(mod.store, *args)
+        described = self.artifact.description["entries"]
+
+        def read(e):
+            shape, dtype = described[e]["shape"], np.dtype(described[e]["dtype"])
+            return np.frombuffer(mod.read(entries[e], int(np.prod(shape)) * dtype.itemsize), dtype).reshape(shape)
+
+        def write(e, value):
+            mod.write(entries[e], np.ascontiguousarray(value).tobytes())
+
+        def bind(items):
+            """(callable, args, name) per kernel; a run-time loop is one call of its interpreter."""
+            return [(functools.partial(run_loop, c, functools.partial(_run_all, bind(c["calls"])), read, write),
+                     (), f"tvmc_loop '{c['loop']}'") if "loop" in c else
+                    (functools.partial(mod.function(c["func"]), mod.store), [entries[a] for a in c["args"]], c["func"])
+                    for c in items]
+
+        calls = bind(self._calls)
+        _run_all(calls)
         clock = time.perf_counter
         names = [c[2] for c in calls]
         totals = dict.fromkeys(names, 0.0)
         for _ in range(runs):
             for fn, args, name in calls:
                 t0 = clock()
-                fn(mod.store, *args)
+                fn(*args)
                 totals[name] += clock() - t0
         return [{"name": name, "calls": names.count(name), "total_ms": seconds * 1e3 / runs}
                 for name, seconds in totals.items()]

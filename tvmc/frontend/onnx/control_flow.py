@@ -5,16 +5,23 @@ If with a constant condition imports the taken branch only; with a condition kno
 time both branches are imported and `where` picks per output (branches have no side effects, so
 computing both is the same function; their outputs must agree in shape and dtype). Loop unrolls
 a constant trip count, masking the iterations after an exit whose condition is known only at run
-time; Scan unrolls over its static scan axes (Scan-8: per element of its batch axis). A trip
-count known only at run time has no bound and is refused (see docs/dynamic_shapes.md).
+time; Scan unrolls over its static scan axes (Scan-8: per element of its batch axis). A Loop
+whose trip count is known only at run time (or absent), or whose condition is known only at run
+time while it has no scan output, stays a loop: its body becomes a graph of
+its own (`control.loop` with a LoopBody, tvmc/ops/control.py), compiled like the main graph into
+the same library, and the executors run it (the graph entry on CPUs, tvmc/runtime/control.py in
+the Python executors); its carried values must keep static types, and scan outputs, which would
+have no bound, are refused (see docs/dynamic_shapes.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tvmc.errors import ModelError
 from tvmc.frontend.onnx.common import is_const, norm_axis, reshape
 from tvmc.frontend.onnx.registry import converter
+from tvmc.graph.ir import Call, Graph, LoopBody, TensorType, Var, make_call, post_order, rewrite
 
 _VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
 
@@ -52,25 +59,26 @@ def Loop(ctx, node, inputs, attrs, opset):
     computed at run time (the initial one or the body's) keeps a `running` flag: every iteration
     is computed, the carried values of the iterations after the exit are discarded (`where`), and
     the scan outputs keep the iterations that ran (dyn.head: bounded by M, with a run-time shape;
-    docs/dynamic_shapes.md). A trip count computed at run time has no bound and is refused."""
+    docs/dynamic_shapes.md). A trip count computed at run time, or none, and a run-time condition
+    with no scan output to stack (a while loop: M often INT64_MAX) stay a loop: _run_time_loop."""
     body = attrs["body"]
-    if inputs and inputs[0] is not None and not is_const(inputs[0]):
-        raise ctx.error(f"trip count M ('{ctx.input_name(0)}') must be a constant (initializer or computable at "
-                        f"import): tvmc unrolls loops, and a computed M has no bound at compile time")
-    trip = ctx.constant(inputs, 0, "M (trip count)") if inputs and inputs[0] is not None else None
     cond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
-    if trip is None:
-        raise ctx.error("a Loop without a trip count runs a data-dependent number of times with no bound; "
-                        "not supported")
+    if not inputs or inputs[0] is None or not is_const(inputs[0]):
+        return _run_time_loop(ctx, inputs, body, opset)
+    trip = int(np.asarray(ctx.constant(inputs, 0, "M (trip count)")).reshape(-1)[0])
     carried = list(inputs[2:])
     n_carried = len(carried)
     scans: list = [[] for _ in range(len(body.output) - 1 - n_carried)]
     running = True if cond is None else _flag(ctx, cond)
+    if not scans and trip > 0 and not isinstance(running, bool):
+        return _run_time_loop(ctx, inputs, body, opset)
     ran = []  # per iteration: a bool flag computed at run time, or True
     names = [i.name for i in body.input]
-    for it in range(int(np.asarray(trip).reshape(-1)[0])):
+    for it in range(trip):
         if running is False:
             break
+        if not scans and not isinstance(running, bool):  # the body's condition is a run-time value
+            return _run_time_loop(ctx, inputs, body, opset)
         bindings = {names[0]: ctx.const(np.array(it, np.int64), "iteration"),
                     names[1]: ctx.const(np.array(True), "cond")}
         bindings.update(zip(names[2:], carried))
@@ -98,6 +106,68 @@ def Loop(ctx, node, inputs, attrs, opset):
         count = reshape(ctx, count, (1,))
         stacked = [ctx.dynamic_call("dyn.head", [s, count]) for s in stacked]
     return tuple(carried) + tuple(stacked)
+
+
+def _run_time_loop(ctx, inputs, body, opset):
+    """A Loop whose trip count M is computed at run time (or absent): the body becomes a LoopBody
+    graph of its own (its inputs bound to fresh Vars; the outer-scope tensors it reads that do not
+    depend on them become captured inputs, computed once before the loop) and the Loop one
+    `control.loop` call per carried value, interpreted by the executors. Carried values must keep
+    one static type; scan outputs (no bound on M) are refused."""
+    carried = list(inputs[2:])
+    n_carried = len(carried)
+    if len(body.output) != 1 + n_carried:
+        raise ctx.error(f"trip count M ('{ctx.input_name(0) or 'absent'}') must be a constant when the body has "
+                        f"scan outputs ({len(body.output) - 1 - n_carried}): with M known only at run time their "
+                        f"length has no bound at compile time")
+    if not carried:
+        raise ctx.error("a Loop with a run-time trip count and no loop-carried value computes nothing")
+    for k, v in enumerate(carried):
+        if v.type.is_dynamic:
+            raise ctx.error(f"loop-carried value {k} has a run-time shape ({v.type}); a run-time Loop needs "
+                            f"static types")
+    importer = ctx.importer
+    names = [i.name for i in body.input]
+    params = [Var(importer.unique_name(f"{ctx.name}:{names[0]}"), TensorType((), "int64")),
+              Var(importer.unique_name(f"{ctx.name}:{names[1]}"), TensorType((), "bool"))]
+    params += [Var(importer.unique_name(f"{ctx.name}:{n}"), v.type) for n, v in zip(names[2:], carried)]
+    outs = importer.convert_graph(body, opset, dict(zip(names, params)), f"Loop '{ctx.name}' body")
+    go = _flag(ctx, outs[0])
+    outs = [ctx.const(np.array(go), "cond") if isinstance(go, bool) else go] + list(outs[1:])
+    for k, (a, b) in enumerate(zip(outs[1:], carried)):
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype or a.type.is_dynamic:
+            raise ctx.error(f"loop-carried value {k} changes from {b.type} to {a.type}; a run-time trip count "
+                            f"needs one static type per carried value")
+    # what the body reads from outside: tensors that depend on none of its inputs, except constants
+    inner = set(params)
+    for e in post_order(outs):
+        if isinstance(e, Call) and any(i in inner for i in e.inputs):
+            inner.add(e)
+    captured = []
+    for e in post_order(outs):
+        if e in inner and isinstance(e, Call):
+            captured += [i for i in e.inputs if i not in inner and not is_const(i) and i not in captured]
+    captured += [o for o in outs if o not in inner and not is_const(o) and o not in captured]
+    for e in captured:
+        if e.type.is_dynamic:
+            raise ctx.error(f"the body reads '{e.name or e.op_name}' ({e.type}), which has a run-time shape; "
+                            f"not supported in a run-time Loop")
+    holes = {e: Var(importer.unique_name(f"{ctx.name}:captured"), e.type) for e in captured}
+    graph = rewrite(Graph(params, outs), lambda e, _: holes.get(e))
+    loop_body = LoopBody(Graph(params + list(holes.values()), graph.outputs), n_carried, ctx.name)
+    trip = reshape(ctx, inputs[0], ()) if inputs and inputs[0] is not None \
+        else ctx.const(np.array(np.iinfo(np.int64).max, np.int64), "M")
+    if trip.dtype != "int64":
+        raise ctx.error(f"trip count M has dtype {trip.dtype}, expected int64")
+    cond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
+    first = _flag(ctx, cond) if cond is not None else True
+    first = ctx.const(np.array(first), "cond") if isinstance(first, bool) else first
+    args = [trip, first] + carried + captured
+    try:
+        return tuple(make_call("control.loop", args, {"body": loop_body, "index": k}, name=ctx.name)
+                     for k in range(n_carried))
+    except ModelError as e:
+        raise importer.error(str(e)) from None
 
 
 def _flag(ctx, cond):

@@ -128,12 +128,7 @@ class _Importer:
         for node in g.node:
             self.used_names.update(o for o in node.output if o)
 
-        for t in g.initializer:
-            try:
-                value = numpy_helper.to_array(t)
-            except Exception as e:
-                raise self.error(f"initializer '{t.name}' cannot be read: {one_line(e)}") from None
-            self.env[t.name] = ir.Constant(value, name=t.name)
+        self._bind_initializers(g)
 
         inputs = [self._make_input(vi, input_shapes.get(vi.name)) for vi in real_inputs]
         for v in inputs:
@@ -328,10 +323,22 @@ class _Importer:
         for inner in nodes:
             self._convert(inner, body_opset)
 
+    def _bind_initializers(self, g) -> None:
+        for t in g.initializer:
+            try:
+                value = numpy_helper.to_array(t)
+            except Exception as e:
+                raise self.error(f"initializer '{t.name}' cannot be read: {one_line(e)}") from None
+            self.env[t.name] = ir.Constant(value, name=t.name)
+
     def convert_graph(self, graph, opset: int, bindings: dict, user: str) -> list:
         """Convert the nodes of subgraph `graph` (an If branch, a Loop or Scan body) into this graph,
-        its inputs bound to `bindings` ({name: Expr}) and outer-scope names visible; returns its
-        outputs in order."""
+        its initializers and its inputs bound to `bindings` ({name: Expr}), outer-scope names
+        visible; returns its outputs in order. The subgraph's names are its own scope: the outer
+        values of names it binds or produces are visible again afterwards."""
+        scoped = {*bindings, *(t.name for t in graph.initializer), *(o for n in graph.node for o in n.output if o)}
+        outer = {name: self.env[name] for name in scoped if name in self.env}
+        self._bind_initializers(graph)
         for name, value in bindings.items():
             self.env[name] = value
         self.used_names.update(o for n in graph.node for o in n.output if o)
@@ -339,7 +346,11 @@ class _Importer:
             if node.domain not in _DEFAULT_DOMAINS or not supports(node.op_type, opset):
                 raise UnsupportedOpError(self.label, [(node.op_type, opset, [f"{node_label(node)} (in {user})"])])
             self._convert(node, opset)
-        return [self._lookup(o.name, user) for o in graph.output]
+        outputs = [self._lookup(o.name, user) for o in graph.output]
+        for name in scoped:
+            self.env.pop(name, None)
+        self.env.update(outer)
+        return outputs
 
     def _checked(self, ctx, node, out: str, result):
         if isinstance(result, np.ndarray) or np.isscalar(result):
