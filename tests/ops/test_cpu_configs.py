@@ -42,6 +42,8 @@ CPU_CASES = [
          dict(image_shape=(7, 8), block_shape=(3, 2), strides=(2, 3), dilation=(2, 1), padding=(1, 0, 2, 2))),
     # issue 18, group B (misc ops)
     Case("det.x86", "det", lambda r: [n(r, (3, 2, 5, 5))]),
+    # issue 18 point 5: the data-dependent selections (NonZero, Compress, Unique, TopK, NMS)
+    Case("selection.x86", "nonzero", lambda r: [r.integers(-1, 2, (3, 5)).astype(np.float32)]),
 ]
 BY_IMPL = {c.id: c for c in CPU_CASES}
 CPU_TARGETS = [t.name for t in TARGETS if t.name != "opencl"]
