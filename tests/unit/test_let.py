@@ -48,6 +48,11 @@ def _reference(x):
     return b + np.roll(b, -1)
 
 
+def _emit(codegen, prim):
+    codegen.add_function(prim)
+    return codegen
+
+
 def test_let_binds_a_fresh_var_once_and_passes_literals_and_vars_through():
     x = Var("x", "float32")
     e = te.let(x * 3.0, lambda v: v * v)
@@ -77,10 +82,8 @@ def test_lowered_inlined_let_runs_on_cpu(tmp_path):
     (store,) = list(_stores(prim.body))
     lets = [n for n in walk(store.value) if isinstance(n, Let)]
     assert len(lets) == 2 and lets[0].var is lets[1].var
-    cg = CodeGenLLVM(target)
-    cg.add_function(prim)
     path = tmp_path / "let_chain.so"
-    path.write_bytes(link_shared(compile_ir(cg.ir_text(), target), target))
+    path.write_bytes(link_shared(compile_ir(_emit(CodeGenLLVM(target), prim).ir_text(), target), target))
     x = np.random.default_rng(3).standard_normal(37).astype(np.float32)
     out = np.zeros(37, np.float32)
     getattr(ctypes.CDLL(str(path)), "let_chain")(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data))
@@ -109,15 +112,13 @@ def _gpu_chain(target):
     bx, tx = s[c].split(s[c].op.axis[0], 16)
     s[c].bind(bx, te.thread_axis("blockIdx.x"))
     s[c].bind(tx, te.thread_axis("threadIdx.x"))
-    return a, c, lower_device(lower(s, [a, c], "let_gpu"), target)
+    return lower_device(lower(s, [a, c], "let_gpu"), target)
 
 
 def test_opencl_declares_each_let_once_under_its_own_name():
     gpu = resolve_target("opencl")
-    a, c, prim = _gpu_chain(gpu)
-    cg = CodeGenOpenCL(gpu)
-    cg.add_function(prim)
-    src = cg.source()
+    prim = _gpu_chain(gpu)
+    src = _emit(CodeGenOpenCL(gpu), prim).source()
     names = re.findall(r"const float (\w+) = ", src)
     assert len(names) == 2 and len(set(names)) == 2, src
     x = np.random.default_rng(5).standard_normal(37).astype(np.float32)
@@ -128,10 +129,7 @@ def test_opencl_declares_each_let_once_under_its_own_name():
 def test_ptx_binds_let():
     """The nvptx64 path is the LLVM codegen: each Let's value is computed once, its var read twice."""
     cuda = resolve_target("cuda")
-    _, _, prim = _gpu_chain(cuda)
-    cg = CodeGenLLVM(cuda)
-    cg.add_function(prim)
-    ll = cg.ir_text()
+    ll = _emit(CodeGenLLVM(cuda), _gpu_chain(cuda)).ir_text()
     # per binding: one load of A and two multiplies (x * 2, v * v); substituting v would make three of each
     assert ll.count("load float") == 2 and ll.count("fmul") == 4, ll
 
