@@ -90,6 +90,28 @@ def test_lowered_inlined_let_runs_on_cpu(tmp_path):
     np.testing.assert_allclose(out, _reference(x), rtol=1e-5, atol=1e-6)  # FMA contraction
 
 
+@pytest.mark.parametrize("name", ["native", "opencl"])
+def test_let_inlined_into_its_own_index_restores_the_outer_binding(name):
+    """D[i] = B[B[i] % n] with B inlined: the outer Let's body reads the index holding the inner
+    Let of the same var before it reads the var, which must then be the outer value again."""
+    t = require(name)
+    n = 11
+    a = te.placeholder((n,), "int64", name="A")
+    b = te.compute((n,), lambda i: te.let(a[i] * 3, lambda v: a[(i + 1) % n] + v), name="B")
+    d = te.compute((n,), lambda i: b[b[i] % n], name="D")
+    s = te.create_schedule(d)
+    s[b].compute_inline()
+    if name == "opencl":
+        s[d].bind(s[d].op.axis[0], te.thread_axis("threadIdx.x"))
+        prim = lower_device(lower(s, [a, d], "let_nested"), t.target)
+    else:
+        prim = lower(s, [a, d], "let_nested")
+    x = np.random.default_rng(6).integers(-50, 50, n).astype(np.int64)
+    out = t.run_kernel(prim, [x], np.zeros(n, np.int64))
+    ref = np.roll(x, -1) + 3 * x
+    np.testing.assert_array_equal(out, ref[ref % n])
+
+
 @pytest.mark.parametrize("name", ["native", "wasm"])
 def test_vectorized_loop_with_let_is_correct(name):
     """A vectorized loop whose body binds a Let is emitted as a scalar loop (its vars would hide

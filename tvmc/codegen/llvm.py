@@ -536,10 +536,14 @@ class CodeGenLLVM:
             return self._load(st, e, vec, mask)
         if isinstance(e, Select):
             return self._select(st, e, vec, mask)
-        if isinstance(e, Let):  # value once, here; the body sees it through the var, then the var is unbound
+        if isinstance(e, Let):  # value once, here; the body sees it through the var (an outer binding of the
+            outer = st.env.get(e.var)  # same var, from a body inlined into its own index, comes back after)
             st.env[e.var] = self._expr(st, e.value, vec, mask)
             out = self._expr(st, e.body, vec, mask)
-            del st.env[e.var]
+            if outer is None:
+                del st.env[e.var]
+            else:
+                st.env[e.var] = outer
             return out
         args = [self._expr(st, c, vec, mask) for c in _operands(e)]
         lanes = next((a.lanes for a in args if isinstance(a, _Vec)), None)
