@@ -434,9 +434,7 @@ CASES = [
          dict(mode="linear", padding_mode="zeros", align_corners=0)),
     Case("grid_sample_cubic_reflection_aligned", "image.grid_sample",
          lambda r: [n(r, (1, 2, 4, 5)), u(r, (1, 3, 6, 2), -2.5, 2.5)],
-         dict(mode="cubic", padding_mode="reflection", align_corners=1),
-         slow="16 taps of nested reflections: the expression, with no common-subexpression binding in the "
-              "loop IR, takes minutes to lower and compile"),
+         dict(mode="cubic", padding_mode="reflection", align_corners=1)),
     Case("grid_sample_nearest_border_3d", "image.grid_sample",
          lambda r: [n(r, (1, 2, 3, 4, 5)), u(r, (1, 2, 3, 4, 3), -1.5, 1.5)],
          dict(mode="nearest", padding_mode="border", align_corners=0)),

@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from tvmc.codegen import intrinsics
 from tvmc.errors import CodegenError
-from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var,
+from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, walk)
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
@@ -536,6 +536,15 @@ class CodeGenLLVM:
             return self._load(st, e, vec, mask)
         if isinstance(e, Select):
             return self._select(st, e, vec, mask)
+        if isinstance(e, Let):  # value once, here; the body sees it through the var (an outer binding of the
+            outer = st.env.get(e.var)  # same var, from a body inlined into its own index, comes back after)
+            st.env[e.var] = self._expr(st, e.value, vec, mask)
+            out = self._expr(st, e.body, vec, mask)
+            if outer is None:
+                del st.env[e.var]
+            else:
+                st.env[e.var] = outer
+            return out
         args = [self._expr(st, c, vec, mask) for c in _operands(e)]
         lanes = next((a.lanes for a in args if isinstance(a, _Vec)), None)
         if lanes is not None:
@@ -773,9 +782,15 @@ def _cast(b, v, src: str, dst: str, half_by_bits: bool = False):
 
 
 def _vectorizable(s: Stmt) -> bool:
+    """A loop body of stores without inner loops or allocations, and without Lets (their vars
+    would hide from _access_kind and _select whether an index or condition varies per lane)."""
+    return _loop_free(s) and not any(isinstance(x, Let) for e in _stmt_exprs(s) for x in walk(e))
+
+
+def _loop_free(s: Stmt) -> bool:
     if isinstance(s, (For, Allocate)):
         return False
-    return all(_vectorizable(c) for c in stmt_children(s))
+    return all(_loop_free(c) for c in stmt_children(s))
 
 
 def _stmt_exprs(s: Stmt):

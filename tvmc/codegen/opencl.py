@@ -28,7 +28,7 @@ import numpy as np
 
 from tvmc.codegen.llvm import is_unsigned
 from tvmc.errors import CodegenError
-from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var, is_float,
+from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var, is_float,
                           walk)
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.gpu import shared_buffers
@@ -199,14 +199,17 @@ class CodeGenOpenCL:
         """A C identifier for loop variable or buffer `var`, unique in the kernel (IR names may
         hold dots or be the names of built-in functions, such as a buffer named tanh)."""
         if var not in self._names:
-            base = "".join(c if c.isalnum() or c == "_" else "_" for c in var.name) or "v"
-            base = base + "_" if base in RESERVED else base
-            name, k = base, 1
-            while name in self._used:
-                name, k = f"{base}_{k}", k + 1
-            self._used.add(name)
-            self._names[var] = name
+            self._names[var] = self._unique(var.name)
         return self._names[var]
+
+    def _unique(self, ir_name: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in ir_name) or "v"
+        base = base + "_" if base in RESERVED else base
+        name, k = base, 1
+        while name in self._used:
+            name, k = f"{base}_{k}", k + 1
+        self._used.add(name)
+        return name
 
     def _for(self, s: For):
         name = self._var_name(s.var)
@@ -283,6 +286,8 @@ class CodeGenOpenCL:
             return f"({text} != 0)" if e.dtype == "bool" else text
         if isinstance(e, Select):
             return f"({self._expr(e.cond)} ? {self._expr(e.t)} : {self._expr(e.f)})"
+        if isinstance(e, Let):
+            return self._let(e)
         if isinstance(e, Not):
             return f"(!{self._expr(e.a)})"
         if isinstance(e, Cmp):
@@ -294,6 +299,21 @@ class CodeGenOpenCL:
         if isinstance(e, Call):
             return self._call(e)
         raise CodegenError(f"OpenCL codegen: unsupported expression {type(e).__name__}")
+
+    def _let(self, e: Let) -> str:
+        """Declare the bound value before the statement being printed (as TVM's CodeGenC does),
+        under a name of its own: one Var may be bound by several Lets (a body inlined twice)."""
+        value = self._expr(e.value)
+        name = self._unique(e.var.name)
+        self._emit(f"const {self._type(e.var.dtype)} {name} = {value};")
+        outer = self._names.get(e.var)
+        self._names[e.var] = name
+        text = self._expr(e.body)
+        if outer is None:
+            del self._names[e.var]
+        else:
+            self._names[e.var] = outer
+        return text
 
     def _cast(self, e: Cast) -> str:
         """C's conversions, which are numpy's astype for in-range values; a float16 result is

@@ -12,6 +12,7 @@ no weights, a pure gather.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -197,15 +198,34 @@ def _grid_sample_type(in_types, attrs):
 
 
 def _reflect(v, lo: float, hi: float):
-    """v reflected at the borders lo and hi until inside (PyTorch's reflect_coordinates)."""
-    span = hi - lo
-    below, above = v < te.const(lo, v.dtype), v > te.const(hi, v.dtype)
-    dx = te.select(below, te.const(lo, v.dtype) - v, v - te.const(hi, v.dtype))
-    n = te.floor(dx / te.const(span, v.dtype))
-    r = dx - n * te.const(span, v.dtype)
-    even = te.eq(te.floor(n * te.const(0.5, v.dtype)) * te.const(2.0, v.dtype), n)
-    from_lo, from_hi = te.const(lo, v.dtype) + r, te.const(hi, v.dtype) - r
-    return te.select(below, te.select(even, from_lo, from_hi), te.select(above, te.select(even, from_hi, from_lo), v))
+    """v reflected at the borders lo and hi until inside (PyTorch's reflect_coordinates); each
+    value read more than once is bound once (te.let)."""
+    ft = v.dtype
+    c = functools.partial(te.const, dtype=ft)
+
+    def reflect(v):
+        below, above = v < c(lo), v > c(hi)
+
+        def from_border(dx):  # dx: distance past the nearer border, folded into n spans plus r
+            def fold(n):
+                def mirror(r):
+                    even = te.eq(te.floor(n * c(0.5)) * c(2.0), n)
+                    from_lo, from_hi = c(lo) + r, c(hi) - r
+                    return te.select(below, te.select(even, from_lo, from_hi),
+                                     te.select(above, te.select(even, from_hi, from_lo), v))
+                return te.let(dx - n * c(hi - lo), mirror, "r")
+            return te.let(te.floor(dx / c(hi - lo)), fold, "n")
+        return te.let(te.select(below, c(lo) - v, v - c(hi)), from_border, "dx")
+    return te.let(v, reflect, "v")
+
+
+def _let_all(values, body_fn, name: str):
+    """body_fn(vars) with each of `values` bound once (te.let), in order; a None stays None."""
+    if not values:
+        return body_fn([])
+    if values[0] is None:
+        return _let_all(values[1:], lambda rest: body_fn([None] + rest), name)
+    return te.let(values[0], lambda v: _let_all(values[1:], lambda rest: body_fn([v] + rest), name), name)
 
 
 def _keys_cubic(t, k: int):
@@ -221,7 +241,10 @@ def _grid_sample_compute(inputs, attrs, out_type):
     """Each output point reads its coordinates from the grid, denormalizes them (align_corners:
     -1 and 1 are the first and last pixel centers; else the image edges), applies the padding
     mode to the coordinate, then interpolates over 1 (nearest), 2 (linear) or 4 (cubic) taps per
-    axis; a tap outside the image reads 0 (zeros), the edge (border) or its reflection."""
+    axis; a tap outside the image reads 0 (zeros), the edge (border) or its reflection. Each value
+    read more than once (coordinate, floor, fraction, tap index, mask, weight) is bound once
+    (te.let): as plain nested expressions, cubic 2-D with reflection was a tree of 730,000 nodes
+    that took minutes to lower and compile."""
     x, grid = inputs
     mode, padding, align = attrs["mode"], attrs["padding_mode"], attrs["align_corners"]
     dims = x.shape[2:]
@@ -237,52 +260,58 @@ def _grid_sample_compute(inputs, attrs, out_type):
             ((g + te.const(1.0, ft)) * te.const(d, ft) - te.const(1.0, ft)) * te.const(0.5, ft)
         if mode == "nearest":
             v = te.round(v)
-        outside = te.logical_or(v < te.const(lo[i], ft), v > te.const(hi[i], ft))
         if padding == "border":
-            v = te.select(outside, te.minimum(te.maximum(v, te.const(0.0, ft)), te.const(d - 1, ft)), v)
-        elif padding == "reflection":
-            v = _reflect(v, lo[i], hi[i])
+            return te.let(v, lambda v: te.select(te.logical_or(v < te.const(lo[i], ft), v > te.const(hi[i], ft)),
+                                                 te.minimum(te.maximum(v, te.const(0.0, ft)), te.const(d - 1, ft)), v))
+        if padding == "reflection":
+            return _reflect(v, lo[i], hi[i])
         return v
 
-    def tap(k, i):  # (index to load, inside?) of integer tap k along axis i
+    def tap(k, i):  # (index to load, inside? or None) of integer tap k along axis i
         d = dims[i]
-        if padding == "border":
-            return te.minimum(te.maximum(k, te.const(0)), te.const(d - 1)), None
         if padding == "reflection":
             k = te.cast("int64", _reflect(te.cast(ft, k), lo[i], hi[i]))
-            return te.minimum(te.maximum(k, te.const(0)), te.const(d - 1)), None
-        inside = te.logical_and(k >= te.const(0), k < te.const(d))
-        return te.minimum(te.maximum(k, te.const(0)), te.const(d - 1)), inside
+        clamped = te.minimum(te.maximum(k, te.const(0)), te.const(d - 1))
+        if padding == "zeros":
+            return clamped, te.logical_and(k >= te.const(0), k < te.const(d))
+        return clamped, None
 
-    def f(*o):
-        vs = [coord(o, i) for i in range(nd)]
-        if mode == "nearest":
-            per_axis = [[(te.cast("int64", v), None)] for v in vs]
-        else:
-            per_axis = []
-            for v in vs:
-                base = te.cast("int64", te.floor(v))
-                t = v - te.floor(v)
-                if mode == "linear":
-                    per_axis.append([(base, te.const(1.0, ft) - t), (base + te.const(1), t)])
-                else:
-                    per_axis.append([(base + te.const(k - 1), _keys_cubic(t, k)) for k in range(4)])
+    def linear_taps(fl, t):  # [(integer tap, weight)] around a coordinate of floor fl, fraction t
+        base = te.cast("int64", fl)
+        if mode == "linear":
+            return [(base, te.const(1.0, ft) - t), (base + te.const(1), t)]
+        return [(base + te.const(k - 1), _keys_cubic(t, k)) for k in range(4)]
+
+    def interpolate(o, per_axis):  # per_axis: [(index, inside or None, weight or None)] per axis
         total = None
         for combo in itertools.product(*per_axis):
-            idx, conds, weight = [], [], None
-            for i, (k, w) in enumerate(combo):
-                j, inside = tap(k, i)
-                idx.append(j)
-                if inside is not None:
-                    conds.append(inside)
-                if w is not None:
-                    weight = w if weight is None else weight * w
-            value = te.cast(ft, x[(o[0], o[1]) + tuple(idx)])
+            conds = [inside for _, inside, _ in combo if inside is not None]
+            value = te.cast(ft, x[(o[0], o[1]) + tuple(j for j, _, _ in combo)])
             if conds:
                 value = te.select(te.logical_and(*conds), value, te.const(0.0, ft))
-            term = value if weight is None else value * weight
-            total = term if total is None else total + term
+            for _, _, w in combo:
+                if w is not None:
+                    value = value * w
+            total = value if total is None else total + value
         return te.cast(x.dtype, total)
+
+    def f(*o):
+        def bind_axis(i, per_axis):  # binds axis i's coordinate, then its taps' indices, masks and weights
+            if i == nd:
+                return interpolate(o, per_axis)
+
+            def bind_taps(taps):
+                flat = [p for k, w in taps for p in tap(k, i) + (w,)]
+                return _let_all(flat, lambda vs: bind_axis(i + 1, per_axis + [list(zip(vs[0::3], vs[1::3], vs[2::3]))]),
+                                f"tap{i}")
+
+            def with_coord(v):
+                if mode == "nearest":
+                    return bind_taps([(te.cast("int64", v), None)])
+                return te.let(te.floor(v), lambda fl: te.let(v - fl, lambda t: bind_taps(linear_taps(fl, t)), "t"),
+                              "floor")
+            return te.let(coord(o, i), with_coord, f"x{i}")
+        return bind_axis(0, [])
 
     return te.compute(out_type.shape, f, name="grid_sample")
 

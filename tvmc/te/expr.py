@@ -206,6 +206,23 @@ class Call(PrimExpr):
         return f"{self.name}({', '.join(map(repr, self.args))})"
 
 
+class Let(PrimExpr):
+    """`let var = value in body` (TVM's tir.Let): `value` is computed once and `body` reads it
+    through `var` as often as it likes, so a sub-expression used many times stays one node when
+    the expression is lowered, simplified and code-generated (without it the tree each use
+    copies grows exponentially with nesting). Codegens may compute `value` before the whole
+    statement holding the Let (the OpenCL printer declares it there, as TVM's CodeGenC does), so
+    it must be safe to compute unconditionally: no load that a Select guards."""
+
+    def __init__(self, var: Var, value: PrimExpr, body: PrimExpr):
+        assert var.dtype == value.dtype, (var.dtype, value.dtype)
+        self.var, self.value, self.body = var, value, body
+        self.dtype = body.dtype
+
+    def __repr__(self):
+        return f"(let {self.var!r} = {self.value!r} in {self.body!r})"
+
+
 class TensorLoad(PrimExpr):
     """`tensor[indices]` at the tensor-expression level (multi-dimensional)."""
 
@@ -320,6 +337,16 @@ def reinterpret(dtype: str, x) -> "Call":
     return Call("reinterpret", [x], dtype)
 
 
+def let(value, body_fn, name: str = "v") -> PrimExpr:
+    """`body_fn(v)` with v a fresh Var bound to `value` once (a Let); a literal or a Var is passed
+    as it is, having nothing to compute twice."""
+    value = _wrap(value)
+    if isinstance(value, (IntImm, FloatImm, Var)):
+        return body_fn(value)
+    var = Var(name, value.dtype)
+    return Let(var, value, body_fn(var))
+
+
 def select(cond, t, f):
     t = _wrap(t)
     return Select(cond, t, _wrap(f, t))
@@ -387,6 +414,8 @@ def children(e: PrimExpr):
         return (e.source,)
     if isinstance(e, Load):
         return (e.index,)
+    if isinstance(e, Let):
+        return (e.value, e.body)
     return ()
 
 
@@ -415,6 +444,8 @@ def transform(e: PrimExpr, fn) -> PrimExpr:
             n = Reduce(x.combiner, visit(x.source), x.axes)
         elif isinstance(x, Load):
             n = Load(x.buffer, visit(x.index))
+        elif isinstance(x, Let):
+            n = Let(x.var, visit(x.value), visit(x.body))
         else:
             n = x
         r = fn(n)

@@ -4,8 +4,8 @@ and range-aware floordiv/floormod elimination (TVM's arith::Analyzer, reduced to
 
 from __future__ import annotations
 
-from tvmc.te.expr import (INDEX, BinOp, Cast, Cmp, FloatImm, IntImm, Load, Not, PrimExpr, Select, Var,
-                          is_float, transform)
+from tvmc.te.expr import (INDEX, BinOp, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
+                          is_float, substitute, transform)
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Seq, Stmt, Store
 
 
@@ -202,6 +202,8 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
             return IntImm(1 - x.a.value, "bool")
         if isinstance(x, Select) and isinstance(x.cond, IntImm):
             return x.t if x.cond.value else x.f
+        if isinstance(x, Let) and isinstance(x.value, (IntImm, FloatImm, Var)):  # nothing left to bind
+            return simplify(substitute(x.body, {x.var: x.value}), ranges)
         if isinstance(x, Cast) and isinstance(x.value, (IntImm, FloatImm)):
             if is_float(x.dtype):
                 return FloatImm(float(x.value.value), x.dtype)
