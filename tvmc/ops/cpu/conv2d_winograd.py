@@ -32,14 +32,20 @@ from tvmc.ops.cpu.tiling import schedule_tiled_reduction
 MIN_WINOGRAD_CHANNELS = 16
 
 
-def winograd_tile_size(data_shape, weight_shape, attrs, target) -> int:
+def winograd_tile_size(data_shape, weight_shape, attrs, target, override: int = -1) -> int:
     """The Winograd output tile m (2: F(2x2, 3x3)) for an NCHW conv2d with data [N, C, H, W] and
-    OIHW weight on `target`, or 0 for the direct form (see the module docstring for the rule)."""
+    OIHW weight on `target`, or 0 for the direct form (see the module docstring for the rule);
+    `override` (AlterOpLayout's option winograd_tile_size) >= 0 replaces the target rule: 0 never,
+    2 or 4 that tile for every eligible conv."""
     c, o = data_shape[1], weight_shape[0]
     eligible = (tuple(weight_shape[2:]) == (3, 3) and tuple(attrs["strides"]) == (1, 1)
                 and tuple(attrs["dilation"]) == (1, 1) and attrs.get("groups", 1) == 1
                 and min(c, o) >= MIN_WINOGRAD_CHANNELS)
-    return 2 if eligible and target.fma_scalar_operand == "splat" else 0
+    if not eligible:
+        return 0
+    if override >= 0:
+        return override
+    return 2 if target.fma_scalar_operand == "splat" else 0
 
 
 def conv2d_winograd_config(workload, target) -> ConfigSpace:
