@@ -17,6 +17,7 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.conv2d_winograd import conv2d_winograd_config, schedule_conv2d_winograd
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.layout import channel_block
 from tvmc.ops.nn_conv2d_nchwc import _reference as conv2d_nchwc_reference
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
@@ -165,8 +166,10 @@ def _compute(inputs, attrs, out_type):
     return conv2d_winograd_nchwc(inputs[0], inputs[1], attrs["padding"], attrs["tile_size"])
 
 
-# CPU only: AlterOpLayout emits this op for CPU targets (its rule: tvmc.ops.cpu.conv2d_winograd).
+# AlterOpLayout emits this op for CPU targets only (its rule: tvmc.ops.cpu.conv2d_winograd); the GPU
+# family runs it, like nn.conv2d_nchwc, with the generic per-thread schedule.
 register_op(OpDef("nn.conv2d_winograd_nchwc", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
     "cpu": [Implementation("conv2d_winograd_nchwc.x86", schedule_conv2d_winograd,
                            config_space=conv2d_winograd_config)],
+    "gpu": [Implementation("conv2d_winograd_nchwc.gpu", schedule_generic, config_space=generic_config)],
 }))
