@@ -14,10 +14,16 @@ wasm: several channel blocks per broadcast; elsewhere one block, tile_p by the a
 registers).
 
 When to use it (winograd_tile_size, read by AlterOpLayout): 3x3 kernels, stride 1, dilation 1,
-groups 1, both channel counts at least MIN_WINOGRAD_CHANNELS, on targets whose ISA's
-fma_scalar_operand is "splat" (simd128: no FMA, so each multiply-add is two instructions and the
-direct form's register tile spills in the engine, where the GEMM's reads are contiguous);
-F(2x2, 3x3). Measured: see the docstring of winograd_tile_size.
+groups 1, both channel counts at least MIN_WINOGRAD_CHANNELS, on targets with at most
+WINOGRAD_MAX_VECTOR_REGISTERS vector registers (wasm simd128, x86 AVX2 and SSE: the direct form's
+register tile holds at most 12 to 16 accumulators there, and each broadcast input element feeds
+few multiply-adds); F(2x2, 3x3). Measured whole models, one thread, the direct form and F(2x2)
+interleaved in one process (load average 3 to 6, other processes running):
+  wasm in Node 20:     ResNet-18 275 -> 145 ms, SqueezeNet 51 -> 35, Inception v1 379 -> 280;
+  x86 AVX2 (Zen 3):    ResNet-18 74 -> 37 ms, SqueezeNet 12.5 -> 10.0, Inception v1 58 -> 42;
+F(4x4) on AVX2: ResNet-18 48 ms, SqueezeNet 9.7, Inception v1 39.7 (with a larger error: the
+transforms' constants reach 8 and 1/24). Targets with 32 registers (AVX-512, NEON) keep the
+direct form: not measured here (no such machine), and their register tiles are twice as large.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallba
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction
 
+# Most vector registers of a target where Winograd is the default (see the module docstring).
+WINOGRAD_MAX_VECTOR_REGISTERS = 16
 # Fewest input and output channels for which the transforms (per tile: alpha^2 x C input and
 # alpha^2 x O output additions) stay small beside the GEMM (alpha^2 x C x O multiply-adds).
 MIN_WINOGRAD_CHANNELS = 16
@@ -45,7 +53,7 @@ def winograd_tile_size(data_shape, weight_shape, attrs, target, override: int = 
         return 0
     if override >= 0:
         return override
-    return 2 if target.fma_scalar_operand == "splat" else 0
+    return 2 if target.num_vector_registers <= WINOGRAD_MAX_VECTOR_REGISTERS else 0
 
 
 def conv2d_winograd_config(workload, target) -> ConfigSpace:
