@@ -31,7 +31,7 @@ from __future__ import annotations
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
-from tvmc.ops.cpu.tiling import schedule_tiled_reduction
+from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
 
 # Most vector registers of a target where Winograd is the default (see the module docstring).
 WINOGRAD_MAX_VECTOR_REGISTERS = 16
@@ -80,16 +80,17 @@ def schedule_conv2d_winograd(s, out, anchor, cfg, target):
     gemm = next(t for t in anchor.op.input_tensors() if t.op is not None)
     tile = next(t for t in gemm.op.input_tensors() if t.op is not None)
     pad = next((t for t in tile.op.input_tensors() if t.op is not None), None)
+    parallel = worth_parallel(gemm)  # the transforms too: each is a pass over a GEMM operand
     keep = [gemm, tile] + ([pad] if pad is not None else [])
     reshaped = tuple(out.shape) != tuple(anchor.shape)
     inline_injective(s, out, keep=keep + ([anchor] if reshaped else []))
     if pad is not None:
         schedule_blocked_loops(s, pad, target)
-    _schedule_input_tile(s, tile)
+    _schedule_input_tile(s, tile, parallel)
     schedule_tiled_reduction(s, gemm, gemm, tiles={1: cfg["tile_oc"], 2: cfg["tile_p"], 3: gemm.shape[3]},
                              vector_axis=3, unroll_axes=(1, 2), parallel_depth=3, target=target,
                              keep=keep + [out, anchor])
-    _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm))
+    _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm), parallel)
     if reshaped:
         schedule_elementwise_loops(s, out, target)
 
@@ -99,7 +100,7 @@ def _tile_size(gemm) -> int:
     return int(round(gemm.shape[0] ** 0.5)) - 2
 
 
-def _schedule_input_tile(s, tile):
+def _schedule_input_tile(s, tile, parallel: bool):
     """V [alpha^2, P, C//ib, ib]: (tile, channel block) pairs outer, grid positions unrolled, the
     channel block vectorized."""
     st = s[tile]
@@ -108,10 +109,11 @@ def _schedule_input_tile(s, tile):
     st.unroll(e)
     st.vectorize(ci)
     head = st.fuse(p, c)
-    st.parallel(head)
+    if parallel:
+        st.parallel(head)
 
 
-def _schedule_output_tile(s, t, m):
+def _schedule_output_tile(s, t, m, parallel: bool):
     """[N, O//ob, OH, OW, ob]: rows and columns split by the tile size m and unrolled (the
     position in the tile selects its A^T rows at compile time), ob vectorized, (n, oc, row
     tile) in parallel."""
@@ -123,4 +125,6 @@ def _schedule_output_tile(s, t, m):
     st.unroll(yi)
     st.unroll(xi)
     st.vectorize(oi)
-    st.parallel(st.fuse(nn, o, yo))
+    head = st.fuse(nn, o, yo)
+    if parallel:
+        st.parallel(head)
