@@ -54,9 +54,10 @@ def winograd_weight_transform(weight: np.ndarray, tile_size: int, ic_bn: int, oc
 
 
 def _weight_from_transform(u: np.ndarray, tile_size: int) -> np.ndarray:
-    """numpy, tests and FoldConstant only: the OIHW 3x3 weight whose transform is `u` (G has full
-    column rank, so g = G^+ U G^+T recovers it exactly up to rounding)."""
-    a2, oco, ico, ib, ob = u.shape
+    """numpy, for the op's reference (tests, the graph interpreter, FoldConstant): the OIHW 3x3
+    weight whose transform is `u` (G has full column rank, so g = G^+ U G^+T recovers it up to
+    rounding)."""
+    _, oco, ico, ib, ob = u.shape
     alpha = tile_size + 2
     grid = u.astype(np.float64).transpose(0, 1, 4, 2, 3).reshape(alpha, alpha, oco * ob, ico * ib)
     gi = np.linalg.pinv(WINOGRAD_MATRICES[tile_size][1])
