@@ -17,13 +17,17 @@ When to use it (winograd_tile_size, read by AlterOpLayout): 3x3 kernels, stride 
 groups 1, both channel counts at least MIN_WINOGRAD_CHANNELS, on targets with at most
 WINOGRAD_MAX_VECTOR_REGISTERS vector registers (wasm simd128, x86 AVX2 and SSE: the direct form's
 register tile holds at most 12 to 16 accumulators there, and each broadcast input element feeds
-few multiply-adds); F(2x2, 3x3). Measured whole models, one thread, the direct form and F(2x2)
-interleaved in one process (load average 3 to 6, other processes running):
-  wasm in Node 20:     ResNet-18 275 -> 145 ms, SqueezeNet 51 -> 35, Inception v1 379 -> 280;
-  x86 AVX2 (Zen 3):    ResNet-18 74 -> 37 ms, SqueezeNet 12.5 -> 10.0, Inception v1 58 -> 42;
-F(4x4) on AVX2: ResNet-18 48 ms, SqueezeNet 9.7, Inception v1 39.7 (with a larger error: the
-transforms' constants reach 8 and 1/24). Targets with 32 registers (AVX-512, NEON) keep the
-direct form: not measured here (no such machine), and their register tiles are twice as large.
+few multiply-adds); F(4x4, 3x3) (WINOGRAD_TILE_SIZE). Measured whole models, one thread,
+interleaved in one process (other processes running):
+  wasm in Node 20, direct -> F(2x2) (load 5): ResNet-18 275 -> 145 ms, SqueezeNet 51 -> 35,
+      Inception v1 379 -> 280; F(2x2) -> F(4x4) (load 1.7): ResNet-18 102 -> 81 ms,
+      SqueezeNet 27.7 -> 26.1, Inception v1 112 -> 102;
+  x86 AVX2 (Zen 3, load 2.6): ResNet-18 direct 49.8 ms, F(2x2) 33.3, F(4x4) 29.7; (load 5)
+      SqueezeNet 12.5 / 10.0 / 9.7, Inception v1 58 / 42 / 40.
+F(4x4)'s transforms have constants up to 8 and 1/24: the outputs of those models moved by at most
+8e-7 of their largest magnitude against the direct form. Targets with 32 registers (AVX-512,
+NEON) keep the direct form: not measured here (no such machine), and their register tiles are
+twice as large.
 """
 
 from __future__ import annotations
@@ -33,15 +37,17 @@ from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallba
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
 
-# Most vector registers of a target where Winograd is the default (see the module docstring).
+# Most vector registers of a target where Winograd is the default, and its output tile (see the
+# module docstring).
 WINOGRAD_MAX_VECTOR_REGISTERS = 16
+WINOGRAD_TILE_SIZE = 4
 # Fewest input and output channels for which the transforms (per tile: alpha^2 x C input and
 # alpha^2 x O output additions) stay small beside the GEMM (alpha^2 x C x O multiply-adds).
 MIN_WINOGRAD_CHANNELS = 16
 
 
 def winograd_tile_size(data_shape, weight_shape, attrs, target, override: int = -1) -> int:
-    """The Winograd output tile m (2: F(2x2, 3x3)) for an NCHW conv2d with data [N, C, H, W] and
+    """The Winograd output tile m (4: F(4x4, 3x3)) for an NCHW conv2d with data [N, C, H, W] and
     OIHW weight on `target`, or 0 for the direct form (see the module docstring for the rule);
     `override` (AlterOpLayout's option winograd_tile_size) >= 0 replaces the target rule: 0 never,
     2 or 4 that tile for every eligible conv."""
@@ -53,7 +59,7 @@ def winograd_tile_size(data_shape, weight_shape, attrs, target, override: int = 
         return 0
     if override >= 0:
         return override
-    return 2 if target.num_vector_registers <= WINOGRAD_MAX_VECTOR_REGISTERS else 0
+    return WINOGRAD_TILE_SIZE if target.num_vector_registers <= WINOGRAD_MAX_VECTOR_REGISTERS else 0
 
 
 def conv2d_winograd_config(workload, target) -> ConfigSpace:
