@@ -6,7 +6,9 @@ import numpy as np
 
 from tvmc.graph.ir import Call, Constant, Expr, Graph, make_call, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
+from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
+from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import pack_dense_weight
 from tvmc.ops.registry import OpPattern, get_op
 from tvmc.passes.pass_infra import graph_pass
@@ -55,8 +57,9 @@ class _Rewriter:
     layout), so a tensor that several consumers need in one layout is transformed once.
     """
 
-    def __init__(self, target, min_block: int):
+    def __init__(self, target, min_block: int, winograd: int):
         self.target = target
+        self.winograd = winograd
         self.max_block = target.vector_lanes("float32")
         self.min_block = min(min_block, self.max_block)
         self.memo: dict = {}        # old Expr -> (new Expr, layout)
@@ -133,6 +136,12 @@ class _Rewriter:
         else:
             ic_bn = channel_block(self.layout_of(data)) or self.block_of(c)
         x = self.as_layout(data, blocked_layout(ic_bn))
+        m = winograd_tile_size(data.shape, weight.shape, e.attrs, self.target, self.winograd)
+        if m:
+            w = Constant(winograd_weight_transform(weight.value, m, ic_bn, oc_bn),
+                         f"{weight.name or 'weight'}_winograd{m}_{ic_bn}i{oc_bn}o")
+            attrs = {"padding": e.attrs["padding"], "tile_size": m, "out_layout": blocked_layout(oc_bn)}
+            return make_call("nn.conv2d_winograd_nchwc", [x, w], attrs, name=e.name), blocked_layout(oc_bn)
         w = Constant(pack_weight(weight.value, ic_bn, oc_bn, depthwise),
                      f"{weight.name or 'weight'}_OIHW{1 if depthwise else ic_bn}i{oc_bn}o")
         attrs = dict(e.attrs, groups=groups, out_layout=blocked_layout(oc_bn))
@@ -215,7 +224,7 @@ def _cancel_transforms(graph: Graph) -> Graph:
     return rewrite(graph, fn)
 
 
-@graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8})
+@graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1})
 def alter_op_layout(graph: Graph, ctx) -> Graph:
     """Store convolution activations channel-blocked and dense weights column-blocked on CPU
     targets (TVM's AlterOpLayout with topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc,
@@ -229,6 +238,10 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     input already has, else the same rule on C (1 for a 3-channel image). Convs whose oc_bn
     would be below min(`min_block` option (8), vector lanes) stay NCHW (a narrower block
     leaves most of each vector register idle), as do other group counts.
+    A 3x3 stride-1 groups-1 conv that tvmc.ops.cpu.conv2d_winograd.winograd_tile_size selects
+    for the target (option `winograd_tile_size`: -1 that rule, 0 never, 2 or 4 every eligible
+    conv with that output tile) becomes nn.conv2d_winograd_nchwc instead, its weight transformed
+    here to U = G g G^T blocked as [alpha^2, O//oc_bn, C//ic_bn, ic_bn, oc_bn].
 
     Each nn.dense with a Constant [N, K] weight becomes nn.dense_pack with the weight packed
     here to [N//bn, K, bn] (TVM's dense_alter_op: dense -> dense_pack), bn chosen like oc_bn
@@ -247,7 +260,7 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     target = ctx.target
     if target is None or getattr(target, "family", None) != "cpu":
         return graph
-    rw = _Rewriter(target, ctx.option("AlterOpLayout", "min_block"))
+    rw = _Rewriter(target, ctx.option("AlterOpLayout", "min_block"), ctx.option("AlterOpLayout", "winograd_tile_size"))
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:

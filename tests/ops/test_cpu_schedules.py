@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 import pytest
-from test_ops import Case, _assert_close, bias_relu, conv, n, pool
+from test_ops import Case, _assert_close, _winograd_weight, bias_relu, conv, n, pool
 from util import build_and_run, op_function, run_op
 
 from tests.targets import TARGETS, require
@@ -45,6 +45,10 @@ CPU_CASES = [
          dict(conv(strides=(2, 2), padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
     Case("window_reduce.x86", "nn.col2im", lambda r: [n(r, (2, 18, 9))],
          dict(image_shape=(7, 8), block_shape=(3, 2), strides=(2, 3), dilation=(2, 1), padding=(1, 0, 2, 2))),
+    Case("conv2d_winograd_nchwc.x86", "nn.conv2d_winograd_nchwc",
+         lambda r: [n(r, (1, 2, 5, 9, 4)), _winograd_weight(r, (12, 8, 3, 3), 2, 4, 4)],
+         dict(padding=(1, 1, 1, 1), tile_size=2, out_layout="NCHW4c"),
+         lambda r: [("add", {}, [n(r, (3, 1, 1, 4))]), ("nn.relu", {}, [])]),
     # issue 18, group B (misc ops)
     Case("det.x86", "det", lambda r: [n(r, (3, 2, 5, 5))]),
     # issue 18 point 5: the data-dependent selections (NonZero, Compress, Unique, TopK, NMS)
@@ -221,3 +225,68 @@ def test_conv2d_nchwc_splat_operand_tiles_several_channel_blocks(ow, oc_blocks, 
     assert wasm.fma_scalar_operand == "splat"
     assert fallback(wasm) == tile
     assert fallback(resolve_target("x86-avx2"))[0] == 1
+
+
+# --- Winograd conv2d (issue 15 point 6, part 2)
+@pytest.mark.parametrize("target_name,shapes,attrs,tile", [
+    ("wasm", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 4),
+    ("wasm", ((1, 16, 13, 13), (64, 16, 3, 3)), conv(padding=(1, 1, 1, 1)), 4),
+    ("wasm", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(strides=(2, 2), padding=(1, 1, 1, 1)), 0),
+    ("wasm", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(dilation=(2, 2), padding=(2, 2, 2, 2)), 0),
+    ("wasm", ((1, 64, 56, 56), (64, 64, 1, 1)), conv(), 0),
+    ("wasm", ((1, 8, 56, 56), (64, 8, 3, 3)), conv(padding=(1, 1, 1, 1)), 0),
+    ("wasm", ((1, 64, 56, 56), (64, 1, 3, 3)), conv(padding=(1, 1, 1, 1), groups=64), 0),
+    ("x86", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 0),
+    ("x86-avx2", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 4),
+    ("arm", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 0),
+])
+def test_winograd_rule_takes_3x3_stride_1_convs_on_targets_with_16_vector_registers(target_name, shapes, attrs, tile):
+    """AlterOpLayout's rule (winograd_tile_size): F(4x4, 3x3) for 3x3 stride-1 dilation-1 groups-1
+    convs with >= 16 channels on wasm simd128 and x86 AVX2 (16 registers, measured faster there);
+    the direct form on AVX-512 and NEON (32 registers) and for every other workload."""
+    from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
+
+    target = resolve_target(target_name)
+    assert winograd_tile_size(*shapes, attrs, target) == tile
+    if tile:  # the pass option overrides the target rule, never the workload's conditions
+        assert winograd_tile_size(*shapes, attrs, target, override=0) == 0
+        assert winograd_tile_size(*shapes, attrs, target, override=2) == 2
+    else:
+        eligible = shapes[0][1] >= 16 and attrs["strides"] == (1, 1) and attrs["dilation"] == (1, 1) \
+            and attrs["groups"] == 1 and shapes[1][2:] == (3, 3)
+        assert winograd_tile_size(*shapes, attrs, target, override=4) == (4 if eligible else 0)
+
+
+def test_winograd_batched_gemm_is_a_register_tile_of_the_descriptors_fallback():
+    """The fused Winograd kernel keeps the padded input, the input tiles and the batched GEMM
+    materialized once; the GEMM accumulates a tile_oc x tile_p x ob register tile (wasm's splat
+    fallback for 16 channel blocks and 49 tiles: 2 x 7) over (ic_outer, ic_inner); the output
+    transform writes m x m pixels per tile, unrolled, fused with the bias and relu; the result
+    matches the reference."""
+    from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
+
+    rng = np.random.default_rng(3)
+    x = Var("x", TensorType((1, 16, 14, 14, 4), "float32"))
+    weight = rng.standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.1
+    u = winograd_weight_transform(weight, 2, 4, 4)
+    w = Var("w", TensorType(u.shape, "float32"))
+    b = Var("b", TensorType((16, 1, 1, 4), "float32"))
+    attrs = dict(padding=(1, 1, 1, 1), tile_size=2, out_layout="NCHW4c")
+    conv_call = make_call("nn.conv2d_winograd_nchwc", [x, w], attrs)
+    fn = Function([x, w, b], make_call("nn.relu", [make_call("add", [conv_call, b])]), "fused_winograd")
+    text = str(lower_fused(fn, resolve_target("wasm")))
+    for stage, shape in (("pad_data", "[1,16,16,16,4]"), ("input_tile", "[16,49,16,4]"),
+                         ("batch_gemm", "[16,16,49,4]")):
+        assert f"allocate {stage}: float32{shape} (global)" in text
+    assert "allocate batch_gemm_local: float32[1,2,7,4] (local)" in text
+    assert "for ic_outer in 0..16 {\n        for ic_inner in 0..4 {\n          unroll for batch_gemm_i1 in 0..2" in text
+    output = text.split("parallel for")[-1]  # the output transform with the epilogue: one loop nest
+    assert "unroll for nn_relu_i2_inner in 0..2" in output and "unroll for nn_relu_i3_inner in 0..2" in output
+    assert "max(" in output and "batch_gemm[" in output
+    a = rng.standard_normal((1, 16, 14, 14, 4)).astype(np.float32)
+    bias = rng.standard_normal((16, 1, 1, 4)).astype(np.float32)
+    out, _ = build_and_run(fn, [a, u, bias])
+    from tvmc.ops.registry import get_op
+
+    ref = np.maximum(get_op("nn.conv2d_winograd_nchwc").reference(a, u, **attrs) + bias, 0)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)

@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 import pytest
-from test_ops import Case, _assert_close, bias_relu, conv, n, pool
+from test_ops import Case, _assert_close, _winograd_weight, bias_relu, conv, n, pool
 from util import op_function, run_op
 
 from tests.targets import require
@@ -51,6 +51,9 @@ GPU_CASES = [
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
     Case("window_reduce.gpu", "nn.col2im", lambda r: [n(r, (2, 18, 9))],
          dict(image_shape=(7, 8), block_shape=(3, 2), strides=(2, 3), dilation=(2, 1), padding=(1, 0, 2, 2))),
+    Case("conv2d_winograd_nchwc.gpu", "nn.conv2d_winograd_nchwc",
+         lambda r: [n(r, (1, 2, 7, 6, 4)), _winograd_weight(r, (8, 8, 3, 3), 2, 4, 4)],
+         dict(padding=(1, 1, 1, 1), tile_size=2, out_layout="NCHW4c")),
     # issue 18, group B (misc ops)
     Case("det.gpu", "det", lambda r: [n(r, (3, 2, 5, 5))]),
     # issue 18 point 5: the data-dependent selections (NonZero, Compress, Unique, TopK, NMS)

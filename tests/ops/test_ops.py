@@ -86,6 +86,13 @@ def pool(k, s, p=(0, 0, 0, 0), ceil=0, dilation=(1, 1), **kw):
     return dict(pool_size=k, strides=s, padding=p, ceil_mode=ceil, dilation=dilation, **kw)
 
 
+def _winograd_weight(rng, oihw, tile_size, ic_bn, oc_bn):
+    """A random 3x3 weight transformed for nn.conv2d_winograd_nchwc (as AlterOpLayout does)."""
+    from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
+
+    return winograd_weight_transform(n(rng, oihw), tile_size, ic_bn, oc_bn)
+
+
 def bias_relu(c):
     return lambda rng: [("add", {}, [n(rng, (c, 1, 1))]), ("nn.relu", {}, [])]
 
@@ -498,6 +505,15 @@ CASES = [
          lambda r: [n(r, (1, 2, 5, 8, 4)), n(r, (4, 2, 3, 3, 4, 4))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW4c"),
          lambda r: [("add", {}, [n(r, (4, 1, 1, 4))]), ("nn.relu", {}, [])]),
+    # --- issue 15 point 6, part 2 (wasm speed): Winograd conv2d F(2x2,3x3) and F(4x4,3x3); OH, OW odd
+    # (partial output tiles), the weight transformed as AlterOpLayout does
+    Case("conv2d_winograd_nchwc_f2_bias_relu", "nn.conv2d_winograd_nchwc",
+         lambda r: [n(r, (1, 2, 7, 9, 4)), _winograd_weight(r, (8, 8, 3, 3), 2, 4, 4)],
+         dict(padding=(1, 1, 1, 1), tile_size=2, out_layout="NCHW4c"),
+         lambda r: [("add", {}, [n(r, (2, 1, 1, 4))]), ("nn.relu", {}, [])]),
+    Case("conv2d_winograd_nchwc_f4_no_pad", "nn.conv2d_winograd_nchwc",
+         lambda r: [n(r, (1, 2, 11, 7, 4)), _winograd_weight(r, (4, 8, 3, 3), 4, 4, 4)],
+         dict(padding=(0, 0, 0, 0), tile_size=4, out_layout="NCHW4c")),
     # --- data-dependent shapes (issue 18 point 5, dyn-shapes): outputs padded to their bound, and
     # their run-time shapes; a dynamic output followed by shape-preserving elementwise ops
     Case("nonzero_3d_cast_add", "nonzero", lambda r: [r.integers(-1, 2, (2, 3, 4)).astype(np.float32)],

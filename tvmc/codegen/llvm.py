@@ -554,6 +554,9 @@ class CodeGenLLVM:
 
     def _select(self, st, e: Select, vec, mask):
         b = st.builder
+        known = simplify(e.cond)
+        if isinstance(known, IntImm):  # e.g. a select on an unrolled loop's index: one side only
+            return self._expr(st, e.t if known.value else e.f, vec, mask)
         cond = self._expr(st, e.cond, vec, mask)
         has_load = any(isinstance(x, Load) for x in walk(e.t)) or any(isinstance(x, Load) for x in walk(e.f))
         if not isinstance(cond, _Vec) and vec is not None and any(x is vec[0] for x in walk(e)):

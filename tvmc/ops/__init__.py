@@ -32,6 +32,7 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | nonzero / nonzero_shape | x -> int64[rank, <=size(x)] / int64[2] | - | OPAQUE |
 | compress / compress_shape | x, condition bool[L] -> x with axis <= min(extent, L) / int64[rank] | axis | OPAQUE |
 | unique / unique_shape, unique_inverse | x -> values (axis <= extent), indices, counts (int64[<=extent]) / int64[rank]; inverse int64[extent] | axis, sorted (0/1), output ('values', 'indices', 'counts', 'inverse') | OPAQUE |
+| control.loop | M int64[], cond bool[], initial carried..., captured... -> final carried value `index` | body (LoopBody: a graph of its own), index | OPAQUE, no kernel: interpreted by the executors (tvmc/ops/control.py) |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):
 
@@ -39,7 +40,7 @@ Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 
 | --- | --- | --- | --- |
 | layout_transform | x in src_layout | src_layout, dst_layout: NCHW or NCHW[x]c ([N,C/x,H,W,x]) | INJECTIVE |
 | nn.conv2d_nchwc | data[N,C/ib,H,W,ib], weight[O/ob,C/ib,KH,KW,ib,ob] (depthwise: [C/ob,1,KH,KW,1,ob]) -> [N,O/ob,OH,OW,ob] | strides, padding, dilation, groups (1 or C), out_layout (NCHW[ob]c) | OUT_ELEMWISE_FUSABLE |
-| control.loop | M int64[], cond bool[], initial carried..., captured... -> final carried value `index` | body (LoopBody: a graph of its own), index | OPAQUE, no kernel: interpreted by the executors (tvmc/ops/control.py) |
+| nn.conv2d_winograd_nchwc | data[N,C/ib,H,W,ib], weight U[(m+2)^2,O/ob,C/ib,ib,ob] (transformed at compile time) -> [N,O/ob,OH,OW,ob] | padding, tile_size m (2 or 4), out_layout (NCHW[ob]c); 3x3, stride 1, dilation 1, groups 1 | OUT_ELEMWISE_FUSABLE |
 """
 
 # each op module registers its operators on import
@@ -54,3 +55,4 @@ from tvmc.ops import nn_col2im  # noqa: F401,E402  (registration: nn.col2im)
 from tvmc.ops import linalg  # noqa: F401,E402  (registration: det)
 from tvmc.ops import dynamic  # noqa: F401,E402  (registration: nonzero, compress, unique and their _shape ops)
 from tvmc.ops import control  # noqa: F401,E402  (registration: control.loop, interpreted by the executors)
+from tvmc.ops import nn_conv2d_winograd  # noqa: F401,E402  (registration: nn.conv2d_winograd_nchwc)

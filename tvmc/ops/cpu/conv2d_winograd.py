@@ -1,0 +1,136 @@
+"""CPU schedule for Winograd conv2d (tvmc.ops.nn_conv2d_winograd; TVM's conv2d_nchwc_winograd):
+the padded input and the input tile transform V = B^T d B are materialized once (grid positions
+unrolled, the channel block as the vector loop); the batched GEMM over input channels, the hot
+part, runs like nn.dense_pack: a register tile of tile_oc output channel blocks (weight vectors,
+the oc block as lanes) x tile_p tiles (broadcast V elements), reduced over (ic_outer, ic_inner);
+the output transform A^T M A runs per output tile (m x m pixels unrolled, the oc block as the
+vector loop) with the elementwise epilogue fused into it.
+
+Knobs:
+  tile_oc  output channel blocks per GEMM register tile (a divisor of O // ob, up to MAX_TILE_OC).
+  tile_p   tiles per GEMM register tile (a divisor of P, or a partial last tile under a guard).
+Fallback: conv2d_nchwc's fallback_register_tile with P in the role of OW (the splat operand of
+wasm: several channel blocks per broadcast; elsewhere one block, tile_p by the accumulator
+registers).
+
+When to use it (winograd_tile_size, read by AlterOpLayout): 3x3 kernels, stride 1, dilation 1,
+groups 1, both channel counts at least MIN_WINOGRAD_CHANNELS, on targets with at most
+WINOGRAD_MAX_VECTOR_REGISTERS vector registers (wasm simd128, x86 AVX2 and SSE: the direct form's
+register tile holds at most 12 to 16 accumulators there, and each broadcast input element feeds
+few multiply-adds); F(4x4, 3x3) (WINOGRAD_TILE_SIZE). Measured whole models, one thread,
+interleaved in one process (other processes running):
+  wasm in Node 20, direct -> F(2x2) (load 5): ResNet-18 275 -> 145 ms, SqueezeNet 51 -> 35,
+      Inception v1 379 -> 280; F(2x2) -> F(4x4) (load 1.7): ResNet-18 102 -> 81 ms,
+      SqueezeNet 27.7 -> 26.1, Inception v1 112 -> 102;
+  x86 AVX2 (Zen 3, load 2.6): ResNet-18 direct 49.8 ms, F(2x2) 33.3, F(4x4) 29.7; (load 5)
+      SqueezeNet 12.5 / 10.0 / 9.7, Inception v1 58 / 42 / 40.
+F(4x4)'s transforms have constants up to 8 and 1/24: the outputs of those models moved by at most
+8e-7 of their largest magnitude against the direct form. Targets with 32 registers (AVX-512,
+NEON) keep the direct form: not measured here (no such machine), and their register tiles are
+twice as large.
+"""
+
+from __future__ import annotations
+
+from tvmc.autotune.space import ConfigSpace
+from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile
+from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
+from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
+
+# Most vector registers of a target where Winograd is the default, and its output tile (see the
+# module docstring).
+WINOGRAD_MAX_VECTOR_REGISTERS = 16
+WINOGRAD_TILE_SIZE = 4
+# Fewest input and output channels for which the transforms (per tile: alpha^2 x C input and
+# alpha^2 x O output additions) stay small beside the GEMM (alpha^2 x C x O multiply-adds).
+MIN_WINOGRAD_CHANNELS = 16
+
+
+def winograd_tile_size(data_shape, weight_shape, attrs, target, override: int = -1) -> int:
+    """The Winograd output tile m (4: F(4x4, 3x3)) for an NCHW conv2d with data [N, C, H, W] and
+    OIHW weight on `target`, or 0 for the direct form (see the module docstring for the rule);
+    `override` (AlterOpLayout's option winograd_tile_size) >= 0 replaces the target rule: 0 never,
+    2 or 4 that tile for every eligible conv."""
+    c, o = data_shape[1], weight_shape[0]
+    eligible = (tuple(weight_shape[2:]) == (3, 3) and tuple(attrs["strides"]) == (1, 1)
+                and tuple(attrs["dilation"]) == (1, 1) and attrs.get("groups", 1) == 1
+                and min(c, o) >= MIN_WINOGRAD_CHANNELS)
+    if not eligible:
+        return 0
+    if override >= 0:
+        return override
+    return WINOGRAD_TILE_SIZE if target.num_vector_registers <= WINOGRAD_MAX_VECTOR_REGISTERS else 0
+
+
+def conv2d_winograd_config(workload, target) -> ConfigSpace:
+    """Config space of nn.conv2d_winograd_nchwc for workload (data, weight U [alpha^2, O//ob,
+    C//ib, ib, ob], out shapes, dtype, attrs): tile_oc (divisors of O//ob up to MAX_TILE_OC) and
+    tile_p (divisors of P up to num_vector_registers, and the partial widths in [R/2, R])."""
+    _, weight, out = workload[:3]
+    m = dict(workload[-1])["tile_size"]
+    tiles = out[0] * -(-out[2] // m) * -(-out[3] // m)
+    oc_blocks = weight[1]
+    tile_oc, tile_p = fallback_register_tile(tiles, oc_blocks, target, weight[3])
+    regs = accumulator_registers(target, weight[3])
+    divisors = [f for f in range(1, min(tiles, target.num_vector_registers) + 1) if tiles % f == 0]
+    partial = [t for t in range(max(1, regs // 2), min(regs, tiles - 1) + 1) if tiles % t]
+    space = ConfigSpace()
+    space.define_knob("tile_p", sorted(set(divisors + partial + [tile_p])), fallback=tile_p)
+    space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_blocks % f == 0], fallback=tile_oc)
+    return space
+
+
+def schedule_conv2d_winograd(s, out, anchor, cfg, target):
+    """Schedule a fused nn.conv2d_winograd_nchwc (anchor, [N, O//ob, OH, OW, ob]) + elementwise
+    epilogue (out); see the module docstring."""
+    gemm = next(t for t in anchor.op.input_tensors() if t.op is not None)
+    tile = next(t for t in gemm.op.input_tensors() if t.op is not None)
+    pad = next((t for t in tile.op.input_tensors() if t.op is not None), None)
+    parallel = worth_parallel(gemm)  # the transforms too: each is a pass over a GEMM operand
+    keep = [gemm, tile] + ([pad] if pad is not None else [])
+    reshaped = tuple(out.shape) != tuple(anchor.shape)
+    inline_injective(s, out, keep=keep + ([anchor] if reshaped else []))
+    if pad is not None:
+        schedule_blocked_loops(s, pad, target)
+    _schedule_input_tile(s, tile, parallel)
+    schedule_tiled_reduction(s, gemm, gemm, tiles={1: cfg["tile_oc"], 2: cfg["tile_p"], 3: gemm.shape[3]},
+                             vector_axis=3, unroll_axes=(1, 2), parallel_depth=3, target=target,
+                             keep=keep + [out, anchor])
+    _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm), parallel)
+    if reshaped:
+        schedule_elementwise_loops(s, out, target)
+
+
+def _tile_size(gemm) -> int:
+    """m, from alpha^2 (the GEMM's first extent): alpha = m + 2."""
+    return int(round(gemm.shape[0] ** 0.5)) - 2
+
+
+def _schedule_input_tile(s, tile, parallel: bool):
+    """V [alpha^2, P, C//ib, ib]: (tile, channel block) pairs outer, grid positions unrolled, the
+    channel block vectorized."""
+    st = s[tile]
+    e, p, c, ci = st.op.axis
+    st.reorder(p, c, e, ci)
+    st.unroll(e)
+    st.vectorize(ci)
+    head = st.fuse(p, c)
+    if parallel:
+        st.parallel(head)
+
+
+def _schedule_output_tile(s, t, m, parallel: bool):
+    """[N, O//ob, OH, OW, ob]: rows and columns split by the tile size m and unrolled (the
+    position in the tile selects its A^T rows at compile time), ob vectorized, (n, oc, row
+    tile) in parallel."""
+    st = s[t]
+    nn, o, y, x, oi = st.op.axis
+    yo, yi = st.split(y, m)
+    xo, xi = st.split(x, m)
+    st.reorder(nn, o, yo, xo, yi, xi, oi)
+    st.unroll(yi)
+    st.unroll(xi)
+    st.vectorize(oi)
+    head = st.fuse(nn, o, yo)
+    if parallel:
+        st.parallel(head)
