@@ -278,7 +278,7 @@ class _Importer:
         return opset if node.domain in _DEFAULT_DOMAINS else self.domain_opsets.get(node.domain, 0)
 
     def _imports(self, node, opset: int) -> bool:
-        """True when `node` converts with the default-domain opset `opset` in effect (registry.supports)."""
+        """True when `node` imports with the default-domain opset `opset` in effect (registry.supports)."""
         return supports(node.op_type, self._node_opset(node, opset), node.domain)
 
     def _convert(self, node, opset: int):
@@ -314,12 +314,12 @@ class _Importer:
         """Import `node` as its ONNX function body, each body node converted in turn (an unsupported
         op inside names the function and the op)."""
         types = [tensor_type(e.dtype, e.shape) if e is not None else None for e in inputs]
+        node_opset = self._node_opset(node, opset)
         try:
-            fn, body_opset, attrs = function_body(node, self._node_opset(node, opset), types, opset)
+            fn, body_opset, attrs = function_body(node, node_opset, types, opset)
             nodes = inline(node, fn, attrs, f"{label}/")
         except ValueError as e:
-            raise UnsupportedOpError(self.label, [(f"{node.op_type} ({e})", self._node_opset(node, opset),
-                                                   [label])]) from None
+            raise UnsupportedOpError(self.label, [(f"{node.op_type} ({e})", node_opset, [label])]) from None
         missing = {}
         for inner in nodes:
             if not self._imports(inner, body_opset):
