@@ -75,9 +75,9 @@ class TvmcBackend(Backend):
     def is_compatible(cls, model, device: str = "CPU", **kwargs) -> bool:
         from tvmc.frontend.onnx import supports
 
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        opsets = {"ai.onnx": 1, **{o.domain or "ai.onnx": o.version for o in model.opset_import}}
         return cls.supports_device(device) and all(
-            n.domain in ("", "ai.onnx") and supports(n.op_type, opset) for n in model.graph.node)
+            supports(n.op_type, opsets.get(n.domain or "ai.onnx", 0), n.domain) for n in model.graph.node)
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs) -> TvmcBackendRep:

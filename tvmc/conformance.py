@@ -487,12 +487,13 @@ def op_group(op: str) -> str:
     body' for an op imported through its ONNX function body, or 'unsupported'."""
     from tvmc.frontend.onnx import CONVERTERS
 
-    from tvmc.frontend.onnx.functions import expandable
+    from tvmc.frontend.onnx.functions import FUNCTION_DOMAINS, expandable
 
     fn = CONVERTERS.get(op)
     if fn is not None:
         return fn.__module__.rsplit(".", 1)[-1]
-    return "function body" if any(expandable(op, v) for v in range(1, 29)) else "unsupported"
+    return "function body" if any(expandable(op, v, d) for d in ("", *FUNCTION_DOMAINS) for v in range(1, 29)) \
+        else "unsupported"
 
 
 def _pct(n: int, d: int) -> str:

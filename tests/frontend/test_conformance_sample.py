@@ -52,6 +52,8 @@ SAMPLE = {
     # issue 18 point 5: data-dependent shapes
     "test_nonzero_example": False, "test_compress_0": False, "test_unique_sorted_with_axis": False,
     "test_nonmaxsuppression_suppress_by_IOU": False,
+    # issue 18 point 2: FlexAttention (ai.onnx.preview, through its function body)
+    "test_flexattention_causal_mask": False,
 }
 
 
@@ -136,3 +138,9 @@ def test_rank0_outputs_of_two_reductions_on_opencl(cases, monkeypatch):
     monkeypatch.setattr(conformance, "TARGET", "opencl")
     res = conformance.run_case(cases["test_dynamicquantizelinear"])
     assert res.status == "passed", res.reason
+
+
+def test_backend_accepts_a_function_op_of_the_preview_domain(cases):
+    assert TvmcBackend.is_compatible(cases["test_flexattention_soft_cap"].model)
+    assert not TvmcBackend.is_compatible(cases["test_tfidfvectorizer_tf_only_bigrams_skip0"].model)
+    assert conformance.op_group("FlexAttention") == "function body"

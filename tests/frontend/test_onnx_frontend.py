@@ -677,6 +677,35 @@ def scan8_batch_reversed():
     return model, {"s0": rand(2, 3), "p0": rand(2, 3, seed=2), "x": rand(2, 4, 3, seed=1)}
 
 
+# FlexAttention (issue 18 point 2): ai.onnx.preview's function op, imported through its
+# context-dependent body. onnxruntime 1.32 has no FlexAttention kernel: onnx.reference is the
+# reference (it evaluates the same body).
+@case
+def flexattention_gqa_soft_cap_score_mod():
+    """FlexAttention-1 with grouped-query heads (Q 4 heads, K/V 2), an explicit scale and a
+    score_mod graph (soft cap: 5 * tanh(scores / 5)) inlined into the body."""
+    cap = numpy_helper.from_array(np.array(5.0, np.float32), "cap")
+    score_mod = helper.make_graph(
+        [helper.make_node("Div", ["scores", "cap"], ["d"]), helper.make_node("Tanh", ["d"], ["t"]),
+         helper.make_node("Mul", ["t", "cap"], ["scores_out"])], "soft_cap",
+        [helper.make_tensor_value_info("scores", F, None)], [helper.make_tensor_value_info("scores_out", F, None)],
+        initializer=[cap])
+    node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], name="flex", domain="ai.onnx.preview",
+                            scale=0.4, score_mod=score_mod)
+    shapes = {"Q": (2, 4, 3, 8), "K": (2, 2, 5, 8), "V": (2, 2, 5, 6)}
+    graph = helper.make_graph([node], "test", [helper.make_tensor_value_info(n, F, s) for n, s in shapes.items()],
+                              [helper.make_tensor_value_info("Y", F, [2, 4, 3, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26),
+                                                    helper.make_opsetid("ai.onnx.preview", 1)], ir_version=11)
+    onnx.checker.check_model(model)
+    feeds = {n: 2 * rand(*s, seed=k) for k, (n, s) in enumerate(shapes.items())}
+
+    def reference(feeds):
+        from onnx.reference import ReferenceEvaluator
+        return ReferenceEvaluator(model).run(None, feeds)
+    return model, feeds, None, reference
+
+
 # ---------------------------------------------------------------------------------------------
 # Numerics against onnxruntime, every case
 # ---------------------------------------------------------------------------------------------
@@ -1085,6 +1114,15 @@ def test_function_body_nodes_are_named_after_the_node():
     assert {"sqrt", "multiply", "mean"} <= set(ops(g)) and "RMSNormalization" not in ops(g)
     assert all(c.name.startswith("rms/") for c in g.calls())
 
+
+def test_flexattention_imports_as_its_body():
+    """FlexAttention (ai.onnx.preview) becomes its function body: matmuls and a softmax named
+    after the node, the score_mod graph's tanh inlined, the GQA heads expanded."""
+    g = build("flexattention_gqa_soft_cap_score_mod")
+    assert {"nn.matmul", "nn.softmax", "tanh"} <= set(ops(g)) and "FlexAttention" not in ops(g)
+    assert all(c.name.startswith("flex/") for c in g.calls())
+    assert g.outputs[0].shape == (2, 4, 3, 6)
+    assert supports("FlexAttention", 1, "ai.onnx.preview") and not supports("FlexAttention", 1)
 
 def test_unsupported_op_in_a_function_body_names_the_function():
     node = helper.make_node("Bernoulli", ["p"], ["y"], name="coin", seed=1.0)

@@ -1,6 +1,8 @@
 """ONNX function operators: an op whose schema defines a function body (RMSNormalization,
 GroupNormalization, Attention, RotaryEmbedding, the window functions, ...) and that has no
-converter of its own is imported as its body, node by node, through the converter table.
+converter of its own is imported as its body, node by node, through the converter table. Besides
+the default domain, the ops of FUNCTION_DOMAINS import this way (FlexAttention of
+ai.onnx.preview, whose body inlines its score_mod / prob_mod graphs).
 
 The body is the one the installed onnx defines for the model's opset (context-dependent bodies
 are built from the node's attributes and input types), so its math is the primitive operators'
@@ -16,9 +18,16 @@ import onnx.defs
 from onnx import FunctionProto, NodeProto, TypeProto
 
 
-def _schema(op_type: str, opset: int):
+# Non-default operator domains whose function ops import through their body (the training domain
+# stays out: its ops are gradients and optimizers).
+FUNCTION_DOMAINS = ("ai.onnx.preview",)
+
+
+def _schema(op_type: str, opset: int, domain: str = ""):
+    if domain not in ("", "ai.onnx", *FUNCTION_DOMAINS):
+        return None
     try:
-        return onnx.defs.get_schema(op_type, opset, "")
+        return onnx.defs.get_schema(op_type, opset, "" if domain == "ai.onnx" else domain)
     except Exception:  # onnx.defs.SchemaError: no version of the op at this opset
         return None
 
@@ -29,24 +38,26 @@ def _body_opset(versions, opset: int):
     return max(usable) if usable else None
 
 
-def expandable(op_type: str, opset: int) -> bool:
-    """True when the default-domain `op_type` at model opset `opset` has a function body."""
-    schema = _schema(op_type, opset)
+def expandable(op_type: str, opset: int, domain: str = "") -> bool:
+    """True when `op_type` of `domain` at the model's opset `opset` for that domain has a function
+    body (False for a domain outside the default one and FUNCTION_DOMAINS)."""
+    schema = _schema(op_type, opset, domain)
     if schema is None:
         return False
     return (_body_opset(schema.function_opset_versions, opset) is not None
             or _body_opset(schema.context_dependent_function_opset_versions, opset) is not None)
 
 
-def function_body(node: NodeProto, opset: int, input_types: list) -> tuple:
+def function_body(node: NodeProto, opset: int, input_types: list, default_opset: int) -> tuple:
     """(FunctionProto, the body's default-domain opset, the node's attributes with the schema's
-    defaults filled in) for `node` at model opset `opset`.
+    defaults filled in) for `node` at the model's opset `opset` for the node's domain.
 
     input_types: per node input position, (onnx elem type, shape) or None for a missing optional
-    input; context-dependent bodies are built from them. Raises ValueError when the op has no
-    function body at this opset.
+    input; context-dependent bodies are built from them. default_opset: the model's default-domain
+    opset, the body's when the body imports none of its own (FlexAttention's). Raises ValueError
+    when the op has no function body at this opset.
     """
-    schema = _schema(node.op_type, opset)
+    schema = _schema(node.op_type, opset, node.domain)
     if schema is None:
         raise ValueError(f"{node.op_type} is not defined at opset {opset}")
     attrs = {a.name: a for a in node.attribute}
@@ -68,7 +79,7 @@ def function_body(node: NodeProto, opset: int, input_types: list) -> tuple:
         types = [_type_proto(t).SerializeToString() for t in input_types]
         fn.ParseFromString(schema.get_context_dependent_function_with_opset_version(
             version, full.SerializeToString(), types))
-    body_opset = next((o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")), opset)
+    body_opset = next((o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")), default_opset)
     return fn, body_opset, attrs
 
 

@@ -105,6 +105,7 @@ class _Importer:
         self.label = label
         self.graph = proto.graph
         self.opset = _default_opset(proto, label)
+        self.domain_opsets = {o.domain: int(o.version) for o in proto.opset_import}
         self.env: dict = {}
         self.used_names: set = set()
         self.derived: dict = {}
@@ -149,15 +150,11 @@ class _Importer:
 
     def _scan_ops(self):
         """Every op type without a converter, listed at once (before any conversion)."""
-        opsets = {o.domain: o.version for o in self.proto.opset_import}
         missing: dict = {}
         for node in self.graph.node:
-            if node.domain in _DEFAULT_DOMAINS:
-                ok, key, version = supports(node.op_type, self.opset), node.op_type, self.opset
-            else:
-                ok, key, version = False, f"{node.domain}.{node.op_type}", opsets.get(node.domain, 0)
-            if not ok:
-                missing.setdefault((key, version), []).append(node_label(node))
+            if not self._imports(node, self.opset):
+                key = node.op_type if node.domain in _DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+                missing.setdefault((key, self._node_opset(node, self.opset)), []).append(node_label(node))
         if missing:
             raise UnsupportedOpError(self.label, [(k, v, names) for (k, v), names in missing.items()])
 
@@ -275,13 +272,23 @@ class _Importer:
                              f"node '{e.node}'; tvmc supports only output 0 of {e.op_type} (inference mode)")
         return e
 
+    def _node_opset(self, node, opset: int) -> int:
+        """The operator set `node` is read at: `opset` (the default domain's in effect) for a
+        default-domain node, the model's import of the node's domain otherwise (0 if none)."""
+        return opset if node.domain in _DEFAULT_DOMAINS else self.domain_opsets.get(node.domain, 0)
+
+    def _imports(self, node, opset: int) -> bool:
+        """True when `node` imports with the default-domain opset `opset` in effect (registry.supports)."""
+        return supports(node.op_type, self._node_opset(node, opset), node.domain)
+
     def _convert(self, node, opset: int):
-        """Convert `node` (default domain) at operator set `opset`: through its converter, or
-        through its ONNX function body (functions.py) when it has none for that version."""
+        """Convert `node` with the default-domain operator set `opset` in effect: through its
+        converter, or through its ONNX function body (functions.py) when it has none for that
+        version or belongs to another domain (functions.FUNCTION_DOMAINS)."""
         label = node_label(node)
         user = f"node '{label}' ({node.op_type})"
         inputs = [self._lookup(n, user) if n else None for n in node.input]
-        if not has_converter(node.op_type, opset):
+        if node.domain not in _DEFAULT_DOMAINS or not has_converter(node.op_type, opset):
             return self._expand(node, opset, inputs, label)
         while inputs and inputs[-1] is None:
             inputs.pop()
@@ -307,14 +314,15 @@ class _Importer:
         """Import `node` as its ONNX function body, each body node converted in turn (an unsupported
         op inside names the function and the op)."""
         types = [tensor_type(e.dtype, e.shape) if e is not None else None for e in inputs]
+        node_opset = self._node_opset(node, opset)
         try:
-            fn, body_opset, attrs = function_body(node, opset, types)
+            fn, body_opset, attrs = function_body(node, node_opset, types, opset)
             nodes = inline(node, fn, attrs, f"{label}/")
         except ValueError as e:
-            raise UnsupportedOpError(self.label, [(f"{node.op_type} ({e})", opset, [label])]) from None
+            raise UnsupportedOpError(self.label, [(f"{node.op_type} ({e})", node_opset, [label])]) from None
         missing = {}
         for inner in nodes:
-            if inner.domain not in _DEFAULT_DOMAINS or not supports(inner.op_type, body_opset):
+            if not self._imports(inner, body_opset):
                 missing.setdefault(inner.op_type, []).append(node_label(inner))
         if missing:
             raise UnsupportedOpError(self.label, [(f"{op} (in the function body of {node.op_type})", body_opset, names)
@@ -343,7 +351,7 @@ class _Importer:
             self.env[name] = value
         self.used_names.update(o for n in graph.node for o in n.output if o)
         for node in graph.node:
-            if node.domain not in _DEFAULT_DOMAINS or not supports(node.op_type, opset):
+            if not self._imports(node, opset):
                 raise UnsupportedOpError(self.label, [(node.op_type, opset, [f"{node_label(node)} (in {user})"])])
             self._convert(node, opset)
         outputs = [self._lookup(o.name, user) for o in graph.output]

@@ -25,12 +25,13 @@ def converter(*versions: int):
     return register
 
 
-def supports(op_type: str, opset: int) -> bool:
-    """True when `op_type` (default domain) at model opset `opset` imports: it has a converter
-    here, or an ONNX function body made of operators that import (functions.py)."""
+def supports(op_type: str, opset: int, domain: str = "") -> bool:
+    """True when `op_type` of `domain` at the model's opset `opset` for that domain imports: it has
+    a converter here (default domain only), or an ONNX function body (functions.py; default domain
+    and functions.FUNCTION_DOMAINS) made of operators that import."""
     from tvmc.frontend.onnx.functions import expandable
 
-    return has_converter(op_type, opset) or expandable(op_type, opset)
+    return (domain in ("", "ai.onnx") and has_converter(op_type, opset)) or expandable(op_type, opset, domain)
 
 
 def has_converter(op_type: str, opset: int) -> bool:
@@ -45,11 +46,11 @@ def has_converter(op_type: str, opset: int) -> bool:
     return since in fn.versions
 
 
-def defined_versions(op_type: str) -> list:
+def defined_versions(op_type: str, domain: str = "") -> list:
     """The operator versions (schema `since_version`s) the installed onnx defines for `op_type`
-    in the default domain, ascending."""
+    in `domain` (the default one unless given), ascending."""
     return sorted(s.since_version for s in onnx.defs.get_all_schemas_with_history()
-                  if s.name == op_type and s.domain == "")
+                  if s.name == op_type and s.domain == domain)
 
 
 def operator_table() -> str:
@@ -70,14 +71,17 @@ def operator_table() -> str:
         missing = [v for v in defined_versions(op) if v not in fn.versions]
         lines.append(f"| {op} | {fn.__module__.rsplit('.', 1)[-1]} | {', '.join(map(str, sorted(fn.versions)))} | "
                      f"{', '.join(map(str, missing)) or '-'} |")
-    from tvmc.frontend.onnx.functions import expandable
+    from tvmc.frontend.onnx.functions import FUNCTION_DOMAINS, expandable
 
     lines += ["", "## Imported through their ONNX function body", "",
               "Operators without a converter whose schema defines a function body: each node is imported as "
-              "its body (tvmc/frontend/onnx/functions.py), which imports when every operator in it does.", "",
+              "its body (tvmc/frontend/onnx/functions.py), which imports when every operator in it does. "
+              "Operators of another domain are named with it.", "",
               "| operator | versions with a function body |", "| --- | --- |"]
-    for op in sorted({s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == ""} - set(CONVERTERS)):
-        versions = [v for v in defined_versions(op) if expandable(op, v)]
-        if versions:
-            lines.append(f"| {op} | {', '.join(map(str, versions))} |")
+    for domain in ("", *FUNCTION_DOMAINS):
+        names = {s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == domain}
+        for op in sorted(names - set(CONVERTERS) if domain == "" else names):
+            versions = [v for v in defined_versions(op, domain) if expandable(op, v, domain)]
+            if versions:
+                lines.append(f"| {f'{domain}.' if domain else ''}{op} | {', '.join(map(str, versions))} |")
     return "\n".join(lines) + "\n"
