@@ -24,12 +24,12 @@ def dft_matrix(n_in: int, c_in: int, n: int, inverse: bool, onesided: bool, wind
     if inverse and onesided:
         t = np.arange(n)[None, :]
         mirrored = np.where((k == 0) | (2 * k == n), 1.0, 2.0) * np.where(k <= n // 2, 1.0, 0.0)
-        theta = 2.0 * np.pi * k * t / n
+        theta = 2.0 * np.pi * (k * t % n) / n  # k t reduced mod n: exact angles for long transforms
         w = np.stack([np.cos(theta), -np.sin(theta)])[:c_in] * (mirrored * scale / n)
         return w.transpose(1, 0, 2).reshape(n_in * c_in, n)
     m = n // 2 + 1 if onesided else n
     f = np.arange(m)[None, :]
-    e = np.exp((1j if inverse else -1j) * 2.0 * np.pi * k * f / n) * (scale / n if inverse else scale)
+    e = np.exp((1j if inverse else -1j) * 2.0 * np.pi * (k * f % n) / n) * (scale / n if inverse else scale)
     # (a + ib) e: real part a Re e - b Im e, imaginary part a Im e + b Re e
     w = np.array([[e.real, e.imag], [-e.imag, e.real]])[:c_in]  # [c_in, c_out, n_in, m]
     return w.transpose(2, 0, 3, 1).reshape(n_in * c_in, m * 2)
