@@ -54,6 +54,8 @@ SAMPLE = {
     "test_nonmaxsuppression_suppress_by_IOU": False,
     # issue 18 point 2: FlexAttention (ai.onnx.preview, through its function body)
     "test_flexattention_causal_mask": False,
+    # issue 18 point 2: DFT and STFT
+    "test_dft_irfft": True, "test_stft_with_window": True,
 }
 
 

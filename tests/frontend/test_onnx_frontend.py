@@ -706,6 +706,85 @@ def flexattention_gqa_soft_cap_score_mod():
     return model, feeds, None, reference
 
 
+# --- issue 18 point 2: DFT and STFT (onnxruntime 1.32 fails them: numpy.fft is the reference) ---
+
+def _complex(x):
+    """[..., 1 or 2] real/imaginary pairs -> complex128 [...]."""
+    x = x.astype(np.float64)
+    return x[..., 0] + 1j * x[..., 1] if x.shape[-1] == 2 else x[..., 0] + 0j
+
+
+def _pairs(z):
+    return np.stack([z.real, z.imag], axis=-1).astype(np.float32)
+
+
+@case
+def dft20_lengths_and_axes():
+    """DFT-20 with constant axis and dft_length: complex [2, 6, 5, 2] along axis 1 zero-padded to
+    8, inverse along axis -2 truncated to 3; real [2, 7, 3, 1] one-sided (RFFT) along the default
+    axis -2, and IRFFT of a one-sided spectrum [2, 4, 3, 2] along axis 1 (default length 6)."""
+    nodes = [helper.make_node("DFT", ["c", "n8", "a1"], ["y0"]),
+             helper.make_node("DFT", ["c", "n3", "am2"], ["y1"], inverse=1),
+             helper.make_node("DFT", ["r"], ["y2"], onesided=1),
+             helper.make_node("DFT", ["h", "", "a1"], ["y3"], onesided=1, inverse=1)]
+    inits = {"n8": np.array(8, np.int64), "n3": np.array(3, np.int64), "a1": np.array(1, np.int64),
+             "am2": np.array(-2, np.int64)}
+    feeds = {"c": rand(2, 6, 5, 2), "r": rand(2, 7, 3, 1, seed=1), "h": rand(2, 4, 3, 2, seed=2)}
+
+    def reference(f):
+        c = _complex(f["c"])
+        return [_pairs(np.fft.fft(c, n=8, axis=1)), _pairs(np.fft.ifft(c, n=3, axis=2)),
+                _pairs(np.fft.rfft(f["r"][..., 0].astype(np.float64), axis=2)),
+                np.fft.irfft(_complex(f["h"]), axis=1)[..., None].astype(np.float32)]
+    model = make_model(nodes, [(n, F, list(v.shape)) for n, v in feeds.items()],
+                       [("y0", F, [2, 8, 5, 2]), ("y1", F, [2, 6, 3, 2]), ("y2", F, [2, 7, 2, 2]),
+                        ("y3", F, [2, 6, 3, 1])], inits, opset=20)
+    return model, feeds, None, reference
+
+
+@case
+def dft17_axis_attribute_irfft_odd():
+    """DFT-17 (axis attribute): a rank-2 complex signal [5, 2] along axis 0, and IRFFT to an odd
+    length 7 from 5 bins of [3, 5, 2] (bins above 7 // 2 ignored, as numpy.fft.irfft)."""
+    nodes = [helper.make_node("DFT", ["v"], ["y0"], axis=0),
+             helper.make_node("DFT", ["h", "n7"], ["y1"], axis=1, onesided=1, inverse=1)]
+    feeds = {"v": rand(5, 2), "h": rand(3, 5, 2, seed=1)}
+
+    def reference(f):
+        return [_pairs(np.fft.fft(_complex(f["v"]))),
+                np.fft.irfft(_complex(f["h"]), n=7, axis=1)[..., None].astype(np.float32)]
+    model = make_model(nodes, [("v", F, [5, 2]), ("h", F, [3, 5, 2])], [("y0", F, [5, 2]), ("y1", F, [3, 7, 1])],
+                       {"n7": np.array(7, np.int64)}, opset=17)
+    return model, feeds, None, reference
+
+
+@case
+def stft_windows():
+    """STFT-17 of a real signal [2, 30, 1], step 4: with a constant Hann window of 8 (folded into
+    the DFT matrix), with a run-time window and frame_length 8, and two-sided on a complex
+    signal [1, 21, 2] with frame_length 6, step 5 and no window."""
+    hann = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(8) / 8)).astype(np.float32)
+    # onesided=1 is the default, stated because onnx 1.23's shape inference takes 0 when it is absent
+    nodes = [helper.make_node("STFT", ["s", "step4", "hann"], ["y0"], onesided=1),
+             helper.make_node("STFT", ["s", "step4", "w", "len8"], ["y1"], onesided=1),
+             helper.make_node("STFT", ["z", "step5", "", "len6"], ["y2"], onesided=0)]
+    inits = {"step4": np.array(4, np.int64), "step5": np.array(5, np.int64), "hann": hann,
+             "len8": np.array(8, np.int64), "len6": np.array(6, np.int64)}
+    feeds = {"s": rand(2, 30, 1), "w": rand(8, seed=1), "z": rand(1, 21, 2, seed=2)}
+
+    def stft(x, step, length, window, onesided):
+        frames = np.stack([x[:, k:k + length] for k in range(0, x.shape[1] - length + 1, step)], axis=1)
+        spectrum = np.fft.fft(frames * window, axis=2)
+        return _pairs(spectrum[:, :, :length // 2 + 1] if onesided else spectrum)
+
+    def reference(f):
+        s = _complex(f["s"])
+        return [stft(s, 4, 8, hann, True), stft(s, 4, 8, f["w"], True), stft(_complex(f["z"]), 5, 6, 1.0, False)]
+    model = make_model(nodes, [(n, F, list(v.shape)) for n, v in feeds.items()],
+                       [(f"y{k}", F, None) for k in range(3)], inits, opset=17)
+    return model, feeds, None, reference
+
+
 # ---------------------------------------------------------------------------------------------
 # Numerics against onnxruntime, every case
 # ---------------------------------------------------------------------------------------------
@@ -1229,6 +1308,21 @@ def test_einsum_lowers_to_transpose_reshape_matmul_sum():
 def test_resize_antialias_is_one_matmul_per_resized_axis():
     g = build("resize_antialias")
     assert len(calls_of(g, "nn.matmul")) == 7 and not calls_of(g, "image.resize2d")
+
+
+def test_dft_is_one_dense_per_transform_and_stft_one_take():
+    g = build("dft20_lengths_and_axes")
+    assert len(calls_of(g, "nn.dense")) == 4 and set(ops(g)) <= {"transpose", "reshape", "nn.dense"}
+    g = build("stft_windows")
+    assert len(calls_of(g, "take")) == 3 and len(calls_of(g, "nn.dense")) == 3
+    assert len(calls_of(g, "multiply")) == 1  # the run-time window; the constant one is in the DFT matrix
+
+
+def test_dft_length_input_must_be_a_constant():
+    model = make_model([helper.make_node("DFT", ["x", "n"], ["y"], name="dft1")],
+                       [("x", F, [2, 4, 2]), ("n", I64, [])], [("y", F, None)], opset=20)
+    with pytest.raises(ModelError, match=r"'dft1'.*dft_length \('n'\) must be a constant"):
+        from_onnx(model)
 
 
 def test_einsum_diagonal_is_a_take_of_the_flattened_axes():
