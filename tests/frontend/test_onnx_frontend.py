@@ -1318,6 +1318,20 @@ def test_dft_is_one_dense_per_transform_and_stft_one_take():
     assert len(calls_of(g, "multiply")) == 1  # the run-time window; the constant one is in the DFT matrix
 
 
+def test_stft_default_onesided_is_one_sided_despite_onnx_inference():
+    """STFT-17 without `onesided` is one-sided (its default), which onnx 1.23's shape inference
+    reads as two-sided: the importer states the default before inferring, so the STFT and the Abs
+    after it import with one-sided shapes instead of a cross-check error."""
+    nodes = [helper.make_node("STFT", ["s", "step"], ["y"]), helper.make_node("Abs", ["y"], ["a"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("s", F, [2, 24, 1])],
+                              [helper.make_tensor_value_info("a", F, ["n", "frames", "bins", "c"])],
+                              [numpy_helper.from_array(np.array(4, np.int64), "step"),
+                               numpy_helper.from_array(np.ones(8, np.float32), "w")])
+    graph.node[0].input.append("w")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert list(from_onnx(model).outputs[0].shape) == [2, 5, 5, 2]
+
+
 def test_dft_length_input_must_be_a_constant():
     model = make_model([helper.make_node("DFT", ["x", "n"], ["y"], name="dft1")],
                        [("x", F, [2, 4, 2]), ("n", I64, [])], [("y", F, None)], opset=20)

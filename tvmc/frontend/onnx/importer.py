@@ -243,6 +243,10 @@ class _Importer:
                         shape.dim.add().dim_value = int(d)
             for vi in proto.graph.output:
                 vi.type.tensor_type.ClearField("shape")
+        defaults = [n for n in proto.graph.node if n.op_type in _INFERENCE_DEFAULTS and
+                    not any(a.name == _INFERENCE_DEFAULTS[n.op_type][0] for a in n.attribute)]
+        if defaults:  # state the attribute's default, which ONNX's inference reads wrongly when absent
+            proto = _with_defaults(proto, {n.name or n.output[0] for n in defaults})
         try:
             inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
         except ValueError:  # a protobuf over 2 GiB cannot be serialized for inference: no cross-check
@@ -385,6 +389,23 @@ class _Importer:
             k += 1
         self.used_names.add(name)
         return name
+
+
+# Attributes whose absence ONNX's shape inference (onnx <= 1.23) reads as another value than the
+# operator's documented default: STFT without `onesided` is inferred two-sided, while STFT-17's
+# default is one-sided (onesided=1). Inference runs on a copy that states the default.
+_INFERENCE_DEFAULTS = {"STFT": ("onesided", 1)}
+
+
+def _with_defaults(proto, nodes: set):
+    """A copy of `proto` whose main-graph nodes named in `nodes` (by name, else first output) state
+    the default of their _INFERENCE_DEFAULTS attribute."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for n in copy.graph.node:
+        if (n.name or n.output[0]) in nodes:
+            n.attribute.append(onnx.helper.make_attribute(*_INFERENCE_DEFAULTS[n.op_type]))
+    return copy
 
 
 class _NodeContext:
