@@ -684,14 +684,17 @@ SWEEPS = [
     Case("conv2d_nchwc_ow14", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 6, 14, 4)), n(r, (1, 2, 3, 3, 4, 8))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
     Case("conv2d_nchwc_ow4_oc_blocks4", "nn.conv2d_nchwc", lambda r: [n(r, (1, 1, 2, 4, 4)), n(r, (4, 1, 3, 3, 4, 4))],
-         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW4c")),
+         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW4c"),
+         slow="144 configs in one library: tile_oc > 1 runs in make test through test_cpu_configs and the "
+              "conv2d_nchwc_4_oc_blocks_3x3 op case"),
     Case("dense_n12", "nn.dense", lambda r: [n(r, (3, 20)), n(r, (12, 20))]),
     Case("dense_pack_m6_nb4_bn8", "nn.dense_pack", lambda r: [n(r, (6, 9)), n(r, (4, 9, 8))]),
     Case("matmul_bcast_m6_n20", "nn.matmul", lambda r: [n(r, (2, 6, 5)), n(r, (5, 20))]),
 ]
 
 
-@pytest.mark.parametrize("case", SWEEPS, ids=_ids(SWEEPS))
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=(pytest.mark.slow,) if c.slow else ())
+                                  for c in SWEEPS])
 def test_every_config_in_the_space_is_correct(case, tmp_path):
     """Tuning may pick any config of the space: compile them all (one library) and compare each."""
     import ctypes
