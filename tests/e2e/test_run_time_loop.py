@@ -165,9 +165,9 @@ def test_tvmc_js_runs_the_loop(tmp_path):
     import json
 
     import tvmc
-    from tests.e2e.test_web import _node
+    from tests.e2e.test_web import _node, run_node_module
 
-    node = _node()
+    _node()
     model = running_sum_model()
     tvmc.compile(model, target=require("wasm").target, output=tmp_path / "site", output_format="web")
     runs = []
@@ -175,8 +175,7 @@ def test_tvmc_js_runs_the_loop(tmp_path):
         inputs = feeds(m, cond, limit)
         runs.append({"M": [m], "cond": [int(cond)], **{k: inputs[k].reshape(-1).tolist() for k in ("x", "s0", "p0")},
                      "limit": [limit]})
-    script = tmp_path / "run.mjs"
-    script.write_text(
+    got_runs = run_node_module(tmp_path,
         'import { loadModel } from "./site/tvmc.js";\n'
         'const m = await loadModel(new URL("./site/", import.meta.url));\n'
         f"const runs = {json.dumps(runs)};\n"
@@ -188,9 +187,7 @@ def test_tvmc_js_runs_the_loop(tmp_path):
         "});\n"
         "console.log(JSON.stringify(out));\n"
         "m.destroy();\n")
-    res = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    for got, run in zip(json.loads(res.stdout), RUNS):
+    for got, run in zip(got_runs, RUNS):
         want = onnxruntime_outputs(model, feeds(*run))
         _assert_matches({k: np.array(g, np.float32).reshape(want[k].shape) for k, g in zip(want, got)}, want)
 

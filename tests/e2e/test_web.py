@@ -49,12 +49,22 @@ def _node() -> str:
     return node
 
 
-def test_node_runs_the_web_output_as_onnxruntime(tmp_path):
+def run_node_module(folder, source: str):
+    """Run `source`, an ES module written into `folder` beside the web output (as run.mjs), in
+    Node; its stdout parsed as JSON. Skips naming nodejs when node is absent."""
     node = _node()
+    script = folder / "run.mjs"
+    script.write_text(source)
+    res = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_node_runs_the_web_output_as_onnxruntime(tmp_path):
+    _node()
     model = resnet_style_cnn(seed=3, size=20)
     result = _compile_web(model, tmp_path / "site")
-    script = tmp_path / "run.mjs"
-    script.write_text(
+    got = run_node_module(tmp_path,
         'import { exampleInput, loadModel } from "./site/tvmc.js";\n'
         'const m = await loadModel(new URL("./site/", import.meta.url));\n'
         "for (const t of m.inputs) m.setInput(t.name, exampleInput(t.dtype, t.shape.reduce((a, b) => a * b, 1)));\n"
@@ -64,9 +74,6 @@ def test_node_runs_the_web_output_as_onnxruntime(tmp_path):
         'try { m.setInput(m.inputs[0].name, new Float32Array(3)); } catch (e) { error = e.message; }\n'
         "m.destroy();\n"
         "console.log(JSON.stringify({ outputs, error }));\n")
-    res = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    got = json.loads(res.stdout)
     for name, ref in _reference(model, result).items():
         np.testing.assert_allclose(np.array(got["outputs"][name], np.float32).reshape(ref.shape), ref, **TOL)
     assert "input 'input': expected a Float32Array of 4800 bytes" in got["error"]
