@@ -14,7 +14,6 @@ from util import build_and_run, run_op
 
 from tests.targets import TARGETS, require
 
-from tvmc.errors import CodegenError
 from tvmc.graph.ir import Constant, Function, TensorType, Var, make_call
 from tvmc.ops.control import INTERPRETED
 from tvmc.ops.registry import all_ops, get_op
