@@ -846,11 +846,23 @@ def _buffers_used(s: Stmt) -> list:
     return out
 
 
+def _known_side(x, visit):
+    """For substitute: the side a Select takes once its substituted condition folds to a constant
+    (an unrolled loop's index picking a Winograd transform row), without rebuilding the other."""
+    if isinstance(x, Select):
+        known = simplify(visit(x.cond))
+        if isinstance(known, IntImm):
+            return visit(x.t if known.value else x.f)
+    return None
+
+
 def _subst_stmt(s: Stmt, m: dict) -> Stmt:
+    """`s` with the vars of `m` replaced (an unrolled iteration's body); selects whose condition
+    becomes constant keep only their live side."""
     if isinstance(s, For):
         return For(s.var, s.extent, s.kind, _subst_stmt(s.body, m))
     if isinstance(s, Store):
-        return Store(s.buffer, simplify(substitute(s.index, m)), substitute(s.value, m))
+        return Store(s.buffer, simplify(substitute(s.index, m)), substitute(s.value, m, _known_side))
     if isinstance(s, Allocate):
         return Allocate(s.buffer, _subst_stmt(s.body, m))
     if isinstance(s, Seq):

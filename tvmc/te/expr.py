@@ -419,13 +419,20 @@ def children(e: PrimExpr):
     return ()
 
 
-def transform(e: PrimExpr, fn) -> PrimExpr:
-    """Bottom-up rebuild: `fn(node_with_new_children)` returns a replacement or None (keep)."""
+def transform(e: PrimExpr, fn, pre=None) -> PrimExpr:
+    """Bottom-up rebuild: `fn(node_with_new_children)` returns a replacement or None (keep).
+    `pre(node, visit)`, if given, is asked first, top-down: a replacement (built with `visit`, e.g.
+    one side of a Select whose condition is known) or None to rebuild the node as usual."""
     memo = {}
 
     def visit(x):
         if x in memo:
             return memo[x]
+        if pre is not None:
+            r = pre(x, visit)
+            if r is not None:
+                memo[x] = r
+                return r
         if isinstance(x, BinOp):
             n = BinOp(x.op, visit(x.a), visit(x.b))
         elif isinstance(x, Cmp):
@@ -455,11 +462,11 @@ def transform(e: PrimExpr, fn) -> PrimExpr:
     return visit(e)
 
 
-def substitute(e: PrimExpr, mapping: dict) -> PrimExpr:
-    """Replace Vars by expressions (`mapping`: Var -> PrimExpr)."""
+def substitute(e: PrimExpr, mapping: dict, pre=None) -> PrimExpr:
+    """Replace Vars by expressions (`mapping`: Var -> PrimExpr); `pre` as for transform."""
     if not mapping:
         return e
-    return transform(e, lambda x: mapping.get(x) if isinstance(x, Var) else None)
+    return transform(e, lambda x: mapping.get(x) if isinstance(x, Var) else None, pre)
 
 
 def walk(e: PrimExpr):
