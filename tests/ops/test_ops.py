@@ -681,11 +681,11 @@ SWEEPS = [
     Case("conv2d_depthwise_s2", "nn.conv2d", lambda r: [n(r, (1, 6, 9, 9)), n(r, (6, 1, 3, 3))],
          conv(strides=(2, 2), padding=(1, 1, 1, 1), groups=6)),
     Case("conv2d_nchwc_ow14", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 6, 14, 4)), n(r, (1, 2, 3, 3, 4, 8))],
-         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
+         dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c"),
+         slow="320 configs in one library: make test checks a sample (test_a_sample_of_a_large_space_is_correct)"),
     Case("conv2d_nchwc_ow4_oc_blocks4", "nn.conv2d_nchwc", lambda r: [n(r, (1, 1, 2, 4, 4)), n(r, (4, 1, 3, 3, 4, 4))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW4c"),
-         slow="144 configs in one library: tile_oc > 1 runs in make test through test_cpu_configs and the "
-              "conv2d_nchwc_4_oc_blocks_3x3 op case"),
+         slow="144 configs in one library: make test checks a sample (test_a_sample_of_a_large_space_is_correct)"),
     Case("dense_n12", "nn.dense", lambda r: [n(r, (3, 20)), n(r, (12, 20))]),
     Case("dense_pack_m6_nb4_bn8", "nn.dense_pack", lambda r: [n(r, (6, 9)), n(r, (4, 9, 8))]),
     Case("matmul_bcast_m6_n20", "nn.matmul", lambda r: [n(r, (2, 6, 5)), n(r, (5, 20))]),
@@ -696,6 +696,30 @@ SWEEPS = [
                                   for c in SWEEPS])
 def test_every_config_in_the_space_is_correct(case, tmp_path):
     """Tuning may pick any config of the space: compile them all (one library) and compare each."""
+    _check_configs(case, tmp_path, lambda space: list(space.all_configs()))
+
+
+# Configs of a large space checked in make test: a seeded sample with the fallback.
+SWEEP_SAMPLE = 24
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in SWEEPS if c.slow])
+def test_a_sample_of_a_large_space_is_correct(case, tmp_path):
+    """The fallback and SWEEP_SAMPLE - 1 other configs of a space too large to sweep in make test
+    (the same seed every run: a failure reproduces)."""
+    import random
+
+    def sample(space):
+        fallback = space.fallback_config()
+        rest = [c for c in space.all_configs() if dict(c) != dict(fallback)]
+        return [fallback] + random.Random(case.id).sample(rest, SWEEP_SAMPLE - 1)
+
+    _check_configs(case, tmp_path, sample)
+
+
+def _check_configs(case, tmp_path, pick):
+    """Compile the configs `pick(the case's config space)` into one library and compare each
+    one's output with the op's reference."""
     import ctypes
 
     from tvmc.codegen.build import compile_ir, link_shared
@@ -707,7 +731,7 @@ def test_every_config_in_the_space_is_correct(case, tmp_path):
     params = [Var(f"x{k}", TensorType(a.shape, a.dtype.name)) for k, a in enumerate(arrays)]
     body = make_call(case.op, params, case.attrs)
     impl = get_op(case.op).implementations("cpu")[0]
-    configs = list(impl.config_space(workload(body), target).all_configs())
+    configs = pick(impl.config_space(workload(body), target))
     assert len(configs) > 1
     cg = CodeGenLLVM(target)
     for k, cfg in enumerate(configs):
