@@ -759,7 +759,8 @@ static int run_time_shape(const tvmc_model *m, const tensor_t *t, int64_t *shape
     if (dims[k] < 0 || dims[k] > e->shape[k]) {
       fail(TVMC_ERR_OUTPUT, "output '", NULL, NULL);
       err_strn(t->name, 64);
-      err_str("': its run-time shape is outside its bound (was the model run?)");
+      err_str("': its run-time shape is outside its bound (was the model run? do the inputs break a "
+              "--value-range stated at compile time?)");
       return TVMC_ERR_OUTPUT;
     }
     shape[k] = dims[k];
