@@ -62,8 +62,10 @@ class _Analysis:
             v = np.asarray(e.value, np.float64)
             return v, v
         name = getattr(e, "name", None) or "?"
-        if e.type.size > MAX_ELEMENTS or e.dtype == "bool" or e.type.is_dynamic:
-            raise Unbounded(f"tensor '{name}' ({e.type}) is not a small shape tensor")
+        if e.type.is_dynamic:
+            raise Unbounded(f"tensor '{name}' has a run-time shape ({e.type})")
+        if e.type.size > MAX_ELEMENTS or e.dtype == "bool":
+            raise Unbounded(f"tensor '{name}' ({e.type}) is not a small numeric tensor")
         if isinstance(e, ir.Var):
             if e.name not in self.ranges:
                 raise Unbounded(f"graph input '{e.name}' has no stated range")
