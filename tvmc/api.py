@@ -113,8 +113,8 @@ def value_ranges_option(ranges) -> tuple:
             lo, hi = (float(v) for v in pair)
         except (TypeError, ValueError):
             raise TypeError(f"value_ranges['{name}'] must be a pair of numbers (lo, hi), got {pair!r}") from None
-        if lo > hi:
-            raise ValueError(f"value_ranges['{name}']: lo {lo:g} exceeds hi {hi:g}")
+        if not lo <= hi:
+            raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) is empty (lo must not exceed hi)")
         out.append((str(name), (lo, hi)))
     return tuple(out)
 

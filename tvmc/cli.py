@@ -305,7 +305,7 @@ def parse_value_ranges(items) -> dict:
             pair = None
         if pair is None:
             raise click.BadParameter(f"cannot parse '{item}'; expected NAME=LO:HI, e.g. n=1:64", param_hint="--value-range")
-        if pair[0] > pair[1]:
+        if not pair[0] <= pair[1]:
             raise click.BadParameter(f"range of '{name}' is empty: {lo} > {hi}", param_hint="--value-range")
         if name in out:
             raise click.BadParameter(f"input '{name}' given twice", param_hint="--value-range")

@@ -29,7 +29,7 @@ def _model(nodes, inputs, outputs, inits, opset=13) -> onnx.ModelProto:
 def from_nonzero_model() -> onnx.ModelProto:
     """x float32[3, 4], col float32[1, 1] -> n = NonZero(x)'s run-time extent (Shape, Gather):
     y = Cast(Range(0, n, 1)) + 0.5, c = ConstantOfShape(Shape(NonZero(x))) of 2.5,
-    e = Expand(col, [n, n])."""
+    e = Expand(col, [n, n]), z = Range(0, Size(NonZero(x)), 3)."""
     nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
              helper.make_node("Shape", ["nz"], ["s"]),
              helper.make_node("Gather", ["s", "i1"], ["n1"], axis=0),
@@ -40,14 +40,18 @@ def from_nonzero_model() -> onnx.ModelProto:
              helper.make_node("ConstantOfShape", ["s"], ["c"],
                               value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.5])),
              helper.make_node("Concat", ["n1", "n1"], ["nn"], axis=0),
-             helper.make_node("Expand", ["col", "nn"], ["e"])]
+             helper.make_node("Expand", ["col", "nn"], ["e"]),
+             helper.make_node("Size", ["nz"], ["size"]),
+             helper.make_node("Range", ["zero", "size", "three"], ["z"])]
     return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
                           helper.make_tensor_value_info("col", TensorProto.FLOAT, [1, 1])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"]),
                    helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, "n"]),
-                   helper.make_tensor_value_info("e", TensorProto.FLOAT, ["n", "n"])],
+                   helper.make_tensor_value_info("e", TensorProto.FLOAT, ["n", "n"]),
+                   helper.make_tensor_value_info("z", TensorProto.INT64, ["m"])],
                   [helper.make_tensor("i1", TensorProto.INT64, [1], [1]), helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-                   helper.make_tensor("one", TensorProto.INT64, [], [1]), helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])])
+                   helper.make_tensor("one", TensorProto.INT64, [], [1]), helper.make_tensor("three", TensorProto.INT64, [], [3]),
+                   helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])])
 
 
 NONZERO_INPUTS = {"x": np.array([[0, 1.5, 0, 2], [3, 0, 0, 1.5], [0, 0, -1, 0]], np.float32),
@@ -117,7 +121,7 @@ def _c_run(folder, inputs: dict):
     (folder / "out").mkdir(exist_ok=True)
     res = subprocess.run([str(folder / "tvmc_run"), "-p", str(folder / "mod.params"), *args, "-O", str(folder / "out")],
                          capture_output=True, text=True, cwd=folder, env={"LD_LIBRARY_PATH": str(folder)}, timeout=300)
-    return res, [np.load(folder / "out" / f"output_{k}.npy") for k in range(3) if res.returncode == 0
+    return res, [np.load(folder / "out" / f"output_{k}.npy") for k in range(4) if res.returncode == 0
                  and (folder / "out" / f"output_{k}.npy").exists()]
 
 

@@ -162,6 +162,7 @@ def _bound(ctx, lo, hi, static=()):
     the axes whose extent does not follow the values). Raises ModelError beyond DYNAMIC_MAX_BOUND."""
     from tvmc.ops.dynamic import DYNAMIC_MAX_BOUND
 
+    hi = np.minimum(hi, DYNAMIC_MAX_BOUND + 1)  # also an infinite or huge float end: refused below
     bound = tuple(static[a] if a in static else max(int(h), 0) for a, h in enumerate(hi.reshape(-1)))
     dynamic = tuple(a for a, (lo_a, hi_a) in enumerate(zip(lo.reshape(-1), hi.reshape(-1)))
                     if a not in static and lo_a != hi_a)
