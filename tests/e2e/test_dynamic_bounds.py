@@ -176,3 +176,29 @@ def test_value_range_analysis_bounds():
     y, e = graph.outputs[:2]
     assert (y.shape, y.type.dynamic_axes) == ((7,), (0,))
     assert (e.shape, e.type.dynamic_axes) == ((4, 3), (0,))
+
+
+def test_tvmc_js_reports_a_broken_range(tmp_path):
+    """tvmc.js (Node) on a wasm web build with --value-range: a run within the range gives
+    onnxruntime's output; one beyond it makes outputShape throw the C API's line naming 'y'."""
+    import tvmc
+    from tests.e2e.test_web import _node, run_node_module
+
+    _node()
+    tvmc.compile(range_model(), target=require("wasm").target, output=tmp_path / "site", output_format="web",
+                 value_ranges={"start": (-3, 3), "limit": (0, 10)})
+    got = run_node_module(tmp_path,
+        'import { loadModel } from "./site/tvmc.js";\n'
+        'const m = await loadModel(new URL("./site/", import.meta.url));\n'
+        "const result = {};\n"
+        f"for (const [start, limit] of [[{RANGE_CASES[0][0]}, {RANGE_CASES[0][1]}], [{BROKEN[0]}, {BROKEN[1]}]]) {{\n"
+        "  m.setInput('start', BigInt64Array.of(BigInt(start)));\n"
+        "  m.setInput('limit', BigInt64Array.of(BigInt(limit)));\n"
+        "  m.run();\n"
+        "  try { result[limit] = Array.from(m.getOutput(0), Number); } catch (e) { result.error = e.message; }\n"
+        "}\n"
+        "console.log(JSON.stringify(result));\n"
+        "m.destroy();\n")
+    want = onnxruntime_outputs(range_model(), _inputs(*RANGE_CASES[0]))["y"]
+    assert got[str(RANGE_CASES[0][1])] == want.tolist()
+    assert "'y'" in got["error"] and "outside its bound [7]" in got["error"] and "(code 4)" in got["error"], got
