@@ -84,7 +84,8 @@ def _check(got, want):
         np.testing.assert_array_equal(got[key], ref, err_msg=key)
 
 
-@pytest.mark.parametrize("name", ["native", "wasm", pytest.param("opencl", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["native", pytest.param("wasm", marks=pytest.mark.slow),
+                                  pytest.param("opencl", marks=pytest.mark.slow)])
 def test_shapes_from_nonzero_are_bounded_with_no_statement(name, tmp_path):
     target = require(name)
     onnx.save(from_nonzero_model(), tmp_path / "m.onnx")

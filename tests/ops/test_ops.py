@@ -557,8 +557,6 @@ CASES = [
          lambda r: [np.array(3, np.int32), np.array(1, np.int32), np.array(2, np.int32)], dict(bound=4)),
     Case("dyn_expand_rank_grows", "dyn.expand", lambda r: [n(r, (3, 1)), np.array([2, 3, 4], np.int64)],
          dict(bound=(5, 3, 6), dynamic_axes=(0, 2))),
-    Case("dyn_constant_of_shape_shape", "dyn.constant_of_shape_shape", lambda r: [np.array([2, 0, 3], np.int64)],
-         dict(bound=(2, 4, 3), dynamic_axes=(1,), value=1.5, dtype="float32")),
 ]
 
 
