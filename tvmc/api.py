@@ -100,6 +100,25 @@ def input_shapes_option(shapes) -> tuple:
     return tuple(out)
 
 
+def value_ranges_option(ranges) -> tuple:
+    """{input name: (lo, hi)} -> CompileOptions.value_ranges ((name, (lo, hi)), ...); None -> ().
+    Raises TypeError, or ValueError when lo > hi."""
+    if ranges is None:
+        return ()
+    if not isinstance(ranges, dict):
+        raise TypeError(f"value_ranges must be a dict {{input name: (lo, hi)}}, got {type(ranges).__name__}")
+    out = []
+    for name, pair in ranges.items():
+        try:
+            lo, hi = (float(v) for v in pair)
+        except (TypeError, ValueError):
+            raise TypeError(f"value_ranges['{name}'] must be a pair of numbers (lo, hi), got {pair!r}") from None
+        if not lo <= hi:
+            raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) is empty (lo must not exceed hi)")
+        out.append((str(name), (lo, hi)))
+    return tuple(out)
+
+
 def _resolve(target, target_options):
     from tvmc.target import Target, resolve_target
 
@@ -126,7 +145,7 @@ def _model(model):
 
 
 def _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuning_records=None,
-                     dump_ir=(), dump_dir=None):
+                     dump_ir=(), dump_dir=None, value_ranges=None):
     from tvmc.driver import CompileOptions
 
     if pass_config is not None and not isinstance(pass_config, dict):
@@ -137,7 +156,8 @@ def _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuni
     return CompileOptions(opt_level=_int("opt_level", opt_level, 0, 3),
                           disabled_passes=frozenset(_names("disabled_passes", disabled_passes)),
                           pass_config=tuple(sorted((pass_config or {}).items())),
-                          input_shapes=input_shapes_option(input_shapes), dump_ir=stages,
+                          input_shapes=input_shapes_option(input_shapes),
+                          value_ranges=value_ranges_option(value_ranges), dump_ir=stages,
                           dump_dir=_path("dump_dir", dump_dir, optional=True),
                           tuning_records=_path("tuning_records", tuning_records, optional=True))
 
@@ -226,7 +246,7 @@ OUTPUT_FORMATS = ("tar", "web")
 
 def compile(model, target="native", output=None, *, target_options=None, opt_level=3,  # noqa: A001 (TVM's name)
             input_shapes=None, disabled_passes=(), pass_config=None, tuning_records=None, dump_ir=(),
-            dump_dir=None, progress=None, output_format="tar") -> CompileResult:
+            dump_dir=None, progress=None, output_format="tar", value_ranges=None) -> CompileResult:
     """Compile an ONNX model for a target, as `tvmc compile`; save it as a mod.tar when `output`
     is given.
 
@@ -241,6 +261,9 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     target_options:  {descriptor field: value} overrides (as --target-option)
     opt_level:       0..3
     input_shapes:    {input name: [d0, d1, ...]} fixing symbolic dimensions
+    value_ranges:    {input name: (lo, hi)}: every value of that input lies in [lo, hi] at run
+                     time (as --value-range); bounds Range, Expand and ConstantOfShape whose shape
+                     inputs are computed from it (docs/dynamic_shapes.md)
     disabled_passes: pass names to skip ("A,B" or a list)
     pass_config:     {"Pass.option": value}
     tuning_records:  path of a `tvmc tune` records file to apply
@@ -275,7 +298,7 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     if dump_dir is None and dump_ir:
         dump_dir = str(Path(output).parent) if output else "."
     options = _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuning_records,
-                               dump_ir, dump_dir)
+                               dump_ir, dump_dir, value_ranges)
     resolved = _resolve(target, target_options)
     module = compile_model(model, resolved, options, progress=progress)
     result = CompileResult(module, resolved, options, model if isinstance(model, str) else "<ModelProto>")

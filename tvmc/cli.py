@@ -291,6 +291,28 @@ def parse_input_shapes(text: str | None) -> tuple:
     return tuple(out.items())
 
 
+def parse_value_ranges(items) -> dict:
+    """('n=1:64', 'len=0:512') -> {'n': (1.0, 64.0), 'len': (0.0, 512.0)} for --value-range
+    (the last '=' separates name and range). Raises click.BadParameter on syntax errors, LO > HI or
+    repeated names."""
+    out = {}
+    for item in items:
+        name, _, text = item.rpartition("=")
+        lo, sep, hi = text.partition(":")
+        try:
+            pair = (float(lo), float(hi)) if name and sep else None
+        except ValueError:
+            pair = None
+        if pair is None:
+            raise click.BadParameter(f"cannot parse '{item}'; expected NAME=LO:HI, e.g. n=1:64", param_hint="--value-range")
+        if not pair[0] <= pair[1]:
+            raise click.BadParameter(f"range of '{name}' is empty: {lo} > {hi}", param_hint="--value-range")
+        if name in out:
+            raise click.BadParameter(f"input '{name}' given twice", param_hint="--value-range")
+        out[name] = pair
+    return out
+
+
 def _parse_list(values, what: str, choices=None) -> tuple:
     """Repeated and/or comma-separated names -> tuple; checks `choices` when given."""
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
@@ -399,6 +421,11 @@ def _output_folder_made(output) -> Path:
 @click.option("--disabled-pass", multiple=True, metavar="A,B", help="Passes to skip (comma-separated, repeatable).")
 @click.option("--pass-config", multiple=True, metavar="NAME=VALUE", help='Pass option "<Pass>.<option>=VALUE" (repeatable).')
 @click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224] mask:[1,128]".')
+@click.option("--value-range", multiple=True, metavar="NAME=LO:HI",
+              help="Every value of graph input NAME lies in [LO, HI] at run time (repeatable). Bounds the "
+                   "outputs of Range, Expand and ConstantOfShape whose shape inputs are computed from it; "
+                   "a run whose values break it stops with an error naming the output "
+                   "(docs/dynamic_shapes.md).")
 @click.option("--dump-ir", multiple=True, metavar="STAGES",
               help=f"Write IR text into <output name>.dumps/ beside the output (replaced on each compile), "
                    f"comma-separated from: {','.join(DUMP_STAGES)}.")
@@ -412,7 +439,7 @@ def _output_folder_made(output) -> Path:
 @verbose_option
 @_handle_errors
 def compile_cmd(model, target_spec, target_option, output, output_format, opt_level, disabled_pass, pass_config,
-                input_shapes, dump_ir, print_pass_times, tuning_records, cross_compiler, cross_compiler_options, as_json,
+                input_shapes, value_range, dump_ir, print_pass_times, tuning_records, cross_compiler, cross_compiler_options, as_json,
                 verbose):
     """Compile an ONNX MODEL into a mod.tar for a target.
 
@@ -424,6 +451,7 @@ def compile_cmd(model, target_spec, target_option, output, output_format, opt_le
     target_options = _parse_pairs(target_option, "--target-option")
     pass_cfg = {k: _parse_value(v) for k, v in _parse_pairs(pass_config, "--pass-config").items()}
     shapes = parse_input_shapes(input_shapes)
+    ranges = parse_value_ranges(value_range)
     dumps = _parse_list(dump_ir, "--dump-ir", DUMP_STAGES)
     disabled = _parse_list(disabled_pass, "--disabled-pass")
 
@@ -439,6 +467,7 @@ def compile_cmd(model, target_spec, target_option, output, output_format, opt_le
     try:
         with dump_folder(out, ArtifactError, keep_on_error=verbose) if dumps else contextlib.nullcontext() as dump_dir:
             result = compile_model_api(model, target, out, opt_level=opt_level, input_shapes=dict(shapes),
+                                       value_ranges=ranges,
                                        disabled_passes=disabled, pass_config=pass_cfg, tuning_records=tuning_records,
                                        dump_ir=dumps, dump_dir=dump_dir, progress=progress,
                                        output_format=output_format)

@@ -25,6 +25,9 @@ class CompileOptions:
     disabled_passes:  pass names to skip
     pass_config:      tuple of (name, value) per-pass options
     input_shapes:     tuple of (input name, shape tuple) fixing symbolic dimensions
+    value_ranges:     tuple of (input name, (lo, hi)): every value of that graph input lies in
+                      [lo, hi] at run time (bounds Range/Expand/ConstantOfShape computed from it,
+                      docs/dynamic_shapes.md)
     dump_ir:          tuple of stage names to dump ('graph', 'tir', 'll', 'asm')
     dump_dir:         folder where dumps go (`tvmc compile` passes a fresh one that becomes
                       <output>.dumps, see tvmc.paths.dump_folder)
@@ -36,6 +39,7 @@ class CompileOptions:
     disabled_passes: frozenset = frozenset()
     pass_config: tuple = ()
     input_shapes: tuple = ()
+    value_ranges: tuple = ()
     dump_ir: tuple = ()
     dump_dir: str | None = None
     tuning_records: str | None = None
@@ -124,7 +128,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
 
     timings = {}
     t0 = time.perf_counter()
-    graph = from_onnx(model, dict(options.input_shapes))
+    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges))
     timings["import"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -168,7 +172,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                     for n, o in zip(graph.output_names, graph.outputs[:graph.num_model_outputs])],
         "options": {"opt_level": options.opt_level, "disabled_passes": sorted(options.disabled_passes),
                     "pass_config": dict(options.pass_config),
-                    "input_shapes": {k: list(v) for k, v in options.input_shapes}},
+                    "input_shapes": {k: list(v) for k, v in options.input_shapes},
+                    **({"value_ranges": {k: list(v) for k, v in options.value_ranges}} if options.value_ranges else {})},
         "num_kernels": len(functions),
         "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
         "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())

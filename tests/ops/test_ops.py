@@ -549,6 +549,20 @@ CASES = [
          dict(allowzero=1)),
     Case("dyn_head_bool", "dyn.head", lambda r: [r.integers(0, 2, (5, 3)).astype(bool), np.array([3], np.int64)]),
     Case("dyn_head_shape_negative_count", "dyn.head_shape", lambda r: [n(r, (4, 2)), np.array([-2], np.int64)]),
+    # shapes given by values computed at run time, bounded by the value-range analysis (dyn-bounds)
+    Case("dyn_range_float_negative_delta", "dyn.range",
+         lambda r: [np.array(5, np.float32), np.array(-1, np.float32), np.array(-1.5, np.float32)], dict(bound=6),
+         chain=lambda r: [("multiply", {}, [np.float32(2)])]),
+    Case("dyn_range_shape_int32_empty", "dyn.range_shape",
+         lambda r: [np.array(3, np.int32), np.array(1, np.int32), np.array(2, np.int32)], dict(bound=4)),
+    Case("dyn_expand_rank_grows", "dyn.expand", lambda r: [n(r, (3, 1)), np.array([2, 3, 4], np.int64)],
+         dict(bound=(5, 3, 6), dynamic_axes=(0, 2))),
+    Case("dyn_expand_shape_x_rank_higher", "dyn.expand_shape", lambda r: [n(r, (2, 1, 3)), np.array([4, 1], np.int64)],
+         dict(bound=(2, 5, 3), dynamic_axes=(1,))),
+    Case("dyn_constant_of_shape_int32", "dyn.constant_of_shape", lambda r: [np.array([2, 3], np.int64)],
+         dict(bound=(4, 3), dynamic_axes=(0,), value=-7, dtype="int32")),
+    Case("dyn_constant_of_shape_shape_zero", "dyn.constant_of_shape_shape", lambda r: [np.array([2, 0, 3], np.int64)],
+         dict(bound=(2, 4, 3), dynamic_axes=(1,), value=1.5, dtype="float32")),
 ]
 
 

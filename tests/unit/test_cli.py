@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import tvmc
 from test_package import build_fixture_library, make_fixture_module
-from tvmc.cli import cli, main, parse_input_shapes
+from tvmc.cli import cli, main, parse_input_shapes, parse_value_ranges
 from tvmc.package import save_artifact
 
 
@@ -90,6 +90,13 @@ def test_parse_input_shapes():
                 "data:[99999999999999999999999999]", "data:[-1]"):
         with pytest.raises(click.BadParameter):
             parse_input_shapes(bad)
+
+
+def test_parse_value_ranges():
+    assert parse_value_ranges(("n=1:64", "a=b=-2.5:0")) == {"n": (1.0, 64.0), "a=b": (-2.5, 0.0)}
+    for bad in (("n:1:2",), ("n=1",), ("n=x:2",), ("=1:2",), ("n=3:2",), ("n=1:2", "n=0:1")):
+        with pytest.raises(click.BadParameter):
+            parse_value_ranges(bad)
 
 
 def test_run_non_tar(tmp_path):

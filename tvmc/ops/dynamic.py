@@ -19,6 +19,7 @@ import numpy as np
 from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.reduction import schedule_reduce
+from tvmc.ops.elemwise import INJECTIVE, broadcast_index
 from tvmc.ops.gpu.injective import generic_config
 from tvmc.ops.gpu.selection import schedule_sequential
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
@@ -86,8 +87,9 @@ def _padded_reference(exact, infer):
     return ref
 
 
-def register_dynamic(name: str, infer, exact, compute, count=None, shape=None):
-    """Register `name` (padded data) and `name_shape` (its run-time shape).
+def register_dynamic(name: str, infer, exact, compute, count=None, shape=None, impls=SELECTION):
+    """Register `name` (padded data) and `name_shape` (its run-time shape), both with the
+    implementations `impls` (the selection schedules unless given).
 
     infer(in_types, attrs) -> TensorType: the bound, with its dynamic axes.
     exact(*arrays, **attrs) -> np.ndarray: ONNX semantics (constant folding, tests).
@@ -108,9 +110,9 @@ def register_dynamic(name: str, infer, exact, compute, count=None, shape=None):
         extents = [n[0] if a == axis else _one(int(d)) for a, d in enumerate(bound.shape)]
         return te.compute(out_type.shape, lambda k: _pick(k, extents), name=f"{name}_shape")
 
-    register_op(OpDef(name, infer, _padded_reference(exact, infer), OpPattern.OPAQUE, compute, SELECTION))
+    register_op(OpDef(name, infer, _padded_reference(exact, infer), OpPattern.OPAQUE, compute, impls))
     register_op(OpDef(f"{name}_shape", shape_type, lambda *a, **k: np.array(exact(*a, **k).shape, np.int64),
-                      OpPattern.OPAQUE, shape_compute, SELECTION))
+                      OpPattern.OPAQUE, shape_compute, impls))
 
 
 def _pick(k, exprs):
@@ -519,10 +521,11 @@ register_dynamic("non_max_suppression", _nms_type, nms_reference, _nms_compute, 
 # ---- dyn.reshape (ONNX Reshape-5..25 whose shape input is computed at run time; TVM's dyn.reshape) --
 # inputs: x (static shape S), shape int64[r]; attrs: allowzero (0/1). The element count is known,
 # so each output extent is at most size(x): the bound is size(x) along all r axes, which is only
-# affordable for a small x or rank (RESHAPE_MAX_BOUND elements). A shape whose product is not
+# affordable for a small x or rank (DYNAMIC_MAX_BOUND elements, the most any bound derived at
+# compile time may hold: also Range's, Expand's and ConstantOfShape's). A shape whose product is not
 # size(x) gives an unspecified result (kernels report no errors).
 
-RESHAPE_MAX_BOUND = 1 << 22
+DYNAMIC_MAX_BOUND = 1 << 22
 
 
 def _reshape_type(in_types, attrs):
@@ -530,9 +533,9 @@ def _reshape_type(in_types, attrs):
     if len(shape.shape) != 1 or not shape.dtype.startswith("int"):
         raise ValueError(f"shape must be a 1-D integer tensor, got {shape}")
     r, n = shape.shape[0], x.size
-    if n ** r > RESHAPE_MAX_BOUND:
+    if n ** r > DYNAMIC_MAX_BOUND:
         raise ValueError(f"a reshape of {n} elements to a rank-{r} shape known only at run time needs a bound of "
-                         f"{n}^{r} elements, more than the {RESHAPE_MAX_BOUND} tvmc allocates for it")
+                         f"{n}^{r} elements, more than the {DYNAMIC_MAX_BOUND} tvmc allocates for it")
     return TensorType((n,) * r, x.dtype, tuple(range(r)))
 
 
@@ -616,3 +619,124 @@ def _head_exact(x, n):
 
 
 register_dynamic("dyn.head", _head_type, _head_exact, _head_compute, _head_count)
+
+
+# ---- shapes given by values computed at run time: dyn.range, dyn.expand, dyn.constant_of_shape --
+# (ONNX Range, Expand and ConstantOfShape whose shape inputs are computed at run time.) The bound
+# comes from the value-range analysis of those inputs at import (tvmc/frontend/onnx/value_range.py)
+# and is an attribute: `bound` (the output's static shape) and `dynamic_axes`. The data kernels loop
+# over the bound only, so values beyond it cannot reach memory outside the buffer; the shape
+# kernels write the run-time shape as the values give it, unclamped, so that an executor reading an
+# output whose run-time shape breaks its bound reports it (docs/dynamic_shapes.md). All three are
+# injective: the CPU and GPU injective schedules.
+
+def _first(t):
+    """The one element of a one-element tensor."""
+    return t[tuple(te.const(0) for _ in t.shape)]
+
+
+def _inside(i, extents: dict):
+    """The output index i lies within the run-time extents {axis: int64 expression}."""
+    return te.logical_and(*[te.cast(INT64, i[a]) < n for a, n in extents.items()]) if extents else None
+
+
+def _padded(i, extents: dict, value, dtype: str):
+    inside = _inside(i, extents)
+    return value if inside is None else te.select(inside, value, _zero(dtype))
+
+
+def range_reference(start, limit, delta):
+    """ONNX Range-11 on one-element arrays: start + k * delta for k < max(ceil((limit - start) / delta), 0)."""
+    start, limit, delta = (np.asarray(v).reshape(()) for v in (start, limit, delta))
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
+
+
+def _range_type(in_types, attrs):
+    if any(t.size != 1 for t in in_types) or len({t.dtype for t in in_types}) != 1:
+        raise ValueError(f"Range takes three one-element tensors of one dtype, got {', '.join(map(str, in_types))}")
+    return TensorType((attrs["bound"],), in_types[0].dtype, (0,))
+
+
+def _range_length(inputs):
+    """int64: max(ceil((limit - start) / delta), 0); for integers -floor((start - limit) / delta)."""
+    start, limit, delta = (_first(t) for t in inputs)
+    if inputs[0].dtype.startswith(("int", "uint")):
+        start, limit, delta = (te.cast(INT64, v) for v in (start, limit, delta))
+        n = _one(0) - (start - limit) // delta
+    else:
+        n = te.cast(INT64, te.ceil((limit - start) / delta))
+    return te.maximum(n, _one(0))
+
+
+def _range_compute(inputs, attrs, out_type):
+    """out[i] = start + i * delta for i below the run-time length, 0 after it."""
+    start, delta = _first(inputs[0]), _first(inputs[2])
+    n = _range_length(inputs)
+    return te.compute(out_type.shape, lambda i: _padded(
+        (i,), {0: n}, start + te.cast(out_type.dtype, i) * delta, out_type.dtype), name="dyn_range")
+
+
+register_dynamic("dyn.range", _range_type, lambda start, limit, delta, bound: range_reference(start, limit, delta),
+                 _range_compute, lambda inputs, attrs: te.compute((1,), lambda _: _range_length(inputs),
+                                                                   name="dyn_range_length"), impls=INJECTIVE)
+
+
+def _shape_values(shape, rank: int):
+    """{output axis: int64 value of the (right-aligned) shape input} for the axes it gives."""
+    off = rank - shape.shape[0]
+    return {a: te.cast(INT64, shape[(te.const(a - off),)]) for a in range(off, rank)}
+
+
+def _bounded_type(dtype_of):
+    def infer(in_types, attrs):
+        shape = in_types[-1]
+        if len(shape.shape) != 1 or not shape.dtype.startswith("int"):
+            raise ValueError(f"shape must be a 1-D integer tensor, got {shape}")
+        return TensorType(tuple(attrs["bound"]), dtype_of(in_types, attrs), tuple(attrs["dynamic_axes"]))
+    return infer
+
+
+def _constant_of_shape_compute(inputs, attrs, out_type):
+    """out[i] = value within the run-time shape (the shape input's values), 0 outside."""
+    values = _shape_values(inputs[0], len(out_type.shape))
+    fill = te.const(attrs["value"], out_type.dtype)
+    return te.compute(out_type.shape, lambda *i: _padded(
+        i, {a: values[a] for a in attrs["dynamic_axes"]}, fill, out_type.dtype), name="dyn_constant_of_shape")
+
+
+def _constant_of_shape_dims(inputs, attrs):
+    values = _shape_values(inputs[0], len(attrs["bound"]))
+    return te.compute((len(attrs["bound"]),), lambda k: _pick(k, [values[a] for a in range(len(values))]),
+                      name="dyn_constant_of_shape_dims")
+
+
+register_dynamic("dyn.constant_of_shape", _bounded_type(lambda t, attrs: attrs["dtype"]),
+                 lambda shape, bound, dynamic_axes, value, dtype: np.full(tuple(int(d) for d in shape), value, dtype),
+                 _constant_of_shape_compute, shape=_constant_of_shape_dims, impls=INJECTIVE)
+
+
+def _expand_dims(inputs, attrs):
+    """{output axis: run-time extent}: the shape value along dynamic axes (where x has extent 1 or
+    no axis), the bound elsewhere."""
+    values = _shape_values(inputs[1], len(attrs["bound"]))
+    return {a: values[a] if a in attrs["dynamic_axes"] else _one(d) for a, d in enumerate(attrs["bound"])}
+
+
+def _expand_compute(inputs, attrs, out_type):
+    """out[i] = x[i broadcast to x's shape] within the run-time shape, 0 outside."""
+    x = inputs[0]
+    dims = _expand_dims(inputs, attrs)
+    return te.compute(out_type.shape, lambda *i: _padded(
+        i, {a: dims[a] for a in attrs["dynamic_axes"]}, x[broadcast_index(x.shape, i)], x.dtype), name="dyn_expand")
+
+
+def _expand_shape(inputs, attrs):
+    dims = _expand_dims(inputs, attrs)
+    return te.compute((len(dims),), lambda k: _pick(k, [dims[a] for a in range(len(dims))]), name="dyn_expand_dims")
+
+
+register_dynamic("dyn.expand", _bounded_type(lambda t, attrs: t[0].dtype),
+                 lambda x, shape, bound, dynamic_axes: np.broadcast_to(
+                     x, np.broadcast_shapes(x.shape, tuple(int(d) for d in shape))).copy(),
+                 _expand_compute, shape=_expand_shape, impls=INJECTIVE)

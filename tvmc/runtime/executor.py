@@ -109,7 +109,8 @@ def sliced_output(bound: np.ndarray, shape, origin: str, name: str) -> np.ndarra
     shape = [int(d) for d in shape]
     if len(shape) != bound.ndim or any(not 0 <= d <= b for d, b in zip(shape, bound.shape)):
         raise ArtifactError(f"{origin}: output '{name}' has run-time shape {_fmt_shape(shape)}, outside its "
-                            f"bound {_fmt_shape(bound.shape)}")
+                            f"bound {_fmt_shape(bound.shape)} (do the inputs break a --value-range stated at compile "
+                            f"time?)")
     return bound[tuple(slice(0, d) for d in shape)].copy()
 
 

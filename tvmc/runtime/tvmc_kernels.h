@@ -141,7 +141,8 @@ extern const char tvmc_module_description[];
 #define TVMC_ERR_ARGUMENT 1    /* a NULL pointer, an unknown input name, an index out of range */
 #define TVMC_ERR_PARAMS 2      /* the params blob is not safetensors or does not match the description */
 #define TVMC_ERR_INPUT 3       /* an input's dtype, shape or byte size differs from the description */
-#define TVMC_ERR_OUTPUT 4      /* an output buffer's byte size differs from the output's */
+#define TVMC_ERR_OUTPUT 4      /* an output buffer's byte size differs from the output's, or its
+                                  run-time shape breaks its bound (tvmc_model_output_shape) */
 #define TVMC_ERR_MEMORY 5      /* an allocation failed */
 #define TVMC_ERR_IO 6          /* a file cannot be read (or the build has no file system) */
 #define TVMC_ERR_DESCRIPTION 7 /* the embedded description is malformed (a damaged library) */
@@ -184,7 +185,10 @@ void *const *tvmc_model_entries(const tvmc_model *model);
 /* The shape output `index` has after the last tvmc_model_run, into shape[0..ndim) (ndim must be
  * the output's). An output whose shape depends on the data (NonZero, Unique, ... in the model)
  * has a bound, the shape tvmc_model_output_info gives, and a run-time shape within it; every other
- * output's run-time shape is its shape. (Since ABI version 3.) */
+ * output's run-time shape is its shape. (Since ABI version 3.) A run-time shape outside the bound
+ * (the inputs break a range stated by `tvmc compile --value-range`, which sized the bound of a
+ * Range, Expand or ConstantOfShape) is never truncated: this function and tvmc_model_get_output
+ * return TVMC_ERR_OUTPUT, and tvmc_last_error() names the output, its run-time shape and bound. */
 int tvmc_model_output_shape(const tvmc_model *model, int32_t index, int64_t *shape, int32_t ndim);
 /* Copy output `index`, with its run-time shape (row-major), into `data`; nbytes must be its size in
  * bytes at that shape (tvmc_model_output_info's nbytes for an output without a run-time shape). */

@@ -68,16 +68,22 @@ static void err_u64(uint64_t v) {
   last_error[error_len] = 0;
 }
 
-static void err_shape(const char *dtype, int32_t ndim, const int64_t *shape, uint64_t nbytes) {
+static void err_dims(int32_t ndim, const int64_t *shape) {
   int32_t i;
-  err_str(dtype);
-  err_str(" [");
+  err_str("[");
   for (i = 0; i < ndim; i++) {
     if (i) err_str(",");
     if (shape[i] < 0) { err_str("-"); err_u64((uint64_t)(-(shape[i] + 1)) + 1); }
     else err_u64((uint64_t)shape[i]);
   }
-  err_str("] (");
+  err_str("]");
+}
+
+static void err_shape(const char *dtype, int32_t ndim, const int64_t *shape, uint64_t nbytes) {
+  err_str(dtype);
+  err_str(" ");
+  err_dims(ndim, shape);
+  err_str(" (");
   err_u64(nbytes);
   err_str(" bytes)");
 }
@@ -759,7 +765,11 @@ static int run_time_shape(const tvmc_model *m, const tensor_t *t, int64_t *shape
     if (dims[k] < 0 || dims[k] > e->shape[k]) {
       fail(TVMC_ERR_OUTPUT, "output '", NULL, NULL);
       err_strn(t->name, 64);
-      err_str("': its run-time shape is outside its bound (was the model run?)");
+      err_str("' has run-time shape ");
+      err_dims(e->ndim, dims);
+      err_str(", outside its bound ");
+      err_dims(e->ndim, e->shape);
+      err_str(" (do the inputs break a --value-range stated at compile time?)");
       return TVMC_ERR_OUTPUT;
     }
     shape[k] = dims[k];

@@ -15,19 +15,25 @@ from tvmc.errors import ModelError, UnsupportedOpError
 from tvmc.frontend.onnx.common import SUPPORTED_DTYPES, fmt_dims, is_const, np_dtype_name
 from tvmc.frontend.onnx.functions import function_body, inline, tensor_type
 from tvmc.frontend.onnx.registry import CONVERTERS, has_converter, supports
+from tvmc.frontend.onnx.value_range import Unbounded, value_range
 from tvmc.graph import ir
 from tvmc.graph.ir import Call, Expr, Graph, TensorType, Var, make_call
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+# ops whose result is computed from their input's run-time shape, not its data (tensor.py)
+_READS_RUN_TIME_SHAPE = ("Shape", "Size")
 _FOLD_AT_IMPORT_MAX = 4096  # elements: a float call on constants up to this size is folded at import
 
 
-def from_onnx(model, input_shapes: dict | None = None) -> Graph:
+def from_onnx(model, input_shapes: dict | None = None, value_ranges: dict | None = None) -> Graph:
     """Import an ONNX model into the graph IR.
 
     model:        path (str / os.PathLike) of a .onnx file, or an `onnx.ModelProto`.
     input_shapes: {graph input name: shape tuple} overriding or fixing input shapes
                   (symbolic / unknown dimensions must be fixed this way).
+    value_ranges: {graph input name: (lo, hi)}: every element of that input lies in [lo, hi] at
+                  run time (`--value-range`); bounds the outputs of Range, Expand and
+                  ConstantOfShape whose shape inputs are computed from it (docs/dynamic_shapes.md).
 
     Returns a Graph whose inputs are the ONNX graph inputs that are not initializers
     (Var with static shape, dtype float32/int64/int32/bool), whose constants are the
@@ -36,7 +42,7 @@ def from_onnx(model, input_shapes: dict | None = None) -> Graph:
     against the op registry's type rules).
 
     Raises:
-      ModelError           unreadable file, onnx.checker failure, bad `input_shapes`,
+      ModelError           unreadable file, onnx.checker failure, bad `input_shapes` or `value_ranges`,
                            unresolved symbolic dimension, unsupported dtype on a non-constant
                            path, unsupported attribute values, shape inconsistencies.
       UnsupportedOpError   before anything is converted, listing every op type (with opset
@@ -47,7 +53,7 @@ def from_onnx(model, input_shapes: dict | None = None) -> Graph:
     """
     proto, label = _load(model)
     _check(proto, label)
-    return _Importer(proto, label).run(input_shapes or {})
+    return _Importer(proto, label, value_ranges or {}).run(input_shapes or {})
 
 
 def _load(model):
@@ -100,8 +106,9 @@ _SECONDARY_OUTPUTS = {
 class _Importer:
     """Converts one checked ModelProto; `label` (the file path) prefixes every error."""
 
-    def __init__(self, proto: onnx.ModelProto, label: str):
+    def __init__(self, proto: onnx.ModelProto, label: str, value_ranges: dict | None = None):
         self.proto = proto
+        self.value_ranges = dict(value_ranges or {})  # graph input name -> (lo, hi), see value_range.py
         self.label = label
         self.graph = proto.graph
         self.opset = _default_opset(proto, label)
@@ -122,6 +129,12 @@ class _Importer:
         init_names = {t.name for t in g.initializer}
         real_inputs = [vi for vi in g.input if vi.name not in init_names]
         self._check_input_shapes(real_inputs, input_shapes)
+        for name, (lo, hi) in self.value_ranges.items():
+            if name not in {vi.name for vi in real_inputs}:
+                raise self.error(f"--value-range names '{name}', which is not a graph input; graph inputs: "
+                                 f"{', '.join(vi.name for vi in real_inputs)}")
+            if not lo <= hi:
+                raise self.error(f"--value-range for '{name}': {lo}:{hi} is empty (LO must not exceed HI)")
         self._check_resolved(real_inputs, input_shapes)
         self._infer(real_inputs, input_shapes)
 
@@ -302,7 +315,8 @@ class _Importer:
         # a tuple holds one result per node output (Split, TopK, LayerNormalization, ...)
         results = list(result) if isinstance(result, tuple) else [result]
         dynamic = [n for n, e in zip(node.input, inputs) if e is not None and e.type.is_dynamic]
-        if dynamic and not all(isinstance(r, Expr) and r in self.run_time_shapes for r in results):
+        if dynamic and node.op_type not in _READS_RUN_TIME_SHAPE and \
+                not all(isinstance(r, Expr) and r in self.run_time_shapes for r in results):
             raise ctx.error(f"input '{dynamic[0]}' has a shape known only at run time, and {node.op_type} "
                             f"needs it at compile time (docs/dynamic_shapes.md)")
         for i, (out, res) in enumerate(zip(node.output, results)):
@@ -465,6 +479,18 @@ class _NodeContext:
         self.importer.run_time_shapes[call] = self.call(f"{op}_shape", inputs, attrs)
         return call
 
+    def bounded(self, inputs, i: int, what: str) -> tuple:
+        """(lo, hi): the interval of every value input `i` takes at run time (value_range.py), for an
+        input that sizes the output. Raises ModelError naming the input, why no interval is known
+        and the --value-range option."""
+        try:
+            return value_range(inputs[i], self.importer.value_ranges,
+                               {v: k for k, v in self.importer.run_time_shapes.items()})
+        except Unbounded as why:
+            raise self.error(f"input {what} ('{self.input_name(i)}') is computed at run time and sizes the output, "
+                             f"and tvmc derives no bound for its values: {why}; state the range of the graph "
+                             f"inputs it comes from with --value-range NAME=LO:HI") from None
+
     def const(self, value, suffix: str) -> ir.Constant:
         """A new constant named f"{node}.{suffix}" (made unique in the graph)."""
         return ir.Constant(np.asarray(value), name=self.importer.unique_name(f"{self.name}.{suffix}"))
@@ -482,18 +508,12 @@ class _NodeContext:
     def input_name(self, i: int) -> str:
         return self.node.input[i] if i < len(self.node.input) else f"#{i}"
 
-    def constant(self, inputs, i: int, what: str, unbounded: bool = False) -> np.ndarray:
-        """The value of input `i`, which must be a Constant (initializer or foldable). `unbounded`:
-        the input sizes the output with no bound tvmc could derive (docs/dynamic_shapes.md), which
-        the error says."""
+    def constant(self, inputs, i: int, what: str) -> np.ndarray:
+        """The value of input `i`, which must be a Constant (initializer or foldable)."""
         e = inputs[i] if i < len(inputs) else None
         if e is None:
             raise self.error(f"missing input {what}")
         if not isinstance(e, ir.Constant):
-            if unbounded:
-                raise self.error(f"input {what} ('{self.input_name(i)}') must be a constant (initializer or "
-                                 f"computable at import): the output's size would depend on its values, with no "
-                                 f"bound known at compile time")
             raise self.error(f"input {what} ('{self.input_name(i)}') must be a constant (initializer or "
                              f"computable at import); tvmc needs static shapes")
         return e.value

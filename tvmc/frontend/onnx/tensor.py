@@ -125,28 +125,72 @@ def Constant(ctx, node, inputs, attrs, opset):
 
 @converter(9, 20, 21, 23, 24, 25)
 def ConstantOfShape(ctx, node, inputs, attrs, opset):
-    """ONNX ConstantOfShape: constant shape input -> np.full with `value` (default float32 0)."""
-    shape = ctx.constant(inputs, 0, "shape", unbounded=True).reshape(-1)
+    """ONNX ConstantOfShape -> np.full with `value` (default float32 0) for a shape known at import,
+    else dyn.constant_of_shape bounded by the shape values' range (value_range.py)."""
     if "value" in attrs:
         fill = numpy_helper.to_array(attrs["value"]).reshape(-1)
         if fill.size != 1:
             raise ctx.error(f"attribute 'value' must hold one element, got {fill.size}")
         value, dtype = fill[0], fill.dtype
     else:
-        value, dtype = 0, np.float32
-    return np.full(tuple(int(d) for d in shape), value, dtype=dtype)
+        value, dtype = 0, np.dtype(np.float32)
+    shape = _shape_values(ctx, inputs, 0)
+    if isinstance(shape, np.ndarray):
+        return np.full(tuple(int(d) for d in shape.reshape(-1)), value, dtype=dtype)
+    bound, dynamic = _bound(ctx, *shape)
+    return ctx.dynamic_call("dyn.constant_of_shape", [inputs[0]], {
+        "bound": bound, "dynamic_axes": dynamic, "value": value.item() if hasattr(value, "item") else value,
+        "dtype": dtype.name})
+
+
+def _shape_values(ctx, inputs, i: int, what: str = "shape"):
+    """Input `i` (a shape or a Range operand): its value when known at import (a constant, or a
+    run-time tensor whose range is one value), else its interval (lo, hi) (value_range.py).
+    Raises ModelError when neither is known (the error names the --value-range option)."""
+    if i >= len(inputs) or inputs[i] is None:
+        raise ctx.error(f"missing input {what}")
+    if is_const(inputs[i]):
+        return inputs[i].value
+    lo, hi = ctx.bounded(inputs, i, what)
+    if (lo == hi).all():
+        return hi.astype(inputs[i].dtype)
+    return lo, hi
+
+
+def _bound(ctx, lo, hi, static=()):
+    """(bound, dynamic axes) of an output whose extents lie in [lo, hi] (static: {axis: extent} of
+    the axes whose extent does not follow the values). Raises ModelError beyond DYNAMIC_MAX_BOUND."""
+    from tvmc.ops.dynamic import DYNAMIC_MAX_BOUND
+
+    hi = np.minimum(hi, DYNAMIC_MAX_BOUND + 1)  # also an infinite or huge float end: refused below
+    bound = tuple(static[a] if a in static else max(int(h), 0) for a, h in enumerate(hi.reshape(-1)))
+    dynamic = tuple(a for a, (lo_a, hi_a) in enumerate(zip(lo.reshape(-1), hi.reshape(-1)))
+                    if a not in static and lo_a != hi_a)
+    if prod(bound) > DYNAMIC_MAX_BOUND:
+        raise ctx.error(f"the output's shape is known only at run time, within the bound {fmt_dims(bound)} "
+                        f"derived from its inputs' value ranges: more than the {DYNAMIC_MAX_BOUND} elements tvmc "
+                        f"allocates for it (narrow --value-range)")
+    return bound, dynamic
 
 
 @converter(1, 13, 15, 19, 21, 23, 24, 25)
 def Shape(ctx, node, inputs, attrs, opset):
-    """ONNX Shape (start/end from opset 15) -> int64 Constant (shapes are static)."""
-    shape = np.asarray(inputs[0].shape, dtype=np.int64)
+    """ONNX Shape (start/end from opset 15) -> int64 Constant for a static shape; for a tensor with
+    a run-time shape, its int64[rank] shape tensor (sliced to start:end), or a Constant when the
+    slice holds only static axes."""
+    x = inputs[0]
+    shape = np.asarray(x.shape, dtype=np.int64)
     rank = len(shape)
     start, end = int(attrs.get("start", 0)), attrs.get("end")
     end = rank if end is None else int(end)
     start = min(max(start + rank if start < 0 else start, 0), rank)
     end = min(max(end + rank if end < 0 else end, 0), rank)
-    return shape[start:end]
+    if not any(start <= a < end for a in x.type.dynamic_axes):
+        return shape[start:end]
+    dims = ctx.importer.run_time_shapes[x]
+    if (start, end) == (0, rank):
+        return dims
+    return ctx.call("strided_slice", [dims], {"begin": (start,), "end": (end,), "strides": (1,)})
 
 
 def _axes(ctx, inputs, attrs, opset, since_input=13):
@@ -246,18 +290,32 @@ def Pad(ctx, node, inputs, attrs, opset):
 
 @converter(1, 13, 19, 21, 23, 24, 25)
 def Size(ctx, node, inputs, attrs, opset):
-    """ONNX Size -> int64 scalar Constant (shapes are static)."""
-    return np.asarray(prod(inputs[0].shape), dtype=np.int64)
+    """ONNX Size -> int64 scalar Constant for a static shape, else the product of the run-time shape."""
+    x = inputs[0]
+    if not x.type.is_dynamic:
+        return np.asarray(prod(x.shape), dtype=np.int64)
+    return ctx.call("prod", [ctx.importer.run_time_shapes[x]], {"axis": (0,), "keepdims": 0})
 
 
 @converter(11, 27)
 def Range(ctx, node, inputs, attrs, opset):
-    """ONNX Range(start, limit, delta) on constant scalars -> a Constant (np.arange semantics:
-    ceil((limit - start) / delta) elements)."""
-    start, limit, delta = (ctx.constant(inputs, k, w, unbounded=True).reshape(()) for k, w in
-                           enumerate(("start", "limit", "delta")))
-    n = max(int(np.ceil((limit - start) / delta)), 0)
-    return (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
+    """ONNX Range(start, limit, delta) -> a Constant when the three are known at import (np.arange
+    semantics: ceil((limit - start) / delta) elements), else dyn.range, bounded by the largest
+    length the operands' ranges allow (value_range.py)."""
+    from tvmc.ops.dynamic import range_reference
+
+    values = [_shape_values(ctx, inputs, k, w) for k, w in enumerate(("start", "limit", "delta"))]
+    if all(isinstance(v, np.ndarray) for v in values):
+        return range_reference(*values)
+    (slo, shi), (llo, lhi), (dlo, dhi) = (v if isinstance(v, tuple) else (v.astype(np.float64),) * 2 for v in values)
+    if dlo <= 0 <= dhi:
+        raise ctx.error(f"delta ('{ctx.input_name(2)}') is computed at run time and its range [{dlo}, {dhi}] "
+                        f"holds 0: no bound on the length")
+    longest = np.ceil((lhi - slo) / dlo) if dlo > 0 else np.ceil((llo - shi) / dhi)
+    args = [ctx.const(v, w) if isinstance(v, np.ndarray) and not is_const(e) else e
+            for e, v, w in zip(inputs, values, ("start", "limit", "delta"))]
+    bound, _ = _bound(ctx, np.zeros(1), np.array([longest]))
+    return ctx.dynamic_call("dyn.range", args, {"bound": bound[0]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,9 +405,21 @@ def Split(ctx, node, inputs, attrs, opset):
 
 @converter(8, 13)
 def Expand(ctx, node, inputs, attrs, opset):
-    """ONNX Expand(x, shape): bidirectional broadcast of x with the constant shape -> broadcast_to."""
+    """ONNX Expand(x, shape): bidirectional broadcast of x with the shape -> broadcast_to when the
+    shape is known at import, else dyn.expand, bounded by the shape values' range (value_range.py)
+    along the axes where x has extent 1 (or none)."""
     x = inputs[0]
-    shape = ctx.constant(inputs, 1, "shape", unbounded=True).reshape(-1).tolist()
+    shape = _shape_values(ctx, inputs, 1)
+    if isinstance(shape, tuple):
+        lo, hi = (v.reshape(-1) for v in shape)
+        rank = max(len(x.shape), len(lo))
+        xs = (1,) * (rank - len(x.shape)) + tuple(x.shape)
+        lo, hi = (np.concatenate([np.ones(rank - len(v)), v]) for v in (lo, hi))
+        bound, dynamic = _bound(ctx, lo, hi, {a: d for a, d in enumerate(xs) if d != 1})
+        if dynamic:
+            return ctx.dynamic_call("dyn.expand", [x, inputs[1]], {"bound": bound, "dynamic_axes": dynamic})
+        shape = np.array(bound, np.int64)
+    shape = shape.reshape(-1).tolist()
     try:
         out = tuple(int(d) for d in np.broadcast_shapes(tuple(x.shape), tuple(int(s) for s in shape)))
     except ValueError:
