@@ -227,6 +227,22 @@ def test_conv2d_nchwc_splat_operand_tiles_several_channel_blocks(ow, oc_blocks, 
     assert fallback(resolve_target("x86-avx2"))[0] == 1
 
 
+@pytest.mark.parametrize("m,nb,tile,avx2_tile", [(128, 64, (2, 4), (4, 2)), (16, 128, (2, 4), (4, 2)),
+                                                 (6, 6, (2, 3), (3, 2)), (128, 1, (8, 1), (8, 1)), (1, 16, (1, 4), (1, 4))])
+def test_dense_pack_splat_operand_tile_reuses_each_splat_over_several_weight_vectors(m, nb, tile, avx2_tile):
+    """wasm simd128 (fma_scalar_operand "splat"): dense_pack's fallback (tile_m, tile_nb) for M > 1
+    is the most multiply-adds per loaded operand within 8 accumulators, ties to more weight vectors
+    (BERT's and the MLP's layers: 2 x 4); batch 1 keeps 4 blocks; x86 AVX2 keeps 4 x 2."""
+    from tvmc.ops.cpu.dense import dense_pack_config
+
+    def fallback(target):
+        space = dense_pack_config(((m, 64), (nb, 64, 4), (m, nb * 4), "float32", ()), target).fallback
+        return space["tile_m"], space["tile_nb"]
+
+    assert fallback(resolve_target("wasm")) == tile
+    assert fallback(resolve_target("x86-avx2")) == avx2_tile
+
+
 # --- Winograd conv2d (issue 15 point 6, part 2)
 @pytest.mark.parametrize("target_name,shapes,attrs,tile", [
     ("wasm", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 4),
