@@ -243,6 +243,22 @@ def test_dense_pack_splat_operand_tile_reuses_each_splat_over_several_weight_vec
     assert fallback(resolve_target("x86-avx2")) == avx2_tile
 
 
+@pytest.mark.parametrize("out_shape,tile,avx2_tile", [((4, 128, 128), (2, 16), (4, 8)), ((4, 128, 64), (2, 16), (4, 8)),
+                                                     ((2, 12, 30), (4, 3), (4, 6))])
+def test_matmul_splat_operand_tile_holds_several_vectors_of_columns(out_shape, tile, avx2_tile):
+    """wasm simd128: nn.matmul's fallback (tile_i, tile_j) is dense_pack's splat tile over vectors of
+    columns (BERT's attention: 2 rows x 4 vectors); N that the lanes do not divide and x86 AVX2
+    keep 4 rows x one vector."""
+    from tvmc.ops.cpu.dense import matmul_config
+
+    def fallback(target):
+        space = matmul_config((None, None, out_shape, "float32"), target).fallback
+        return space["tile_i"], space["tile_j"]
+
+    assert fallback(resolve_target("wasm")) == tile
+    assert fallback(resolve_target("x86-avx2")) == avx2_tile
+
+
 # --- Winograd conv2d (issue 15 point 6, part 2)
 @pytest.mark.parametrize("target_name,shapes,attrs,tile", [
     ("wasm", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 4),
