@@ -227,36 +227,18 @@ def test_conv2d_nchwc_splat_operand_tiles_several_channel_blocks(ow, oc_blocks, 
     assert fallback(resolve_target("x86-avx2"))[0] == 1
 
 
-@pytest.mark.parametrize("m,nb,tile,avx2_tile", [(128, 64, (2, 4), (4, 2)), (16, 128, (2, 4), (4, 2)),
-                                                 (6, 6, (2, 3), (3, 2)), (128, 1, (8, 1), (8, 1)), (1, 16, (1, 4), (1, 4))])
-def test_dense_pack_splat_operand_tile_reuses_each_splat_over_several_weight_vectors(m, nb, tile, avx2_tile):
-    """wasm simd128 (fma_scalar_operand "splat"): dense_pack's fallback (tile_m, tile_nb) for M > 1
-    is the most multiply-adds per loaded operand within 8 accumulators, ties to more weight vectors
-    (BERT's and the MLP's layers: 2 x 4); batch 1 keeps 4 blocks; x86 AVX2 keeps 4 x 2."""
-    from tvmc.ops.cpu.dense import dense_pack_config
-
-    def fallback(target):
-        space = dense_pack_config(((m, 64), (nb, 64, 4), (m, nb * 4), "float32", ()), target).fallback
-        return space["tile_m"], space["tile_nb"]
-
-    assert fallback(resolve_target("wasm")) == tile
-    assert fallback(resolve_target("x86-avx2")) == avx2_tile
-
-
-@pytest.mark.parametrize("out_shape,tile,avx2_tile", [((4, 128, 128), (2, 16), (4, 8)), ((4, 128, 64), (2, 16), (4, 8)),
-                                                     ((2, 12, 30), (4, 3), (4, 6))])
-def test_matmul_splat_operand_tile_holds_several_vectors_of_columns(out_shape, tile, avx2_tile):
-    """wasm simd128: nn.matmul's fallback (tile_i, tile_j) is dense_pack's splat tile over vectors of
-    columns (BERT's attention: 2 rows x 4 vectors); N that the lanes do not divide and x86 AVX2
-    keep 4 rows x one vector."""
+@pytest.mark.parametrize("target_name,out_shape,tile", [
+    ("wasm", (4, 128, 128), (4, 8)), ("wasm", (4, 128, 4), (8, 4)), ("wasm", (2, 12, 30), (4, 3)),
+    ("x86-avx2", (4, 128, 64), (4, 16)), ("x86", (4, 128, 64), (8, 32)), ("arm", (2, 12, 32), (6, 8)),
+])
+def test_matmul_fallback_is_dense_packs_register_tile_over_vectors_of_columns(target_name, out_shape, tile):
+    """nn.matmul's fallback (tile_i, tile_j): where the lanes divide N, 2 vectors of columns (1 when
+    N is one vector) and (num_vector_registers // 2) // vectors rows, as dense_pack's tile (BERT's
+    attention on wasm: 4 x 8); elsewhere 4 rows x the largest divisor of N <= lanes."""
     from tvmc.ops.cpu.dense import matmul_config
 
-    def fallback(target):
-        space = matmul_config((None, None, out_shape, "float32"), target).fallback
-        return space["tile_i"], space["tile_j"]
-
-    assert fallback(resolve_target("wasm")) == tile
-    assert fallback(resolve_target("x86-avx2")) == avx2_tile
+    space = matmul_config((None, None, out_shape, "float32"), resolve_target(target_name)).fallback
+    assert (space["tile_i"], space["tile_j"]) == tile
 
 
 # --- Winograd conv2d (issue 15 point 6, part 2)

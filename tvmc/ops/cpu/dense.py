@@ -11,8 +11,7 @@ matmul: (i, j) tiles with j vectorized (b is row-major [K, N], contiguous in j).
 Fallbacks: dense tile_k = the float32 vector lanes when they divide K (and K spans two
 vectors), else 1 (a scalar reduction, tile_n outputs unrolled); tile_n = the largest divisor of
 N <= num_vector_registers // 2 (AVX2: 8, AVX-512: 16 accumulators; the other half holds the
-operand vectors; N = 6625 -> 5); matmul tile_j = largest divisor of N <= lanes, tile_i = largest divisor of
-M <= 4, except where the FMA's scalar is a splat (matmul_config).
+operand vectors; N = 6625 -> 5); matmul: see matmul_config.
 """
 
 from __future__ import annotations
@@ -70,17 +69,18 @@ def schedule_dense(s, out, anchor, cfg, target):
 
 def matmul_config(workload, target) -> ConfigSpace:
     """Knobs of nn.matmul ([..., M, K] x [..., K, N]): tile_i rows (unrolled) and tile_j columns
-    (vectorized) per register tile. Fallback: see the module docstring; where the FMA's scalar is
-    a splat (wasm simd128) and the lanes divide N, (tile_i, tile_j / lanes) = fallback_splat_tile
-    as for dense_pack: BERT's attention [4, 128, 64] x [4, 64, 128] in Node 0.36 -> 0.26 ms
-    (4 x 4 -> 2 x 16), [4, 128, 128] x [4, 128, 64] 0.32 -> 0.24 ms."""
+    (vectorized) per register tile. Fallback where the vector lanes divide N: dense_pack's
+    register tile (M > 1) over vectors of columns, tile_j = 2 vectors (1 where N is one vector),
+    tile_i = (num_vector_registers // 2) // (tile_j / lanes) rows; elsewhere tile_j = lanes,
+    tile_i = 4. Measured on BERT's attention ([4, 128, 64] x [4, 64, 128] and [4, 128, 128] x
+    [4, 128, 64]), one thread: Node 20 (wasm, 4 x 4 -> 4 x 8) 0.36 -> 0.26 and 0.32 -> 0.26 ms."""
     out_shape = workload[2]
     m, n = out_shape[-2], out_shape[-1]
     lanes = target.vector_lanes("float32")
     tile_i, tile_j = 4, lanes
-    if m > 1 and n % lanes == 0 and target.fma_scalar_operand == "splat":
-        tile_i, blocks = fallback_splat_tile(m, n // lanes, max(1, target.num_vector_registers // 2))
-        tile_j = blocks * lanes
+    if n % lanes == 0:
+        vectors = 2 if n % (2 * lanes) == 0 else 1
+        tile_i, tile_j = max(1, target.num_vector_registers // 2 // vectors), vectors * lanes
     space = ConfigSpace()
     space.define_split("tile_j", n, fallback=tile_j, max_factor=64)
     space.define_split("tile_i", m, fallback=tile_i, max_factor=16)
@@ -111,36 +111,13 @@ def dense_pack_config(workload, target) -> ConfigSpace:
               tile_m * tile_nb <= num_vector_registers // 2 (AVX-512: 16 accumulators, M=128 ->
               8 x 2); the other half of the registers holds the broadcast data elements and the
               weight vectors of one k step.
-      M > 1 where the scalar is a splat (fma_scalar_operand "splat": wasm simd128, no FMA, and
-              each broadcast data element is a load32_splat whose address the engine computes
-              with scalar instructions): fallback_splat_tile, the most multiply-adds per loaded
-              operand within the same accumulators, ties to the most weight vectors (fewest
-              splats). Measured in Node 20 (one thread, interleaved, best of 100): wasm's 8
-              accumulators as 2 x 4 instead of 4 x 2: BERT's [128, 256] x [256, 256] 0.52 -> 0.48 ms,
-              [128, 1024] x [1024, 256] 2.17 -> 1.95 ms, the MLP's [16, 784] x [784, 512] the same
-              (0.41 ms); 4 x 4 (16 accumulators: V8 spills) 0.64 and 2.6 ms.
     """
     m, nb = workload[0][0], workload[1][0]
     space = ConfigSpace()
-    accumulators = max(1, target.num_vector_registers // 2)
-    if m > 1 and target.fma_scalar_operand == "splat":
-        tile_m, tile_nb = fallback_splat_tile(m, nb, accumulators)
-        space.define_split("tile_nb", nb, fallback=tile_nb, max_factor=8)
-        space.define_split("tile_m", m, fallback=tile_m, max_factor=16)
-        return space
     space.define_split("tile_nb", nb, fallback=4 if m == 1 else 2, max_factor=8)
+    accumulators = max(1, target.num_vector_registers // 2)
     space.define_split("tile_m", m, fallback=max(1, accumulators // space.fallback["tile_nb"]), max_factor=16)
     return space
-
-
-def fallback_splat_tile(m: int, nb: int, accumulators: int) -> tuple:
-    """(tile_m, tile_nb) of dense_pack's fallback where the scalar operand is a splat: among
-    tile_m dividing M (up to 16) and tile_nb dividing N/bn (up to 8) with tile_m x tile_nb <=
-    `accumulators`, the most multiply-adds per loaded operand, tile_m x tile_nb / (tile_m +
-    tile_nb); ties: the most weight vectors. E.g. M = 128, N/bn = 64, 8 accumulators -> (2, 4)."""
-    tiles = [(tm, tn) for tm in range(1, min(m, 16) + 1) if m % tm == 0
-             for tn in range(1, min(nb, 8) + 1) if nb % tn == 0 and tm * tn <= accumulators]
-    return max(tiles, key=lambda t: (t[0] * t[1] / (t[0] + t[1]), t[1]))
 
 
 def schedule_dense_pack(s, out, anchor, cfg, target):
