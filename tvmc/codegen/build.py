@@ -115,16 +115,6 @@ def _log_llvm(said: list) -> None:
         log.info("LLVM: %s", text)
 
 
-def llvm_features(target) -> str:
-    """LLVM's -mattr for `target`: the descriptor's features; for nvptx64 the PTX ISA version
-    (tvmc.codegen.nvptx.ptx_version), which LLVM would otherwise default per its own version."""
-    if target.arch == "nvptx64":
-        from tvmc.codegen.nvptx import ptx_version
-
-        return f"+ptx{ptx_version(target)}"
-    return ",".join(target.features)
-
-
 def optimize(mod, tm, speed_level: int = 3):
     """Run LLVM's new-pass-manager O3 pipeline (loop and SLP vectorizers on) over `mod`."""
     pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
