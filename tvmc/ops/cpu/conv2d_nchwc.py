@@ -65,6 +65,8 @@ from tvmc.ops.cpu.tiling import schedule_tiled_reduction
 RESERVED_VECTOR_REGISTERS = 4
 # Most output channel blocks (weight vectors) of one register tile.
 MAX_TILE_OC = 4
+# Vector registers a wasm engine keeps for itself (V8 on x86-64: xmm15, its scratch register).
+SPLAT_SCRATCH_REGISTERS = 1
 
 
 def fallback_tile_ow(ow: int, regs: int) -> int:
@@ -86,23 +88,29 @@ def accumulator_registers(target, ic_bn: int) -> int:
     return max(1, free)
 
 
+def rolls_ic_inner(target) -> bool:
+    """Whether the ic_inner reduction loop of a register tile stays a loop (Stage.rolled, LLVM
+    does not unroll it): where the ISA's fma_scalar_operand is "splat" (see the module docstring)."""
+    return target.fma_scalar_operand == "splat"
+
+
 def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple:
     """(tile_oc, tile_ow), the fallback register tile for OW output columns, `oc_blocks` output
     channel blocks (O // oc_bn) and an input channel block of `ic_bn` (see the module docstring).
-    Where the ISA's fma_scalar_operand is "splat", among tile_oc in the divisors of oc_blocks up
-    to MAX_TILE_OC and tile_ow = a divisor of OW (or, for one block, fallback_tile_ow) with
-    tile_oc x tile_ow <= num_vector_registers, the tile with the most multiply-adds per loaded
-    operand, tile_oc x tile_ow / (tile_oc + tile_ow) (ties: the first, fewest blocks); elsewhere
-    (1, fallback_tile_ow(OW, R))."""
+    Where the ISA's fma_scalar_operand is "splat", among tile_oc in the divisors of oc_blocks and
+    tile_ow in the divisors of OW whose accumulators, weight vectors and splats fit the registers
+    (tile_oc x tile_ow + tile_oc + tile_ow <= num_vector_registers - SPLAT_SCRATCH_REGISTERS),
+    the tile with the most multiply-adds per loaded operand, tile_oc x tile_ow / (tile_oc +
+    tile_ow) (ties: the first, fewest blocks), and for one block (1, fallback_tile_ow(OW,
+    num_vector_registers)); elsewhere (1, fallback_tile_ow(OW, R))."""
     if target.fma_scalar_operand != "splat":
         return 1, fallback_tile_ow(ow, accumulator_registers(target, ic_bn))
-    best, best_score = None, -1.0
-    for tile_oc in (v for v in range(1, MAX_TILE_OC + 1) if oc_blocks % v == 0):
-        regs = target.num_vector_registers // tile_oc
-        if tile_oc == 1:
-            tile_ow = fallback_tile_ow(ow, regs)
-        else:
-            tile_ow = max(f for f in range(1, min(ow, regs) + 1) if ow % f == 0)
+    if oc_blocks == 1:  # (depthwise: its input is a vector load, not a splat) the accumulators alone
+        return 1, fallback_tile_ow(ow, target.num_vector_registers)
+    budget = target.num_vector_registers - SPLAT_SCRATCH_REGISTERS
+    best, best_score = (1, 1), 0.5
+    for tile_oc in (v for v in range(1, oc_blocks + 1) if oc_blocks % v == 0 and 2 * v + 1 <= budget):
+        tile_ow = max(f for f in range(1, ow + 1) if ow % f == 0 and tile_oc * f + tile_oc + f <= budget)
         score = tile_oc * tile_ow / (tile_oc + tile_ow)
         if score > best_score:
             best, best_score = (tile_oc, tile_ow), score
@@ -161,6 +169,7 @@ def _schedule_register_tile(s, out, anchor, cfg, target, keep):
     n_red = len(anchor.op.reduce_axis)
     kw_axis = n_red - 2 if n_red == 4 else n_red - 1
     unroll = ([3] if n_red == 4 and cfg["unroll_ic"] else []) + ([kw_axis] if cfg["unroll_kw"] else [])
+    rolled = [3] if n_red == 4 and not cfg["unroll_ic"] and rolls_ic_inner(target) else []
     tiles = {3: cfg["tile_ow"], 4: anchor.shape[4]}
     if cfg.get("tile_oh", 1) > 1:  # a one-row tile leaves OH whole in the outer loops
         tiles[2] = cfg["tile_oh"]
@@ -171,7 +180,7 @@ def _schedule_register_tile(s, out, anchor, cfg, target, keep):
     order = (1, 2, 0, 3) if cfg.get("reorder_kernel_first", False) else None
     schedule_tiled_reduction(s, out, anchor, tiles=tiles, vector_axis=4, unroll_axes=unroll_axes, unroll_reduce=unroll,
                              reduce_order=order, parallel_depth=3, target=target,
-                             keep=[keep] if keep is not None else ())
+                             keep=[keep] if keep is not None else (), rolled_reduce=rolled)
 
 
 def _pad_per_tile(s, pad):

@@ -33,7 +33,7 @@ twice as large.
 from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
-from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile
+from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile, rolls_ic_inner
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
 
@@ -95,7 +95,7 @@ def schedule_conv2d_winograd(s, out, anchor, cfg, target):
     _schedule_input_tile(s, tile, parallel)
     schedule_tiled_reduction(s, gemm, gemm, tiles={1: cfg["tile_oc"], 2: cfg["tile_p"], 3: gemm.shape[3]},
                              vector_axis=3, unroll_axes=(1, 2), parallel_depth=3, target=target,
-                             keep=keep + [out, anchor])
+                             keep=keep + [out, anchor], rolled_reduce=[1] if rolls_ic_inner(target) else ())
     _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm), parallel)
     if reshaped:
         schedule_elementwise_loops(s, out, target)
