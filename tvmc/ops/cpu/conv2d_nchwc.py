@@ -43,14 +43,22 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
   tile_oc   = 1, except where the scalar is a splat (fma_scalar_operand "splat": wasm simd128, no
               FMA, no broadcast memory operand, and every splat's address computed by scalar
               instructions of the engine's code): there tile_oc and tile_ow are chosen together
-              by fallback_register_tile, for the most multiply-adds per loaded operand within
-              num_vector_registers accumulators (the engine reloads the weight and splat operands
-              rather than keep them). Measured in Node 20 on ResNet-18's 3x3 layers (one thread):
-              56x56x64 (4, 4) 13.1 -> 10.1 ms, 14x14x256 (2, 7) 14.7 -> 9.7 ms, 7x7x512 (2, 7)
-              16.7 -> 9.9 ms; whole models, interleaved in one Node process: ResNet-18 219 -> 174 ms,
-              SqueezeNet 50 -> 38, Inception v1 197 -> 169, MobileNetV2 35 -> 28. On x86 AVX2 (LLVM allocates the
-              registers, the broadcast is one vbroadcastss) tile_oc = 2 or 4 was 1.4x-2x slower on
-              3 of those 4 layers, so the other operand forms keep one block;
+              by fallback_register_tile, for the most multiply-adds per loaded operand (first
+              measured in Node 20 on ResNet-18's 3x3 layers: 56x56x64 one block -> (4, 4) 13.1 ->
+              10.1 ms; MobileNetV2 35 -> 28 ms). V8 (TurboFan) schedules the loads of a basic
+              block ahead of its arithmetic, so every weight vector and splat of one reduction
+              step is live at once beside the accumulators: the tile must fit tile_oc x tile_ow +
+              tile_oc + tile_ow <= num_vector_registers - SPLAT_SCRATCH_REGISTERS, and the
+              ic_inner loop stays a loop (rolls_ic_inner; unrolled by LLVM, its ic_bn steps made
+              one block and spilled: SqueezeNet's last 1x1 conv, (1, 13) unrolled, loaded 13
+              splats, 4 weight vectors and kept 5 of its 13 accumulators on the stack). Measured
+              in Node 20 (one thread, interleaved, load average 3 to 5 from other processes):
+              that 1x1 layer (5, 1) rolled 10.8 ms, (1, 13) unrolled 13.6; whole models, old ->
+              this rule: MobileNetV2 44.6 -> 35.8 ms, SqueezeNet 54.5 -> 41.4, ResNet-18 172 ->
+              126 (with the Winograd GEMM, which shares this tile and rolls its ic_inner too).
+              On x86 AVX2 (LLVM allocates the registers, the broadcast is one vbroadcastss)
+              tile_oc = 2 or 4 was 1.4x-2x slower on 3 of those 4 layers, so the other operand
+              forms keep one block and LLVM's unrolling;
   unroll_kw = False (as TVM's fallback; measured the same way: +9% on a 3x3 64-channel layer,
               -45% on the 7x7 stem with ic_bn = 1, no change on depthwise).
 """

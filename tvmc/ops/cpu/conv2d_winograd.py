@@ -10,8 +10,8 @@ Knobs:
   tile_oc  output channel blocks per GEMM register tile (a divisor of O // ob, up to MAX_TILE_OC).
   tile_p   tiles per GEMM register tile (a divisor of P, or a partial last tile under a guard).
 Fallback: conv2d_nchwc's fallback_register_tile with P in the role of OW (the splat operand of
-wasm: several channel blocks per broadcast; elsewhere one block, tile_p by the accumulator
-registers).
+wasm: several channel blocks per broadcast, the tile within the registers and ic_inner kept a
+loop, see conv2d_nchwc.rolls_ic_inner; elsewhere one block, tile_p by the accumulator registers).
 
 When to use it (winograd_tile_size, read by AlterOpLayout): 3x3 kernels, stride 1, dilation 1,
 groups 1, both channel counts at least MIN_WINOGRAD_CHANNELS, on targets with at most
