@@ -19,8 +19,9 @@ Knobs:
              ic_outer, ic_inner) instead of (ic_outer, kh, kw, ic_inner): the weights of one
              kernel tap for all input channels are read together, the input by channel planes.
   tile_oc    (groups == 1) output channel blocks per register tile (a divisor of O // oc_bn, up to
-             MAX_TILE_OC, unrolled): each broadcast input element multiplies tile_oc weight
-             vectors, the tile holds tile_oc x tile_oh x tile_ow accumulators.
+             MAX_TILE_OC, plus the fallback's value, unrolled): each broadcast input element
+             multiplies tile_oc weight vectors, the tile holds tile_oc x tile_oh x tile_ow
+             accumulators.
 
 Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand):
   tile_ow   = R accumulators at most (accumulator_registers): num_vector_registers - 4 where the
