@@ -206,12 +206,13 @@ def test_conv2d_nchwc_register_tile_fits_the_fma_operand_form(target_name, opera
         assert conv2d_nchwc_config(workload, target).fallback["tile_ow"] == tile, ow
 
 
-@pytest.mark.parametrize("ow,oc_blocks,tile", [(56, 16, (4, 4)), (28, 32, (4, 4)), (14, 64, (2, 7)), (7, 128, (2, 7)),
-                                               (13, 250, (1, 13)), (14, 1, (1, 14))])
+@pytest.mark.parametrize("ow,oc_blocks,tile", [(56, 16, (2, 4)), (28, 32, (2, 4)), (14, 64, (4, 2)), (7, 128, (1, 7)),
+                                               (13, 250, (5, 1)), (14, 1, (1, 14))])
 def test_conv2d_nchwc_splat_operand_tiles_several_channel_blocks(ow, oc_blocks, tile):
     """wasm simd128 (fma_scalar_operand "splat"): the fallback register tile (tile_oc, tile_ow) of
     ResNet-18's 3x3 layers and SqueezeNet's last 1x1 one, the most multiply-adds per loaded
-    operand within 16 accumulators; x86 AVX2 keeps one channel block for the same layers."""
+    operand with accumulators, weight vectors and splats in 15 registers (one block, as a
+    depthwise conv: 16 accumulators); x86 AVX2 keeps one channel block for the same layers."""
     from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config
 
     def fallback(target):
@@ -274,7 +275,8 @@ def test_winograd_rule_takes_3x3_stride_1_convs_on_targets_with_16_vector_regist
 def test_winograd_batched_gemm_is_a_register_tile_of_the_descriptors_fallback():
     """The fused Winograd kernel keeps the padded input, the input tiles and the batched GEMM
     materialized once; the GEMM accumulates a tile_oc x tile_p x ob register tile (wasm's splat
-    fallback for 16 channel blocks and 49 tiles: 2 x 7) over (ic_outer, ic_inner); the output
+    fallback for 16 channel blocks and 49 tiles: 1 x 7) over (ic_outer, ic_inner), ic_inner kept
+    a loop (rolled: see conv2d_nchwc.rolls_ic_inner); the output
     transform writes m x m pixels per tile, unrolled, fused with the bias and relu; the result
     matches the reference."""
     from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
@@ -292,8 +294,8 @@ def test_winograd_batched_gemm_is_a_register_tile_of_the_descriptors_fallback():
     for stage, shape in (("pad_data", "[1,16,16,16,4]"), ("input_tile", "[16,49,16,4]"),
                          ("batch_gemm", "[16,16,49,4]")):
         assert f"allocate {stage}: float32{shape} (global)" in text
-    assert "allocate batch_gemm_local: float32[1,2,7,4] (local)" in text
-    assert "for ic_outer in 0..16 {\n        for ic_inner in 0..4 {\n          unroll for batch_gemm_i1 in 0..2" in text
+    assert "allocate batch_gemm_local: float32[1,1,7,4] (local)" in text
+    assert "for ic_outer in 0..16 {\n        rolled for ic_inner in 0..4 {\n          unroll for batch_gemm_i1 in 0..1" in text
     output = text.split("parallel for")[-1]  # the output transform with the epilogue: one loop nest
     assert "unroll for nn_relu_i2_inner in 0..2" in output and "unroll for nn_relu_i3_inner in 0..2" in output
     assert "max(" in output and "batch_gemm[" in output

@@ -235,18 +235,20 @@ def test_conv2d_nchwc_schedule_shape():
 
 
 def test_conv2d_nchwc_tile_of_several_channel_blocks():
-    """wasm's fallback for a 14x14, 32-channel-block layer: tile_oc = 2 blocks x tile_ow = 7
-    columns of accumulators, the block loop unrolled outside the column loop (compile only)."""
+    """wasm's fallback for a 14x14, 32-channel-block layer: tile_oc = 4 blocks x tile_ow = 2
+    columns of accumulators, the block loop unrolled outside the column loop, the ic_inner
+    reduction loop kept a loop (rolled) (compile only)."""
     target = resolve_target("wasm")
     x = Var("x", TensorType((1, 8, 14, 14, 4)))
     w = Var("w", TensorType((32, 8, 3, 3, 4, 4)))
     conv = make_call("nn.conv2d_nchwc", [x, w], dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1),
                                                      groups=1, out_layout="NCHW4c"))
     cfg = conv2d_nchwc_config(workload(conv), target).fallback_config()
-    assert (cfg["tile_oc"], cfg["tile_ow"]) == (2, 7)
+    assert (cfg["tile_oc"], cfg["tile_ow"]) == (4, 2)
     text = str(lower_fused(Function([x, w], make_call("nn.relu", [conv]), "fused_conv"), target))
-    assert "allocate conv2d_nchwc: float32[1,2,1,7,4] (local)" in text
-    assert "unroll for conv2d_nchwc_i1 in 0..2" in text and "unroll for conv2d_nchwc_i3 in 0..7" in text
+    assert "allocate conv2d_nchwc: float32[1,4,1,2,4] (local)" in text
+    assert "unroll for conv2d_nchwc_i1 in 0..4" in text and "unroll for conv2d_nchwc_i3 in 0..2" in text
+    assert "rolled for ic_inner in 0..4" in text
     assert " if " not in text
 
 

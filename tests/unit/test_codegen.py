@@ -307,6 +307,28 @@ def test_constant_index_offsets_are_separate_geps(host):
     assert re.search(r"getelementptr inbounds float, ptr %\"?[.\w]+\"?, i64 3\b", cg.ir_text())
 
 
+def test_rolled_loop_is_not_unrolled_by_llvm(host):
+    """Stage.rolled: the loop's back edge carries llvm.loop.unroll.disable, which survives LLVM's
+    O3 pipeline on the 4-trip reduction; a plain loop carries none."""
+    x = te.placeholder((64, 4), "float32", name="x")
+    k = te.reduce_axis(4, "k")
+    y = te.compute((64,), lambda i: te.sum(x[i, k], axis=k), name="y")
+
+    def optimized(rolled: bool) -> str:
+        s = te.create_schedule(y)
+        if rolled:
+            s[y].rolled(k)
+        cg = CodeGenLLVM(host)
+        cg.add_function(lower(s, [x, y], "rowsum"))
+        dumps = {"_want": ()}
+        compile_ir(cg.ir_text(), host, dumps)
+        return dumps["ll"]
+
+    ll = optimized(True)
+    assert re.search(r"!llvm\.loop !(\d+)", ll) and '!"llvm.loop.unroll.disable"' in ll
+    assert '!"llvm.loop.unroll.disable"' not in optimized(False)
+
+
 def test_vectorized_tail_uses_masked_accesses(host):
     prim = _unary_prim("vtail", lambda v: v + 1.0, vectorize=True, n=50)
     cg = CodeGenLLVM(host)

@@ -30,7 +30,7 @@ from tvmc.tir.simplify import Linear
 
 MAX_LOOPS = 12
 MAX_ACCESSES = 3
-KINDS = ("serial", "parallel", "vectorize", "unroll")
+KINDS = ("serial", "parallel", "vectorize", "unroll", "rolled")
 PER_LOOP = 1 + len(KINDS) + 2 + 2 * MAX_ACCESSES
 LENGTH = MAX_LOOPS * PER_LOOP + len(KINDS) + 4
 

@@ -123,8 +123,9 @@ def _int_constant(dtype: str, value: int):
     return ty(value - (1 << ty.width) if value >= 1 << (ty.width - 1) and ty.width > 1 else value)
 
 
-def for_range(builder: ir.IRBuilder, start, stop, name="i"):
-    """Context manager emitting `for (i = start; i < stop; ++i)` (i64); yields the index value."""
+def for_range(builder: ir.IRBuilder, start, stop, name="i", loop_id=None):
+    """Context manager emitting `for (i = start; i < stop; ++i)` (i64); yields the index value.
+    `loop_id` (LLVM loop metadata, see _rolled_loop_id) is attached to the back edge."""
 
     @contextlib.contextmanager
     def cm():
@@ -141,7 +142,9 @@ def for_range(builder: ir.IRBuilder, start, stop, name="i"):
         yield phi
         nxt = builder.add(phi, I64(1), name=name + ".next")
         phi.add_incoming(nxt, builder.block)
-        builder.branch(header)
+        latch = builder.branch(header)
+        if loop_id is not None:
+            latch.set_metadata("llvm.loop", loop_id)
         builder.position_at_end(end)
 
     return cm()
@@ -188,6 +191,7 @@ class CodeGenLLVM:
         self.half_by_bits = target.arch in HALF_BY_BITS
         self.device = DEVICE_TABLES.get(target.arch)
         self._outlined = 0
+        self._rolled = 0
         self._decls: dict = {}
 
     # --- declarations --------------------------------------------------------------------
@@ -350,9 +354,19 @@ class CodeGenLLVM:
             for k in range(s.extent):
                 self._stmt(st, _subst_stmt(s.body, {s.var: IntImm(k)}), vec)
             return
-        with for_range(st.builder, I64(0), I64(s.extent), s.var.name) as i:
+        loop_id = self._rolled_loop_id(s.var.name) if s.kind == "rolled" else None
+        with for_range(st.builder, I64(0), I64(s.extent), s.var.name, loop_id) as i:
             st.env[s.var] = i
             self._stmt(st, s.body, vec)
+
+    def _rolled_loop_id(self, name: str):
+        """A loop ID `!N = !{!N, !{"llvm.loop.unroll.disable"}}` (LLVM LangRef, 'llvm.loop'): LLVM
+        keeps a `rolled` loop (te Stage.rolled) a loop instead of unrolling it."""
+        disable = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")])
+        self._rolled += 1  # a distinct placeholder per loop: add_metadata shares equal operand lists
+        loop_id = self.module.add_metadata([ir.MetaDataString(self.module, f"tvmc.rolled.{name}.{self._rolled}")])
+        loop_id.operands = (loop_id, disable)
+        return loop_id
 
     def _parallel(self, st: _FnState, s: For):
         """Outline the loop body into `fn(ptr closure)` run by GOMP_parallel on every thread;

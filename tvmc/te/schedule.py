@@ -126,6 +126,12 @@ class Stage:
         self._check_leaf(iv, "unroll")
         self.annotations[iv] = "unroll"
 
+    def rolled(self, iv: IterVar):
+        """Keep loop `iv` a loop in the generated code: the LLVM code generator marks it
+        llvm.loop.unroll.disable, where LLVM would otherwise unroll a short constant loop."""
+        self._check_leaf(iv, "rolled")
+        self.annotations[iv] = "rolled"
+
     def bind(self, iv: IterVar, axis: ThreadAxis):
         """Run loop `iv` on GPU thread axis `axis` (TVM's bind): one block or thread per
         iteration instead of a loop. A bound reduce axis becomes a cross-thread reduction."""

@@ -19,8 +19,9 @@ Knobs:
              ic_outer, ic_inner) instead of (ic_outer, kh, kw, ic_inner): the weights of one
              kernel tap for all input channels are read together, the input by channel planes.
   tile_oc    (groups == 1) output channel blocks per register tile (a divisor of O // oc_bn, up to
-             MAX_TILE_OC, unrolled): each broadcast input element multiplies tile_oc weight
-             vectors, the tile holds tile_oc x tile_oh x tile_ow accumulators.
+             MAX_TILE_OC, plus the fallback's value, unrolled): each broadcast input element
+             multiplies tile_oc weight vectors, the tile holds tile_oc x tile_oh x tile_ow
+             accumulators.
 
 Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand):
   tile_ow   = R accumulators at most (accumulator_registers): num_vector_registers - 4 where the
@@ -43,14 +44,22 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
   tile_oc   = 1, except where the scalar is a splat (fma_scalar_operand "splat": wasm simd128, no
               FMA, no broadcast memory operand, and every splat's address computed by scalar
               instructions of the engine's code): there tile_oc and tile_ow are chosen together
-              by fallback_register_tile, for the most multiply-adds per loaded operand within
-              num_vector_registers accumulators (the engine reloads the weight and splat operands
-              rather than keep them). Measured in Node 20 on ResNet-18's 3x3 layers (one thread):
-              56x56x64 (4, 4) 13.1 -> 10.1 ms, 14x14x256 (2, 7) 14.7 -> 9.7 ms, 7x7x512 (2, 7)
-              16.7 -> 9.9 ms; whole models, interleaved in one Node process: ResNet-18 219 -> 174 ms,
-              SqueezeNet 50 -> 38, Inception v1 197 -> 169, MobileNetV2 35 -> 28. On x86 AVX2 (LLVM allocates the
-              registers, the broadcast is one vbroadcastss) tile_oc = 2 or 4 was 1.4x-2x slower on
-              3 of those 4 layers, so the other operand forms keep one block;
+              by fallback_register_tile, for the most multiply-adds per loaded operand (first
+              measured in Node 20 on ResNet-18's 3x3 layers: 56x56x64 one block -> (4, 4) 13.1 ->
+              10.1 ms; MobileNetV2 35 -> 28 ms). V8 (TurboFan) schedules the loads of a basic
+              block ahead of its arithmetic, so every weight vector and splat of one reduction
+              step is live at once beside the accumulators: the tile must fit tile_oc x tile_ow +
+              tile_oc + tile_ow <= num_vector_registers - SPLAT_SCRATCH_REGISTERS, and the
+              ic_inner loop stays a loop (rolls_ic_inner; unrolled by LLVM, its ic_bn steps made
+              one block and spilled: SqueezeNet's last 1x1 conv, (1, 13) unrolled, loaded 13
+              splats, 4 weight vectors and kept 5 of its 13 accumulators on the stack). Measured
+              in Node 20 (one thread, interleaved, load average 3 to 5 from other processes):
+              that 1x1 layer (5, 1) rolled 10.8 ms, (1, 13) unrolled 13.6; whole models, old ->
+              this rule: MobileNetV2 44.6 -> 35.8 ms, SqueezeNet 54.5 -> 41.4, ResNet-18 172 ->
+              126 (with the Winograd GEMM, which shares this tile and rolls its ic_inner too).
+              On x86 AVX2 (LLVM allocates the registers, the broadcast is one vbroadcastss)
+              tile_oc = 2 or 4 was 1.4x-2x slower on 3 of those 4 layers, so the other operand
+              forms keep one block and LLVM's unrolling;
   unroll_kw = False (as TVM's fallback; measured the same way: +9% on a 3x3 64-channel layer,
               -45% on the 7x7 stem with ic_bn = 1, no change on depthwise).
 """
@@ -65,6 +74,8 @@ from tvmc.ops.cpu.tiling import schedule_tiled_reduction
 RESERVED_VECTOR_REGISTERS = 4
 # Most output channel blocks (weight vectors) of one register tile.
 MAX_TILE_OC = 4
+# Vector registers a wasm engine keeps for itself (V8 on x86-64: xmm15, its scratch register).
+SPLAT_SCRATCH_REGISTERS = 1
 
 
 def fallback_tile_ow(ow: int, regs: int) -> int:
@@ -86,23 +97,29 @@ def accumulator_registers(target, ic_bn: int) -> int:
     return max(1, free)
 
 
+def rolls_ic_inner(target) -> bool:
+    """Whether the ic_inner reduction loop of a register tile stays a loop (Stage.rolled, LLVM
+    does not unroll it): where the ISA's fma_scalar_operand is "splat" (see the module docstring)."""
+    return target.fma_scalar_operand == "splat"
+
+
 def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple:
     """(tile_oc, tile_ow), the fallback register tile for OW output columns, `oc_blocks` output
     channel blocks (O // oc_bn) and an input channel block of `ic_bn` (see the module docstring).
-    Where the ISA's fma_scalar_operand is "splat", among tile_oc in the divisors of oc_blocks up
-    to MAX_TILE_OC and tile_ow = a divisor of OW (or, for one block, fallback_tile_ow) with
-    tile_oc x tile_ow <= num_vector_registers, the tile with the most multiply-adds per loaded
-    operand, tile_oc x tile_ow / (tile_oc + tile_ow) (ties: the first, fewest blocks); elsewhere
-    (1, fallback_tile_ow(OW, R))."""
+    Where the ISA's fma_scalar_operand is "splat", among tile_oc in the divisors of oc_blocks and
+    tile_ow in the divisors of OW whose accumulators, weight vectors and splats fit the registers
+    (tile_oc x tile_ow + tile_oc + tile_ow <= num_vector_registers - SPLAT_SCRATCH_REGISTERS),
+    the tile with the most multiply-adds per loaded operand, tile_oc x tile_ow / (tile_oc +
+    tile_ow) (ties: the first, fewest blocks), and for one block (1, fallback_tile_ow(OW,
+    num_vector_registers)); elsewhere (1, fallback_tile_ow(OW, R))."""
     if target.fma_scalar_operand != "splat":
         return 1, fallback_tile_ow(ow, accumulator_registers(target, ic_bn))
-    best, best_score = None, -1.0
-    for tile_oc in (v for v in range(1, MAX_TILE_OC + 1) if oc_blocks % v == 0):
-        regs = target.num_vector_registers // tile_oc
-        if tile_oc == 1:
-            tile_ow = fallback_tile_ow(ow, regs)
-        else:
-            tile_ow = max(f for f in range(1, min(ow, regs) + 1) if ow % f == 0)
+    if oc_blocks == 1:  # (depthwise: its input is a vector load, not a splat) the accumulators alone
+        return 1, fallback_tile_ow(ow, target.num_vector_registers)
+    budget = target.num_vector_registers - SPLAT_SCRATCH_REGISTERS
+    best, best_score = (1, 1), 0.5
+    for tile_oc in (v for v in range(1, oc_blocks + 1) if oc_blocks % v == 0 and 2 * v + 1 <= budget):
+        tile_ow = max(f for f in range(1, ow + 1) if ow % f == 0 and tile_oc * f + tile_oc + f <= budget)
         score = tile_oc * tile_ow / (tile_oc + tile_ow)
         if score > best_score:
             best, best_score = (tile_oc, tile_ow), score
@@ -161,6 +178,7 @@ def _schedule_register_tile(s, out, anchor, cfg, target, keep):
     n_red = len(anchor.op.reduce_axis)
     kw_axis = n_red - 2 if n_red == 4 else n_red - 1
     unroll = ([3] if n_red == 4 and cfg["unroll_ic"] else []) + ([kw_axis] if cfg["unroll_kw"] else [])
+    rolled = [3] if n_red == 4 and not cfg["unroll_ic"] and rolls_ic_inner(target) else []
     tiles = {3: cfg["tile_ow"], 4: anchor.shape[4]}
     if cfg.get("tile_oh", 1) > 1:  # a one-row tile leaves OH whole in the outer loops
         tiles[2] = cfg["tile_oh"]
@@ -171,7 +189,7 @@ def _schedule_register_tile(s, out, anchor, cfg, target, keep):
     order = (1, 2, 0, 3) if cfg.get("reorder_kernel_first", False) else None
     schedule_tiled_reduction(s, out, anchor, tiles=tiles, vector_axis=4, unroll_axes=unroll_axes, unroll_reduce=unroll,
                              reduce_order=order, parallel_depth=3, target=target,
-                             keep=[keep] if keep is not None else ())
+                             keep=[keep] if keep is not None else (), rolled_reduce=rolled)
 
 
 def _pad_per_tile(s, pad):

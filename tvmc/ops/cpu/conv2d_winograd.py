@@ -10,8 +10,8 @@ Knobs:
   tile_oc  output channel blocks per GEMM register tile (a divisor of O // ob, up to MAX_TILE_OC).
   tile_p   tiles per GEMM register tile (a divisor of P, or a partial last tile under a guard).
 Fallback: conv2d_nchwc's fallback_register_tile with P in the role of OW (the splat operand of
-wasm: several channel blocks per broadcast; elsewhere one block, tile_p by the accumulator
-registers).
+wasm: several channel blocks per broadcast, the tile within the registers and ic_inner kept a
+loop, see conv2d_nchwc.rolls_ic_inner; elsewhere one block, tile_p by the accumulator registers).
 
 When to use it (winograd_tile_size, read by AlterOpLayout): 3x3 kernels, stride 1, dilation 1,
 groups 1, both channel counts at least MIN_WINOGRAD_CHANNELS, on targets with at most
@@ -33,7 +33,7 @@ twice as large.
 from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
-from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile
+from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile, rolls_ic_inner
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
 
@@ -95,7 +95,7 @@ def schedule_conv2d_winograd(s, out, anchor, cfg, target):
     _schedule_input_tile(s, tile, parallel)
     schedule_tiled_reduction(s, gemm, gemm, tiles={1: cfg["tile_oc"], 2: cfg["tile_p"], 3: gemm.shape[3]},
                              vector_axis=3, unroll_axes=(1, 2), parallel_depth=3, target=target,
-                             keep=keep + [out, anchor])
+                             keep=keep + [out, anchor], rolled_reduce=[1] if rolls_ic_inner(target) else ())
     _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm), parallel)
     if reshaped:
         schedule_elementwise_loops(s, out, target)

@@ -17,7 +17,10 @@ def inline_injective(s: Schedule, out, keep=()):
 def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int = 4096):
     """Loops of an elementwise output stage: inner axis split by vector lanes (when it divides
     the axis), vectorized, or kept whole as the innermost loop when lanes do not divide a long
-    one; outer axes fused and parallel when the tensor is large enough."""
+    one; outer axes fused and parallel when the tensor is large enough. On a target without
+    threads (num_cores 1) the outer loops stay nested: a fused loop would only recover each
+    axis by a division and a remainder per vector (a wasm NCHW4c concatenate of [1,32,55,55,4]
+    ran 3 divisions and a branch per 4 floats)."""
     st = s[out]
     lanes = target.vector_lanes(out.dtype)
     axes = list(st.op.axis)
@@ -46,7 +49,7 @@ def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int
         outer = axes[:-1]
     else:
         outer = axes
-    if outer:
+    if outer and target.threaded:
         fused = st.fuse(*outer) if len(outer) > 1 else outer[0]
         size = 1
         for e in out.shape:

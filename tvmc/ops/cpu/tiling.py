@@ -26,7 +26,7 @@ def worth_parallel(anchor) -> bool:
 
 def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unroll_axes=(),
                              reduce_order=None, parallel_depth: int = 2, target=None, keep=(),
-                             unroll_reduce=()):
+                             unroll_reduce=(), rolled_reduce=()):
     """Tile `out`'s loops, compute `anchor` per tile in a local accumulator, run the epilogue.
 
     tiles:        {axis index: tile size} on the output axes (axes without a tile are kept whole
@@ -37,7 +37,8 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
     parallel_depth: how many outer tile loops are fused into the parallel loop;
     keep:         producer stages that stay materialized (e.g. a padded input);
     unroll_reduce: indices (in the anchor's declared order) of reduce axes to unroll inside
-                  the accumulator (e.g. conv2d_nchwc's ic_inner).
+                  the accumulator (e.g. conv2d_nchwc's ic_inner);
+    rolled_reduce: indices of reduce axes kept loops (Stage.rolled: LLVM does not unroll them).
     """
     parallel = worth_parallel(anchor)  # before cache_write turns `anchor` into a copy
     inline_injective(s, out, keep=[anchor, *keep])
@@ -78,6 +79,8 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
     _order_accumulator(s[acc], vector_axis, unroll_axes, reduce_order)
     for k in unroll_reduce:
         s[acc].unroll(s[acc].op.reduce_axis[k])
+    for k in rolled_reduce:
+        s[acc].rolled(s[acc].op.reduce_axis[k])
 
 
 def schedule_window_reduction(s, out, red, target):
