@@ -106,6 +106,12 @@ class Target:
         return _fma_scalar_operand(self.arch, self.cpu, self.features)
 
     @property
+    def reserved_vector_registers(self) -> int:
+        """Vector registers of that unit the code cannot count on: the ones a JIT engine keeps for
+        itself (targets/isa/<arch>.yaml `reserved_registers`; 0 where the table says nothing)."""
+        return _vector_unit_fact(self.arch, self.cpu, self.features, "reserved_registers", 0)
+
+    @property
     def arch(self) -> str:
         """Architecture component of the triple (x86_64, aarch64, wasm32, nvptx64)."""
         return self.triple.split("-")[0]
@@ -296,11 +302,16 @@ def _derive(target: Target, origin: str) -> Target:
     return replace(target, **changes)
 
 
-@functools.lru_cache(maxsize=64)
 def _fma_scalar_operand(arch: str, cpu: str, features: tuple) -> str:
+    return _vector_unit_fact(arch, cpu, features, "fma_scalar_operand", "register")
+
+
+@functools.lru_cache(maxsize=64)
+def _vector_unit_fact(arch: str, cpu: str, features: tuple, key: str, default):
+    """`key` of the vector unit the cpu and features enable in the ISA table of arch, or default."""
     isa = isa_table(arch)
     unit = isa.vector_unit(isa.enabled_features(cpu, features, arch)) if isa is not None else None
-    return (unit or {}).get("fma_scalar_operand", "register")
+    return (unit or {}).get(key, default)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
               10.1 ms; MobileNetV2 35 -> 28 ms). V8 (TurboFan) schedules the loads of a basic
               block ahead of its arithmetic, so every weight vector and splat of one reduction
               step is live at once beside the accumulators: the tile must fit tile_oc x tile_ow +
-              tile_oc + tile_ow <= num_vector_registers - SPLAT_SCRATCH_REGISTERS, and the
+              tile_oc + tile_ow <= num_vector_registers - reserved_vector_registers, and the
               ic_inner loop stays a loop (rolls_ic_inner; unrolled by LLVM, its ic_bn steps made
               one block and spilled: SqueezeNet's last 1x1 conv, (1, 13) unrolled, loaded 13
               splats, 4 weight vectors and kept 5 of its 13 accumulators on the stack). Measured
@@ -74,8 +74,6 @@ from tvmc.ops.cpu.tiling import schedule_tiled_reduction
 RESERVED_VECTOR_REGISTERS = 4
 # Most output channel blocks (weight vectors) of one register tile.
 MAX_TILE_OC = 4
-# Vector registers a wasm engine keeps for itself (V8 on x86-64: xmm15, its scratch register).
-SPLAT_SCRATCH_REGISTERS = 1
 
 
 def fallback_tile_ow(ow: int, regs: int) -> int:
@@ -108,7 +106,7 @@ def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple
     channel blocks (O // oc_bn) and an input channel block of `ic_bn` (see the module docstring).
     Where the ISA's fma_scalar_operand is "splat", among tile_oc in the divisors of oc_blocks and
     tile_ow in the divisors of OW whose accumulators, weight vectors and splats fit the registers
-    (tile_oc x tile_ow + tile_oc + tile_ow <= num_vector_registers - SPLAT_SCRATCH_REGISTERS),
+    (tile_oc x tile_ow + tile_oc + tile_ow <= num_vector_registers - reserved_vector_registers),
     the tile with the most multiply-adds per loaded operand, tile_oc x tile_ow / (tile_oc +
     tile_ow) (ties: the first, fewest blocks), and for one block (1, fallback_tile_ow(OW,
     num_vector_registers)); elsewhere (1, fallback_tile_ow(OW, R))."""
@@ -116,7 +114,7 @@ def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple
         return 1, fallback_tile_ow(ow, accumulator_registers(target, ic_bn))
     if oc_blocks == 1:  # (depthwise: its input is a vector load, not a splat) the accumulators alone
         return 1, fallback_tile_ow(ow, target.num_vector_registers)
-    budget = target.num_vector_registers - SPLAT_SCRATCH_REGISTERS
+    budget = target.num_vector_registers - target.reserved_vector_registers
     best, best_score = (1, 1), 0.5
     for tile_oc in (v for v in range(1, oc_blocks + 1) if oc_blocks % v == 0 and 2 * v + 1 <= budget):
         tile_ow = max(f for f in range(1, ow + 1) if ow % f == 0 and tile_oc * f + tile_oc + f <= budget)
