@@ -101,6 +101,16 @@ def test_identical_layers_are_one_task(tmp_path, target):
     assert len(tasks) == 2 and [t.calls for t in tasks] == [2, 2]  # direct and im2col
 
 
+def test_winograd_task_counts_the_direct_conv2d_flops():
+    """F(4x4, 3x3) is chosen for this conv on x86-avx2; its task counts 2 x N x O x OH x OW x C x 9,
+    as the direct form's does, not its output elements."""
+    from tvmc.target import resolve_target
+
+    model = _conv_model(c=16, k=32, hw=8)
+    (task,) = [t for t in extract_tasks(model, resolve_target("x86-avx2")) if "winograd" in t.impl]
+    assert task.flops == 2 * 32 * 8 * 8 * 16 * 9
+
+
 def test_summary_marks_the_faster_implementation(tasks):
     from tvmc.autotune.tune import TaskResult, format_summary
 

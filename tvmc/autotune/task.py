@@ -8,7 +8,9 @@ elementwise epilogue costs the same whatever the config.
 
 FLOPs of one call of a task: 2 x (output elements) x (product of the anchor compute's reduce
 axis extents) -- one multiply-add = 2 FLOPs, padding taps counted as real work (as TVM's
-`compute_flop`); an anchor without reduce axes counts one FLOP per output element.
+`compute_flop`); an anchor without reduce axes counts one FLOP per output element. An op whose
+definition has its own `flops` (OpDef.flops) counts by it: Winograd conv2d counts the direct
+conv2d's multiply-adds, as TVM does, so its GFLOP/s compare with the direct form's.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ def _reduce_flops(op: str, wl: tuple, in_dtypes: tuple) -> tuple:
     is None when the compute has no reduce axes."""
     from tvmc import te
 
+    if get_op(op).flops is not None:
+        return get_op(op).flops(wl), None
     n_in = len(in_dtypes)
     inputs = [te.placeholder(s, d, name=f"x{k}") for k, (s, d) in enumerate(zip(wl[:n_in], in_dtypes))]
     call = make_call(op, [Var(f"x{k}", TensorType(tuple(s), d)) for k, (s, d) in enumerate(zip(wl[:n_in], in_dtypes))],

@@ -12,6 +12,8 @@ F(2x2, 3x3) takes 16 multiplies per 4 outputs and channel pair (direct: 36); F(4
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tvmc import te
@@ -167,10 +169,19 @@ def _compute(inputs, attrs, out_type):
     return conv2d_winograd_nchwc(inputs[0], inputs[1], attrs["padding"], attrs["tile_size"])
 
 
+def _flops(workload) -> int:
+    """2 x N x O x OH x OW x C x 9 for workload (data [N, C//ib, H, W, ib], U, out [N, O//ob, OH,
+    OW, ob], ...): the direct 3x3 conv2d's multiply-adds (TVM's count for its Winograd
+    templates), so that tuning and profiles rate both forms on one scale; the transforms and the
+    GEMM do fewer."""
+    data, _, out = workload[:3]
+    return 2 * math.prod(out) * data[1] * data[4] * 9
+
+
 # AlterOpLayout emits this op for CPU targets only (its rule: tvmc.ops.cpu.conv2d_winograd); the GPU
 # family runs it, like nn.conv2d_nchwc, with the generic per-thread schedule.
 register_op(OpDef("nn.conv2d_winograd_nchwc", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
     "cpu": [Implementation("conv2d_winograd_nchwc.x86", schedule_conv2d_winograd,
                            config_space=conv2d_winograd_config)],
     "gpu": [Implementation("conv2d_winograd_nchwc.gpu", schedule_generic, config_space=generic_config)],
-}))
+}, flops=_flops))

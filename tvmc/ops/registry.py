@@ -60,6 +60,8 @@ class OpDef:
     reference(*arrays, **attrs) -> np.ndarray: numpy semantics, for constant folding and tests.
     compute(inputs: list[te.Tensor], attrs: dict, out_type: TensorType) -> te.Tensor.
     strategy:  {"cpu": [Implementation, ...], "gpu": [...]}: first entry is the default.
+    flops(workload) -> int, optional: FLOPs of one call where the compute's reduce axes would
+               not count them as the field does (tvmc.autotune.task's module docstring).
     """
 
     name: str
@@ -68,6 +70,7 @@ class OpDef:
     pattern: OpPattern
     compute: Callable | None = None
     strategy: dict = field(default_factory=dict)
+    flops: Callable | None = None
 
     def type_of(self, in_types: list, attrs: dict, node_name: str = ""):
         """Output TensorType; a ValueError from the rule becomes ModelError naming the node."""
