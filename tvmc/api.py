@@ -573,16 +573,18 @@ class TaskList:
                                        "tasks": self.rows()})
 
 
-def list_tasks(model, target="native", *, target_options=None, opt_level=3, input_shapes=None) -> TaskList:
+def list_tasks(model, target="native", *, target_options=None, opt_level=3, input_shapes=None,
+               value_ranges=None) -> TaskList:
     """The tuning tasks of a model, as `tvmc tune --list-tasks`: one per (implementation, kernel
-    workload) after the graph passes of `opt_level` (tvmc.autotune.task).
+    workload) after the graph passes of `opt_level` (tvmc.autotune.task); input_shapes and
+    value_ranges as for tvmc.compile.
 
     Raises TypeError, ValueError (bad arguments), ModelError (2), TargetError (3), PassError (4).
     """
     from tvmc.autotune.task import extract_tasks
 
     model = _model(model)
-    options = _compile_options(opt_level, input_shapes, (), None)
+    options = _compile_options(opt_level, input_shapes, (), None, value_ranges=value_ranges)
     resolved = _resolve(target, target_options)
     tasks = extract_tasks(model, resolved, options)
     return TaskList(model if isinstance(model, str) else "<ModelProto>", resolved, tasks,
@@ -621,11 +623,12 @@ class TuneResult:
 
 def tune(model, target="native", records="records.json", *, target_options=None, trials=200, tuner="xgb",
          tasks=None, early_stopping=None, number=4, repeat=3, min_repeat_ms=0.0, timeout_s=10.0, parallel=None,
-         prior_records=None, input_shapes=None, opt_level=3, task_list=None, progress=None) -> TuneResult:
+         prior_records=None, input_shapes=None, value_ranges=None, opt_level=3, task_list=None,
+         progress=None) -> TuneResult:
     """Tune a model's kernels on this machine, as `tvmc tune`, appending records to `records`
     (resumed when it exists).
 
-    model, target, target_options, input_shapes, opt_level: as for tvmc.compile (use the
+    model, target, target_options, input_shapes, value_ranges, opt_level: as for tvmc.compile (use the
                      compile's opt level: tasks are taken after its graph passes)
     trials:          total measurements, split over the tuned tasks in proportion to their FLOPs
     tuner:           "xgb", "ga", "random" or "grid"
@@ -661,7 +664,7 @@ def tune(model, target="native", records="records.json", *, target_options=None,
                           prior_records=_path("prior_records", prior_records, optional=True), measure=measure)
     if task_list is None:
         task_list = list_tasks(model, target, target_options=target_options, opt_level=opt_level,
-                               input_shapes=input_shapes)
+                               input_shapes=input_shapes, value_ranges=value_ranges)
     n = len(task_list.tasks)
     if tasks is None:
         indices = tuple(range(n))

@@ -66,7 +66,8 @@ class TvmcBackendRep(BackendRep):
 class TvmcBackend(Backend):
     """tvmc as an ONNX backend: compile for this host's CPU (the x86 target), run natively.
 
-    prepare(model, device="CPU", target="x86", opt_level=3) raises the typed errors of
+    prepare(model, device="CPU", target="x86", opt_level=3, value_ranges=None) (value_ranges:
+    {graph input name: (lo, hi)}, as tvmc.compile's) raises the typed errors of
     tvmc.errors: UnsupportedOpError for operators (or opset versions) tvmc does not implement,
     ModelError for shapes or attributes it cannot handle, and so on.
     """
@@ -81,6 +82,7 @@ class TvmcBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs) -> TvmcBackendRep:
+        from tvmc.api import value_ranges_option
         from tvmc.driver import CompileOptions, compile_model
         from tvmc.target import resolve_target
 
@@ -89,7 +91,8 @@ class TvmcBackend(Backend):
         if isinstance(model, (str, bytes)) and not isinstance(model, str):
             model = onnx.load_from_string(model)
         target_name = kwargs.get("target", DEFAULT_TARGET)
-        options = CompileOptions(opt_level=int(kwargs.get("opt_level", 3)))
+        options = CompileOptions(opt_level=int(kwargs.get("opt_level", 3)),
+                                 value_ranges=value_ranges_option(kwargs.get("value_ranges")))
         module = compile_model(model, resolve_target(target_name), options)
         return TvmcBackendRep(module, target_name)
 

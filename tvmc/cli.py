@@ -313,6 +313,14 @@ def parse_value_ranges(items) -> dict:
     return out
 
 
+# --value-range, shared by compile and tune (the tasks of such a model exist only with its bounds)
+value_range_option = click.option(
+    "--value-range", multiple=True, metavar="NAME=LO:HI",
+    help="Every value of graph input NAME lies in [LO, HI] at run time (repeatable). Bounds the outputs of "
+         "Range, Expand and ConstantOfShape whose shape inputs are computed from it; a run whose values "
+         "break it stops with an error naming the output (docs/dynamic_shapes.md).")
+
+
 def _parse_list(values, what: str, choices=None) -> tuple:
     """Repeated and/or comma-separated names -> tuple; checks `choices` when given."""
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
@@ -421,11 +429,7 @@ def _output_folder_made(output) -> Path:
 @click.option("--disabled-pass", multiple=True, metavar="A,B", help="Passes to skip (comma-separated, repeatable).")
 @click.option("--pass-config", multiple=True, metavar="NAME=VALUE", help='Pass option "<Pass>.<option>=VALUE" (repeatable).')
 @click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224] mask:[1,128]".')
-@click.option("--value-range", multiple=True, metavar="NAME=LO:HI",
-              help="Every value of graph input NAME lies in [LO, HI] at run time (repeatable). Bounds the "
-                   "outputs of Range, Expand and ConstantOfShape whose shape inputs are computed from it; "
-                   "a run whose values break it stops with an error naming the output "
-                   "(docs/dynamic_shapes.md).")
+@value_range_option
 @click.option("--dump-ir", multiple=True, metavar="STAGES",
               help=f"Write IR text into <output name>.dumps/ beside the output (replaced on each compile), "
                    f"comma-separated from: {','.join(DUMP_STAGES)}.")
@@ -541,6 +545,7 @@ def print_task_list(task_list) -> None:
 @click.option("--tuning-records", "prior", type=click.Path(dir_okay=False),
               help="Prior records: their configs are not measured again; other tasks' train the xgb model.")
 @click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224]".')
+@value_range_option
 @click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True,
               help="Opt level of the graph passes the tasks are taken after (use the compile one).")
 @config_option
@@ -548,7 +553,8 @@ def print_task_list(task_list) -> None:
 @verbose_option
 @_handle_errors
 def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, trials, tuner, early_stopping,
-             number, repeat, min_repeat_ms, timeout, parallel, prior, input_shapes, opt_level, as_json, verbose):
+             number, repeat, min_repeat_ms, timeout, parallel, prior, input_shapes, value_range, opt_level, as_json,
+             verbose):
     """Tune the kernels of an ONNX MODEL on this machine; write measurement records.
 
     --list-tasks prints the tasks without tuning; --tasks tunes a subset of them.
@@ -564,7 +570,8 @@ def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices
     if output:
         check_output_path(output, TuningError, "tuning records", [model] + ([prior] if prior else []))
     target = resolve_target(target_spec, _parse_pairs(target_option, "--target-option"))
-    task_list = list_model_tasks(model, target, opt_level=opt_level, input_shapes=dict(parse_input_shapes(input_shapes)))
+    task_list = list_model_tasks(model, target, opt_level=opt_level, input_shapes=dict(parse_input_shapes(input_shapes)),
+                                 value_ranges=parse_value_ranges(value_range))
     if list_tasks:
         if as_json:
             _echo_json(task_list.to_json())

@@ -203,3 +203,19 @@ def test_tvmc_js_reports_a_broken_range(tmp_path):
     want = onnxruntime_outputs(range_model(), _inputs(*RANGE_CASES[0]))["y"]
     assert got[str(RANGE_CASES[0][1])] == want.tolist()
     assert "'y'" in got["error"] and "outside its bound [7]" in got["error"] and "(code 4)" in got["error"], got
+
+
+def test_tune_and_the_onnx_backend_take_the_stated_ranges(tmp_path):
+    """`tvmc tune --list-tasks` imports the model only with its --value-range (else exit 2 naming
+    the option); TvmcBackend.prepare(value_ranges=...) runs it as onnxruntime."""
+    from tvmc.backend import TvmcBackend
+
+    onnx.save(range_model(), tmp_path / "r.onnx")
+    res = tvmc("tune", tmp_path / "r.onnx", "--target", "native", "--list-tasks", check=False)
+    assert res.returncode == 2 and "--value-range" in res.stderr, res.stderr
+    res = tvmc("tune", tmp_path / "r.onnx", "--target", "native", "--list-tasks", *RANGES, check=False)
+    assert res.returncode == 0, res.stderr
+    rep = TvmcBackend.prepare(range_model(), value_ranges={"start": (-3, 3), "limit": (0, 10)})
+    names = [o.name for o in range_model().graph.output]
+    got = dict(zip(names, rep.run(list(_inputs(3, 4).values()))))
+    _check(got, onnxruntime_outputs(range_model(), _inputs(3, 4)))

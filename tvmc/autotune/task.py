@@ -169,7 +169,7 @@ def extract_tasks(model, target, options=None) -> list:
     from tvmc.passes import PassContext, optimize
 
     options = options or CompileOptions()
-    graph = from_onnx(model, dict(options.input_shapes))
+    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges))
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=dict(options.pass_config), target=target)
     graph = optimize(graph, ctx)
