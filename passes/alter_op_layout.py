@@ -151,11 +151,15 @@ class _Rewriter:
         data, weight = e.inputs
         if not isinstance(weight, Constant) or e.dtype not in _DTYPES:
             return None
-        bn = self.block_of(weight.shape[0])
+        n = weight.shape[0]
+        bn = self.block_of(n)
+        attrs = {}
         if bn < self.min_block:
-            return None
+            if n < self.max_block:
+                return None
+            bn, attrs = self.max_block, {"units": n}  # no block divides N: pad the last one
         w = Constant(pack_dense_weight(weight.value, bn), f"{weight.name or 'weight'}_NK{bn}n")
-        return make_call("nn.dense_pack", [self.plain(data), w], {}, name=e.name), NCHW
+        return make_call("nn.dense_pack", [self.plain(data), w], attrs, name=e.name), NCHW
 
     def unary(self, e: Call):
         (x,) = e.inputs
@@ -245,7 +249,9 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
 
     Each nn.dense with a Constant [N, K] weight becomes nn.dense_pack with the weight packed
     here to [N//bn, K, bn] (TVM's dense_alter_op: dense -> dense_pack), bn chosen like oc_bn
-    from N (N=1000 -> 8); a dense whose bn would be below the minimum block stays.
+    from N (N=1000 -> 8); where no block of at least the minimum divides N (N=6625, a text
+    recognizer's classifier), bn is the vector lanes and the last block is padded with zero
+    columns (dense_pack's `units` = N); a dense with N below the lanes stays.
 
     The blocked layout then flows through: ELEMWISE ops (relu, clip, ...); BROADCAST ops whose
     other operand is blocked too, a 4-D tensor of the same shape (transformed), or a Constant

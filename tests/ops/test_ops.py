@@ -166,6 +166,7 @@ CASES = [
          lambda r: [("add", {}, [n(r, (256,))]), ("nn.relu", {}, [])]),
     Case("dense_pack_bn8_m3_125_blocks", "nn.dense_pack", lambda r: [n(r, (3, 50)), n(r, (125, 50, 8))]),
     Case("dense_pack_bn16_k1", "nn.dense_pack", lambda r: [n(r, (2, 1)), n(r, (3, 1, 16))]),
+    Case("dense_pack_bn8_units13", "nn.dense_pack", lambda r: [n(r, (3, 20)), n(r, (2, 20, 8))], {"units": 13}),
 
     # --- nn.matmul: numpy matmul broadcasting
     Case("matmul_2d", "nn.matmul", lambda r: [n(r, (5, 7)), n(r, (7, 33))]),

@@ -211,15 +211,21 @@ def test_non_constant_weight_small_channels_and_other_dtypes_stay_nchw():
 
 def test_dense_with_constant_weight_becomes_dense_pack():
     """[N, K] weights packed to [N//bn, K, bn] at compile time (N=1000 -> bn 8); the bias add and
-    relu stay after it; a non-constant weight and N=4 (block below min_block) stay nn.dense."""
+    relu stay after it; N=20 (no block of at least min_block divides it) is packed to blocks of the
+    16 lanes with the last padded (units 20); a non-constant weight and N=4 (below the lanes) stay
+    nn.dense."""
     x, w = var("x", (3, 40)), var("w", (12, 40))
     wide = call("nn.relu", call("add", call("nn.dense", x, const((1000, 40), "fc_w", 0)), const((1000,), "fc_b", 1)))
+    ragged = call("nn.dense", x, const((20, 40), "ragged_w", 3))
     narrow = call("nn.dense", x, const((4, 40), "small_w", 2))
-    before = Graph([x, w], [wide, narrow, call("nn.dense", x, w)])
+    before = Graph([x, w], [wide, ragged, narrow, call("nn.dense", x, w)])
     after = alter(before)
-    assert sorted(op_names(after)) == sorted(["nn.dense_pack", "add", "nn.relu", "nn.dense", "nn.dense"])
-    (packed,) = [c for c in after.calls() if c.op == "nn.dense_pack"]
+    assert sorted(op_names(after)) == sorted(["nn.dense_pack", "nn.dense_pack", "add", "nn.relu", "nn.dense",
+                                              "nn.dense"])
+    packed, padded = [c for c in after.calls() if c.op == "nn.dense_pack"]
     assert isinstance(packed.inputs[1], Constant) and packed.inputs[1].shape == (125, 40, 8)
+    assert padded.inputs[1].shape == (2, 40, 16) and padded.attrs["units"] == 20 and padded.shape == (3, 20)
+    assert not padded.inputs[1].value[1, :, 4:].any()  # the padding columns are zeros
     check(before, after)
 
 

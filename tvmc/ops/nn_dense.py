@@ -65,36 +65,52 @@ register_op(OpDef("nn.matmul", _matmul_type,
 
 
 def pack_dense_weight(weight: np.ndarray, bn: int) -> np.ndarray:
-    """Weight [N, K] -> packed [N // bn, K, bn] (column blocks of `bn` outputs contiguous per k),
-    done once at compile time. N must divide by bn."""
+    """Weight [N, K] -> packed [ceil(N / bn), K, bn] (column blocks of `bn` outputs contiguous per
+    k), done once at compile time; where bn does not divide N the last block is padded with zero
+    columns (nn.dense_pack's `units` attribute then keeps the output at N columns)."""
     n, k = weight.shape
-    return np.ascontiguousarray(weight.reshape(n // bn, bn, k).transpose(0, 2, 1))
+    nb = -(-n // bn)
+    padded = np.zeros((nb * bn, k), weight.dtype)
+    padded[:n] = weight
+    return np.ascontiguousarray(padded.reshape(nb, bn, k).transpose(0, 2, 1))
 
 
 def _dense_pack_type(in_types, attrs):
     d, w = in_types
     if len(d.shape) != 2 or len(w.shape) != 3 or d.shape[1] != w.shape[1]:
         raise ValueError(f"dense_pack needs data [M,K] and weight [N/bn,K,bn], got {list(d.shape)} and {list(w.shape)}")
-    return TensorType((d.shape[0], w.shape[0] * w.shape[2]), d.dtype)
+    nb, _, bn = w.shape
+    units = attrs.get("units") or nb * bn
+    if not (nb - 1) * bn < units <= nb * bn:
+        raise ValueError(f"units {units} does not end in the last of {nb} blocks of {bn} columns")
+    return TensorType((d.shape[0], units), d.dtype)
 
 
-def dense_pack(data, weight):
+def dense_pack(data, weight, units: int | None = None):
     """out[m, n] = sum_k data[m, k] * weight[n // bn, k, n % bn]; data [M, K], weight packed
-    [N/bn, K, bn] (TVM's dense_pack.x86): a block of bn outputs reads one contiguous vector per k."""
+    [ceil(N/bn), K, bn] (TVM's dense_pack.x86): a block of bn outputs reads one contiguous vector
+    per k; out [M, units] (units = N, default every packed column; with padding columns, a stage
+    dense_pack_padded sums whole blocks and the output takes its first units columns)."""
     m, k = data.shape
     nb, _, bn = weight.shape
     rk = te.reduce_axis(k, "k")
-    return te.compute((m, nb * bn), lambda i, j: te.sum(data[i, rk] * weight[j // bn, rk, j % bn], rk),
-                      name="dense_pack", tag="dense_pack")
+    if not units or units == nb * bn:
+        return te.compute((m, nb * bn), lambda i, j: te.sum(data[i, rk] * weight[j // bn, rk, j % bn], rk),
+                          name="dense_pack", tag="dense_pack")
+    # every packed column summed (whole blocks: no guard in the reduction), then the first units
+    padded = te.compute((m, nb * bn), lambda i, j: te.sum(data[i, rk] * weight[j // bn, rk, j % bn], rk),
+                        name="dense_pack_padded")
+    return te.compute((m, units), lambda i, j: padded[i, j], name="dense_pack", tag="dense_pack")
 
 
-def _dense_pack_ref(x, w):
+def _dense_pack_ref(x, w, units=None):
     nb, k, bn = w.shape
-    unpacked = w.transpose(0, 2, 1).reshape(nb * bn, k)
+    unpacked = w.transpose(0, 2, 1).reshape(nb * bn, k)[:units or nb * bn]
     return (x.astype(np.float64) @ unpacked.T.astype(np.float64)).astype(x.dtype)
 
 
 register_op(OpDef("nn.dense_pack", _dense_pack_type, _dense_pack_ref, OpPattern.OUT_ELEMWISE_FUSABLE,
-                  lambda inputs, attrs, out_type: dense_pack(*inputs), {
+                  lambda inputs, attrs, out_type: dense_pack(*inputs, attrs.get("units")), {
                       "cpu": [Implementation("dense_pack.x86", schedule_dense_pack, config_space=dense_pack_config)],
-                      "gpu": [Implementation("dense_pack.gpu", schedule_generic, config_space=generic_config)]}))
+                      "gpu": [Implementation("dense_pack.gpu", schedule_generic, config_space=generic_config)]},
+                  flops=lambda wl: 2 * wl[2][0] * wl[2][1] * wl[0][1]))  # 2 M N K: padding columns not counted

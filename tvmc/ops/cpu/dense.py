@@ -127,13 +127,18 @@ def schedule_dense_pack(s, out, anchor, cfg, target):
     tile_nb vector accumulators take tile_m broadcast data elements and tile_nb contiguous weight
     vectors per k; the (row tile, column tile) pairs run in parallel (when worth_parallel); the
     epilogue is applied to the tile as it is stored."""
-    bn = next(t for t in anchor.op.input_tensors() if t.ndim == 3).shape[2]  # the packed weight
+    padded = next((t for t in anchor.op.input_tensors() if t.op is not None and t.op.reduce_axis), None)
+    bn = next(t for t in (padded or anchor).op.input_tensors() if t.ndim == 3).shape[2]  # the packed weight
     if tuple(out.shape) != tuple(anchor.shape):  # an epilogue that reshapes: anchor kept at root
         schedule_tiled_reduction(s, out, anchor, tiles={1: bn}, vector_axis=1, parallel_depth=1, target=target)
         return
-    parallel = worth_parallel(anchor)  # before cache_write turns `anchor` into a copy
-    inline_injective(s, out, keep=[anchor])
-    acc = s.cache_write(out) if out is anchor else anchor
+    parallel = worth_parallel(padded or anchor)  # before cache_write turns `anchor` into a copy
+    if padded is not None:  # N padded to whole blocks: the padded sums are the accumulators
+        inline_injective(s, out)
+        acc = padded
+    else:
+        inline_injective(s, out, keep=[anchor])
+        acc = s.cache_write(out) if out is anchor else anchor
     st = s[out]
     m, n = st.op.axis
     mo, mi = st.split(m, cfg["tile_m"])
