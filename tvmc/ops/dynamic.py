@@ -107,8 +107,7 @@ def register_dynamic(name: str, infer, exact, compute, count=None, shape=None, i
         bound = infer([TensorType(t.shape, t.dtype) for t in inputs], attrs)
         (axis,) = bound.dynamic_axes
         n = count(inputs, attrs)
-        extents = [n[0] if a == axis else _one(int(d)) for a, d in enumerate(bound.shape)]
-        return te.compute(out_type.shape, lambda k: _pick(k, extents), name=f"{name}_shape")
+        return _shape_tensor([n[0] if a == axis else _one(int(d)) for a, d in enumerate(bound.shape)], f"{name}_shape")
 
     register_op(OpDef(name, infer, _padded_reference(exact, infer), OpPattern.OPAQUE, compute, impls))
     register_op(OpDef(f"{name}_shape", shape_type, lambda *a, **k: np.array(exact(*a, **k).shape, np.int64),
@@ -121,6 +120,16 @@ def _pick(k, exprs):
     for i in range(len(exprs) - 2, -1, -1):
         out = te.select(te.eq(k, te.const(i)), exprs[i], out)
     return out
+
+
+def _shape_tensor(extents, name: str):
+    """int64[len(extents)]: the run-time shape whose axis a extent is the expression extents[a]."""
+    return te.compute((len(extents),), lambda k: _pick(k, extents), name=name)
+
+
+def _first(t):
+    """The one element of a one-element tensor."""
+    return t[tuple(te.const(0) for _ in t.shape)]
 
 
 def _zero(dtype: str):
@@ -331,7 +340,7 @@ def _topk_type(in_types, attrs):
 def _topk_k(inputs, attrs):
     """int64[1]: k clamped into [0, extent]."""
     x, k = inputs
-    kk = te.cast(INT64, k[tuple(te.const(0) for _ in k.shape)])
+    kk = te.cast(INT64, _first(k))
     return te.compute((1,), lambda _: te.minimum(te.maximum(kk, _one(0)), _one(x.shape[attrs["axis"]])),
                       name="topk_k")
 
@@ -419,7 +428,6 @@ class _NmsStages:
     def __init__(self, inputs, attrs):
         boxes, scores, max_out, iou_th, score_th = inputs
         b, c, n = scores.shape
-        first = lambda t: t[tuple(te.const(0) for _ in t.shape)]  # noqa: E731
         rm = te.reduce_axis(n, "nms_rank_m")
 
         def ahead(bb, cc, m, i):  # box m sorts before box i: higher score, ties by lower index
@@ -434,13 +442,13 @@ class _NmsStages:
         def candidate(bb, cc, p):
             if not attrs["use_score_threshold"]:
                 return te.const(True, "bool")
-            return scores[bb, cc, order[bb, cc, p]] > first(score_th)
+            return scores[bb, cc, order[bb, cc, p]] > _first(score_th)
 
         def box(bb, cc, p):
             return [boxes[bb, order[bb, cc, p], te.const(k)] for k in range(4)]
 
         def overlap(bb, cc, p, q):
-            return _overlaps(box(bb, cc, q), box(bb, cc, p), attrs["center_point_box"], first(iou_th))
+            return _overlaps(box(bb, cc, q), box(bb, cc, p), attrs["center_point_box"], _first(iou_th))
 
         kept = te.compute((b, c, n), lambda bb, cc, p: te.select(candidate(bb, cc, p), _one(1), _one(0)),
                           name="nms_kept0")
@@ -452,7 +460,7 @@ class _NmsStages:
                 name=f"nms_suppressed{s}")
             kept = te.compute((b, c, n), lambda bb, cc, p, sup=suppressed: te.select(
                 candidate(bb, cc, p), _one(1) - sup[bb, cc, p], _one(0)), name=f"nms_kept{s}")
-        limit = te.maximum(te.cast(INT64, first(max_out)), _one(0))
+        limit = te.maximum(te.cast(INT64, _first(max_out)), _one(0))
         rb = te.reduce_axis(n, "nms_before_q")
         before = te.compute((b, c, n), lambda bb, cc, p: te.sum(te.select(
             te.logical_and(rb.var < p, te.eq(kept[bb, cc, rb.var], _one(1))), _one(1), _one(0)), rb), name="nms_before")
@@ -602,7 +610,7 @@ def _head_type(in_types, attrs):
 
 def _head_count(inputs, attrs):
     x, n = inputs
-    first = te.cast(INT64, n[tuple(te.const(0) for _ in n.shape)])
+    first = te.cast(INT64, _first(n))
     return te.compute((1,), lambda _: te.minimum(te.maximum(first, _one(0)), _one(x.shape[0])), name="head_count")
 
 
@@ -629,11 +637,6 @@ register_dynamic("dyn.head", _head_type, _head_exact, _head_compute, _head_count
 # kernels write the run-time shape as the values give it, unclamped, so that an executor reading an
 # output whose run-time shape breaks its bound reports it (docs/dynamic_shapes.md). All three are
 # injective: the CPU and GPU injective schedules.
-
-def _first(t):
-    """The one element of a one-element tensor."""
-    return t[tuple(te.const(0) for _ in t.shape)]
-
 
 def _inside(i, extents: dict):
     """The output index i lies within the run-time extents {axis: int64 expression}."""
@@ -707,8 +710,7 @@ def _constant_of_shape_compute(inputs, attrs, out_type):
 
 def _constant_of_shape_dims(inputs, attrs):
     values = _shape_values(inputs[0], len(attrs["bound"]))
-    return te.compute((len(attrs["bound"]),), lambda k: _pick(k, [values[a] for a in range(len(values))]),
-                      name="dyn_constant_of_shape_dims")
+    return _shape_tensor([values[a] for a in range(len(values))], "dyn_constant_of_shape_dims")
 
 
 register_dynamic("dyn.constant_of_shape", _bounded_type(lambda t, attrs: attrs["dtype"]),
@@ -733,7 +735,7 @@ def _expand_compute(inputs, attrs, out_type):
 
 def _expand_shape(inputs, attrs):
     dims = _expand_dims(inputs, attrs)
-    return te.compute((len(dims),), lambda k: _pick(k, [dims[a] for a in range(len(dims))]), name="dyn_expand_dims")
+    return _shape_tensor([dims[a] for a in range(len(dims))], "dyn_expand_dims")
 
 
 register_dynamic("dyn.expand", _bounded_type(lambda t, attrs: t[0].dtype),

@@ -161,9 +161,28 @@ def _aligned_empty(nbytes: int) -> np.ndarray:
     return raw[offset:offset + nbytes]
 
 
-def _run_calls(calls) -> None:
+def run_calls(calls) -> None:
+    """Run a bound program in order: `calls` holds (callable, args, name) per kernel call or
+    run-time loop (what the CPU and wasm executors bind from mod.json)."""
     for fn, args, _ in calls:
         fn(*args)
+
+
+def profile_calls(calls, runs: int) -> list:
+    """Run `calls` (as for run_calls) once untimed, then `runs` times timing every call with
+    time.perf_counter: one dict per distinct name, in order of first call: {"name", "calls" per
+    run, "total_ms" per run (mean over `runs`)}."""
+    run_calls(calls)
+    clock = time.perf_counter
+    names = [name for _, _, name in calls]
+    totals = dict.fromkeys(names, 0.0)
+    for _ in range(runs):
+        for fn, args, name in calls:
+            t0 = clock()
+            fn(*args)
+            totals[name] += clock() - t0
+    return [{"name": name, "calls": names.count(name), "total_ms": seconds * 1e3 / runs}
+            for name, seconds in totals.items()]
 
 
 class GraphExecutor:
@@ -238,7 +257,7 @@ class GraphExecutor:
             for item in order:
                 if isinstance(item, tuple):
                     nid, body = item[0], calls(item[1])
-                    loop = functools.partial(run_loop, loop_entries(g, nid), functools.partial(_run_calls, body),
+                    loop = functools.partial(run_loop, loop_entries(g, nid), functools.partial(run_calls, body),
                                              self._views.__getitem__, lambda e, a: np.copyto(self._views[e], a))
                     out.append((loop, (), f"tvmc_loop '{nodes[nid]['name']}'"))
                     continue
@@ -261,9 +280,7 @@ class GraphExecutor:
                 out.append((fn, args, func))
             return out
 
-        program = calls(run_order(g))
-        self._calls = [(fn, args) for fn, args, _ in program]
-        self._call_names = [name for _, _, name in program]  # for profile()
+        self._calls = calls(run_order(g))  # (callable, args, name): run_calls, profile_calls
 
         # The graph entry (tvmc_graph_run) runs all kernels in one native call over a table of
         # one pointer per data entry; libraries without it are run kernel by kernel.
@@ -309,8 +326,7 @@ class GraphExecutor:
         if self._entry is not None:
             self._entry(*self._entry_args)
             return
-        for fn, args in self._calls:
-            fn(*args)
+        run_calls(self._calls)
 
     def profile(self, runs: int = 1) -> list:
         """Run the graph `runs` times kernel by kernel (not through the graph entry, which `run`
@@ -323,17 +339,7 @@ class GraphExecutor:
         """
         if runs < 1:
             raise InputError(f"profile runs must be at least 1, got {runs}")
-        for fn, args in self._calls:
-            fn(*args)
-        clock = time.perf_counter
-        totals = dict.fromkeys(self._call_names, 0.0)
-        for _ in range(runs):
-            for (fn, args), name in zip(self._calls, self._call_names):
-                t0 = clock()
-                fn(*args)
-                totals[name] += clock() - t0
-        return [{"name": name, "calls": self._call_names.count(name), "total_ms": seconds * 1e3 / runs}
-                for name, seconds in totals.items()]
+        return profile_calls(self._calls, runs)
 
     def get_output(self, index) -> np.ndarray:
         """A copy of output `index` (position in mod.json heads, or output name), with its shape

@@ -16,14 +16,13 @@ from __future__ import annotations
 import functools
 import os
 import struct
-import time
 
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.control import run_loop
-from tvmc.runtime.executor import checked_input, output_position
+from tvmc.runtime.executor import checked_input, output_position, profile_calls, run_calls
 
 ENGINE_HINT = "pip install wasmtime"
 # tvmc_tensor_info on wasm32: name, dtype (pointers), ndim (int32), shape (pointer), nbytes (uint64 at 16)
@@ -125,11 +124,6 @@ def run_kernel(data: bytes, name: str, arrays, out: np.ndarray, origin: str = "k
 def _kernel_names(calls) -> list:
     """The kernel of every call of a description's calls, loop bodies included."""
     return [n for c in calls for n in (_kernel_names(c["calls"]) if "loop" in c else [c["func"]])]
-
-
-def _run_all(calls) -> None:
-    for fn, args, _ in calls:
-        fn(*args)
 
 
 class WasmExecutor:
@@ -243,23 +237,12 @@ class WasmExecutor:
 
         def bind(items):
             """(callable, args, name) per kernel; a run-time loop is one call of its interpreter."""
-            return [(functools.partial(run_loop, c, functools.partial(_run_all, bind(c["calls"])), read, write),
+            return [(functools.partial(run_loop, c, functools.partial(run_calls, bind(c["calls"])), read, write),
                      (), f"tvmc_loop '{c['loop']}'") if "loop" in c else
                     (functools.partial(mod.function(c["func"]), mod.store), [entries[a] for a in c["args"]], c["func"])
                     for c in items]
 
-        calls = bind(self._calls)
-        _run_all(calls)
-        clock = time.perf_counter
-        names = [c[2] for c in calls]
-        totals = dict.fromkeys(names, 0.0)
-        for _ in range(runs):
-            for fn, args, name in calls:
-                t0 = clock()
-                fn(*args)
-                totals[name] += clock() - t0
-        return [{"name": name, "calls": names.count(name), "total_ms": seconds * 1e3 / runs}
-                for name, seconds in totals.items()]
+        return profile_calls(bind(self._calls), runs)
 
     def get_output(self, index) -> np.ndarray:
         """A copy of output `index` (position or output name), with its shape."""
