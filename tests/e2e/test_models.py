@@ -81,6 +81,7 @@ def test_graph_entry_runs_the_whole_model_in_one_call(tmp_path):
     from tvmc.driver import compile_model
     from tvmc.package import save_artifact
     from tvmc.runtime import GraphExecutor
+    from tvmc.runtime.executor import run_calls
     from tvmc.target import resolve_target
 
     model = mlp(seed=4, batch=2, sizes=(40, 60, 30, 5))
@@ -91,7 +92,6 @@ def test_graph_entry_runs_the_whole_model_in_one_call(tmp_path):
     ex.set_input("x", x)
     ex.run()
     via_entry = ex.get_output(0)
-    for fn, args in ex._calls:  # kernel by kernel, as a C host following the header's step 5
-        fn(*args)
+    run_calls(ex._calls)  # kernel by kernel, as a C host following the header's step 5
     np.testing.assert_array_equal(ex.get_output(0), via_entry)
     np.testing.assert_allclose(via_entry, onnxruntime_outputs(model, {"x": x})["y"], **RANDOM_TOL)
