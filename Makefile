@@ -9,7 +9,8 @@
 # measurements per model, bench/bench_cuda.py), `make bench-layers` ResNet-18's conv layers against
 # the machine's peak; `make conformance [TARGET=opencl|arm|wasm|cuda]` runs the ONNX backend node
 # cases through tvmc on x86 (or TARGET; arm under qemu-user) and rewrites docs/conformance.md
-# (TARGET: docs/conformance-TARGET.md and its row in docs/conformance.md); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
+# (TARGET: docs/conformance-TARGET.md and its row in docs/conformance.md; COMPILE_ONLY=1 compiles
+# each case without running it, for a GPU target on a machine without the GPU); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
 # bench/results/tune_demo.md (bench/tune_demo.py; waits for an idle machine first); `make tune-replay`
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds;
 # `make bench-kernels [GPU_TARGET=opencl]` writes the per-kernel table (launch, shared memory, bytes per
@@ -97,7 +98,7 @@ bench-kernels: install
 	$(PYTHON) bench/kernels.py --target $(GPU_TARGET)
 
 conformance: install
-	$(PYTHON) -m tvmc.conformance --target $(TARGET)
+	$(PYTHON) -m tvmc.conformance --target $(TARGET) $(if $(COMPILE_ONLY),--compile-only)
 
 tune-demo: install
 	$(PYTHON) -m pip install -e ".[tune]"

@@ -82,19 +82,25 @@ class TvmcBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs) -> TvmcBackendRep:
+        if not cls.supports_device(device):
+            raise ValueError(f"tvmc backend runs on CPU only, not '{device}'")
+        return TvmcBackendRep(cls.compile(model, **kwargs), kwargs.get("target", DEFAULT_TARGET))
+
+    @classmethod
+    def compile(cls, model, **kwargs):
+        """The tvmc.driver.CompiledModule of `model` (a ModelProto or its bytes) for
+        kwargs["target"] (default x86), without an executor: prepare's first half, which needs no
+        device (a GPU target's module holds its PTX or OpenCL C, and a cubin where the target's
+        assembler is found). kwargs and errors as prepare's."""
         from tvmc.api import value_ranges_option
         from tvmc.driver import CompileOptions, compile_model
         from tvmc.target import resolve_target
 
-        if not cls.supports_device(device):
-            raise ValueError(f"tvmc backend runs on CPU only, not '{device}'")
         if isinstance(model, (str, bytes)) and not isinstance(model, str):
             model = onnx.load_from_string(model)
-        target_name = kwargs.get("target", DEFAULT_TARGET)
         options = CompileOptions(opt_level=int(kwargs.get("opt_level", 3)),
                                  value_ranges=value_ranges_option(kwargs.get("value_ranges")))
-        module = compile_model(model, resolve_target(target_name), options)
-        return TvmcBackendRep(module, target_name)
+        return compile_model(model, resolve_target(kwargs.get("target", DEFAULT_TARGET)), options)
 
     @classmethod
     def run_model(cls, model, inputs, device: str = "CPU", **kwargs) -> tuple:

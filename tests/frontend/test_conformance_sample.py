@@ -177,3 +177,44 @@ def test_float64_promotion_refuses_models_naming_float32_elsewhere(cases):
     assert promoted.graph.input[0].type.tensor_type.elem_type == 11  # DOUBLE
     for name in ("test_cast_FLOAT_to_DOUBLE", "test_constant", "test_if", "test_castlike_FLOAT_to_DOUBLE"):
         assert conformance.promote_to_float64(cases[name].model) is None, name
+
+
+@pytest.mark.parametrize("name", ["test_conv_with_strides_padding", "test_attention_4d_gqa_with_past_and_present_fp16",
+                                  "test_unsqueeze_axis_0"])
+def test_compile_only_on_cuda(cases, name, monkeypatch):
+    """--compile-only builds the CUDA module (PTX, and the cubin where ptxas is found) and its
+    mod.tar without a GPU; a case tvmc cannot compile stays an error (make conformance TARGET=cuda
+    COMPILE_ONLY=1: all cases)."""
+    monkeypatch.setattr(conformance, "TARGET", "cuda")
+    monkeypatch.setattr(conformance, "COMPILE_ONLY", True)
+    res = conformance.run_case(cases[name], ort=False)
+    assert res.status == "compiled", res.reason
+    assert res.frozen == SAMPLE[name]
+    assert conformance.run_case(cases["test_roialign_aligned_true"], ort=False).status == "error"
+
+
+def test_report_compile_only(tmp_path):
+    results = [conformance.Result("test_a", "Relu", "compiled", ort="passed"),
+               conformance.Result("test_b", "Reshape", "compiled", frozen=True, ort="error"),
+               conformance.Result("test_c", "FooBar", "error", "UnsupportedOpError", ort="passed"),
+               conformance.Result("test_d", "Relu", "skipped", "string operator")]
+    path = tmp_path / "c.md"
+    text = conformance.write_report(results, str(path), target="cuda", compile_only=True)
+    assert text.startswith("# ONNX backend node conformance (cuda, compile only)")
+    assert "| compiled | 2 (frozen: 1) | - |" in text and "| passed | - | 2 |" in text
+    assert "| Relu | elementwise | 1 | 1 | 0 | 0 | 1 |" in text
+    assert "| Reshape | tensor | 1 | 1 | 1 | 0 | 0 |" in text
+    assert "Cases onnxruntime passes and tvmc does not compile: 1." in text
+    assert "inexact" not in text
+    conformance.update_targets_table(str(path), "cuda", results, str(path), compile_only=True)
+    assert "| `cuda` | not run: 2 compiled | - | - | 1 | 3 | - | [c.md](c.md) (compile only) |" in path.read_text()
+
+
+def test_conformance_without_the_device_names_compile_only(capsys):
+    """Without its GPU, a device target's run stops at once and says how to compile without running."""
+    from tvmc.runtime import device_missing
+
+    if device_missing("cuda") is None:
+        pytest.skip("a CUDA device runs here")
+    assert conformance.main(["--target", "cuda", "-k", "test_abs", "-o", "/dev/null"]) == 7
+    assert "--compile-only" in capsys.readouterr().err
