@@ -13,7 +13,8 @@ on stdout is `conformance: N passed, M failed` (M counts tvmc's wrong outputs an
 
 Scope (issue 18, "ONNX breadth"): every node case whose graph inputs and outputs are tensors of
 the plain numpy dtypes (PLAIN_DTYPES), except the string operators, the `ai.onnx.ml` and training
-domains, the loss functions and training-mode Dropout/BatchNormalization. The core operators of
+domains, the loss functions, training-mode BatchNormalization and training-mode Dropout with a
+nonzero ratio (random; ratio 0 keeps every element, as at inference). The core operators of
 issue 3 (CORE_OPS) are counted apart as well. A case that feeds a shape-determining value
 (Reshape's shape, TopK's k, reduction axes, ...) as a graph input is retried with that input
 frozen into an initializer (its own data) when tvmc refuses the non-constant input; such passes
@@ -173,19 +174,30 @@ def _tensor_dtypes(model) -> set:
 
 
 def _training_mode(case) -> bool:
-    """BatchNormalization with training_mode=1, or Dropout whose training_mode input is true."""
-    from onnx import helper
+    """BatchNormalization with training_mode=1, or Dropout whose training_mode input is true and
+    whose ratio (default 0.5) is not 0: it drops elements at random. A training-mode Dropout with
+    ratio 0 keeps every element (output = input, mask all true), as at inference: in scope."""
+    from onnx import helper, numpy_helper
 
     init_names = {t.name for t in case.model.graph.initializer}
     real = [vi.name for vi in case.model.graph.input if vi.name not in init_names]
     values = dict(zip(real, case.data_sets[0][0]))
+    values.update({t.name: numpy_helper.to_array(t) for t in case.model.graph.initializer})
+
+    def first(name, default):  # the first element of a graph input or initializer; None: computed
+        if not name:
+            return default
+        value = values.get(name)
+        return None if value is None else np.asarray(value).reshape(-1)[0]
+
     for node in case.model.graph.node:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if node.op_type == "BatchNormalization" and attrs.get("training_mode", 0):
             return True
         if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
-            value = values.get(node.input[2])
-            if value is None or bool(np.asarray(value).reshape(-1)[0]):
+            mode = first(node.input[2], False)
+            ratio = first(node.input[1] if len(node.input) > 1 else "", 0.5)
+            if mode is None or (bool(mode) and (ratio is None or float(ratio) != 0.0)):
                 return True
     return False
 
@@ -739,8 +751,9 @@ def write_report(results, path: str = REPORT_PATH, elapsed_s: float | None = Non
         f"(`python -m tvmc.conformance --target {target}{' --compile-only' * compile_only}`); do not edit by hand.",
         f"onnx {onnx.__version__}: {len(results)} node cases. In scope (issue 18): every case whose graph "
         "inputs and outputs are tensors of numpy's dtypes (float16/32/64, int8/16/32/64, uint8/16/32/64, "
-        "bool), except the string operators, the ai.onnx.ml and training domains, the loss functions and "
-        "training-mode Dropout/BatchNormalization.",
+        "bool), except the string operators, the ai.onnx.ml and training domains, the loss functions, "
+        "training-mode BatchNormalization and training-mode Dropout with a nonzero ratio (random draws; "
+        "ratio 0 keeps every element, as at inference).",
         "",
         *_summary(s, target, compile_only),
         "",

@@ -56,6 +56,8 @@ SAMPLE = {
     "test_flexattention_causal_mask": False,
     # issue 18 point 2: DFT and STFT
     "test_dft_irfft": True, "test_stft_with_window": True,
+    # training-mode Dropout with ratio 0 keeps every element (its ratio and mode inputs frozen)
+    "test_training_dropout_zero_ratio_mask": True,
 }
 
 
@@ -89,6 +91,9 @@ def test_scope_rules(cases):
     assert conformance.skip_reason(cases["test_sce_mean"]) == "loss function"
     assert conformance.skip_reason(cases["test_sce_mean_expanded"]) == "loss function"
     assert conformance.skip_reason(cases["test_training_dropout"]) == "training mode"
+    assert conformance.skip_reason(cases["test_training_dropout_default"]) == "training mode"
+    assert conformance.skip_reason(cases["test_training_dropout_zero_ratio"]) is None
+    assert conformance.skip_reason(cases["test_batchnorm_example_training_mode"]) == "training mode"
     assert conformance.skip_reason(cases["test_dropout_default"]) is None
     assert conformance.skip_reason(cases["test_sequence_insert_at_back"]).startswith("dtype")
 

@@ -417,6 +417,15 @@ def dropout_identity():
 
 
 @case
+def dropout_training_zero_ratio():
+    """Dropout-13 in training mode with ratio 0: output = input, mask all true (ONNX Dropout)."""
+    nodes = [helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])]
+    inits = {"r": np.array(0.0, np.float32), "t": np.array(True)}
+    return (make_model(nodes, [("x", F, [2, 3])], [("y", F, [2, 3]), ("mask", TensorProto.BOOL, [2, 3])], inits),
+            {"x": rand(2, 3)})
+
+
+@case
 def constants_and_shapes():
     value = numpy_helper.from_array(rand(3, 2, seed=7), "cv")
     nodes = [helper.make_node("Constant", [], ["k"], value=value),
@@ -1031,6 +1040,21 @@ def test_dropout_identity_and_its_inference_mask():
     model.graph.output.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, [2, 3]))
     mask = from_onnx(model).outputs[1]
     assert isinstance(mask, Constant) and mask.value.dtype == bool and mask.value.all()
+
+
+def test_training_dropout_keeps_every_element_only_at_ratio_zero():
+    g = build("dropout_training_zero_ratio")
+    assert ops(g) == ["nn.dropout"]
+    mask = g.outputs[1]
+    assert isinstance(mask, Constant) and mask.value.dtype == bool and mask.value.all()
+    model, _ = CASES["dropout_training_zero_ratio"]()
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array(0.25, np.float32), "r"))
+    with pytest.raises(ModelError, match=r"training_mode=true with ratio 0.25 drops elements at random"):
+        from_onnx(model)
+    del model.graph.initializer[0]  # no ratio input: the default 0.5
+    model.graph.node[0].input[1] = ""
+    with pytest.raises(ModelError, match=r"ratio 0.5 drops"):
+        from_onnx(model)
 
 
 def test_constant_folding_of_shape_arithmetic():

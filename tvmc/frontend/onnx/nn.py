@@ -435,12 +435,18 @@ def Softmax(ctx, node, inputs, attrs, opset):
 @converter(1, 6, 7, 10, 12, 13, 22)
 def Dropout(ctx, node, inputs, attrs, opset):
     """ONNX Dropout (inference) -> nn.dropout, and the mask output (opset >= 10: bool) as a constant
-    of ones: inference keeps every element; training_mode (opset >= 12 input) must be absent or
-    constant false."""
+    of ones: inference keeps every element. training_mode (opset >= 12 input) must be absent or
+    constant; when it is true, the ratio input (default 0.5) must be constant 0, where the spec's
+    random mask keeps every element too (uniform draws in [0, 1) are all >= 0) and the scale
+    1 / (1 - ratio) is 1. A nonzero training ratio draws random numbers: refused (ModelError)."""
     if opset >= 12 and len(inputs) > 2 and inputs[2] is not None:
         mode = ctx.constant(inputs, 2, "training_mode")
         if bool(np.asarray(mode).reshape(-1)[0]):
-            raise ctx.error("training_mode=true is not supported (inference only)")
+            has_ratio = len(inputs) > 1 and inputs[1] is not None
+            ratio = float(np.asarray(ctx.constant(inputs, 1, "ratio")).reshape(-1)[0]) if has_ratio else 0.5
+            if ratio != 0.0:
+                raise ctx.error(f"training_mode=true with ratio {ratio:g} drops elements at random: not "
+                                "supported (inference only; ratio 0 keeps every element)")
     x = inputs[0]
     out = ctx.call("nn.dropout", [x])
     if len(node.output) < 2 or not node.output[1]:
