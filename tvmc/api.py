@@ -144,16 +144,30 @@ def _model(model):
     return path
 
 
+MIXED_PRECISION_DTYPES = ("float16",)
+
+
 def _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuning_records=None,
-                     dump_ir=(), dump_dir=None, value_ranges=None):
+                     dump_ir=(), dump_dir=None, value_ranges=None, mixed_precision=None, mixed_precision_ops=None):
     from tvmc.driver import CompileOptions
+    from tvmc.ops.registry import all_ops
 
     if pass_config is not None and not isinstance(pass_config, dict):
         raise TypeError(f"pass_config must be a dict {{'Pass.option': value}}, got {type(pass_config).__name__}")
     stages = _names("dump_ir", dump_ir)
     for stage in stages:
         _choice("dump_ir stage", stage, DUMP_STAGES)
+    mp_ops = _names("mixed_precision_ops", mixed_precision_ops or ())
+    if mixed_precision is not None:
+        _choice("mixed_precision", mixed_precision, MIXED_PRECISION_DTYPES)
+    elif mp_ops:
+        raise ValueError("mixed_precision_ops needs mixed_precision")
+    unknown = [n for n in mp_ops if n not in all_ops()]
+    if unknown:
+        raise ValueError(f"mixed_precision_ops: unknown operator {unknown[0]!r} (tvmc's names, e.g. nn.conv2d, "
+                         f"nn.dense, nn.matmul)")
     return CompileOptions(opt_level=_int("opt_level", opt_level, 0, 3),
+                          mixed_precision=mixed_precision or "", mixed_precision_ops=mp_ops,
                           disabled_passes=frozenset(_names("disabled_passes", disabled_passes)),
                           pass_config=tuple(sorted((pass_config or {}).items())),
                           input_shapes=input_shapes_option(input_shapes),
@@ -246,7 +260,8 @@ OUTPUT_FORMATS = ("tar", "web")
 
 def compile(model, target="native", output=None, *, target_options=None, opt_level=3,  # noqa: A001 (TVM's name)
             input_shapes=None, disabled_passes=(), pass_config=None, tuning_records=None, dump_ir=(),
-            dump_dir=None, progress=None, output_format="tar", value_ranges=None) -> CompileResult:
+            dump_dir=None, progress=None, output_format="tar", value_ranges=None, mixed_precision=None,
+            mixed_precision_ops=None) -> CompileResult:
     """Compile an ONNX model for a target, as `tvmc compile`; save it as a mod.tar when `output`
     is given.
 
@@ -267,6 +282,12 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     disabled_passes: pass names to skip ("A,B" or a list)
     pass_config:     {"Pass.option": value}
     tuning_records:  path of a `tvmc tune` records file to apply
+    mixed_precision: None, or "float16": convolutions and matrix products (and the elementwise
+                     and data-movement ops that follow them) compute in float16 with float32
+                     accumulation, weights stored in float16 (passes/to_mixed_precision.py); on
+                     GPUs with tensor cores they run on them
+    mixed_precision_ops: the operators converted (tvmc's names, "nn.conv2d,nn.dense" or a list;
+                     default conv2d, conv2d_transpose, dense, matmul)
     dump_ir:         stages to dump ("graph", "tir", "ll", "asm"), into `dump_dir` (default: the
                      output's folder, else the working directory)
     progress:        progress(stage, done, total) called as codegen advances
@@ -298,7 +319,7 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     if dump_dir is None and dump_ir:
         dump_dir = str(Path(output).parent) if output else "."
     options = _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuning_records,
-                               dump_ir, dump_dir, value_ranges)
+                               dump_ir, dump_dir, value_ranges, mixed_precision, mixed_precision_ops)
     resolved = _resolve(target, target_options)
     module = compile_model(model, resolved, options, progress=progress)
     result = CompileResult(module, resolved, options, model if isinstance(model, str) else "<ModelProto>")
@@ -574,17 +595,18 @@ class TaskList:
 
 
 def list_tasks(model, target="native", *, target_options=None, opt_level=3, input_shapes=None,
-               value_ranges=None) -> TaskList:
+               value_ranges=None, mixed_precision=None, mixed_precision_ops=None) -> TaskList:
     """The tuning tasks of a model, as `tvmc tune --list-tasks`: one per (implementation, kernel
-    workload) after the graph passes of `opt_level` (tvmc.autotune.task); input_shapes and
-    value_ranges as for tvmc.compile.
+    workload) after the graph passes of `opt_level` (tvmc.autotune.task); input_shapes,
+    value_ranges and mixed precision as for tvmc.compile.
 
     Raises TypeError, ValueError (bad arguments), ModelError (2), TargetError (3), PassError (4).
     """
     from tvmc.autotune.task import extract_tasks
 
     model = _model(model)
-    options = _compile_options(opt_level, input_shapes, (), None, value_ranges=value_ranges)
+    options = _compile_options(opt_level, input_shapes, (), None, value_ranges=value_ranges,
+                               mixed_precision=mixed_precision, mixed_precision_ops=mixed_precision_ops)
     resolved = _resolve(target, target_options)
     tasks = extract_tasks(model, resolved, options)
     return TaskList(model if isinstance(model, str) else "<ModelProto>", resolved, tasks,
@@ -624,12 +646,12 @@ class TuneResult:
 def tune(model, target="native", records="records.json", *, target_options=None, trials=200, tuner="xgb",
          tasks=None, early_stopping=None, number=4, repeat=3, min_repeat_ms=0.0, timeout_s=10.0, parallel=None,
          prior_records=None, input_shapes=None, value_ranges=None, opt_level=3, task_list=None,
-         progress=None) -> TuneResult:
+         progress=None, mixed_precision=None, mixed_precision_ops=None) -> TuneResult:
     """Tune a model's kernels on this machine, as `tvmc tune`, appending records to `records`
     (resumed when it exists).
 
-    model, target, target_options, input_shapes, value_ranges, opt_level: as for tvmc.compile (use the
-                     compile's opt level: tasks are taken after its graph passes)
+    model, target, target_options, input_shapes, value_ranges, opt_level, mixed_precision,
+    mixed_precision_ops: as for tvmc.compile (use the compile's: tasks are taken after its passes)
     trials:          total measurements, split over the tuned tasks in proportion to their FLOPs
     tuner:           "xgb", "ga", "random" or "grid"
     tasks:           indices of the tasks to tune ("0,2-4" or a list of ints; see list_tasks),
@@ -664,7 +686,8 @@ def tune(model, target="native", records="records.json", *, target_options=None,
                           prior_records=_path("prior_records", prior_records, optional=True), measure=measure)
     if task_list is None:
         task_list = list_tasks(model, target, target_options=target_options, opt_level=opt_level,
-                               input_shapes=input_shapes, value_ranges=value_ranges)
+                               input_shapes=input_shapes, value_ranges=value_ranges, mixed_precision=mixed_precision,
+                               mixed_precision_ops=mixed_precision_ops)
     n = len(task_list.tasks)
     if tasks is None:
         indices = tuple(range(n))

@@ -321,6 +321,17 @@ value_range_option = click.option(
          "break it stops with an error naming the output (docs/dynamic_shapes.md).")
 
 
+# --mixed-precision and --mixed-precision-ops (TVM tvmc's flags), shared by compile and tune
+def mixed_precision_options(fn):
+    fn = click.option("--mixed-precision-ops", multiple=True, metavar="OPS",
+                      help="Operators --mixed-precision converts, comma-separated tvmc names (default "
+                           "nn.conv2d,nn.conv2d_transpose,nn.dense,nn.matmul).")(fn)
+    return click.option("--mixed-precision", type=click.Choice(["float16"]),
+                        help="Compute convolutions and matrix products (and the elementwise ops after them) in "
+                             "float16, accumulating in float32, with float16 weights; GPUs with tensor cores run "
+                             "them there. Changes numerics: outputs within float16 tolerances.")(fn)
+
+
 def _parse_list(values, what: str, choices=None) -> tuple:
     """Repeated and/or comma-separated names -> tuple; checks `choices` when given."""
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
@@ -435,6 +446,7 @@ def _output_folder_made(output) -> Path:
                    f"comma-separated from: {','.join(DUMP_STAGES)}.")
 @click.option("--print-pass-times", is_flag=True, help="Print the time spent in each graph pass.")
 @click.option("--tuning-records", type=click.Path(dir_okay=False), help="Apply the best configs of a `tvmc tune` records file.")
+@mixed_precision_options
 @click.option("--cross-compiler", metavar="CC", help="Compiler driver that links the library instead of the target's linker "
               "command's first word (e.g. aarch64-linux-gnu-gcc, clang); the descriptor's linker flags stay.")
 @click.option("--cross-compiler-options", metavar="OPTS", help='Extra linker arguments, shell-quoted: "-L/opt/sysroot/lib -Wl,-rpath,.".')
@@ -443,8 +455,8 @@ def _output_folder_made(output) -> Path:
 @verbose_option
 @_handle_errors
 def compile_cmd(model, target_spec, target_option, output, output_format, opt_level, disabled_pass, pass_config,
-                input_shapes, value_range, dump_ir, print_pass_times, tuning_records, cross_compiler, cross_compiler_options, as_json,
-                verbose):
+                input_shapes, value_range, dump_ir, print_pass_times, tuning_records, mixed_precision, mixed_precision_ops,
+                cross_compiler, cross_compiler_options, as_json, verbose):
     """Compile an ONNX MODEL into a mod.tar for a target.
 
     Prints a summary (kernels, params, memory, time per stage); --json prints it as JSON.
@@ -474,7 +486,8 @@ def compile_cmd(model, target_spec, target_option, output, output_format, opt_le
                                        value_ranges=ranges,
                                        disabled_passes=disabled, pass_config=pass_cfg, tuning_records=tuning_records,
                                        dump_ir=dumps, dump_dir=dump_dir, progress=progress,
-                                       output_format=output_format)
+                                       output_format=output_format, mixed_precision=mixed_precision,
+                                       mixed_precision_ops=_parse_list(mixed_precision_ops, "--mixed-precision-ops"))
     finally:
         if progress is not None:
             progress.close()
@@ -548,13 +561,14 @@ def print_task_list(task_list) -> None:
 @value_range_option
 @click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True,
               help="Opt level of the graph passes the tasks are taken after (use the compile one).")
+@mixed_precision_options
 @config_option
 @json_option
 @verbose_option
 @_handle_errors
 def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, trials, tuner, early_stopping,
-             number, repeat, min_repeat_ms, timeout, parallel, prior, input_shapes, value_range, opt_level, as_json,
-             verbose):
+             number, repeat, min_repeat_ms, timeout, parallel, prior, input_shapes, value_range, opt_level,
+             mixed_precision, mixed_precision_ops, as_json, verbose):
     """Tune the kernels of an ONNX MODEL on this machine; write measurement records.
 
     --list-tasks prints the tasks without tuning; --tasks tunes a subset of them.
@@ -571,7 +585,8 @@ def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices
         check_output_path(output, TuningError, "tuning records", [model] + ([prior] if prior else []))
     target = resolve_target(target_spec, _parse_pairs(target_option, "--target-option"))
     task_list = list_model_tasks(model, target, opt_level=opt_level, input_shapes=dict(parse_input_shapes(input_shapes)),
-                                 value_ranges=parse_value_ranges(value_range))
+                                 value_ranges=parse_value_ranges(value_range), mixed_precision=mixed_precision,
+                                 mixed_precision_ops=_parse_list(mixed_precision_ops, "--mixed-precision-ops"))
     if list_tasks:
         if as_json:
             _echo_json(task_list.to_json())

@@ -33,6 +33,10 @@ class CompileOptions:
                       <output>.dumps, see tvmc.paths.dump_folder)
     tuning_records:   path of a `tvmc tune` records file: the best valid config per task for
                       this target is applied, other tasks use their fallback configs
+    mixed_precision:  '' (off) or the dtype the matrix operators compute in ('float16'): the
+                      ToMixedPrecision pass runs after the last FoldConstant of the pipeline,
+                      followed by another FoldConstant (passes/to_mixed_precision.py)
+    mixed_precision_ops: operator names that pass converts (default: its own list)
     """
 
     opt_level: int = 3
@@ -43,6 +47,8 @@ class CompileOptions:
     dump_ir: tuple = ()
     dump_dir: str | None = None
     tuning_records: str | None = None
+    mixed_precision: str = ""
+    mixed_precision_ops: tuple = ()
 
 
 @dataclass
@@ -110,6 +116,23 @@ def _activation_bytes(graph, bodies: dict, key: str):
     return None if None in values else sum(values)
 
 
+def pass_pipeline(options: CompileOptions) -> tuple:
+    """(pass names, pass config) of `options`: the pipeline of its opt level with ToMixedPrecision
+    and a FoldConstant after the pipeline's last FoldConstant (first, when it has none) when
+    mixed precision is asked for, and its options added to the pass config."""
+    from tvmc.passes.pass_infra import load_pipeline
+
+    names = load_pipeline(options.opt_level)
+    config = dict(options.pass_config)
+    if options.mixed_precision:
+        at = max((k + 1 for k, n in enumerate(names) if n == "FoldConstant"), default=0)
+        names[at:at] = ["ToMixedPrecision", "FoldConstant"]
+        config["ToMixedPrecision.dtype"] = options.mixed_precision
+        if options.mixed_precision_ops:
+            config["ToMixedPrecision.ops"] = ",".join(options.mixed_precision_ops)
+    return names, config
+
+
 def compile_model(model, target: Target, options: CompileOptions = CompileOptions(), progress=None) -> CompiledModule:
     """Compile an ONNX model (path or ModelProto) for `target`.
 
@@ -132,10 +155,11 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     timings["import"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    pipeline, pass_config = pass_pipeline(options)
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
-                      config=dict(options.pass_config),
+                      config=pass_config,
                       dump_dir=options.dump_dir if "graph" in options.dump_ir else None, target=target)
-    graph = optimize(graph, ctx)
+    graph = optimize(graph, ctx, pipeline)
     timings["passes"] = time.perf_counter() - t0
     for name, ms in ctx.pass_times:
         key = f"passes/{name}"
@@ -173,7 +197,9 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "options": {"opt_level": options.opt_level, "disabled_passes": sorted(options.disabled_passes),
                     "pass_config": dict(options.pass_config),
                     "input_shapes": {k: list(v) for k, v in options.input_shapes},
-                    **({"value_ranges": {k: list(v) for k, v in options.value_ranges}} if options.value_ranges else {})},
+                    **({"value_ranges": {k: list(v) for k, v in options.value_ranges}} if options.value_ranges else {}),
+                    **({"mixed_precision": options.mixed_precision,
+                        "mixed_precision_ops": list(options.mixed_precision_ops)} if options.mixed_precision else {})},
         "num_kernels": len(functions),
         "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
         "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())

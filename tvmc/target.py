@@ -112,6 +112,21 @@ class Target:
         return _vector_unit_fact(self.arch, self.cpu, self.features, "reserved_registers", 0)
 
     @property
+    def tensor_core_dtypes(self) -> frozenset:
+        """Operand dtypes of the tensor-core matrix multiply-accumulate this GPU target's cpu has
+        ('float16', 'bfloat16', 'float32' as TF32; targets/isa/<arch>.yaml `mma`): empty for CPU
+        targets, OpenCL and GPUs without them."""
+        isa = isa_table(self.arch) if self.kind == "gpu" else None
+        return isa.mma.get(self.cpu, frozenset()) if isa is not None else frozenset()
+
+    @property
+    def async_copy(self) -> bool:
+        """Whether this GPU target's cpu copies global to shared memory asynchronously (cp.async;
+        targets/isa/<arch>.yaml `async_copy`)."""
+        isa = isa_table(self.arch) if self.kind == "gpu" else None
+        return bool(isa is not None and isa.async_copy.get(self.cpu, False))
+
+    @property
     def arch(self) -> str:
         """Architecture component of the triple (x86_64, aarch64, wasm32, nvptx64)."""
         return self.triple.split("-")[0]
@@ -213,8 +228,12 @@ class IsaTable:
         self.arch = arch
         levels = data.get("levels") or {}
         self.cpus = {}
+        self.mma = {}          # cpu -> operand dtypes of its tensor-core mma (GPU tables)
+        self.async_copy = {}   # cpu -> whether it has asynchronous global-to-shared copies
         for cpu, spec in (data.get("cpus") or {}).items():
             self.cpus[cpu] = frozenset(levels.get(spec.get("level"), [])) | frozenset(spec.get("add", []))
+            self.mma[cpu] = frozenset(spec.get("mma", ()))
+            self.async_copy[cpu] = bool(spec.get("async_copy", False))
         self.requires = {k: tuple(v) for k, v in (data.get("requires") or {}).items()}
         self.host_flags = dict(data.get("host_flags") or {})
         self.vector_units = list(data.get("vector_units") or [])

@@ -48,7 +48,7 @@ class Task:
         return (self.impl, workload_key(self.workload))
 
     def implementation(self, target):
-        return next(i for i in get_op(self.op).implementations(target.family, self.workload) if i.name == self.impl)
+        return next(i for i in get_op(self.op).implementations(target.family, self.workload, target) if i.name == self.impl)
 
     def config_space(self, target):
         return self.implementation(target).config_space(self.workload, target)
@@ -146,7 +146,7 @@ def tasks_of_functions(functions, target) -> list:
             continue
         opdef = get_op(anchor.op)
         wl = workload(anchor)
-        for impl in opdef.implementations(target.family, wl):
+        for impl in opdef.implementations(target.family, wl, target):
             if impl.config_space is None:
                 continue
             key = (impl.name, workload_key(wl))
@@ -164,15 +164,16 @@ def extract_tasks(model, target, options=None) -> list:
     the frontend and the graph passes of options.opt_level run, then every kernel call of the
     optimized graph and of its run-time loop bodies is counted (a fused function called twice
     counts twice; a body's kernels once, whatever the trip count)."""
-    from tvmc.driver import CompileOptions, optimize_loop_bodies
+    from tvmc.driver import CompileOptions, optimize_loop_bodies, pass_pipeline
     from tvmc.frontend.onnx import from_onnx
     from tvmc.passes import PassContext, optimize
 
     options = options or CompileOptions()
     graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges))
+    pipeline, pass_config = pass_pipeline(options)
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
-                      config=dict(options.pass_config), target=target)
-    graph = optimize(graph, ctx)
+                      config=pass_config, target=target)
+    graph = optimize(graph, ctx, pipeline)
     calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
              if isinstance(e, Call) and isinstance(e.op, Function)]
     return tasks_of_functions(calls, target)

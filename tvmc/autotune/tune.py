@@ -230,7 +230,7 @@ def _default_task(task, target):
 
     from tvmc.ops.registry import get_op
 
-    default = get_op(task.op).implementations(target.family, task.workload)[0]
+    default = get_op(task.op).implementations(target.family, task.workload, target)[0]
     if default.name == task.impl or default.config_space is None:
         return None
     return replace(task, impl=default.name)

@@ -27,7 +27,8 @@ from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, walk)
 from tvmc.te.schedule import THREAD_TAGS
-from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
+from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyWait, Barrier, Buffer, For, IfThenElse, Intrinsic,
+                         MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
 from tvmc.tir.simplify import Linear, simplify
 
 if llvmlite.ir_layer_typed_pointers_enabled:
@@ -63,6 +64,11 @@ class DeviceTable:
     register_unit:    registers per thread allocated together (a warp's registers come in blocks)
     buffer_align:     bytes every kernel buffer's start is aligned to (device allocations, shared
                       arrays): the most a vector access may claim
+    global_addrspace: LLVM address space of device (global) memory
+    matrix_load:      intrinsic of tir.MatrixLoad, formatted with count and trans ('' or '.trans')
+    mma:              (shape, operand dtype) -> intrinsic of tir.MMA (four float32 results)
+    async_copy:       intrinsic of tir.AsyncCopy (shared dst, global src, source bytes: 0 fills zeros)
+    async_commit, async_wait: intrinsics of tir.AsyncCopyWait
     """
 
     thread_index: dict
@@ -74,6 +80,12 @@ class DeviceTable:
     registers_key: str
     register_unit: int
     buffer_align: int
+    global_addrspace: int = 0
+    matrix_load: str = ""
+    mma: dict = None
+    async_copy: str = ""
+    async_commit: str = ""
+    async_wait: str = ""
 
 
 # NVVM IR (LLVM's NVPTX backend; NVIDIA's NVVM IR specification): special registers %ctaid/%tid,
@@ -90,6 +102,16 @@ NVPTX = DeviceTable(
     registers_key="maxnreg",
     register_unit=8,  # 256 registers per warp of 32 (CUDA occupancy calculator)
     buffer_align=16,  # cuMemAlloc gives 256 (one allocation per storage id and argument); shared arrays 16
+    # warp-level matrix instructions (sm_75 on for ldmatrix, sm_80 on for the rest): LLVM's names
+    # follow the PTX spelling; an f16 mma is named after its D and C types (f32.f32)
+    global_addrspace=1,
+    matrix_load="llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{trans}.b16.p3",
+    mma={("m16n8k16", "float16"): "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
+         ("m16n8k16", "bfloat16"): "llvm.nvvm.mma.m16n8k16.row.col.bf16",
+         ("m16n8k8", "float32"): "llvm.nvvm.mma.m16n8k8.row.col.tf32"},
+    async_copy="llvm.nvvm.cp.async.cg.shared.global.16.s",
+    async_commit="llvm.nvvm.cp.async.commit.group",
+    async_wait="llvm.nvvm.cp.async.wait.group",
 )
 DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
 
@@ -258,6 +280,11 @@ class CodeGenLLVM:
             self._allocate(st, s, vec)
         elif isinstance(s, Barrier) and self.device is not None:
             b.call(self.declare(self.device.barrier, VOID, []), [])
+        elif isinstance(s, Intrinsic):
+            if self.device is None or not self.device.mma or vec is not None:
+                raise CodegenError(f"codegen: {type(s).__name__} needs a GPU triple with warp-level matrix "
+                                   f"instructions outside vector loops; target {self.target.name} has none")
+            self._warp_intrinsic(st, s)
         elif isinstance(s, IfThenElse):
             cond = self._expr(st, s.cond, vec)
             if isinstance(cond, _Vec):
@@ -324,6 +351,61 @@ class CodeGenLLVM:
             g.align = self.device.buffer_align
             st.shared[id(buf)] = st.alloca_builder.addrspacecast(g, PTR, name=buf.name)
         return st.shared[id(buf)]
+
+    # --- warp-level matrix instructions (tensor cores) -------------------------------------
+    def _space_ptr(self, st, buf: Buffer, index: PrimExpr, addrspace: int):
+        """Pointer in LLVM address space `addrspace` to buf[index] (the intrinsics take typed
+        address spaces; the buffers are generic pointers)."""
+        generic = self._addr_of(st, buf, index)
+        return st.builder.addrspacecast(generic, ir.PointerType(addrspace=addrspace))
+
+    def _local_ptr(self, st, buf: Buffer, offset: int, dtype: str | None = None):
+        return st.builder.gep(st.buffers[buf], [I64(offset)], inbounds=True, source_etype=mem_type(dtype or buf.dtype))
+
+    def _warp_intrinsic(self, st, s: Intrinsic):
+        """tir.MatrixLoad / MMA / AsyncCopy / AsyncCopyWait as the device table's intrinsics."""
+        b, d = st.builder, self.device
+        if isinstance(s, MatrixLoad):
+            regs = ir.LiteralStructType([I32] * s.count)
+            f = self.declare(d.matrix_load.format(count=s.count, trans=".trans" if s.trans else ""), regs,
+                             [ir.PointerType(addrspace=d.shared_addrspace)])
+            out = b.call(f, [self._space_ptr(st, s.src, s.src_index, d.shared_addrspace)])
+            for j in range(s.count):  # two 16-bit elements per register, in element order
+                ptr = self._local_ptr(st, s.dst, s.dst_offset + 2 * j)
+                b.store(b.extract_value(out, j), ptr, align=4)
+        elif isinstance(s, MMA):
+            n_a, n_b, n_c = MMA_SHAPES[s.shape]
+            dtype = s.a.dtype
+            name = d.mma.get((s.shape, dtype))
+            if name is None:
+                raise CodegenError(f"codegen: no {s.shape} mma for {dtype} operands")
+            # f16 operands travel as <2 x half> registers, bf16 and tf32 as i32 (PTX .b32)
+            reg = ir.VectorType(ir.HalfType(), 2) if dtype == "float16" else I32
+            per_reg = 1 if dtype == "float32" else 2
+            a = [b.load(self._local_ptr(st, s.a, s.a_offset + per_reg * k), typ=reg, align=4)
+                 for k in range(n_a // per_reg)]
+            bb = [b.load(self._local_ptr(st, s.b, s.b_offset + per_reg * k), typ=reg, align=4)
+                  for k in range(n_b // per_reg)]
+            c = [b.load(self._local_ptr(st, s.acc, s.acc_offset + k), typ=ir.FloatType()) for k in range(n_c)]
+            f = self.declare(name, ir.LiteralStructType([ir.FloatType()] * n_c), [reg] * len(a + bb) + [ir.FloatType()] * n_c)
+            out = b.call(f, a + bb + c)
+            for k in range(n_c):
+                b.store(b.extract_value(out, k), self._local_ptr(st, s.acc, s.acc_offset + k))
+        elif isinstance(s, AsyncCopy):
+            f = self.declare(d.async_copy, VOID, [ir.PointerType(addrspace=d.shared_addrspace),
+                                                   ir.PointerType(addrspace=d.global_addrspace), I32])
+            cond = self._expr(st, s.cond, None)
+            # a false condition reads nothing (source size 0) but the address must still be one:
+            # the buffer's first element
+            src_index = Select(s.cond, s.src_index, IntImm(0))
+            b.call(f, [self._space_ptr(st, s.dst, s.dst_index, d.shared_addrspace),
+                       self._space_ptr(st, s.src, src_index, d.global_addrspace),
+                       b.select(cond, I32(s.nbytes), I32(0))])
+        elif isinstance(s, AsyncCopyWait):
+            b.call(self.declare(d.async_commit, VOID, []), [])
+            b.call(self.declare(d.async_wait, VOID, [I32]), [I32(s.pending)])
+        else:
+            raise CodegenError(f"codegen: unsupported intrinsic {type(s).__name__}")
 
     def _thread_loop(self, st, s: For, vec):
         """A loop bound to a thread tag: its variable is that block or thread index (one
@@ -816,6 +898,8 @@ def _stmt_exprs(s: Stmt):
         yield s.value
     elif isinstance(s, IfThenElse):
         yield s.cond
+    elif isinstance(s, Intrinsic):
+        yield from s.exprs
     for c in stmt_children(s):
         yield from _stmt_exprs(c)
 
@@ -849,7 +933,11 @@ def _buffers_used(s: Stmt) -> list:
     def visit(x):
         if isinstance(x, Store):
             add(x.buffer)
-        for e in ([x.index, x.value] if isinstance(x, Store) else [x.cond] if isinstance(x, IfThenElse) else []):
+        if isinstance(x, Intrinsic):
+            for buf, _ in x.reads() + x.writes():
+                add(buf)
+        for e in ([x.index, x.value] if isinstance(x, Store) else [x.cond] if isinstance(x, IfThenElse) else
+                  x.exprs if isinstance(x, Intrinsic) else []):
             for n in walk(e):
                 if isinstance(n, Load):
                     add(n.buffer)
@@ -884,4 +972,8 @@ def _subst_stmt(s: Stmt, m: dict) -> Stmt:
     if isinstance(s, IfThenElse):
         return IfThenElse(simplify(substitute(s.cond, m)), _subst_stmt(s.then, m),
                           _subst_stmt(s.otherwise, m) if s.otherwise is not None else None)
+    if isinstance(s, Intrinsic):
+        return s.with_exprs([simplify(substitute(e, m)) for e in s.exprs])
+    if isinstance(s, Barrier):
+        return s
     raise TypeError(s)

@@ -4,6 +4,8 @@ the schedule, and lower to loop IR."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tvmc import te
 from tvmc.errors import ScheduleError
 from tvmc.graph.ir import Call, Constant, Var, post_order
@@ -23,6 +25,22 @@ def anchor_call(func) -> Call:
     if best <= OpPattern.INJECTIVE:
         return func.body
     return next(c for c in calls if get_op(c.op).pattern == best)
+
+
+@dataclass
+class TemplateContext:
+    """What an Implementation.template writes its kernel from: `name` (the kernel's), `params`
+    (te placeholders of the function's parameters, in order; the kernel's arguments are they and
+    then `out`), `out` (the function's output tensor, every stage but the anchor inlinable),
+    `anchor` (the tensor the anchor op computes), `anchor_inputs` (its input tensors: parameters
+    or inlinable stages), `attrs` (the anchor call's attributes)."""
+
+    name: str
+    params: list
+    out: object
+    anchor: object
+    anchor_inputs: list
+    attrs: dict
 
 
 def workload(call: Call) -> tuple:
@@ -71,9 +89,12 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     if out.op is None:
         out = te.compute(out.shape, lambda *i: tensors[func.body][i], name="copy")
     anchor_t = tensors[anchor]
-    s = te.create_schedule(out)
     if cfg is None and impl.config_space is not None:
         cfg = impl.config_space(workload(anchor), target).fallback_config()
+    if impl.template is not None:  # a kernel written in loop IR, its barriers in place
+        ctx = TemplateContext(func.name, params, out, anchor_t, [tensors[i] for i in anchor.inputs], dict(anchor.attrs))
+        return lower_device(impl.template(ctx, cfg, target), target, insert_barriers=False)
+    s = te.create_schedule(out)
     impl.schedule(s, out, anchor_t, cfg, target)
     prim = lower(s, params + [out], func.name)
     if target.kind == "gpu":  # one device kernel: launch configuration, barriers, limits checked
@@ -84,7 +105,7 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
 def _choose_implementation(anchor, target, config_lookup):
     """(Implementation, tuned ConfigEntity or None) for the anchor call (see lower_fused)."""
     wl = workload(anchor)
-    impls = get_op(anchor.op).implementations(target.family, wl)
+    impls = get_op(anchor.op).implementations(target.family, wl, target)
     if config_lookup is None:
         return impls[0], None
     best = (impls[0], None)

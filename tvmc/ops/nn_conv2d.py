@@ -10,6 +10,8 @@ from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
 from tvmc.ops.gpu.conv2d import (conv2d_direct_config, conv2d_im2col_config, schedule_conv2d_direct,
                                  schedule_conv2d_im2col)
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
+from tvmc.ops.gpu.tensorcore import (schedule_conv2d_tensorcore, tensorcore_applies, tensorcore_config,
+                                     tensorcore_supports)
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
@@ -121,7 +123,10 @@ def grouped(wl) -> bool:
 
 register_op(OpDef("nn.conv2d", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
     "cpu": [Implementation("conv2d_nchw.x86", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
-    "gpu": [Implementation("conv2d_nchw.gpu", schedule_conv2d_direct, config_space=conv2d_direct_config,
+    "gpu": [Implementation("conv2d_nchw_tensorcore.gpu", None, config_space=tensorcore_config,
+                           applies=tensorcore_applies, template=schedule_conv2d_tensorcore,
+                           supports=tensorcore_supports),
+            Implementation("conv2d_nchw.gpu", schedule_conv2d_direct, config_space=conv2d_direct_config,
                            applies=ungrouped),
             Implementation("conv2d_nchw_im2col.gpu", schedule_conv2d_im2col, compute=_im2col_compute,
                            config_space=conv2d_im2col_config, applies=ungrouped),

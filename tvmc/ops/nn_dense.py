@@ -11,6 +11,8 @@ from tvmc.ops.cpu.dense import (dense_config, dense_pack_config, matmul_config, 
 from tvmc.ops.elemwise import broadcast_index, broadcast_shape
 from tvmc.ops.gpu.dense import gemm_config, schedule_gemm
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
+from tvmc.ops.gpu.tensorcore import (schedule_dense_tensorcore, schedule_matmul_tensorcore, tensorcore_applies,
+                                     tensorcore_config, tensorcore_supports)
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 
@@ -32,7 +34,10 @@ def dense(data, weight):
 register_op(OpDef("nn.dense", _dense_type, lambda x, w: (x.astype(np.float64) @ w.T.astype(np.float64)).astype(x.dtype),
                   OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: dense(*inputs), {
                       "cpu": [Implementation("dense.x86", schedule_dense, config_space=dense_config)],
-                      "gpu": [Implementation("dense.gpu", schedule_gemm, config_space=gemm_config)]}))
+                      "gpu": [Implementation("dense_tensorcore.gpu", None, config_space=tensorcore_config,
+                                             applies=tensorcore_applies, template=schedule_dense_tensorcore,
+                                             supports=tensorcore_supports),
+                              Implementation("dense.gpu", schedule_gemm, config_space=gemm_config)]}))
 
 
 def _matmul_type(in_types, attrs):
@@ -61,7 +66,10 @@ register_op(OpDef("nn.matmul", _matmul_type,
                   lambda a, b: np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),
                   OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: matmul(*inputs, out_type.shape), {
                       "cpu": [Implementation("matmul.x86", schedule_matmul, config_space=matmul_config)],
-                      "gpu": [Implementation("matmul.gpu", schedule_gemm, config_space=gemm_config)]}))
+                      "gpu": [Implementation("matmul_tensorcore.gpu", None, config_space=tensorcore_config,
+                                             applies=tensorcore_applies, template=schedule_matmul_tensorcore,
+                                             supports=tensorcore_supports),
+                              Implementation("matmul.gpu", schedule_gemm, config_space=gemm_config)]}))
 
 
 def pack_dense_weight(weight: np.ndarray, bn: int) -> np.ndarray:

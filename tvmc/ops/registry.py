@@ -42,13 +42,20 @@ class Implementation:
                   schedule has no knobs.
     applies:      (workload: tuple) -> bool, the workloads this implementation can compute
                   (TVM's specialized strategy conditions, e.g. groups == 1); None: every one.
+    template:     (ctx: tvmc.ops.fused.TemplateContext, cfg, target) -> PrimFunc: a kernel written
+                  in loop IR instead of a schedule (`schedule` is then None; e.g. the tensor-core
+                  GEMMs of tvmc/ops/gpu/tensorcore.py, whose steps are warp-level instructions).
+    supports:     (target: Target) -> bool, the targets it can run on beyond the family (a
+                  descriptor fact, e.g. tensor cores); None: every target of the family.
     """
 
     name: str
-    schedule: Callable
+    schedule: Callable | None
     compute: Callable | None = None
     config_space: Callable | None = None
     applies: Callable | None = None
+    template: Callable | None = None
+    supports: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -79,13 +86,15 @@ class OpDef:
         except (ValueError, IndexError, OverflowError) as e:
             raise ModelError(f"node '{node_name or '?'}' ({self.name}): {e}") from None
 
-    def implementations(self, family: str, workload: tuple | None = None) -> list:
+    def implementations(self, family: str, workload: tuple | None = None, target=None) -> list:
         """Implementations for target `family`, the default first; with `workload`
-        (tvmc.ops.fused.workload of a call), only those that apply to it.
-        Raises ScheduleError when none is left."""
+        (tvmc.ops.fused.workload of a call), only those that apply to it; with `target`, only
+        those that support it. Raises ScheduleError when none is left."""
         impls = self.strategy.get(family)
         if impls and workload is not None:
             impls = [i for i in impls if i.applies is None or i.applies(workload)]
+        if impls and target is not None:
+            impls = [i for i in impls if i.supports is None or i.supports(target)]
         if not impls:
             raise ScheduleError(f"operator {self.name} has no implementation for target family '{family}'")
         return impls

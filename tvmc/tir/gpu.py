@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from tvmc.errors import ScheduleError
 from tvmc.te.expr import Load, Var, walk
 from tvmc.te.schedule import BLOCK_AXES, THREAD_AXES, THREAD_TAGS
-from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store, stmt_children
+from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, PrimFunc, Seq, Stmt, Store, stmt_children
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,12 @@ def launch_config(prim: PrimFunc) -> LaunchConfig:
                         sum(shared.values()))
 
 
-def lower_device(prim: PrimFunc, target) -> PrimFunc:
+def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFunc:
     """`prim` as a device kernel for GPU `target`: barriers inserted, `launch` set, checked
-    (see the module docstring). Raises ScheduleError naming the kernel and what is wrong."""
+    (see the module docstring). A kernel written with its barriers in place (a template whose
+    asynchronous copies the analysis cannot follow, tvmc/ops/gpu/tensorcore.py) passes
+    `insert_barriers=False`: its barriers are still checked. Raises ScheduleError naming the
+    kernel and what is wrong."""
     launch = launch_config(prim)
     where = f"kernel {prim.name}"
     if target.max_threads_per_block and launch.threads_per_block > target.max_threads_per_block:
@@ -93,7 +96,7 @@ def lower_device(prim: PrimFunc, target) -> PrimFunc:
             raise ScheduleError(f"{where}: stage {s.buffer.name} needs a global buffer inside the kernel; "
                                 "compute it inline or with compute_at into the kernel's loops")
     _check_coverage(prim, launch, where)
-    body = _sync(prim.body)
+    body = _sync(prim.body) if insert_barriers else prim.body
     _check_barriers(body, launch, where, _thread_vars(body), divergent=False)
     return PrimFunc(prim.name, prim.params, body, launch)
 
@@ -151,6 +154,10 @@ def _accesses(s: Stmt):
         exprs = [s.index, s.value]
     elif isinstance(s, IfThenElse):
         exprs = [s.cond]
+    elif isinstance(s, Intrinsic):
+        yield from ((buf, False) for buf, _ in s.reads())
+        yield from ((buf, True) for buf, _ in s.writes())
+        exprs = s.exprs
     for e in exprs:
         for n in walk(e):
             if isinstance(n, Load):

@@ -1,10 +1,14 @@
-"""Loop IR: buffers, statements (For, Store, Allocate, Seq, IfThenElse, Barrier) and PrimFunc, with a printer."""
+"""Loop IR: buffers, statements (For, Store, Allocate, Seq, IfThenElse, Barrier, and the warp-level
+intrinsics of GPU tensor-core kernels: MatrixLoad, MMA, AsyncCopy, AsyncCopyWait) and PrimFunc,
+with a printer."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
-from tvmc.te.expr import PrimExpr, Var
+from tvmc.te.expr import IntImm, PrimExpr, Var
 
 
 class Buffer:
@@ -30,8 +34,6 @@ class Buffer:
             term = idx if stride == 1 else idx * stride
             out = term if out is None else term + out
             stride *= extent
-        from tvmc.te.expr import IntImm
-
         return out if out is not None else IntImm(0)
 
     def __repr__(self):
@@ -84,6 +86,130 @@ class Barrier(Stmt):
         self.scope = scope
 
 
+class Intrinsic(Stmt):
+    """A statement that one GPU instruction (or a short fixed sequence) carries out, with its
+    operands as fields. `exprs` names the fields holding PrimExprs (rewritten by simplification
+    and substitution through `with_exprs`); `reads` and `writes` give the (buffer, index) pairs it
+    touches (index: the first element; barrier insertion and analyses read them)."""
+
+    expr_fields: tuple = ()
+
+    @property
+    def exprs(self) -> list:
+        return [getattr(self, f) for f in self.expr_fields]
+
+    def with_exprs(self, exprs) -> "Intrinsic":
+        out = copy.copy(self)
+        for f, e in zip(self.expr_fields, exprs):
+            setattr(out, f, e)
+        return out
+
+    def reads(self) -> list:
+        return []
+
+    def writes(self) -> list:
+        return []
+
+
+class MatrixLoad(Intrinsic):
+    """Warp-collective load of `count` (1, 2 or 4) 8 x 8 matrices of 16-bit elements from shared
+    memory: PTX `ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16` (PTX ISA 9.7.14.5.15).
+
+    Lane L of the warp gives the address `src[src_index]` (its own value of the expression, 16-byte
+    aligned) of row L % 8 of matrix L // 8 (lanes from 8*count on give none); each row is 8
+    consecutive elements. Every lane then receives two elements of each matrix j into
+    `dst[dst_offset + 2j]` and `dst[dst_offset + 2j + 1]` (a local buffer; dst_offset constant
+    and even): row L // 4, columns 2 (L % 4) and 2 (L % 4) + 1; with `trans`, of the transposed
+    matrix (column L // 4, rows 2 (L % 4) and 2 (L % 4) + 1 of the rows as addressed)."""
+
+    expr_fields = ("src_index",)
+
+    def __init__(self, dst: Buffer, dst_offset: int, src: Buffer, src_index: PrimExpr, count: int = 4,
+                 trans: bool = False):
+        self.dst, self.dst_offset, self.src, self.src_index = dst, int(dst_offset), src, src_index
+        self.count, self.trans = int(count), bool(trans)
+
+    def reads(self):
+        return [(self.src, self.src_index)]
+
+    def writes(self):
+        return [(self.dst, IntImm(self.dst_offset))]
+
+    def __repr__(self):
+        return (f"{self.dst.name}[{self.dst_offset}:{self.dst_offset + 2 * self.count}] = ldmatrix.x{self.count}"
+                f"{'.trans' if self.trans else ''}({self.src.name}[{self.src_index!r}])")
+
+
+# fragment elements per lane of each warp-level matrix multiply shape: (A, B, C/D)
+MMA_SHAPES = {"m16n8k16": (8, 4, 4), "m16n8k8": (4, 2, 4)}
+
+
+class MMA(Intrinsic):
+    """Warp-collective matrix multiply-accumulate D = A x B + C, in place on C: PTX
+    `mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32` (PTX ISA 9.7.14.5.14), shape m16n8k16
+    for float16 / bfloat16 operands, m16n8k8 for tfloat32 (float32 buffers read as TF32).
+
+    Each lane holds its fragment elements in local buffers, from the given offsets (constants):
+    `a` A [16 x K] row-major (m16n8k16: 8 elements: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..),
+    (g+8, 2t+8..) with g = lane // 4, t = lane % 4; m16n8k8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)),
+    `b` B [K x 8] (m16n8k16: (2t..2t+1, g), (2t+8.., g); m16n8k8: (t, g), (t+4, g)), `acc`
+    float32 C and D [16 x 8]: (g, 2t..2t+1), (g+8, 2t..2t+1). Products are exact, sums in float32."""
+
+    def __init__(self, shape: str, acc: Buffer, acc_offset: int, a: Buffer, a_offset: int, b: Buffer,
+                 b_offset: int):
+        if shape not in MMA_SHAPES:
+            raise ValueError(f"unknown mma shape {shape}; known: {', '.join(MMA_SHAPES)}")
+        self.shape = shape
+        self.acc, self.acc_offset = acc, int(acc_offset)
+        self.a, self.a_offset, self.b, self.b_offset = a, int(a_offset), b, int(b_offset)
+
+    def reads(self):
+        return [(self.a, IntImm(self.a_offset)), (self.b, IntImm(self.b_offset)), (self.acc, IntImm(self.acc_offset))]
+
+    def writes(self):
+        return [(self.acc, IntImm(self.acc_offset))]
+
+    def __repr__(self):
+        return (f"{self.acc.name}[{self.acc_offset}:+4] += mma.{self.shape}({self.a.name}[{self.a_offset}:], "
+                f"{self.b.name}[{self.b_offset}:])")
+
+
+class AsyncCopy(Intrinsic):
+    """Copy of `nbytes` (16) bytes from global `src[src_index]` to shared `dst[dst_index]`
+    (both 16-byte aligned) that completes asynchronously: PTX `cp.async.cg.shared.global` with a
+    source size (PTX ISA 9.7.9.25.3). Where `cond` is false the destination is filled with zeros
+    and nothing is read. The data is there only after an AsyncCopyWait that covers it."""
+
+    expr_fields = ("dst_index", "src_index", "cond")
+
+    def __init__(self, dst: Buffer, dst_index: PrimExpr, src: Buffer, src_index: PrimExpr, cond: PrimExpr,
+                 nbytes: int = 16):
+        self.dst, self.dst_index, self.src, self.src_index, self.cond = dst, dst_index, src, src_index, cond
+        self.nbytes = int(nbytes)
+
+    def reads(self):
+        return [(self.src, self.src_index)]
+
+    def writes(self):
+        return [(self.dst, self.dst_index)]
+
+    def __repr__(self):
+        return (f"{self.dst.name}[{self.dst_index!r}:+{self.nbytes}B] = cp.async({self.src.name}[{self.src_index!r}] "
+                f"if {self.cond!r} else 0)")
+
+
+class AsyncCopyWait(Intrinsic):
+    """The AsyncCopies this thread issued since the last wait become one group (PTX
+    `cp.async.commit_group`), then the thread waits until at most `pending` groups are still in
+    flight (`cp.async.wait_group pending`). Other threads' copies need a Barrier after it."""
+
+    def __init__(self, pending: int = 0):
+        self.pending = int(pending)
+
+    def __repr__(self):
+        return f"cp.async.wait(pending={self.pending})"
+
+
 class PrimFunc:
     """A kernel: `params` (Buffers, inputs then output) and a loop-IR `body`. A GPU device kernel
     also has `launch` (tvmc.tir.gpu.LaunchConfig: grid and block sizes, shared memory bytes)."""
@@ -124,6 +250,8 @@ def _print(s: Stmt, depth: int, lines: list):
         lines.append(pad + "}")
     elif isinstance(s, Barrier):
         lines.append(f"{pad}barrier({s.scope})")
+    elif isinstance(s, Intrinsic):
+        lines.append(f"{pad}{s!r}")
     else:
         raise TypeError(s)
 

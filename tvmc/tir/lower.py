@@ -354,3 +354,25 @@ def _union(a, b, size):
     start = min(0, d.value)
     end = max(ea, d.value + eb)
     return lo, end - start
+
+
+def inline_value(t, indices, buffers: dict, replace: dict | None = None):
+    """The value of te tensor `t` at `indices` as a loop-IR expression, every producing stage
+    inlined (a template kernel's operand or epilogue, tvmc/ops/gpu/tensorcore.py): a tensor whose
+    uid is in `buffers` (a kernel parameter) is a Load of that Buffer; one in `replace` (uid ->
+    callable(indices) -> PrimExpr) is what the callable gives; any other is its compute body at
+    those indices. Raises ScheduleError for a reduction or a tensor that is neither."""
+    replace = replace or {}
+
+    def value(x, idx):
+        if x.uid in replace:
+            return replace[x.uid](idx)
+        if x.uid in buffers:
+            buf = buffers[x.uid]
+            return Load(buf, buf.flat_index(idx))
+        if x.op is None or x.op.reduce_axis:
+            raise ScheduleError(f"tensor {x.name} is neither a kernel parameter nor an inlinable stage")
+        body = substitute(x.op.body, {a.var: i for a, i in zip(x.op.axis, idx)})
+        return transform(body, lambda n: value(n.tensor, list(n.indices)) if isinstance(n, TensorLoad) else None)
+
+    return value(t, list(indices))

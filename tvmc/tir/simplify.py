@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tvmc.te.expr import (INDEX, BinOp, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, transform)
-from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Seq, Stmt, Store
+from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, Seq, Stmt, Store
 
 
 def _key(e):
@@ -247,4 +247,6 @@ def simplify_stmt(s: Stmt, ranges: dict | None = None) -> Stmt:
                           simplify_stmt(s.otherwise, ranges) if s.otherwise is not None else None)
     if isinstance(s, Barrier):
         return s
+    if isinstance(s, Intrinsic):
+        return s.with_exprs([simplify(e, ranges) for e in s.exprs])
     raise TypeError(s)

@@ -1,0 +1,168 @@
+"""Tensor-core GEMM kernels (tvmc/ops/gpu/tensorcore.py) without a GPU: each implementation with
+its fallback config and others of its space, lowered for cuda-sm90 and run by the SIMT
+interpreter of the loop IR (tvmc/tir/simt.py: warps in lockstep, ldmatrix and mma.sync by their
+PTX ISA lane maps) against the numpy reference; their PTX (mma.sync, ldmatrix, cp.async) accepted
+by ptxas for sm_80 and sm_90; which targets and workloads they serve. On a GPU the same kernels
+run in test_ops.py's cuda cases and the mixed-precision e2e tests."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import numpy as np
+import pytest
+from test_ops import Case, _assert_close, conv, n
+from util import op_function
+
+from tvmc.autotune.task import tasks_of_functions
+from tvmc.codegen.build import compile_ir
+from tvmc.codegen.llvm import CodeGenLLVM
+from tvmc.codegen.nvptx import assembler_missing, kernel_resources
+from tvmc.errors import ScheduleError
+from tvmc.ops.fused import lower_fused
+from tvmc.ops.registry import get_op
+from tvmc.target import resolve_target
+from tvmc.tir.simt import run_kernel
+
+SM90 = resolve_target("cuda-sm90")
+
+
+def h(rng, shape, scale=1.0):
+    """float16 samples (standard normal with 0.0 and -0.0 at the ends)."""
+    return n(rng, shape, scale).astype(np.float16)
+
+
+def bias_relu16(c, shape=None):
+    return lambda r: [("add", {}, [h(r, shape or (c, 1, 1))]), ("nn.relu", {}, [])]
+
+
+# one case per tensor-core implementation (the id), then edge cases of the same implementations
+TENSORCORE_CASES = [
+    Case("dense_tensorcore.gpu", "nn.dense", lambda r: [h(r, (37, 72)), h(r, (50, 72))], {}, bias_relu16(50, (50,))),
+    Case("matmul_tensorcore.gpu", "nn.matmul", lambda r: [h(r, (2, 33, 24)), h(r, (24, 45))]),
+    Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [h(r, (1, 8, 15, 15)), h(r, (16, 8, 3, 3))],
+         conv(strides=(2, 2), padding=(1, 1, 1, 1)), bias_relu16(16)),
+]
+EDGE_CASES = [
+    # K not a multiple of 8: every operand gathered element by element, zero-filled past K
+    Case("dense_tensorcore.gpu", "nn.dense", lambda r: [h(r, (5, 27)), h(r, (9, 27))]),
+    # N a multiple of 8: B copied 16 bytes at a time; broadcast batch on A
+    Case("matmul_tensorcore.gpu", "nn.matmul", lambda r: [h(r, (3, 1, 18, 40)), h(r, (2, 40, 16))]),
+    # 3 input channels (K = 27), asymmetric padding, dilation, batch 2 folded into N
+    Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [h(r, (2, 3, 11, 13)), h(r, (12, 3, 3, 3))],
+         conv(padding=(1, 0, 1, 2), dilation=(1, 2))),
+    # 1 x 1 convolution, K a multiple of 8 (weight copied 16 bytes at a time)
+    Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [h(r, (1, 16, 7, 7)), h(r, (24, 16, 1, 1))], conv()),
+]
+
+
+def _configs(case, count=2):
+    """The fallback config of the case's implementation and `count` others of its space that
+    lower (seeded choice)."""
+    arrays, chain = case.build()
+    fn, _, _ = op_function(case.op, arrays, case.attrs, chain)
+    task = next(t for t in tasks_of_functions([fn], SM90) if t.impl == case.id)
+    space = task.config_space(SM90)
+    indices = list(range(len(space)))
+    random.Random(case.id + str(fn.params[0].type.shape)).shuffle(indices)
+    chosen = [space.fallback_config()]
+    for i in indices:
+        cfg = space.get(i)
+        if dict(cfg) == dict(chosen[0]):
+            continue
+        try:
+            lower_fused(fn, SM90, config_lookup=lambda name, wl, cfg=cfg: cfg if name == case.id else None)
+        except ScheduleError:
+            continue  # beyond the register, thread or shared-memory budget: invalid for the tuner too
+        chosen.append(cfg)
+        if len(chosen) == count + 1:
+            break
+    return chosen
+
+
+def _run(case, cfg):
+    arrays, chain = case.build()
+    fn, all_arrays, ref = op_function(case.op, arrays, case.attrs, chain)
+    prim = lower_fused(fn, SM90, config_lookup=lambda name, wl: cfg if name == case.id else None)
+    out = np.zeros(fn.body.shape, fn.body.dtype)
+    run_kernel(prim, [np.ascontiguousarray(a) for a in all_arrays] + [out])
+    return out, ref, prim
+
+
+@pytest.mark.parametrize("case", TENSORCORE_CASES + EDGE_CASES,
+                         ids=[f"{c.id}-{k}" for k, c in enumerate(TENSORCORE_CASES + EDGE_CASES)])
+def test_tensorcore_kernel_matches_reference_in_the_simt_interpreter(case):
+    configs = _configs(case)
+    assert len(configs) == 3
+    for cfg in configs:
+        out, ref, prim = _run(case, cfg)
+        assert "mma.m16n8k16" in str(prim) and "ldmatrix" in str(prim)
+        try:
+            _assert_close(out, ref)
+        except AssertionError as e:
+            raise AssertionError(f"config {dict(cfg)}: {e}") from None
+
+
+def test_each_stage_count_and_copy_form_matches():
+    """Double-buffered (stages 2, cp.async) and single-stage kernels, both copy forms."""
+    case = EDGE_CASES[1]
+    base = dict(warps_m=1, warps_n=2, frag_m=2, frag_n=1, block_k=16)
+    for stages in (1, 2):
+        out, ref, prim = _run(case, dict(base, stages=stages))
+        _assert_close(out, ref)
+        text = str(prim)
+        assert "cp.async" in text and text.count("cp.async.wait(pending=%d)" % (stages - 1)) == 1
+
+
+def test_fallback_config_follows_the_documented_rule():
+    from tvmc.ops.gpu.tensorcore import tensorcore_config
+
+    big = tensorcore_config(((128, 256), (512, 256), (128, 512), "float16", ()), SM90).fallback
+    assert big == dict(warps_m=2, warps_n=2, frag_m=2, frag_n=4, block_k=32, stages=2)
+    small = tensorcore_config(((1, 64), (10, 64), (1, 10), "float16", ()), SM90).fallback
+    assert small == dict(warps_m=1, warps_n=1, frag_m=1, frag_n=2, block_k=32, stages=2)
+    sm75 = tensorcore_config(((128, 256), (512, 256), (128, 512), "float16", ()), resolve_target("cuda"))
+    assert sm75.knobs["stages"] == [1]
+
+
+def test_too_many_accumulators_is_refused():
+    case = TENSORCORE_CASES[0]
+    with pytest.raises(ScheduleError, match="accumulators per thread"):
+        _run(case, dict(warps_m=1, warps_n=1, frag_m=4, frag_n=8, block_k=16, stages=1))
+
+
+def test_only_float16_workloads_on_targets_with_tensor_cores_get_them():
+    dense = get_op("nn.dense")
+    f16 = ((8, 16), (8, 16), (8, 8), "float16", ())
+    f32 = ((8, 16), (8, 16), (8, 8), "float32", ())
+    assert dense.implementations("gpu", f16, SM90)[0].name == "dense_tensorcore.gpu"
+    assert dense.implementations("gpu", f16, resolve_target("cuda-sm80"))[0].name == "dense_tensorcore.gpu"
+    for name in ("cuda", "opencl"):  # sm_75 has no m16n8k16; OpenCL no warp-level matrix instructions
+        assert dense.implementations("gpu", f16, resolve_target(name))[0].name == "dense.gpu"
+    assert dense.implementations("gpu", f32, SM90)[0].name == "dense.gpu"
+    grouped = ((1, 8, 5, 5), (8, 1, 3, 3), (1, 8, 3, 3), "float16", (("groups", 8),))
+    assert get_op("nn.conv2d").implementations("gpu", grouped, SM90)[0].name == "conv2d_nchw_grouped.gpu"
+
+
+@pytest.mark.parametrize("target_name", ["cuda-sm80", "cuda-sm90"])
+@pytest.mark.parametrize("case", TENSORCORE_CASES, ids=[c.id for c in TENSORCORE_CASES])
+def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
+    target = resolve_target(target_name)
+    arrays, chain = case.build()
+    fn, _, _ = op_function(case.op, arrays, case.attrs, chain)
+    prim = lower_fused(fn, target)
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    ptx = compile_ir(cg.ir_text(), target, assembly=True)
+    text = ptx.decode()
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in text
+    assert re.search(r"ldmatrix\.sync\.aligned\.m8n8\.x[24](\.trans)?\.shared\.b16", text)
+    if case.id != "matmul_tensorcore.gpu":  # its B (N = 45) is gathered; dense and conv copy A with cp.async
+        assert "cp.async.cg.shared.global" in text and "cp.async.wait_group" in text
+    reason = assembler_missing(target)
+    if reason:
+        pytest.skip(reason)
+    info = kernel_resources(ptx, target)[prim.name]
+    assert info["registers"] <= target.max_registers_per_thread and info["spill_bytes"] == 0
+    assert info["smem"] >= prim.launch.shared_bytes
