@@ -2,7 +2,7 @@
 # `make test` installs the test dependencies and runs the fast tests (`make test-all` the slow ones
 # too: every op case on OpenCL, on ARM under qemu-user and on wasm, the light models there);
 # `make test-cuda` runs the tests marked cuda (op cases, e2e models, a conformance sample on an
-# NVIDIA GPU; they skip without one); `make bench` times tvmc's builds for every CPU descriptor of
+# NVIDIA GPU; they skip without one), `make gpu-check` those and the CUDA bench in one timed script; `make bench` times tvmc's builds for every CPU descriptor of
 # the host's architecture that it runs (x86-64: x86, x86-avx2, x86-64; aarch64: arm-neoverse-n1,
 # arm-cortex-a72, arm) against onnxruntime at 1 and 2 threads (`make bench TARGET=cuda`: on the
 # GPU against onnxruntime's CUDA provider and torch eager, untuned and tuned with CUDA_TUNE_TRIALS
@@ -28,7 +28,7 @@ CUDA_TUNE_TRIALS ?= 400
 
 FUZZ_EXAMPLES ?= 400
 
-.PHONY: install test-deps demo test test-all test-cuda fuzz bench bench-layers bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
+.PHONY: install test-deps demo test test-all test-cuda gpu-check fuzz bench bench-layers bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator, wasm toolchain, browser) where apt-get
@@ -68,6 +68,12 @@ fuzz: install
 
 test-cuda: install
 	$(PYTHON) -m pytest -q -m cuda tests
+
+# The GPU checks in one script on an NVIDIA GPU machine (bench/gpu_check.sh: set-up without network,
+# the tests marked cuda, make bench TARGET=cuda's rows in float32 and float16, tuned and untuned);
+# results in OUT (default bench/results/gpu_check).
+gpu-check:
+	PYTHON=$(PYTHON) bench/gpu_check.sh
 
 # TARGET=cuda: torch and onnx2torch come with the cuda-bench extra; onnxruntime's CUDA provider needs
 # onnxruntime-gpu in place of onnxruntime (pip uninstall onnxruntime; pip install onnxruntime-gpu).

@@ -1,30 +1,35 @@
-"""Benchmark on an NVIDIA GPU: tvmc's CUDA target against onnxruntime's CUDA execution provider
-and torch eager, on the same GPU, side by side in one process (`make bench TARGET=cuda`, or
-`python bench/bench_cuda.py [--models a,b] [--batches 1,16] [--repeat N] [--tune-trials N]`).
+"""Benchmark on an NVIDIA GPU: tvmc's CUDA target against torch eager (and onnxruntime's CUDA
+execution provider where it is installed), on the same GPU, side by side in one process
+(`make bench TARGET=cuda`, or `python bench/bench_cuda.py [--models a,b] [--batches 1,16]
+[--precisions fp32,fp16] [--repeat N] [--tune-trials N] [--tune VARIANT=N ...]`).
 
-Models: ResNet-18, MobileNetV2 and the BERT-style encoder of bench/models.py at each batch size.
-Per model and batch, one row:
+Models: ResNet-18, MobileNetV2 and the BERT-style encoder of bench/models.py at each batch size,
+each in float32 (fp32) and mixed precision (fp16: tvmc --mixed-precision float16, torch
+`module.half()`). Per model, batch and precision, one row:
 
-    tvmc_ms      median latency of CUDAExecutor.run() (every kernel launched on the stream, then a
-                 wait for the stream), tvmc compiled at opt level 3 for `cuda -mcpu=<this GPU's
-                 sm_XY>` with its fallback configs (untuned)
-    tuned_ms     the same with the best configs of `tvmc tune` on this GPU (`--tune-trials N`
-                 measurements per model and batch, records in bench/results/cuda_records/), when
-                 N > 0
-    ort_ms       median latency of InferenceSession.run_with_iobinding() with the
-                 CUDAExecutionProvider, inputs and outputs bound on the GPU (no host copies, as
-                 tvmc and torch); needs onnxruntime-gpu
+    tvmc_ms      median latency of CUDAExecutor.run() (its CUDA graph replayed, then a wait for
+                 the stream), tvmc compiled at opt level 3 for `cuda -mcpu=<this GPU's sm_XY>`
+                 with its default configs (the shipped records of configs/ where the descriptor
+                 matches them, else the fallback rules: `untuned`)
+    tuned_ms     the same with the best configs of `tvmc tune` on this GPU (default tuner xgb;
+                 --tune-trials N measurements per variant, or --tune VARIANT=N for some:
+                 VARIANT = model:batch:precision), records in bench/results/cuda_records/
     torch_ms     median latency of the model converted by onnx2torch, on the GPU, in
-                 torch.inference_mode, then torch.cuda.synchronize(); needs torch with CUDA
-    ratios       tvmc (untuned, tuned) / onnxruntime and / torch: below 1, tvmc is faster
-    check        'ok' when tvmc's outputs equal onnxruntime's on the GPU (rtol 1e-3, atol 1e-3 x
-                 the largest magnitude), else 'MISMATCH'
+                 torch.inference_mode, then torch.cuda.synchronize(); fp16: the module and its
+                 float inputs in half precision
+    ort_ms       onnxruntime with the CUDAExecutionProvider, I/O bound on the GPU (needs
+                 onnxruntime-gpu; where only the CPU build is installed the column stays empty)
+    ratios       tvmc (untuned, tuned) / torch, untuned / tuned: below 1, the first is faster
+    check        'ok' when tvmc's outputs (untuned and tuned) match onnxruntime's float32 outputs
+                 on the CPU: fp32 within rtol 1e-3, atol 1e-3 x the largest magnitude; fp16 within
+                 atol 2e-2 x the largest magnitude (float16 has 11 significant bits; errors add
+                 up over the layers), else 'MISMATCH'
 
-Every runtime sees the same inputs (seeded), has 3 untimed warm-up runs, then `--repeat`
-rounds each time one run of every runtime in turn (perf_counter around one call), so that drifts
-touch all alike; times are medians. A runtime that is not installed or fails on a model leaves
-its cells empty with the reason below the table. Geometric means of the ratios close the report.
-Without a GPU the script stops at once, saying why.
+Every runtime sees the same inputs (seeded), has 3 untimed warm-up runs, then `--repeat` rounds
+each time one run of every runtime in turn (perf_counter around one call), so that drifts touch all
+alike; times are medians. A runtime that is not installed or fails leaves its cells empty with the
+reason below the table. Geometric means of the ratios, and tuned fp16 / tuned fp32 per model and
+batch, close the report. Without a GPU the script stops at once, saying why.
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ from bench import count_gflops, model_inputs  # noqa: E402  (bench/ is the scrip
 from models import BUILT_MODELS  # noqa: E402
 
 MODELS = ("resnet18", "mobilenet_v2", "bert")
+PRECISIONS = {"fp32": "", "fp16": "float16"}
 WARMUP_RUNS = 3
 RTOL = 1e-3
+FP16_ATOL = 2e-2  # x the reference's largest magnitude
 RECORDS_DIR = Path(__file__).resolve().parent / "results" / "cuda_records"
 
 
@@ -59,32 +66,39 @@ def load(name: str, batch: int) -> tuple:
     return model, (feeds(batch=batch) if feeds else model_inputs(model))
 
 
-def tvmc_runner(model, feeds, arch: str, device: str, folder: str, records: str | None = None):
+def compile_options(precision: str, records: str | None = None):
+    from tvmc.driver import CompileOptions
+
+    return CompileOptions(opt_level=3, tuning_records=records, mixed_precision=PRECISIONS[precision])
+
+
+def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: str, records: str | None = None):
     """(run, outputs) of tvmc's CUDAExecutor for `model` compiled for `cuda -mcpu=arch`."""
-    from tvmc.driver import CompileOptions, compile_model
+    from tvmc.driver import compile_model
     from tvmc.package import save_artifact
     from tvmc.runtime.cuda import CUDAExecutor
     from tvmc.target import resolve_target
 
-    module = compile_model(model, resolve_target(f"cuda -mcpu={arch}"), CompileOptions(opt_level=3,
-                                                                                       tuning_records=records))
-    ex = CUDAExecutor(save_artifact(module, Path(folder, "tuned.tar" if records else "mod.tar")), device)
+    module = compile_model(model, resolve_target(f"cuda -mcpu={arch}"), compile_options(precision, records))
+    ex = CUDAExecutor(save_artifact(module, Path(folder, f"{precision}{'_tuned' if records else ''}.tar")), device)
     for k, v in feeds.items():
         ex.set_input(k, v)
     return ex.run, lambda: [ex.get_output(i) for i in range(ex.num_outputs)]
 
 
-def tune(model, name: str, batch: int, arch: str, trials: int) -> str:
-    """Tune `model`'s tasks on this GPU (xgb tuner, `trials` measurements in all); the records path."""
+def tune(model, variant: str, arch: str, precision: str, trials: int) -> tuple:
+    """Tune `model`'s tasks on this GPU (default tuner, `trials` measurements in all):
+    (records path, tuning seconds)."""
     from tvmc.autotune.task import extract_tasks
     from tvmc.autotune.tune import TuneOptions, tune_tasks
     from tvmc.target import resolve_target
 
     target = resolve_target(f"cuda -mcpu={arch}")
     RECORDS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RECORDS_DIR / f"{name}_b{batch}_{arch}.json"
-    tune_tasks(extract_tasks(model, target), target, str(path), TuneOptions(trials=trials))
-    return str(path)
+    path = RECORDS_DIR / f"{variant.replace(':', '_')}_{arch}.json"
+    t0 = time.perf_counter()
+    tune_tasks(extract_tasks(model, target, compile_options(precision)), target, str(path), TuneOptions(trials=trials))
+    return str(path), time.perf_counter() - t0
 
 
 def ort_runner(model, feeds, ordinal: int):
@@ -115,7 +129,15 @@ def ort_runner(model, feeds, ordinal: int):
     return run, binding.copy_outputs_to_cpu
 
 
-def torch_runner(model, feeds, ordinal: int):
+def reference_outputs(model, feeds) -> list:
+    """onnxruntime's float32 outputs on the CPU (the check's reference)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def torch_runner(model, feeds, ordinal: int, precision: str):
     """(run, outputs) of torch eager on the model converted by onnx2torch."""
     try:
         import torch
@@ -128,6 +150,9 @@ def torch_runner(model, feeds, ordinal: int):
     module = convert(model).eval().to(device)
     names = [i.name for i in model.graph.input if i.name in feeds]
     inputs = [torch.from_numpy(feeds[n]).to(device) for n in names]
+    if precision == "fp16":
+        module = module.half()
+        inputs = [x.half() if x.is_floating_point() else x for x in inputs]
     result = []
 
     def run():
@@ -136,43 +161,55 @@ def torch_runner(model, feeds, ordinal: int):
         torch.cuda.synchronize(device)
         result[:] = list(out) if isinstance(out, (list, tuple)) else [out]
 
-    return run, lambda: [t.cpu().numpy() for t in result]
+    return run, lambda: [t.float().cpu().numpy() for t in result]
 
 
-def same(ours, theirs) -> bool:
-    for a, b in zip(ours, theirs):
-        atol = RTOL * float(np.abs(b).max()) if b.size else 0.0
-        if a.shape != b.shape or not np.allclose(a, b, rtol=RTOL, atol=atol):
+def matches(ours, ref, precision: str) -> bool:
+    for a, b in zip(ours, ref):
+        scale = float(np.abs(b).max()) if b.size else 0.0
+        if a.shape != b.shape:
             return False
-    return len(ours) == len(theirs)
+        if precision == "fp16":
+            if not np.all(np.abs(a.astype(np.float32) - b) <= FP16_ATOL * scale):
+                return False
+        elif not np.allclose(a, b, rtol=RTOL, atol=RTOL * scale):
+            return False
+    return len(ours) == len(ref)
 
 
-def bench_case(name: str, batch: int, arch: str, device: str, repeat: int, trials: int, notes: dict) -> dict:
+def bench_case(name: str, batch: int, precision: str, arch: str, device: str, repeat: int, trials: int,
+               notes: dict) -> dict:
     """One row: every runtime that runs, timed in alternating rounds (module docstring)."""
     from tvmc.runtime.cuda import cuda_device
 
     ordinal = cuda_device(device)
     model, feeds = load(name, batch)
-    row = {"model": name, "batch": batch, "gflops": count_gflops(model)}
+    variant = f"{name}:{batch}:{precision}"
+    row = {"model": name, "batch": batch, "precision": precision, "gflops": count_gflops(model)}
     runners = {}
     with tempfile.TemporaryDirectory(prefix="tvmc-bench-cuda-") as tmp:
-        makers = [("tvmc", lambda: tvmc_runner(model, feeds, arch, device, tmp))]
+        def tuned():
+            records, seconds = tune(model, variant, arch, precision, trials)
+            row["tune_s"] = seconds
+            return tvmc_runner(model, feeds, arch, device, tmp, precision, records)
+
+        makers = [("tvmc", lambda: tvmc_runner(model, feeds, arch, device, tmp, precision))]
         if trials:
-            makers.append(("tuned", lambda: tvmc_runner(model, feeds, arch, device, tmp,
-                                                        tune(model, name, batch, arch, trials))))
-        makers += [("ort", lambda: ort_runner(model, feeds, ordinal)), ("torch", lambda: torch_runner(model, feeds, ordinal))]
+            makers.append(("tuned", tuned))
+        makers += [("ort", lambda: ort_runner(model, feeds, ordinal)),
+                   ("torch", lambda: torch_runner(model, feeds, ordinal, precision))]
         for key, make in makers:
             try:
                 runners[key] = make()
             except Exception as e:  # one runtime failing must not hide the others' numbers
-                notes.setdefault(key, set()).add(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                notes.setdefault(key, set()).add(f"{variant}: {type(e).__name__}: "
+                                                 f"{str(e).splitlines()[0] if str(e) else ''}")
     for run, _ in runners.values():
         for _ in range(WARMUP_RUNS):
             run()
-    if "ort" in runners:
-        reference = runners["ort"][1]()
-        row["check"] = " ".join(k for k in ("tvmc", "tuned") if k in runners and not same(runners[k][1](), reference))
-        row["check"] = f"MISMATCH {row['check']}" if row["check"] else "ok"
+    reference = reference_outputs(model, feeds)
+    bad = [k for k in ("tvmc", "tuned") if k in runners and not matches(runners[k][1](), reference, precision)]
+    row["check"] = f"MISMATCH {' '.join(bad)}" if bad else "ok"
     times = {k: [] for k in runners}
     for _ in range(repeat):
         for key, (run, _) in runners.items():
@@ -185,11 +222,13 @@ def bench_case(name: str, batch: int, arch: str, device: str, repeat: int, trial
         for theirs in ("ort", "torch"):
             if f"{ours}_ms" in row and f"{theirs}_ms" in row:
                 row[f"{ours}/{theirs}"] = row[f"{ours}_ms"] / row[f"{theirs}_ms"]
+    if "tuned_ms" in row and "tvmc_ms" in row:
+        row["tvmc/tuned"] = row["tvmc_ms"] / row["tuned_ms"]
     return row
 
 
-COLUMNS = ["model", "batch", "gflops", "tvmc_ms", "tuned_ms", "ort_ms", "torch_ms", "tvmc/ort", "tuned/ort",
-           "tvmc/torch", "tuned/torch", "check"]
+COLUMNS = ["model", "batch", "precision", "gflops", "tvmc_ms", "tuned_ms", "torch_ms", "ort_ms", "tvmc/torch",
+           "tuned/torch", "tvmc/tuned", "tune_s", "check"]
 
 
 def report(rows: list, notes: dict, header: str) -> str:
@@ -200,23 +239,44 @@ def report(rows: list, notes: dict, header: str) -> str:
     lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cell(r, k) for k in COLUMNS) + " |" for r in rows]
     lines.append("")
-    for key in ("tvmc/ort", "tuned/ort", "tvmc/torch", "tuned/torch"):
-        ratios = [r[key] for r in rows if key in r]
-        if ratios:
-            lines.append(f"geometric mean {key} over {len(ratios)} case(s): "
-                         f"{math.exp(statistics.fmean(math.log(x) for x in ratios)):.2f}")
+    for key in ("tvmc/torch", "tuned/torch", "tvmc/tuned", "tvmc/ort", "tuned/ort"):
+        for precision in PRECISIONS:
+            ratios = [r[key] for r in rows if key in r and r["precision"] == precision]
+            if ratios:
+                lines.append(f"geometric mean {key} ({precision}) over {len(ratios)} case(s): "
+                             f"{math.exp(statistics.fmean(math.log(x) for x in ratios)):.2f}")
+    by = {(r["model"], r["batch"], r["precision"]): r for r in rows}
+    for (model, batch, precision), r in sorted(by.items()):
+        other = by.get((model, batch, "fp32"))
+        if precision == "fp16" and other:
+            for key in ("tvmc_ms", "tuned_ms"):
+                if key in r and key in other:
+                    lines.append(f"{model} batch {batch}: fp16 / fp32 {key[:-3]} {r[key] / other[key]:.2f}")
     for key, why in sorted(notes.items()):
         lines.append(f"{key}: not timed: {'; '.join(sorted(why))}")
     return "\n".join(lines) + "\n"
+
+
+def _tune_plan(args, models, batches, precisions) -> dict:
+    plan = {f"{m}:{b}:{p}": args.tune_trials for m in models for b in batches for p in precisions}
+    for item in args.tune or ():
+        variant, sep, trials = item.rpartition("=")
+        if not sep or variant not in plan or not trials.isdigit():
+            raise SystemExit(f"--tune {item!r}: expected MODEL:BATCH:PRECISION=TRIALS of the benchmarked variants")
+        plan[variant] = int(trials)
+    return plan
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
     parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes (default 1,16)")
+    parser.add_argument("--precisions", default="fp32,fp16", help="comma-separated of fp32, fp16 (default both)")
     parser.add_argument("--repeat", type=int, default=20, help="timed rounds (default 20)")
     parser.add_argument("--tune-trials", type=int, default=0,
-                        help="tvmc tune measurements per model and batch on this GPU (default 0: untuned only)")
+                        help="tvmc tune measurements per variant on this GPU (default 0: untuned only)")
+    parser.add_argument("--tune", action="append", metavar="MODEL:BATCH:PRECISION=TRIALS",
+                        help="tune measurements for one variant (repeatable; overrides --tune-trials)")
     parser.add_argument("--device", default="cuda", help="cuda or cuda:ORDINAL (default cuda)")
     parser.add_argument("--out", help="also write the report (markdown) to this file")
     args = parser.parse_args(argv)
@@ -224,10 +284,14 @@ def main(argv=None) -> int:
     unknown = [m for m in models if m not in BUILT_MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(BUILT_MODELS)}")
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    if any(p not in PRECISIONS for p in precisions):
+        parser.error(f"--precisions {args.precisions!r}: choose from {', '.join(PRECISIONS)}")
     try:
         batches = [int(b) for b in args.batches.split(",") if b.strip()]
     except ValueError:
         parser.error(f"--batches {args.batches!r}: expected comma-separated integers")
+    plan = _tune_plan(args, models, batches, precisions)
 
     import tvmc
     from tvmc.errors import ArtifactError
@@ -238,15 +302,18 @@ def main(argv=None) -> int:
     except ArtifactError as e:
         print(f"error: the CUDA benchmark needs an NVIDIA GPU: {e}", file=sys.stderr)
         return 1
-    header = (f"tvmc {tvmc.__version__} (cuda -mcpu={arch}, opt level 3) vs onnxruntime CUDA EP vs torch eager | "
+    header = (f"tvmc {tvmc.__version__} (cuda -mcpu={arch}, opt level 3) vs torch eager and onnxruntime's CUDA EP | "
               f"{gpu} ({args.device}) | {WARMUP_RUNS} warm-up + {args.repeat} alternating runs each, medians")
     print(header, flush=True)
     rows, notes = [], {}
     for name in models:
         for batch in batches:
-            print(f"  {name} batch {batch} ...", end="", flush=True)
-            rows.append(bench_case(name, batch, arch, args.device, args.repeat, args.tune_trials, notes))
-            print(" done", flush=True)
+            for precision in precisions:
+                print(f"  {name} batch {batch} {precision} ...", end="", flush=True)
+                rows.append(bench_case(name, batch, precision, arch, args.device, args.repeat,
+                                       plan[f"{name}:{batch}:{precision}"], notes))
+                print(f" done: {', '.join(f'{k} {v:.2f}' for k, v in rows[-1].items() if k.endswith('_ms'))} "
+                      f"{rows[-1]['check']}", flush=True)
     text = report(rows, notes, header)
     print("\n" + text)
     if args.out:

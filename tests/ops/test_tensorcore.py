@@ -166,3 +166,32 @@ def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
     info = kernel_resources(ptx, target)[prim.name]
     assert info["registers"] <= target.max_registers_per_thread and info["spill_bytes"] == 0
     assert info["smem"] >= prim.launch.shared_bytes
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", TENSORCORE_CASES + EDGE_CASES,
+                         ids=[f"{c.id}-{k}" for k, c in enumerate(TENSORCORE_CASES + EDGE_CASES)])
+def test_tensorcore_kernel_on_the_gpu_matches_reference_and_the_interpreter(case):
+    """On an NVIDIA GPU with tensor cores: the fallback and two other configs, compiled for this
+    GPU's architecture, against the numpy reference and against the SIMT interpreter's output
+    (the same float16 operands and float32 accumulators: within float16 rounding, since the
+    tensor cores sum inside an mma in their own order)."""
+    from tests.targets import require, run_cuda_kernel
+    from tvmc.ops.gpu.tensorcore import tensorcore_supports
+    from tvmc.runtime.cuda import gpu_info
+
+    require("cuda")
+    target = resolve_target(f"cuda -mcpu={gpu_info()[1]}")
+    if not tensorcore_supports(target):
+        pytest.skip(f"{target.cpu} has no float16 tensor-core mma that tvmc uses")
+    arrays, chain = case.build()
+    fn, all_arrays, ref = op_function(case.op, arrays, case.attrs, chain)
+    for cfg in _configs(case):
+        prim = lower_fused(fn, target, config_lookup=lambda name, wl, cfg=cfg: cfg if name == case.id else None)
+        out = run_cuda_kernel(prim, target, all_arrays, np.zeros(fn.body.shape, fn.body.dtype))
+        simulated, _, _ = _run(case, cfg)
+        try:
+            _assert_close(out, ref)
+            np.testing.assert_allclose(out.astype(np.float32), simulated.astype(np.float32), rtol=1e-3, atol=1e-3)
+        except AssertionError as e:
+            raise AssertionError(f"config {dict(cfg)}: {e}") from None

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make gpu-check: the GPU checks of issue 31 in one run, on a machine with an NVIDIA GPU.
+#
+#   1. set-up: the wheels in .whl/ (if any: Python packages the machine lacks, see the device
+#      README) into /tmp/site, and this checkout installed in place (pip --no-deps: nothing fetched);
+#   2. the GPU: nvidia-smi and the sm_XY tvmc compiles for;
+#   3. the tests marked cuda (pytest -m cuda, GPU_CHECK_WORKERS processes), log in $OUT/pytest_cuda.log;
+#   4. bench/bench_cuda.py: ResNet-18, MobileNetV2 and the BERT-style encoder at batch 1 and 16,
+#      float32 and mixed float16, untuned and tuned (BENCH_ARGS), against torch eager, report in
+#      $OUT/cuda.md and the tuning records in $OUT/records/.
+#
+# Each step has its own time limit (seconds: GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S), so that the whole
+# run fits a lease; a step that runs out leaves its log. OUT defaults to bench/results/gpu_check.
+set -uo pipefail
+OUT=${OUT:-bench/results/gpu_check}
+PY=${PYTHON:-python3}
+TEST_S=${GPU_CHECK_TEST_S:-150}
+BENCH_S=${GPU_CHECK_BENCH_S:-300}
+WORKERS=${GPU_CHECK_WORKERS:-8}
+BENCH_ARGS=${BENCH_ARGS:---models resnet18,mobilenet_v2,bert --batches 1,16 --precisions fp32,fp16 --repeat 20}
+TESTS=${GPU_CHECK_TESTS:-tests}
+mkdir -p "$OUT"
+say() { echo "[gpu-check $(date +%T)] $*"; }
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+$PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { say "install failed"; cat "$OUT/install.log"; exit 1; }
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+$PY -c "from tvmc.runtime.cuda import gpu_info; print('tvmc compiles for', gpu_info())" | tee -a "$OUT/gpu.txt"
+say "ptxas: $(command -v ptxas || echo 'not on PATH')"
+
+say "tests marked cuda (limit ${TEST_S}s)"
+timeout "$TEST_S" $PY -m pytest -q -m cuda -p no:cacheprovider -n "$WORKERS" $TESTS >"$OUT/pytest_cuda.log" 2>&1
+say "pytest exit $?: $(tail -1 "$OUT/pytest_cuda.log")"
+grep -E "^(FAILED|ERROR)" "$OUT/pytest_cuda.log" | head -30
+
+say "bench (limit ${BENCH_S}s): $BENCH_ARGS"
+timeout "$BENCH_S" $PY bench/bench_cuda.py $BENCH_ARGS --out "$OUT/cuda.md" 2>&1 | tee "$OUT/bench.log" | tail -60
+say "bench exit ${PIPESTATUS[0]}"
+if [ -d bench/results/cuda_records ]; then mkdir -p "$OUT/records" && cp bench/results/cuda_records/*.json "$OUT/records/" 2>/dev/null; fi
+say "done"
