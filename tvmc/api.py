@@ -380,7 +380,8 @@ class RunResult:
     timing:       None, or benchmark statistics in ms per run: mean_ms, median_ms, min_ms,
                   max_ms, std_ms, repeat, number (tvmc.runtime.benchmark)
     profile:      None, or one dict per kernel (see `profile_rows`): name, calls, total_ms,
-                  mean_ms, share, flops, gflop_s; plus profile_runs
+                  mean_ms, share, flops, gflop_s; plus profile_runs, and profile_clock (how
+                  each kernel was timed: from Python, or with the device's events)
     """
 
     artifact: str
@@ -390,6 +391,7 @@ class RunResult:
     timing: dict | None = None
     profile: list | None = None
     profile_runs: int = 0
+    profile_clock: str = "each kernel call timed from Python"
 
     def top_classes(self, k: int) -> dict:
         """{output name: [(class index, score), ...] (k best, highest first)} for each output with
@@ -456,8 +458,10 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
     repeat, number: time the run: `repeat` measurements, each the mean of `number` runs (either
                given alone makes the other 1); both None runs the model once, untimed
     threads:   threads of the kernels' parallel loops (default: OMP_NUM_THREADS, else all cores)
-    profile:   also run kernel by kernel, timing each kernel (repeat x number runs, at least 1);
-               plain runs and timing use the library's whole-graph entry
+    profile:   also run kernel by kernel, timing each kernel (repeat x number runs, at least 1, after
+               one warm-up run; times in ms per run): from Python on CPUs, with the device's events
+               (OpenCL profiling events, CUDA events) on GPUs; plain runs and timing use the
+               library's whole-graph entry (CPU)
     device:    the device of a GPU artifact ("opencl", "opencl:PLATFORM:DEVICE", "cuda:ORDINAL"; default: the
                first); None or "cpu" for CPU artifacts
     on_device: called with the device's name once the executor has chosen one (GPU runtimes)
@@ -513,6 +517,7 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
         result.profile_runs = repeat * number
         kernel_flops = executor.artifact.metadata.get("kernel_flops") or {}
         result.profile = profile_rows(executor.profile(result.profile_runs), kernel_flops)
+        result.profile_clock = getattr(executor, "profile_clock", result.profile_clock)
     result.outputs = {name: executor.get_output(i) for i, name in enumerate(executor.output_names)}
     return result
 

@@ -636,10 +636,10 @@ def _fmt_time(ms: float) -> str:
     return f"{ms * factor:.3f} {unit}"
 
 
-def print_profile(rows: list, runs: int) -> None:
-    """The per-kernel table of `tvmc run --profile` (api.profile_rows), largest total first."""
-    click.echo(f"profile (kernel by kernel, {runs} run{'s' * (runs != 1)}; times per run, "
-               f"each kernel call timed from Python)")
+def print_profile(rows: list, runs: int, clock: str = "each kernel call timed from Python") -> None:
+    """The per-kernel table of `tvmc run --profile` (api.profile_rows), largest total first;
+    `clock` says how the kernels were timed (api.RunResult.profile_clock)."""
+    click.echo(f"profile (kernel by kernel, {runs} run{'s' * (runs != 1)}; times per run, {clock})")
     width = max([len("kernel")] + [len(r["name"]) for r in rows])
     click.echo(f"  {'kernel':<{width}} {'calls':>5} {'total':>12} {'mean':>12} {'share':>7} {'GFLOP/s':>9}")
     for r in rows:
@@ -712,7 +712,7 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
     if result.timing is not None:
         print_time_table(result.timing)
     if result.profile is not None:
-        print_profile(result.profile, result.profile_runs)
+        print_profile(result.profile, result.profile_runs, result.profile_clock)
     if print_top:
         print_top_classes(result.top_classes(print_top), print_top, result.outputs)
 

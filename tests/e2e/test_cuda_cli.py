@@ -17,7 +17,8 @@ import pytest
 
 from tests.e2e.builders import bert_encoder, mlp, resnet_style_cnn
 from tests.e2e.models import LIGHT_MODELS, light_model_path, onnxruntime_outputs
-from tests.e2e.gpu_cli import check_profile, check_run_matches_onnxruntime, compile_mlp
+from tests.e2e.gpu_cli import (check_cli_profile, check_profile, check_profile_of_a_run_time_loop,
+                               check_run_matches_onnxruntime, compile_mlp)
 from tests.e2e.test_cli_e2e import tvmc
 from tests.targets import require
 from tvmc.codegen.nvptx import assembler_missing
@@ -171,3 +172,17 @@ def test_the_cubin_is_loaded_on_its_architecture_and_the_ptx_elsewhere(compiled,
 def test_profile_times_each_kernel_with_cuda_events(compiled):
     require("cuda")
     check_profile(compiled[0] / "mlp.tar", "cuda")
+
+
+@pytest.mark.cuda
+def test_run_profile_prints_every_kernel_timed_with_cuda_events(compiled):
+    """`tvmc run --device cuda --profile` (a table) and `--profile --json`: every kernel of
+    mod.json once, with its calls per run (the OpenCL test's mirror)."""
+    require("cuda")
+    check_cli_profile(compiled[0] / "mlp.tar", "cuda:0", "CUDA events")
+
+
+@pytest.mark.cuda
+def test_profile_times_a_run_time_loops_kernels_per_iteration(tmp_path):
+    require("cuda")
+    check_profile_of_a_run_time_loop(tmp_path, "cuda", "cuda:0")

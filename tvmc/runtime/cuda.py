@@ -240,6 +240,8 @@ class CUDAExecutor(DeviceExecutor):
     cuda-python, the driver or the GPU is missing, the GPU is older than the artifact's
     architecture, or the driver rejects the module."""
 
+    profile_clock = "each kernel timed on the device with CUDA events"
+
     def __init__(self, artifact: Artifact | str | os.PathLike, device: str | None = None):
         def load(a):
             arch = (a.metadata.get("target") or {}).get("cpu", "")
