@@ -679,16 +679,21 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @click.option("--device", metavar="DEVICE",
               help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE; cuda or cuda:ORDINAL "
                    "(default: the first).")
+@click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
+              help="CUDA artifacts: capture the graph once and replay it on each run (a graph with a run-time loop "
+                   "always launches kernel by kernel; the device line says which mode ran).")
 @config_option
 @json_option
 @verbose_option
 @_handle_errors
 def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, profile, print_top, threads,
-            device, as_json, verbose):
+            device, cuda_graph, as_json, verbose):
     """Run a compiled ARTIFACT (mod.tar) on this machine.
 
     Prints each output's shape, dtype and statistics; --print-time (or --repeat/--number) the
     latency, --profile a per-kernel table, --print-top the top classes; --json all of it as JSON.
+    On a GPU, --profile times each kernel with the device's events (OpenCL profiling events, CUDA
+    events), kernel by kernel; a CUDA artifact's runs replay one CUDA graph unless --no-cuda-graph.
     """
     from tvmc.api import run
 
@@ -699,7 +704,7 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
         check_output_path(outputs_path, ArtifactError, "outputs", reads)
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout carries the document alone
     result = run(artifact, inputs_path, fill_mode=fill_mode, repeat=repeat, number=number, threads=threads,
-                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"))
+                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"), cuda_graph=cuda_graph)
     if outputs_path:
         save_outputs(outputs_path, result.outputs, reads)
     if as_json:

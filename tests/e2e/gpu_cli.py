@@ -88,7 +88,7 @@ def check_cli_profile(tar, device: str, clock: str, *options) -> None:
 
     res = tvmc("run", tar, "--device", device, "--profile", "--json", *options)
     doc = json.loads(res.stdout)
-    assert res.stderr.startswith("device: ")
+    assert res.stderr.startswith("device: ") and doc["device"]["name"] in res.stderr
     kernels = doc["profile"]["kernels"]
     assert doc["profile"]["runs"] == 1 and doc["timing"] is None
     assert sorted(k["name"] for k in kernels) == sorted(calls)
