@@ -401,7 +401,12 @@ class RunResult:
     timing:       None, or benchmark statistics in ms per run: mean_ms, median_ms, min_ms,
                   max_ms, std_ms, repeat, number (tvmc.runtime.benchmark)
     profile:      None, or one dict per kernel (see `profile_rows`): name, calls, total_ms,
-                  mean_ms, share, flops, gflop_s; plus profile_runs
+                  mean_ms, share, flops, gflop_s; plus profile_runs, and profile_clock (how
+                  each kernel was timed: from Python, or with the device's events)
+    device:       None for a CPU artifact run on this host; else {"name": the device as its
+                  driver names it, "cuda_graph": whether run() replayed a CUDA graph (None
+                  where the runtime has none), "cuda_graph_off": why not (None when it did or
+                  where the runtime has none)}
     """
 
     artifact: str
@@ -411,6 +416,8 @@ class RunResult:
     timing: dict | None = None
     profile: list | None = None
     profile_runs: int = 0
+    profile_clock: str = "each kernel call timed from Python"
+    device: dict | None = None
 
     def top_classes(self, k: int) -> dict:
         """{output name: [(class index, score), ...] (k best, highest first)} for each output with
@@ -427,7 +434,7 @@ class RunResult:
 
     def to_json(self, top: int | None = None, outputs_file: str | None = None) -> dict:
         """The `tvmc run --json` document (docs/json.md): inputs, outputs' names, shapes, dtypes
-        and statistics, timing, profile, and the top-`top` classes when asked."""
+        and statistics, timing, profile, the device, and the top-`top` classes when asked."""
         def stats(arr):
             if not arr.size or arr.dtype.kind not in "fiub":
                 return {"min": None, "max": None, "mean": None}
@@ -443,6 +450,7 @@ class RunResult:
             "outputs_file": outputs_file,
             "timing": self.timing,
             "profile": None if self.profile is None else {"runs": self.profile_runs, "kernels": self.profile},
+            "device": self.device,
         }
         if top is not None:
             doc["top"] = {name: None if best is None else [{"class": c, "score": s} for c, s in best]
@@ -465,8 +473,34 @@ def profile_rows(raw: list, kernel_flops: dict) -> list:
     return sorted(rows, key=lambda r: -r["total_ms"])
 
 
+def _create_executor(artifact, device, cuda_graph: bool):
+    """tvmc.runtime.create_executor(artifact, device), except that a CUDA artifact's executor
+    replays a CUDA graph only with `cuda_graph` (CUDAExecutor's argument of that name)."""
+    from tvmc.package import Artifact, load_artifact
+    from tvmc.runtime import create_executor
+
+    if cuda_graph:
+        return create_executor(artifact, device)
+    if not isinstance(artifact, Artifact):
+        artifact = load_artifact(artifact)
+    if (artifact.metadata.get("target") or {}).get("runtime") == "cuda":
+        from tvmc.runtime.cuda import CUDAExecutor
+
+        return CUDAExecutor(artifact, device, cuda_graph=False)
+    return create_executor(artifact, device)
+
+
+def _device_of(executor) -> dict | None:
+    """RunResult.device for `executor` (None without a device_name: a CPU artifact here)."""
+    name = getattr(executor, "device_name", None)
+    if not name:
+        return None
+    return {"name": name, "cuda_graph": getattr(executor, "cuda_graph", None),
+            "cuda_graph_off": getattr(executor, "cuda_graph_off", None)}
+
+
 def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, number=None, threads=None,
-        profile=False, device=None, on_device=None) -> RunResult:
+        profile=False, device=None, on_device=None, cuda_graph=True) -> RunResult:
     """Run a compiled mod.tar on this machine, as `tvmc run`.
 
     artifact:  path of the mod.tar (or a tvmc.package.Artifact)
@@ -477,21 +511,29 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
     repeat, number: time the run: `repeat` measurements, each the mean of `number` runs (either
                given alone makes the other 1); both None runs the model once, untimed
     threads:   threads of the kernels' parallel loops (default: OMP_NUM_THREADS, else all cores)
-    profile:   also run kernel by kernel, timing each kernel (repeat x number runs, at least 1);
-               plain runs and timing use the library's whole-graph entry
+    profile:   also run kernel by kernel, timing each kernel (repeat x number runs, at least 1, after
+               one warm-up run; times in ms per run): from Python on CPUs, with the device's events
+               (OpenCL profiling events, CUDA events) on GPUs; plain runs and timing use the
+               library's whole-graph entry (CPU) or the CUDA graph
     device:    the device of a GPU artifact ("opencl", "opencl:PLATFORM:DEVICE", "cuda:ORDINAL"; default: the
                first); None or "cpu" for CPU artifacts
-    on_device: called with the device's name once the executor has chosen one (GPU runtimes)
+    on_device: called with the device's name once the executor has chosen one (GPU runtimes), followed,
+               for CUDA, by how run() launches in parentheses ("(CUDA graph)", or "(kernel by kernel, no
+               CUDA graph: why)")
+    cuda_graph: CUDA artifacts: capture the graph once and replay it on each run (default); False
+               launches kernel by kernel. A graph with a run-time loop is always launched kernel by
+               kernel (tvmc.runtime.cuda); RunResult.device says which mode ran. Ignored elsewhere.
 
     Raises:
         TypeError, ValueError: an argument of the wrong type or value (the message names it)
         ArtifactError (exit code 7): the artifact is missing or invalid, or cannot run here
-            (another architecture, CPU features this host lacks)
+            (another architecture, CPU features this host lacks, no device, a CUDA graph the
+            driver refuses to capture)
         InputError (8): an input name the model does not have, a wrong shape or dtype, or an
             .npz file that cannot be read
     """
     from tvmc.package import Artifact
-    from tvmc.runtime import benchmark, create_executor
+    from tvmc.runtime import benchmark
 
     if not isinstance(artifact, Artifact):
         artifact = _path("artifact", artifact)
@@ -505,37 +547,45 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
         inputs = read_inputs(origin)
     given = dict(inputs or {})
 
-    executor = create_executor(artifact, device)
-    if on_device is not None and getattr(executor, "device_name", None):
-        on_device(executor.device_name)
-    unknown = sorted(set(given) - set(executor.input_names))
-    if unknown:
-        raise InputError(f"{origin + ': ' if origin else ''}unknown input{'s' * (len(unknown) > 1)} "
-                         f"{', '.join(unknown)}; the model's inputs are: {', '.join(executor.input_names)}")
-    if threads:
-        executor.set_num_threads(threads)
-    rng = np.random.default_rng(seed)
-    arrays, sources = {}, {}
-    for name in executor.input_names:
-        if name in given:
-            arrays[name], sources[name] = np.asarray(given[name]), "given"
-        else:
-            arrays[name], sources[name] = _fill(*executor.input_info(name), fill_mode, rng), fill_mode
-        executor.set_input(name, arrays[name])
+    executor = _create_executor(artifact, device, cuda_graph)
+    try:
+        device_info = _device_of(executor)
+        if on_device is not None and device_info is not None:
+            mode = getattr(executor, "launch_mode", None)
+            on_device(device_info["name"] + (f" ({mode})" if mode else ""))
+        unknown = sorted(set(given) - set(executor.input_names))
+        if unknown:
+            raise InputError(f"{origin + ': ' if origin else ''}unknown input{'s' * (len(unknown) > 1)} "
+                             f"{', '.join(unknown)}; the model's inputs are: {', '.join(executor.input_names)}")
+        if threads:
+            executor.set_num_threads(threads)
+        rng = np.random.default_rng(seed)
+        arrays, sources = {}, {}
+        for name in executor.input_names:
+            if name in given:
+                arrays[name], sources[name] = np.asarray(given[name]), "given"
+            else:
+                arrays[name], sources[name] = _fill(*executor.input_info(name), fill_mode, rng), fill_mode
+            executor.set_input(name, arrays[name])
 
-    timed = repeat is not None or number is not None
-    repeat, number = repeat or 1, number or 1
-    result = RunResult(getattr(artifact, "path", artifact), sources, arrays, {})
-    if timed:
-        result.timing = benchmark(executor, repeat, number)
-    else:
-        executor.run()
-    if profile:
-        result.profile_runs = repeat * number
-        kernel_flops = executor.artifact.metadata.get("kernel_flops") or {}
-        result.profile = profile_rows(executor.profile(result.profile_runs), kernel_flops)
-    result.outputs = {name: executor.get_output(i) for i, name in enumerate(executor.output_names)}
-    return result
+        timed = repeat is not None or number is not None
+        repeat, number = repeat or 1, number or 1
+        result = RunResult(getattr(artifact, "path", artifact), sources, arrays, {}, device=device_info)
+        if timed:
+            result.timing = benchmark(executor, repeat, number)
+        else:
+            executor.run()
+        if profile:
+            result.profile_runs = repeat * number
+            kernel_flops = executor.artifact.metadata.get("kernel_flops") or {}
+            result.profile = profile_rows(executor.profile(result.profile_runs), kernel_flops)
+            result.profile_clock = getattr(executor, "profile_clock", result.profile_clock)
+        result.outputs = {name: executor.get_output(i) for i, name in enumerate(executor.output_names)}
+        return result
+    finally:
+        close = getattr(executor, "close", None)  # a GPU's memory is freed now, not when collected
+        if close is not None:
+            close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -651,10 +651,10 @@ def _fmt_time(ms: float) -> str:
     return f"{ms * factor:.3f} {unit}"
 
 
-def print_profile(rows: list, runs: int) -> None:
-    """The per-kernel table of `tvmc run --profile` (api.profile_rows), largest total first."""
-    click.echo(f"profile (kernel by kernel, {runs} run{'s' * (runs != 1)}; times per run, "
-               f"each kernel call timed from Python)")
+def print_profile(rows: list, runs: int, clock: str = "each kernel call timed from Python") -> None:
+    """The per-kernel table of `tvmc run --profile` (api.profile_rows), largest total first;
+    `clock` says how the kernels were timed (api.RunResult.profile_clock)."""
+    click.echo(f"profile (kernel by kernel, {runs} run{'s' * (runs != 1)}; times per run, {clock})")
     width = max([len("kernel")] + [len(r["name"]) for r in rows])
     click.echo(f"  {'kernel':<{width}} {'calls':>5} {'total':>12} {'mean':>12} {'share':>7} {'GFLOP/s':>9}")
     for r in rows:
@@ -694,16 +694,21 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @click.option("--device", metavar="DEVICE",
               help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE; cuda or cuda:ORDINAL "
                    "(default: the first).")
+@click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
+              help="CUDA artifacts: capture the graph once and replay it on each run (a graph with a run-time loop "
+                   "always launches kernel by kernel; the device line says which mode ran).")
 @config_option
 @json_option
 @verbose_option
 @_handle_errors
 def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, profile, print_top, threads,
-            device, as_json, verbose):
+            device, cuda_graph, as_json, verbose):
     """Run a compiled ARTIFACT (mod.tar) on this machine.
 
     Prints each output's shape, dtype and statistics; --print-time (or --repeat/--number) the
     latency, --profile a per-kernel table, --print-top the top classes; --json all of it as JSON.
+    On a GPU, --profile times each kernel with the device's events (OpenCL profiling events, CUDA
+    events), kernel by kernel; a CUDA artifact's runs replay one CUDA graph unless --no-cuda-graph.
     """
     from tvmc.api import run
 
@@ -714,7 +719,7 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
         check_output_path(outputs_path, ArtifactError, "outputs", reads)
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout carries the document alone
     result = run(artifact, inputs_path, fill_mode=fill_mode, repeat=repeat, number=number, threads=threads,
-                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"))
+                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"), cuda_graph=cuda_graph)
     if outputs_path:
         save_outputs(outputs_path, result.outputs, reads)
     if as_json:
@@ -727,7 +732,7 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
     if result.timing is not None:
         print_time_table(result.timing)
     if result.profile is not None:
-        print_profile(result.profile, result.profile_runs)
+        print_profile(result.profile, result.profile_runs, result.profile_clock)
     if print_top:
         print_top_classes(result.top_classes(print_top), print_top, result.outputs)
 

@@ -3,7 +3,9 @@ cuda*` writes mod.ptx and, where ptxas is found, mod.cubin assembled for the des
 the e2e models compile for every shipped CUDA descriptor with ptxas accepting their PTX; `tvmc
 run` and `tvmc tune` say in one line that no GPU runs here. On a GPU (marked cuda, skipped
 elsewhere): `tvmc run` against onnxruntime, the cubin loaded when it fits the GPU, kernels timed
-with CUDA events. (The e2e models on the GPU: test_models.py and test_bert.py, target cuda.)"""
+with CUDA events, runs replayed from a CUDA graph (or launched kernel by kernel with
+--no-cuda-graph, and always for a run-time loop) with the same results. (The e2e models on the
+GPU: test_models.py and test_bert.py, target cuda.)"""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import pytest
 
 from tests.e2e.builders import bert_encoder, mlp, resnet_style_cnn
 from tests.e2e.models import LIGHT_MODELS, light_model_path, onnxruntime_outputs
-from tests.e2e.gpu_cli import check_profile, check_run_matches_onnxruntime, compile_mlp
+from tests.e2e.gpu_cli import (check_cli_profile, check_profile, check_profile_of_a_run_time_loop,
+                               check_run_matches_onnxruntime, compile_mlp)
 from tests.e2e.test_cli_e2e import tvmc
 from tests.targets import require
 from tvmc.codegen.nvptx import assembler_missing
@@ -171,3 +174,106 @@ def test_the_cubin_is_loaded_on_its_architecture_and_the_ptx_elsewhere(compiled,
 def test_profile_times_each_kernel_with_cuda_events(compiled):
     require("cuda")
     check_profile(compiled[0] / "mlp.tar", "cuda")
+
+
+@pytest.mark.cuda
+def test_run_profile_prints_every_kernel_timed_with_cuda_events(compiled):
+    """`tvmc run --device cuda --profile` (a table) and `--profile --json`: every kernel of
+    mod.json once, with its calls per run (the OpenCL test's mirror)."""
+    require("cuda")
+    check_cli_profile(compiled[0] / "mlp.tar", "cuda:0", "CUDA events")
+
+
+@pytest.mark.cuda
+def test_profile_times_a_run_time_loops_kernels_per_iteration(tmp_path):
+    require("cuda")
+    check_profile_of_a_run_time_loop(tmp_path, "cuda", "cuda:0")
+
+
+@pytest.mark.cuda
+def test_profile_without_the_cuda_graph(compiled):
+    from tvmc.runtime.cuda import CUDAExecutor
+
+    require("cuda")
+    check_profile(compiled[0] / "mlp.tar", "cuda", lambda tar, device: CUDAExecutor(tar, device, cuda_graph=False))
+    check_cli_profile(compiled[0] / "mlp.tar", "cuda:0", "CUDA events", "--no-cuda-graph")
+
+
+@pytest.mark.cuda
+def test_cuda_graph_replays_compute_on_the_inputs_set_last(compiled):
+    """With and without the CUDA graph: each run after set_input of new values matches onnxruntime
+    on those values (the graph's kernels read the executor's fixed buffers), a replay after a
+    profile too, and both modes give the same outputs; close() frees the graph."""
+    from tvmc.runtime.cuda import CUDAExecutor
+
+    require("cuda")
+    d, model = compiled
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal((2, 32)).astype(np.float32) for _ in range(3)]
+    refs = [onnxruntime_outputs(model, {"x": x})["y"] for x in xs]
+    outputs = {}
+    for graph in (True, False):
+        ex = CUDAExecutor(d / "mlp.tar", "cuda", cuda_graph=graph)
+        try:
+            assert ex.cuda_graph is graph and (ex.cuda_graph_off is None) is graph
+            assert (ex.program._graph_exec is not None) is graph
+            outputs[graph] = []
+            for x, ref in zip(xs, refs):
+                ex.set_input("x", x)
+                ex.run()
+                outputs[graph].append(ex.get_output(0))
+                np.testing.assert_allclose(outputs[graph][-1], ref, rtol=1e-4, atol=1e-5)
+            ex.profile(1)
+            ex.set_input("x", xs[0])
+            ex.run()
+            np.testing.assert_array_equal(ex.get_output(0), outputs[graph][0])
+        finally:
+            ex.close()
+        assert ex.program._graph_exec is None and ex.program._graph is None and ex.program.module is None
+    for with_graph, without in zip(outputs[True], outputs[False]):
+        np.testing.assert_array_equal(with_graph, without)
+
+
+@pytest.mark.cuda
+def test_a_run_time_loop_runs_kernel_by_kernel_on_the_gpu(tmp_path):
+    from tests.e2e.test_run_time_loop import RUNS, feeds, running_sum_model
+    from tvmc.runtime.cuda import CUDAExecutor
+
+    require("cuda")
+    model = running_sum_model()
+    onnx.save(model, tmp_path / "loop.onnx")
+    tvmc("compile", tmp_path / "loop.onnx", "--target", "cuda", "-o", tmp_path / "loop.tar")
+    ex = CUDAExecutor(tmp_path / "loop.tar", "cuda")
+    try:
+        assert ex.cuda_graph is False and ex.cuda_graph_off.startswith("run-time loop 'the_loop'")
+        for run in RUNS:
+            inputs = feeds(*run)
+            for name, value in inputs.items():
+                ex.set_input(name, value)
+            ex.run()
+            for k, (name, ref) in enumerate(onnxruntime_outputs(model, inputs).items()):
+                np.testing.assert_allclose(ex.get_output(k), ref, rtol=1e-6, atol=1e-6, err_msg=name)
+    finally:
+        ex.close()
+    res = tvmc("run", tmp_path / "loop.tar", "--device", "cuda")
+    assert res.stdout.splitlines()[0].endswith(
+        " (kernel by kernel, no CUDA graph: run-time loop 'the_loop' is driven from the host)")
+
+
+@pytest.mark.cuda
+def test_tvmc_run_says_which_launch_mode_ran_and_both_agree(compiled):
+    require("cuda")
+    d, _ = compiled
+    x = np.random.default_rng(5).standard_normal((2, 32)).astype(np.float32)
+    np.savez(d / "in5.npz", x=x)
+    lines, outs = {}, {}
+    for flag in ("--cuda-graph", "--no-cuda-graph"):
+        res = tvmc("run", d / "mlp.tar", "--device", "cuda:0", flag, "--inputs", d / "in5.npz", "--outputs",
+                   d / f"out{flag}.npz", "--repeat", "3")
+        lines[flag], outs[flag] = res.stdout.splitlines()[0], np.load(d / f"out{flag}.npz")["y"]
+        doc = json.loads(tvmc("run", d / "mlp.tar", "--device", "cuda:0", flag, "--json").stdout)
+        assert doc["device"]["cuda_graph"] is (flag == "--cuda-graph")
+        assert doc["device"]["cuda_graph_off"] == (None if flag == "--cuda-graph" else "turned off")
+    assert lines["--cuda-graph"].startswith("device: ") and lines["--cuda-graph"].endswith(" (CUDA graph)")
+    assert lines["--no-cuda-graph"].endswith(" (kernel by kernel, no CUDA graph: turned off)")
+    np.testing.assert_array_equal(outs["--cuda-graph"], outs["--no-cuda-graph"])

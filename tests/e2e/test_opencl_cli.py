@@ -1,5 +1,6 @@
 """The OpenCL target as a user meets it: `tvmc compile --target opencl`, the artifact's members,
-`tvmc inspect`'s kernel table, `tvmc run --device` against onnxruntime."""
+`tvmc inspect`'s kernel table, `tvmc run --device` against onnxruntime, `tvmc run --profile`
+timing every kernel with OpenCL profiling events (a run-time loop's body included)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import tarfile
 
 import pytest
 
-from tests.e2e.gpu_cli import check_profile, check_run_matches_onnxruntime, compile_mlp
+from tests.e2e.gpu_cli import (check_cli_profile, check_profile, check_profile_of_a_run_time_loop,
+                               check_run_matches_onnxruntime, compile_mlp)
 from tests.e2e.test_cli_e2e import tvmc
 from tests.targets import require
 
@@ -74,3 +76,15 @@ def test_run_on_a_missing_device_is_one_line(compiled):
 def test_profile_times_each_kernel_with_opencl_events(compiled):
     require("opencl")
     check_profile(compiled[0] / "mlp.tar", "opencl")
+
+
+def test_run_profile_prints_every_kernel_timed_with_opencl_events(compiled):
+    """`tvmc run --device opencl --profile` (a table) and `--profile --json`: every kernel of
+    mod.json once, with its calls per run."""
+    require("opencl")
+    check_cli_profile(compiled[0] / "mlp.tar", "opencl", "OpenCL profiling events")
+
+
+def test_profile_times_a_run_time_loops_kernels_per_iteration(tmp_path):
+    require("opencl")
+    check_profile_of_a_run_time_loop(tmp_path, "opencl", "opencl")

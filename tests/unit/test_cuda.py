@@ -219,3 +219,246 @@ def test_aligned_vector_accesses_become_one_wide_load_and_store(offset, wide):
     ptx = _ptx(lower_device(PrimFunc("shifted", [a, out], body), CUDA))
     assert (re.search(r"ld\.global\.nc\.v4\.\w+", ptx) is not None) == wide
     assert (re.search(r"st\.global\.v4\.\w+", ptx) is not None) == wide
+
+
+# ---- CUDA graphs: what can be checked without a driver ---------------------------------------
+
+def test_which_graphs_a_cuda_graph_can_hold(cuda_module):
+    """A graph of kernels can be captured; a run-time loop (its trip count and condition read on
+    the host between launches) or a graph without kernels cannot, and the reason names it."""
+    from tests.e2e.test_run_time_loop import running_sum_model
+    from tvmc.driver import compile_model
+    from tvmc.runtime.cuda import cuda_graph_blocker
+
+    assert cuda_graph_blocker(cuda_module.graph_json) is None
+    looped = compile_model(running_sum_model(), CUDA)
+    assert cuda_graph_blocker(looped.graph_json) == "run-time loop 'the_loop' is driven from the host"
+    identity = {"nodes": [{"op": "null", "name": "x", "inputs": []}], "arg_nodes": [0], "node_row_ptr": [0, 1],
+                "heads": [[0, 0, 0]], "attrs": {"shape": ["list_shape", [[4]]], "dltype": ["list_str", ["float32"]],
+                                                "storage_id": ["list_int", [0]]}}
+    assert cuda_graph_blocker(identity) == "no kernels to launch"
+
+
+class _FakeDriver:
+    """The calls of cuda.bindings.driver that capture_graph makes, recorded in `calls`; the call
+    named `fail` returns an error, and cuGraphGetNodes reports `nodes` (default: the launches)."""
+
+    import enum
+
+    CUresult = enum.IntEnum("CUresult", {"CUDA_SUCCESS": 0, "CUDA_ERROR_UNKNOWN": 999})
+
+    class CUstreamCaptureMode:
+        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+
+    def __init__(self, fail=None, nodes=None):
+        self.calls, self.fail, self.nodes = [], fail, nodes
+
+    def _result(self, name, *values):
+        self.calls.append(name)
+        return (self.CUresult(999 if name == self.fail else 0), *values)
+
+    def launch(self):
+        self.calls.append("launch")
+
+    def cuStreamBeginCapture(self, stream, mode):
+        assert mode == self.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        return self._result("cuStreamBeginCapture")
+
+    def cuStreamEndCapture(self, stream):
+        return self._result("cuStreamEndCapture", 7)
+
+    def cuGraphGetNodes(self, graph, num_nodes=0):
+        assert graph == 7 and num_nodes == 0
+        return self._result("cuGraphGetNodes", [], self.calls.count("launch") if self.nodes is None else self.nodes)
+
+    def cuGraphInstantiate(self, graph, flags):
+        assert graph == 7 and flags == 0
+        return self._result("cuGraphInstantiate", 8)
+
+    def cuGraphDestroy(self, graph):
+        assert graph == 7
+        return self._result("cuGraphDestroy")
+
+
+def test_capture_graph_records_the_launches_then_instantiates():
+    from tvmc.runtime.cuda import capture_graph
+
+    cu = _FakeDriver()
+    assert capture_graph(cu, "stream", lambda: (cu.launch(), cu.launch()), 2) == (7, 8)
+    assert cu.calls == ["cuStreamBeginCapture", "launch", "launch", "cuStreamEndCapture", "cuGraphGetNodes",
+                        "cuGraphInstantiate"]
+
+
+@pytest.mark.parametrize("fail,nodes,message,calls", [
+    ("cuStreamBeginCapture", None, "CUDA cuStreamBeginCapture failed: CUDA_ERROR_UNKNOWN", ["cuStreamBeginCapture"]),
+    ("launch", None, "kernel launch refused", ["cuStreamBeginCapture", "cuStreamEndCapture", "cuGraphDestroy"]),
+    (None, 1, "the captured CUDA graph holds 1 nodes, not the 2 kernel launches",
+     ["cuStreamBeginCapture", "launch", "launch", "cuStreamEndCapture", "cuGraphGetNodes", "cuGraphDestroy"]),
+    ("cuGraphInstantiate", None, "CUDA cuGraphInstantiate failed: CUDA_ERROR_UNKNOWN",
+     ["cuStreamBeginCapture", "launch", "launch", "cuStreamEndCapture", "cuGraphGetNodes", "cuGraphInstantiate",
+      "cuGraphDestroy"]),
+])
+def test_a_failed_capture_ends_capture_mode_and_frees_the_graph(fail, nodes, message, calls):
+    """Whatever fails, the stream leaves capture mode and no graph is left allocated; the error
+    is the driver's, in one ArtifactError line."""
+    from tvmc.runtime.cuda import capture_graph
+
+    cu = _FakeDriver(fail, nodes)
+
+    def launch_all():
+        if fail == "launch":
+            raise ArtifactError("kernel launch refused")
+        cu.launch()
+        cu.launch()
+
+    with pytest.raises(ArtifactError, match=re.escape(message)):
+        capture_graph(cu, "stream", launch_all, 2)
+    assert cu.calls == calls
+
+
+class _FakeModule:
+    """tvmc.runtime.cuda.KernelModule without a GPU: host buffers, and launches recorded instead of
+    run (`log` for launches and graph replays, `graph` for what capture() recorded)."""
+
+    fail_capture = False
+
+    def __init__(self, ptx, cubin=None, arch="", device=None, origin=""):
+        self.device_name, self.image = "fake GPU", "ptx"
+        self.log, self.graph, self.capturing, self.closed = [], None, False, False
+
+    def buffer(self, nbytes):
+        return np.zeros(max(nbytes, 1), np.uint8)
+
+    def upload(self, buf, array):
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        buf[:data.size] = data
+
+    def download(self, buf, array):
+        array.reshape(-1).view(np.uint8)[:] = buf[:array.nbytes]
+
+    def kernel(self, name):
+        return name
+
+    def launch(self, kernel, launch, buffers, timed=False):
+        (self.graph if self.capturing else self.log).append((kernel, buffers))
+        return 0.25 if timed else None
+
+    @staticmethod
+    def elapsed_ms(handle):
+        return handle
+
+    def finish(self):
+        pass
+
+    def capture(self, launch_all, kernels):
+        if self.fail_capture:
+            raise ArtifactError("CUDA cuStreamBeginCapture failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+        self.capturing, self.graph = True, []
+        launch_all()
+        self.capturing = False
+        assert len(self.graph) == kernels
+
+    def launch_graph(self):
+        self.log.append("graph")
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, cuda_module, tmp_path):
+    """The path of the MLP's CUDA artifact, with tvmc.runtime.cuda's KernelModule a _FakeModule."""
+    import tvmc.runtime.cuda as runtime
+    from tvmc.package import save_artifact
+
+    monkeypatch.setattr(runtime, "KernelModule", _FakeModule)
+    monkeypatch.setattr(runtime, "cuda_device", lambda spec=None: 0)
+    return save_artifact(cuda_module, tmp_path / "m.tar")
+
+
+def test_the_cuda_graph_is_captured_once_and_replayed_on_each_run(fake_gpu):
+    from tvmc.runtime.cuda import CUDAExecutor
+
+    ex = CUDAExecutor(fake_gpu)
+    names = [call[0] for call in ex._calls]
+    assert (ex.cuda_graph, ex.cuda_graph_off, ex.launch_mode) == (True, None, "CUDA graph")
+    assert [k for k, _ in ex.program.graph] == names and ex.program.log == []
+    ex.run()
+    ex.run()
+    assert ex.program.log == ["graph", "graph"]
+    # set_input copies into the buffer the captured kernels read: replays see the new values
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    ex.set_input("x", x)
+    x_buffer = ex._buffers[ex._entries[ex._inputs["x"]][0]]
+    assert any(b is x_buffer for _, bufs in ex.program.graph for b in bufs)
+    assert np.array_equal(x_buffer[:x.nbytes].view(np.float32).reshape(x.shape), x)
+    # profiling launches kernel by kernel (a warm-up run, then timed runs), never the graph
+    ex.program.log.clear()
+    rows = ex.profile(2)
+    assert [k for k, _ in ex.program.log] == names * 3
+    assert rows == [{"name": n, "calls": 1, "total_ms": 0.25} for n in names]
+    ex.close()
+    assert ex.program.closed
+
+
+def test_without_the_cuda_graph_each_run_launches_every_kernel(fake_gpu):
+    from tvmc.runtime.cuda import CUDAExecutor
+
+    ex = CUDAExecutor(fake_gpu, cuda_graph=False)
+    assert (ex.cuda_graph, ex.cuda_graph_off) == (False, "turned off") and ex.program.graph is None
+    assert ex.launch_mode == "kernel by kernel, no CUDA graph: turned off"
+    ex.run()
+    assert [k for k, _ in ex.program.log] == [call[0] for call in ex._calls]
+
+
+def test_a_run_time_loop_is_never_captured(monkeypatch, tmp_path):
+    import tvmc.runtime.cuda as runtime
+    from tests.e2e.test_run_time_loop import running_sum_model
+    from tvmc.driver import compile_model
+    from tvmc.package import save_artifact
+
+    monkeypatch.setattr(runtime, "KernelModule", _FakeModule)
+    monkeypatch.setattr(runtime, "cuda_device", lambda spec=None: 0)
+    ex = runtime.CUDAExecutor(save_artifact(compile_model(running_sum_model(), CUDA), tmp_path / "loop.tar"))
+    assert ex.cuda_graph is False and ex.program.graph is None
+    assert ex.cuda_graph_off.startswith("run-time loop 'the_loop'")
+    ex.run()  # M = 0 in the zeroed buffers: the loop runs no iteration, and nothing is replayed
+    assert "graph" not in ex.program.log
+
+
+def test_a_refused_capture_is_one_error_naming_the_way_out(fake_gpu, monkeypatch):
+    """No silent switch to kernel-by-kernel launches: the error says how to ask for them."""
+    from tvmc.runtime.cuda import CUDAExecutor
+
+    monkeypatch.setattr(_FakeModule, "fail_capture", True)
+    with pytest.raises(ArtifactError) as err:
+        CUDAExecutor(fake_gpu)
+    msg = str(err.value)
+    assert "\n" not in msg and "capturing the CUDA graph failed: CUDA cuStreamBeginCapture failed" in msg
+    assert "--no-cuda-graph" in msg
+    assert CUDAExecutor(fake_gpu, cuda_graph=False).cuda_graph is False
+
+
+def test_tvmc_run_says_which_launch_mode_ran(fake_gpu):
+    """api.run and `tvmc run` (text and --json) report the launch mode, and close the executor."""
+    import json
+
+    from click.testing import CliRunner
+
+    import tvmc
+    from tvmc.cli import cli
+
+    said = []
+    result = tvmc.run(fake_gpu, on_device=said.append)
+    assert said == ["fake GPU (CUDA graph)"]
+    assert result.device == {"name": "fake GPU", "cuda_graph": True, "cuda_graph_off": None}
+    result = tvmc.run(fake_gpu, cuda_graph=False)
+    assert result.device == {"name": "fake GPU", "cuda_graph": False, "cuda_graph_off": "turned off"}
+    assert result.to_json()["device"] == result.device
+
+    out = CliRunner().invoke(cli, ["run", str(fake_gpu), "--no-cuda-graph"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.splitlines()[0] == "device: fake GPU (kernel by kernel, no CUDA graph: turned off)"
+    out = CliRunner().invoke(cli, ["run", str(fake_gpu), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["device"] == {"name": "fake GPU", "cuda_graph": True, "cuda_graph_off": None}

@@ -9,6 +9,17 @@ per storage id, uploads the params once and launches the kernels in graph order 
 (grid and block from mod.json, shared memory static in the kernels); `profile` times each kernel
 with CUDA events.
 
+CUDA graphs (launch overhead): CUDAExecutor captures the graph's launches once, when it is built
+(stream capture: cuStreamBeginCapture ... cuStreamEndCapture, then cuGraphInstantiate), and each
+run() replays them with one cuGraphLaunch. The kernel nodes hold the device pointers of the
+executor's fixed buffers, and set_input copies into those buffers, so a replay computes on the
+inputs set last. It launches kernel by kernel instead (`cuda_graph` False, `cuda_graph_off` says
+why) for two reasons only: it was asked to (cuda_graph=False, `tvmc run --no-cuda-graph`), or
+cuda_graph_blocker names what a graph cannot hold (a run-time loop, whose trip count and
+condition the host reads between launches; a graph without kernels). A capture the driver
+refuses is an ArtifactError, never a silent switch of mode. `profile` always launches kernel by
+kernel, with events around each kernel.
+
 Devices: `cuda` (GPU 0) or `cuda:N` (the driver's ordinal N; CUDA_VISIBLE_DEVICES applies).
 Without cuda-python, a driver or a GPU, loading fails with one ArtifactError saying which.
 """
@@ -21,6 +32,7 @@ import re
 import numpy as np
 
 from tvmc.errors import ArtifactError
+from tvmc.graph.executor_json import run_order
 from tvmc.package import CUBIN_NAME, Artifact
 from tvmc.runtime.device import DeviceExecutor
 
@@ -124,12 +136,57 @@ def ptx_runs_on(cpu: str, capability: tuple) -> bool:
     return (major, minor) == tuple(capability) if suffix else (major, minor) <= tuple(capability)
 
 
+def cuda_graph_blocker(graph_json: dict) -> str | None:
+    """Why the run of mod.json `graph_json` cannot be captured as one CUDA graph, as a phrase for
+    the user; None when it can. A run-time loop (`tvmc_loop`) cannot: the host reads its trip count
+    and condition between launches (tvmc.runtime.control.run_loop), which a replayed graph would
+    skip. Nor can a graph without kernels: there is nothing to capture."""
+    order = run_order(graph_json)
+    for item in order:
+        if isinstance(item, tuple):
+            return f"run-time loop '{graph_json['nodes'][item[0]]['name']}' is driven from the host"
+    if not order:
+        return "no kernels to launch"
+    return None
+
+
+def capture_graph(cu, stream, launch_all, kernels: int) -> tuple:
+    """Capture the launches `launch_all()` enqueues on `stream` into a CUDA graph and instantiate
+    it: (CUgraph, CUgraphExec). `cu` is cuda.bindings.driver. Nothing runs while capturing: each
+    kernel node keeps its launch's grid, block and arguments (device pointers), so a replay reads
+    whatever the buffers hold then.
+
+    Raises ArtifactError when the driver refuses the capture or the instantiation, or the graph
+    does not hold `kernels` nodes (one per launch). The stream has left capture mode and no graph
+    is left allocated when it raises."""
+    mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    _call("cuStreamBeginCapture", cu.cuStreamBeginCapture, stream, mode)
+    try:
+        launch_all()
+    except BaseException:
+        err, graph = cu.cuStreamEndCapture(stream)  # leave capture mode: the stream stays usable
+        if int(err) == 0 and graph is not None and int(graph) != 0:
+            cu.cuGraphDestroy(graph)
+        raise
+    graph = _call("cuStreamEndCapture", cu.cuStreamEndCapture, stream)
+    try:
+        nodes = _call("cuGraphGetNodes", cu.cuGraphGetNodes, graph)[-1]  # (nodes, count) with count 0 asked
+        if int(nodes) != kernels:
+            raise ArtifactError(f"the captured CUDA graph holds {int(nodes)} nodes, not the {kernels} kernel launches")
+        graph_exec = _call("cuGraphInstantiate", cu.cuGraphInstantiate, graph, 0)
+    except BaseException:
+        cu.cuGraphDestroy(graph)
+        raise
+    return graph, graph_exec
+
+
 class KernelModule:
     """A CUDA module loaded into the primary context of GPU `device` (an ordinal; default 0),
     with one stream: the program interface of tvmc.runtime.device. Loads `cubin` when it was
     assembled (for `arch`, sm_XY) for this GPU's architecture, else `ptx` (JIT-compiled by the
-    driver); `image` says which ('cubin' or 'ptx'). Buffers and the module are freed by close()
-    (also when the object is collected).
+    driver); `image` says which ('cubin' or 'ptx'). capture() records launches as a CUDA graph
+    that launch_graph() replays. Buffers, the graph and the module are freed by close() (also when
+    the object is collected).
 
     Raises ArtifactError when the GPU is older than `arch`, or the driver rejects the module."""
 
@@ -137,6 +194,7 @@ class KernelModule:
                  origin: str = "mod.ptx"):
         self._buffers: list = []
         self.module = self.stream = self.context = None
+        self._graph = self._graph_exec = None
         cu = _driver()
         self.cu = cu
         self._device, self.device_name, self.capability = _device_info(cuda_device() if device is None else device)
@@ -210,9 +268,32 @@ class KernelModule:
     def finish(self) -> None:
         _call("cuStreamSynchronize", self.cu.cuStreamSynchronize, self.stream)
 
+    def capture(self, launch_all, kernels: int) -> None:
+        """Capture the `kernels` launches `launch_all()` makes on the stream as the CUDA graph that
+        launch_graph() replays (capture_graph; a graph captured before is freed). Raises
+        ArtifactError as capture_graph."""
+        self._free_graph()
+        self._graph, self._graph_exec = capture_graph(self.cu, self.stream, launch_all, kernels)
+
+    def launch_graph(self) -> None:
+        """Enqueue one replay of the captured graph on the stream (finish() waits for it). Raises
+        ArtifactError when nothing was captured or the driver refuses the launch."""
+        if self._graph_exec is None:
+            raise ArtifactError("no CUDA graph was captured")
+        _call("cuGraphLaunch", self.cu.cuGraphLaunch, self._graph_exec, self.stream)
+
+    def _free_graph(self) -> None:
+        if self._graph_exec is not None:
+            self.cu.cuGraphExecDestroy(self._graph_exec)
+        if self._graph is not None:
+            self.cu.cuGraphDestroy(self._graph)
+        self._graph = self._graph_exec = None
+
     def close(self) -> None:
-        """Free the buffers, unload the module, release the context (idempotent)."""
+        """Free the CUDA graph and its executable graph, the buffers, unload the module, release
+        the context (idempotent)."""
         cu = self.cu
+        self._free_graph()  # its kernel nodes use the module and the buffers
         for ptr in self._buffers:
             cu.cuMemFree(ptr)
         self._buffers = []
@@ -236,11 +317,19 @@ class CUDAExecutor(DeviceExecutor):
     (tvmc.runtime.device.DeviceExecutor over a KernelModule of mod.ptx / mod.cubin); `device`
     as cuda_device takes it. `image` says whether the cubin or the PTX was loaded.
 
+    With `cuda_graph` (the default), the graph's launches are captured once here as a CUDA graph
+    that every run() replays (see the module docstring). `cuda_graph` (attribute) says whether
+    run() replays one; when not, `cuda_graph_off` says why: "turned off" (cuda_graph=False) or
+    cuda_graph_blocker's reason. close() frees the graph with the rest.
+
     Raises ArtifactError when the artifact is not a CUDA one, mod.json lacks a kernel's launch,
     cuda-python, the driver or the GPU is missing, the GPU is older than the artifact's
-    architecture, or the driver rejects the module."""
+    architecture, the driver rejects the module, or it refuses to capture or instantiate the CUDA
+    graph (the message names cuda_graph=False / --no-cuda-graph)."""
 
-    def __init__(self, artifact: Artifact | str | os.PathLike, device: str | None = None):
+    profile_clock = "each kernel timed on the device with CUDA events"
+
+    def __init__(self, artifact: Artifact | str | os.PathLike, device: str | None = None, cuda_graph: bool = True):
         def load(a):
             arch = (a.metadata.get("target") or {}).get("cpu", "")
             return KernelModule(a.library, a.device_binaries.get(CUBIN_NAME), arch, cuda_device(device),
@@ -248,3 +337,28 @@ class CUDAExecutor(DeviceExecutor):
 
         super().__init__(artifact, "cuda", load)
         self.image = self.program.image
+        self.cuda_graph = False
+        self.cuda_graph_off = cuda_graph_blocker(self.artifact.graph_json) if cuda_graph else "turned off"
+        if self.cuda_graph_off is None:
+            try:
+                self.program.capture(self._launch_all, self.num_kernels)
+            except ArtifactError as e:
+                self.close()
+                raise ArtifactError(f"{self.artifact.path}: capturing the CUDA graph failed: {e} "
+                                    f"(--no-cuda-graph, or cuda_graph=False, launches kernel by kernel)") from None
+            self.cuda_graph = True
+
+    @property
+    def launch_mode(self) -> str:
+        """How run() launches the kernels, for the user: "CUDA graph", or "kernel by kernel, no
+        CUDA graph: <why>"."""
+        return "CUDA graph" if self.cuda_graph else f"kernel by kernel, no CUDA graph: {self.cuda_graph_off}"
+
+    def run(self) -> None:
+        """One replay of the captured CUDA graph, or (cuda_graph False) every kernel launched in
+        graph order; returns when the GPU is done. Raises ArtifactError when the driver fails."""
+        if not self.cuda_graph:
+            super().run()
+            return
+        self.program.launch_graph()
+        self.program.finish()

@@ -12,11 +12,12 @@ A device runtime supplies a program: the artifact's kernels loaded on one device
                                       with `timed`, returns a handle for elapsed_ms
     elapsed_ms(handle)                the launch's device time in milliseconds (waits for it)
     finish()                          wait until every enqueued launch is done
+    close()                           (optional) free the device resources now
 
 DeviceExecutor keeps the executor contract of tvmc.runtime over it, from mod.json: one device
 buffer per storage id, params uploaded once, kernels launched in graph order with the launch
-configurations of mod.json "kernels", a per-kernel profile. numpy only holds tensors on the
-host side: every operator runs in the device's kernels.
+configurations of mod.json "kernels", a per-kernel profile timed with device events. numpy only
+holds tensors on the host side: every operator runs in the device's kernels.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class DeviceExecutor:
 
     Raises ArtifactError when the artifact is not one for `runtime`, mod.json lacks a kernel's
     launch, or the library lacks a kernel mod.json calls (and whatever make_program raises)."""
+
+    profile_clock = "each kernel timed on the device with its driver's events"  # how `profile` times
 
     def __init__(self, artifact: Artifact | str | os.PathLike, runtime: str, make_program):
         if not isinstance(artifact, Artifact):
@@ -138,31 +141,56 @@ class DeviceExecutor:
                             {n: self._entries[e][1:] for n, e in self._inputs.items()})
         self.program.upload(self._buffers[self._entries[self._inputs[name]][0]], src)
 
-    def _launch_all(self, timed: bool = False, calls=None) -> list:
+    def _launch_all(self, timed: bool = False, calls=None, handles=None) -> list:
         """Launch `calls` (default: the graph's) in order; a run-time loop is interpreted here
-        (tvmc.runtime.control), its condition and carried values copied through the host."""
-        handles = []
+        (tvmc.runtime.control), its condition and carried values copied through the host, its
+        body's kernels launched once per iteration. With `timed`, returns (kernel name, handle for
+        program.elapsed_ms) per launch, loop bodies' launches included, in launch order."""
+        handles = [] if handles is None else handles
         for call in self._calls if calls is None else calls:
             if len(call) == 2:
                 loop, body = call
-                run_loop(loop, lambda: self._launch_all(calls=body), self._download,
-                         lambda e, a: self.program.upload(self._buffers[self._entries[e][0]], np.ascontiguousarray(a)))
+                run_loop(loop, lambda body=body: self._launch_all(timed, body, handles), self._download,
+                         self._write_entry)
                 continue
-            _, kernel, launch, bufs = call
-            handles.append(self.program.launch(kernel, launch, bufs, timed))
+            name, kernel, launch, bufs = call
+            handle = self.program.launch(kernel, launch, bufs, timed)
+            if timed:
+                handles.append((name, handle))
         return handles
+
+    def _write_entry(self, entry: int, array) -> None:
+        self.program.upload(self._buffers[self._entries[entry][0]], np.ascontiguousarray(array))
 
     def run(self) -> None:
         """Launch every kernel in graph order and wait for the last."""
         self._launch_all()
         self.program.finish()
 
-    def profile(self) -> list:
-        """One run, timed per kernel on the device (OpenCL or CUDA events): [(kernel name, milliseconds)]."""
-        handles = self._launch_all(timed=True)
+    def profile(self, runs: int = 1) -> list:
+        """Run the graph `runs` times kernel by kernel after one untimed warm-up run, timing every
+        kernel launch on the device with the program's events (OpenCL profiling events, CUDA
+        events): the time the kernel ran on the device, without the host's launch overhead. A
+        run-time loop runs as in `run`; its body's kernels count once per iteration.
+
+        Returns one dict per distinct kernel, in order of first launch: {"name": func_name,
+        "calls": launches per run, "total_ms": milliseconds per run (mean over `runs`)}, as the
+        CPU executors' profile. The outputs afterwards are those of a plain run. Raises
+        InputError when runs < 1, ArtifactError when the device fails."""
+        if runs < 1:
+            raise InputError(f"profile runs must be at least 1, got {runs}")
+        self._launch_all()
         self.program.finish()
-        return [(call[0], self.program.elapsed_ms(h)) for call, h in zip((c for c in self._calls if len(c) == 4),
-                                                                          handles)]
+        totals: dict = {}
+        calls: dict = {}
+        for _ in range(runs):
+            launched = self._launch_all(timed=True)
+            self.program.finish()
+            for name, handle in launched:
+                totals[name] = totals.get(name, 0.0) + self.program.elapsed_ms(handle)
+                calls[name] = calls.get(name, 0) + 1
+        # every run launches the same kernels: a run starts its loops from their initial values
+        return [{"name": name, "calls": calls[name] // runs, "total_ms": ms / runs} for name, ms in totals.items()]
 
     def get_output(self, index) -> np.ndarray:
         """A host copy of output `index` (position or name)."""
@@ -183,3 +211,10 @@ class DeviceExecutor:
         """Accepted for the executor contract; a GPU schedules its own threads."""
         if n < 1:
             raise InputError(f"thread count must be at least 1, got {n}")
+
+    def close(self) -> None:
+        """Free the device resources now (the program's close, where it has one); the executor
+        cannot run afterwards. Idempotent."""
+        close = getattr(self.program, "close", None)
+        if close is not None:
+            close()

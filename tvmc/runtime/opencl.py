@@ -2,7 +2,8 @@
 
 The artifact's mod.cl is built once for the chosen device (KernelProgram); the graph executor
 (tvmc.runtime.device.DeviceExecutor) launches its kernels in graph order with global size = grid
-x block and local size = block; `profile` times each kernel with OpenCL events.
+x block and local size = block; `profile` times each kernel with OpenCL profiling events (the
+command queue is created with PROFILING_ENABLE: every launch's event carries its start and end).
 
 Devices: `opencl` (the first device of the first platform), `opencl:P` or `opencl:P:D`
 (platform P, device D, as `pyopencl.get_platforms()` orders them). PoCL
@@ -124,6 +125,8 @@ class OpenCLExecutor(DeviceExecutor):
 
     Raises ArtifactError when the artifact is not an OpenCL one, mod.json lacks a kernel's
     launch, no device is found, or the driver rejects mod.cl."""
+
+    profile_clock = "each kernel timed on the device with OpenCL profiling events"
 
     def __init__(self, artifact: Artifact | str | os.PathLike, device: str | None = None):
         super().__init__(artifact, "opencl", lambda a: KernelProgram(a.library.decode(), opencl_device(device),
