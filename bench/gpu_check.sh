@@ -33,7 +33,7 @@ $PY -c "from tvmc.runtime.cuda import gpu_info; print('tvmc compiles for', gpu_i
 say "ptxas: $(command -v ptxas || echo 'not on PATH')"
 
 say "tests marked cuda (limit ${TEST_S}s)"
-timeout "$TEST_S" $PY -m pytest -q -m cuda -p no:cacheprovider -n "$WORKERS" $TESTS >"$OUT/pytest_cuda.log" 2>&1
+timeout "$TEST_S" $PY -m pytest -v -rfE -m cuda -p no:cacheprovider -n "$WORKERS" $TESTS >"$OUT/pytest_cuda.log" 2>&1
 say "pytest exit $?: $(tail -1 "$OUT/pytest_cuda.log")"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_cuda.log" | head -30
 
