@@ -8,15 +8,19 @@ each in float32 (fp32) and mixed precision (fp16: tvmc --mixed-precision float16
 `module.half()`). Per model, batch and precision, one row:
 
     tvmc_ms      median latency of CUDAExecutor.run() (its CUDA graph replayed, then a wait for
-                 the stream), tvmc compiled at opt level 3 for `cuda -mcpu=<this GPU's sm_XY>`
-                 with its default configs (the shipped records of configs/ where the descriptor
+                 the stream), tvmc compiled at opt level 3 for the shipped descriptor of this
+                 GPU's architecture (cuda-sm90 on sm_90, cuda-sm80 on sm_80; else
+                 `cuda -mcpu=<sm_XY>`) with its default configs (the shipped records of configs/ where the descriptor
                  matches them, else the fallback rules: `untuned`)
     tuned_ms     the same with the best configs of `tvmc tune` on this GPU (default tuner xgb;
                  --tune-trials N measurements per variant, or --tune VARIANT=N for some:
                  VARIANT = model:batch:precision), records in bench/results/cuda_records/
     torch_ms     median latency of the model converted by onnx2torch, on the GPU, in
                  torch.inference_mode, then torch.cuda.synchronize(); fp16: the module and its
-                 float inputs in half precision
+                 float inputs in half precision; fp32: torch's defaults, under which cuDNN runs
+                 float32 convolutions on the TF32 tensor cores (torch.backends.cudnn.allow_tf32)
+    torch_f32_ms fp32 rows: the same with TF32 off (cudnn.allow_tf32 and cuda.matmul.allow_tf32
+                 False), float32 arithmetic throughout as tvmc's float32 build
     ort_ms       onnxruntime with the CUDAExecutionProvider, I/O bound on the GPU (needs
                  onnxruntime-gpu; where only the CPU build is installed the column stays empty)
     ratios       tvmc (untuned, tuned) / torch, untuned / tuned: below 1, the first is faster
@@ -72,14 +76,23 @@ def compile_options(precision: str, records: str | None = None):
     return CompileOptions(opt_level=3, tuning_records=records, mixed_precision=PRECISIONS[precision])
 
 
+def gpu_target(arch: str):
+    """The shipped CUDA descriptor whose cpu is `arch` (sm_XY), else `cuda -mcpu=arch`."""
+    from tvmc.target import known_targets, resolve_target
+
+    for name in known_targets():
+        if name != "native" and name.startswith("cuda") and resolve_target(name).cpu == arch:
+            return resolve_target(name)
+    return resolve_target(f"cuda -mcpu={arch}")
+
+
 def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: str, records: str | None = None):
-    """(run, outputs) of tvmc's CUDAExecutor for `model` compiled for `cuda -mcpu=arch`."""
+    """(run, outputs) of tvmc's CUDAExecutor for `model` compiled for gpu_target(arch)."""
     from tvmc.driver import compile_model
     from tvmc.package import save_artifact
     from tvmc.runtime.cuda import CUDAExecutor
-    from tvmc.target import resolve_target
 
-    module = compile_model(model, resolve_target(f"cuda -mcpu={arch}"), compile_options(precision, records))
+    module = compile_model(model, gpu_target(arch), compile_options(precision, records))
     ex = CUDAExecutor(save_artifact(module, Path(folder, f"{precision}{'_tuned' if records else ''}.tar")), device)
     for k, v in feeds.items():
         ex.set_input(k, v)
@@ -91,9 +104,8 @@ def tune(model, variant: str, arch: str, precision: str, trials: int) -> tuple:
     (records path, tuning seconds)."""
     from tvmc.autotune.task import extract_tasks
     from tvmc.autotune.tune import TuneOptions, tune_tasks
-    from tvmc.target import resolve_target
 
-    target = resolve_target(f"cuda -mcpu={arch}")
+    target = gpu_target(arch)
     RECORDS_DIR.mkdir(parents=True, exist_ok=True)
     path = RECORDS_DIR / f"{variant.replace(':', '_')}_{arch}.json"
     t0 = time.perf_counter()
@@ -137,8 +149,9 @@ def reference_outputs(model, feeds) -> list:
     return sess.run(None, feeds)
 
 
-def torch_runner(model, feeds, ordinal: int, precision: str):
-    """(run, outputs) of torch eager on the model converted by onnx2torch."""
+def torch_runner(model, feeds, ordinal: int, precision: str, tf32: bool = True):
+    """(run, outputs) of torch eager on the model converted by onnx2torch; `tf32` False turns
+    torch's TF32 tensor-core use off around each run."""
     try:
         import torch
         from onnx2torch import convert
@@ -156,9 +169,15 @@ def torch_runner(model, feeds, ordinal: int, precision: str):
     result = []
 
     def run():
-        with torch.inference_mode():
-            out = module(*inputs)
-        torch.cuda.synchronize(device)
+        saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        if not tf32:
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            with torch.inference_mode():
+                out = module(*inputs)
+            torch.cuda.synchronize(device)
+        finally:
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
         result[:] = list(out) if isinstance(out, (list, tuple)) else [out]
 
     return run, lambda: [t.float().cpu().numpy() for t in result]
@@ -198,6 +217,8 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
             makers.append(("tuned", tuned))
         makers += [("ort", lambda: ort_runner(model, feeds, ordinal)),
                    ("torch", lambda: torch_runner(model, feeds, ordinal, precision))]
+        if precision == "fp32":
+            makers.append(("torch_f32", lambda: torch_runner(model, feeds, ordinal, precision, tf32=False)))
         for key, make in makers:
             try:
                 runners[key] = make()
@@ -219,7 +240,7 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
     for key, ms in times.items():
         row[f"{key}_ms"] = statistics.median(ms)
     for ours in ("tvmc", "tuned"):
-        for theirs in ("ort", "torch"):
+        for theirs in ("ort", "torch", "torch_f32"):
             if f"{ours}_ms" in row and f"{theirs}_ms" in row:
                 row[f"{ours}/{theirs}"] = row[f"{ours}_ms"] / row[f"{theirs}_ms"]
     if "tuned_ms" in row and "tvmc_ms" in row:
@@ -227,8 +248,8 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
     return row
 
 
-COLUMNS = ["model", "batch", "precision", "gflops", "tvmc_ms", "tuned_ms", "torch_ms", "ort_ms", "tvmc/torch",
-           "tuned/torch", "tvmc/tuned", "tune_s", "check"]
+COLUMNS = ["model", "batch", "precision", "gflops", "tvmc_ms", "tuned_ms", "torch_ms", "torch_f32_ms", "ort_ms",
+           "tvmc/torch", "tuned/torch", "tuned/torch_f32", "tvmc/tuned", "tune_s", "check"]
 
 
 def report(rows: list, notes: dict, header: str) -> str:
@@ -239,7 +260,8 @@ def report(rows: list, notes: dict, header: str) -> str:
     lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cell(r, k) for k in COLUMNS) + " |" for r in rows]
     lines.append("")
-    for key in ("tvmc/torch", "tuned/torch", "tvmc/tuned", "tvmc/ort", "tuned/ort"):
+    for key in ("tvmc/torch", "tuned/torch", "tvmc/torch_f32", "tuned/torch_f32", "tvmc/tuned", "tvmc/ort",
+                "tuned/ort"):
         for precision in PRECISIONS:
             ratios = [r[key] for r in rows if key in r and r["precision"] == precision]
             if ratios:
@@ -302,7 +324,7 @@ def main(argv=None) -> int:
     except ArtifactError as e:
         print(f"error: the CUDA benchmark needs an NVIDIA GPU: {e}", file=sys.stderr)
         return 1
-    header = (f"tvmc {tvmc.__version__} (cuda -mcpu={arch}, opt level 3) vs torch eager and onnxruntime's CUDA EP | "
+    header = (f"tvmc {tvmc.__version__} (target {gpu_target(arch).name}, {arch}, opt level 3) vs torch eager and onnxruntime's CUDA EP | "
               f"{gpu} ({args.device}) | {WARMUP_RUNS} warm-up + {args.repeat} alternating runs each, medians")
     print(header, flush=True)
     rows, notes = [], {}

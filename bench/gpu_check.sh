@@ -4,13 +4,17 @@
 #   1. set-up: the wheels in .whl/ (if any: Python packages the machine lacks, see the device
 #      README) into /tmp/site, and this checkout installed in place (pip --no-deps: nothing fetched);
 #   2. the GPU: nvidia-smi and the sm_XY tvmc compiles for;
-#   3. the tests marked cuda (pytest -m cuda, GPU_CHECK_WORKERS processes), log in $OUT/pytest_cuda.log;
+#   3. the tests marked cuda in GPU_CHECK_TESTS (default: all of tests/; GPU_CHECK_WORKERS processes),
+#      log in $OUT/pytest_cuda.log;
 #   4. bench/bench_cuda.py: ResNet-18, MobileNetV2 and the BERT-style encoder at batch 1 and 16,
 #      float32 and mixed float16, untuned and tuned (BENCH_ARGS), against torch eager, report in
-#      $OUT/cuda.md and the tuning records in $OUT/records/.
+#      $OUT/cuda.md and the tuning records in $OUT/records/;
+#   5. when GPU_CHECK_FULL_S > 0, every other test marked cuda (all of tests/ but GPU_CHECK_TESTS),
+#      log in $OUT/pytest_all.log.
 #
-# Each step has its own time limit (seconds: GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S), so that the whole
-# run fits a lease; a step that runs out leaves its log. OUT defaults to bench/results/gpu_check.
+# Each step has its own time limit (seconds: GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_FULL_S),
+# so that the whole run fits a lease; a step that runs out leaves its log (pytest runs verbose, one
+# line per test). OUT defaults to bench/results/gpu_check.
 set -uo pipefail
 OUT=${OUT:-bench/results/gpu_check}
 PY=${PYTHON:-python3}
@@ -19,6 +23,7 @@ BENCH_S=${GPU_CHECK_BENCH_S:-300}
 WORKERS=${GPU_CHECK_WORKERS:-8}
 BENCH_ARGS=${BENCH_ARGS:---models resnet18,mobilenet_v2,bert --batches 1,16 --precisions fp32,fp16 --repeat 20}
 TESTS=${GPU_CHECK_TESTS:-tests}
+FULL_S=${GPU_CHECK_FULL_S:-0}
 mkdir -p "$OUT"
 say() { echo "[gpu-check $(date +%T)] $*"; }
 
@@ -41,4 +46,12 @@ say "bench (limit ${BENCH_S}s): $BENCH_ARGS"
 timeout "$BENCH_S" $PY bench/bench_cuda.py $BENCH_ARGS --out "$OUT/cuda.md" 2>&1 | tee "$OUT/bench.log" | tail -60
 say "bench exit ${PIPESTATUS[0]}"
 if [ -d bench/results/cuda_records ]; then mkdir -p "$OUT/records" && cp bench/results/cuda_records/*.json "$OUT/records/" 2>/dev/null; fi
+if [ "$FULL_S" -gt 0 ]; then
+  say "the other tests marked cuda (limit ${FULL_S}s)"
+  deselect=(); for t in $TESTS; do deselect+=(--deselect "$t"); done
+  timeout "$FULL_S" $PY -m pytest -v -rfE -m cuda -p no:cacheprovider -n "$WORKERS" tests "${deselect[@]}" \
+    >"$OUT/pytest_all.log" 2>&1
+  say "pytest exit $?: $(grep -c PASSED "$OUT/pytest_all.log") passed; $(tail -1 "$OUT/pytest_all.log")"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.log" | head -30
+fi
 say "done"

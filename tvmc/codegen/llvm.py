@@ -27,7 +27,7 @@ from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, walk)
 from tvmc.te.schedule import THREAD_TAGS
-from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyWait, Barrier, Buffer, For, IfThenElse, Intrinsic,
+from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer, For, IfThenElse, Intrinsic,
                          MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
 from tvmc.tir.simplify import Linear, simplify
 
@@ -68,7 +68,7 @@ class DeviceTable:
     matrix_load:      intrinsic of tir.MatrixLoad, formatted with count and trans ('' or '.trans')
     mma:              (shape, operand dtype) -> intrinsic of tir.MMA (four float32 results)
     async_copy:       intrinsic of tir.AsyncCopy (shared dst, global src, source bytes: 0 fills zeros)
-    async_commit, async_wait: intrinsics of tir.AsyncCopyWait
+    async_commit, async_wait: intrinsics of tir.AsyncCopyCommit and AsyncCopyWait
     """
 
     thread_index: dict
@@ -401,6 +401,8 @@ class CodeGenLLVM:
             b.call(f, [self._space_ptr(st, s.dst, s.dst_index, d.shared_addrspace),
                        self._space_ptr(st, s.src, src_index, d.global_addrspace),
                        b.select(cond, I32(s.nbytes), I32(0))])
+        elif isinstance(s, AsyncCopyCommit):
+            b.call(self.declare(d.async_commit, VOID, []), [])
         elif isinstance(s, AsyncCopyWait):
             b.call(self.declare(d.async_commit, VOID, []), [])
             b.call(self.declare(d.async_wait, VOID, [I32]), [I32(s.pending)])

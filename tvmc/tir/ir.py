@@ -1,5 +1,5 @@
 """Loop IR: buffers, statements (For, Store, Allocate, Seq, IfThenElse, Barrier, and the warp-level
-intrinsics of GPU tensor-core kernels: MatrixLoad, MMA, AsyncCopy, AsyncCopyWait) and PrimFunc,
+intrinsics of GPU tensor-core kernels: MatrixLoad, MMA, AsyncCopy, AsyncCopyCommit, AsyncCopyWait) and PrimFunc,
 with a printer."""
 
 from __future__ import annotations
@@ -196,6 +196,14 @@ class AsyncCopy(Intrinsic):
     def __repr__(self):
         return (f"{self.dst.name}[{self.dst_index!r}:+{self.nbytes}B] = cp.async({self.src.name}[{self.src_index!r}] "
                 f"if {self.cond!r} else 0)")
+
+
+class AsyncCopyCommit(Intrinsic):
+    """The AsyncCopies this thread issued since the last commit become one group (PTX
+    `cp.async.commit_group`), which a later AsyncCopyWait can wait for."""
+
+    def __repr__(self):
+        return "cp.async.commit()"
 
 
 class AsyncCopyWait(Intrinsic):

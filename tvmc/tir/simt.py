@@ -9,8 +9,13 @@ numbers them). A statement runs for the active threads (a mask narrowed by IfThe
 thread loops); loads and stores gather and scatter per thread. Values follow the code generators:
 integers in int64, float16 computed in float32 and rounded where stored, comparisons as bool.
 
+Asynchronous copies (tir.AsyncCopy) read their source when issued and land in shared memory as
+late as the PTX rules allow: at the AsyncCopyWait that requires their group (AsyncCopyCommit and
+every wait close a group), or at the end of the kernel; a kernel that reads the destination earlier
+reads what was there before, so a missing commit or wait shows as a wrong result.
+
 What lockstep cannot show: a missing barrier (every thread finishes a statement before any starts
-the next, which is one valid schedule) and a missing cp.async wait (copies complete at once).
+the next, which is one valid schedule).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import math
 import numpy as np
 
 from tvmc.te.expr import BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, Select, Var
-from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyWait, Barrier, For, IfThenElse, MatrixLoad, PrimFunc,
+from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, For, IfThenElse, MatrixLoad, PrimFunc,
                          Seq, Store)
 
 WARP = 32
@@ -59,6 +64,8 @@ class _Block:
         self.launch = launch
         self.memory = dict(memory)  # Buffer -> storage: 1-D (global, shared) or [threads, size] (local)
         self.env: dict = {}
+        self.uncommitted: list = []  # asynchronous copies issued since the last commit: (buffer, start, data)
+        self.groups: list = []       # committed groups not yet waited for, oldest first
 
     # --- expressions ---------------------------------------------------------------------------
     def value(self, e, mask):
@@ -165,8 +172,13 @@ class _Block:
             self.run(s.then, mask & cond)
             if s.otherwise is not None:
                 self.run(s.otherwise, mask & ~cond)
-        elif isinstance(s, (Barrier, AsyncCopyWait)):
+        elif isinstance(s, Barrier):
             pass  # lockstep: every earlier statement is done for every thread (module docstring)
+        elif isinstance(s, AsyncCopyCommit):
+            self.commit()
+        elif isinstance(s, AsyncCopyWait):
+            self.commit()
+            self.land(len(self.groups) - s.pending)
         elif isinstance(s, AsyncCopy):
             self.async_copy(s, mask)
         elif isinstance(s, MatrixLoad):
@@ -175,6 +187,22 @@ class _Block:
             self.mma(s, self.warps(mask, s))
         else:
             raise NotImplementedError(f"simt: statement {type(s).__name__}")
+
+    def commit(self):
+        self.groups.append(self.uncommitted)
+        self.uncommitted = []
+
+    def land(self, count: int):
+        """Write the oldest `count` groups of asynchronous copies into their destinations."""
+        for group in self.groups[:max(count, 0)]:
+            for buf, start, data in group:
+                self.memory[buf][start:start + len(data)] = data
+        self.groups = self.groups[max(count, 0):]
+
+    def finish(self):
+        """The kernel's end: every copy lands."""
+        self.commit()
+        self.land(len(self.groups))
 
     def warps(self, mask, s) -> np.ndarray:
         """Thread ids [warps, 32] of the warps that run warp-collective `s` (all their lanes active)."""
@@ -193,10 +221,10 @@ class _Block:
         for t in np.nonzero(mask)[0]:
             if dst[t] % n or (cond[t] and src[t] % n):
                 raise ValueError(f"simt: cp.async of {s.nbytes} bytes at unaligned elements {dst[t]}, {src[t]}")
-            data = self.memory[s.src][src[t]:src[t] + n] if cond[t] else 0
-            if cond[t] and len(data) != n:
+            data = self.memory[s.src][src[t]:src[t] + n].copy() if cond[t] else np.zeros(n, s.dst.dtype)
+            if len(data) != n:
                 raise IndexError(f"simt: cp.async reads past the end of {s.src.name}")
-            self.memory[s.dst][dst[t]:dst[t] + n] = data
+            self.uncommitted.append((s.dst, dst[t], data))
 
     def matrix_load(self, s: MatrixLoad, warps):
         src = np.broadcast_to(np.asarray(self.value(s.src_index, np.ones(self.threads, bool)), np.int64),
@@ -264,3 +292,4 @@ def run_kernel(prim: PrimFunc, arrays) -> None:
             for x in range(gx):
                 block = _Block(prim, memory, (x, y, z))
                 block.run(prim.body, np.ones(block.threads, bool))
+                block.finish()

@@ -49,7 +49,7 @@ from typing import Callable
 from tvmc.autotune.space import ConfigSpace
 from tvmc.errors import ScheduleError
 from tvmc.te.expr import IntImm, Load, Select, Var, logical_and
-from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyWait, Barrier, Buffer, For, IfThenElse, MatrixLoad,
+from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer, For, IfThenElse, MatrixLoad,
                          PrimFunc, Seq, Store)
 from tvmc.tir.lower import inline_value
 from tvmc.tir.simplify import simplify, simplify_stmt
@@ -236,7 +236,10 @@ def gemm_kernel(name: str, params: list, batch: int, m_ext: int, n_ext: int, k_e
         prefetch = IfThenElse(nxt < k_steps, load_step(nxt, nxt % 2))
         wait = [AsyncCopyWait(1)] if target.async_copy else []
         main = For(ko, k_steps, "serial", Seq([prefetch] + wait + [Barrier(), multiply(ko % 2), Barrier()]))
-        body = Seq(init + [load_step(IntImm(0), 0), main])
+        # the first step's copies are a group of their own: the loop's first wait leaves only the
+        # second step's group in flight
+        commit = [AsyncCopyCommit()] if target.async_copy else []
+        body = Seq(init + [load_step(IntImm(0), 0)] + commit + [main])
 
     stores = []
     for fm in range(fm_n):
