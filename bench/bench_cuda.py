@@ -29,6 +29,10 @@ each in float32 (fp32) and mixed precision (fp16: tvmc --mixed-precision float16
                  atol 2e-2 x the largest magnitude (float16 has 11 significant bits; errors add
                  up over the layers), else 'MISMATCH'
 
+With --profile K, each tvmc build is also profiled (CUDAExecutor.profile over 5 runs, CUDA events
+per kernel) and its K most expensive kernels listed below the table: milliseconds per run, share
+of the kernels' time, GFLOP/s.
+
 Every runtime sees the same inputs (seeded), has 3 untimed warm-up runs, then `--repeat` rounds
 each time one run of every runtime in turn (perf_counter around one call), so that drifts touch all
 alike; times are medians. A runtime that is not installed or fails leaves its cells empty with the
@@ -96,7 +100,17 @@ def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: st
     ex = CUDAExecutor(save_artifact(module, Path(folder, f"{precision}{'_tuned' if records else ''}.tar")), device)
     for k, v in feeds.items():
         ex.set_input(k, v)
-    return ex.run, lambda: [ex.get_output(i) for i in range(ex.num_outputs)]
+
+    def profile(top: int) -> list:
+        from tvmc.api import profile_rows
+
+        return profile_rows(ex.profile(5), module.metadata.get("kernel_flops", {}))[:top]
+
+    def run():
+        ex.run()
+
+    run.profile = profile
+    return run, lambda: [ex.get_output(i) for i in range(ex.num_outputs)]
 
 
 def tune(model, variant: str, arch: str, precision: str, trials: int) -> tuple:
@@ -197,7 +211,7 @@ def matches(ours, ref, precision: str) -> bool:
 
 
 def bench_case(name: str, batch: int, precision: str, arch: str, device: str, repeat: int, trials: int,
-               notes: dict) -> dict:
+               notes: dict, profile: int = 0) -> dict:
     """One row: every runtime that runs, timed in alternating rounds (module docstring)."""
     from tvmc.runtime.cuda import cuda_device
 
@@ -239,6 +253,9 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
             times[key].append((time.perf_counter() - t0) * 1e3)
     for key, ms in times.items():
         row[f"{key}_ms"] = statistics.median(ms)
+    for key in ("tvmc", "tuned"):
+        if profile and key in runners:
+            row[f"{key}_profile"] = runners[key][0].profile(profile)
     for ours in ("tvmc", "tuned"):
         for theirs in ("ort", "torch", "torch_f32"):
             if f"{ours}_ms" in row and f"{theirs}_ms" in row:
@@ -274,6 +291,12 @@ def report(rows: list, notes: dict, header: str) -> str:
             for key in ("tvmc_ms", "tuned_ms"):
                 if key in r and key in other:
                     lines.append(f"{model} batch {batch}: fp16 / fp32 {key[:-3]} {r[key] / other[key]:.2f}")
+    for r in rows:
+        for key in ("tvmc", "tuned"):
+            for k in r.get(f"{key}_profile", []):
+                rate = f"{k['gflop_s']:.0f} GFLOP/s" if k.get("gflop_s") else "-"
+                lines.append(f"profile {r['model']} b{r['batch']} {r['precision']} {key}: {k['name']} "
+                             f"{k['total_ms']:.3f} ms ({k['share'] * 100:.0f}%, {k['calls']} calls) {rate}")
     for key, why in sorted(notes.items()):
         lines.append(f"{key}: not timed: {'; '.join(sorted(why))}")
     return "\n".join(lines) + "\n"
@@ -300,6 +323,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tune", action="append", metavar="MODEL:BATCH:PRECISION=TRIALS",
                         help="tune measurements for one variant (repeatable; overrides --tune-trials)")
     parser.add_argument("--device", default="cuda", help="cuda or cuda:ORDINAL (default cuda)")
+    parser.add_argument("--profile", type=int, default=0, metavar="K",
+                        help="list the K most expensive kernels of each tvmc build (default 0: none)")
     parser.add_argument("--out", help="also write the report (markdown) to this file")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -333,7 +358,7 @@ def main(argv=None) -> int:
             for precision in precisions:
                 print(f"  {name} batch {batch} {precision} ...", end="", flush=True)
                 rows.append(bench_case(name, batch, precision, arch, args.device, args.repeat,
-                                       plan[f"{name}:{batch}:{precision}"], notes))
+                                       plan[f"{name}:{batch}:{precision}"], notes, args.profile))
                 print(f" done: {', '.join(f'{k} {v:.2f}' for k, v in rows[-1].items() if k.endswith('_ms'))} "
                       f"{rows[-1]['check']}", flush=True)
     text = report(rows, notes, header)
