@@ -148,7 +148,8 @@ MIXED_PRECISION_DTYPES = ("float16",)
 
 
 def _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuning_records=None,
-                     dump_ir=(), dump_dir=None, value_ranges=None, mixed_precision=None, mixed_precision_ops=None):
+                     dump_ir=(), dump_dir=None, value_ranges=None, mixed_precision=None, mixed_precision_ops=None,
+                     shipped_records=True):
     from tvmc.driver import CompileOptions
     from tvmc.ops.registry import all_ops
 
@@ -166,7 +167,9 @@ def _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuni
     if unknown:
         raise ValueError(f"mixed_precision_ops: unknown operator {unknown[0]!r} (tvmc's names, e.g. nn.conv2d, "
                          f"nn.dense, nn.matmul)")
-    return CompileOptions(opt_level=_int("opt_level", opt_level, 0, 3),
+    if not isinstance(shipped_records, bool):
+        raise TypeError(f"shipped_records must be a bool, got {type(shipped_records).__name__}")
+    return CompileOptions(opt_level=_int("opt_level", opt_level, 0, 3), shipped_records=shipped_records,
                           mixed_precision=mixed_precision or "", mixed_precision_ops=mp_ops,
                           disabled_passes=frozenset(_names("disabled_passes", disabled_passes)),
                           pass_config=tuple(sorted((pass_config or {}).items())),
@@ -241,6 +244,7 @@ class CompileResult:
             "timings_s": self.timings_s,
             "pass_times_s": self.pass_times_s,
             "tuning_records": _records_json(meta.get("tuning_records")),
+            "shipped_records": _records_json(meta.get("shipped_records")),
         })
 
 
@@ -261,7 +265,7 @@ OUTPUT_FORMATS = ("tar", "web")
 def compile(model, target="native", output=None, *, target_options=None, opt_level=3,  # noqa: A001 (TVM's name)
             input_shapes=None, disabled_passes=(), pass_config=None, tuning_records=None, dump_ir=(),
             dump_dir=None, progress=None, output_format="tar", value_ranges=None, mixed_precision=None,
-            mixed_precision_ops=None) -> CompileResult:
+            mixed_precision_ops=None, shipped_records=True) -> CompileResult:
     """Compile an ONNX model for a target, as `tvmc compile`; save it as a mod.tar when `output`
     is given.
 
@@ -282,6 +286,9 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     disabled_passes: pass names to skip ("A,B" or a list)
     pass_config:     {"Pass.option": value}
     tuning_records:  path of a `tvmc tune` records file to apply
+    shipped_records: apply the records tvmc ships for the target's descriptor (configs/tuning/,
+                     measured on the GPU the descriptor names) where tuning_records has none;
+                     False: the fallback rules there
     mixed_precision: None, or "float16": convolutions and matrix products (and the elementwise
                      and data-movement ops that follow them) compute in float16 with float32
                      accumulation, weights stored in float16 (passes/to_mixed_precision.py); on
@@ -319,7 +326,7 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     if dump_dir is None and dump_ir:
         dump_dir = str(Path(output).parent) if output else "."
     options = _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuning_records,
-                               dump_ir, dump_dir, value_ranges, mixed_precision, mixed_precision_ops)
+                               dump_ir, dump_dir, value_ranges, mixed_precision, mixed_precision_ops, shipped_records)
     resolved = _resolve(target, target_options)
     module = compile_model(model, resolved, options, progress=progress)
     result = CompileResult(module, resolved, options, model if isinstance(model, str) else "<ModelProto>")

@@ -446,6 +446,9 @@ def _output_folder_made(output) -> Path:
                    f"comma-separated from: {','.join(DUMP_STAGES)}.")
 @click.option("--print-pass-times", is_flag=True, help="Print the time spent in each graph pass.")
 @click.option("--tuning-records", type=click.Path(dir_okay=False), help="Apply the best configs of a `tvmc tune` records file.")
+@click.option("--no-shipped-records", "shipped_records", is_flag=True, flag_value=False, default=True,
+              help="Do not apply the tuning records tvmc ships for the target's descriptor (configs/tuning/); "
+                   "kernels without --tuning-records take the fallback rules.")
 @mixed_precision_options
 @click.option("--cross-compiler", metavar="CC", help="Compiler driver that links the library instead of the target's linker "
               "command's first word (e.g. aarch64-linux-gnu-gcc, clang); the descriptor's linker flags stay.")
@@ -455,8 +458,8 @@ def _output_folder_made(output) -> Path:
 @verbose_option
 @_handle_errors
 def compile_cmd(model, target_spec, target_option, output, output_format, opt_level, disabled_pass, pass_config,
-                input_shapes, value_range, dump_ir, print_pass_times, tuning_records, mixed_precision, mixed_precision_ops,
-                cross_compiler, cross_compiler_options, as_json, verbose):
+                input_shapes, value_range, dump_ir, print_pass_times, tuning_records, shipped_records, mixed_precision,
+                mixed_precision_ops, cross_compiler, cross_compiler_options, as_json, verbose):
     """Compile an ONNX MODEL into a mod.tar for a target.
 
     Prints a summary (kernels, params, memory, time per stage); --json prints it as JSON.
@@ -487,6 +490,7 @@ def compile_cmd(model, target_spec, target_option, output, output_format, opt_le
                                        disabled_passes=disabled, pass_config=pass_cfg, tuning_records=tuning_records,
                                        dump_ir=dumps, dump_dir=dump_dir, progress=progress,
                                        output_format=output_format, mixed_precision=mixed_precision,
+                                       shipped_records=shipped_records,
                                        mixed_precision_ops=_parse_list(mixed_precision_ops, "--mixed-precision-ops"))
     finally:
         if progress is not None:
@@ -495,10 +499,14 @@ def compile_cmd(model, target_spec, target_option, output, output_format, opt_le
         _echo_json(result.to_json())
         return
     print_compile_summary(result, print_pass_times)
-    if tuning_records:
-        from tvmc.autotune.tune import records_summary_lines
+    from tvmc.autotune.tune import records_summary_lines
 
+    if tuning_records:
         for line in records_summary_lines(result.module.metadata["tuning_records"], tuning_records):
+            click.echo(line)
+    shipped = result.module.metadata.get("shipped_records")
+    if shipped:
+        for line in records_summary_lines(shipped, f"{shipped['file']} (shipped)"):
             click.echo(line)
 
 

@@ -37,6 +37,9 @@ class CompileOptions:
                       ToMixedPrecision pass runs after the last FoldConstant of the pipeline,
                       followed by another FoldConstant (passes/to_mixed_precision.py)
     mixed_precision_ops: operator names that pass converts (default: its own list)
+    shipped_records:  apply the records tvmc ships for the target's descriptor (configs/tuning/
+                      <name>.json, tvmc.autotune.record.shipped_records) to the tasks that
+                      `tuning_records` does not cover; False: those tasks take the fallback rules
     """
 
     opt_level: int = 3
@@ -49,6 +52,7 @@ class CompileOptions:
     tuning_records: str | None = None
     mixed_precision: str = ""
     mixed_precision_ops: tuple = ()
+    shipped_records: bool = True
 
 
 @dataclass
@@ -173,11 +177,11 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
             if isinstance(e, Call) and isinstance(e.op, Function):
                 functions.setdefault(e.op.name, e.op)
 
-    config_lookup = None
-    if options.tuning_records:
-        from tvmc.autotune.record import ApplyHistoryBest
+    from tvmc.autotune.record import ApplyHistoryBest, LayeredLookup, shipped_records, shipped_records_path
 
-        config_lookup = ApplyHistoryBest.from_file(options.tuning_records, target)
+    user = ApplyHistoryBest.from_file(options.tuning_records, target) if options.tuning_records else None
+    shipped = shipped_records(target) if options.shipped_records else None
+    config_lookup = LayeredLookup(user, shipped) if user is not None or shipped is not None else None
     t0 = time.perf_counter()
     device_binaries: dict = {}
     library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir,
@@ -206,7 +210,9 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                          if f is not None},
         "planned_activation_bytes": _activation_bytes(graph, bodies, "planned_bytes"),
         "unplanned_activation_bytes": _activation_bytes(graph, bodies, "unplanned_bytes"),
-        "tuning_records": config_lookup.summary() if config_lookup is not None else None,
+        "tuning_records": user.summary() if user is not None else None,
+        **({"shipped_records": {"file": f"configs/tuning/{shipped_records_path(target).name}",
+                                **shipped.summary()}} if shipped is not None else {}),
         "device_requirements": _device_requirements(library, target),
     }
     if device_binaries:

@@ -266,6 +266,43 @@ class ApplyHistoryBest:
         }
 
 
+SHIPPED_FOLDER = "tuning"  # in tvmc.configs (configs/tuning/<descriptor name>.json)
+
+
+def shipped_records_path(target):
+    """configs/tuning/<target name>.json, the records tvmc ships for a descriptor (TVM's TopHub,
+    without a download), when it exists; else None."""
+    from importlib import resources
+
+    path = resources.files("tvmc.configs").joinpath(SHIPPED_FOLDER, f"{target.name}.json")
+    return path if path.is_file() else None
+
+
+def shipped_records(target) -> "ApplyHistoryBest | None":
+    """The shipped records of `target` as a config lookup when the file exists and holds records
+    of exactly this target (its hash: a descriptor changed by an option or a cross compiler does
+    not match); else None. Raises TuningError on a damaged file (a packaging error)."""
+    path = shipped_records_path(target)
+    if path is None:
+        return None
+    lookup = ApplyHistoryBest(load_records(path), target, hashlib.sha256(path.read_bytes()).hexdigest())
+    return lookup if lookup.best else None
+
+
+class LayeredLookup:
+    """config_lookup that asks `first` (the user's --tuning-records), then `second` (the shipped
+    records) for a task the first has no valid record of."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __call__(self, impl_name: str, wl):
+        cfg = self.first(impl_name, wl) if self.first is not None else None
+        if cfg is None and self.second is not None:
+            cfg = self.second(impl_name, wl)
+        return cfg
+
+
 def _space_of(impl_name, wl, target):
     from tvmc.ops.registry import all_ops
 
