@@ -12,9 +12,10 @@ each in float32 (fp32) and mixed precision (fp16: tvmc --mixed-precision float16
                  GPU's architecture (cuda-sm90 on sm_90, cuda-sm80 on sm_80; else
                  `cuda -mcpu=<sm_XY>`) with its default configs (the shipped records of configs/ where the descriptor
                  matches them, else the fallback rules: `untuned`)
-    tuned_ms     the same with the best configs of `tvmc tune` on this GPU (default tuner xgb;
-                 --tune-trials N measurements per variant, or --tune VARIANT=N for some:
-                 VARIANT = model:batch:precision), records in bench/results/cuda_records/
+    tuned_ms     the same with the best configs of `tvmc tune` on this GPU (--tuner, default xgb;
+                 --tune-trials N measurements per variant, or --tune VARIANT=N for some, VARIANT =
+                 model:batch:precision, N a number of trials or of seconds: 120s), records in
+                 bench/results/cuda_records/; tune_s: the search's seconds
     torch_ms     median latency of the model converted by onnx2torch, on the GPU, in
                  torch.inference_mode, then torch.cuda.synchronize(); fp16: the module and its
                  float inputs in half precision; fp32: torch's defaults, under which cuDNN runs
@@ -113,9 +114,9 @@ def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: st
     return run, lambda: [ex.get_output(i) for i in range(ex.num_outputs)]
 
 
-def tune(model, variant: str, arch: str, precision: str, trials: int) -> tuple:
-    """Tune `model`'s tasks on this GPU (default tuner, `trials` measurements in all):
-    (records path, tuning seconds)."""
+def tune(model, variant: str, arch: str, precision: str, budget: str, tuner: str) -> tuple:
+    """Tune `model`'s tasks on this GPU with `tuner`, `budget` measurements in all ("300") or
+    seconds ("120s"): (records path, tuning seconds)."""
     from tvmc.autotune.task import extract_tasks
     from tvmc.autotune.tune import TuneOptions, tune_tasks
 
@@ -123,7 +124,9 @@ def tune(model, variant: str, arch: str, precision: str, trials: int) -> tuple:
     RECORDS_DIR.mkdir(parents=True, exist_ok=True)
     path = RECORDS_DIR / f"{variant.replace(':', '_')}_{arch}.json"
     t0 = time.perf_counter()
-    tune_tasks(extract_tasks(model, target, compile_options(precision)), target, str(path), TuneOptions(trials=trials))
+    seconds = float(budget[:-1]) if budget.endswith("s") else None
+    options = TuneOptions(trials=100000 if seconds else int(budget), tuner=tuner, time_budget_s=seconds)
+    tune_tasks(extract_tasks(model, target, compile_options(precision)), target, str(path), options)
     return str(path), time.perf_counter() - t0
 
 
@@ -210,8 +213,8 @@ def matches(ours, ref, precision: str) -> bool:
     return len(ours) == len(ref)
 
 
-def bench_case(name: str, batch: int, precision: str, arch: str, device: str, repeat: int, trials: int,
-               notes: dict, profile: int = 0) -> dict:
+def bench_case(name: str, batch: int, precision: str, arch: str, device: str, repeat: int, budget: str,
+               notes: dict, profile: int = 0, tuner: str = "xgb") -> dict:
     """One row: every runtime that runs, timed in alternating rounds (module docstring)."""
     from tvmc.runtime.cuda import cuda_device
 
@@ -222,12 +225,12 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
     runners = {}
     with tempfile.TemporaryDirectory(prefix="tvmc-bench-cuda-") as tmp:
         def tuned():
-            records, seconds = tune(model, variant, arch, precision, trials)
+            records, seconds = tune(model, variant, arch, precision, budget, tuner)
             row["tune_s"] = seconds
             return tvmc_runner(model, feeds, arch, device, tmp, precision, records)
 
         makers = [("tvmc", lambda: tvmc_runner(model, feeds, arch, device, tmp, precision))]
-        if trials:
+        if budget not in ("", "0"):
             makers.append(("tuned", tuned))
         makers += [("ort", lambda: ort_runner(model, feeds, ordinal)),
                    ("torch", lambda: torch_runner(model, feeds, ordinal, precision))]
@@ -303,12 +306,14 @@ def report(rows: list, notes: dict, header: str) -> str:
 
 
 def _tune_plan(args, models, batches, precisions) -> dict:
-    plan = {f"{m}:{b}:{p}": args.tune_trials for m in models for b in batches for p in precisions}
+    """{variant: budget ("" untuned, "300" trials, "120s" seconds)}."""
+    plan = {f"{m}:{b}:{p}": str(args.tune_trials or "") for m in models for b in batches for p in precisions}
     for item in args.tune or ():
-        variant, sep, trials = item.rpartition("=")
-        if not sep or variant not in plan or not trials.isdigit():
-            raise SystemExit(f"--tune {item!r}: expected MODEL:BATCH:PRECISION=TRIALS of the benchmarked variants")
-        plan[variant] = int(trials)
+        variant, sep, budget = item.rpartition("=")
+        if not sep or variant not in plan or not budget.rstrip("s").isdigit():
+            raise SystemExit(f"--tune {item!r}: expected MODEL:BATCH:PRECISION=TRIALS (or =SECONDSs) of the "
+                             "benchmarked variants")
+        plan[variant] = budget
     return plan
 
 
@@ -320,8 +325,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=20, help="timed rounds (default 20)")
     parser.add_argument("--tune-trials", type=int, default=0,
                         help="tvmc tune measurements per variant on this GPU (default 0: untuned only)")
-    parser.add_argument("--tune", action="append", metavar="MODEL:BATCH:PRECISION=TRIALS",
-                        help="tune measurements for one variant (repeatable; overrides --tune-trials)")
+    parser.add_argument("--tune", action="append", metavar="MODEL:BATCH:PRECISION=BUDGET",
+                        help="tune budget of one variant, trials (300) or seconds (120s) (repeatable; overrides "
+                             "--tune-trials)")
+    parser.add_argument("--tuner", default="xgb", help="tvmc tune's tuner (default xgb)")
     parser.add_argument("--device", default="cuda", help="cuda or cuda:ORDINAL (default cuda)")
     parser.add_argument("--profile", type=int, default=0, metavar="K",
                         help="list the K most expensive kernels of each tvmc build (default 0: none)")
@@ -358,7 +365,7 @@ def main(argv=None) -> int:
             for precision in precisions:
                 print(f"  {name} batch {batch} {precision} ...", end="", flush=True)
                 rows.append(bench_case(name, batch, precision, arch, args.device, args.repeat,
-                                       plan[f"{name}:{batch}:{precision}"], notes, args.profile))
+                                       plan[f"{name}:{batch}:{precision}"], notes, args.profile, args.tuner))
                 print(f" done: {', '.join(f'{k} {v:.2f}' for k, v in rows[-1].items() if k.endswith('_ms'))} "
                       f"{rows[-1]['check']}", flush=True)
     text = report(rows, notes, header)

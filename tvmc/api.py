@@ -703,7 +703,7 @@ class TuneResult:
 def tune(model, target="native", records="records.json", *, target_options=None, trials=200, tuner="xgb",
          tasks=None, early_stopping=None, number=4, repeat=3, min_repeat_ms=0.0, timeout_s=10.0, parallel=None,
          prior_records=None, input_shapes=None, value_ranges=None, opt_level=3, task_list=None,
-         progress=None, mixed_precision=None, mixed_precision_ops=None) -> TuneResult:
+         progress=None, mixed_precision=None, mixed_precision_ops=None, time_budget_s=None) -> TuneResult:
     """Tune a model's kernels on this machine, as `tvmc tune`, appending records to `records`
     (resumed when it exists).
 
@@ -714,6 +714,8 @@ def tune(model, target="native", records="records.json", *, target_options=None,
     tasks:           indices of the tasks to tune ("0,2-4" or a list of ints; see list_tasks),
                      None for all
     early_stopping:  stop a task after this many trials without a new best
+    time_budget_s:   seconds for the whole search, shared by the tasks in proportion to their
+                     trials (a task stops after the batch that passes its share); None: no limit
     number, repeat, min_repeat_ms, timeout_s, parallel: measurement (tvmc.autotune.measure)
     prior_records:   records whose configs are not measured again; other tasks' train xgb
     task_list:       a TaskList of this model and target from list_tasks, not to extract again
@@ -739,7 +741,10 @@ def tune(model, target="native", records="records.json", *, target_options=None,
                              parallel=_int("parallel", parallel if parallel is not None else os.cpu_count() or 1, 1))
     if measure.min_repeat_ms < 0 or measure.timeout_s <= 0:
         raise ValueError("min_repeat_ms must be >= 0 and timeout_s > 0")
-    options = TuneOptions(trials=trials, tuner=tuner, early_stopping=early_stopping,
+    if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
+                                      or not time_budget_s > 0):
+        raise ValueError(f"time_budget_s must be a positive number of seconds, got {time_budget_s!r}")
+    options = TuneOptions(trials=trials, tuner=tuner, early_stopping=early_stopping, time_budget_s=time_budget_s,
                           prior_records=_path("prior_records", prior_records, optional=True), measure=measure)
     if task_list is None:
         task_list = list_tasks(model, target, target_options=target_options, opt_level=opt_level,

@@ -555,6 +555,8 @@ def print_task_list(task_list) -> None:
 @click.option("--tuner", type=click.Choice(["xgb", "ga", "random", "grid"]), default="xgb", show_default=True,
               help="Search: xgb (XGBoost cost model, AutoTVM), ga (genetic), random, grid.")
 @click.option("--early-stopping", type=click.IntRange(min=1), help="Stop a task after N trials without a new best.")
+@click.option("--time-budget", type=click.FloatRange(min=1.0), metavar="SECONDS",
+              help="Seconds for the whole search, shared by the tasks as their trials are (with a large --trials).")
 @click.option("--number", type=click.IntRange(min=1), default=4, show_default=True, help="Runs per timing round.")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True, help="Timing rounds per candidate.")
 @click.option("--min-repeat-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
@@ -575,7 +577,7 @@ def print_task_list(task_list) -> None:
 @verbose_option
 @_handle_errors
 def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, trials, tuner, early_stopping,
-             number, repeat, min_repeat_ms, timeout, parallel, prior, input_shapes, value_range, opt_level,
+             time_budget, number, repeat, min_repeat_ms, timeout, parallel, prior, input_shapes, value_range, opt_level,
              mixed_precision, mixed_precision_ops, as_json, verbose):
     """Tune the kernels of an ONNX MODEL on this machine; write measurement records.
 
@@ -607,6 +609,8 @@ def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices
         f"target {target.name}; a workload has one task per implementation)"
         + (f"; tuning tasks {', '.join(map(str, chosen))}" if task_indices is not None else ""))
     result = tune(model, target, output, trials=trials, tuner=tuner, tasks=task_indices, early_stopping=early_stopping,
+                  time_budget_s=time_budget, mixed_precision=mixed_precision,
+                  mixed_precision_ops=_parse_list(mixed_precision_ops, "--mixed-precision-ops"),
                   number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout, parallel=parallel,
                   prior_records=prior, task_list=task_list, progress=Progress(sys.stderr if as_json else sys.stdout))
     if as_json:

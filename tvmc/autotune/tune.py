@@ -40,6 +40,13 @@ from tvmc.autotune.tuner import make_tuner
 
 @dataclass(frozen=True)
 class TuneOptions:
+    """trials: measurements in all (split over the tasks, see split_budget); tuner: xgb, ga,
+    random, grid; early_stopping: stop a task after this many trials without a new best;
+    batch_size: candidates per tuner step; measure: how candidates are built and timed;
+    prior_records: records not measured again; seed: the tuners' seed; time_budget_s: seconds
+    for the whole search, shared by the tasks as their trials are (a task stops at the first
+    batch that ends past its share; None: no limit)."""
+
     trials: int = 200
     tuner: str = "xgb"
     early_stopping: int | None = None
@@ -47,6 +54,11 @@ class TuneOptions:
     measure: MeasureOptions = MeasureOptions()
     prior_records: str | None = None
     seed: int = 0
+    time_budget_s: float | None = None
+
+
+class _OutOfTime(Exception):
+    """A task's share of TuneOptions.time_budget_s is spent (raised between tuner batches)."""
 
 
 @dataclass
@@ -122,8 +134,10 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
     progress = progress or Progress()
     results = []
     with Measurer(target, options.measure, build_fn) as measurer, RecordWriter(output) as writer:
+        total = sum(budgets) or 1
         for k, (task, budget) in enumerate(zip(tasks, budgets), 1):
-            res = _tune_one(task, target, budget, options, measurer, writer, mine, progress, k, len(tasks))
+            seconds = None if options.time_budget_s is None else options.time_budget_s * budget / total
+            res = _tune_one(task, target, budget, options, measurer, writer, mine, progress, k, len(tasks), seconds)
             results.append(res)
     return results
 
@@ -134,7 +148,7 @@ def measured_flops(task, result) -> float:
     return task.flops / result.mean_s if result.ok and result.mean_s > 0 else 0.0
 
 
-def _tune_one(task, target, budget, options, measurer, writer, records, progress, k, n):
+def _tune_one(task, target, budget, options, measurer, writer, records, progress, k, n, seconds=None):
     space = task.config_space(target)
     tuner = make_tuner(options.tuner, space, lambda cfg: config_features(task, target, cfg), options.seed + k)
     res = TaskResult(task)
@@ -195,13 +209,20 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
 
     progress.update(k, n, res.fallback_flops, res.best_flops, res.resumed + res.trials, total, 0.0)
     remaining = budget - res.resumed - res.trials
+
+    def after_batch(tn, batch, flops):
+        progress.update(k, n, max(flops) if flops else 0.0, res.best_flops, res.resumed + res.trials, total,
+                        time.perf_counter() - t0)
+        if seconds is not None and time.perf_counter() - t0 >= seconds:
+            raise _OutOfTime
+
     if remaining > 0:
         tuner.trials = 0
         tuner.best_trial = 0
-        tuner.tune(remaining, counted_measure, options.batch_size, options.early_stopping,
-                   callback=lambda tn, b, f: progress.update(k, n, max(f) if f else 0.0, res.best_flops,
-                                                             res.resumed + res.trials, total,
-                                                             time.perf_counter() - t0))
+        try:
+            tuner.tune(remaining, counted_measure, options.batch_size, options.early_stopping, callback=after_batch)
+        except _OutOfTime:
+            pass
     res.best_flops = max(res.best_flops, tuner.best_flops)
     if tuner.best_index is not None:
         res.best_config = dict(space.get(tuner.best_index))

@@ -1,0 +1,27 @@
+"""tvmc tune's time budget (TuneOptions.time_budget_s, --time-budget): each task stops after the
+batch that ends past its share of the seconds; a fake clock makes the test independent of the
+machine's speed."""
+
+from __future__ import annotations
+
+import itertools
+
+from tvmc.autotune import tune as tune_mod
+from tvmc.autotune.measure import MeasureOptions
+from tvmc.autotune.task import extract_tasks
+from tvmc.autotune.tune import Progress, TuneOptions, tune_tasks
+from tvmc.target import resolve_target
+
+
+def test_each_task_stops_once_its_share_of_the_budget_is_spent(tmp_path, monkeypatch):
+    from test_shipped_records import _model
+
+    target = resolve_target("native")
+    tasks = extract_tasks(_model(tmp_path / "conv.onnx"), target)[:1]
+    clock = itertools.count(0.0, 10.0)  # every reading of the clock: 10 s later
+    monkeypatch.setattr(tune_mod.time, "perf_counter", lambda: next(clock))
+    options = TuneOptions(trials=10_000, tuner="random", batch_size=2, time_budget_s=25.0,
+                          measure=MeasureOptions(number=1, repeat=1, timeout_s=60.0, build_timeout_s=300.0, parallel=2))
+    (res,) = tune_tasks(tasks, target, str(tmp_path / "r.json"), options, Progress(live=False))
+    assert 1 <= res.trials <= 1 + 2 * 2  # the fallback, then batches of 2 until the clock passes 25 s
+    assert len(tasks[0].config_space(target)) > 10 * res.trials
