@@ -402,7 +402,8 @@ def test_xgb_tune_on_cuda_without_a_gpu_is_a_one_line_error(model_path, tmp_path
     code = main(["tune", model_path, "--target", "cuda", "-o", str(tmp_path / "r.json"), "--trials", "4"])
     err = capsys.readouterr().err
     assert code == TuningError.exit_code, err
-    assert err.count("\n") == 1 and err.startswith("error: target cuda is tuned by measuring on its device, and none runs here")
+    assert err.count("\n") == 1
+    assert err.startswith("error: target cuda is tuned by measuring on its device, and none runs here")
     assert not (tmp_path / "r.json").exists()
 
 
