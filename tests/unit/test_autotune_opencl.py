@@ -1,6 +1,7 @@
 """Tuning on an OpenCL target: candidates are built as OpenCL C and measured on the OpenCL device;
 configs beyond the descriptor's limits are recorded as invalid and the search goes on; `tvmc tune`
-with its default tuner (xgb, on the GPU features of the device kernels) runs there."""
+with its default tuner (xgb, on the GPU features of the device kernels) runs there, and on CUDA
+where a GPU is present."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.targets import require
+from tests.targets import BY_NAME, require
 from tvmc.autotune import features, tune
 from tvmc.autotune.measure import MeasureError, MeasureOptions, Measurer
 from tvmc.autotune.record import load_records
@@ -47,9 +48,11 @@ def _dense_model(path, m=16, n=32, k=64) -> str:
     return str(path)
 
 
-def test_cli_tune_on_opencl_with_the_default_tuner(opencl, tmp_path, capsys, monkeypatch):
-    """`tvmc tune --target opencl` with the default tuner: after the first batch (random) the xgb
-    model proposes on the device kernels' features; the records are written."""
+@pytest.mark.parametrize("gpu", [pytest.param(name, marks=BY_NAME[name].marks) for name in ("opencl", "cuda")])
+def test_cli_tune_with_the_default_tuner_on_a_gpu(gpu, tmp_path, capsys, monkeypatch):
+    """`tvmc tune --target opencl` (cuda) with the default tuner: after the first batch (random)
+    the xgb model proposes on the device kernels' features; the records are written."""
+    require(gpu)
     vectors = []
 
     def config_features(task, target, config):
@@ -59,7 +62,7 @@ def test_cli_tune_on_opencl_with_the_default_tuner(opencl, tmp_path, capsys, mon
 
     monkeypatch.setattr(tune, "config_features", config_features)
     model, out = _dense_model(tmp_path / "dense.onnx"), tmp_path / "records.json"
-    assert main(["tune", model, "--target", "opencl", "-o", str(out), "--trials", "12", "--number", "1",
+    assert main(["tune", model, "--target", gpu, "-o", str(out), "--trials", "12", "--number", "1",
                  "--repeat", "1", "--parallel", "1"]) == 0
     text = capsys.readouterr().out
     assert "[Task  1/ 1]" in text and "dense.gpu" in text
