@@ -111,7 +111,7 @@ shared.load at 352, shared.store at 360, local.load at 368, local.store at 374 (
        3  <scope>.<dir>.log2_touched_bytes_per_thread bytes a thread touches (per buffer, summed)
        4  <scope>.<dir>.log2_touched_bytes_per_block  bytes a block touches
        5  <scope>.<dir>.log2_vector_bytes             vector bytes, mean weighted by bytes moved
-       6  <scope>.<dir>.log2_stride_threadIdx.x       |stride| w.r.t. threadIdx.x, weighted mean
+       6  <scope>.<dir>.log2_stride_threadIdx.x       |stride| w.r.t. threadIdx.x, mean as above
        7  <scope>.<dir>.coalesced_fraction            share of the bytes moved coalesced
 
 LENGTH = 380.
