@@ -1,11 +1,13 @@
-"""Tuning: config spaces, tuners on synthetic costs, records (round trip, resume, apply-best,
-other targets, bad files), and measurement faults (build errors, crashes, hangs, wrong results)."""
+"""Tuning: config spaces, tuners on synthetic costs, the cost model's features (CPU and GPU
+kernels), records (round trip, resume, apply-best, other targets, bad files), and measurement
+faults (build errors, crashes, hangs, wrong results)."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -13,17 +15,23 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tvmc.autotune import features
 from tvmc.autotune.measure import MeasureError, MeasureOptions, MeasureResult, Measurer, build_candidate
 from tvmc.autotune.record import ApplyHistoryBest, RecordWriter, load_records
 from tvmc.autotune.space import ConfigSpace
-from tvmc.autotune.task import extract_tasks, workload_key
+from tvmc.autotune.task import extract_tasks, tasks_of_functions, workload_key
 from tvmc.autotune.tune import Progress, TuneOptions, side_by_side_speedup, split_budget, tune_tasks
 from tvmc.autotune.tuner import TUNERS, make_tuner
 from tvmc.cli import main
 from tvmc.driver import CompileOptions, compile_model
-from tvmc.errors import TuningError
+from tvmc.errors import ScheduleError, TuningError
+from tvmc.graph.ir import Function, TensorType, make_call
+from tvmc.graph.ir import Var as GraphVar
 from tvmc.ops.fused import lower_fused
 from tvmc.target import resolve_target
+from tvmc.te.expr import FloatImm, IntImm, Load, Var
+from tvmc.te.schedule import THREAD_TAGS
+from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
 
 # Builds get their own generous limit (a loaded 2-core machine builds slowly); runs of these
 # small kernels take milliseconds, so only a real hang reaches timeout_s.
@@ -198,6 +206,205 @@ def test_early_stopping():
     tuner = make_tuner("grid", space)
     tuner.tune(len(space), lambda cfgs: [1.0] * len(cfgs), batch_size=4, early_stopping=8)
     assert tuner.trials == 8
+
+
+# ---- cost-model features ----------------------------------------------------------------------
+
+def _documented_layout() -> dict:
+    """slot -> feature name, as the features module's docstring lists them."""
+    doc = features.__doc__
+    per_loop = int(re.search(r"PER_LOOP = (\d+)", doc).group(1))
+    access_base, per_access = map(int, re.search(r"slot (\d+) \+ a \* PER_ACCESS \+ offset \(PER_ACCESS = (\d+)",
+                                                 doc).groups())
+    groups = {g: int(n) for g, n in re.findall(r"(\w+\.\w+) at (\d+)", doc)}
+    out = {}
+    for offset, name in re.findall(r"^ +(\d+)  (\S+)", doc, re.M):
+        offset = int(offset)
+        if "{d}" in name:
+            slots = {d * per_loop + offset: name.format(d=d) for d in range(features.MAX_LOOPS)}
+        elif "{a}" in name:
+            slots = {access_base + a * per_access + offset: name.format(a=a) for a in range(features.MAX_ACCESSES)}
+        elif name.startswith("<scope>.<dir>."):
+            slots = {base + offset: g + name[len("<scope>.<dir>"):] for g, base in groups.items()
+                     if not (g.startswith("local.") and offset >= len(features.LOCAL_TRAFFIC_FEATURES))}
+        else:
+            slots = {offset: name}
+        assert not set(slots) & set(out), f"{name} documented at a slot already taken"
+        out.update(slots)
+    assert int(re.search(r"LENGTH = (\d+)", doc).group(1)) == features.LENGTH
+    return out
+
+
+def test_every_feature_slot_has_one_name_as_documented():
+    """Each slot of the vector is one named feature, and the module docstring lists them all at
+    their slots (the old layout wrote nesting depth over a loop-kind slot)."""
+    assert len(set(features.NAMES)) == len(features.NAMES) == features.LENGTH
+    assert features.SLOT == {name: k for k, name in enumerate(features.NAMES)}
+    assert _documented_layout() == dict(enumerate(features.NAMES))
+
+
+def _loop(name, extent, kind, body):
+    v = Var(name)
+    return For(v, extent, kind, body(v))
+
+
+def _feature(vec, name) -> float:
+    return float(vec[features.SLOT[name]])
+
+
+def _log2(x) -> float:
+    return float(np.float32(np.log2(1 + x)))
+
+
+def test_features_of_a_deep_cpu_nest_keep_kinds_and_counts_apart():
+    """Six nested loops: each loop's one-hot kind, extent and presence sit in its own slots."""
+    a, out = Buffer("a", (2, 3, 4, 5, 6, 8), "float32"), Buffer("out", (2, 3, 4, 5, 6, 8), "float32")
+    kinds = ["parallel", "serial", "serial", "serial", "unroll", "vectorize"]
+    extents = a.shape
+
+    def nest(k, idx):
+        if k == len(kinds):
+            flat = a.flat_index(idx)
+            return Store(out, flat, Load(a, flat) * FloatImm(2.0))
+        return _loop(f"i{k}", extents[k], kinds[k], lambda v: nest(k + 1, idx + [v]))
+
+    vec = features.loop_features(PrimFunc("k", [a, out], nest(0, [])))
+    for d, (kind, extent) in enumerate(zip(kinds, extents)):
+        assert _feature(vec, f"loop{d}.kind={kind}") == 1.0 and _feature(vec, f"loop{d}.present") == 1.0
+        assert _feature(vec, f"loop{d}.log2_extent") == _log2(extent)
+        assert sum(_feature(vec, f"loop{d}.kind={k}") for k in features.KINDS) == 1.0
+    assert _feature(vec, "loop6.present") == 0.0
+    assert _feature(vec, "kernel.loops.kind=serial") == 3 and _feature(vec, "kernel.loops.kind=unroll") == 1
+    assert _feature(vec, "kernel.log2_dominant_unrolled") == _log2(6)
+    assert _feature(vec, "kernel.is_gpu") == 0.0 and _feature(vec, "launch.log2_threads_per_block") == 0.0
+    # the contiguous vector loop: 8 lanes of float32 per load and store; stride 1 on the innermost loop
+    assert _feature(vec, "access0.log2_vector_bytes") == _log2(32) == _feature(vec, "access1.log2_vector_bytes")
+    assert _feature(vec, "loop5.access0.log2_stride") == _log2(1)
+    assert _feature(vec, "global.load.log2_accesses_per_thread") == _log2(2 * 3 * 4 * 5 * 6)
+    assert _feature(vec, "global.load.log2_touched_bytes_per_thread") == _log2(4 * a.size)
+    assert _feature(vec, "compute.log2_ops_per_thread") == _log2(a.size)
+
+
+def _copy_kernel(load_index, vector_lanes=1):
+    """out[b*64 + t*L + l] = a[load_index(b, t, l)] on 16 blocks of 64 / L threads, L vector lanes."""
+    a, out = Buffer("a", (1024,), "float32"), Buffer("out", (1024,), "float32")
+    lanes = vector_lanes
+    body = _loop("b", 16, "blockIdx.x", lambda b: _loop(
+        "t", 64 // lanes, "threadIdx.x", lambda t: _loop(
+            "l", lanes, "vectorize" if lanes > 1 else "serial", lambda l: Store(
+                out, b * 64 + t * lanes + l, Load(a, load_index(b, t, l))))))
+    return PrimFunc("copy", [a, out], body)
+
+
+def test_gpu_features_see_coalescing_and_vector_width():
+    coalesced = features.loop_features(_copy_kernel(lambda b, t, l: b * 64 + t * 4 + l, vector_lanes=4))
+    assert _feature(coalesced, "kernel.is_gpu") == 1.0  # no launch set: taken from the thread loops
+    assert _feature(coalesced, "launch.log2_threads_per_block") == _log2(16)
+    assert _feature(coalesced, "launch.log2_blocks") == _log2(16)
+    assert _feature(coalesced, "loop0.kind=blockIdx.x") == _feature(coalesced, "loop1.kind=threadIdx.x") == 1.0
+    assert _feature(coalesced, "global.load.log2_vector_bytes") == _log2(16)
+    assert _feature(coalesced, "global.load.coalesced_fraction") == 1.0
+    assert _feature(coalesced, "access1.log2_stride_threadIdx.x") == _log2(4)
+    assert _feature(coalesced, "global.load.log2_bytes_per_block") == _log2(256)
+    # the transposed read: consecutive threads 16 elements apart, one float at a time
+    strided = features.loop_features(_copy_kernel(lambda b, t, l: t * 16 + b))
+    assert _feature(strided, "global.load.coalesced_fraction") == 0.0
+    assert _feature(strided, "global.store.coalesced_fraction") == 1.0
+    assert _feature(strided, "access1.log2_stride_threadIdx.x") == _log2(16)
+    assert _feature(strided, "access1.coalesced") == 0.0 and _feature(strided, "access0.coalesced") == 1.0
+    # a floordiv/floormod index (a fused loop split again) is evaluated: consecutive threads, stride 1
+    fused = features.loop_features(_copy_kernel(lambda b, t, l: (b * 64 + t) % 8 + (b * 64 + t) // 8 * 8))
+    assert _feature(fused, "global.load.coalesced_fraction") == 1.0
+
+
+def test_features_of_odd_kernels():
+    """Any loop kind, buffer scope and dtype, guards, indirect and floordiv indices, barriers,
+    and kernels without a store give a finite vector."""
+    a = Buffer("a", (64,), "float32")
+    idx = Buffer("idx", (64,), "int64")
+    tex = Buffer("tex", (64,), "bfloat16", scope="texture")
+    out = Buffer("out", (64,), "float32")
+    body = _loop("w", 2, "vthread", lambda w: _loop("t", 32, "threadIdx.x", lambda t: Allocate(tex, Seq([
+        Store(tex, t, Load(a, Load(idx, w * 32 + t))),
+        Barrier(),
+        IfThenElse(Load(idx, t) < IntImm(5), Store(out, w * 32 + t, Load(tex, (t // 2) * 2))),
+    ]))))
+    vec = features.loop_features(PrimFunc("odd", [a, idx, out], body))
+    assert np.isfinite(vec).all() and vec.shape == (features.LENGTH,)
+    assert _feature(vec, "kernel.loops.kind=other") == 1 and _feature(vec, "loop0.kind=other") == 1
+    assert _feature(vec, "access0.scope=other") == 1.0  # the dominant store: the first (ties, same depth)
+    assert _feature(vec, "kernel.guarded_store_fraction") == 0.5
+    assert _feature(vec, "sync.barriers") == 1
+    assert _feature(vec, "kernel.stores") == 2
+    no_store = features.loop_features(PrimFunc("sync", [], _loop("t", 32, "threadIdx.x", lambda t: Barrier())))
+    assert _feature(no_store, "kernel.is_gpu") == 1.0 and _feature(no_store, "sync.barriers") == 1
+    assert _feature(no_store, "loop0.present") == 0.0
+    assert not features.loop_features(PrimFunc("empty", [], Seq([]))).any()
+
+
+def _dense_task(target, m=64, n=128, k=32):
+    x, w = GraphVar("x", TensorType((m, k), "float32")), GraphVar("w", TensorType((n, k), "float32"))
+    (task,) = [t for t in tasks_of_functions([Function([x, w], make_call("nn.dense", [x, w]), "f")], target)
+               if t.impl.endswith(".gpu") or target.kind != "gpu"][:1]
+    return task
+
+
+@pytest.mark.parametrize("spec", ["opencl", "cuda-sm90"])
+def test_gpu_kernel_features_without_a_device(spec):
+    """Features of a GPU target's device kernel come from lowering alone (no GPU, no driver), and
+    tell apart dense.gpu configs that differ only in thread binding and tiling."""
+    gpu = resolve_target(spec)
+    task = _dense_task(gpu)
+    space = task.config_space(gpu)
+    fallback = space.fallback_config()
+    prim = lower_fused(task.function(), gpu, lambda name, wl: fallback if name == task.impl else None)
+    vec = features.config_features(task, gpu, fallback)
+    assert _feature(vec, "kernel.is_gpu") == 1.0
+    assert _feature(vec, "launch.log2_threads_per_block") == _log2(prim.launch.threads_per_block)
+    assert _feature(vec, "memory.log2_shared_bytes_per_block") == _log2(prim.launch.shared_bytes) > 0
+    assert _feature(vec, "sync.barriers") >= 1 and _feature(vec, "memory.log2_local_bytes_per_thread") > 0
+    assert _feature(vec, "kernel.dominant_stores_local") == 1.0  # the register accumulator
+    assert _feature(vec, "global.load.coalesced_fraction") == 1.0  # the cooperative fetches
+    bound = [k for k in features.KINDS if k in THREAD_TAGS for d in range(features.MAX_LOOPS)
+             if _feature(vec, f"loop{d}.kind={k}")]
+    assert {"blockIdx.x", "threadIdx.x", "threadIdx.y"} <= set(bound)
+    # the same tiles on a transposed thread block; and random configs: different kernels, different
+    # vectors (configs whose tiles exceed the problem lower to the same kernel as smaller ones)
+    swapped = dict(fallback, tile_x=fallback["tile_y"] // 2, tile_y=fallback["tile_x"] * 2)
+    picks = np.random.default_rng(0).choice(len(space), 40, replace=False)
+    kernels = {}
+    for config in [fallback, swapped] + [space.get(int(i)) for i in picks]:
+        try:
+            text = str(lower_fused(task.function(), gpu, lambda name, wl, c=config: c if name == task.impl else None))
+        except ScheduleError:  # beyond the target's threads or shared memory per block
+            continue
+        kernels[text] = features.config_features(task, gpu, config).tobytes()
+    vec_swapped = features.config_features(task, gpu, swapped)
+    assert vec_swapped.any() and not np.array_equal(vec, vec_swapped)
+    assert len(kernels) >= 10 and len(set(kernels.values())) == len(kernels)
+
+
+def test_cpu_kernel_features_tell_configs_apart(task, target):
+    """x86: the conv task's configs give distinct vectors, with the target's vector width."""
+    space = task.config_space(target)
+    vectors = [features.config_features(task, target, space.get(i)) for i in range(min(len(space), 24))]
+    assert len({v.tobytes() for v in vectors}) == len(vectors)
+    width = target.vector_width_bits // 8
+    assert max(_feature(v, "global.store.log2_vector_bytes") for v in vectors) <= _log2(width)
+    assert all(_feature(v, "kernel.is_gpu") == 0.0 for v in vectors)
+
+
+def test_xgb_tune_on_cuda_without_a_gpu_is_a_one_line_error(model_path, tmp_path, capsys, monkeypatch):
+    from tvmc import runtime
+
+    if runtime.device_missing("cuda") is None:  # a GPU here: pretend it is missing
+        monkeypatch.setattr(runtime, "device_missing", lambda kind: "no CUDA driver (test)" if kind == "cuda" else None)
+    code = main(["tune", model_path, "--target", "cuda", "-o", str(tmp_path / "r.json"), "--trials", "4"])
+    err = capsys.readouterr().err
+    assert code == TuningError.exit_code, err
+    assert err.count("\n") == 1
+    assert err.startswith("error: target cuda is tuned by measuring on its device, and none runs here")
+    assert not (tmp_path / "r.json").exists()
 
 
 # ---- measurement and records ------------------------------------------------------------------

@@ -8,8 +8,9 @@ has not measured yet and learns from measured throughputs (FLOP/s; 0 for a faile
     ga      genetic: a population of `pop_size`, parents drawn in proportion to throughput,
             uniform crossover of knob values, each knob mutated with probability 0.1,
             the `elite` best carried over (AutoTVM's GATuner);
-    xgb     XGBoost ranking model (objective rank:pairwise) on loop-structure features of the
-            lowered loop IR (tvmc.autotune.features), retrained after every batch; batches are
+    xgb     XGBoost ranking model (objective rank:pairwise) on the features of the lowered kernel,
+            CPU or GPU (tvmc.autotune.features: loops and their kinds or thread bindings, memory
+            accesses by scope, launch extents), retrained after every batch; batches are
             proposed by simulated annealing over the knob space on the model's scores (parallel
             chains, one knob changed per step, temperature falling linearly to 0), the best
             unmeasured points kept; 5% of each batch is random (exploration). With prior
