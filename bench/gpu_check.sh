@@ -31,7 +31,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-$PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { say "install failed"; cat "$OUT/install.log"; exit 1; }
+$PY -m pip install -q --no-deps --no-build-isolation -e . >/tmp/gpu_check_install.log 2>&1 || { say "install failed"; cat /tmp/gpu_check_install.log; exit 1; }
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 $PY -c "from tvmc.runtime.cuda import gpu_info; print('tvmc compiles for', gpu_info())" | tee -a "$OUT/gpu.txt"
