@@ -7,11 +7,12 @@ Models: ResNet-18, MobileNetV2 and the BERT-style encoder of bench/models.py at 
 each in float32 (fp32) and mixed precision (fp16: tvmc --mixed-precision float16, torch
 `module.half()`). Per model, batch and precision, one row:
 
-    tvmc_ms      median latency of CUDAExecutor.run() (its CUDA graph replayed, then a wait for
+    fallback_ms  median latency of CUDAExecutor.run() (its CUDA graph replayed, then a wait for
                  the stream), tvmc compiled at opt level 3 for the shipped descriptor of this
                  GPU's architecture (cuda-sm90 on sm_90, cuda-sm80 on sm_80; else
-                 `cuda -mcpu=<sm_XY>`) with its default configs (the shipped records of configs/ where the descriptor
-                 matches them, else the fallback rules: `untuned`)
+                 `cuda -mcpu=<sm_XY>`) with the fallback rules only (--no-shipped-records: untuned)
+    tvmc_ms      the same as tvmc compile builds it by default, with the records tvmc ships for
+                 the descriptor (configs/tuning/); empty where none of them applies to the model
     tuned_ms     the same with the best configs of `tvmc tune` on this GPU (--tuner, default xgb;
                  --tune-trials N measurements per variant, or --tune VARIANT=N for some, VARIANT =
                  model:batch:precision, N a number of trials or of seconds: 120s), records in
@@ -75,10 +76,11 @@ def load(name: str, batch: int) -> tuple:
     return model, (feeds(batch=batch) if feeds else model_inputs(model))
 
 
-def compile_options(precision: str, records: str | None = None):
+def compile_options(precision: str, records: str | None = None, shipped: bool = False):
     from tvmc.driver import CompileOptions
 
-    return CompileOptions(opt_level=3, tuning_records=records, mixed_precision=PRECISIONS[precision])
+    return CompileOptions(opt_level=3, tuning_records=records, mixed_precision=PRECISIONS[precision],
+                          shipped_records=shipped)
 
 
 def gpu_target(arch: str):
@@ -91,14 +93,19 @@ def gpu_target(arch: str):
     return resolve_target(f"cuda -mcpu={arch}")
 
 
-def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: str, records: str | None = None):
-    """(run, outputs) of tvmc's CUDAExecutor for `model` compiled for gpu_target(arch)."""
+def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: str, records: str | None = None,
+                shipped: bool = False):
+    """(run, outputs) of tvmc's CUDAExecutor for `model` compiled for gpu_target(arch); with
+    `shipped`, Unavailable when no shipped record applies (the build would be the fallback's)."""
     from tvmc.driver import compile_model
     from tvmc.package import save_artifact
     from tvmc.runtime.cuda import CUDAExecutor
 
-    module = compile_model(model, gpu_target(arch), compile_options(precision, records))
-    ex = CUDAExecutor(save_artifact(module, Path(folder, f"{precision}{'_tuned' if records else ''}.tar")), device)
+    module = compile_model(model, gpu_target(arch), compile_options(precision, records, shipped))
+    if shipped and not (module.metadata.get("shipped_records") or {}).get("workloads_from_records"):
+        raise Unavailable("no shipped record applies")
+    tag = "_tuned" if records else "_shipped" if shipped else ""
+    ex = CUDAExecutor(save_artifact(module, Path(folder, f"{precision}{tag}.tar")), device)
     for k, v in feeds.items():
         ex.set_input(k, v)
 
@@ -124,8 +131,13 @@ def tune(model, variant: str, arch: str, precision: str, budget: str, tuner: str
     RECORDS_DIR.mkdir(parents=True, exist_ok=True)
     path = RECORDS_DIR / f"{variant.replace(':', '_')}_{arch}.json"
     t0 = time.perf_counter()
+    import os
+
+    from tvmc.autotune.measure import MeasureOptions
+
     seconds = float(budget[:-1]) if budget.endswith("s") else None
-    options = TuneOptions(trials=100000 if seconds else int(budget), tuner=tuner, time_budget_s=seconds)
+    options = TuneOptions(trials=100000 if seconds else int(budget), tuner=tuner, time_budget_s=seconds,
+                          measure=MeasureOptions(parallel=os.cpu_count() or 1))
     tune_tasks(extract_tasks(model, target, compile_options(precision)), target, str(path), options)
     return str(path), time.perf_counter() - t0
 
@@ -229,7 +241,8 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
             row["tune_s"] = seconds
             return tvmc_runner(model, feeds, arch, device, tmp, precision, records)
 
-        makers = [("tvmc", lambda: tvmc_runner(model, feeds, arch, device, tmp, precision))]
+        makers = [("fallback", lambda: tvmc_runner(model, feeds, arch, device, tmp, precision)),
+                  ("tvmc", lambda: tvmc_runner(model, feeds, arch, device, tmp, precision, shipped=True))]
         if budget not in ("", "0"):
             makers.append(("tuned", tuned))
         makers += [("ort", lambda: ort_runner(model, feeds, ordinal)),
@@ -246,7 +259,8 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
         for _ in range(WARMUP_RUNS):
             run()
     reference = reference_outputs(model, feeds)
-    bad = [k for k in ("tvmc", "tuned") if k in runners and not matches(runners[k][1](), reference, precision)]
+    bad = [k for k in ("fallback", "tvmc", "tuned") if k in runners
+           and not matches(runners[k][1](), reference, precision)]
     row["check"] = f"MISMATCH {' '.join(bad)}" if bad else "ok"
     times = {k: [] for k in runners}
     for _ in range(repeat):
@@ -256,20 +270,21 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
             times[key].append((time.perf_counter() - t0) * 1e3)
     for key, ms in times.items():
         row[f"{key}_ms"] = statistics.median(ms)
-    for key in ("tvmc", "tuned"):
+    for key in ("fallback", "tvmc", "tuned"):
         if profile and key in runners:
             row[f"{key}_profile"] = runners[key][0].profile(profile)
-    for ours in ("tvmc", "tuned"):
+    for ours in ("fallback", "tvmc", "tuned"):
         for theirs in ("ort", "torch", "torch_f32"):
             if f"{ours}_ms" in row and f"{theirs}_ms" in row:
                 row[f"{ours}/{theirs}"] = row[f"{ours}_ms"] / row[f"{theirs}_ms"]
-    if "tuned_ms" in row and "tvmc_ms" in row:
-        row["tvmc/tuned"] = row["tvmc_ms"] / row["tuned_ms"]
+    for tuned in ("tvmc", "tuned"):  # the fallback rules against tuned configs (shipped, or tuned here)
+        if f"{tuned}_ms" in row and "fallback_ms" in row:
+            row[f"fallback/{tuned}"] = row["fallback_ms"] / row[f"{tuned}_ms"]
     return row
 
 
-COLUMNS = ["model", "batch", "precision", "gflops", "tvmc_ms", "tuned_ms", "torch_ms", "torch_f32_ms", "ort_ms",
-           "tvmc/torch", "tuned/torch", "tuned/torch_f32", "tvmc/tuned", "tune_s", "check"]
+COLUMNS = ["model", "batch", "precision", "gflops", "fallback_ms", "tvmc_ms", "tuned_ms", "torch_ms", "torch_f32_ms",
+           "ort_ms", "fallback/torch", "tvmc/torch", "tuned/torch", "fallback/tvmc", "fallback/tuned", "tune_s", "check"]
 
 
 def report(rows: list, notes: dict, header: str) -> str:
@@ -280,8 +295,8 @@ def report(rows: list, notes: dict, header: str) -> str:
     lines = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cell(r, k) for k in COLUMNS) + " |" for r in rows]
     lines.append("")
-    for key in ("tvmc/torch", "tuned/torch", "tvmc/torch_f32", "tuned/torch_f32", "tvmc/tuned", "tvmc/ort",
-                "tuned/ort"):
+    for key in ("fallback/torch", "tvmc/torch", "tuned/torch", "fallback/torch_f32", "tvmc/torch_f32",
+                "tuned/torch_f32", "fallback/tvmc", "fallback/tuned", "tvmc/ort", "tuned/ort"):
         for precision in PRECISIONS:
             ratios = [r[key] for r in rows if key in r and r["precision"] == precision]
             if ratios:
@@ -291,11 +306,11 @@ def report(rows: list, notes: dict, header: str) -> str:
     for (model, batch, precision), r in sorted(by.items()):
         other = by.get((model, batch, "fp32"))
         if precision == "fp16" and other:
-            for key in ("tvmc_ms", "tuned_ms"):
+            for key in ("fallback_ms", "tvmc_ms", "tuned_ms"):
                 if key in r and key in other:
                     lines.append(f"{model} batch {batch}: fp16 / fp32 {key[:-3]} {r[key] / other[key]:.2f}")
     for r in rows:
-        for key in ("tvmc", "tuned"):
+        for key in ("fallback", "tvmc", "tuned"):
             for k in r.get(f"{key}_profile", []):
                 rate = f"{k['gflop_s']:.0f} GFLOP/s" if k.get("gflop_s") else "-"
                 lines.append(f"profile {r['model']} b{r['batch']} {r['precision']} {key}: {k['name']} "
