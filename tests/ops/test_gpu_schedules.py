@@ -35,6 +35,8 @@ GPU_CASES = [
     Case("lrn.gpu", "nn.lrn", lambda r: [n(r, (1, 10, 6, 7), 3.0)], dict(size=5, alpha=1e-2, beta=0.75, bias=1.0)),
     Case("dense.gpu", "nn.dense", lambda r: [n(r, (37, 70)), n(r, (50, 70))], {},
          lambda r: [("add", {}, [n(r, (50,))]), ("nn.relu", {}, [])]),
+    Case("dense_small_batch.gpu", "nn.dense", lambda r: [n(r, (3, 700)), n(r, (50, 700))], {},
+         lambda r: [("add", {}, [n(r, (50,))]), ("nn.relu", {}, [])]),
     Case("matmul.gpu", "nn.matmul", lambda r: [n(r, (2, 33, 20)), n(r, (20, 45))]),
     Case("dense_pack.gpu", "nn.dense_pack", lambda r: [n(r, (3, 50)), n(r, (5, 50, 8))]),
     Case("conv2d_nchw.gpu", "nn.conv2d", lambda r: [n(r, (1, 8, 15, 15)), n(r, (16, 8, 3, 3))],

@@ -9,7 +9,8 @@ from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.dense import (dense_config, dense_pack_config, matmul_config, schedule_dense, schedule_dense_pack,
                                 schedule_matmul)
 from tvmc.ops.elemwise import broadcast_index, broadcast_shape
-from tvmc.ops.gpu.dense import gemm_config, schedule_gemm
+from tvmc.ops.gpu.dense import (gemm_config, schedule_dense_small_batch, schedule_gemm, small_batch,
+                                small_batch_config)
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.gpu.tensorcore import (schedule_dense_tensorcore, schedule_matmul_tensorcore, tensorcore_applies,
                                      tensorcore_config, tensorcore_supports)
@@ -37,6 +38,8 @@ register_op(OpDef("nn.dense", _dense_type, lambda x, w: (x.astype(np.float64) @ 
                       "gpu": [Implementation("dense_tensorcore.gpu", None, config_space=tensorcore_config,
                                              applies=tensorcore_applies, template=schedule_dense_tensorcore,
                                              supports=tensorcore_supports),
+                              Implementation("dense_small_batch.gpu", schedule_dense_small_batch,
+                                             config_space=small_batch_config, applies=small_batch),
                               Implementation("dense.gpu", schedule_gemm, config_space=gemm_config)]}))
 
 

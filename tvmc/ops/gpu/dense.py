@@ -7,14 +7,26 @@ Fallback: 4 x 4 registers per thread where M and N allow, a 16-wide row of threa
 rows of threads as max_threads_per_block leaves (256 threads: a 64 x 64 block tile), tile_k =
 the largest divisor of K <= 8 (with 64 x 64 tiles: 4 KiB of shared memory per step).
 Epilogues that change the shape fall back on the per-thread schedule.
+
+small batch (TVM's dense_small_batch.gpu): dense with at most SMALL_BATCH rows, where a GEMM tile
+would leave most of the GPU idle (ResNet-18's classifier [1, 512] x [1000, 512] fell back on 16
+blocks of 16 threads, 162 us on an H200; its best tuned GEMM tile, one thread per block on 1000
+blocks, 19.7 us): a block per output element, its threads splitting K and combining their partial
+sums through shared memory (the cross-thread reduction of tvmc/ops/gpu/reduction.py), the
+epilogue applied by one thread. Knob num_threads; fallback: the smallest power of two covering K,
+between the warp and SMALL_BATCH_THREADS (each thread then sums K / num_threads products, reading
+the weight row coalesced).
 """
 
 from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
-from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_gemm_tile, schedule_per_thread
+from tvmc.ops.gpu.reduction import schedule_reduce
+from tvmc.ops.gpu.tiling import define_gemm_tile, pow2_at_least, schedule_gemm_tile, schedule_per_thread, thread_counts
 
 TILE_K_FALLBACK = 8
+SMALL_BATCH = 16           # rows (M) up to which dense runs as one cross-thread reduction per output
+SMALL_BATCH_THREADS = 256  # most threads per output the small-batch fallback gives
 # register tile per thread the fallback aims for (rows x columns): 16 accumulators, and per k
 # step 4 + 4 shared-memory loads for 16 multiply-adds
 REGISTER_TILE = (4, 4)
@@ -37,3 +49,24 @@ def schedule_gemm(s, out, anchor, cfg, target):
         return
     nd = len(out.shape)
     schedule_gemm_tile(s, out, anchor, cfg, row_axis=nd - 2, col_axis=nd - 1, split_reduce=0)
+
+
+def small_batch(workload) -> bool:
+    """dense_small_batch.gpu applies: data [M, K] with M <= SMALL_BATCH."""
+    return workload[-3][0] <= SMALL_BATCH
+
+
+def small_batch_config(workload, target) -> ConfigSpace:
+    """Config space of dense_small_batch.gpu: num_threads (threads splitting K per output)."""
+    k = workload[0][-1]
+    space = ConfigSpace()
+    counts = thread_counts(target)
+    space.define_knob("num_threads", counts,
+                      fallback=min(counts[-1], SMALL_BATCH_THREADS, max(counts[0], pow2_at_least(k))))
+    return space
+
+
+def schedule_dense_small_batch(s, out, anchor, cfg, target):
+    """dense with few rows: a block per output element, a cross-thread reduction over K (module
+    docstring); an epilogue that changes the shape falls back on the per-thread schedule."""
+    schedule_reduce(s, out, anchor, {"num_threads": cfg["num_threads"], "cross_thread": True}, target)
