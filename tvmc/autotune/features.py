@@ -128,7 +128,7 @@ from tvmc.te.expr import (INDEX, BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, 
                           walk)
 from tvmc.te.schedule import BLOCK_AXES, THREAD_AXES, THREAD_TAGS
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Seq, Store, stmt_children
-from tvmc.tir.simplify import Linear
+from tvmc.tir.simplify import Linear, fold_int
 
 MAX_LOOPS = 12
 MAX_ACCESSES = 4
@@ -198,26 +198,14 @@ def _evaluate(e, env: dict):
     if isinstance(e, BinOp):
         a, b = _evaluate(e.a, env), _evaluate(e.b, env)
         op = e.op
-        if op == "add":
-            return a + b
-        if op == "sub":
-            return a - b
-        if op == "mul":
-            return a * b
         if op in ("floordiv", "floormod", "div", "fmod") and b == 0:
             raise _Opaque
-        if op == "floordiv":
-            return a // b
-        if op == "floormod":
-            return a % b
+        if op in ("add", "sub", "mul", "floordiv", "floormod", "min", "max"):
+            return fold_int(op, a, b)  # the simplifier's folding (also right for floats here)
         if op == "div":
             return a / b if isinstance(a, float) or isinstance(b, float) else int(a / b)
         if op == "fmod":
             return math.fmod(a, b) if isinstance(a, float) or isinstance(b, float) else a - b * int(a / b)
-        if op == "min":
-            return min(a, b)
-        if op == "max":
-            return max(a, b)
         if op in ("and", "or"):
             return int(bool(a) and bool(b)) if op == "and" else int(bool(a) or bool(b))
         if isinstance(a, int) and isinstance(b, int):

@@ -104,7 +104,9 @@ def atom_bounds(atom: PrimExpr, ranges: dict):
     return None
 
 
-def _fold_int(op, a, b):
+def fold_int(op, a, b):
+    """`a op b` for op in add, sub, mul, floordiv, floormod, min, max (Python semantics); None for
+    another op or a division by zero."""
     if op == "add":
         return a + b
     if op == "sub":
@@ -149,7 +151,7 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
         if isinstance(x, BinOp):
             a, b = x.a, x.b
             if isinstance(a, IntImm) and isinstance(b, IntImm) and x.dtype != "bool":
-                v = _fold_int(x.op, a.value, b.value)
+                v = fold_int(x.op, a.value, b.value)
                 if v is not None:
                     return IntImm(v, x.dtype)
             if isinstance(a, FloatImm) and isinstance(b, FloatImm):
