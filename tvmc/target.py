@@ -62,6 +62,8 @@ class Target:
     tools: tuple = ()           # ((program or file, package), ...): what the linker command uses
     browser: tuple = ()
     browser_package: str = ""
+    # GPU option: float32 GEMMs on the TF32 tensor cores (absent from dicts unless set)
+    allow_tf32: bool = False
 
     @property
     def threaded(self) -> bool:
@@ -137,7 +139,8 @@ class Target:
 
 # Fields a descriptor may leave out that the dicts (and so the hashes) leave out when empty
 OPTIONAL_FIELDS = ("max_shared_memory_per_block", "thread_warp_size", "max_registers_per_thread",
-                   "registers_per_block", "assembler", "num_cores", "tools", "browser", "browser_package")
+                   "registers_per_block", "assembler", "num_cores", "tools", "browser", "browser_package",
+                   "allow_tf32")
 
 
 def _schema() -> dict:
@@ -448,7 +451,11 @@ def resolve_target(spec: str, options: dict | None = None) -> Target:
         if key in _DERIVED:
             raise TargetError(f"target option '{key}' is derived from cpu and features; set those instead")
         cur = getattr(target, key)
-        if isinstance(cur, tuple):
+        if isinstance(cur, bool):
+            if str(value).lower() not in ("true", "false", "1", "0"):
+                raise TargetError(f"target option '{key}' needs true or false, got '{value}'")
+            value = str(value).lower() in ("true", "1")
+        elif isinstance(cur, tuple):
             value = tuple(v for v in str(value).split(",") if v)
         elif isinstance(cur, int):
             try:

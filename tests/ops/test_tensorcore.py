@@ -26,6 +26,9 @@ from tvmc.target import resolve_target
 from tvmc.tir.simt import run_kernel
 
 SM90 = resolve_target("cuda-sm90")
+SM90_TF32 = resolve_target("cuda-sm90", {"allow_tf32": "true"})
+# TF32 keeps 10 of float32's 23 mantissa bits (truncated): products lose up to 2**-10 relative
+TF32_TOL = dict(rtol=2e-2, atol=2e-2)
 
 
 def h(rng, shape, scale=1.0):
@@ -44,6 +47,17 @@ TENSORCORE_CASES = [
     Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [h(r, (1, 8, 15, 15)), h(r, (16, 8, 3, 3))],
          conv(strides=(2, 2), padding=(1, 1, 1, 1)), bias_relu16(16)),
 ]
+# float32 models with --target-option allow_tf32=true: the m16n8k8 TF32 form
+TF32_CASES = [
+    Case("dense_tensorcore.gpu", "nn.dense", lambda r: [n(r, (37, 72)), n(r, (50, 72))], {},
+         lambda r: [("add", {}, [n(r, (50,))]), ("nn.relu", {}, [])], tol=TF32_TOL),
+    Case("matmul_tensorcore.gpu", "nn.matmul", lambda r: [n(r, (2, 33, 24)), n(r, (24, 45))], tol=TF32_TOL),
+    Case("matmul_tensorcore.gpu", "nn.matmul", lambda r: [n(r, (2, 20, 30)), n(r, (30, 16))], tol=TF32_TOL),
+    Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [n(r, (2, 3, 11, 13)), n(r, (12, 3, 3, 3))],
+         conv(padding=(1, 0, 1, 2), dilation=(1, 2)), tol=TF32_TOL),
+    Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [n(r, (1, 8, 9, 9)), n(r, (16, 8, 3, 3))],
+         conv(strides=(2, 2), padding=(1, 1, 1, 1)), tol=TF32_TOL),
+]
 EDGE_CASES = [
     # K not a multiple of 8: every operand gathered element by element, zero-filled past K
     Case("dense_tensorcore.gpu", "nn.dense", lambda r: [h(r, (5, 27)), h(r, (9, 27))]),
@@ -57,13 +71,19 @@ EDGE_CASES = [
 ]
 
 
+def _target(case):
+    """cuda-sm90, with allow_tf32 for float32 cases."""
+    return SM90_TF32 if case.build()[0][0].dtype == np.float32 else SM90
+
+
 def _configs(case, count=2):
     """The fallback config of the case's implementation and `count` others of its space that
     lower (seeded choice)."""
     arrays, chain = case.build()
     fn, _, _ = op_function(case.op, arrays, case.attrs, chain)
-    task = next(t for t in tasks_of_functions([fn], SM90) if t.impl == case.id)
-    space = task.config_space(SM90)
+    target = _target(case)
+    task = next(t for t in tasks_of_functions([fn], target) if t.impl == case.id)
+    space = task.config_space(target)
     indices = list(range(len(space)))
     random.Random(case.id + str(fn.params[0].type.shape)).shuffle(indices)
     chosen = [space.fallback_config()]
@@ -72,7 +92,7 @@ def _configs(case, count=2):
         if dict(cfg) == dict(chosen[0]):
             continue
         try:
-            lower_fused(fn, SM90, config_lookup=lambda name, wl, cfg=cfg: cfg if name == case.id else None)
+            lower_fused(fn, target, config_lookup=lambda name, wl, cfg=cfg: cfg if name == case.id else None)
         except ScheduleError:
             continue  # beyond the register, thread or shared-memory budget: invalid for the tuner too
         chosen.append(cfg)
@@ -84,22 +104,26 @@ def _configs(case, count=2):
 def _run(case, cfg):
     arrays, chain = case.build()
     fn, all_arrays, ref = op_function(case.op, arrays, case.attrs, chain)
-    prim = lower_fused(fn, SM90, config_lookup=lambda name, wl: cfg if name == case.id else None)
+    prim = lower_fused(fn, _target(case), config_lookup=lambda name, wl: cfg if name == case.id else None)
     out = np.zeros(fn.body.shape, fn.body.dtype)
     run_kernel(prim, [np.ascontiguousarray(a) for a in all_arrays] + [out])
     return out, ref, prim
 
 
-@pytest.mark.parametrize("case", TENSORCORE_CASES + EDGE_CASES,
-                         ids=[f"{c.id}-{k}" for k, c in enumerate(TENSORCORE_CASES + EDGE_CASES)])
+ALL_CASES = TENSORCORE_CASES + EDGE_CASES + TF32_CASES
+ALL_IDS = [f"{c.id}-{k}" for k, c in enumerate(ALL_CASES)]
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
 def test_tensorcore_kernel_matches_reference_in_the_simt_interpreter(case):
     configs = _configs(case)
     assert len(configs) == 3
+    tf32 = case in TF32_CASES
     for cfg in configs:
         out, ref, prim = _run(case, cfg)
-        assert "mma.m16n8k16" in str(prim) and "ldmatrix" in str(prim)
+        assert ("mma.m16n8k8" in str(prim)) == tf32 and ("ldmatrix" in str(prim)) != tf32
         try:
-            _assert_close(out, ref)
+            _assert_close(out, ref, case.tol)
         except AssertionError as e:
             raise AssertionError(f"config {dict(cfg)}: {e}") from None
 
@@ -132,23 +156,28 @@ def test_too_many_accumulators_is_refused():
         _run(case, dict(warps_m=1, warps_n=1, frag_m=4, frag_n=8, block_k=16, stages=1))
 
 
-def test_only_float16_workloads_on_targets_with_tensor_cores_get_them():
+def test_only_targets_with_tensor_cores_get_them_and_float32_only_with_allow_tf32():
     dense = get_op("nn.dense")
-    f16 = ((8, 16), (8, 16), (8, 8), "float16", ())
-    f32 = ((8, 16), (8, 16), (8, 8), "float32", ())
+    f16 = ((32, 16), (8, 16), (32, 8), "float16", ())
+    f32 = ((32, 16), (8, 16), (32, 8), "float32", ())
     assert dense.implementations("gpu", f16, SM90)[0].name == "dense_tensorcore.gpu"
     assert dense.implementations("gpu", f16, resolve_target("cuda-sm80"))[0].name == "dense_tensorcore.gpu"
     for name in ("cuda", "opencl"):  # sm_75 has no m16n8k16; OpenCL no warp-level matrix instructions
         assert dense.implementations("gpu", f16, resolve_target(name))[0].name == "dense.gpu"
+        assert dense.implementations("gpu", f32, resolve_target(name, {"allow_tf32": "true"}))[0].name == "dense.gpu"
     assert dense.implementations("gpu", f32, SM90)[0].name == "dense.gpu"
+    assert dense.implementations("gpu", f32, SM90_TF32)[0].name == "dense_tensorcore.gpu"
+    assert SM90_TF32.hash != SM90.hash  # records and shipped records keep the two apart
     grouped = ((1, 8, 5, 5), (8, 1, 3, 3), (1, 8, 3, 3), "float16", (("groups", 8),))
     assert get_op("nn.conv2d").implementations("gpu", grouped, SM90)[0].name == "conv2d_nchw_grouped.gpu"
 
 
 @pytest.mark.parametrize("target_name", ["cuda-sm80", "cuda-sm90"])
-@pytest.mark.parametrize("case", TENSORCORE_CASES, ids=[c.id for c in TENSORCORE_CASES])
+@pytest.mark.parametrize("case", TENSORCORE_CASES + TF32_CASES[:1],
+                         ids=[c.id for c in TENSORCORE_CASES] + ["dense_tf32"])
 def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
-    target = resolve_target(target_name)
+    tf32 = case in TF32_CASES
+    target = resolve_target(target_name, {"allow_tf32": "true"} if tf32 else None)
     arrays, chain = case.build()
     fn, _, _ = op_function(case.op, arrays, case.attrs, chain)
     prim = lower_fused(fn, target)
@@ -156,8 +185,11 @@ def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
     cg.add_function(prim)
     ptx = compile_ir(cg.ir_text(), target, assembly=True)
     text = ptx.decode()
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in text
-    assert re.search(r"ldmatrix\.sync\.aligned\.m8n8\.x[24](\.trans)?\.shared\.b16", text)
+    if tf32:
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in text
+    else:
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in text
+        assert re.search(r"ldmatrix\.sync\.aligned\.m8n8\.x[24](\.trans)?\.shared\.b16", text)
     if case.id != "matmul_tensorcore.gpu":  # its B (N = 45) is gathered; dense and conv copy A with cp.async
         assert "cp.async.cg.shared.global" in text and "cp.async.wait_group" in text
     reason = assembler_missing(target)
@@ -169,8 +201,7 @@ def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("case", TENSORCORE_CASES + EDGE_CASES,
-                         ids=[f"{c.id}-{k}" for k, c in enumerate(TENSORCORE_CASES + EDGE_CASES)])
+@pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
 def test_tensorcore_kernel_on_the_gpu_matches_reference_and_the_interpreter(case):
     """On an NVIDIA GPU with tensor cores: the fallback and two other configs, compiled for this
     GPU's architecture, against the numpy reference and against the SIMT interpreter's output
@@ -181,9 +212,11 @@ def test_tensorcore_kernel_on_the_gpu_matches_reference_and_the_interpreter(case
     from tvmc.runtime.cuda import gpu_info
 
     require("cuda")
-    target = resolve_target(f"cuda -mcpu={gpu_info()[1]}")
-    if not tensorcore_supports(target):
-        pytest.skip(f"{target.cpu} has no float16 tensor-core mma that tvmc uses")
+    tf32 = case in TF32_CASES
+    target = resolve_target(f"cuda -mcpu={gpu_info()[1]}", {"allow_tf32": "true"} if tf32 else None)
+    wl_dtype = "float32" if tf32 else "float16"
+    if not tensorcore_supports(target, ((), (), (), wl_dtype, ())):
+        pytest.skip(f"{target.cpu} has no {wl_dtype} tensor-core mma that tvmc uses")
     arrays, chain = case.build()
     fn, all_arrays, ref = op_function(case.op, arrays, case.attrs, chain)
     for cfg in _configs(case):
@@ -191,7 +224,7 @@ def test_tensorcore_kernel_on_the_gpu_matches_reference_and_the_interpreter(case
         out = run_cuda_kernel(prim, target, all_arrays, np.zeros(fn.body.shape, fn.body.dtype))
         simulated, _, _ = _run(case, cfg)
         try:
-            _assert_close(out, ref)
+            _assert_close(out, ref, case.tol)
             np.testing.assert_allclose(out.astype(np.float32), simulated.astype(np.float32), rtol=1e-3, atol=1e-3)
         except AssertionError as e:
             raise AssertionError(f"config {dict(cfg)}: {e}") from None

@@ -45,8 +45,10 @@ class Implementation:
     template:     (ctx: tvmc.ops.fused.TemplateContext, cfg, target) -> PrimFunc: a kernel written
                   in loop IR instead of a schedule (`schedule` is then None; e.g. the tensor-core
                   GEMMs of tvmc/ops/gpu/tensorcore.py, whose steps are warp-level instructions).
-    supports:     (target: Target) -> bool, the targets it can run on beyond the family (a
-                  descriptor fact, e.g. tensor cores); None: every target of the family.
+    supports:     (target: Target, workload: tuple | None) -> bool, the targets (and, with a
+                  workload, the target and workload pairs) it can run on beyond the family: a
+                  descriptor fact, e.g. tensor cores for the workload's dtype; None: every target
+                  of the family.
     """
 
     name: str
@@ -94,7 +96,7 @@ class OpDef:
         if impls and workload is not None:
             impls = [i for i in impls if i.applies is None or i.applies(workload)]
         if impls and target is not None:
-            impls = [i for i in impls if i.supports is None or i.supports(target)]
+            impls = [i for i in impls if i.supports is None or i.supports(target, workload)]
         if not impls:
             raise ScheduleError(f"operator {self.name} has no implementation for target family '{family}'")
         return impls

@@ -1,6 +1,8 @@
 """Tensor-core GEMM kernels for GPUs with warp-level matrix instructions (NVIDIA sm_80 on:
 targets/isa/nvptx64.yaml `mma`): dense, batched matmul and conv2d (implicit GEMM) with float16
-operands, accumulated in float32, with the fused epilogue applied to the accumulators.
+operands (mma m16n8k16), or float32 ones read as TF32 where the target allows it (`allow_tf32`:
+mma m16n8k8, the operands' low 13 mantissa bits dropped), accumulated in float32, with the fused
+epilogue applied to the accumulators.
 
 The kernel is written directly in loop IR (a template, like TVM's ir_builder kernels and the
 tensor-core templates of its meta-schedule), because its inner steps are warp-collective
@@ -10,17 +12,19 @@ instructions that no loop transformation of a tensor expression produces:
 
 - a block computes a BM x BN tile of C, BM = warps_m * frag_m * 16, BN = warps_n * frag_n * 8;
   its warps_m x warps_n warps each a (frag_m * 16) x (frag_n * 8) tile as frag_m x frag_n
-  m16n8k16 mma tiles (tir.MMA) into float32 registers;
+  mma tiles (tir.MMA) into float32 registers;
 - K goes in steps of block_k: per step the block copies the A tile [BM, block_k] and the B tile
-  into shared memory (rows padded by 8 elements, so the 8 rows ldmatrix reads lie in distinct
-  banks), then every warp loads its fragments with ldmatrix (tir.MatrixLoad: B transposed on the
-  way where it is stored with N contiguous) and multiplies;
+  into shared memory (rows padded, so that the rows a warp reads at once lie in distinct banks:
+  8 elements; 4 for TF32 rows along K), then every warp loads its fragments (float16: ldmatrix,
+  tir.MatrixLoad, B transposed on the way where it is stored with N contiguous; TF32: one shared
+  load per element) and multiplies;
 - with stages = 2 the copies of step k+1 (cp.async where the target has it: tir.AsyncCopy, 16
   bytes per thread and copy) go on while step k is multiplied (double buffering); stages = 1
   copies, waits, multiplies;
-- an operand that is a parameter read contiguously along its tile rows (K % 8 == 0 or N % 8 == 0
-  as needed) is copied 16 bytes at a time; any other (conv2d's im2col gather, an inlined
-  producer) element by element, 8 per thread and step along the row, zero outside the matrix;
+- an operand that is a parameter read contiguously along its tile rows (K or N a multiple of the
+  elements in 16 bytes, as needed) is copied 16 bytes at a time; any other (conv2d's im2col
+  gather, an inlined producer) element by element, 16 bytes' worth per thread and step along the
+  row, zero outside the matrix;
 - the epilogue: each thread evaluates the fused function's output expression (bias, activation,
   residual add, cast...) at the C elements it holds and stores them; out-of-range rows and
   columns are skipped.
@@ -36,8 +40,10 @@ where the output allows (two along M when M >= 64, two or four along N), warp ti
 them), block_k 32 (16 when K <= 16), stages 2 when the target copies asynchronously and K takes
 more than one step.
 
-Applies to float16 operands on targets whose `tensor_core_dtypes` has float16; conv2d with
-groups 1 (depthwise and grouped convolutions keep the generic GPU schedules).
+Applies to float16 operands on targets whose `tensor_core_dtypes` has float16, and to float32
+ones where it has float32 and the target sets `allow_tf32` (a numerics change the user asks for:
+--target-option allow_tf32=true); conv2d with groups 1 (depthwise and grouped convolutions keep
+the generic GPU schedules).
 """
 
 from __future__ import annotations
@@ -46,19 +52,45 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from tvmc.autotune.space import ConfigSpace
 from tvmc.errors import ScheduleError
 from tvmc.te.expr import IntImm, Load, Select, Var, logical_and
-from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer, For, IfThenElse, MatrixLoad,
+from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer, For, IfThenElse, MatrixLoad,
                          PrimFunc, Seq, Store)
 from tvmc.tir.lower import inline_value
 from tvmc.tir.simplify import simplify, simplify_stmt
 
-MMA_M, MMA_N, MMA_K = 16, 8, 16
-PAD = 8                 # elements of padding per shared-memory row (ldmatrix rows in distinct banks)
-CHUNK = 8               # float16 elements per 16-byte copy
+MMA_M, MMA_N = 16, 8
+COPY_BYTES = 16         # bytes per copy (cp.async, a vector load)
 MAX_ACCUMULATORS = 64   # float32 accumulators per thread (frag_m * frag_n * 4)
-OPERAND_DTYPE = "float16"
+
+
+@dataclass(frozen=True)
+class MmaKind:
+    """One form of the warp-level matrix multiply the kernels use: operand `dtype` in memory,
+    tir.MMA `shape`, its K `k`, and whether fragments come from ldmatrix (16-bit elements) or
+    from one shared-memory load per element."""
+
+    dtype: str
+    shape: str
+    k: int
+    ldmatrix: bool
+
+    @property
+    def chunk(self) -> int:
+        """Elements per 16-byte copy."""
+        return COPY_BYTES // np.dtype(self.dtype).itemsize
+
+    def pad(self, k_major: bool) -> int:
+        """Elements of padding per shared row: ldmatrix's 8 row addresses (16 bytes each), or a
+        TF32 fragment's 8 rows x 4 columns (rows along K: 4 elements) or 4 rows x 8 columns (rows
+        along N: 8 elements), in distinct banks."""
+        return 4 if not self.ldmatrix and k_major else 8
+
+
+MMA_KINDS = {"float16": MmaKind("float16", "m16n8k16", 16, True), "float32": MmaKind("float32", "m16n8k8", 8, False)}
 
 
 @dataclass
@@ -115,23 +147,30 @@ def gemm_extents(workload) -> tuple:
 
 
 def tensorcore_applies(workload) -> bool:
-    """float16 operands; conv2d only with groups 1."""
+    """float16 or float32 operands; conv2d only with groups 1."""
     attrs = dict(workload[-1])
-    return workload[-2] == OPERAND_DTYPE and attrs.get("groups", 1) == 1
+    return workload[-2] in MMA_KINDS and attrs.get("groups", 1) == 1
 
 
-def tensorcore_supports(target) -> bool:
-    """The target has float16 tensor-core instructions (and warps of 32)."""
-    return OPERAND_DTYPE in target.tensor_core_dtypes and target.thread_warp_size == 32
+def tensorcore_supports(target, workload=None) -> bool:
+    """The target has tensor-core instructions for the workload's dtype (float32 only with
+    allow_tf32) and warps of 32; without a workload, for some dtype."""
+    dtypes = set(target.tensor_core_dtypes) & set(MMA_KINDS)
+    if not target.allow_tf32:
+        dtypes.discard("float32")
+    if target.thread_warp_size != 32:
+        return False
+    return bool(dtypes) if workload is None else workload[-2] in dtypes
 
 
 # --- the GEMM kernel ---------------------------------------------------------------------------
 
 def gemm_kernel(name: str, params: list, batch: int, m_ext: int, n_ext: int, k_ext: int, a: Operand, b: Operand,
-                b_k_major: bool, epilogue: Callable, cfg, target) -> PrimFunc:
-    """The kernel of the module docstring over buffers `params` (inputs then output).
-    `epilogue(b, m, n, acc) -> Stmt` stores C element (m, n) of batch b, acc its float32 value.
-    Raises ScheduleError for configs beyond the register or thread budget."""
+                b_k_major: bool, epilogue: Callable, cfg, target, kind: MmaKind) -> PrimFunc:
+    """The kernel of the module docstring over buffers `params` (inputs then output), with the
+    matrix instruction `kind`. `epilogue(b, m, n, acc) -> Stmt` stores C element (m, n) of batch
+    b, acc its float32 value. Raises ScheduleError for configs beyond the register or thread
+    budget."""
     wm_n, wn_n, fm_n, fn_n = cfg["warps_m"], cfg["warps_n"], cfg["frag_m"], cfg["frag_n"]
     bk, stages = cfg["block_k"], cfg["stages"]
     if fm_n * fn_n * 4 > MAX_ACCUMULATORS:
@@ -148,25 +187,27 @@ def gemm_kernel(name: str, params: list, batch: int, m_ext: int, n_ext: int, k_e
     wm, wn = warp_id // wn_n, warp_id % wn_n
     m0, n0 = by * bm, bx * bn
 
-    a_row = bk + PAD
-    a_s = Buffer(f"{name}_A_shared", (stages * bm * a_row,), OPERAND_DTYPE, "shared")
+    dtype, chunk = kind.dtype, kind.chunk
+    a_elems, b_elems, _ = MMA_SHAPES[kind.shape]
+    a_row = bk + kind.pad(True)
+    a_s = Buffer(f"{name}_A_shared", (stages * bm * a_row,), dtype, "shared")
     if b_k_major:
-        b_row, b_rows = bk + PAD, bn
+        b_row, b_rows = bk + kind.pad(True), bn
     else:
-        b_row, b_rows = bn + PAD, bk
-    b_s = Buffer(f"{name}_B_shared", (stages * b_rows * b_row,), OPERAND_DTYPE, "shared")
+        b_row, b_rows = bn + kind.pad(False), bk
+    b_s = Buffer(f"{name}_B_shared", (stages * b_rows * b_row,), dtype, "shared")
     acc = Buffer(f"{name}_acc", (fm_n * fn_n * 4,), "float32", "local")
-    a_frag = Buffer(f"{name}_A_frag", (fm_n * 8,), OPERAND_DTYPE, "local")
-    b_frag = Buffer(f"{name}_B_frag", (fn_n * 4,), OPERAND_DTYPE, "local")
+    a_frag = Buffer(f"{name}_A_frag", (fm_n * a_elems,), dtype, "local")
+    b_frag = Buffer(f"{name}_B_frag", (fn_n * b_elems,), dtype, "local")
 
     def copy(op: Operand, dst: Buffer, row0, col0, tile_rows, tile_cols, row_len, stage):
         """Stmts copying op's tile [row0 : +tile_rows, col0 : +tile_cols] into stage `stage` of
-        `dst` (rows of row_len elements), CHUNK elements per thread and iteration."""
-        per_row = tile_cols // CHUNK
+        `dst` (rows of row_len elements), 16 bytes' worth of elements per thread and iteration."""
+        per_row = tile_cols // chunk
         chunks = tile_rows * per_row
         it_v = Var("copy")
         c = it_v * threads + tid
-        r, cc = c // per_row, (c % per_row) * CHUNK
+        r, cc = c // per_row, (c % per_row) * chunk
         grow, gcol = row0 + r, col0 + cc
         dst_index = (stage * tile_rows + r) * row_len + cc
         if op.direct is not None:
@@ -177,13 +218,13 @@ def gemm_kernel(name: str, params: list, batch: int, m_ext: int, n_ext: int, k_e
                 body = AsyncCopy(dst, dst_index, buf, src_index, valid)
             else:
                 v = Var("v")
-                body = For(v, CHUNK, "vectorize", Store(dst, dst_index + v, Select(
-                    valid, Load(buf, src_index + v), _zero())))
+                body = For(v, chunk, "vectorize", Store(dst, dst_index + v, Select(
+                    valid, Load(buf, src_index + v), _zero(dtype))))
         else:
             v = Var("v")
             valid = logical_and(grow < op.rows, gcol + v < op.cols)
-            body = For(v, CHUNK, "vectorize", Store(dst, dst_index + v, Select(
-                valid, op.value(bz, grow, gcol + v), _zero())))
+            body = For(v, chunk, "vectorize", Store(dst, dst_index + v, Select(
+                valid, op.value(bz, grow, gcol + v), _zero(dtype))))
         iterations = -(-chunks // threads)
         if chunks % threads:
             body = IfThenElse(c < chunks, body)
@@ -198,29 +239,52 @@ def gemm_kernel(name: str, params: list, batch: int, m_ext: int, n_ext: int, k_e
             b_copy = copy(b, b_s, k0, n0, bk, bn, b_row, stage)
         return Seq([a_copy, b_copy])
 
+    def b_index(stage, k, n):
+        return (stage * bn + n) * b_row + k if b_k_major else (stage * bk + k) * b_row + n
+
+    def load_fragments_ldmatrix(stage, kk):
+        out = []
+        for fm in range(fm_n):  # A fragment: 16 rows x 16 k, row-major (ldmatrix.x4)
+            row = wm * (fm_n * MMA_M) + fm * MMA_M + lane % 16
+            col = kk * kind.k + (lane // 16) * 8
+            out.append(MatrixLoad(a_frag, fm * a_elems, a_s, (stage * bm + row) * a_row + col, 4))
+        fn = 0
+        while fn < fn_n:  # B fragments: two 8-column tiles per ldmatrix.x4, one per .x2
+            pair = 2 if fn + 1 < fn_n else 1
+            if b_k_major:  # rows of B^T (n) hold 16 consecutive k
+                n = wn * (fn_n * MMA_N) + fn * MMA_N + lane % 8 + (lane // 16) * 8
+                k = kk * kind.k + ((lane // 8) % 2) * 8
+            else:  # rows of B (k) hold consecutive n: transposed on the way
+                k = kk * kind.k + lane % 16
+                n = wn * (fn_n * MMA_N) + fn * MMA_N + (lane // 16) * 8
+            out.append(MatrixLoad(b_frag, fn * b_elems, b_s, b_index(stage, k, n), 2 * pair, trans=not b_k_major))
+            fn += pair
+        return out
+
+    def load_fragments_per_element(stage, kk):
+        """TF32 (m16n8k8): A element e of a lane at (g + 8 (e % 2), t + 4 (e // 2)), B element e at
+        (k = t + 4e, n = g), with g = lane // 4, t = lane % 4 (tir.MMA)."""
+        g, t = lane // 4, lane % 4
+        out = []
+        for fm in range(fm_n):
+            for e in range(a_elems):
+                row = wm * (fm_n * MMA_M) + fm * MMA_M + g + 8 * (e % 2)
+                col = kk * kind.k + t + 4 * (e // 2)
+                out.append(Store(a_frag, IntImm(fm * a_elems + e), Load(a_s, (stage * bm + row) * a_row + col)))
+        for fn in range(fn_n):
+            for e in range(b_elems):
+                n = wn * (fn_n * MMA_N) + fn * MMA_N + g
+                out.append(Store(b_frag, IntImm(fn * b_elems + e), Load(b_s, b_index(stage, kk * kind.k + t + 4 * e, n))))
+        return out
+
     def multiply(stage):
         out = []
-        for kk in range(bk // MMA_K):
-            for fm in range(fm_n):  # A fragment: 16 rows x 16 k, row-major (ldmatrix.x4)
-                row = wm * (fm_n * MMA_M) + fm * MMA_M + lane % 16
-                col = kk * MMA_K + (lane // 16) * 8
-                out.append(MatrixLoad(a_frag, fm * 8, a_s, (stage * bm + row) * a_row + col, 4))
-            fn = 0
-            while fn < fn_n:  # B fragments: two 8-column tiles per ldmatrix.x4, one per .x2
-                pair = 2 if fn + 1 < fn_n else 1
-                if b_k_major:  # rows of B^T (n) hold 16 consecutive k
-                    n = wn * (fn_n * MMA_N) + fn * MMA_N + lane % 8 + (lane // 16) * 8
-                    k = kk * MMA_K + ((lane // 8) % 2) * 8
-                    index = (stage * bn + n) * b_row + k
-                else:  # rows of B (k) hold consecutive n: transposed on the way
-                    k = kk * MMA_K + lane % 16
-                    n = wn * (fn_n * MMA_N) + fn * MMA_N + (lane // 16) * 8
-                    index = (stage * bk + k) * b_row + n
-                out.append(MatrixLoad(b_frag, fn * 4, b_s, index, 2 * pair, trans=not b_k_major))
-                fn += pair
+        for kk in range(bk // kind.k):
+            load = load_fragments_ldmatrix if kind.ldmatrix else load_fragments_per_element
+            out += load(stage, kk)
             for fm in range(fm_n):
                 for fn in range(fn_n):
-                    out.append(MMA("m16n8k16", acc, (fm * fn_n + fn) * 4, a_frag, fm * 8, b_frag, fn * 4))
+                    out.append(MMA(kind.shape, acc, (fm * fn_n + fn) * 4, a_frag, fm * a_elems, b_frag, fn * b_elems))
         return Seq(out)
 
     ko = Var("k_outer")
@@ -258,7 +322,7 @@ def gemm_kernel(name: str, params: list, batch: int, m_ext: int, n_ext: int, k_e
     return PrimFunc(name, params, simplify_stmt(body))
 
 
-def _zero(dtype: str = OPERAND_DTYPE):
+def _zero(dtype: str):
     from tvmc.te.expr import FloatImm
 
     return FloatImm(0.0, dtype)
@@ -268,9 +332,9 @@ def _zero(dtype: str = OPERAND_DTYPE):
 
 def _direct(t, buffers, index: Callable, contiguous_extent: int):
     """Operand.direct for te tensor `t` read at index(b, row, col) (its indices) when it is a
-    kernel parameter whose rows along `col` hold `contiguous_extent` elements, a multiple of
-    CHUNK (so every row starts 16-byte aligned); else None."""
-    if t.uid not in buffers or contiguous_extent % CHUNK:
+    kernel parameter whose rows along `col` hold `contiguous_extent` elements, a multiple of the
+    elements in 16 bytes (so every row starts 16-byte aligned); else None."""
+    if t.uid not in buffers or contiguous_extent % MMA_KINDS[t.dtype].chunk:
         return None
     buf = buffers[t.uid]
     return buf, lambda b, r, c: buf.flat_index(index(b, r, c))
@@ -323,7 +387,8 @@ def schedule_dense_tensorcore(ctx, cfg, target) -> PrimFunc:
     bt = Operand(lambda b, n, k: inline_value(weight, [n, k], buffers), n_ext, k_ext,
                  _direct(weight, buffers, lambda b, n, k: [n, k], k_ext))
     return gemm_kernel(ctx.name, params, 1, m_ext, n_ext, k_ext, a, bt, True,
-                       _epilogue(ctx, buffers, params[-1], lambda b, m, n: [m, n]), cfg, target)
+                       _epilogue(ctx, buffers, params[-1], lambda b, m, n: [m, n]), cfg, target,
+                       MMA_KINDS[data.dtype])
 
 
 def schedule_matmul_tensorcore(ctx, cfg, target) -> PrimFunc:
@@ -356,7 +421,7 @@ def schedule_matmul_tensorcore(ctx, cfg, target) -> PrimFunc:
                  _direct(rhs, buffers, b_index, n_ext))
     return gemm_kernel(ctx.name, params, batch, m_ext, n_ext, k_ext, a, bn, False,
                        _epilogue(ctx, buffers, params[-1], lambda b, m, n: list(batch_index(b)) + [m, n]),
-                       cfg, target)
+                       cfg, target, MMA_KINDS[lhs.dtype])
 
 
 def schedule_conv2d_tensorcore(ctx, cfg, target) -> PrimFunc:
@@ -382,11 +447,12 @@ def schedule_conv2d_tensorcore(ctx, cfg, target) -> PrimFunc:
         ic, ky, kx = k // taps, (k // kw) % kh, k % kw
         iy, ix = y * sh - pt + ky * dh, x * sw - pl + kx * dw
         inside = logical_and(iy >= 0, iy < h, ix >= 0, ix < w)
-        return Select(inside, inline_value(data, [img, ic, iy, ix], buffers), _zero())
+        return Select(inside, inline_value(data, [img, ic, iy, ix], buffers), _zero(data.dtype))
 
     # weight [O, C, KH, KW] is row-major [O, K]: row oc of A starts at oc * K
     a = Operand(weight_value, m_ext, k_ext, _direct(weight, buffers, lambda b, oc, k: [oc, 0, 0, k], k_ext))
     bn = Operand(im2col, k_ext, n_ext)
     return gemm_kernel(ctx.name, params, 1, m_ext, n_ext, k_ext, a, bn, False,
                        _epilogue(ctx, buffers, params[-1],
-                                 lambda b, m, n: [n // (oh * ow), m, (n // ow) % oh, n % ow]), cfg, target)
+                                 lambda b, m, n: [n // (oh * ow), m, (n // ow) % oh, n % ow]), cfg, target,
+                       MMA_KINDS[data.dtype])
