@@ -39,7 +39,7 @@ def test_measure_on_opencl_records_oversized_configs_as_invalid(opencl):
     assert "threads per block" in results[1].error_msg and results[1].costs_s == []
 
 
-def _dense_model(path, m=16, n=32, k=64) -> str:
+def _dense_model(path, m=24, n=32, k=64) -> str:  # m > 16: one task, dense.gpu (not dense_small_batch.gpu)
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((n, k)).astype(np.float32), "w")
     g = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
