@@ -133,13 +133,50 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
     budgets = budgets or split_budget(tasks, options.trials, target)
     progress = progress or Progress()
     results = []
-    with Measurer(target, options.measure, build_fn) as measurer, RecordWriter(output) as writer:
-        total = sum(budgets) or 1
-        for k, (task, budget) in enumerate(zip(tasks, budgets), 1):
-            seconds = None if options.time_budget_s is None else options.time_budget_s * budget / total
-            res = _tune_one(task, target, budget, options, measurer, writer, mine, progress, k, len(tasks), seconds)
-            results.append(res)
+    # forked before the measurer starts its runner, so that no worker holds the runner's pipe
+    features = FeaturePool(options.measure.parallel) if options.tuner == "xgb" else None
+    try:
+        with Measurer(target, options.measure, build_fn) as measurer, RecordWriter(output) as writer:
+            total = sum(budgets) or 1
+            for k, (task, budget) in enumerate(zip(tasks, budgets), 1):
+                seconds = None if options.time_budget_s is None else options.time_budget_s * budget / total
+                res = _tune_one(task, target, budget, options, measurer, writer, mine, progress, k, len(tasks),
+                                seconds, features)
+                results.append(res)
+    finally:
+        if features is not None:
+            features.close()
     return results
+
+
+def _features_of(args):
+    task, target, config = args
+    return config_features(task, target, config)
+
+
+class FeaturePool:
+    """The cost model's features of many configs at once, in `workers` forked processes (each
+    config's kernel is lowered to read its loops: the xgb tuner's annealing scores hundreds per
+    batch); one worker: in this process."""
+
+    def __init__(self, workers: int):
+        import concurrent.futures as cf
+        import multiprocessing
+
+        self.workers = max(1, int(workers))
+        self.pool = (cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+                     if self.workers > 1 else None)
+
+    def featurize_many(self, task, target, configs) -> list:
+        if self.pool is None:
+            return [config_features(task, target, c) for c in configs]
+        chunk = -(-len(configs) // self.workers)
+        return list(self.pool.map(_features_of, [(task, target, c) for c in configs], chunksize=chunk))
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
 
 
 def measured_flops(task, result) -> float:
@@ -148,9 +185,10 @@ def measured_flops(task, result) -> float:
     return task.flops / result.mean_s if result.ok and result.mean_s > 0 else 0.0
 
 
-def _tune_one(task, target, budget, options, measurer, writer, records, progress, k, n, seconds=None):
+def _tune_one(task, target, budget, options, measurer, writer, records, progress, k, n, seconds=None, features=None):
     space = task.config_space(target)
-    tuner = make_tuner(options.tuner, space, lambda cfg: config_features(task, target, cfg), options.seed + k)
+    many = (lambda cfgs: features.featurize_many(task, target, cfgs)) if features is not None else None
+    tuner = make_tuner(options.tuner, space, lambda cfg: config_features(task, target, cfg), options.seed + k, many)
     res = TaskResult(task)
     t0 = time.perf_counter()
     done_keys = {r.config_key(): r for r in records if r.key == task.key}

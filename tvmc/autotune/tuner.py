@@ -172,12 +172,15 @@ class GATuner(Tuner):
 
 
 class XGBTuner(Tuner):
-    """See the module docstring. `featurize(config) -> np.ndarray` gives a config's features."""
+    """See the module docstring. `featurize(config) -> np.ndarray` gives a config's features;
+    `featurize_many(configs) -> list of np.ndarray`, when given, several at once (in parallel
+    processes: each lowers its kernel, the annealing's main cost)."""
 
     def __init__(self, space, featurize, seed=0, num_rounds: int = 60, sa_chains: int = 16, sa_steps: int = 60,
-                 epsilon: float = 0.05, transfer_trials: int = 32):
+                 epsilon: float = 0.05, transfer_trials: int = 32, featurize_many=None):
         super().__init__(space, seed)
         self.featurize = featurize
+        self.featurize_many = featurize_many
         self.num_rounds, self.sa_chains, self.sa_steps, self.epsilon = num_rounds, sa_chains, sa_steps, epsilon
         self.transfer_trials = transfer_trials
         self.cache: dict = {}
@@ -188,7 +191,11 @@ class XGBTuner(Tuner):
         self.fit_s = 0.0
 
     def features(self, indices) -> np.ndarray:
-        for i in indices:
+        missing = list(dict.fromkeys(i for i in indices if i not in self.cache))
+        if self.featurize_many is not None and len(missing) > 1:
+            for i, vec in zip(missing, self.featurize_many([self.space.get(i) for i in missing])):
+                self.cache[i] = vec
+        for i in missing:
             if i not in self.cache:
                 self.cache[i] = self.featurize(self.space.get(i))
         return np.stack([self.cache[i] for i in indices])
@@ -297,8 +304,9 @@ class XGBTuner(Tuner):
 TUNERS = ("xgb", "ga", "random", "grid")
 
 
-def make_tuner(kind: str, space, featurize=None, seed: int = 0) -> Tuner:
-    """A tuner by name (TUNERS); xgb needs `featurize`. Raises TuningError on an unknown name."""
+def make_tuner(kind: str, space, featurize=None, seed: int = 0, featurize_many=None) -> Tuner:
+    """A tuner by name (TUNERS); xgb needs `featurize` (and takes `featurize_many`, see
+    XGBTuner). Raises TuningError on an unknown name."""
     if kind == "random":
         return RandomTuner(space, seed)
     if kind == "grid":
@@ -306,5 +314,5 @@ def make_tuner(kind: str, space, featurize=None, seed: int = 0) -> Tuner:
     if kind == "ga":
         return GATuner(space, seed)
     if kind == "xgb":
-        return XGBTuner(space, featurize, seed)
+        return XGBTuner(space, featurize, seed, featurize_many=featurize_many)
     raise TuningError(f"unknown tuner '{kind}'; known: {', '.join(TUNERS)}")
