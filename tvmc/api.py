@@ -17,6 +17,7 @@ name the argument. Each returns a result object whose `to_json()` is the documen
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections import Counter
@@ -38,8 +39,24 @@ DUMP_STAGES = ("graph", "tir", "ll", "asm")
 
 
 def json_document(kind: str, body: dict) -> dict:
-    """A --json document: the schema version, its kind and tvmc's version, then `body`."""
-    return {"tvmc_json": JSON_SCHEMA_VERSION, "kind": kind, "tvmc_version": tvmc.__version__, **body}
+    """A --json document: the schema version, its kind and tvmc's version, then `body`, with every
+    non-finite float written as a string (json_finite), so the document is valid JSON."""
+    return json_finite({"tvmc_json": JSON_SCHEMA_VERSION, "kind": kind, "tvmc_version": tvmc.__version__, **body})
+
+
+def json_finite(value):
+    """`value` (dicts, lists, tuples, numbers, ...) with every NaN, +inf and -inf float replaced
+    by the string "NaN", "Infinity" or "-Infinity" (docs/json.md): JSON has no such numbers, and
+    Python's json would write the non-standard tokens NaN / Infinity that strict parsers refuse."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: json_finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_finite(v) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +130,8 @@ def value_ranges_option(ranges) -> tuple:
             lo, hi = (float(v) for v in pair)
         except (TypeError, ValueError):
             raise TypeError(f"value_ranges['{name}'] must be a pair of numbers (lo, hi), got {pair!r}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) must be finite numbers")
         if not lo <= hi:
             raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) is empty (lo must not exceed hi)")
         out.append((str(name), (lo, hi)))

@@ -150,34 +150,62 @@ json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print one JSON document on stdout instead of the text (schema: docs/json.md).")
 
 
+MAX_CONFIG_BYTES = 64 << 10
+
+# What a --config file may hold, checked before any value is used: option names mapped to a
+# scalar, a list of scalars (a repeated flag) or a mapping of names to scalars or to lists of
+# integers (key=value flags; input_shapes {name: [dims]}).
+_SCALAR = {"type": ["string", "number", "boolean"]}
+CONFIG_SCHEMA = {
+    "type": "object",
+    "propertyNames": {"type": "string", "maxLength": 100},
+    "additionalProperties": {"anyOf": [
+        _SCALAR,
+        {"type": "array", "maxItems": 1000, "items": _SCALAR},
+        {"type": "object", "maxProperties": 1000, "propertyNames": {"type": "string", "maxLength": 1000},
+         "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "maxItems": 64, "items": {"type": "integer"}}]}},
+    ]},
+}
+
+
 def _load_config(ctx, param, value):
     """--config FILE: a YAML (or JSON) mapping of this command's option names (the long flag
     without its dashes; '-' or '_' alike) to values, which become the command's defaults, so a
     flag on the command line overrides the file. Mappings are accepted where a flag takes
     pairs: input_shapes {name: [dims]}, target_option and pass_config {key: value}; lists where
-    a flag repeats. Raises click.BadParameter naming the file and the key."""
+    a flag repeats. The file follows the descriptors' input rules: a regular file (a FIFO or a
+    device is refused at once) of at most MAX_CONFIG_BYTES, parsed with limits (no aliases,
+    tvmc.target.parse_yaml_limited), its structure checked against CONFIG_SCHEMA. Raises
+    click.BadParameter (one line) naming the file and the key."""
     if value is None:
         return None
-    import yaml
+    import jsonschema
 
+    from tvmc.paths import read_bounded
+    from tvmc.target import parse_yaml_limited
+
+    data = read_bounded(value, MAX_CONFIG_BYTES, click.BadParameter, "a --config file")
     try:
-        data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise click.BadParameter(f"{value}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    except yaml.YAMLError as e:
-        raise click.BadParameter(f"{value}: not valid YAML or JSON: {_one_line(e)}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise click.BadParameter(f"{value}: not UTF-8 text (byte {e.start})") from None
+    data = parse_yaml_limited(text, value, click.BadParameter, "a config file")
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise click.BadParameter(f"{value}: expected a mapping of option names to values, got {type(data).__name__}")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(CONFIG_SCHEMA).iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path)[:80] or "(top level)"
+        raise click.BadParameter(f"{value}: malformed at '{where}': {_one_line(error.message)[:160]}")
     options = {o[2:].replace("-", "_"): p for p in ctx.command.params if isinstance(p, click.Option)
                and p.name not in _NOT_IN_CONFIG for o in p.opts if o.startswith("--")}
     defaults = {}
     for key, v in data.items():
         opt = options.get(str(key).replace("-", "_"))
         if opt is None:
-            raise click.BadParameter(f"{value}: unknown option '{key}' for tvmc {ctx.command.name}; known: "
-                                     f"{', '.join(sorted(options))}")
+            raise click.BadParameter(f"{value}: unknown option '{_one_line(key)[:100]}' for tvmc {ctx.command.name}; "
+                                     f"known: {', '.join(sorted(options))}")
         defaults[opt.name] = _config_value(opt, v, f"{value}: '{key}'")
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
@@ -293,8 +321,8 @@ def parse_input_shapes(text: str | None) -> tuple:
 
 def parse_value_ranges(items) -> dict:
     """('n=1:64', 'len=0:512') -> {'n': (1.0, 64.0), 'len': (0.0, 512.0)} for --value-range
-    (the last '=' separates name and range). Raises click.BadParameter on syntax errors, LO > HI or
-    repeated names."""
+    (the last '=' separates name and range). Raises click.BadParameter on syntax errors, non-finite
+    bounds (nan, inf), LO > HI or repeated names."""
     out = {}
     for item in items:
         name, _, text = item.rpartition("=")
@@ -305,6 +333,8 @@ def parse_value_ranges(items) -> dict:
             pair = None
         if pair is None:
             raise click.BadParameter(f"cannot parse '{item}'; expected NAME=LO:HI, e.g. n=1:64", param_hint="--value-range")
+        if not (math.isfinite(pair[0]) and math.isfinite(pair[1])):
+            raise click.BadParameter(f"range of '{name}' must be finite numbers, got {lo}:{hi}", param_hint="--value-range")
         if not pair[0] <= pair[1]:
             raise click.BadParameter(f"range of '{name}' is empty: {lo} > {hi}", param_hint="--value-range")
         if name in out:

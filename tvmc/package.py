@@ -62,7 +62,8 @@ def kernel_header() -> bytes:
 
 
 def _json_bytes(obj) -> bytes:
-    return (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode()
+    """Strict JSON (no NaN or Infinity tokens: ValueError, a tvmc bug if it happens)."""
+    return (json.dumps(obj, sort_keys=True, indent=1, allow_nan=False) + "\n").encode()
 
 
 def _params_bytes(params: dict) -> bytes:

@@ -174,19 +174,20 @@ MAX_DESCRIPTOR_BYTES = 64 << 10
 MAX_DESCRIPTOR_DEPTH = 16
 
 
-def parse_yaml_limited(text: str, origin: str, error_cls=TargetError):
-    """yaml.safe_load of a small, plain YAML document: at most MAX_DESCRIPTOR_BYTES characters,
-    nesting at most MAX_DESCRIPTOR_DEPTH deep, and no aliases (`*name`, which let a few hundred
-    bytes stand for an exponentially large document). Checked on the event stream before any
-    object is built. Raises `error_cls` naming `origin`."""
+def parse_yaml_limited(text: str, origin: str, error_cls=TargetError, what: str = "a descriptor"):
+    """yaml.safe_load of a small, plain YAML document (a target descriptor, a --config file):
+    at most MAX_DESCRIPTOR_BYTES characters, nesting at most MAX_DESCRIPTOR_DEPTH deep, and no
+    aliases (`*name`, which let a few hundred bytes stand for an exponentially large document).
+    Checked on the event stream before any object is built. Raises `error_cls` naming `origin`,
+    also for a value YAML cannot build (an integer of more digits than Python converts)."""
     if len(text) > MAX_DESCRIPTOR_BYTES:
         raise error_cls(f"{origin}: {len(text)} characters, more than the limit of {MAX_DESCRIPTOR_BYTES} "
-                        f"for a descriptor")
+                        f"for {what}")
     try:
         depth = 0
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
-                raise error_cls(f"{origin}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed in a descriptor")
+                raise error_cls(f"{origin}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed in {what}")
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_DESCRIPTOR_DEPTH:
@@ -196,6 +197,8 @@ def parse_yaml_limited(text: str, origin: str, error_cls=TargetError):
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise error_cls(f"{origin}: not valid YAML: {str(e).splitlines()[0][:200]}") from None
+    except ValueError as e:  # int("9" * 5000): beyond Python's integer string conversion limit
+        raise error_cls(f"{origin}: a value YAML cannot build: {str(e).splitlines()[0][:120]}") from None
 
 
 def load_descriptor(text: str, origin: str) -> Target:
