@@ -395,6 +395,7 @@ def read_inputs(path) -> dict:
                              f"e.g. np.savez(path, name=array)")
         if not magic.startswith(NPZ_MAGICS):
             raise InputError(f"{path}: not an .npz file (no zip signature; write it with np.savez)")
+        _check_npz_sizes(path, f)
         try:
             with np.load(f, allow_pickle=False) as data:
                 arrays = {k: data[k] for k in data.files}
@@ -409,6 +410,48 @@ def read_inputs(path) -> dict:
             raise InputError(f"{path}: input '{name}' has dtype {arr.dtype.str} ({arr.dtype.kind!r} kind); "
                              f"inputs must be numeric or bool arrays")
     return arrays
+
+
+MAX_INPUTS_BYTES = 16 << 30   # the arrays of one --inputs .npz, uncompressed
+MAX_INPUT_MEMBERS = 4096
+
+
+def _check_npz_sizes(path: str, f) -> None:
+    """Refuse an .npz that has more than MAX_INPUT_MEMBERS arrays, whose arrays would take more
+    than MAX_INPUTS_BYTES once read (the zip entries' uncompressed sizes, which bound what is
+    decompressed), or whose .npy headers declare more data than their entries hold (numpy would
+    allocate what a header declares): checked on the zip's directory and the arrays' headers,
+    before any array data is read."""
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    try:
+        with zipfile.ZipFile(f) as z:
+            infos = z.infolist()
+            if len(infos) > MAX_INPUT_MEMBERS:
+                raise InputError(f"{path}: {len(infos)} arrays, more than the limit of {MAX_INPUT_MEMBERS}")
+            total = sum(i.file_size for i in infos)
+            if total > MAX_INPUTS_BYTES:
+                raise InputError(f"{path}: its arrays hold {total} bytes, more than the limit of {MAX_INPUTS_BYTES} "
+                                 f"for the inputs of a run")
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    continue
+                with z.open(info) as member:
+                    version = npy.read_magic(member)
+                    read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                    shape, _, dtype = read_header(member)
+                    declared = math.prod(shape) * dtype.itemsize
+                    if declared > info.file_size:
+                        raise InputError(f"{path}: array '{info.filename[:-4][:80]}' declares shape {list(shape)} "
+                                         f"({declared} bytes), more than its {info.file_size} bytes in the file")
+    except InputError:
+        raise
+    except Exception as e:  # zipfile.BadZipFile, OSError, EOFError, ValueError on damaged files
+        raise InputError(f"{path}: cannot read inputs as .npz: {type(e).__name__}: {_first_line(e)}") from None
+    finally:
+        f.seek(0)
 
 
 def _first_line(e: BaseException) -> str:

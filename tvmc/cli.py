@@ -9,7 +9,8 @@ override them.
 The error contract: a failure prints one line on stderr and exits with its documented code.
 Every tvmc.errors.TVMCError becomes `error: <message>` and the error's exit code; a usage
 error (bad option or argument) `error: <message> (see tvmc <command> --help)` and exit 64;
-Ctrl-C `error: interrupted` and exit 130; SIGTERM `error: terminated` and exit 143; any other
+Ctrl-C `error: interrupted` and exit 130; SIGTERM `error: terminated` and exit 143; SIGHUP
+`error: hung up` and exit 129; any other
 exception `internal error: ...` and exit 70. The line is bounded in length and shows control
 characters escaped. `--verbose` prints the traceback before that line and keeps the exit code.
 Temporary files are removed on every one of these paths (signals included). The codes are
@@ -44,6 +45,7 @@ INTERNAL_ERROR_EXIT = 70
 USAGE_EXIT = 64              # BSD sysexits EX_USAGE
 INTERRUPTED_EXIT = 130       # 128 + SIGINT
 TERMINATED_EXIT = 143        # 128 + SIGTERM
+HANGUP_EXIT = 129            # 128 + SIGHUP (the terminal closed)
 MAX_ERROR_CHARS = 400
 
 # Every exit code of tvmc, once: (code, meaning); the error classes' codes come from tvmc/errors.py.
@@ -62,6 +64,7 @@ EXIT_CODES = (
     (INTERNAL_ERROR_EXIT, "internal error, a bug in tvmc (--verbose shows the traceback)"),
     (INTERRUPTED_EXIT, "interrupted (Ctrl-C); temporary files removed"),
     (TERMINATED_EXIT, "terminated (SIGTERM); temporary files removed"),
+    (HANGUP_EXIT, "hung up (SIGHUP); temporary files removed"),
 )
 
 
@@ -99,7 +102,9 @@ def _handle_errors(fn):
             _fail(f"error: {_one_line(e)}", e.exit_code, verbose)
         except KeyboardInterrupt:
             _fail("error: interrupted", INTERRUPTED_EXIT, verbose)
-        except Terminated:
+        except Terminated as e:
+            if e.signum == signal.SIGHUP:
+                _fail("error: hung up", HANGUP_EXIT, verbose)
             _fail("error: terminated", TERMINATED_EXIT, verbose)
         except RecursionError:
             _fail("error: input nested too deeply to process", ModelError.exit_code, verbose)
@@ -130,6 +135,10 @@ class _Cli(click.Group):
         except click.exceptions.Abort:
             click.echo("error: interrupted", err=True)
             code = INTERRUPTED_EXIT
+        except Terminated as e:
+            hangup = e.signum == getattr(signal, "SIGHUP", None)
+            click.echo("error: hung up" if hangup else "error: terminated", err=True)
+            code = HANGUP_EXIT if hangup else TERMINATED_EXIT
         except click.ClickException as e:
             click.echo(f"error: {_one_line(e.format_message())}", err=True)
             code = e.exit_code
@@ -886,16 +895,19 @@ def print_kernel_table(graph_json: dict) -> None:
 
 
 def _terminate(signum, frame):
-    raise Terminated()
+    raise Terminated(signum)
 
 
 def main(argv=None) -> int:
     """Console entry point (`tvmc`). Returns the exit code.
 
-    SIGTERM raises tvmc.errors.Terminated in the main thread, so a terminated command removes
-    its temporary files as an interrupted one does (exit 143)."""
-    with contextlib.suppress(ValueError, OSError):  # not the main thread, or no signals here
-        signal.signal(signal.SIGTERM, _terminate)
+    SIGTERM and SIGHUP raise tvmc.errors.Terminated in the main thread, so a terminated command
+    removes its temporary files (and kills the tools it started, tvmc.process) as an interrupted
+    one does (exit 143, 129)."""
+    for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if signum is not None:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread, or no signals here
+                signal.signal(signum, _terminate)
     try:
         cli.main(args=argv, prog_name="tvmc")
     except SystemExit as e:

@@ -149,3 +149,154 @@ def test_artifact_json_members_are_strict_json():
     assert _strict_json(_json_bytes({"a": [1.5, -2]}).decode()) == {"a": [1.5, -2]}
     with pytest.raises(ValueError):
         _json_bytes({"value_ranges": {"x": [-math.inf, 0.0]}})
+
+
+# ---- 5. every read is bounded ---------------------------------------------------------------------
+
+def test_huge_sparse_records_file_is_a_one_line_error(tmp_path, relu_model):
+    records = tmp_path / "records.json"
+    with open(records, "wb") as f:
+        f.truncate(8 << 30)   # 8 GiB of holes: nothing is written to disk
+    r = invoke("compile", relu_model, "--target", "native", "-o", tmp_path / "o.tar", "--tuning-records", records)
+    assert r.exit_code == 9 and "more than the limit of 1073741824" in error_line(r.stderr)
+
+
+def test_record_with_zero_cost_is_skipped():
+    from tvmc.autotune.record import parse_line
+
+    line = {"version": 1, "target": {"hash": "h"}, "task": {"name": "n", "op": "o", "workload": [],
+                                                           "in_dtypes": [], "flops": 10},
+            "config": {}, "costs_s": [0.0], "error": 0}
+    with pytest.raises(ValueError, match="costs_s/0"):
+        parse_line(json.dumps(line))
+    line["costs_s"] = [1e-6]
+    assert parse_line(json.dumps(line)).mean_s == 1e-6
+
+
+def _lying_npz(path, shape, data_bytes: int):
+    """An .npz whose x.npy header declares `shape` float32 but holds `data_bytes` bytes."""
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    buf = io.BytesIO()
+    npy.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    buf.write(b"\0" * data_bytes)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("x.npy", buf.getvalue())
+    return path
+
+
+def test_npz_whose_header_declares_more_than_it_holds_is_refused_before_reading(tmp_path, log_artifact):
+    r = invoke("run", log_artifact, "--inputs", _lying_npz(tmp_path / "in.npz", (1 << 36,), 16))
+    assert r.exit_code == 8 and "declares shape [68719476736]" in error_line(r.stderr)
+
+
+def test_npz_over_the_size_limit_is_refused(tmp_path, log_artifact, monkeypatch):
+    import tvmc.api
+
+    monkeypatch.setattr(tvmc.api, "MAX_INPUTS_BYTES", 1000)
+    np.savez(tmp_path / "in.npz", x=np.zeros(4, np.float32), pad=np.zeros(1000, np.uint8))
+    r = invoke("run", log_artifact, "--inputs", tmp_path / "in.npz")
+    assert r.exit_code == 8 and "more than the limit of 1000" in error_line(r.stderr)
+
+
+def test_tool_output_is_bounded_and_its_temporary_folder_removed(tmp_path, monkeypatch):
+    import tempfile
+
+    from tvmc.process import run_tool
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    res = run_tool([sys.executable, "-c", "import sys, os; sys.stderr.write('e' * 5000000); "
+                    "open(os.path.join(os.environ['TMPDIR'], 'cc1.s'), 'w').write('x')"], max_output_bytes=1000)
+    assert res.returncode == 0 and res.stderr == "e" * 1000 and listing(tmp_path) == []
+
+
+# ---- 6. signals clean up ----------------------------------------------------------------------------
+
+def _wait_for(path, proc, seconds=300):
+    import time
+
+    for _ in range(seconds * 10):   # no assertion depends on how fast this is
+        if path.exists() or proc.poll() is not None:
+            return
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
+
+
+@pytest.mark.parametrize("sig,code,line", [("SIGTERM", 143, "error: terminated"), ("SIGINT", 130, "error: interrupted"),
+                                           ("SIGHUP", 129, "error: hung up")])
+def test_signal_during_compile_kills_the_compiler_and_leaves_no_files(tmp_path, relu_model, sig, code, line):
+    """The compiler driver is a script that writes a cc*.s file in its TMPDIR, as gcc does,
+    starts a child (cc1's part) and waits: after the signal neither is running and no file is left."""
+    import signal as signals
+
+    (tmp_path / "tmp").mkdir()
+    started, pids = tmp_path / "started", tmp_path / "pids"
+    driver = tmp_path / "slow-cc"
+    driver.write_text(f"#!/bin/sh\necho x > \"$TMPDIR/ccAbCdEf.s\"\nsleep 300 &\necho $$ $! > {pids}\n"
+                      f"touch {started}\nwait\n")
+    driver.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    proc = subprocess.Popen([sys.executable, "-m", "tvmc.cli", "compile", str(relu_model), "--target", "native",
+                             "--target-option", f"linker={driver}", "-o", str(out / "m.tar")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait_for(started, proc)
+        assert started.exists(), proc.communicate()[1]
+        proc.send_signal(getattr(signals, sig))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == code and err.strip().splitlines() == [line]
+    assert listing(tmp_path / "tmp") == [] and not out.exists() or listing(out) == []
+    assert not any(_alive(int(p)) for p in pids.read_text().split())
+
+
+@pytest.fixture(scope="module")
+def forever_wasm(tmp_path_factory):
+    """A wasm artifact whose Loop never ends (no trip count, the condition stays true)."""
+    import shutil
+
+    if shutil.which("clang-19") is None or shutil.which("wasm-ld-19") is None:
+        pytest.skip("clang-19 and wasm-ld-19 not found: apt-get install clang-19 lld-19 (make install)")
+    pytest.importorskip("wasmtime", reason="pip install wasmtime")
+    from onnx import numpy_helper
+
+    folder = tmp_path_factory.mktemp("forever")
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body", [vi("i", TensorProto.INT64, []), vi("c_in", TensorProto.BOOL, []), vi("v_in", TensorProto.FLOAT, [4])],
+        [vi("c_out", TensorProto.BOOL, []), vi("v_out", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.ones(4, np.float32), "one")])
+    model = save_model(folder / "forever.onnx", [helper.make_node("Loop", ["", "c", "x"], ["y"], body=body)],
+                       [vi("x", TensorProto.FLOAT, [4]), vi("c", TensorProto.BOOL, [])],
+                       [vi("y", TensorProto.FLOAT, [4])])
+    r = invoke("compile", model, "--target", "wasm", "-o", folder / "forever.tar")
+    assert r.exit_code == 0, r.output
+    return folder / "forever.tar"
+
+
+@pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "error: interrupted"), ("SIGTERM", 143, "error: terminated")])
+def test_signal_during_a_wasm_run_is_not_swallowed(tmp_path, forever_wasm, sig, code, line):
+    import signal as signals
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "tvmc.cli", "run", str(forever_wasm), "--fill-mode", "ones"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(5)   # in the wasm call by now, or still starting: either way the signal must end the run
+        proc.send_signal(getattr(signals, sig))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == code and err.strip().splitlines() == [line]

@@ -21,7 +21,6 @@ import hashlib
 import logging
 import os
 import shlex
-import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -32,6 +31,7 @@ from tvmc.codegen import description
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import CodegenError, TargetError
 from tvmc.paths import write_new_text
+from tvmc.process import run_tool
 from tvmc.toolchain import find_linker_tools, find_tool
 
 RUNTIME_SOURCE = "tvmc_runtime.c"
@@ -150,11 +150,12 @@ def compile_ir(ir_text: str, target, dumps: dict | None = None, assembly: bool =
 
 
 def _run_tool(cmd: list, what: str, target, cwd: str, output: str) -> bytes:
-    """Run a toolchain command in `cwd`; return the bytes of the file `output` it must write.
-    Raises CodegenError naming the tool, its first line of stderr and the command."""
+    """Run a toolchain command in `cwd` (tvmc.process.run_tool: its own process group and
+    temporary folder, bounded output, killed on a signal); return the bytes of the file `output`
+    it must write. Raises CodegenError naming the tool, its first line of stderr and the command."""
     find_tool(cmd, target.linker_package, f"target {target.name}: {what}", CodegenError)
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, errors="replace", cwd=cwd)
+        res = run_tool(cmd, cwd=cwd)
     except FileNotFoundError:
         raise CodegenError(f"{what} '{cmd[0]}' not found (target {target.name} needs it)") from None
     except OSError as e:

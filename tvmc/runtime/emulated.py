@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import weakref
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError, TVMCError
 from tvmc.package import Artifact, load_artifact
+from tvmc.process import run_tool
 from tvmc.runtime.executor import checked_input, output_position
 from tvmc.target import Target, host_arch
 from tvmc.toolchain import find_tool
@@ -95,7 +95,7 @@ class EmulatedProgram:
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         cmd = self.command(repeat, number)
-        res = subprocess.run(cmd, cwd=self.folder, env=env, capture_output=True, text=True, errors="replace")
+        res = run_tool(cmd, cwd=self.folder, env=env)
         if res.returncode != 0:
             line = next((ln for ln in res.stderr.splitlines() if ln.strip()), "no message")[:300]
             why = f"signal {-res.returncode}" if res.returncode < 0 else f"exit code {res.returncode}"
