@@ -157,8 +157,9 @@ def save_web(module, folder, reads=()) -> Path:
     runtime tvmc.js and index.html, a page that runs the model on tvmc.js's example input and
     shows its outputs and latency. Serve the folder over HTTP, or load it in Node with tvmc.js.
 
-    The files are written into a fresh folder beside `folder`, which then replaces it, so an
-    error never leaves a half-written site. `folder` must not exist, or be an earlier web output
+    The files are written into a fresh folder beside `folder`; an existing site is then renamed
+    aside, the new folder renamed into its place and the old one removed, so an error or a signal
+    at any step leaves either the previous site whole or the new one, never a mix or nothing. `folder` must not exist, or be an earlier web output
     (nothing but these files in it); it must not be one of `reads`. Returns the folder. Raises
     ArtifactError when the target is not a wasm one or the folder cannot be written.
     """
@@ -186,21 +187,28 @@ def save_web(module, folder, reads=()) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=parent))
     except OSError as e:
         raise ArtifactError(f"{folder}: cannot write the web output: {e.strerror or e}") from None
+    old = None
     try:
         for name, data in sorted(members.items()):
             (tmp / name).write_bytes(data)
             os.chmod(tmp / name, 0o644)
         os.chmod(tmp, 0o755)
-        if folder.is_dir():
-            for p in folder.iterdir():
-                p.unlink()
-            folder.rmdir()
-        os.replace(tmp, folder)
+        if folder.is_dir():   # the previous site steps aside whole, and comes back if the swap fails
+            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=parent))
+            os.rename(folder, old / "site")
+        os.rename(tmp, folder)
     except BaseException as e:
+        if old is not None and (old / "site").is_dir() and not folder.exists():
+            with contextlib.suppress(OSError):
+                os.rename(old / "site", folder)
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
         if isinstance(e, OSError):
             raise ArtifactError(f"{folder}: cannot write the web output: {e.strerror or e}") from None
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return folder
 
 

@@ -300,3 +300,30 @@ def test_signal_during_a_wasm_run_is_not_swallowed(tmp_path, forever_wasm, sig, 
     finally:
         proc.kill()
     assert proc.returncode == code and err.strip().splitlines() == [line]
+
+
+# ---- 9. web output: a failed rewrite leaves the previous site whole ---------------------------------
+
+def test_failed_rewrite_of_a_web_folder_keeps_the_previous_site(tmp_path, relu_model, monkeypatch):
+    import shutil
+
+    if shutil.which("clang-19") is None or shutil.which("wasm-ld-19") is None:
+        pytest.skip("clang-19 and wasm-ld-19 not found: apt-get install clang-19 lld-19 (make install)")
+    site = tmp_path / "site"
+    r = invoke("compile", relu_model, "--target", "wasm", "--output-format", "web", "-o", site)
+    assert r.exit_code == 0, r.output
+    before = {p: (site / p).read_bytes() for p in listing(site)}
+    real_rename, real_replace = os.rename, os.replace
+
+    def failing(src, dst, *args, **kwargs):   # the step that puts the new site in place fails
+        if Path(dst) == site and Path(src).name.startswith(".site.") and ".old." not in Path(src).name:
+            raise OSError(28, "No space left on device")
+        return (real_replace if failing.replace else real_rename)(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", lambda *a, **k: (setattr(failing, "replace", False), failing(*a, **k))[1])
+    monkeypatch.setattr(os, "replace", lambda *a, **k: (setattr(failing, "replace", True), failing(*a, **k))[1])
+    r = invoke("compile", relu_model, "--target", "wasm", "--output-format", "web", "-o", site, "-O", "1")
+    monkeypatch.undo()
+    assert r.exit_code == 7 and "No space left on device" in error_line(r.stderr)
+    assert {p: (site / p).read_bytes() for p in listing(site)} == before
+    assert listing(tmp_path) == sorted(["relu.onnx", "site"] + [f"site/{p}" for p in before])
