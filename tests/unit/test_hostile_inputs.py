@@ -327,3 +327,42 @@ def test_failed_rewrite_of_a_web_folder_keeps_the_previous_site(tmp_path, relu_m
     assert r.exit_code == 7 and "No space left on device" in error_line(r.stderr)
     assert {p: (site / p).read_bytes() for p in listing(site)} == before
     assert listing(tmp_path) == sorted(["relu.onnx", "site"] + [f"site/{p}" for p in before])
+
+
+# ---- 8. the C runner's files ---------------------------------------------------------------------------
+
+from test_emulated import _inputs, _run, native_runner  # noqa: E402,F401  (the runner built for this host)
+
+
+@pytest.mark.parametrize("flag", ["-p", "-i"])
+def test_runner_refuses_a_fifo_at_once(native_runner, tmp_path, flag):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)   # nobody writes it: opening it for reading would block forever
+    args = ["-p", fifo] if flag == "-p" else ["-p", "mod.params", "-i", f"x={fifo}"]
+    res = _run(native_runner, *args)
+    assert res.returncode == 66 and "not a regular file (a FIFO)" in error_line(res.stderr)
+
+
+@pytest.mark.parametrize("victim", ["mod.so", "mod.params", "tvmc_run", "input", "link to mod.so"])
+def test_runner_never_writes_an_output_over_what_it_reads(native_runner, tmp_path, victim):
+    np.save(tmp_path / "x.npy", _inputs()["x"])
+    if victim == "input":
+        target = tmp_path / "x.npy"
+    elif victim == "link to mod.so":
+        target = tmp_path / "alias.so"
+        os.symlink(native_runner / "mod.so", target)
+    else:
+        target = native_runner / victim
+    before = target.read_bytes()
+    res = _run(native_runner, "-p", "mod.params", "-i", f"x={tmp_path / 'x.npy'}", "-o", f"b={target}")
+    assert res.returncode == 73 and "is a file this run reads" in error_line(res.stderr)
+    assert target.read_bytes() == before
+    assert _run(native_runner, "-p", "mod.params", "-i", f"x={tmp_path / 'x.npy'}").returncode == 0
+
+
+def test_runner_output_is_written_whole_through_a_temporary_file(native_runner, tmp_path):
+    np.save(tmp_path / "x.npy", _inputs()["x"])
+    (tmp_path / "b.npy").write_bytes(b"old")
+    res = _run(native_runner, "-p", "mod.params", "-i", f"x={tmp_path / 'x.npy'}", "-o", f"b={tmp_path / 'b.npy'}")
+    assert res.returncode == 0, res.stderr
+    assert np.load(tmp_path / "b.npy").shape == (1, 5) and sorted(os.listdir(tmp_path)) == ["b.npy", "x.npy"]
