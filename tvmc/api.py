@@ -542,21 +542,21 @@ def profile_rows(raw: list, kernel_flops: dict) -> list:
     return sorted(rows, key=lambda r: -r["total_ms"])
 
 
-def _create_executor(artifact, device, cuda_graph: bool):
-    """tvmc.runtime.create_executor(artifact, device), except that a CUDA artifact's executor
-    replays a CUDA graph only with `cuda_graph` (CUDAExecutor's argument of that name)."""
+def _create_executor(artifact, device, cuda_graph: bool, target=None):
+    """tvmc.runtime.create_executor(artifact, device, target), except that a CUDA artifact's
+    executor replays a CUDA graph only with `cuda_graph` (CUDAExecutor's argument of that name)."""
     from tvmc.package import Artifact, load_artifact
     from tvmc.runtime import create_executor
 
     if cuda_graph:
-        return create_executor(artifact, device)
+        return create_executor(artifact, device, target)
     if not isinstance(artifact, Artifact):
         artifact = load_artifact(artifact)
     if (artifact.metadata.get("target") or {}).get("runtime") == "cuda":
         from tvmc.runtime.cuda import CUDAExecutor
 
         return CUDAExecutor(artifact, device, cuda_graph=False)
-    return create_executor(artifact, device)
+    return create_executor(artifact, device, target)
 
 
 def _device_of(executor) -> dict | None:
@@ -569,7 +569,7 @@ def _device_of(executor) -> dict | None:
 
 
 def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, number=None, threads=None,
-        profile=False, device=None, on_device=None, cuda_graph=True) -> RunResult:
+        profile=False, device=None, on_device=None, cuda_graph=True, target=None) -> RunResult:
     """Run a compiled mod.tar on this machine, as `tvmc run`.
 
     artifact:  path of the mod.tar (or a tvmc.package.Artifact)
@@ -589,6 +589,9 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
     on_device: called with the device's name once the executor has chosen one (GPU runtimes), followed,
                for CUDA, by how run() launches in parentheses ("(CUDA graph)", or "(kernel by kernel, no
                CUDA graph: why)")
+    target:    a --target spec (shipped name or descriptor file) whose emulator and C compiler run a
+               CPU artifact of another architecture; its code facts must be the artifact's. None:
+               the shipped descriptor that matches them. Commands in metadata.json are never run.
     cuda_graph: CUDA artifacts: capture the graph once and replay it on each run (default); False
                launches kernel by kernel. A graph with a run-time loop is always launched kernel by
                kernel (tvmc.runtime.cuda); RunResult.device says which mode ran. Ignored elsewhere.
@@ -616,7 +619,7 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
         inputs = read_inputs(origin)
     given = dict(inputs or {})
 
-    executor = _create_executor(artifact, device, cuda_graph)
+    executor = _create_executor(artifact, device, cuda_graph, target)
     try:
         device_info = _device_of(executor)
         if on_device is not None and device_info is not None:

@@ -745,6 +745,10 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @click.option("--device", metavar="DEVICE",
               help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE; cuda or cuda:ORDINAL "
                    "(default: the first).")
+@click.option("--target", "target_spec", metavar="TARGET",
+              help="Descriptor (shipped name or YAML file) whose emulator and C compiler run an artifact of "
+                   "another architecture; default: the shipped one matching the artifact's code. Commands named "
+                   "in the artifact's metadata.json are never run.")
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
               help="CUDA artifacts: capture the graph once and replay it on each run (a graph with a run-time loop "
                    "always launches kernel by kernel; the device line says which mode ran).")
@@ -753,7 +757,7 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @verbose_option
 @_handle_errors
 def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, profile, print_top, threads,
-            device, cuda_graph, as_json, verbose):
+            device, target_spec, cuda_graph, as_json, verbose):
     """Run a compiled ARTIFACT (mod.tar) on this machine.
 
     Prints each output's shape, dtype and statistics; --print-time (or --repeat/--number) the
@@ -770,7 +774,8 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
         check_output_path(outputs_path, ArtifactError, "outputs", reads)
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout carries the document alone
     result = run(artifact, inputs_path, fill_mode=fill_mode, repeat=repeat, number=number, threads=threads,
-                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"), cuda_graph=cuda_graph)
+                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"), cuda_graph=cuda_graph,
+                 target=target_spec)
     if outputs_path:
         save_outputs(outputs_path, result.outputs, reads)
     if as_json:
@@ -795,14 +800,18 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
 @cli.command("build-runner", short_help="Build the C runner program (tvmc_run) for an artifact's target.")
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The runner program to write.")
-@click.option("--cross-compiler", metavar="CC", help="Compiler driver instead of the first word of the linker command "
-              "the artifact was linked with (metadata.json target.linker).")
+@click.option("--target", "target_spec", metavar="TARGET",
+              help="Descriptor (shipped name or YAML file) whose C compiler builds the runner; its code facts "
+                   "(triple, codegen, library format) must be the artifact's. Default: the shipped one matching them.")
+@click.option("--cross-compiler", metavar="CC", help="Compiler driver instead of the first word of the descriptor's "
+              "linker command.")
 @click.option("--cross-compiler-options", metavar="OPTS", help='Extra compiler and linker arguments, shell-quoted.')
 @verbose_option
 @_handle_errors
-def build_runner_cmd(artifact, output, cross_compiler, cross_compiler_options, verbose):
+def build_runner_cmd(artifact, output, target_spec, cross_compiler, cross_compiler_options, verbose):
     """Build tvmc_run, the C runner of tvmc/runtime/tvmc_run.c, for the target ARTIFACT (mod.tar)
-    was compiled for, with the same C compiler driver (e.g. aarch64-linux-gnu-gcc for arm).
+    was compiled for, with the C compiler driver of the known descriptor for that code (e.g.
+    aarch64-linux-gnu-gcc for arm; --target names another), never a command from the artifact.
 
     On the device, put it in one folder with mod.so and mod.params from the tar and run
     `./tvmc_run -p mod.params -i NAME=in.npy -o NAME=out.npy -r 10`: inputs and outputs as .npy
@@ -810,11 +819,11 @@ def build_runner_cmd(artifact, output, cross_compiler, cross_compiler_options, v
     """
     from tvmc.codegen.build import link_runner
     from tvmc.package import load_artifact, write_atomically
-    from tvmc.target import Target, with_cross_compiler
+    from tvmc.target import artifact_target, with_cross_compiler
 
     check_output_path(output, ArtifactError, "runner", [artifact])
     art = load_artifact(artifact)
-    target = Target.from_dict(art.metadata.get("target") or {})
+    target = artifact_target(art.metadata["target"], target_spec, artifact, ArtifactError)
     if art.library_name != "mod.so":
         raise ArtifactError(f"{artifact}: target {target.name} keeps its kernels in {art.library_name}; "
                             f"the C runner runs CPU libraries (mod.so)")

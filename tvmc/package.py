@@ -240,16 +240,36 @@ _TENSORS = {"type": "array", "items": {
                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}}
 _OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
 
+def _metadata_target_schema() -> dict:
+    """metadata.json "target": a resolved descriptor as Target.to_dict writes it, checked with the
+    descriptor schema's field rules (targets/schema.json: every required field, types, bounds),
+    the cache sizes flat and host_features added; fields of other tvmc versions are let through."""
+    schema = json.loads(resources.files("tvmc.targets").joinpath("schema.json").read_text())
+    props = dict(schema["properties"])
+    cache = props.pop("cache")["properties"]
+    props.update(cache)
+    for key, rule in list(props.items()):  # to_dict writes a field a descriptor left out as 0, "" or []
+        rule = {k: v for k, v in rule.items() if k not in ("description", "minItems")}
+        if rule.get("type") == "integer" and rule.get("minimum") == 1:
+            rule["minimum"] = 0
+        if rule.get("type") == "string" and "pattern" in rule and key != "name":
+            rule = {"anyOf": [{"const": ""}, rule]}
+        props[key] = rule
+    props["host_features"] = {"type": "array", "maxItems": 256, "items": {"type": "string", "maxLength": 64}}
+    return {"type": "object", "required": schema["required"], "properties": props}
+
+
 # What tvmc reads of metadata.json and mod.json: checked before any field is used.
 METADATA_SCHEMA = {
     "type": "object",
     "required": ["kernel_abi_version", "target", "inputs", "outputs", MEMBER_BYTES_KEY, MEMBER_SHA256_KEY],
     "properties": {
         "kernel_abi_version": {"type": "integer"},
-        "target": {"type": "object", "properties": {
-            "name": {"type": "string"}, "runtime": {"type": "string"}, "triple": {"type": "string"},
-            "library_format": {"enum": ["so", "wasm", "ptx", "cl"]},
-            "host_features": {"type": "array", "items": {"type": "string"}}}},
+        "target": _metadata_target_schema(),
+        "kernel_flops": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0,
+                                                                      "maximum": 1 << 62}},
+        "tuning_records": {"type": ["object", "null"]},
+        "shipped_records": {"type": ["object", "null"]},
         "inputs": _TENSORS,
         "outputs": _TENSORS,
         MEMBER_BYTES_KEY: {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
@@ -531,6 +551,19 @@ class _Members:
                                 f"(the member was changed after packaging)")
         return self.tar.extractfile(m)
 
+    def check_digest(self, name: str, expected: int, sha256: str) -> None:
+        """Member `name` has size `expected` and digest `sha256` (read in chunks, not kept)."""
+        h, n = hashlib.sha256(), 0
+        with self.open(name, expected) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+                n += len(chunk)
+        if n != expected:
+            raise ArtifactError(f"{self.origin}: {name} is truncated")
+        if h.hexdigest() != sha256:
+            raise ArtifactError(f"{self.origin}: {name} differs from the one packaged (its sha256 is not the one "
+                                f"{METADATA_NAME} records)")
+
     def read(self, name: str, expected: int | None = None, limit: int | None = None, sha256: str | None = None) -> bytes:
         """The bytes of member `name`: its size must be `expected` (and at most `limit`), their
         digest `sha256`, when given."""
@@ -598,14 +631,40 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
                 params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME], sha256=digests[PARAMS_NAME]))
             except Exception as e:  # safetensors raises its own SafetensorError / ValueError types
                 raise ArtifactError(f"{origin}: {PARAMS_NAME} is not a valid safetensors file: {_short(e)}") from None
-        else:
+        else:  # inspect: every member's digest, streamed, nothing kept but the description and headers
+            for name in [lib, PARAMS_NAME] + binaries:
+                members.check_digest(name, sizes[name], digests[name])
             with members.open(lib, sizes[lib]) as lf:
                 description = read_description(lf, sizes[lib], fmt, f"{origin}: {lib}")
+        with members.open(lib, sizes[lib]) as lf:
+            _check_library_kind(origin, lib, lf.read(64), metadata["target"])
 
     _check_parts(origin, graph_json, metadata, info, description, lib)
     return Artifact(path=origin, graph_json=graph_json, metadata=metadata,
                     header=header.decode(errors="replace"), description=description, library_name=lib,
                     param_info=info, params=params, library=library, device_binaries=device_binaries)
+
+
+# ELF e_machine of the architectures tvmc emits shared objects for (the triple's first component)
+ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
+
+
+def _check_library_kind(origin: str, lib: str, head: bytes, target: dict) -> None:
+    """The library's first bytes say it is code for the artifact's target: a 64-bit little-endian
+    ELF of the triple's architecture (mod.so), a wasm module (mod.wasm). Raises ArtifactError."""
+    fmt = target.get("library_format")
+    arch = str(target.get("triple", "")).split("-")[0]
+    if fmt == "so":
+        if head[:4] != b"\x7fELF" or len(head) < 20:
+            raise ArtifactError(f"{origin}: {lib} is not an ELF shared object")
+        machine = int.from_bytes(head[18:20], "little") if head[5] == 1 else int.from_bytes(head[18:20], "big")
+        wanted = ELF_MACHINES.get(arch)
+        if head[4] != 2 or head[5] != 1 or wanted is None or machine != wanted:
+            name = next((a for a, m in ELF_MACHINES.items() if m == machine), f"ELF machine {machine}")
+            raise ArtifactError(f"{origin}: {lib} is code for {name}, but the artifact's target "
+                                f"'{target.get('name')}' is {arch}")
+    elif fmt == "wasm" and head[:4] != b"\0asm":
+        raise ArtifactError(f"{origin}: {lib} is not a WebAssembly module")
 
 
 def _check_parts(origin, graph_json, metadata, info, description, lib) -> None:

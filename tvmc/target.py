@@ -486,3 +486,47 @@ def with_cross_compiler(target: Target, compiler: str | None = None, options: st
             raise TargetError(f"--cross-compiler-options '{options}': {e}") from None
     return replace(target, linker=tuple(linker))
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The target of an artifact: its facts from metadata.json, its commands from a known descriptor
+
+# What a descriptor says about the code (an artifact records them) and what it says about the
+# programs tvmc runs for it (an artifact's record of them is never used: metadata.json is covered
+# by no digest, so a tar from elsewhere could name any program there).
+CODEGEN_FACTS = ("kind", "codegen", "triple", "library_format", "runtime")
+TOOL_FIELDS = ("linker", "linker_package", "emulator", "emulator_package", "assembler", "tools", "browser",
+               "browser_package")
+
+
+def artifact_target(recorded: dict, spec: str | None = None, origin: str = "artifact", error_cls=TargetError) -> Target:
+    """The Target to build and run an artifact's programs with (`tvmc build-runner`, `tvmc run`
+    under emulation): the code facts, cpu and features of `recorded` (metadata.json "target",
+    already checked against its schema), and every command field (TOOL_FIELDS) from a known
+    descriptor: `spec` when given (a shipped name or a descriptor file, as for --target), else the
+    shipped descriptor of the recorded name, else the first shipped one (by name) with the same
+    CODEGEN_FACTS. Raises `error_cls` naming `origin` when `spec`'s code facts differ from the
+    artifact's, or when no shipped descriptor produces code like it (then --target names one)."""
+    facts = {k: recorded.get(k) for k in CODEGEN_FACTS}
+
+    def same(t: Target) -> bool:
+        return all(getattr(t, k) == v for k, v in facts.items())
+
+    def describe(d: dict) -> str:
+        return ", ".join(f"{k} {d[k]}" for k in CODEGEN_FACTS)
+
+    if spec is not None:
+        known = resolve_target(spec)
+        if not same(known):
+            raise error_cls(f"{origin}: compiled for {describe(facts)}; --target {spec} has "
+                            f"{describe({k: getattr(known, k) for k in CODEGEN_FACTS})}")
+    else:
+        names = [n for n in known_targets() if n != NATIVE]
+        name = recorded.get("name")
+        candidates = ([name] if name in names else []) + [n for n in names if n != name]
+        known = next((t for t in map(_shipped, candidates) if same(t)), None)
+        if known is None:
+            raise error_cls(f"{origin}: no shipped target descriptor produces code like this artifact's "
+                            f"({describe(facts)}); name the descriptor it was compiled with: --target FILE")
+    own = Target.from_dict({k: v for k, v in recorded.items() if k not in TOOL_FIELDS and k != "host_features"})
+    return replace(own, **{k: getattr(known, k) for k in TOOL_FIELDS}, host_features=tuple(recorded.get("host_features") or ()))

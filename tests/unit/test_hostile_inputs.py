@@ -366,3 +366,138 @@ def test_runner_output_is_written_whole_through_a_temporary_file(native_runner, 
     res = _run(native_runner, "-p", "mod.params", "-i", f"x={tmp_path / 'x.npy'}", "-o", f"b={tmp_path / 'b.npy'}")
     assert res.returncode == 0, res.stderr
     assert np.load(tmp_path / "b.npy").shape == (1, 5) and sorted(os.listdir(tmp_path)) == ["b.npy", "x.npy"]
+
+
+# ---- 1. an artifact never makes tvmc run a program --------------------------------------------------
+
+import hashlib  # noqa: E402
+import io  # noqa: E402
+import tarfile  # noqa: E402
+
+from tests.targets import require  # noqa: E402
+
+
+def tar_members(path) -> dict:
+    with tarfile.open(path) as t:
+        return {m.name: t.extractfile(m).read() for m in t.getmembers()}
+
+
+def repack(members: dict, path, reseal: bool = True, edit_metadata=None):
+    """A tar of `members` at `path`; `edit_metadata(meta)` changes metadata.json, and with `reseal`
+    it records the members' new sizes and digests (what a forger does: metadata.json has none)."""
+    members = dict(members)
+    meta = json.loads(members["metadata.json"])
+    if edit_metadata is not None:
+        edit_metadata(meta)
+    if reseal:
+        for name, blob in members.items():
+            if name != "metadata.json":
+                meta["member_bytes"][name] = len(blob)
+                meta["member_sha256"][name] = hashlib.sha256(blob).hexdigest()
+    members["metadata.json"] = json.dumps(meta).encode()
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in sorted(members):
+            info = tarfile.TarInfo(name)
+            info.size = len(members[name])
+            tar.addfile(info, io.BytesIO(members[name]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def relu_tars(tmp_path_factory):
+    """Relu(x + w), x [4], compiled for this host (native) and, where it runs here, for arm."""
+    from onnx import numpy_helper
+
+    folder = tmp_path_factory.mktemp("relu")
+    model = save_model(folder / "relu.onnx", [helper.make_node("Add", ["x", "w"], ["s"]),
+                                              helper.make_node("Relu", ["s"], ["y"])],
+                       [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])],
+                       [numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")])
+    out = {}
+    for name in ("native", "arm"):
+        r = invoke("compile", model, "--target", name, "-o", folder / f"{name}.tar", "-O", "0")
+        if r.exit_code == 0:
+            out[name] = folder / f"{name}.tar"
+    assert "native" in out
+    return out
+
+
+def _planted(tmp_path):
+    """A command that would leave evidence (a file) if tvmc ran it."""
+    evidence = tmp_path / "PWNED"
+    return ["/bin/sh", "-c", f"touch {evidence}", "sh"], evidence
+
+
+def test_build_runner_never_runs_the_linker_named_in_the_artifact(tmp_path, relu_tars):
+    command, evidence = _planted(tmp_path)
+
+    def plant(meta):
+        meta["target"]["linker"] = command
+
+    forged = repack(tar_members(relu_tars["native"]), tmp_path / "forged.tar", edit_metadata=plant)
+    r = invoke("build-runner", forged, "-o", tmp_path / "tvmc_run")
+    assert r.exit_code == 0, r.output
+    assert not evidence.exists() and (tmp_path / "tvmc_run").is_file()
+    assert "built by gcc" in r.stdout
+
+
+def test_run_under_emulation_never_runs_the_emulator_named_in_the_artifact(tmp_path, relu_tars):
+    require("arm")
+    command, evidence = _planted(tmp_path)
+
+    def plant(meta):
+        meta["target"]["emulator"] = command
+        meta["target"]["linker"] = command
+
+    forged = repack(tar_members(relu_tars["arm"]), tmp_path / "forged.tar", edit_metadata=plant)
+    r = invoke("run", forged, "--fill-mode", "ones")
+    assert r.exit_code == 0, r.output
+    assert not evidence.exists() and "under emulation (qemu-aarch64)" in r.stdout
+
+
+def test_a_target_whose_code_differs_from_the_artifact_is_an_artifact_error(tmp_path, relu_tars):
+    r = invoke("build-runner", relu_tars["native"], "--target", "arm", "-o", tmp_path / "tvmc_run")
+    assert r.exit_code == 7 and "--target arm has kind cpu, codegen llvm, triple aarch64" in error_line(r.stderr)
+
+    def alien(meta):
+        meta["target"]["codegen"] = "opencl"
+
+    forged = repack(tar_members(relu_tars["native"]), tmp_path / "alien.tar", edit_metadata=alien)
+    r = invoke("build-runner", forged, "-o", tmp_path / "tvmc_run")
+    assert r.exit_code == 7 and "no shipped target descriptor produces code like" in error_line(r.stderr)
+
+
+@pytest.mark.parametrize("edit,where", [
+    (lambda m: m.__setitem__("kernel_flops", {"k": "many"}), "kernel_flops/k"),
+    (lambda m: m.__setitem__("kernel_flops", [1, 2]), "kernel_flops"),
+    (lambda m: m["target"].pop("triple"), "(top level)"),
+    (lambda m: m["target"].__setitem__("vector_width_bits", 10 ** 400), "target/vector_width_bits"),
+    (lambda m: m["target"].__setitem__("linker", "gcc -shared"), "target/linker"),
+], ids=["flops value", "flops list", "target field missing", "huge int", "linker string"])
+def test_metadata_is_checked_against_its_schema_before_use(tmp_path, relu_tars, edit, where):
+    forged = repack(tar_members(relu_tars["native"]), tmp_path / "forged.tar", edit_metadata=edit)
+    for command in (["inspect", forged], ["run", forged, "--profile"], ["build-runner", forged, "-o", tmp_path / "r"]):
+        r = invoke(*command)
+        line = error_line(r.stderr)
+        assert r.exit_code == 7 and "metadata.json" in line, (command, line)
+
+
+def test_inspect_checks_digests_not_only_sizes(tmp_path, relu_tars):
+    members = tar_members(relu_tars["native"])
+    params = bytearray(members["mod.params"])
+    params[-1] ^= 0xFF   # same size, same header: only the digest tells
+    members["mod.params"] = bytes(params)
+    damaged = repack(members, tmp_path / "damaged.tar", reseal=False)
+    r = invoke("inspect", damaged)
+    assert r.exit_code == 7 and "mod.params differs from the one packaged" in error_line(r.stderr)
+
+
+def test_inspect_refuses_a_library_of_another_architecture(tmp_path, relu_tars):
+    require("arm")
+    members = tar_members(relu_tars["arm"])
+    members["mod.so"] = tar_members(relu_tars["native"])["mod.so"]   # the same model, compiled for x86-64
+    swapped = repack(members, tmp_path / "swapped.tar")
+    for command in ("inspect", "run"):
+        r = invoke(command, swapped)
+        assert r.exit_code == 7 and "mod.so is code for x86_64, but the artifact's target 'arm' is aarch64" \
+            in error_line(r.stderr)

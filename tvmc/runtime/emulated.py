@@ -25,7 +25,7 @@ from tvmc.errors import ArtifactError, InputError, TVMCError
 from tvmc.package import Artifact, load_artifact
 from tvmc.process import run_tool
 from tvmc.runtime.executor import checked_input, output_position
-from tvmc.target import Target, host_arch
+from tvmc.target import Target, artifact_target, host_arch
 from tvmc.toolchain import find_tool
 
 RUNNER = "tvmc_run"
@@ -118,14 +118,17 @@ class EmulatedExecutor:
 
     Raises ArtifactError when the artifact cannot run under emulation here (no emulator in its
     target, the emulator missing: the message names its package), CodegenError when the target's
-    C compiler (needed to build the runner) is missing."""
+    C compiler (needed to build the runner) is missing. The emulator and the compiler are those of
+    the known descriptor that matches the artifact's code facts (tvmc.target.artifact_target:
+    `target_spec` when given, else a shipped one), never the commands metadata.json names."""
 
-    def __init__(self, artifact: Artifact | str | os.PathLike):
+    def __init__(self, artifact: Artifact | str | os.PathLike, target_spec: str | None = None):
         if not isinstance(artifact, Artifact):
             artifact = load_artifact(artifact)
         self.artifact = artifact
         origin = artifact.path
-        target = Target.from_dict(artifact.metadata.get("target") or {})
+        # the emulator and the compiler come from a known descriptor, never from metadata.json
+        target = artifact_target(artifact.metadata["target"], target_spec, origin, ArtifactError)
         if not target.emulator:
             raise ArtifactError(f"{origin}: compiled for {target.arch} (target '{target.name}'), this host is "
                                 f"{host_arch()}, and the target names no emulator")
