@@ -501,3 +501,107 @@ def test_inspect_refuses_a_library_of_another_architecture(tmp_path, relu_tars):
         r = invoke(command, swapped)
         assert r.exit_code == 7 and "mod.so is code for x86_64, but the artifact's target 'arm' is aarch64" \
             in error_line(r.stderr)
+
+
+# ---- 2. bounded work at compile time ---------------------------------------------------------------
+
+from onnx import numpy_helper as nh  # noqa: E402
+
+
+def _reduce_sum_of(node, inits, out_dtype=TensorProto.FLOAT):
+    return [node, helper.make_node("ReduceSum", [node.output[0]], ["y"], keepdims=0)], inits, \
+        [vi("y", out_dtype, [])]
+
+
+HUGE_CONSTANTS = {
+    "Range": _reduce_sum_of(helper.make_node("Range", ["s", "l", "d"], ["r"]),
+                            [nh.from_array(np.array(0, np.int64), "s"), nh.from_array(np.array(1 << 36, np.int64), "l"),
+                             nh.from_array(np.array(1, np.int64), "d")], TensorProto.INT64),
+    "ConstantOfShape": _reduce_sum_of(helper.make_node("ConstantOfShape", ["sh"], ["r"]),
+                                      [nh.from_array(np.array([1 << 20, 1 << 20], np.int64), "sh")]),
+    "Tile": _reduce_sum_of(helper.make_node("Tile", ["w", "reps"], ["r"]),
+                           [nh.from_array(np.ones((4, 4), np.float32), "w"),
+                            nh.from_array(np.array([1 << 18, 1 << 18], np.int64), "reps")]),
+    "Expand": _reduce_sum_of(helper.make_node("Expand", ["w", "sh"], ["r"]),
+                             [nh.from_array(np.ones((1, 4), np.float32), "w"),
+                              nh.from_array(np.array([1 << 30, 4], np.int64), "sh")]),
+}
+
+
+@pytest.mark.parametrize("op", sorted(HUGE_CONSTANTS))
+def test_huge_compile_time_constants_are_refused_naming_the_node(tmp_path, op):
+    nodes, inits, outputs = HUGE_CONSTANTS[op]
+    model = save_model(tmp_path / "m.onnx", nodes, [], outputs, inits)
+    r = invoke("compile", model, "--target", "native", "-o", tmp_path / "m.tar")
+    line = error_line(r.stderr)
+    assert r.exit_code == 2 and f"node 'r' ({op})" in line and "more than the limit of 1073741824 bytes" in line
+
+
+@pytest.mark.parametrize("n,ok", [(16, True), (17, False)])
+def test_a_constant_of_exactly_the_limit_is_built(tmp_path, monkeypatch, n, ok):
+    import tvmc.graph.ir as ir
+
+    monkeypatch.setattr(ir, "MAX_CONSTANT_BYTES", 64)   # 16 float32
+    nodes, inits, outputs = _reduce_sum_of(helper.make_node("ConstantOfShape", ["sh"], ["r"]),
+                                           [nh.from_array(np.array([n], np.int64), "sh")])
+    model = save_model(tmp_path / "m.onnx", nodes, [], outputs, inits)
+    r = invoke("compile", model, "--target", "native", "-o", tmp_path / "m.tar")
+    assert (r.exit_code == 0) == ok, r.output
+    if not ok:
+        assert "would be [17] float32 (68 bytes), more than the limit of 64" in error_line(r.stderr)
+
+
+def _counting_loop(tmp_path, trip: int, scan: bool, cond: bool = False):
+    """Loop(M = trip, cond?, v = x): v + 1 per iteration; with `scan`, v is also a scan output."""
+    extra = [helper.make_node("Identity", ["v_out"], ["v_scan"])] if scan else []
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])] + extra,
+        "body", [vi("i", TensorProto.INT64, []), vi("c_in", TensorProto.BOOL, []), vi("v_in", TensorProto.FLOAT, [1])],
+        [vi("c_out", TensorProto.BOOL, []), vi("v_out", TensorProto.FLOAT, [1])]
+        + ([vi("v_scan", TensorProto.FLOAT, [1])] if scan else []),
+        [nh.from_array(np.ones(1, np.float32), "one")])
+    outs = ["y"] + (["s"] if scan else [])
+    model = save_model(tmp_path / "loop.onnx", [helper.make_node("Loop", ["M", "c" if cond else "", "x"], outs, body=body)],
+                       [vi("x", TensorProto.FLOAT, [1])] + ([vi("c", TensorProto.BOOL, [])] if cond else []),
+                       [vi("y", TensorProto.FLOAT, [1])] + ([vi("s", TensorProto.FLOAT, [trip, 1])] if scan else []),
+                       [nh.from_array(np.array(trip, np.int64), "M")])
+    return model
+
+
+def test_a_long_constant_loop_stays_a_run_time_loop(tmp_path):
+    model = _counting_loop(tmp_path, 10 ** 6, scan=False)
+    r = invoke("compile", model, "--target", "native", "-o", tmp_path / "m.tar")
+    assert r.exit_code == 0, r.output
+    np.savez(tmp_path / "in.npz", x=np.zeros(1, np.float32))
+    r = invoke("run", tmp_path / "m.tar", "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz")
+    assert r.exit_code == 0, r.output
+    assert np.load(tmp_path / "out.npz")["y"].tolist() == [1e6]
+
+
+def test_a_short_constant_loop_is_still_unrolled(tmp_path):
+    model = _counting_loop(tmp_path, 5, scan=True)
+    r = invoke("compile", model, "--target", "native", "-o", tmp_path / "m.tar", "--json")
+    assert r.exit_code == 0, r.output
+    np.savez(tmp_path / "in.npz", x=np.zeros(1, np.float32))
+    r = invoke("run", tmp_path / "m.tar", "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz")
+    assert np.load(tmp_path / "out.npz")["s"].reshape(-1).tolist() == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("cond", [False, True])
+def test_a_loop_with_scan_outputs_beyond_the_unroll_limit_is_refused(tmp_path, cond):
+    model = _counting_loop(tmp_path, 10 ** 9, scan=True, cond=cond)
+    r = tvmc("compile", model, "--target", "native", "-o", tmp_path / "m.tar", timeout=120)
+    line = error_line(r.stderr)
+    assert r.returncode == 2 and "node 'y' (Loop)" in line and "more than the limit of 16384" in line
+
+
+def test_a_scan_beyond_the_unroll_limit_is_refused(tmp_path):
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "x_t"], ["s_out"])], "body",
+                             [vi("s_in", TensorProto.FLOAT, [1]), vi("x_t", TensorProto.FLOAT, [1])],
+                             [vi("s_out", TensorProto.FLOAT, [1])])
+    model = save_model(tmp_path / "scan.onnx",
+                       [helper.make_node("Scan", ["s", "xs"], ["y"], body=body, num_scan_inputs=1)],
+                       [vi("s", TensorProto.FLOAT, [1]), vi("xs", TensorProto.FLOAT, [100000, 1])],
+                       [vi("y", TensorProto.FLOAT, [1])], opset=11)
+    r = tvmc("compile", model, "--target", "native", "-o", tmp_path / "m.tar", timeout=120)
+    assert r.returncode == 2 and "node 'y' (Scan)" in error_line(r.stderr)

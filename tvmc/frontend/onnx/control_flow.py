@@ -12,11 +12,17 @@ its own (`control.loop` with a LoopBody, tvmc/ops/control.py), compiled like the
 the same library, and the executors run it (the graph entry on CPUs, tvmc/runtime/control.py in
 the Python executors); its carried values must keep static types, and scan outputs, which would
 have no bound, are refused (see docs/dynamic_shapes.md).
+
+Unrolling is bounded (docs/limits.md): one model unrolls at most MAX_UNROLLED_NODES nodes of Loop
+and Scan bodies (a body's nodes, nested subgraphs included, once per iteration). A Loop with a
+constant trip count and no scan output that would unroll more stays a run-time loop; a Loop with
+scan outputs, or a Scan, beyond the limit is refused naming the node.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from tvmc.errors import ModelError
 from tvmc.frontend.onnx.common import is_const, norm_axis, reshape
@@ -24,6 +30,33 @@ from tvmc.frontend.onnx.registry import converter
 from tvmc.graph.ir import Call, Graph, LoopBody, TensorType, Var, make_call, post_order, rewrite
 
 _VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
+
+MAX_UNROLLED_NODES = 1 << 14
+
+
+def graph_size(graph) -> int:
+    """Nodes of an ONNX GraphProto, those of its nested subgraphs (If branches, bodies) included."""
+    size = 0
+    for node in graph.node:
+        size += 1
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                size += graph_size(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                size += sum(graph_size(g) for g in a.graphs)
+    return size
+
+
+def _unroll(ctx, body, iterations: int) -> None:
+    """Count `iterations` more copies of `body` against the model's MAX_UNROLLED_NODES; raises
+    ModelError naming the node when they would pass it."""
+    importer = ctx.importer
+    total = getattr(importer, "unrolled_nodes", 0) + max(graph_size(body), 1) * iterations
+    if total > MAX_UNROLLED_NODES:
+        raise ctx.error(f"unrolling {iterations} more iteration(s) of its body ({graph_size(body)} nodes) would bring "
+                        f"the model's unrolled nodes to {total}, more than the limit of {MAX_UNROLLED_NODES} "
+                        f"(docs/limits.md)")
+    importer.unrolled_nodes = total
 
 
 @converter(*_VERSIONS)
@@ -72,6 +105,11 @@ def Loop(ctx, node, inputs, attrs, opset):
     running = True if cond is None else _flag(ctx, cond)
     if not scans and trip > 0 and not isinstance(running, bool):
         return _run_time_loop(ctx, inputs, body, opset)
+    if not scans and trip * max(graph_size(body), 1) > MAX_UNROLLED_NODES - getattr(ctx.importer, "unrolled_nodes", 0):
+        return _run_time_loop(ctx, inputs, body, opset)  # too long to unroll: a loop at run time
+    if scans and cond is None:  # no condition: exactly `trip` iterations, known before unrolling any
+        if trip * max(graph_size(body), 1) + getattr(ctx.importer, "unrolled_nodes", 0) > MAX_UNROLLED_NODES:
+            _unroll(ctx, body, trip)
     ran = []  # per iteration: a bool flag computed at run time, or True
     names = [i.name for i in body.input]
     for it in range(trip):
@@ -79,6 +117,7 @@ def Loop(ctx, node, inputs, attrs, opset):
             break
         if not scans and not isinstance(running, bool):  # the body's condition is a run-time value
             return _run_time_loop(ctx, inputs, body, opset)
+        _unroll(ctx, body, 1)
         bindings = {names[0]: ctx.const(np.array(it, np.int64), "iteration"),
                     names[1]: ctx.const(np.array(True), "cond")}
         bindings.update(zip(names[2:], carried))
@@ -197,6 +236,7 @@ def _scan(ctx, body, opset, states, xs, in_axes, in_rev, out_axes, out_rev):
     n_out = len(body.output) - n_state
     names = [i.name for i in body.input]
     outs_per_step: list = [[] for _ in range(n_out)]
+    _unroll(ctx, body, n_steps)
     for t in range(n_steps):
         slices = [_take_slice(ctx, x, a, n_steps - 1 - t if rev else t) for x, a, rev in zip(xs, in_axes, in_rev)]
         outs = ctx.importer.convert_graph(body, opset, dict(zip(names, states + slices)), f"Scan '{ctx.name}' body")

@@ -450,7 +450,8 @@ class _NodeContext:
             if source is not None:
                 shapes[call] = shapes[source] if call.shape == source.shape else self._reduced_shape(call, source)
         if inputs and all(is_const(e) for e in inputs) and (
-                all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX):
+                all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX) \
+                and ir.constant_bytes(call.shape, call.dtype) <= ir.MAX_CONSTANT_BYTES:
             # shape arithmetic on constants (Neg of an axis, Equal of shapes, a window length
             # through Cast and Sub, ...) is folded at import, so later shape-determining inputs
             # stay constant; larger float constants are left to the FoldConstant pass
@@ -490,6 +491,19 @@ class _NodeContext:
             raise self.error(f"input {what} ('{self.input_name(i)}') is computed at run time and sizes the output, "
                              f"and tvmc derives no bound for its values: {why}; state the range of the graph "
                              f"inputs it comes from with --value-range NAME=LO:HI") from None
+
+    def check_constant(self, shape, dtype, what: str = "its output") -> None:
+        """Raise ModelError (naming the node) when a `dtype` constant of `shape`, which the
+        converter is about to compute at import, would take more than MAX_CONSTANT_BYTES
+        (tvmc.graph.ir; a tensor of exactly that size is built). Call it before building it."""
+        shape = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape):
+            raise self.error(f"{what} would have the negative shape {list(shape)}")
+        nbytes = ir.constant_bytes(shape, dtype)
+        if nbytes > ir.MAX_CONSTANT_BYTES:
+            raise self.error(f"{what}, computed at compile time, would be {list(shape)} {np.dtype(dtype).name} "
+                             f"({nbytes} bytes), more than the limit of {ir.MAX_CONSTANT_BYTES} bytes for a constant "
+                             f"(docs/limits.md)")
 
     def const(self, value, suffix: str) -> ir.Constant:
         """A new constant named f"{node}.{suffix}" (made unique in the graph)."""
