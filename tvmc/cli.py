@@ -191,7 +191,7 @@ def _load_config(ctx, param, value):
     import jsonschema
 
     from tvmc.paths import read_bounded
-    from tvmc.target import parse_yaml_limited
+    from tvmc.target import parse_yaml_limited, schema_message
 
     data = read_bounded(value, MAX_CONFIG_BYTES, click.BadParameter, "a --config file")
     try:
@@ -206,7 +206,7 @@ def _load_config(ctx, param, value):
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(CONFIG_SCHEMA).iter_errors(data))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path)[:80] or "(top level)"
-        raise click.BadParameter(f"{value}: malformed at '{where}': {_one_line(error.message)[:160]}")
+        raise click.BadParameter(f"{value}: malformed at '{where}': {schema_message(error, 160)}")
     options = {o[2:].replace("-", "_"): p for p in ctx.command.params if isinstance(p, click.Option)
                and p.name not in _NOT_IN_CONFIG for o in p.opts if o.startswith("--")}
     defaults = {}

@@ -40,6 +40,7 @@ from tvmc.errors import ArtifactError
 from tvmc.graph.executor_json import graph_attr
 from tvmc.graph.ir import MAX_TENSOR_BYTES
 from tvmc.paths import check_output_path, open_regular
+from tvmc.target import schema_message
 
 HEADER_NAME = "tvmc_kernels.h"
 GRAPH_NAME = "mod.json"
@@ -239,6 +240,7 @@ _TENSORS = {"type": "array", "items": {
     "properties": {"name": {"type": "string"}, "dtype": {"type": "string"},
                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}}
 _OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
+_DIMS3 = {"type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "integer", "minimum": 1, "maximum": (1 << 31) - 1}}
 
 def _metadata_target_schema() -> dict:
     """metadata.json "target": a resolved descriptor as Target.to_dict writes it, checked with the
@@ -314,6 +316,13 @@ GRAPH_SCHEMA = {
             "dltype": _tagged({"type": "string"}),
             "storage_id": _tagged({"type": "integer", "minimum": 0})}},
         "storage_bytes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "kernels": {"type": "object", "additionalProperties": {   # GPU artifacts: launch per kernel
+            "type": "object", "required": ["grid", "block", "shared_bytes"],
+            "properties": {"grid": _DIMS3, "block": _DIMS3,
+                           "shared_bytes": {"type": "integer", "minimum": 0, "maximum": 1 << 31},
+                           "flops": {"type": "integer", "minimum": 0},
+                           "global_bytes": {"type": "integer", "minimum": 0},
+                           "args": {"type": "array", "items": {"type": "object"}}}}},
         "input_names": {"type": "array", "items": {"type": "string"}},
         "output_names": {"type": "array", "items": {"type": "string"}},
     },
@@ -389,7 +398,7 @@ def _check_schema(origin: str, name: str, data, schema: dict) -> None:
         jsonschema.validate(data, schema)
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise ArtifactError(f"{origin}: {name} is malformed at '{_short(where, 80)}': {_short(e.message)}") from None
+        raise ArtifactError(f"{origin}: {name} is malformed at '{_short(where, 80)}': {schema_message(e, 160)}") from None
 
 
 def _check_graph_structure(origin: str, g: dict) -> None:
@@ -416,6 +425,11 @@ def _check_graph_structure(origin: str, g: dict) -> None:
         if node["op"] == "tvmc_loop":
             _check_loop(nid, node, check_ref, lambda r: (list(shapes[row_ptr[r[0]] + r[1]]),
                                                          dtypes[row_ptr[r[0]] + r[1]]), len(nodes), bad)
+    kernels = g.get("kernels")
+    if kernels is not None:
+        absent = sorted({n["attrs"]["func_name"] for n in nodes if n["op"] == "tvm_op"} - set(kernels))
+        if absent:
+            bad(f"kernels has no launch for {_short(', '.join(absent[:3]), 120)}")
     for ref in g["heads"]:
         check_ref(ref, len(nodes), "heads")
     run_time_shapes = g.get("output_shapes", [])

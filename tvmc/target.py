@@ -161,13 +161,26 @@ def _descriptor_dict(target: Target) -> dict:
     return data
 
 
+def schema_message(e: jsonschema.ValidationError, limit: int = 200) -> str:
+    """A jsonschema error in one short line: its message, or, when the offending value is long
+    (a 4000-digit number, a huge string), the rule it breaks with the value elided."""
+    text = " ".join(e.message.split())
+    shown = repr(e.instance)
+    if len(shown) > 60:
+        rule = "" if isinstance(e.validator_value, (dict, list)) else f" {e.validator_value}"
+        text = f"a {type(e.instance).__name__} of {len(shown)} characters fails '{e.validator}{rule}'"
+        if e.validator in ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum"):
+            text = f"{shown[:20]}... ({len(shown)} characters) is {'greater' if 'ax' in e.validator else 'less'} " \
+                   f"than the {e.validator} of {e.validator_value}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _validate(data, origin: str) -> None:
     try:
         jsonschema.validate(data, _schema())
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path)[:80] or "(top level)"
-        message = e.message if len(e.message) <= 200 else e.message[:197] + "..."
-        raise TargetError(f"{origin}: invalid target descriptor at '{where}': {message}") from None
+        raise TargetError(f"{origin}: invalid target descriptor at '{where}': {schema_message(e)}") from None
 
 
 MAX_DESCRIPTOR_BYTES = 64 << 10

@@ -605,3 +605,125 @@ def test_a_scan_beyond_the_unroll_limit_is_refused(tmp_path):
                        [vi("y", TensorProto.FLOAT, [1])], opset=11)
     r = tvmc("compile", model, "--target", "native", "-o", tmp_path / "m.tar", timeout=120)
     assert r.returncode == 2 and "node 'y' (Scan)" in error_line(r.stderr)
+
+
+# ---- 10. no internal error on any model ----------------------------------------------------------
+
+def _vad_like(tmp_path):
+    """A voice-activity-like model: If(sr == 16000) frames x [1, 16000] by 160 (then) or by 80
+    (else) and runs an LSTM whose weights take 160-sample frames: the else branch is invalid for
+    this input shape."""
+    from onnx import numpy_helper
+
+    hidden = 4
+
+    def branch(name, frame):
+        nodes = [helper.make_node("Reshape", ["x", f"shape_{name}"], [f"f_{name}"]),
+                 helper.make_node("Transpose", [f"f_{name}"], [f"t_{name}"], perm=[1, 0, 2]),
+                 helper.make_node("LSTM", [f"t_{name}", "W", "R"], [f"y_{name}"], hidden_size=hidden),
+                 helper.make_node("ReduceMean", [f"y_{name}"], [f"o_{name}"], axes=[0, 1, 2, 3], keepdims=0)]
+        return helper.make_graph(nodes, name, [], [vi(f"o_{name}", TensorProto.FLOAT, [])],
+                                 [numpy_helper.from_array(np.array([1, -1, frame], np.int64), f"shape_{name}")])
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(16000, np.int64), "k16"),
+             numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, 160)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32), "R")]
+    nodes = [helper.make_node("Equal", ["sr", "k16"], ["is16"]),
+             helper.make_node("If", ["is16"], ["y"], then_branch=branch("then", 160), else_branch=branch("else", 80))]
+    return save_model(tmp_path / "vad.onnx", nodes, [vi("x", TensorProto.FLOAT, [1, 16000]), vi("sr", TensorProto.INT64, [])],
+                      [vi("y", TensorProto.FLOAT, [])], inits)
+
+
+def test_if_with_a_run_time_condition_and_an_invalid_branch_is_refused_clearly(tmp_path):
+    r = invoke("compile", _vad_like(tmp_path), "--target", "native", "-o", tmp_path / "vad.tar")
+    line = error_line(r.stderr)
+    assert r.exit_code == 2 and "node 'y' (If)" in line and "else_branch cannot be" in line
+    assert "node 'y_else' (LSTM)" in line and "--value-range" in line
+
+
+def test_value_range_proves_the_invalid_branch_unreachable(tmp_path):
+    model = _vad_like(tmp_path)
+    r = invoke("compile", model, "--target", "native", "-o", tmp_path / "vad.tar", "--value-range", "sr=16000:16000")
+    assert r.exit_code == 0, r.output
+    ort = pytest.importorskip("onnxruntime")
+    x = np.random.default_rng(1).standard_normal((1, 16000)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x, sr=np.array(16000, np.int64))
+    r = invoke("run", tmp_path / "vad.tar", "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz")
+    assert r.exit_code == 0, r.output
+    expected = ort.InferenceSession(str(model)).run(None, {"x": x, "sr": np.array(16000, np.int64)})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["y"], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_an_unforeseen_converter_failure_is_a_model_error_naming_the_node(tmp_path, relu_model, monkeypatch):
+    from tvmc.frontend.onnx import registry
+
+    def broken(ctx, node, inputs, attrs, opset):
+        a, b = [1, 2, 3]   # the recurrent converter's "too many values to unpack", say
+        return a
+
+    broken.versions = registry.CONVERTERS["Relu"].versions
+    monkeypatch.setitem(registry.CONVERTERS, "Relu", broken)
+    r = invoke("compile", relu_model, "--target", "native", "-o", tmp_path / "o.tar")
+    line = error_line(r.stderr)
+    assert r.exit_code == 2 and "node 'y' (Relu): cannot import it (ValueError: too many values to unpack" in line
+
+
+def test_an_unforeseen_lowering_failure_is_a_schedule_error_naming_the_kernel(tmp_path, relu_model, monkeypatch):
+    import tvmc.ops.fused
+
+    def broken(*args, **kwargs):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(tvmc.ops.fused, "lower_fused", broken)
+    r = invoke("compile", relu_model, "--target", "native", "-o", tmp_path / "o.tar")
+    line = error_line(r.stderr)
+    assert r.exit_code == 5 and "lowering failed: IndexError: list index out of range" in line and "node 'y'" in line
+
+
+@pytest.mark.parametrize("field", ["num_vector_registers", "l2_bytes"])
+def test_a_5000_digit_integer_in_a_descriptor_is_a_target_error(tmp_path, relu_model, field):
+    from importlib import resources
+
+    text = resources.files("tvmc.targets").joinpath("x86-64.yaml").read_text()
+    key = {"num_vector_registers": "num_vector_registers:", "l2_bytes": "l2_bytes:"}[field]
+    lines = [(ln.split(":")[0] + ": " + "9" * 5000) if ln.strip().startswith(key) else ln for ln in text.splitlines()]
+    (tmp_path / "t.yaml").write_text("\n".join(lines) + "\n")
+    r = invoke("compile", relu_model, "--target", tmp_path / "t.yaml", "-o", tmp_path / "o.tar")
+    assert r.exit_code == 3 and "t.yaml" in error_line(r.stderr)
+    lines = [(ln.split(":")[0] + ": " + "9" * 4000) if ln.strip().startswith(key) else ln for ln in text.splitlines()]
+    (tmp_path / "t.yaml").write_text("\n".join(lines) + "\n")
+    r = invoke("compile", relu_model, "--target", tmp_path / "t.yaml", "-o", tmp_path / "o.tar")
+    line = error_line(r.stderr)
+    assert r.exit_code == 3 and "is greater than the maximum" in line and len(line) < 300
+
+
+@pytest.fixture(scope="module")
+def opencl_tar(tmp_path_factory):
+    require("opencl")
+    folder = tmp_path_factory.mktemp("ocl")
+    model = save_model(folder / "relu.onnx", [helper.make_node("Relu", ["x"], ["y"])],
+                       [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
+    r = invoke("compile", model, "--target", "opencl", "-o", folder / "relu.tar")
+    assert r.exit_code == 0, r.output
+    return folder / "relu.tar"
+
+
+@pytest.mark.parametrize("damage", ["list", "grid string", "block of two", "missing kernel"])
+def test_malformed_kernels_in_a_gpu_mod_json_are_artifact_errors(tmp_path, opencl_tar, damage):
+    members = tar_members(opencl_tar)
+    graph = json.loads(members["mod.json"])
+    name = next(iter(graph["kernels"]))
+    if damage == "list":
+        graph["kernels"] = [graph["kernels"][name]]
+    elif damage == "grid string":
+        graph["kernels"][name]["grid"] = "1x1x1"
+    elif damage == "block of two":
+        graph["kernels"][name]["block"] = [1, 1]
+    else:
+        graph["kernels"] = {}
+    members["mod.json"] = json.dumps(graph).encode()
+    forged = repack(members, tmp_path / "forged.tar")
+    for command in ("inspect", "run"):
+        r = invoke(command, forged)
+        assert r.exit_code == 7 and "mod.json" in error_line(r.stderr), (command, r.output)

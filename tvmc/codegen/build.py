@@ -29,7 +29,7 @@ import llvmlite.binding as llvm
 
 from tvmc.codegen import description
 from tvmc.codegen.llvm import CodeGenLLVM
-from tvmc.errors import CodegenError, TargetError
+from tvmc.errors import CodegenError, ScheduleError, TargetError, TVMCError
 from tvmc.paths import write_new_text
 from tvmc.process import run_tool
 from tvmc.toolchain import find_linker_tools, find_tool
@@ -266,6 +266,16 @@ def kernel_info(prim, flops: int) -> dict:
                 flops=flops, global_bytes=global_traffic_bytes(prim))
 
 
+def _anchor_name(func) -> str:
+    """The graph node a fused function was made from (its anchor call's name), or '?'."""
+    from tvmc.ops.fused import anchor_call
+
+    try:
+        return anchor_call(func).name or "?"
+    except Exception:  # only for an error message
+        return "?"
+
+
 def _flops(func) -> int:
     from tvmc.autotune.task import task_flops
     from tvmc.ops.fused import anchor_call, workload
@@ -315,7 +325,13 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     progress = progress or (lambda stage, done, total: None)
     prims = []
     for f in functions:
-        prims.append(lower_fused(f, target, config_lookup))
+        try:
+            prims.append(lower_fused(f, target, config_lookup))
+        except (TVMCError, RecursionError):
+            raise
+        except Exception as e:  # a schedule's own bug or a workload it did not foresee: name the kernel
+            raise ScheduleError(f"kernel {f.name} (node '{_anchor_name(f)}'): lowering failed: "
+                                f"{type(e).__name__}: {str(e).strip()[:200]}") from e
         progress("lower", len(prims), len(functions))
     if target.kind == "gpu" and graph_json is not None:
         graph_json["kernels"] = {p.name: kernel_info(p, _flops(f)) for p, f in zip(prims, functions)}

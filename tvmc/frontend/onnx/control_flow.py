@@ -59,16 +59,57 @@ def _unroll(ctx, body, iterations: int) -> None:
     importer.unrolled_nodes = total
 
 
+_COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+                "logical_or", "logical_xor", "logical_not", "identity", "reshape", "cast")
+
+
+def _decided(ctx, cond):
+    """The value of a run-time If condition when the ranges stated for the graph inputs
+    (--value-range) fix it: comparisons and logic over operands whose interval is one value
+    (value_range.py); None when the analysis cannot decide it."""
+    from tvmc.frontend.onnx.value_range import Unbounded, value_range
+    from tvmc.ops.registry import get_op
+
+    def value(e):
+        if is_const(e):
+            return np.asarray(e.value)
+        if isinstance(e, Call) and e.op in _COMPARISONS and e.dtype == "bool":
+            args = [value(a) for a in e.inputs]
+            return None if any(a is None for a in args) else np.asarray(get_op(e.op).reference(*args, **dict(e.attrs)))
+        try:
+            lo, hi = value_range(e, ctx.importer.value_ranges, {v: k for k, v in ctx.importer.run_time_shapes.items()})
+        except Unbounded:
+            return None
+        return lo.astype(e.dtype) if np.array_equal(lo, hi) else None
+
+    v = value(cond)
+    return None if v is None or v.size != 1 else bool(v.reshape(-1)[0])
+
+
 @converter(*_VERSIONS)
 def If(ctx, node, inputs, attrs, opset):
-    """ONNX If(cond; then_branch, else_branch)."""
+    """ONNX If(cond; then_branch, else_branch). A condition known at import (a constant, or fixed by
+    the --value-range of the graph inputs it is computed from) imports the taken branch only. With
+    a run-time condition both branches are imported; one that cannot be imported for these input
+    shapes (e.g. a branch for another sample rate reshaping this one's input) is refused naming the
+    If and the way to rule it out (--value-range)."""
     cond = inputs[0]
     importer = ctx.importer
-    if is_const(cond):
-        branch = attrs["then_branch"] if bool(np.asarray(cond.value).reshape(-1)[0]) else attrs["else_branch"]
+    known = bool(np.asarray(cond.value).reshape(-1)[0]) if is_const(cond) else _decided(ctx, cond)
+    if known is not None:
+        branch = attrs["then_branch"] if known else attrs["else_branch"]
         return tuple(importer.convert_graph(branch, opset, {}, f"If '{ctx.name}'"))
-    then = importer.convert_graph(attrs["then_branch"], opset, {}, f"If '{ctx.name}' then_branch")
-    other = importer.convert_graph(attrs["else_branch"], opset, {}, f"If '{ctx.name}' else_branch")
+    branches = []
+    for key in ("then_branch", "else_branch"):
+        try:
+            branches.append(importer.convert_graph(attrs[key], opset, {}, f"If '{ctx.name}' {key}"))
+        except ModelError as e:
+            why = str(e).removeprefix(f"{importer.label}: ")
+            raise ctx.error(f"its condition ('{ctx.input_name(0)}') is known only at run time, so both branches are "
+                            f"compiled, and its {key} cannot be for these input shapes: {why}; if that branch is "
+                            f"never taken, state the inputs' values that rule it out with --value-range NAME=LO:HI") \
+                from None
+    then, other = branches
     c = reshape(ctx, cond, ())
     outs = []
     for k, (a, b) in enumerate(zip(then, other)):

@@ -11,7 +11,7 @@ import onnx.checker
 import onnx.shape_inference
 from onnx import numpy_helper
 
-from tvmc.errors import ModelError, UnsupportedOpError
+from tvmc.errors import ModelError, TVMCError, UnsupportedOpError
 from tvmc.frontend.onnx.common import SUPPORTED_DTYPES, fmt_dims, is_const, np_dtype_name
 from tvmc.frontend.onnx.functions import function_body, inline, tensor_type
 from tvmc.frontend.onnx.registry import CONVERTERS, has_converter, supports
@@ -311,7 +311,14 @@ class _Importer:
             inputs.pop()
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         ctx = _NodeContext(self, node, label)
-        result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, opset)
+        try:
+            result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, opset)
+        except (TVMCError, RecursionError, KeyboardInterrupt):
+            raise
+        except MemoryError:
+            raise ctx.error("importing it needs more memory than this machine has") from None
+        except Exception as e:  # a converter's own bug or an input it did not foresee: name the node
+            raise ctx.error(f"cannot import it ({type(e).__name__}: {one_line(e)})") from e
         # a tuple holds one result per node output (Split, TopK, LayerNormalization, ...)
         results = list(result) if isinstance(result, tuple) else [result]
         dynamic = [n for n, e in zip(node.input, inputs) if e is not None and e.type.is_dynamic]
