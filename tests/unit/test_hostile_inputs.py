@@ -727,3 +727,32 @@ def test_malformed_kernels_in_a_gpu_mod_json_are_artifact_errors(tmp_path, openc
     for command in ("inspect", "run"):
         r = invoke(command, forged)
         assert r.exit_code == 7 and "mod.json" in error_line(r.stderr), (command, r.output)
+
+
+# ---- 7. the bound check is the same on every target ------------------------------------------------
+
+@pytest.fixture(scope="module", params=["native", "wasm", "opencl", "arm"])
+def float_range_tar(request, tmp_path_factory):
+    """Range(0, n, 1) of a float graph input n, compiled with --value-range n=0:10 (bound 10)."""
+    from onnx import numpy_helper
+
+    if request.param != "native":
+        require(request.param)
+    folder = tmp_path_factory.mktemp(f"range_{request.param}")
+    model = save_model(folder / "range.onnx", [helper.make_node("Range", ["s", "n", "d"], ["y"])],
+                       [vi("n", TensorProto.FLOAT, [])], [vi("y", TensorProto.FLOAT, ["k"])],
+                       [numpy_helper.from_array(np.array(0, np.float32), "s"),
+                        numpy_helper.from_array(np.array(1, np.float32), "d")])
+    r = invoke("compile", model, "--target", request.param, "-o", folder / "range.tar", "--value-range", "n=0:10")
+    assert r.exit_code == 0, r.output
+    return folder / "range.tar"
+
+
+@pytest.mark.parametrize("n", [100.0, 1e30, math.inf, math.nan])
+def test_a_float_range_beyond_its_bound_is_reported_on_every_target(tmp_path, float_range_tar, n):
+    np.savez(tmp_path / "in.npz", n=np.array(n, np.float32))
+    r = invoke("run", float_range_tar, "--inputs", tmp_path / "in.npz")
+    assert r.exit_code == 7 and "outside its bound [10]" in error_line(r.stderr), r.output
+    np.savez(tmp_path / "in.npz", n=np.array(5.0, np.float32))
+    r = invoke("run", float_range_tar, "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz")
+    assert r.exit_code == 0 and np.load(tmp_path / "out.npz")["y"].tolist() == [0, 1, 2, 3, 4]
