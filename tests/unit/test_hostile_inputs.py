@@ -756,3 +756,15 @@ def test_a_float_range_beyond_its_bound_is_reported_on_every_target(tmp_path, fl
     np.savez(tmp_path / "in.npz", n=np.array(5.0, np.float32))
     r = invoke("run", float_range_tar, "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz")
     assert r.exit_code == 0 and np.load(tmp_path / "out.npz")["y"].tolist() == [0, 1, 2, 3, 4]
+
+
+# ---- 11. the OpenCL driver's own messages do not precede tvmc's error line ---------------------------
+
+def test_an_opencl_build_failure_is_tvmc_s_one_line_only(tmp_path, opencl_tar):
+    members = tar_members(opencl_tar)
+    description, source = members["mod.cl"].decode().split("\n", 1)
+    members["mod.cl"] = (description + "\n" + source.replace("{", "{ this is not OpenCL C;", 1)).encode()
+    forged = repack(members, tmp_path / "forged.tar")
+    r = tvmc("run", forged, "--device", "opencl", timeout=300)   # a subprocess: the driver writes to fd 2 itself
+    assert r.returncode == 7 and "the OpenCL driver rejected the kernels" in error_line(r.stderr)
+    assert "generated" not in r.stderr
