@@ -118,7 +118,9 @@ def _handle_errors(fn):
 def _usage_line(e: click.UsageError) -> str:
     ctx = e.ctx or click.get_current_context(silent=True)
     hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    return f"error: {_one_line(e.format_message())}{hint}"
+    body = _one_line(e.format_message())
+    limit = MAX_ERROR_CHARS - len(hint)   # the whole line stays within the bound, hint included
+    return f"error: {body if len(body) <= limit else body[:limit - 3] + '...'}{hint}"
 
 
 class _Cli(click.Group):
