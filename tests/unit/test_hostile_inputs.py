@@ -242,7 +242,7 @@ def test_signal_during_compile_kills_the_compiler_and_leaves_no_files(tmp_path, 
     (tmp_path / "tmp").mkdir()
     started, pids = tmp_path / "started", tmp_path / "pids"
     driver = tmp_path / "slow-cc"
-    driver.write_text(f"#!/bin/sh\necho x > \"$TMPDIR/ccAbCdEf.s\"\nsleep 300 &\necho $$ $! > {pids}\n"
+    driver.write_text(f"#!/bin/sh\necho x > \"$TMPDIR/ccAbCdEf.s\"\nsleep 300 &\necho $$ $! >> {pids}\n"
                       f"touch {started}\nwait\n")
     driver.chmod(0o755)
     out = tmp_path / "out"
@@ -768,3 +768,74 @@ def test_an_opencl_build_failure_is_tvmc_s_one_line_only(tmp_path, opencl_tar):
     r = tvmc("run", forged, "--device", "opencl", timeout=300)   # a subprocess: the driver writes to fd 2 itself
     assert r.returncode == 7 and "the OpenCL driver rejected the kernels" in error_line(r.stderr)
     assert "generated" not in r.stderr
+
+
+def _slow_tool(tmp_path, name):
+    """A program that writes a cc*.s file in its TMPDIR, starts a child and waits (its pids in a file)."""
+    started, pids = tmp_path / f"{name}.started", tmp_path / f"{name}.pids"
+    tool = tmp_path / name
+    tool.write_text(f"#!/bin/sh\necho x > \"$TMPDIR/ccXyZ.s\"\nsleep 300 &\necho $$ $! >> {pids}\n"
+                    f"touch {started}\nwait\n")
+    tool.chmod(0o755)
+    return tool, started, pids
+
+
+def _signal_when_started(args, started, env, sig="SIGTERM"):
+    import signal as signals
+
+    proc = subprocess.Popen([sys.executable, "-m", "tvmc.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait_for(started, proc)
+        assert started.exists(), proc.communicate()[1]
+        proc.send_signal(getattr(signals, sig))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return proc.returncode, err
+
+
+def test_signal_during_build_runner_leaves_no_files_and_no_compiler(tmp_path, relu_tars):
+    (tmp_path / "tmp").mkdir()
+    cc, started, pids = _slow_tool(tmp_path, "slow-cc")
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    code, err = _signal_when_started(["build-runner", relu_tars["native"], "--cross-compiler", cc,
+                                      "-o", tmp_path / "out" / "tvmc_run"], started, env)
+    assert code == 143 and err.strip().splitlines() == ["error: terminated"]
+    assert listing(tmp_path / "tmp") == [] and not (tmp_path / "out" / "tvmc_run").exists()
+    assert not any(_alive(int(p)) for p in pids.read_text().split())
+
+
+def test_signal_during_an_emulated_run_kills_the_emulator(tmp_path, relu_tars):
+    """The emulator comes from a user-given descriptor (--target): a copy of arm's naming a slow program."""
+    require("arm")
+    from importlib import resources
+
+    (tmp_path / "tmp").mkdir()
+    emulator, started, pids = _slow_tool(tmp_path, "slow-qemu")
+    text = resources.files("tvmc.targets").joinpath("arm.yaml").read_text()
+    text = "\n".join(f'emulator: ["{emulator}"]' if ln.startswith("emulator:") else ln for ln in text.splitlines())
+    (tmp_path / "my-arm.yaml").write_text(text + "\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    code, err = _signal_when_started(["run", relu_tars["arm"], "--target", tmp_path / "my-arm.yaml"], started, env,
+                                     "SIGINT")
+    assert code == 130 and err.strip().splitlines() == ["error: interrupted"]
+    assert listing(tmp_path / "tmp") == []
+    assert not any(_alive(int(p)) for p in pids.read_text().split())
+
+
+def test_signal_during_tune_stops_the_build_workers_and_their_compilers_quietly(tmp_path):
+    from onnx import numpy_helper
+
+    model = save_model(tmp_path / "mm.onnx", [helper.make_node("MatMul", ["x", "w"], ["y"])],
+                       [vi("x", TensorProto.FLOAT, [4, 16])], [vi("y", TensorProto.FLOAT, [4, 8])],
+                       [numpy_helper.from_array(np.ones((16, 8), np.float32), "w")])
+    (tmp_path / "tmp").mkdir()
+    cc, started, pids = _slow_tool(tmp_path, "slow-cc")
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    code, err = _signal_when_started(["tune", model, "--target", "native", "--target-option", f"linker={cc}",
+                                      "-o", tmp_path / "records.json", "--trials", "4", "--parallel", "2"],
+                                     started, env)
+    assert code == 143 and err.strip().splitlines()[-1] == "error: terminated" and "Traceback" not in err
+    assert listing(tmp_path / "tmp") == []
+    assert not any(_alive(int(p)) for p in pids.read_text().split())

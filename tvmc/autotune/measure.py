@@ -147,6 +147,10 @@ def _die_with_parent():
         pass
 
 
+def _exit_quietly(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def _build_worker_init(parent_fds, tmp=None):
     """Build workers are forked: close the tuner's end of the runner socket they inherited (held
     open here, it would keep the runner from seeing the tuner exit), and make their temporary
@@ -156,6 +160,13 @@ def _build_worker_init(parent_fds, tmp=None):
     if tmp is not None:
         tempfile.tempdir = tmp
         os.environ["TMPDIR"] = tmp
+    import signal
+
+    # the tuner stops its workers with SIGTERM: a worker ends quietly (SystemExit, no traceback on
+    # the tuner's stderr) after the tool it runs is killed (tvmc.process); Ctrl-C is the tuner's
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_quietly)
     for fd in parent_fds:
         try:
             os.close(fd)
