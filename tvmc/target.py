@@ -162,11 +162,11 @@ def _descriptor_dict(target: Target) -> dict:
 
 
 def schema_message(e: jsonschema.ValidationError, limit: int = 200) -> str:
-    """A jsonschema error in one short line: its message, or, when the offending value is long
-    (a 4000-digit number, a huge string), the rule it breaks with the value elided."""
+    """A jsonschema error in one short line: its message, or, when that is too long because the
+    offending value is (a 4000-digit number, a huge string), the rule it breaks, the value elided."""
     text = " ".join(e.message.split())
     shown = repr(e.instance)
-    if len(shown) > 60:
+    if len(text) > limit and len(shown) > 60:
         rule = "" if isinstance(e.validator_value, (dict, list)) else f" {e.validator_value}"
         text = f"a {type(e.instance).__name__} of {len(shown)} characters fails '{e.validator}{rule}'"
         if e.validator in ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum"):
