@@ -882,7 +882,8 @@ def inspect_cmd(artifact, as_json, verbose):
     if activations:
         click.echo(f"memory         {activations}")
     click.echo(f"library        {library}, {library_bytes} bytes; "
-               f"its embedded description matches mod.json, mod.params and metadata.json (not loaded)")
+               f"its embedded description matches mod.json, mod.params and metadata.json, every member its sha256 "
+               f"(not loaded)")
     if isinstance(g.get("kernels"), dict):
         print_kernel_table(g)
 
