@@ -711,18 +711,26 @@ def opencl_tar(tmp_path_factory):
 
 @pytest.mark.parametrize("damage", ["list", "grid string", "block of two", "missing kernel"])
 def test_malformed_kernels_in_a_gpu_mod_json_are_artifact_errors(tmp_path, opencl_tar, damage):
+    """A consistent forgery: mod.cl is text, so its first line (the module description, which
+    holds the kernels' launches) is rewritten with mod.json, and the digests resealed."""
+    from tvmc.codegen.description import SOURCE_PREFIX, encode
+
     members = tar_members(opencl_tar)
     graph = json.loads(members["mod.json"])
+    line, source = members["mod.cl"].decode().split("\n", 1)
+    description = json.loads(line[len(SOURCE_PREFIX):])
     name = next(iter(graph["kernels"]))
-    if damage == "list":
-        graph["kernels"] = [graph["kernels"][name]]
-    elif damage == "grid string":
-        graph["kernels"][name]["grid"] = "1x1x1"
-    elif damage == "block of two":
-        graph["kernels"][name]["block"] = [1, 1]
-    else:
-        graph["kernels"] = {}
+    for holder in (graph, description):
+        if damage == "list":
+            holder["kernels"] = [holder["kernels"][name]]
+        elif damage == "grid string":
+            holder["kernels"][name]["grid"] = "1x1x1"
+        elif damage == "block of two":
+            holder["kernels"][name]["block"] = [1, 1]
+        else:
+            holder["kernels"] = {}
     members["mod.json"] = json.dumps(graph).encode()
+    members["mod.cl"] = (SOURCE_PREFIX + encode(description).decode() + "\n" + source).encode()
     forged = repack(members, tmp_path / "forged.tar")
     for command in ("inspect", "run"):
         r = invoke(command, forged)
