@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from tvmc.errors import PassError
-from tvmc.graph.ir import Call, Constant, Graph, rewrite
+from tvmc.graph import ir
+from tvmc.graph.ir import Call, Constant, Graph, constant_bytes, rewrite
 from tvmc.ops.registry import get_op
 from tvmc.passes.pass_infra import graph_pass
 
@@ -28,12 +29,14 @@ def fold_constant(graph: Graph, ctx) -> Graph:
     Folding is bottom-up, so whole constant subgraphs (e.g. the scale/shift arithmetic that
     SimplifyInference emits for a batch norm with non-literal statistics, or a reshape of a
     weight) collapse to one Constant, named after the node it replaces. The value is cast to
-    the call's declared dtype. Raises PassError when a reference disagrees with the call's
-    shape.
+    the call's declared dtype. A call whose value would take more than MAX_CONSTANT_BYTES
+    (tvmc.graph.ir; exactly that many bytes are folded) is left to run time, so compile time
+    never materializes more. Raises PassError when a reference disagrees with the call's shape.
     """
 
     def fn(e, new_inputs):
-        if isinstance(e, Call) and isinstance(e.op, str) and all(isinstance(i, Constant) for i in new_inputs):
+        if isinstance(e, Call) and isinstance(e.op, str) and all(isinstance(i, Constant) for i in new_inputs) \
+                and constant_bytes(e.shape, e.dtype) <= ir.MAX_CONSTANT_BYTES:
             return _evaluate(e, new_inputs)
         return None
 

@@ -17,6 +17,7 @@ name the argument. Each returns a result object whose `to_json()` is the documen
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections import Counter
@@ -38,8 +39,24 @@ DUMP_STAGES = ("graph", "tir", "ll", "asm")
 
 
 def json_document(kind: str, body: dict) -> dict:
-    """A --json document: the schema version, its kind and tvmc's version, then `body`."""
-    return {"tvmc_json": JSON_SCHEMA_VERSION, "kind": kind, "tvmc_version": tvmc.__version__, **body}
+    """A --json document: the schema version, its kind and tvmc's version, then `body`, with every
+    non-finite float written as a string (json_finite), so the document is valid JSON."""
+    return json_finite({"tvmc_json": JSON_SCHEMA_VERSION, "kind": kind, "tvmc_version": tvmc.__version__, **body})
+
+
+def json_finite(value):
+    """`value` (dicts, lists, tuples, numbers, ...) with every NaN, +inf and -inf float replaced
+    by the string "NaN", "Infinity" or "-Infinity" (docs/json.md): JSON has no such numbers, and
+    Python's json would write the non-standard tokens NaN / Infinity that strict parsers refuse."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: json_finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_finite(v) for v in value]
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +130,8 @@ def value_ranges_option(ranges) -> tuple:
             lo, hi = (float(v) for v in pair)
         except (TypeError, ValueError):
             raise TypeError(f"value_ranges['{name}'] must be a pair of numbers (lo, hi), got {pair!r}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) must be finite numbers")
         if not lo <= hi:
             raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) is empty (lo must not exceed hi)")
         out.append((str(name), (lo, hi)))
@@ -376,6 +395,7 @@ def read_inputs(path) -> dict:
                              f"e.g. np.savez(path, name=array)")
         if not magic.startswith(NPZ_MAGICS):
             raise InputError(f"{path}: not an .npz file (no zip signature; write it with np.savez)")
+        _check_npz_sizes(path, f)
         try:
             with np.load(f, allow_pickle=False) as data:
                 arrays = {k: data[k] for k in data.files}
@@ -390,6 +410,48 @@ def read_inputs(path) -> dict:
             raise InputError(f"{path}: input '{name}' has dtype {arr.dtype.str} ({arr.dtype.kind!r} kind); "
                              f"inputs must be numeric or bool arrays")
     return arrays
+
+
+MAX_INPUTS_BYTES = 16 << 30   # the arrays of one --inputs .npz, uncompressed
+MAX_INPUT_MEMBERS = 4096
+
+
+def _check_npz_sizes(path: str, f) -> None:
+    """Refuse an .npz that has more than MAX_INPUT_MEMBERS arrays, whose arrays would take more
+    than MAX_INPUTS_BYTES once read (the zip entries' uncompressed sizes, which bound what is
+    decompressed), or whose .npy headers declare more data than their entries hold (numpy would
+    allocate what a header declares): checked on the zip's directory and the arrays' headers,
+    before any array data is read."""
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    try:
+        with zipfile.ZipFile(f) as z:
+            infos = z.infolist()
+            if len(infos) > MAX_INPUT_MEMBERS:
+                raise InputError(f"{path}: {len(infos)} arrays, more than the limit of {MAX_INPUT_MEMBERS}")
+            total = sum(i.file_size for i in infos)
+            if total > MAX_INPUTS_BYTES:
+                raise InputError(f"{path}: its arrays hold {total} bytes, more than the limit of {MAX_INPUTS_BYTES} "
+                                 f"for the inputs of a run")
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    continue
+                with z.open(info) as member:
+                    version = npy.read_magic(member)
+                    read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                    shape, _, dtype = read_header(member)
+                    declared = math.prod(shape) * dtype.itemsize
+                    if declared > info.file_size:
+                        raise InputError(f"{path}: array '{info.filename[:-4][:80]}' declares shape {list(shape)} "
+                                         f"({declared} bytes), more than its {info.file_size} bytes in the file")
+    except InputError:
+        raise
+    except Exception as e:  # zipfile.BadZipFile, OSError, EOFError, ValueError on damaged files
+        raise InputError(f"{path}: cannot read inputs as .npz: {type(e).__name__}: {_first_line(e)}") from None
+    finally:
+        f.seek(0)
 
 
 def _first_line(e: BaseException) -> str:
@@ -480,21 +542,21 @@ def profile_rows(raw: list, kernel_flops: dict) -> list:
     return sorted(rows, key=lambda r: -r["total_ms"])
 
 
-def _create_executor(artifact, device, cuda_graph: bool):
-    """tvmc.runtime.create_executor(artifact, device), except that a CUDA artifact's executor
-    replays a CUDA graph only with `cuda_graph` (CUDAExecutor's argument of that name)."""
+def _create_executor(artifact, device, cuda_graph: bool, target=None):
+    """tvmc.runtime.create_executor(artifact, device, target), except that a CUDA artifact's
+    executor replays a CUDA graph only with `cuda_graph` (CUDAExecutor's argument of that name)."""
     from tvmc.package import Artifact, load_artifact
     from tvmc.runtime import create_executor
 
     if cuda_graph:
-        return create_executor(artifact, device)
+        return create_executor(artifact, device, target)
     if not isinstance(artifact, Artifact):
         artifact = load_artifact(artifact)
     if (artifact.metadata.get("target") or {}).get("runtime") == "cuda":
         from tvmc.runtime.cuda import CUDAExecutor
 
         return CUDAExecutor(artifact, device, cuda_graph=False)
-    return create_executor(artifact, device)
+    return create_executor(artifact, device, target)
 
 
 def _device_of(executor) -> dict | None:
@@ -507,7 +569,7 @@ def _device_of(executor) -> dict | None:
 
 
 def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, number=None, threads=None,
-        profile=False, device=None, on_device=None, cuda_graph=True) -> RunResult:
+        profile=False, device=None, on_device=None, cuda_graph=True, target=None) -> RunResult:
     """Run a compiled mod.tar on this machine, as `tvmc run`.
 
     artifact:  path of the mod.tar (or a tvmc.package.Artifact)
@@ -527,6 +589,9 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
     on_device: called with the device's name once the executor has chosen one (GPU runtimes), followed,
                for CUDA, by how run() launches in parentheses ("(CUDA graph)", or "(kernel by kernel, no
                CUDA graph: why)")
+    target:    a --target spec (shipped name or descriptor file) whose emulator and C compiler run a
+               CPU artifact of another architecture; its code facts must be the artifact's. None:
+               the shipped descriptor that matches them. Commands in metadata.json are never run.
     cuda_graph: CUDA artifacts: capture the graph once and replay it on each run (default); False
                launches kernel by kernel. A graph with a run-time loop is always launched kernel by
                kernel (tvmc.runtime.cuda); RunResult.device says which mode ran. Ignored elsewhere.
@@ -554,7 +619,7 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
         inputs = read_inputs(origin)
     given = dict(inputs or {})
 
-    executor = _create_executor(artifact, device, cuda_graph)
+    executor = _create_executor(artifact, device, cuda_graph, target)
     try:
         device_info = _device_of(executor)
         if on_device is not None and device_info is not None:

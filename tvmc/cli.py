@@ -9,7 +9,8 @@ override them.
 The error contract: a failure prints one line on stderr and exits with its documented code.
 Every tvmc.errors.TVMCError becomes `error: <message>` and the error's exit code; a usage
 error (bad option or argument) `error: <message> (see tvmc <command> --help)` and exit 64;
-Ctrl-C `error: interrupted` and exit 130; SIGTERM `error: terminated` and exit 143; any other
+Ctrl-C `error: interrupted` and exit 130; SIGTERM `error: terminated` and exit 143; SIGHUP
+`error: hung up` and exit 129; any other
 exception `internal error: ...` and exit 70. The line is bounded in length and shows control
 characters escaped. `--verbose` prints the traceback before that line and keeps the exit code.
 Temporary files are removed on every one of these paths (signals included). The codes are
@@ -44,6 +45,7 @@ INTERNAL_ERROR_EXIT = 70
 USAGE_EXIT = 64              # BSD sysexits EX_USAGE
 INTERRUPTED_EXIT = 130       # 128 + SIGINT
 TERMINATED_EXIT = 143        # 128 + SIGTERM
+HANGUP_EXIT = 129            # 128 + SIGHUP (the terminal closed)
 MAX_ERROR_CHARS = 400
 
 # Every exit code of tvmc, once: (code, meaning); the error classes' codes come from tvmc/errors.py.
@@ -62,6 +64,7 @@ EXIT_CODES = (
     (INTERNAL_ERROR_EXIT, "internal error, a bug in tvmc (--verbose shows the traceback)"),
     (INTERRUPTED_EXIT, "interrupted (Ctrl-C); temporary files removed"),
     (TERMINATED_EXIT, "terminated (SIGTERM); temporary files removed"),
+    (HANGUP_EXIT, "hung up (SIGHUP); temporary files removed"),
 )
 
 
@@ -99,7 +102,9 @@ def _handle_errors(fn):
             _fail(f"error: {_one_line(e)}", e.exit_code, verbose)
         except KeyboardInterrupt:
             _fail("error: interrupted", INTERRUPTED_EXIT, verbose)
-        except Terminated:
+        except Terminated as e:
+            if e.signum == signal.SIGHUP:
+                _fail("error: hung up", HANGUP_EXIT, verbose)
             _fail("error: terminated", TERMINATED_EXIT, verbose)
         except RecursionError:
             _fail("error: input nested too deeply to process", ModelError.exit_code, verbose)
@@ -113,7 +118,9 @@ def _handle_errors(fn):
 def _usage_line(e: click.UsageError) -> str:
     ctx = e.ctx or click.get_current_context(silent=True)
     hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    return f"error: {_one_line(e.format_message())}{hint}"
+    body = _one_line(e.format_message())
+    limit = MAX_ERROR_CHARS - len(hint)   # the whole line stays within the bound, hint included
+    return f"error: {body if len(body) <= limit else body[:limit - 3] + '...'}{hint}"
 
 
 class _Cli(click.Group):
@@ -130,6 +137,10 @@ class _Cli(click.Group):
         except click.exceptions.Abort:
             click.echo("error: interrupted", err=True)
             code = INTERRUPTED_EXIT
+        except Terminated as e:
+            hangup = e.signum == getattr(signal, "SIGHUP", None)
+            click.echo("error: hung up" if hangup else "error: terminated", err=True)
+            code = HANGUP_EXIT if hangup else TERMINATED_EXIT
         except click.ClickException as e:
             click.echo(f"error: {_one_line(e.format_message())}", err=True)
             code = e.exit_code
@@ -150,34 +161,62 @@ json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print one JSON document on stdout instead of the text (schema: docs/json.md).")
 
 
+MAX_CONFIG_BYTES = 64 << 10
+
+# What a --config file may hold, checked before any value is used: option names mapped to a
+# scalar, a list of scalars (a repeated flag) or a mapping of names to scalars or to lists of
+# integers (key=value flags; input_shapes {name: [dims]}).
+_SCALAR = {"type": ["string", "number", "boolean"]}
+CONFIG_SCHEMA = {
+    "type": "object",
+    "propertyNames": {"type": "string", "maxLength": 100},
+    "additionalProperties": {"anyOf": [
+        _SCALAR,
+        {"type": "array", "maxItems": 1000, "items": _SCALAR},
+        {"type": "object", "maxProperties": 1000, "propertyNames": {"type": "string", "maxLength": 1000},
+         "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "maxItems": 64, "items": {"type": "integer"}}]}},
+    ]},
+}
+
+
 def _load_config(ctx, param, value):
     """--config FILE: a YAML (or JSON) mapping of this command's option names (the long flag
     without its dashes; '-' or '_' alike) to values, which become the command's defaults, so a
     flag on the command line overrides the file. Mappings are accepted where a flag takes
     pairs: input_shapes {name: [dims]}, target_option and pass_config {key: value}; lists where
-    a flag repeats. Raises click.BadParameter naming the file and the key."""
+    a flag repeats. The file follows the descriptors' input rules: a regular file (a FIFO or a
+    device is refused at once) of at most MAX_CONFIG_BYTES, parsed with limits (no aliases,
+    tvmc.target.parse_yaml_limited), its structure checked against CONFIG_SCHEMA. Raises
+    click.BadParameter (one line) naming the file and the key."""
     if value is None:
         return None
-    import yaml
+    import jsonschema
 
+    from tvmc.paths import read_bounded
+    from tvmc.target import parse_yaml_limited, schema_message
+
+    data = read_bounded(value, MAX_CONFIG_BYTES, click.BadParameter, "a --config file")
     try:
-        data = yaml.safe_load(Path(value).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise click.BadParameter(f"{value}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    except yaml.YAMLError as e:
-        raise click.BadParameter(f"{value}: not valid YAML or JSON: {_one_line(e)}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise click.BadParameter(f"{value}: not UTF-8 text (byte {e.start})") from None
+    data = parse_yaml_limited(text, value, click.BadParameter, "a config file")
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise click.BadParameter(f"{value}: expected a mapping of option names to values, got {type(data).__name__}")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(CONFIG_SCHEMA).iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path)[:80] or "(top level)"
+        raise click.BadParameter(f"{value}: malformed at '{where}': {schema_message(error, 160)}")
     options = {o[2:].replace("-", "_"): p for p in ctx.command.params if isinstance(p, click.Option)
                and p.name not in _NOT_IN_CONFIG for o in p.opts if o.startswith("--")}
     defaults = {}
     for key, v in data.items():
         opt = options.get(str(key).replace("-", "_"))
         if opt is None:
-            raise click.BadParameter(f"{value}: unknown option '{key}' for tvmc {ctx.command.name}; known: "
-                                     f"{', '.join(sorted(options))}")
+            raise click.BadParameter(f"{value}: unknown option '{_one_line(key)[:100]}' for tvmc {ctx.command.name}; "
+                                     f"known: {', '.join(sorted(options))}")
         defaults[opt.name] = _config_value(opt, v, f"{value}: '{key}'")
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
@@ -293,8 +332,8 @@ def parse_input_shapes(text: str | None) -> tuple:
 
 def parse_value_ranges(items) -> dict:
     """('n=1:64', 'len=0:512') -> {'n': (1.0, 64.0), 'len': (0.0, 512.0)} for --value-range
-    (the last '=' separates name and range). Raises click.BadParameter on syntax errors, LO > HI or
-    repeated names."""
+    (the last '=' separates name and range). Raises click.BadParameter on syntax errors, non-finite
+    bounds (nan, inf), LO > HI or repeated names."""
     out = {}
     for item in items:
         name, _, text = item.rpartition("=")
@@ -305,6 +344,8 @@ def parse_value_ranges(items) -> dict:
             pair = None
         if pair is None:
             raise click.BadParameter(f"cannot parse '{item}'; expected NAME=LO:HI, e.g. n=1:64", param_hint="--value-range")
+        if not (math.isfinite(pair[0]) and math.isfinite(pair[1])):
+            raise click.BadParameter(f"range of '{name}' must be finite numbers, got {lo}:{hi}", param_hint="--value-range")
         if not pair[0] <= pair[1]:
             raise click.BadParameter(f"range of '{name}' is empty: {lo} > {hi}", param_hint="--value-range")
         if name in out:
@@ -706,6 +747,10 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @click.option("--device", metavar="DEVICE",
               help="Device of a GPU artifact: opencl, opencl:PLATFORM or opencl:PLATFORM:DEVICE; cuda or cuda:ORDINAL "
                    "(default: the first).")
+@click.option("--target", "target_spec", metavar="TARGET",
+              help="Descriptor (shipped name or YAML file) whose emulator and C compiler run an artifact of "
+                   "another architecture; default: the shipped one matching the artifact's code. Commands named "
+                   "in the artifact's metadata.json are never run.")
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
               help="CUDA artifacts: capture the graph once and replay it on each run (a graph with a run-time loop "
                    "always launches kernel by kernel; the device line says which mode ran).")
@@ -714,7 +759,7 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @verbose_option
 @_handle_errors
 def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, profile, print_top, threads,
-            device, cuda_graph, as_json, verbose):
+            device, target_spec, cuda_graph, as_json, verbose):
     """Run a compiled ARTIFACT (mod.tar) on this machine.
 
     Prints each output's shape, dtype and statistics; --print-time (or --repeat/--number) the
@@ -731,7 +776,8 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
         check_output_path(outputs_path, ArtifactError, "outputs", reads)
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout carries the document alone
     result = run(artifact, inputs_path, fill_mode=fill_mode, repeat=repeat, number=number, threads=threads,
-                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"), cuda_graph=cuda_graph)
+                 profile=profile, device=device, on_device=lambda name: say(f"device: {name}"), cuda_graph=cuda_graph,
+                 target=target_spec)
     if outputs_path:
         save_outputs(outputs_path, result.outputs, reads)
     if as_json:
@@ -756,14 +802,18 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
 @cli.command("build-runner", short_help="Build the C runner program (tvmc_run) for an artifact's target.")
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The runner program to write.")
-@click.option("--cross-compiler", metavar="CC", help="Compiler driver instead of the first word of the linker command "
-              "the artifact was linked with (metadata.json target.linker).")
+@click.option("--target", "target_spec", metavar="TARGET",
+              help="Descriptor (shipped name or YAML file) whose C compiler builds the runner; its code facts "
+                   "(triple, codegen, library format) must be the artifact's. Default: the shipped one matching them.")
+@click.option("--cross-compiler", metavar="CC", help="Compiler driver instead of the first word of the descriptor's "
+              "linker command.")
 @click.option("--cross-compiler-options", metavar="OPTS", help='Extra compiler and linker arguments, shell-quoted.')
 @verbose_option
 @_handle_errors
-def build_runner_cmd(artifact, output, cross_compiler, cross_compiler_options, verbose):
+def build_runner_cmd(artifact, output, target_spec, cross_compiler, cross_compiler_options, verbose):
     """Build tvmc_run, the C runner of tvmc/runtime/tvmc_run.c, for the target ARTIFACT (mod.tar)
-    was compiled for, with the same C compiler driver (e.g. aarch64-linux-gnu-gcc for arm).
+    was compiled for, with the C compiler driver of the known descriptor for that code (e.g.
+    aarch64-linux-gnu-gcc for arm; --target names another), never a command from the artifact.
 
     On the device, put it in one folder with mod.so and mod.params from the tar and run
     `./tvmc_run -p mod.params -i NAME=in.npy -o NAME=out.npy -r 10`: inputs and outputs as .npy
@@ -771,11 +821,11 @@ def build_runner_cmd(artifact, output, cross_compiler, cross_compiler_options, v
     """
     from tvmc.codegen.build import link_runner
     from tvmc.package import load_artifact, write_atomically
-    from tvmc.target import Target, with_cross_compiler
+    from tvmc.target import artifact_target, with_cross_compiler
 
     check_output_path(output, ArtifactError, "runner", [artifact])
     art = load_artifact(artifact)
-    target = Target.from_dict(art.metadata.get("target") or {})
+    target = artifact_target(art.metadata["target"], target_spec, artifact, ArtifactError)
     if art.library_name != "mod.so":
         raise ArtifactError(f"{artifact}: target {target.name} keeps its kernels in {art.library_name}; "
                             f"the C runner runs CPU libraries (mod.so)")
@@ -832,7 +882,8 @@ def inspect_cmd(artifact, as_json, verbose):
     if activations:
         click.echo(f"memory         {activations}")
     click.echo(f"library        {library}, {library_bytes} bytes; "
-               f"its embedded description matches mod.json, mod.params and metadata.json (not loaded)")
+               f"its embedded description matches mod.json, mod.params and metadata.json, every member its sha256 "
+               f"(not loaded)")
     if isinstance(g.get("kernels"), dict):
         print_kernel_table(g)
 
@@ -856,16 +907,19 @@ def print_kernel_table(graph_json: dict) -> None:
 
 
 def _terminate(signum, frame):
-    raise Terminated()
+    raise Terminated(signum)
 
 
 def main(argv=None) -> int:
     """Console entry point (`tvmc`). Returns the exit code.
 
-    SIGTERM raises tvmc.errors.Terminated in the main thread, so a terminated command removes
-    its temporary files as an interrupted one does (exit 143)."""
-    with contextlib.suppress(ValueError, OSError):  # not the main thread, or no signals here
-        signal.signal(signal.SIGTERM, _terminate)
+    SIGTERM and SIGHUP raise tvmc.errors.Terminated in the main thread, so a terminated command
+    removes its temporary files (and kills the tools it started, tvmc.process) as an interrupted
+    one does (exit 143, 129)."""
+    for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if signum is not None:
+            with contextlib.suppress(ValueError, OSError):  # not the main thread, or no signals here
+                signal.signal(signum, _terminate)
     try:
         cli.main(args=argv, prog_name="tvmc")
     except SystemExit as e:

@@ -72,6 +72,10 @@ class TuningError(TVMCError):
 
 
 class Terminated(BaseException):
-    """Raised in the main thread when the process receives SIGTERM (installed by `tvmc`'s entry
-    point), so cleanup runs as for Ctrl-C. A BaseException, like KeyboardInterrupt, so no
-    `except Exception` converts it into another error."""
+    """Raised in the main thread when the process receives SIGTERM or SIGHUP (installed by
+    `tvmc`'s entry point), so cleanup runs as for Ctrl-C. A BaseException, like KeyboardInterrupt,
+    so no `except Exception` converts it into another error. `signum` is the signal."""
+
+    def __init__(self, signum: int = 15):
+        super().__init__(signum)
+        self.signum = signum

@@ -40,6 +40,7 @@ from tvmc.errors import ArtifactError
 from tvmc.graph.executor_json import graph_attr
 from tvmc.graph.ir import MAX_TENSOR_BYTES
 from tvmc.paths import check_output_path, open_regular
+from tvmc.target import schema_message
 
 HEADER_NAME = "tvmc_kernels.h"
 GRAPH_NAME = "mod.json"
@@ -62,7 +63,8 @@ def kernel_header() -> bytes:
 
 
 def _json_bytes(obj) -> bytes:
-    return (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode()
+    """Strict JSON (no NaN or Infinity tokens: ValueError, a tvmc bug if it happens)."""
+    return (json.dumps(obj, sort_keys=True, indent=1, allow_nan=False) + "\n").encode()
 
 
 def _params_bytes(params: dict) -> bytes:
@@ -156,8 +158,9 @@ def save_web(module, folder, reads=()) -> Path:
     runtime tvmc.js and index.html, a page that runs the model on tvmc.js's example input and
     shows its outputs and latency. Serve the folder over HTTP, or load it in Node with tvmc.js.
 
-    The files are written into a fresh folder beside `folder`, which then replaces it, so an
-    error never leaves a half-written site. `folder` must not exist, or be an earlier web output
+    The files are written into a fresh folder beside `folder`; an existing site is then renamed
+    aside, the new folder renamed into its place and the old one removed, so an error or a signal
+    at any step leaves either the previous site whole or the new one, never a mix or nothing. `folder` must not exist, or be an earlier web output
     (nothing but these files in it); it must not be one of `reads`. Returns the folder. Raises
     ArtifactError when the target is not a wasm one or the folder cannot be written.
     """
@@ -185,21 +188,28 @@ def save_web(module, folder, reads=()) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=parent))
     except OSError as e:
         raise ArtifactError(f"{folder}: cannot write the web output: {e.strerror or e}") from None
+    old = None
     try:
         for name, data in sorted(members.items()):
             (tmp / name).write_bytes(data)
             os.chmod(tmp / name, 0o644)
         os.chmod(tmp, 0o755)
-        if folder.is_dir():
-            for p in folder.iterdir():
-                p.unlink()
-            folder.rmdir()
-        os.replace(tmp, folder)
+        if folder.is_dir():   # the previous site steps aside whole, and comes back if the swap fails
+            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=parent))
+            os.rename(folder, old / "site")
+        os.rename(tmp, folder)
     except BaseException as e:
+        if old is not None and (old / "site").is_dir() and not folder.exists():
+            with contextlib.suppress(OSError):
+                os.rename(old / "site", folder)
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
         if isinstance(e, OSError):
             raise ArtifactError(f"{folder}: cannot write the web output: {e.strerror or e}") from None
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return folder
 
 
@@ -230,6 +240,26 @@ _TENSORS = {"type": "array", "items": {
     "properties": {"name": {"type": "string"}, "dtype": {"type": "string"},
                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}}
 _OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
+_DIMS3 = {"type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "integer", "minimum": 1, "maximum": (1 << 31) - 1}}
+
+def _metadata_target_schema() -> dict:
+    """metadata.json "target": a resolved descriptor as Target.to_dict writes it, checked with the
+    descriptor schema's field rules (targets/schema.json: every required field, types, bounds),
+    the cache sizes flat and host_features added; fields of other tvmc versions are let through."""
+    schema = json.loads(resources.files("tvmc.targets").joinpath("schema.json").read_text())
+    props = dict(schema["properties"])
+    cache = props.pop("cache")["properties"]
+    props.update(cache)
+    for key, rule in list(props.items()):  # to_dict writes a field a descriptor left out as 0, "" or []
+        rule = {k: v for k, v in rule.items() if k not in ("description", "minItems")}
+        if rule.get("type") == "integer" and rule.get("minimum") == 1:
+            rule["minimum"] = 0
+        if rule.get("type") == "string" and "pattern" in rule and key != "name":
+            rule = {"anyOf": [{"const": ""}, rule]}
+        props[key] = rule
+    props["host_features"] = {"type": "array", "maxItems": 256, "items": {"type": "string", "maxLength": 64}}
+    return {"type": "object", "required": schema["required"], "properties": props}
+
 
 # What tvmc reads of metadata.json and mod.json: checked before any field is used.
 METADATA_SCHEMA = {
@@ -237,10 +267,11 @@ METADATA_SCHEMA = {
     "required": ["kernel_abi_version", "target", "inputs", "outputs", MEMBER_BYTES_KEY, MEMBER_SHA256_KEY],
     "properties": {
         "kernel_abi_version": {"type": "integer"},
-        "target": {"type": "object", "properties": {
-            "name": {"type": "string"}, "runtime": {"type": "string"}, "triple": {"type": "string"},
-            "library_format": {"enum": ["so", "wasm", "ptx", "cl"]},
-            "host_features": {"type": "array", "items": {"type": "string"}}}},
+        "target": _metadata_target_schema(),
+        "kernel_flops": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0,
+                                                                      "maximum": 1 << 62}},
+        "tuning_records": {"type": ["object", "null"]},
+        "shipped_records": {"type": ["object", "null"]},
         "inputs": _TENSORS,
         "outputs": _TENSORS,
         MEMBER_BYTES_KEY: {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
@@ -285,6 +316,13 @@ GRAPH_SCHEMA = {
             "dltype": _tagged({"type": "string"}),
             "storage_id": _tagged({"type": "integer", "minimum": 0})}},
         "storage_bytes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "kernels": {"type": "object", "additionalProperties": {   # GPU artifacts: launch per kernel
+            "type": "object", "required": ["grid", "block", "shared_bytes"],
+            "properties": {"grid": _DIMS3, "block": _DIMS3,
+                           "shared_bytes": {"type": "integer", "minimum": 0, "maximum": 1 << 31},
+                           "flops": {"type": "integer", "minimum": 0},
+                           "global_bytes": {"type": "integer", "minimum": 0},
+                           "args": {"type": "array", "items": {"type": "object"}}}}},
         "input_names": {"type": "array", "items": {"type": "string"}},
         "output_names": {"type": "array", "items": {"type": "string"}},
     },
@@ -360,7 +398,7 @@ def _check_schema(origin: str, name: str, data, schema: dict) -> None:
         jsonschema.validate(data, schema)
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise ArtifactError(f"{origin}: {name} is malformed at '{_short(where, 80)}': {_short(e.message)}") from None
+        raise ArtifactError(f"{origin}: {name} is malformed at '{_short(where, 80)}': {schema_message(e, 160)}") from None
 
 
 def _check_graph_structure(origin: str, g: dict) -> None:
@@ -387,6 +425,11 @@ def _check_graph_structure(origin: str, g: dict) -> None:
         if node["op"] == "tvmc_loop":
             _check_loop(nid, node, check_ref, lambda r: (list(shapes[row_ptr[r[0]] + r[1]]),
                                                          dtypes[row_ptr[r[0]] + r[1]]), len(nodes), bad)
+    kernels = g.get("kernels")
+    if kernels is not None:
+        absent = sorted({n["attrs"]["func_name"] for n in nodes if n["op"] == "tvm_op"} - set(kernels))
+        if absent:
+            bad(f"kernels has no launch for {_short(', '.join(absent[:3]), 120)}")
     for ref in g["heads"]:
         check_ref(ref, len(nodes), "heads")
     run_time_shapes = g.get("output_shapes", [])
@@ -522,6 +565,19 @@ class _Members:
                                 f"(the member was changed after packaging)")
         return self.tar.extractfile(m)
 
+    def check_digest(self, name: str, expected: int, sha256: str) -> None:
+        """Member `name` has size `expected` and digest `sha256` (read in chunks, not kept)."""
+        h, n = hashlib.sha256(), 0
+        with self.open(name, expected) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+                n += len(chunk)
+        if n != expected:
+            raise ArtifactError(f"{self.origin}: {name} is truncated")
+        if h.hexdigest() != sha256:
+            raise ArtifactError(f"{self.origin}: {name} differs from the one packaged (its sha256 is not the one "
+                                f"{METADATA_NAME} records)")
+
     def read(self, name: str, expected: int | None = None, limit: int | None = None, sha256: str | None = None) -> bytes:
         """The bytes of member `name`: its size must be `expected` (and at most `limit`), their
         digest `sha256`, when given."""
@@ -589,14 +645,40 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
                 params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME], sha256=digests[PARAMS_NAME]))
             except Exception as e:  # safetensors raises its own SafetensorError / ValueError types
                 raise ArtifactError(f"{origin}: {PARAMS_NAME} is not a valid safetensors file: {_short(e)}") from None
-        else:
+        else:  # inspect: every member's digest, streamed, nothing kept but the description and headers
+            for name in [lib, PARAMS_NAME] + binaries:
+                members.check_digest(name, sizes[name], digests[name])
             with members.open(lib, sizes[lib]) as lf:
                 description = read_description(lf, sizes[lib], fmt, f"{origin}: {lib}")
+        with members.open(lib, sizes[lib]) as lf:
+            _check_library_kind(origin, lib, lf.read(64), metadata["target"])
 
     _check_parts(origin, graph_json, metadata, info, description, lib)
     return Artifact(path=origin, graph_json=graph_json, metadata=metadata,
                     header=header.decode(errors="replace"), description=description, library_name=lib,
                     param_info=info, params=params, library=library, device_binaries=device_binaries)
+
+
+# ELF e_machine of the architectures tvmc emits shared objects for (the triple's first component)
+ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
+
+
+def _check_library_kind(origin: str, lib: str, head: bytes, target: dict) -> None:
+    """The library's first bytes say it is code for the artifact's target: a 64-bit little-endian
+    ELF of the triple's architecture (mod.so), a wasm module (mod.wasm). Raises ArtifactError."""
+    fmt = target.get("library_format")
+    arch = str(target.get("triple", "")).split("-")[0]
+    if fmt == "so":
+        if head[:4] != b"\x7fELF" or len(head) < 20:
+            raise ArtifactError(f"{origin}: {lib} is not an ELF shared object")
+        machine = int.from_bytes(head[18:20], "little") if head[5] == 1 else int.from_bytes(head[18:20], "big")
+        wanted = ELF_MACHINES.get(arch)
+        if head[4] != 2 or head[5] != 1 or wanted is None or machine != wanted:
+            name = next((a for a, m in ELF_MACHINES.items() if m == machine), f"ELF machine {machine}")
+            raise ArtifactError(f"{origin}: {lib} is code for {name}, but the artifact's target "
+                                f"'{target.get('name')}' is {arch}")
+    elif fmt == "wasm" and head[:4] != b"\0asm":
+        raise ArtifactError(f"{origin}: {lib} is not a WebAssembly module")
 
 
 def _check_parts(origin, graph_json, metadata, info, description, lib) -> None:

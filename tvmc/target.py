@@ -164,32 +164,46 @@ def _descriptor_dict(target: Target) -> dict:
     return data
 
 
+def schema_message(e: jsonschema.ValidationError, limit: int = 200) -> str:
+    """A jsonschema error in one short line: its message, or, when that is too long because the
+    offending value is (a 4000-digit number, a huge string), the rule it breaks, the value elided."""
+    text = " ".join(e.message.split())
+    shown = repr(e.instance)
+    if len(text) > limit and len(shown) > 60:
+        rule = "" if isinstance(e.validator_value, (dict, list)) else f" {e.validator_value}"
+        text = f"a {type(e.instance).__name__} of {len(shown)} characters fails '{e.validator}{rule}'"
+        if e.validator in ("maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum"):
+            text = f"{shown[:20]}... ({len(shown)} characters) is {'greater' if 'ax' in e.validator else 'less'} " \
+                   f"than the {e.validator} of {e.validator_value}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _validate(data, origin: str) -> None:
     try:
         jsonschema.validate(data, _schema())
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path)[:80] or "(top level)"
-        message = e.message if len(e.message) <= 200 else e.message[:197] + "..."
-        raise TargetError(f"{origin}: invalid target descriptor at '{where}': {message}") from None
+        raise TargetError(f"{origin}: invalid target descriptor at '{where}': {schema_message(e)}") from None
 
 
 MAX_DESCRIPTOR_BYTES = 64 << 10
 MAX_DESCRIPTOR_DEPTH = 16
 
 
-def parse_yaml_limited(text: str, origin: str, error_cls=TargetError):
-    """yaml.safe_load of a small, plain YAML document: at most MAX_DESCRIPTOR_BYTES characters,
-    nesting at most MAX_DESCRIPTOR_DEPTH deep, and no aliases (`*name`, which let a few hundred
-    bytes stand for an exponentially large document). Checked on the event stream before any
-    object is built. Raises `error_cls` naming `origin`."""
+def parse_yaml_limited(text: str, origin: str, error_cls=TargetError, what: str = "a descriptor"):
+    """yaml.safe_load of a small, plain YAML document (a target descriptor, a --config file):
+    at most MAX_DESCRIPTOR_BYTES characters, nesting at most MAX_DESCRIPTOR_DEPTH deep, and no
+    aliases (`*name`, which let a few hundred bytes stand for an exponentially large document).
+    Checked on the event stream before any object is built. Raises `error_cls` naming `origin`,
+    also for a value YAML cannot build (an integer of more digits than Python converts)."""
     if len(text) > MAX_DESCRIPTOR_BYTES:
         raise error_cls(f"{origin}: {len(text)} characters, more than the limit of {MAX_DESCRIPTOR_BYTES} "
-                        f"for a descriptor")
+                        f"for {what}")
     try:
         depth = 0
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
-                raise error_cls(f"{origin}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed in a descriptor")
+                raise error_cls(f"{origin}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed in {what}")
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_DESCRIPTOR_DEPTH:
@@ -199,6 +213,8 @@ def parse_yaml_limited(text: str, origin: str, error_cls=TargetError):
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise error_cls(f"{origin}: not valid YAML: {str(e).splitlines()[0][:200]}") from None
+    except ValueError as e:  # int("9" * 5000): beyond Python's integer string conversion limit
+        raise error_cls(f"{origin}: a value YAML cannot build: {str(e).splitlines()[0][:120]}") from None
 
 
 def load_descriptor(text: str, origin: str) -> Target:
@@ -490,3 +506,47 @@ def with_cross_compiler(target: Target, compiler: str | None = None, options: st
             raise TargetError(f"--cross-compiler-options '{options}': {e}") from None
     return replace(target, linker=tuple(linker))
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The target of an artifact: its facts from metadata.json, its commands from a known descriptor
+
+# What a descriptor says about the code (an artifact records them) and what it says about the
+# programs tvmc runs for it (an artifact's record of them is never used: metadata.json is covered
+# by no digest, so a tar from elsewhere could name any program there).
+CODEGEN_FACTS = ("kind", "codegen", "triple", "library_format", "runtime")
+TOOL_FIELDS = ("linker", "linker_package", "emulator", "emulator_package", "assembler", "tools", "browser",
+               "browser_package")
+
+
+def artifact_target(recorded: dict, spec: str | None = None, origin: str = "artifact", error_cls=TargetError) -> Target:
+    """The Target to build and run an artifact's programs with (`tvmc build-runner`, `tvmc run`
+    under emulation): the code facts, cpu and features of `recorded` (metadata.json "target",
+    already checked against its schema), and every command field (TOOL_FIELDS) from a known
+    descriptor: `spec` when given (a shipped name or a descriptor file, as for --target), else the
+    shipped descriptor of the recorded name, else the first shipped one (by name) with the same
+    CODEGEN_FACTS. Raises `error_cls` naming `origin` when `spec`'s code facts differ from the
+    artifact's, or when no shipped descriptor produces code like it (then --target names one)."""
+    facts = {k: recorded.get(k) for k in CODEGEN_FACTS}
+
+    def same(t: Target) -> bool:
+        return all(getattr(t, k) == v for k, v in facts.items())
+
+    def describe(d: dict) -> str:
+        return ", ".join(f"{k} {d[k]}" for k in CODEGEN_FACTS)
+
+    if spec is not None:
+        known = resolve_target(spec)
+        if not same(known):
+            raise error_cls(f"{origin}: compiled for {describe(facts)}; --target {spec} has "
+                            f"{describe({k: getattr(known, k) for k in CODEGEN_FACTS})}")
+    else:
+        names = [n for n in known_targets() if n != NATIVE]
+        name = recorded.get("name")
+        candidates = ([name] if name in names else []) + [n for n in names if n != name]
+        known = next((t for t in map(_shipped, candidates) if same(t)), None)
+        if known is None:
+            raise error_cls(f"{origin}: no shipped target descriptor produces code like this artifact's "
+                            f"({describe(facts)}); name the descriptor it was compiled with: --target FILE")
+    own = Target.from_dict({k: v for k, v in recorded.items() if k not in TOOL_FIELDS and k != "host_features"})
+    return replace(own, **{k: getattr(known, k) for k in TOOL_FIELDS}, host_features=tuple(recorded.get("host_features") or ()))

@@ -62,3 +62,18 @@ def test_folds_batch_norm_constants_after_simplify_inference():
     assert isinstance(scale, Constant) and isinstance(shift, Constant)
     assert scale.shape == (2, 1, 1) and scale.name == "bn_scale" and shift.name == "bn_shift"
     assert_equivalent(before, after)
+
+
+def test_values_above_the_constant_limit_are_left_to_run_time(monkeypatch):
+    """MAX_CONSTANT_BYTES: a value of exactly that many bytes folds, one byte-size step more stays a call."""
+    import tvmc.graph.ir as ir
+
+    monkeypatch.setattr(ir, "MAX_CONSTANT_BYTES", 64)
+    x = var("x", (16,))
+    exact = call("broadcast_to", const((1,), "a", 1), shape=(16,))      # 16 float32: 64 bytes
+    over = call("broadcast_to", const((1,), "b", 2), shape=(17,))       # 68 bytes
+    before = Graph([x], [call("add", x, exact), over])
+    after = fold(before)
+    assert isinstance(after.outputs[0].inputs[1], Constant)
+    assert not isinstance(after.outputs[1], Constant) and after.outputs[1].op == "broadcast_to"
+    assert_equivalent(before, after)

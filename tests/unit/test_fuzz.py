@@ -336,3 +336,193 @@ def test_fuzz_c_api_params_under_asan(tmp_path, artifact, asan_harness, data):
     assert res.returncode == 0 and "Sanitizer" not in res.stderr, res.stderr[-3000:]
     lines = res.stdout.splitlines()
     assert len(lines) == n and lines[0] == f"{paths[0]}: 0 "
+
+
+# ---- parsers reached by the second probe (issue 27): --config, metadata.json, records, tvmc.js --------
+
+CONFIG_KEYS = ["opt_level", "target", "input_shapes", "pass_config", "disabled_pass", "target_option", "dump_ir",
+               "value_range", "colour", "", "opt-level", 7, None]
+
+
+def config_values():
+    scalars = st.one_of(st.sampled_from(INTERESTING_INTS), st.text(max_size=12), st.booleans(), st.none(),
+                        st.floats(allow_nan=True, allow_infinity=True))
+    return st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                          st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+                        max_leaves=12)
+
+
+@fuzz_settings(40)
+@given(data=st.data())
+def test_fuzz_config_loader(tmp_path, private_tmp, data):
+    """--config files: YAML built from drawn keys and values (nested, non-finite, huge), or a
+    valid one with its bytes damaged. The model is not an ONNX file, so a config that passes
+    stops at the model (exit 2): only the config loader's contract is under test here."""
+    import yaml
+
+    work = tmp_path / f"w{len(os.listdir(tmp_path))}"
+    work.mkdir()
+    doc = data.draw(st.dictionaries(st.sampled_from(CONFIG_KEYS), config_values(), max_size=4))
+    try:
+        text = yaml.safe_dump(doc).encode()
+    except yaml.YAMLError:
+        text = b"{}"
+    if data.draw(st.booleans()):
+        text = flip_bytes(data, b"opt_level: 2\ninput_shapes: {x: [1, 3]}\npass_config: {FuseOps.max_depth: 4}\n"
+                          b"anchors: &a [1, 2]\n")
+    (work / "c.yaml").write_bytes(text)
+    (work / "m.onnx").write_bytes(b"not onnx")
+    code, _, err = run_tvmc("compile", work / "m.onnx", "--target", "native", "-o", work / "m.tar", "--config",
+                            work / "c.yaml")
+    check_contract(code, err, {2, 3, 4, 64}, "compile --config")
+    assert set(listing(work)) == {"c.yaml", "m.onnx"}
+    assert listing(private_tmp) == []
+
+
+@fuzz_settings(40)
+@given(data=st.data())
+def test_fuzz_metadata_json(tmp_path, private_tmp, artifact, data):
+    """metadata.json edited field by field (its target above all) and resealed, as a forger would:
+    inspect, run and build-runner keep the contract, and no command named in it ever runs (every
+    string drawn for it is a command leaving evidence)."""
+    blob, members = artifact
+    work = tmp_path / f"w{len(os.listdir(tmp_path))}"
+    work.mkdir()
+    evidence = work / "PWNED"
+    meta = json.loads(members["metadata.json"])
+    planted = ["/bin/sh", "-c", f"touch {evidence}", "sh"]
+    for _ in range(data.draw(st.integers(1, 3))):
+        where = data.draw(st.sampled_from(["target", "target", "kernel_flops", "inputs", "outputs", "top"]))
+        if where == "target":
+            key = data.draw(st.sampled_from(sorted(meta["target"]) + ["emulator", "assembler", "browser"]))
+            meta["target"][key] = data.draw(st.one_of(st.just(planted), st.just(planted[2]),
+                                                      st.sampled_from(INTERESTING_INTS), st.just(10 ** 400),
+                                                      st.none(), st.just([]), st.just({})))
+        elif where == "top":
+            key = data.draw(st.sampled_from(sorted(meta)))
+            meta[key] = mutate_json(data, meta[key])
+        else:
+            meta[where] = mutate_json(data, meta.get(where, {}))
+    changed = dict(members, **{"metadata.json": json.dumps(meta).encode()})
+    (work / "a.tar").write_bytes(pack(changed, reseal=True))
+    for args, allowed in ((["inspect", work / "a.tar"], {0, 7}), (["run", work / "a.tar"], RUN_EXIT_CODES),
+                          (["build-runner", work / "a.tar", "-o", work / "runner"], {0, 3, 6, 7})):
+        code, _, err = run_tvmc(*args)
+        check_contract(code, err, allowed, args[0])
+    assert not evidence.exists()
+    assert set(listing(work)) <= {"a.tar", "runner"}
+    assert listing(private_tmp) == []
+
+
+RECORD = {"version": 1, "target": {"hash": "0123456789abcdef", "name": "x86"},
+          "task": {"name": "dense.x86", "op": "nn.dense", "workload": [[1, 8], "float32", [4, 8], "float32", [1, 4],
+                                                                     "float32"],
+                   "in_dtypes": ["float32", "float32"], "flops": 64},
+          "config": {"tile_k": 4}, "costs_s": [1e-6, 2e-6], "error": 0, "error_msg": "", "timestamp": 1.0}
+
+
+@fuzz_settings(200)
+@given(data=st.data())
+def test_fuzz_tuning_records(tmp_path, data):
+    """Record files: lines of drawn edits of a valid record (numbers 0, huge, NaN; wrong types;
+    nesting), damaged bytes, blank and torn lines. Loading them and applying the best ones either
+    works or raises TuningError: never another exception."""
+    from tvmc.autotune.record import ApplyHistoryBest, load_records
+    from tvmc.errors import TuningError
+    from tvmc.target import resolve_target
+
+    lines = []
+    for _ in range(data.draw(st.integers(1, 5))):
+        kind = data.draw(st.sampled_from(["edit", "edit", "bytes", "blank", "constant"]))
+        if kind == "edit":
+            lines.append(json.dumps(mutate_json(data, RECORD)).encode())
+        elif kind == "bytes":
+            lines.append(flip_bytes(data, json.dumps(RECORD).encode()))
+        elif kind == "constant":
+            lines.append(json.dumps(RECORD).replace("1e-06", data.draw(st.sampled_from(
+                ["NaN", "Infinity", "-1", "0", "1e400", "0.0"]))).encode())
+        else:
+            lines.append(b"")
+    path = tmp_path / f"r{len(os.listdir(tmp_path))}.json"
+    path.write_bytes(b"\n".join(lines))
+    try:
+        records = load_records(path)
+        lookup = ApplyHistoryBest(records, resolve_target("x86"))
+        lookup("dense.x86", tuple(RECORD["task"]["workload"]))
+        lookup.summary()
+    except TuningError as e:
+        assert "\n" not in str(e) and str(e).startswith(str(path))
+
+
+@pytest.fixture(scope="module")
+def web_folder(tmp_path_factory):
+    """The web output of the base model (wasm), or a skip naming what is missing."""
+    if shutil.which("node") is None:
+        pytest.skip("node not found; install the Debian package nodejs (apt-get install nodejs)")
+    if shutil.which("clang-19") is None or shutil.which("wasm-ld-19") is None:
+        pytest.skip("clang-19 and wasm-ld-19 not found: apt-get install clang-19 lld-19 (make install)")
+    folder = tmp_path_factory.mktemp("web")
+    onnx.save(base_model(), folder / "m.onnx")
+    code, _, err = run_tvmc("compile", folder / "m.onnx", "--target", "wasm", "--output-format", "web", "-o",
+                            folder / "site")
+    assert code == 0, err
+    return folder / "site"
+
+
+WEB_HARNESS = """
+import { loadModel } from "%s";
+for (const folder of process.argv.slice(2)) {
+  try {
+    const model = await loadModel(folder);
+    model.destroy();
+    console.log("ok");
+  } catch (e) {
+    console.log(e instanceof Error && e.message.startsWith("tvmc: ") ? "refused" : `crash: ${e && e.stack}`);
+  }
+}
+"""
+
+
+@settings(max_examples=1, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_web_runtime_loader(tmp_path, web_folder, data):
+    """Damaged web folders (metadata.json edited or resealed, mod.params and mod.wasm bytes flipped,
+    truncated or grown, a FIFO in place of a member) through tvmc.js's loadModel in one Node
+    process: each loads or is refused with a "tvmc: " error, never another exception or a hang."""
+    import stat as stat_module
+
+    names = ("metadata.json", "mod.params", "mod.wasm")
+    original = {n: (web_folder / n).read_bytes() for n in names}
+    folders = []
+    for i in range(max(EXAMPLES, 40)):
+        folder = tmp_path / f"f{i}"
+        shutil.copytree(web_folder, folder)
+        members = dict(original)
+        kind = data.draw(st.sampled_from(["metadata.json", "mod.params", "mod.wasm", "reseal", "fifo"]))
+        if kind == "metadata.json":
+            members[kind] = json.dumps(mutate_json(data, json.loads(original[kind]))).encode()
+        elif kind == "reseal":
+            name = data.draw(st.sampled_from(["mod.params", "mod.wasm"]))
+            members[name] = flip_bytes(data, original[name])
+            meta = json.loads(original["metadata.json"])
+            meta["member_bytes"][name] = len(members[name])
+            meta["member_sha256"][name] = hashlib.sha256(members[name]).hexdigest()
+            members["metadata.json"] = json.dumps(meta).encode()
+        elif kind != "fifo":
+            members[kind] = flip_bytes(data, original[kind])
+        for name, blob in members.items():
+            (folder / name).write_bytes(blob)
+        if kind == "fifo":
+            victim = folder / data.draw(st.sampled_from(names))
+            victim.unlink()
+            os.mkfifo(victim)
+            assert stat_module.S_ISFIFO(os.stat(victim).st_mode)
+        folders.append(folder)
+    script = tmp_path / "harness.mjs"
+    script.write_text(WEB_HARNESS % (web_folder / "tvmc.js").as_uri())
+    res = subprocess.run([shutil.which("node"), str(script), *map(str, folders)], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert len(lines) == len(folders) and all(ln in ("ok", "refused") for ln in lines), res.stdout[-3000:]

@@ -29,6 +29,7 @@ Error codes follow AutoTVM's MeasureErrorNo.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import enum
 import multiprocessing
 import os
@@ -146,10 +147,26 @@ def _die_with_parent():
         pass
 
 
-def _build_worker_init(parent_fds):
+def _exit_quietly(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _build_worker_init(parent_fds, tmp=None):
     """Build workers are forked: close the tuner's end of the runner socket they inherited (held
-    open here, it would keep the runner from seeing the tuner exit)."""
+    open here, it would keep the runner from seeing the tuner exit), and make their temporary
+    files (the compiler's folders, tvmc.process) inside the Measurer's folder `tmp`, which the
+    tuner removes however the workers end."""
     _die_with_parent()
+    if tmp is not None:
+        tempfile.tempdir = tmp
+        os.environ["TMPDIR"] = tmp
+    import signal
+
+    # the tuner stops its workers with SIGTERM: a worker ends quietly (SystemExit, no traceback on
+    # the tuner's stderr) after the tool it runs is killed (tvmc.process); Ctrl-C is the tuner's
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_quietly)
     for fd in parent_fds:
         try:
             os.close(fd)
@@ -329,16 +346,19 @@ class Measurer:
         ctx = multiprocessing.get_context("fork")
         fds = [self._conn.fileno()] if self._conn is not None and not self._conn.closed else []
         self._pool = cf.ProcessPoolExecutor(max_workers=max(1, self.options.parallel), mp_context=ctx,
-                                            initializer=_build_worker_init, initargs=(fds,))
+                                            initializer=_build_worker_init, initargs=(fds, self.tmp))
 
     def _kill_pool(self):
         if self._pool is None:
             return
-        for p in list((self._pool._processes or {}).values()):
-            try:
+        workers = list((self._pool._processes or {}).values())
+        for p in workers:  # SIGTERM first: a worker kills the tool it runs (tvmc.process) and exits
+            with contextlib.suppress(Exception):
+                p.terminate()
+        for p in workers:
+            with contextlib.suppress(Exception):
+                p.join(2)
                 p.kill()
-            except Exception:
-                pass
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = None
 

@@ -41,6 +41,9 @@ FORMAT_VERSION = 1
 
 _STR = {"type": "string"}
 _NUMBER = {"type": "number", "minimum": 0}
+_COST = {"type": "number", "exclusiveMinimum": 0}  # a measured time is never 0 s (GFLOP/s divides by it)
+# A records file is read whole: at most this many bytes (about two million measurements).
+MAX_RECORDS_BYTES = 1 << 30
 # What a record line must hold before any field is used (numbers are finite: parse_line).
 RECORD_SCHEMA = {
     "type": "object",
@@ -53,7 +56,7 @@ RECORD_SCHEMA = {
                                 "in_dtypes": {"type": "array", "items": _STR},
                                 "flops": {"type": "integer", "minimum": 0}}},
         "config": {"type": "object", "additionalProperties": {"type": ["integer", "number", "string", "boolean"]}},
-        "costs_s": {"type": "array", "items": _NUMBER},
+        "costs_s": {"type": "array", "items": _COST},
         "error": {"type": "integer", "minimum": 0},
         "error_msg": _STR,
         "timestamp": _NUMBER,
@@ -170,18 +173,37 @@ class RecordWriter:
         self.close()
 
 
-def load_records(path) -> list:
-    """Records of a file. A missing, non-regular or unreadable file, or one without a single
-    valid record line (parse_line), raises TuningError; single malformed lines (a line torn by
-    a kill) are skipped."""
+def read_records_file(path) -> bytes:
+    """The bytes of the records file `path`: a regular file (a FIFO or a device is refused at
+    once) of at most MAX_RECORDS_BYTES. Raises TuningError (one line naming the file)."""
     path = os.fspath(path)
     if not os.path.lexists(path):
         raise TuningError(f"{path}: tuning records file not found")
     try:
         with open_regular(path, TuningError, "a tuning records file") as f:
-            lines = f.read().decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TuningError(f"{path}: cannot read tuning records: {getattr(e, 'strerror', None) or e}") from None
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_RECORDS_BYTES:
+                raise TuningError(f"{path}: {size} bytes, more than the limit of {MAX_RECORDS_BYTES} for a tuning "
+                                  f"records file")
+            data = f.read(MAX_RECORDS_BYTES + 1)
+    except OSError as e:
+        raise TuningError(f"{path}: cannot read tuning records: {e.strerror or e}") from None
+    if len(data) > MAX_RECORDS_BYTES:  # grew while read
+        raise TuningError(f"{path}: more than the limit of {MAX_RECORDS_BYTES} bytes for a tuning records file")
+    return data
+
+
+def load_records(path, data: bytes | None = None) -> list:
+    """Records of a file (or of `data`, its bytes as read_records_file returned them). A missing,
+    non-regular, oversized or unreadable file, or one without a single valid record line
+    (parse_line), raises TuningError; single malformed lines (a line torn by a kill) are skipped."""
+    path = os.fspath(path)
+    if data is None:
+        data = read_records_file(path)
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise TuningError(f"{path}: cannot read tuning records: not UTF-8 text (byte {e.start})") from None
     records, bad, first = [], 0, ""
     for line in lines:
         if not line.strip():
@@ -220,8 +242,8 @@ class ApplyHistoryBest:
     @classmethod
     def from_file(cls, path, target) -> "ApplyHistoryBest":
         """Raises TuningError when the file is missing, unreadable or holds no record."""
-        records = load_records(path)
-        return cls(records, target, hashlib.sha256(Path(path).read_bytes()).hexdigest())
+        data = read_records_file(path)
+        return cls(load_records(path, data), target, hashlib.sha256(data).hexdigest())
 
     @property
     def not_applicable(self) -> int:
@@ -285,7 +307,8 @@ def shipped_records(target) -> "ApplyHistoryBest | None":
     path = shipped_records_path(target)
     if path is None:
         return None
-    lookup = ApplyHistoryBest(load_records(path), target, hashlib.sha256(path.read_bytes()).hexdigest())
+    data = path.read_bytes()  # shipped with tvmc (configs/tuning), not a user's file
+    lookup = ApplyHistoryBest(load_records(path, data), target, hashlib.sha256(data).hexdigest())
     return lookup if lookup.best else None
 
 

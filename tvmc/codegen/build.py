@@ -21,7 +21,6 @@ import hashlib
 import logging
 import os
 import shlex
-import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -30,8 +29,9 @@ import llvmlite.binding as llvm
 
 from tvmc.codegen import description
 from tvmc.codegen.llvm import CodeGenLLVM
-from tvmc.errors import CodegenError, TargetError
+from tvmc.errors import CodegenError, ScheduleError, TargetError, TVMCError
 from tvmc.paths import write_new_text
+from tvmc.process import run_tool
 from tvmc.toolchain import find_linker_tools, find_tool
 
 RUNTIME_SOURCE = "tvmc_runtime.c"
@@ -150,11 +150,12 @@ def compile_ir(ir_text: str, target, dumps: dict | None = None, assembly: bool =
 
 
 def _run_tool(cmd: list, what: str, target, cwd: str, output: str) -> bytes:
-    """Run a toolchain command in `cwd`; return the bytes of the file `output` it must write.
-    Raises CodegenError naming the tool, its first line of stderr and the command."""
+    """Run a toolchain command in `cwd` (tvmc.process.run_tool: its own process group and
+    temporary folder, bounded output, killed on a signal); return the bytes of the file `output`
+    it must write. Raises CodegenError naming the tool, its first line of stderr and the command."""
     find_tool(cmd, target.linker_package, f"target {target.name}: {what}", CodegenError)
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, errors="replace", cwd=cwd)
+        res = run_tool(cmd, cwd=cwd)
     except FileNotFoundError:
         raise CodegenError(f"{what} '{cmd[0]}' not found (target {target.name} needs it)") from None
     except OSError as e:
@@ -265,6 +266,16 @@ def kernel_info(prim, flops: int) -> dict:
                 flops=flops, global_bytes=global_traffic_bytes(prim))
 
 
+def _anchor_name(func) -> str:
+    """The graph node a fused function was made from (its anchor call's name), or '?'."""
+    from tvmc.ops.fused import anchor_call
+
+    try:
+        return anchor_call(func).name or "?"
+    except Exception:  # only for an error message
+        return "?"
+
+
 def _flops(func) -> int:
     from tvmc.autotune.task import task_flops
     from tvmc.ops.fused import anchor_call, workload
@@ -314,7 +325,13 @@ def build_library(functions, target, dump_ir=(), dump_dir=None, graph_json=None,
     progress = progress or (lambda stage, done, total: None)
     prims = []
     for f in functions:
-        prims.append(lower_fused(f, target, config_lookup))
+        try:
+            prims.append(lower_fused(f, target, config_lookup))
+        except (TVMCError, RecursionError):
+            raise
+        except Exception as e:  # a schedule's own bug or a workload it did not foresee: name the kernel
+            raise ScheduleError(f"kernel {f.name} (node '{_anchor_name(f)}'): lowering failed: "
+                                f"{type(e).__name__}: {str(e).strip()[:200]}") from e
         progress("lower", len(prims), len(functions))
     if target.kind == "gpu" and graph_json is not None:
         graph_json["kernels"] = {p.name: kernel_info(p, _flops(f)) for p, f in zip(prims, functions)}

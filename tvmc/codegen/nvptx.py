@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 from tvmc.codegen.llvm import DEVICE_TABLES, block_register_bound
 from tvmc.errors import CodegenError, TargetError
 from tvmc.package import CUBIN_NAME
+from tvmc.process import run_tool
 from tvmc.target import isa_table
 
 
@@ -83,7 +83,7 @@ def run_ptxas(ptx: bytes, target, extra_args=()) -> tuple:
         src.write_bytes(ptx)
         cmd = [*target.assembler, f"-arch={target.cpu}", *extra_args, "-o", str(out), str(src)]
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            res = run_tool(cmd, max_output_bytes=16 << 20)  # -v: a few lines per kernel
         except OSError as e:
             raise CodegenError(f"target {target.name}: cannot run assembler '{cmd[0]}': {e.strerror or e}") from None
         if res.returncode != 0:

@@ -25,6 +25,16 @@ import numpy as np
 # The largest tensor tvmc compiles: element counts and byte offsets stay far from 64-bit
 # overflow, and any buffer of this size is beyond what a host allocates.
 MAX_TENSOR_BYTES = 1 << 40
+# The largest constant tvmc computes at compile time (import-time folding, FoldConstant; see
+# docs/limits.md): a tensor of exactly this many bytes is folded, a larger one is not (the
+# FoldConstant pass leaves its call to run time; the importer refuses a constant it would have to
+# build, naming the node).
+MAX_CONSTANT_BYTES = 1 << 30
+
+
+def constant_bytes(shape, dtype) -> int:
+    """Bytes of a `dtype` tensor of `shape`, computed exactly (no overflow)."""
+    return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
 
 
 @dataclass(frozen=True)

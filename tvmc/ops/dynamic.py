@@ -661,14 +661,26 @@ def _range_type(in_types, attrs):
     return TensorType((attrs["bound"],), in_types[0].dtype, (0,))
 
 
+# A float Range length at or beyond this (also +inf and NaN) is this: beyond every bound, so every
+# target reports it the same way. Converting it to int64 unclamped is undefined (x86 gives INT64_MIN,
+# an empty output; AArch64 and wasm saturate, NaN to 0).
+_RANGE_LENGTH_CAP = float(1 << 62)
+
+
 def _range_length(inputs):
-    """int64: max(ceil((limit - start) / delta), 0); for integers -floor((start - limit) / delta)."""
+    """int64: max(ceil((limit - start) / delta), 0); for integers -floor((start - limit) / delta).
+    A float length that is NaN or not below 2^62 becomes 2^62, which no bound holds."""
     start, limit, delta = (_first(t) for t in inputs)
     if inputs[0].dtype.startswith(("int", "uint")):
         start, limit, delta = (te.cast(INT64, v) for v in (start, limit, delta))
         n = _one(0) - (start - limit) // delta
     else:
-        n = te.cast(INT64, te.ceil((limit - start) / delta))
+        dtype = inputs[0].dtype
+        f = te.ceil((limit - start) / delta)
+        cap, zero = te.const(_RANGE_LENGTH_CAP, dtype), te.const(0.0, dtype)
+        f = te.select(f < cap, f, cap)    # NaN compares false: the cap
+        f = te.select(f > zero, f, zero)  # -inf and negative lengths: 0
+        n = te.cast(INT64, f)
     return te.maximum(n, _one(0))
 
 

@@ -20,27 +20,30 @@ from tvmc.target import host_arch
 __all__ = ["GraphExecutor", "benchmark", "create_executor", "device_missing"]
 
 
-def create_executor(artifact: Artifact | str | os.PathLike, device: str | None = None):
+def create_executor(artifact: Artifact | str | os.PathLike, device: str | None = None, target: str | None = None):
     """An executor for `artifact` (an Artifact or a mod.tar path) on the runtime its target
     names: `cpu` -> GraphExecutor (ctypes, this host's CPU), or, for a CPU of another
     architecture whose descriptor names an emulator, EmulatedExecutor (the C runner under
     qemu-user); `opencl` -> OpenCLExecutor (pyopencl); `cuda` -> CUDAExecutor (cuda-python);
     `wasm` -> WasmExecutor (wasmtime). `device` selects a device where a runtime has several
-    (e.g. "opencl:0:1", "cuda:1"); None takes the default.
+    (e.g. "opencl:0:1", "cuda:1"); None takes the default. `target` (a --target spec) names the
+    descriptor whose emulator and compiler run a CPU artifact of another architecture (default:
+    the shipped descriptor matching the artifact's code, tvmc.target.artifact_target); the
+    commands recorded in metadata.json are never run.
 
     Raises ArtifactError when the artifact is invalid or no runtime here can execute it.
     """
     if not isinstance(artifact, Artifact):
         artifact = load_artifact(artifact)
-    target = artifact.metadata.get("target") or {}
-    runtime = target.get("runtime", "cpu")
+    recorded = artifact.metadata.get("target") or {}
+    runtime = recorded.get("runtime", "cpu")
     if runtime == "cpu":
         if device not in (None, "cpu"):
             raise ArtifactError(f"{artifact.path}: a cpu artifact runs on device 'cpu', not '{device}'")
-        if str(target.get("triple", "")).split("-")[0] not in ("", host_arch()) and target.get("emulator"):
+        if str(recorded.get("triple", "")).split("-")[0] not in ("", host_arch()):
             from tvmc.runtime.emulated import EmulatedExecutor
 
-            return EmulatedExecutor(artifact)
+            return EmulatedExecutor(artifact, target)
         return GraphExecutor(artifact)
     if runtime == "opencl":
         from tvmc.runtime.opencl import OpenCLExecutor

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import weakref
 from pathlib import Path
@@ -24,8 +23,9 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError, TVMCError
 from tvmc.package import Artifact, load_artifact
+from tvmc.process import run_tool
 from tvmc.runtime.executor import checked_input, output_position
-from tvmc.target import Target, host_arch
+from tvmc.target import Target, artifact_target, host_arch
 from tvmc.toolchain import find_tool
 
 RUNNER = "tvmc_run"
@@ -95,7 +95,7 @@ class EmulatedProgram:
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         cmd = self.command(repeat, number)
-        res = subprocess.run(cmd, cwd=self.folder, env=env, capture_output=True, text=True, errors="replace")
+        res = run_tool(cmd, cwd=self.folder, env=env)
         if res.returncode != 0:
             line = next((ln for ln in res.stderr.splitlines() if ln.strip()), "no message")[:300]
             why = f"signal {-res.returncode}" if res.returncode < 0 else f"exit code {res.returncode}"
@@ -118,14 +118,17 @@ class EmulatedExecutor:
 
     Raises ArtifactError when the artifact cannot run under emulation here (no emulator in its
     target, the emulator missing: the message names its package), CodegenError when the target's
-    C compiler (needed to build the runner) is missing."""
+    C compiler (needed to build the runner) is missing. The emulator and the compiler are those of
+    the known descriptor that matches the artifact's code facts (tvmc.target.artifact_target:
+    `target_spec` when given, else a shipped one), never the commands metadata.json names."""
 
-    def __init__(self, artifact: Artifact | str | os.PathLike):
+    def __init__(self, artifact: Artifact | str | os.PathLike, target_spec: str | None = None):
         if not isinstance(artifact, Artifact):
             artifact = load_artifact(artifact)
         self.artifact = artifact
         origin = artifact.path
-        target = Target.from_dict(artifact.metadata.get("target") or {})
+        # the emulator and the compiler come from a known descriptor, never from metadata.json
+        target = artifact_target(artifact.metadata["target"], target_spec, origin, ArtifactError)
         if not target.emulator:
             raise ArtifactError(f"{origin}: compiled for {target.arch} (target '{target.name}'), this host is "
                                 f"{host_arch()}, and the target names no emulator")

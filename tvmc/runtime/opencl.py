@@ -12,7 +12,11 @@ Devices: `opencl` (the first device of the first platform), `opencl:P` or `openc
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import tempfile
+import warnings
 
 import numpy as np
 
@@ -62,6 +66,31 @@ def opencl_available() -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _driver_output_held():
+    """Hold what the OpenCL driver writes to the process's stderr (PoCL's compiler prints
+    "1 error generated." there, below Python) and pyopencl's compiler-output warnings while a
+    program builds: the build log reaches the user through tvmc's one error line instead.
+    File descriptor 2 points at a temporary file meanwhile, and is restored afterwards."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no stderr to hold
+        saved = None
+    held = tempfile.TemporaryFile() if saved is not None else None
+    try:
+        if held is not None:
+            os.dup2(held.fileno(), 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        if held is not None:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.close()
+
+
 class KernelProgram:
     """An OpenCL C program built for one device, with a profiling command queue: the program
     interface of tvmc.runtime.device.
@@ -75,7 +104,8 @@ class KernelProgram:
         self.context = cl.Context(devices=[self.device])
         self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
         try:
-            self.program = cl.Program(self.context, source).build()
+            with _driver_output_held():
+                self.program = cl.Program(self.context, source).build()
         except cl.RuntimeError as e:
             lines = [ln for ln in str(e).splitlines() if "error" in ln.lower()] or str(e).splitlines() or ["?"]
             raise ArtifactError(f"{origin}: the OpenCL driver rejected the kernels: {lines[0].strip()}") from None

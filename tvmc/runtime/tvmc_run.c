@@ -26,18 +26,27 @@
  * line "measurements_ms: t1 t2 ..." for programs that read it. Parallel loops use
  * OMP_NUM_THREADS threads.
  *
+ * Files: -p and -i read regular files only (a FIFO or a device is refused at once, never waited
+ * on). An output is written to a temporary file beside it and renamed into place, and never onto
+ * a file this run reads or has mapped: an input, the params, mod.so, the runner itself.
+ *
  * Exit codes: 0 success; the C API's code (1-7, TVMC_ERR_*) when a call fails, with
  * tvmc_last_error(); 64 usage; 65 a .npy file that is not what the model takes; 66 a file that
  * cannot be read; 73 a file that cannot be written. Errors are one line "error: ..." on stderr.
  */
-#define _POSIX_C_SOURCE 199309L
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tvmc_kernels.h"
 
@@ -105,8 +114,87 @@ static const char *npy_field(const char *header, const char *key) {
   return p;
 }
 
+/* `path` opened for reading if it is a regular file (opened non-blocking, so a FIFO cannot block,
+ * and checked with fstat on what was opened); dies naming the path otherwise. */
+static FILE *open_regular(const char *path) {
+  struct stat st;
+  FILE *f;
+  int fd = open(path, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) die(EXIT_NOINPUT, "%s: cannot open (%s)", path, strerror(errno));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    die(EXIT_NOINPUT, "%s: not a regular file (%s)", path,
+        S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "a device or socket");
+  }
+  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 || !(f = fdopen(fd, "rb"))) {
+    close(fd);
+    die(EXIT_NOINPUT, "%s: cannot open", path);
+  }
+  return f;
+}
+
+/* The params blob of the regular file `path`, read whole (its size from fstat). */
+static unsigned char *read_params(const char *path, size_t *size) {
+  FILE *f = open_regular(path);
+  struct stat st;
+  unsigned char *data;
+  if (fstat(fileno(f), &st) != 0) die(EXIT_NOINPUT, "%s: cannot read", path);
+  *size = (size_t)st.st_size;
+  data = (unsigned char *)malloc(*size ? *size : 1);
+  if (!data) die(TVMC_ERR_MEMORY, "%s: out of memory for %lu bytes", path, (unsigned long)*size);
+  if (fread(data, 1, *size, f) != *size) die(EXIT_NOINPUT, "%s: read failed", path);
+  fclose(f);
+  return data;
+}
+
+/* Files an output must not replace: (device, inode) of the inputs and params, and of every file
+ * mapped into this process (/proc/self/maps: mod.so, the runner, libc; under qemu-user, the
+ * emulated process's own maps). */
+typedef struct {
+  dev_t dev;
+  ino_t ino;
+} file_id;
+
+#define MAX_PROTECTED 1024
+static file_id protected_files[MAX_PROTECTED];
+static int num_protected = 0;
+
+static void protect_path(const char *path) {
+  struct stat st;
+  if (num_protected < MAX_PROTECTED && stat(path, &st) == 0) {
+    protected_files[num_protected].dev = st.st_dev;
+    protected_files[num_protected++].ino = st.st_ino;
+  }
+}
+
+static void protect_mapped_files(void) {
+  char line[4096];
+  FILE *maps = fopen("/proc/self/maps", "r");
+  if (!maps) return;
+  while (fgets(line, sizeof(line), maps) && num_protected < MAX_PROTECTED) {
+    unsigned int major_, minor_;
+    unsigned long long inode;
+    if (sscanf(line, "%*s %*s %*s %x:%x %llu", &major_, &minor_, &inode) == 3 && inode != 0) {
+      protected_files[num_protected].dev = makedev(major_, minor_);
+      protected_files[num_protected++].ino = (ino_t)inode;
+    }
+  }
+  fclose(maps);
+}
+
+static void check_output_path(const char *path) {
+  struct stat st;
+  int i;
+  if (stat(path, &st) != 0) return; /* a new file */
+  if (!S_ISREG(st.st_mode)) die(EXIT_CANTCREATE, "%s: not a regular file; outputs are written to regular files", path);
+  for (i = 0; i < num_protected; i++)
+    if (protected_files[i].dev == st.st_dev && protected_files[i].ino == st.st_ino)
+      die(EXIT_CANTCREATE, "%s: is a file this run reads (an input, the params, mod.so or the runner); "
+          "choose another output name", path);
+}
+
 static void npy_read(const char *path, npy_array *a) {
-  FILE *f = fopen(path, "rb");
+  FILE *f = open_regular(path);
   unsigned char head[12];
   uint32_t header_len;
   char *header;
@@ -172,6 +260,8 @@ static void npy_write(const char *path, const tvmc_tensor_info *info, const void
   int n, i, k;
   const char *descr = NULL;
   FILE *f;
+  char *tmp;
+  int fd;
   unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
   for (k = 0; k < NUM_NPY_DTYPES; k++)
     if (strcmp(npy_dtypes[k].dtype, info->dtype) == 0) descr = npy_dtypes[k].descr;
@@ -186,10 +276,18 @@ static void npy_write(const char *path, const tvmc_tensor_info *info, const void
   header[n++] = '\n';
   prefix[8] = (unsigned char)(n & 0xff);
   prefix[9] = (unsigned char)(n >> 8);
-  f = fopen(path, "wb");
+  tmp = (char *)malloc(strlen(path) + 16);
+  if (!tmp) die(TVMC_ERR_MEMORY, "out of memory");
+  sprintf(tmp, "%s.tmp.XXXXXX", path);
+  fd = mkstemp(tmp);
+  f = fd < 0 ? NULL : fdopen(fd, "wb");
   if (!f || fwrite(prefix, 1, 10, f) != 10 || fwrite(header, 1, (size_t)n, f) != (size_t)n ||
-      fwrite(data, 1, (size_t)info->nbytes, f) != (size_t)info->nbytes || fclose(f) != 0)
+      fwrite(data, 1, (size_t)info->nbytes, f) != (size_t)info->nbytes || fclose(f) != 0 ||
+      chmod(tmp, 0644) != 0 || rename(tmp, path) != 0) {
+    if (fd >= 0) unlink(tmp);
     die(EXIT_CANTCREATE, "%s: cannot write", path);
+  }
+  free(tmp);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -328,8 +426,15 @@ int main(int argc, char **argv) {
   }
   if (number < 1) die(EXIT_USAGE, "--number must be at least 1");
 
-  if (params) check(tvmc_model_create_from_file(params, &m), "params");
-  else check(tvmc_model_create(NULL, 0, &m), "model");
+  if (params) {
+    size_t size;
+    unsigned char *blob = read_params(params, &size);
+    check(tvmc_model_create(blob, size, &m), "params");
+    free(blob);
+    protect_path(params);
+  } else {
+    check(tvmc_model_create(NULL, 0, &m), "model");
+  }
   ni = tvmc_model_num_inputs(m);
   no = tvmc_model_num_outputs(m);
   for (k = 0; input_dir && k < ni; k++) {
@@ -349,6 +454,9 @@ int main(int argc, char **argv) {
     if (inputs[i].name) inputs[i].index = find_tensor(m, inputs[i].name, 0);
   for (i = 0; i < n_outputs; i++)
     if (outputs[i].name) outputs[i].index = find_tensor(m, outputs[i].name, 1);
+  for (i = 0; i < n_inputs; i++) protect_path(inputs[i].path);
+  protect_mapped_files();
+  for (i = 0; i < n_outputs; i++) check_output_path(outputs[i].path);
 
   for (i = 0; i < n_inputs; i++) {
     tvmc_tensor_info info;

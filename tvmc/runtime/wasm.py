@@ -9,13 +9,25 @@ the module and keeps its own copy), inputs go through `tvmc_model_set_input`, a 
 `tvmc_model_get_output`. Addresses are byte offsets into the module's memory (32-bit). numpy only
 holds tensors on the host side: every operator runs in the module's code, compiled by wasmtime.
 The JS runtime (tvmc/runtime/web/tvmc.js) makes the same calls in browsers and Node.
+
+Signals: Python runs its signal handlers between bytecodes, never inside a call into wasm code,
+so a long run (a run-time Loop) would hold Ctrl-C, SIGTERM and SIGHUP until it returned. The
+engine is therefore made with epoch interruption; during a call the signal module's wakeup fd
+is a socket that a watcher thread reads, and a signal arriving there advances the engine's epoch:
+the wasm code traps at its next loop back-edge, and the signal's Python handler then raises
+(KeyboardInterrupt, tvmc.errors.Terminated) as it would anywhere else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
+import socket
 import struct
+import threading
+import weakref
 
 import numpy as np
 
@@ -47,6 +59,74 @@ def wasm_available() -> str | None:
     return None
 
 
+class _SignalWatcher:
+    """Advances `engine`'s epoch when a signal arrives during a call into wasm (module docstring).
+    The watcher thread holds the engine and the socket, not this object: when the object goes
+    (with its module), the sockets close and the thread ends."""
+
+    def __init__(self, engine):
+        self._state = {"received": None}
+        self._read, self._write = socket.socketpair()
+        self._write.setblocking(False)
+        threading.Thread(target=_watch, args=(self._read, engine, self._state), daemon=True,
+                         name="tvmc-wasm-signals").start()
+        weakref.finalize(self, _close_sockets, self._read, self._write)
+
+    @property
+    def received(self):
+        return self._state["received"]
+
+    @received.setter
+    def received(self, value):
+        self._state["received"] = value
+
+    @contextlib.contextmanager
+    def watching(self):
+        """During the block, signals also wake the watcher (only from the main thread, where
+        Python handles signals; elsewhere the block runs as is)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self.received = None
+        old = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        try:
+            yield
+        finally:
+            signal.set_wakeup_fd(old)
+
+    def raise_pending(self):
+        """After a trap that a signal caused: raise what its Python handler raises (the handler
+        normally runs first; this covers a handler that returned, e.g. one that only records)."""
+        signum = self.received
+        if signum is None:
+            return
+        self.received = None
+        from tvmc.errors import Terminated
+
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            raise Terminated(signum)
+
+
+def _watch(sock, engine, state) -> None:
+    while True:
+        try:
+            data = sock.recv(64)
+        except OSError:
+            return
+        if not data:
+            return
+        state["received"] = data[-1]
+        engine.increment_epoch()
+
+
+def _close_sockets(*socks):
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
 class WasmModule:
     """An instantiated wasm module with its memory and exported functions (wasmtime).
 
@@ -61,8 +141,10 @@ class WasmModule:
         config.wasm_bulk_memory = True
         config.wasm_reference_types = True
         config.wasm_multi_value = True
+        config.epoch_interruption = True
         self.engine = wt.Engine(config)
         self.store = wt.Store(self.engine)
+        self._signals = _SignalWatcher(self.engine)
         try:
             module = wt.Module(self.engine, data)
             self.instance = wt.Instance(self.store, module, [])
@@ -82,8 +164,11 @@ class WasmModule:
 
     def call(self, name: str, *args):
         try:
-            return self.function(name)(self.store, *args)
+            with self._signals.watching():
+                self.store.set_epoch_deadline(1)
+                return self.function(name)(self.store, *args)
         except _wasmtime().Trap as e:
+            self._signals.raise_pending()
             line = (str(e).strip().splitlines() or ["?"])[0]
             raise ArtifactError(f"{self.origin}: {name} trapped: {line[:200]}") from None
 

@@ -12,11 +12,17 @@ its own (`control.loop` with a LoopBody, tvmc/ops/control.py), compiled like the
 the same library, and the executors run it (the graph entry on CPUs, tvmc/runtime/control.py in
 the Python executors); its carried values must keep static types, and scan outputs, which would
 have no bound, are refused (see docs/dynamic_shapes.md).
+
+Unrolling is bounded (docs/limits.md): one model unrolls at most MAX_UNROLLED_NODES nodes of Loop
+and Scan bodies (a body's nodes, nested subgraphs included, once per iteration). A Loop with a
+constant trip count and no scan output that would unroll more stays a run-time loop; a Loop with
+scan outputs, or a Scan, beyond the limit is refused naming the node.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from tvmc.errors import ModelError
 from tvmc.frontend.onnx.common import is_const, norm_axis, reshape
@@ -25,17 +31,85 @@ from tvmc.graph.ir import Call, Graph, LoopBody, TensorType, Var, make_call, pos
 
 _VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
 
+MAX_UNROLLED_NODES = 1 << 14
+
+
+def graph_size(graph) -> int:
+    """Nodes of an ONNX GraphProto, those of its nested subgraphs (If branches, bodies) included."""
+    size = 0
+    for node in graph.node:
+        size += 1
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                size += graph_size(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                size += sum(graph_size(g) for g in a.graphs)
+    return size
+
+
+def _unroll(ctx, body, iterations: int) -> None:
+    """Count `iterations` more copies of `body` against the model's MAX_UNROLLED_NODES; raises
+    ModelError naming the node when they would pass it."""
+    importer = ctx.importer
+    total = getattr(importer, "unrolled_nodes", 0) + max(graph_size(body), 1) * iterations
+    if total > MAX_UNROLLED_NODES:
+        raise ctx.error(f"unrolling {iterations} more iteration(s) of its body ({graph_size(body)} nodes) would bring "
+                        f"the model's unrolled nodes to {total}, more than the limit of {MAX_UNROLLED_NODES} "
+                        f"(docs/limits.md)")
+    importer.unrolled_nodes = total
+
+
+_COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+                "logical_or", "logical_xor", "logical_not", "identity", "reshape", "cast")
+
+
+def _decided(ctx, cond):
+    """The value of a run-time If condition when the ranges stated for the graph inputs
+    (--value-range) fix it: comparisons and logic over operands whose interval is one value
+    (value_range.py); None when the analysis cannot decide it."""
+    from tvmc.frontend.onnx.value_range import Unbounded, value_range
+    from tvmc.ops.registry import get_op
+
+    def value(e):
+        if is_const(e):
+            return np.asarray(e.value)
+        if isinstance(e, Call) and e.op in _COMPARISONS and e.dtype == "bool":
+            args = [value(a) for a in e.inputs]
+            return None if any(a is None for a in args) else np.asarray(get_op(e.op).reference(*args, **dict(e.attrs)))
+        try:
+            lo, hi = value_range(e, ctx.importer.value_ranges, {v: k for k, v in ctx.importer.run_time_shapes.items()})
+        except Unbounded:
+            return None
+        return lo.astype(e.dtype) if np.array_equal(lo, hi) else None
+
+    v = value(cond)
+    return None if v is None or v.size != 1 else bool(v.reshape(-1)[0])
+
 
 @converter(*_VERSIONS)
 def If(ctx, node, inputs, attrs, opset):
-    """ONNX If(cond; then_branch, else_branch)."""
+    """ONNX If(cond; then_branch, else_branch). A condition known at import (a constant, or fixed by
+    the --value-range of the graph inputs it is computed from) imports the taken branch only. With
+    a run-time condition both branches are imported; one that cannot be imported for these input
+    shapes (e.g. a branch for another sample rate reshaping this one's input) is refused naming the
+    If and the way to rule it out (--value-range)."""
     cond = inputs[0]
     importer = ctx.importer
-    if is_const(cond):
-        branch = attrs["then_branch"] if bool(np.asarray(cond.value).reshape(-1)[0]) else attrs["else_branch"]
+    known = bool(np.asarray(cond.value).reshape(-1)[0]) if is_const(cond) else _decided(ctx, cond)
+    if known is not None:
+        branch = attrs["then_branch"] if known else attrs["else_branch"]
         return tuple(importer.convert_graph(branch, opset, {}, f"If '{ctx.name}'"))
-    then = importer.convert_graph(attrs["then_branch"], opset, {}, f"If '{ctx.name}' then_branch")
-    other = importer.convert_graph(attrs["else_branch"], opset, {}, f"If '{ctx.name}' else_branch")
+    branches = []
+    for key in ("then_branch", "else_branch"):
+        try:
+            branches.append(importer.convert_graph(attrs[key], opset, {}, f"If '{ctx.name}' {key}"))
+        except ModelError as e:
+            why = str(e).removeprefix(f"{importer.label}: ")
+            raise ctx.error(f"its condition ('{ctx.input_name(0)}') is known only at run time, so both branches are "
+                            f"compiled, and its {key} cannot be for these input shapes: {why}; if that branch is "
+                            f"never taken, state the inputs' values that rule it out with --value-range NAME=LO:HI") \
+                from None
+    then, other = branches
     c = reshape(ctx, cond, ())
     outs = []
     for k, (a, b) in enumerate(zip(then, other)):
@@ -72,6 +146,11 @@ def Loop(ctx, node, inputs, attrs, opset):
     running = True if cond is None else _flag(ctx, cond)
     if not scans and trip > 0 and not isinstance(running, bool):
         return _run_time_loop(ctx, inputs, body, opset)
+    if not scans and trip * max(graph_size(body), 1) > MAX_UNROLLED_NODES - getattr(ctx.importer, "unrolled_nodes", 0):
+        return _run_time_loop(ctx, inputs, body, opset)  # too long to unroll: a loop at run time
+    if scans and cond is None:  # no condition: exactly `trip` iterations, known before unrolling any
+        if trip * max(graph_size(body), 1) + getattr(ctx.importer, "unrolled_nodes", 0) > MAX_UNROLLED_NODES:
+            _unroll(ctx, body, trip)
     ran = []  # per iteration: a bool flag computed at run time, or True
     names = [i.name for i in body.input]
     for it in range(trip):
@@ -79,6 +158,7 @@ def Loop(ctx, node, inputs, attrs, opset):
             break
         if not scans and not isinstance(running, bool):  # the body's condition is a run-time value
             return _run_time_loop(ctx, inputs, body, opset)
+        _unroll(ctx, body, 1)
         bindings = {names[0]: ctx.const(np.array(it, np.int64), "iteration"),
                     names[1]: ctx.const(np.array(True), "cond")}
         bindings.update(zip(names[2:], carried))
@@ -197,6 +277,7 @@ def _scan(ctx, body, opset, states, xs, in_axes, in_rev, out_axes, out_rev):
     n_out = len(body.output) - n_state
     names = [i.name for i in body.input]
     outs_per_step: list = [[] for _ in range(n_out)]
+    _unroll(ctx, body, n_steps)
     for t in range(n_steps):
         slices = [_take_slice(ctx, x, a, n_steps - 1 - t if rev else t) for x, a, rev in zip(xs, in_axes, in_rev)]
         outs = ctx.importer.convert_graph(body, opset, dict(zip(names, states + slices)), f"Scan '{ctx.name}' body")

@@ -11,7 +11,7 @@ import onnx.checker
 import onnx.shape_inference
 from onnx import numpy_helper
 
-from tvmc.errors import ModelError, UnsupportedOpError
+from tvmc.errors import ModelError, TVMCError, UnsupportedOpError
 from tvmc.frontend.onnx.common import SUPPORTED_DTYPES, fmt_dims, is_const, np_dtype_name
 from tvmc.frontend.onnx.functions import function_body, inline, tensor_type
 from tvmc.frontend.onnx.registry import CONVERTERS, has_converter, supports
@@ -311,7 +311,14 @@ class _Importer:
             inputs.pop()
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         ctx = _NodeContext(self, node, label)
-        result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, opset)
+        try:
+            result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, opset)
+        except (TVMCError, RecursionError, KeyboardInterrupt):
+            raise
+        except MemoryError:
+            raise ctx.error("importing it needs more memory than this machine has") from None
+        except Exception as e:  # a converter's own bug or an input it did not foresee: name the node
+            raise ctx.error(f"cannot import it ({type(e).__name__}: {one_line(e)})") from e
         # a tuple holds one result per node output (Split, TopK, LayerNormalization, ...)
         results = list(result) if isinstance(result, tuple) else [result]
         dynamic = [n for n, e in zip(node.input, inputs) if e is not None and e.type.is_dynamic]
@@ -450,7 +457,8 @@ class _NodeContext:
             if source is not None:
                 shapes[call] = shapes[source] if call.shape == source.shape else self._reduced_shape(call, source)
         if inputs and all(is_const(e) for e in inputs) and (
-                all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX):
+                all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX) \
+                and ir.constant_bytes(call.shape, call.dtype) <= ir.MAX_CONSTANT_BYTES:
             # shape arithmetic on constants (Neg of an axis, Equal of shapes, a window length
             # through Cast and Sub, ...) is folded at import, so later shape-determining inputs
             # stay constant; larger float constants are left to the FoldConstant pass
@@ -490,6 +498,19 @@ class _NodeContext:
             raise self.error(f"input {what} ('{self.input_name(i)}') is computed at run time and sizes the output, "
                              f"and tvmc derives no bound for its values: {why}; state the range of the graph "
                              f"inputs it comes from with --value-range NAME=LO:HI") from None
+
+    def check_constant(self, shape, dtype, what: str = "its output") -> None:
+        """Raise ModelError (naming the node) when a `dtype` constant of `shape`, which the
+        converter is about to compute at import, would take more than MAX_CONSTANT_BYTES
+        (tvmc.graph.ir; a tensor of exactly that size is built). Call it before building it."""
+        shape = tuple(int(d) for d in shape)
+        if any(d < 0 for d in shape):
+            raise self.error(f"{what} would have the negative shape {list(shape)}")
+        nbytes = ir.constant_bytes(shape, dtype)
+        if nbytes > ir.MAX_CONSTANT_BYTES:
+            raise self.error(f"{what}, computed at compile time, would be {list(shape)} {np.dtype(dtype).name} "
+                             f"({nbytes} bytes), more than the limit of {ir.MAX_CONSTANT_BYTES} bytes for a constant "
+                             f"(docs/limits.md)")
 
     def const(self, value, suffix: str) -> ir.Constant:
         """A new constant named f"{node}.{suffix}" (made unique in the graph)."""

@@ -451,6 +451,7 @@ def Dropout(ctx, node, inputs, attrs, opset):
     out = ctx.call("nn.dropout", [x])
     if len(node.output) < 2 or not node.output[1]:
         return out
+    ctx.check_constant(x.shape, bool if opset >= 10 else x.dtype, "its mask output")
     return out, np.ones(x.shape, bool if opset >= 10 else x.dtype)
 
 

@@ -37,6 +37,7 @@ def _reduce(ctx, inputs, attrs, opset, op, since_input=18, pre=None, post=None):
         shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape)) if keep \
             else tuple(d for k, d in enumerate(x.shape) if k not in axes)
         fill = (op == "min") if x.dtype == "bool" else _EMPTY_REDUCTION[op]  # all() / any() of nothing
+        ctx.check_constant(shape, np.float64)
         value = np.full(shape, fill, dtype=np.float64)
         return _empty_reduction(ctx, value, x.dtype, post)
     if x.dtype == "bool" and op in ("max", "min"):  # any / all

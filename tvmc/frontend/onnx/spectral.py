@@ -48,6 +48,7 @@ def _dft(ctx, x, axis: int, n: int, inverse: bool, onesided: bool, window=None):
     if perm != tuple(range(rank)):
         x = ctx.call("transpose", [x], {"axes": perm})
     lead, n_in = tuple(x.shape[:-2]), x.shape[-2]
+    ctx.check_constant((n_in * c_in, 2 * n), "complex128", "its DFT matrix")  # what dft_matrix computes
     w = dft_matrix(n_in, c_in, n, inverse, onesided, window)
     c_out = 1 if inverse and onesided else 2
     y = MatMul(ctx, ctx.node, [reshape(ctx, x, lead + (n_in * c_in,)), ctx.const(w.astype(x.dtype), "dft_matrix")],

@@ -136,6 +136,7 @@ def ConstantOfShape(ctx, node, inputs, attrs, opset):
         value, dtype = 0, np.dtype(np.float32)
     shape = _shape_values(ctx, inputs, 0)
     if isinstance(shape, np.ndarray):
+        ctx.check_constant(shape.reshape(-1), dtype)
         return np.full(tuple(int(d) for d in shape.reshape(-1)), value, dtype=dtype)
     bound, dynamic = _bound(ctx, *shape)
     return ctx.dynamic_call("dyn.constant_of_shape", [inputs[0]], {
@@ -306,6 +307,12 @@ def Range(ctx, node, inputs, attrs, opset):
 
     values = [_shape_values(ctx, inputs, k, w) for k, w in enumerate(("start", "limit", "delta"))]
     if all(isinstance(v, np.ndarray) for v in values):
+        start, limit, delta = (v.reshape(-1)[0] if v.size else v for v in values)
+        with np.errstate(all="ignore"):
+            length = np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta)) if delta else np.inf
+        if not np.isfinite(length):
+            raise ctx.error(f"Range({start}, {limit}, {delta}) has no finite length")
+        ctx.check_constant((max(int(length), 0),), values[0].dtype)
         return range_reference(*values)
     (slo, shi), (llo, lhi), (dlo, dhi) = (v if isinstance(v, tuple) else (v.astype(np.float64),) * 2 for v in values)
     if dlo <= 0 <= dhi:
@@ -425,6 +432,7 @@ def Expand(ctx, node, inputs, attrs, opset):
     except ValueError:
         raise ctx.error(f"cannot expand {x.type} to {shape}") from None
     if is_const(x):
+        ctx.check_constant(out, x.dtype)
         return np.broadcast_to(x.value, out).copy()
     if out == tuple(x.shape):
         return ctx.call("identity", [x])
@@ -441,7 +449,10 @@ def Tile(ctx, node, inputs, attrs, opset):
     reps = [int(r) for r in ctx.constant(inputs, 1, "repeats").reshape(-1)]
     if len(reps) != len(x.shape):
         raise ctx.error(f"repeats {reps} must have {len(x.shape)} values")
+    if any(r < 0 for r in reps):
+        raise ctx.error(f"repeats {reps} must not be negative")
     if is_const(x):
+        ctx.check_constant([r * d for r, d in zip(reps, x.shape)], x.dtype)
         return np.tile(x.value, reps)
     inter = tuple(v for d in x.shape for v in (1, d))
     wide = tuple(v for r, d in zip(reps, x.shape) for v in (r, d))
@@ -625,6 +636,7 @@ def Trilu(ctx, node, inputs, attrs, opset):
         raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must have rank >= 2")
     k = int(ctx.constant(inputs, 1, "k").reshape(())) if len(inputs) > 1 and inputs[1] is not None else 0
     n, m = x.shape[-2:]
+    ctx.check_constant(x.shape if is_const(x) else (n, m), x.dtype if is_const(x) else "bool", "its mask")
     diff = np.arange(m)[None, :] - np.arange(n)[:, None]
     mask = diff >= k if int(attrs.get("upper", 1)) else diff <= k
     if is_const(x):
@@ -640,6 +652,7 @@ def EyeLike(ctx, node, inputs, attrs, opset):
     if len(x.shape) != 2:
         raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must be 2-D")
     dtype = np_dtype_name(int(attrs["dtype"])) if "dtype" in attrs else x.dtype
+    ctx.check_constant(x.shape, dtype)
     return np.eye(x.shape[0], x.shape[1], k=int(attrs.get("k", 0)), dtype=dtype)
 
 
@@ -661,6 +674,7 @@ def MelWeightMatrix(ctx, node, inputs, attrs, opset):
     if n_mel <= 0 or dft_length <= 0 or rate <= 0 or not 0 <= low <= high:
         raise ctx.error(f"needs num_mel_bins, dft_length, sample_rate > 0 and 0 <= lower_edge_hertz <= "
                         f"upper_edge_hertz; got {n_mel}, {dft_length}, {rate}, {low}, {high}")
+    ctx.check_constant((dft_length // 2 + 1, n_mel + 2), "float64")
     mel_low, mel_high = (2595.0 * np.log10(1.0 + f / 700.0) for f in (low, high))
     mels = mel_low + np.arange(n_mel + 2) * ((mel_high - mel_low) / (n_mel + 2))
     hertz = 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
@@ -697,6 +711,7 @@ def OneHot(ctx, node, inputs, attrs, opset):
     ones give all-off rows."""
     indices, values = inputs[0], inputs[2]
     depth = int(np.asarray(ctx.constant(inputs, 1, "depth")).reshape(-1)[0])
+    ctx.check_constant((max(depth, 0),), "int64", "its depth positions")
     axis = norm_axis(ctx, int(attrs.get("axis", -1)), len(indices.shape) + 1)
     if tuple(values.shape) != (2,):
         raise ctx.error(f"values '{ctx.input_name(2)}' {values.type} must be [off, on]")

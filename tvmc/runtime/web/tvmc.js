@@ -27,15 +27,89 @@ const TYPED_ARRAYS = {
 };
 const TENSOR_INFO_BYTES = 24; // tvmc_tensor_info on wasm32: name, dtype, ndim, shape (4 bytes each), nbytes (u64 at 16)
 
-async function readFile(base, name) {
+const MAX_METADATA_BYTES = 16 << 20; // as tvmc/package.py: metadata.json is read first, with this bound
+
+/** The bytes of `name` in `base`: at most `limit` bytes, else an Error naming the file (a file:
+ * URL must be a regular file, never a FIFO to wait on; an HTTP body is read with the bound). */
+async function readFile(base, name, limit) {
   const url = new URL(name, base);
+  const tooLarge = (n) => new Error(`tvmc: ${url}: ${n} bytes, more than the ${limit} expected`);
   if (url.protocol === "file:") {
-    const { readFile: read } = await import("node:fs/promises");
-    return new Uint8Array(await read(url));
+    const fs = await import("node:fs");
+    let handle;
+    try {
+      handle = await fs.promises.open(url, fs.constants.O_RDONLY | (fs.constants.O_NONBLOCK || 0));
+    } catch (e) {
+      throw new Error(`tvmc: ${url}: cannot open (${e.code || e.message})`);
+    }
+    try {
+      const st = await handle.stat();
+      if (!st.isFile()) throw new Error(`tvmc: ${url}: not a regular file`);
+      if (st.size > limit) throw tooLarge(st.size);
+      const data = new Uint8Array(st.size);
+      let done = 0;
+      while (done < data.length) {
+        const { bytesRead } = await handle.read(data, done, data.length - done, done);
+        if (bytesRead === 0) throw new Error(`tvmc: ${url}: shorter than its size`);
+        done += bytesRead;
+      }
+      return data;
+    } finally {
+      await handle.close();
+    }
   }
   const response = await fetch(url);
   if (!response.ok) throw new Error(`tvmc: cannot fetch ${url}: HTTP ${response.status}`);
-  return new Uint8Array(await response.arrayBuffer());
+  const declared = Number(response.headers.get("content-length"));
+  if (declared > limit) throw tooLarge(declared);
+  const chunks = [];
+  let total = 0;
+  const reader = response.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > limit) {
+      await reader.cancel();
+      throw tooLarge(`more than ${limit}`);
+    }
+    chunks.push(value);
+  }
+  const data = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    data.set(c, at);
+    at += c.byteLength;
+  }
+  return data;
+}
+
+async function sha256Hex(data) {
+  const digest = new Uint8Array(await globalThis.crypto.subtle.digest("SHA-256", data));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** metadata.json's record of `name`: its size (a safe integer) and sha256 (64 hex digits). */
+function recorded(metadata, name, url) {
+  const size = metadata && metadata.member_bytes && metadata.member_bytes[name];
+  const sha = metadata && metadata.member_sha256 && metadata.member_sha256[name];
+  if (!Number.isSafeInteger(size) || size < 0 || typeof sha !== "string" || !/^[0-9a-f]{64}$/.test(sha)) {
+    throw new Error(`tvmc: ${url}: metadata.json records no valid size and sha256 for ${name}`);
+  }
+  return { size, sha };
+}
+
+/** The bytes of member `name`: exactly the size metadata.json records, and its sha256 where the
+ * engine has Web Crypto (Node, and browsers in a secure context). */
+async function readMember(base, name, metadata) {
+  const url = new URL(name, base);
+  const { size, sha } = recorded(metadata, name, url);
+  const data = await readFile(base, name, size);
+  if (data.byteLength !== size) throw new Error(`tvmc: ${url}: ${data.byteLength} bytes, metadata.json records ${size}`);
+  if (globalThis.crypto && globalThis.crypto.subtle && (await sha256Hex(data)) !== sha) {
+    throw new Error(`tvmc: ${url}: differs from the one packaged (its sha256 is not the one metadata.json records)`);
+  }
+  return data;
 }
 
 function baseUrl(folder) {
@@ -186,16 +260,37 @@ export class Model {
 }
 
 /** Load mod.wasm, mod.params and metadata.json from `folder` (a URL or, in Node, a path; the web
- * output of `tvmc compile --output-format web`, or an unpacked mod.tar) and create the model. */
+ * output of `tvmc compile --output-format web`, or an unpacked mod.tar) and create the model.
+ * Every read is bounded (docs/limits.md): metadata.json at most 16 MiB, then mod.wasm and
+ * mod.params exactly the sizes it records, with their sha256 checked where Web Crypto exists.
+ * Every failure is an Error whose message starts with "tvmc: " and names the file. */
 export async function loadModel(folder) {
   const base = baseUrl(folder);
-  const [wasm, params, metadata] = await Promise.all(
-    ["mod.wasm", "mod.params", "metadata.json"].map((name) => readFile(base, name)));
+  const metaBytes = await readFile(base, "metadata.json", MAX_METADATA_BYTES);
+  let metadata;
+  try {
+    metadata = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(metaBytes));
+  } catch (e) {
+    throw new Error(`tvmc: ${new URL("metadata.json", base)}: not valid JSON (${e.message})`);
+  }
+  if (metadata === null || typeof metadata !== "object" || Array.isArray(metadata)) {
+    throw new Error(`tvmc: ${new URL("metadata.json", base)}: not a JSON object`);
+  }
+  const [wasm, params] = await Promise.all(["mod.wasm", "mod.params"].map((name) => readMember(base, name, metadata)));
   let instance;
   try {
     ({ instance } = await WebAssembly.instantiate(wasm, {}));
   } catch (e) {
     throw new Error(`tvmc: ${new URL("mod.wasm", base)}: this engine cannot run the module (${e.message})`);
   }
-  return new Model(instance.exports, params, JSON.parse(new TextDecoder().decode(metadata)));
+  const needed = ["memory", "malloc", "free", "tvmc_model_create", "tvmc_last_error", "tvmc_model_num_inputs",
+                  "tvmc_model_num_outputs", "tvmc_model_input_info", "tvmc_model_output_info"];
+  const missing = needed.filter((name) => !(name in instance.exports));
+  if (missing.length) throw new Error(`tvmc: ${new URL("mod.wasm", base)}: not a tvmc module (no ${missing.join(", ")})`);
+  try {
+    return new Model(instance.exports, params, metadata);
+  } catch (e) {
+    if (e instanceof Error && e.message.startsWith("tvmc: ")) throw e;
+    throw new Error(`tvmc: ${new URL("mod.wasm", base)}: the module failed while loading the model (${e.message})`);
+  }
 }
