@@ -237,8 +237,6 @@ def _alive(pid: int) -> bool:
 def test_signal_during_compile_kills_the_compiler_and_leaves_no_files(tmp_path, relu_model, sig, code, line):
     """The compiler driver is a script that writes a cc*.s file in its TMPDIR, as gcc does,
     starts a child (cc1's part) and waits: after the signal neither is running and no file is left."""
-    import signal as signals
-
     (tmp_path / "tmp").mkdir()
     started, pids = tmp_path / "started", tmp_path / "pids"
     driver = tmp_path / "slow-cc"
@@ -247,17 +245,9 @@ def test_signal_during_compile_kills_the_compiler_and_leaves_no_files(tmp_path, 
     driver.chmod(0o755)
     out = tmp_path / "out"
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
-    proc = subprocess.Popen([sys.executable, "-m", "tvmc.cli", "compile", str(relu_model), "--target", "native",
-                             "--target-option", f"linker={driver}", "-o", str(out / "m.tar")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        _wait_for(started, proc)
-        assert started.exists(), proc.communicate()[1]
-        proc.send_signal(getattr(signals, sig))
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == code and err.strip().splitlines() == [line]
+    returncode, err = _signal_when_started(["compile", relu_model, "--target", "native", "--target-option",
+                                            f"linker={driver}", "-o", out / "m.tar"], started, env, sig)
+    assert returncode == code and err.strip().splitlines() == [line]
     assert listing(tmp_path / "tmp") == [] and not out.exists() or listing(out) == []
     assert not any(_alive(int(p)) for p in pids.read_text().split())
 
