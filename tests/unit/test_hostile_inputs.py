@@ -95,15 +95,20 @@ def test_config_that_is_a_fifo_is_refused_at_once(tmp_path, relu_model):
 
 # ---- 4. non-finite numbers ------------------------------------------------------------------------
 
+def _one_op_artifact(folder, op_type: str, target: str):
+    """folder/<op>.tar: the ONNX op `op_type` on x [4] float -> y, compiled for `target`."""
+    name = op_type.lower()
+    model = save_model(folder / f"{name}.onnx", [helper.make_node(op_type, ["x"], ["y"])],
+                       [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
+    r = invoke("compile", model, "--target", target, "-o", folder / f"{name}.tar")
+    assert r.exit_code == 0, r.output
+    return folder / f"{name}.tar"
+
+
 @pytest.fixture(scope="module")
 def log_artifact(tmp_path_factory):
     """Log(x), x [4]: Log of 0 and -1 are -inf and NaN."""
-    folder = tmp_path_factory.mktemp("log")
-    model = save_model(folder / "log.onnx", [helper.make_node("Log", ["x"], ["y"])],
-                       [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
-    r = invoke("compile", model, "--target", "native", "-o", folder / "log.tar")
-    assert r.exit_code == 0, r.output
-    return folder / "log.tar"
+    return _one_op_artifact(tmp_path_factory.mktemp("log"), "Log", "native")
 
 
 def _strict_json(text: str):
@@ -691,12 +696,7 @@ def test_a_5000_digit_integer_in_a_descriptor_is_a_target_error(tmp_path, relu_m
 @pytest.fixture(scope="module")
 def opencl_tar(tmp_path_factory):
     require("opencl")
-    folder = tmp_path_factory.mktemp("ocl")
-    model = save_model(folder / "relu.onnx", [helper.make_node("Relu", ["x"], ["y"])],
-                       [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
-    r = invoke("compile", model, "--target", "opencl", "-o", folder / "relu.tar")
-    assert r.exit_code == 0, r.output
-    return folder / "relu.tar"
+    return _one_op_artifact(tmp_path_factory.mktemp("ocl"), "Relu", "opencl")
 
 
 @pytest.mark.parametrize("damage", ["list", "grid string", "block of two", "missing kernel"])
