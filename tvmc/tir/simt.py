@@ -25,8 +25,8 @@ import math
 import numpy as np
 
 from tvmc.te.expr import BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, Select, Var
-from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, For, IfThenElse, MatrixLoad, PrimFunc,
-                         Seq, Store)
+from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, For, IfThenElse,
+                         MatrixLoad, PrimFunc, Seq, Store)
 
 WARP = 32
 
