@@ -33,7 +33,7 @@ def kernel_table(model, target) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         print_kernel_table(module.graph_json)
-    if target.runtime == "cuda" and not assembler_missing(target):
+    if target.assembler and not assembler_missing(target):  # the descriptor assembles its PTX (CUDA)
         out.write(resources_table(module, target))
     return out.getvalue()
 

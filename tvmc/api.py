@@ -552,10 +552,10 @@ def _create_executor(artifact, device, cuda_graph: bool, target=None):
         return create_executor(artifact, device, target)
     if not isinstance(artifact, Artifact):
         artifact = load_artifact(artifact)
-    if (artifact.metadata.get("target") or {}).get("runtime") == "cuda":
-        from tvmc.runtime.cuda import CUDAExecutor
+    from tvmc.backends import backend_of_artifact
 
-        return CUDAExecutor(artifact, device, cuda_graph=False)
+    if backend_of_artifact(artifact).name == "cuda":
+        return create_executor(artifact, device, target, cuda_graph=False)
     return create_executor(artifact, device, target)
 
 
@@ -795,7 +795,7 @@ def tune(model, target="native", records="records.json", *, target_options=None,
     from tvmc.autotune.measure import MeasureOptions
     from tvmc.autotune.tune import TuneOptions, tune_tasks
     from tvmc.autotune.tuner import TUNERS
-    from tvmc.target import host_arch
+    from tvmc.backends import backend_for
 
     records = _path("records", records)
     _int("trials", trials, 1)
@@ -827,9 +827,8 @@ def tune(model, target="native", records="records.json", *, target_options=None,
         raise TuningError(f"{task_list.model}: task index {outside[0]} out of range: the model has {n} tasks "
                           f"(0-{n - 1}; see tvmc tune --list-tasks)" if n else f"{task_list.model}: the model has no tuning tasks")
     target = task_list.target
-    if target.kind == "cpu" and target.arch != host_arch():
-        raise TuningError(f"target {target.name}: tuning measures the kernels on this {host_arch()} host, which "
-                          f"runs no {target.arch} code (under emulation it would time QEMU, not the device); tune "
-                          f"on an {target.arch} machine and compile here with --tuning-records")
+    missing = backend_for(target).measure_missing(target)
+    if missing:
+        raise TuningError(missing)
     results = tune_tasks([task_list.tasks[k] for k in indices], target, records, options, progress)
     return TuneResult(task_list, indices, results, records)

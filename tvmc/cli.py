@@ -819,7 +819,7 @@ def build_runner_cmd(artifact, output, target_spec, cross_compiler, cross_compil
     `./tvmc_run -p mod.params -i NAME=in.npy -o NAME=out.npy -r 10`: inputs and outputs as .npy
     files, a timing loop, nothing needed but libc (and libgomp).
     """
-    from tvmc.codegen.build import link_runner
+    from tvmc.backends import backend_for
     from tvmc.package import load_artifact, write_atomically
     from tvmc.target import artifact_target, with_cross_compiler
 
@@ -830,7 +830,7 @@ def build_runner_cmd(artifact, output, target_spec, cross_compiler, cross_compil
         raise ArtifactError(f"{artifact}: target {target.name} keeps its kernels in {art.library_name}; "
                             f"the C runner runs CPU libraries (mod.so)")
     target = with_cross_compiler(target, cross_compiler, cross_compiler_options)
-    program = link_runner(art.library, target)
+    program = backend_for(target).link_runner(art.library, target)
     path = write_atomically(_output_folder_made(output), lambda f: f.write(program), "runner", [artifact])
     path.chmod(0o755)
     click.echo(f"runner: {path} ({target.arch}, built by {target.linker[0]} for target {target.name})")

@@ -800,16 +800,11 @@ def write_report(results, path: str = REPORT_PATH, elapsed_s: float | None = Non
 
 
 def _device_missing(target: str) -> str | None:
-    """Why the device of `target` (a GPU runtime) cannot run here, or None. Asked in a fresh
-    interpreter: the workers fork from this one, and a CUDA driver initialized before a fork is
-    unusable in the children."""
-    from tvmc.target import resolve_target
-
-    runtime = resolve_target(target).runtime
-    if runtime == "cpu":
-        return None
+    """Why the device of `target` (a --target spec) cannot run here, or None (tvmc.runtime.
+    device_missing). Asked in a fresh interpreter: the workers fork from this one, and a CUDA
+    driver initialized before a fork is unusable in the children."""
     code = "import sys; from tvmc.runtime import device_missing; print(device_missing(sys.argv[1]) or '')"
-    res = subprocess.run([sys.executable, "-c", code, runtime], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", code, target], capture_output=True, text=True)
     lines = res.stdout.strip().splitlines() or ([] if res.returncode == 0 else [f"exit code {res.returncode}"])
     return lines[-1] if lines else None
 

@@ -1,9 +1,11 @@
-"""The compile pipeline as one function of named stages: import -> passes -> kernels -> module.
+"""The compile pipeline as one function of named stages: import -> passes -> lower -> codegen
+(-> package, tvmc.package.save_artifact).
 
     graph   = frontend.onnx.from_onnx(model, input_shapes)
     graph   = passes.optimize(graph, PassContext(...))        # ends with FuseOps, PlanMemory
     json, params = graph.executor_json.build_executor_json(graph)
-    library = codegen.build.build_library(fused functions, target)
+    kernels = ops.fused.lower_functions(fused functions, target, tuning records)
+    library = backends.backend_for(target).build(kernels, target, json, params)
 """
 
 from __future__ import annotations
@@ -77,16 +79,6 @@ class CompiledModule:
     device_binaries: dict = field(default_factory=dict)
 
 
-def _device_requirements(library: bytes, target: Target) -> dict | None:
-    """What the device needs to load the library: shared libraries and the newest glibc symbol
-    version (ELF libraries; None for other formats)."""
-    if target.library_format != "so":
-        return None
-    from tvmc.codegen.elf import library_requirements
-
-    return library_requirements(library)
-
-
 def optimize_loop_bodies(graph, ctx, bodies: dict) -> dict:
     """{LoopBody: its body Graph through the passes of PassContext `ctx` (FuseOps, PlanMemory
     included)} for every run-time loop (`control.loop`, tvmc.graph.ir.LoopBody) of the optimized
@@ -140,17 +132,18 @@ def pass_pipeline(options: CompileOptions) -> tuple:
 def compile_model(model, target: Target, options: CompileOptions = CompileOptions(), progress=None) -> CompiledModule:
     """Compile an ONNX model (path or ModelProto) for `target`.
 
-    `progress(stage, done, total)`, when given, is called as codegen advances (see
-    tvmc.codegen.build.build_library); the CLI draws it as a progress line on a terminal.
+    `progress(stage, done, total)`, when given, is called as lowering and codegen advance (see
+    tvmc.ops.fused.lower_functions and Backend.build); the CLI draws it as a progress line on a
+    terminal.
 
     Raises the typed errors of tvmc.errors (ModelError/UnsupportedOpError from the frontend,
     PassError, ScheduleError, CodegenError).
     """
-    from tvmc.autotune.task import function_flops
-    from tvmc.codegen.build import build_library
+    from tvmc.backends import backend_for
     from tvmc.frontend.onnx import from_onnx
     from tvmc.graph.executor_json import build_executor_json
     from tvmc.graph.ir import Call, Function
+    from tvmc.ops.fused import function_flops, lower_functions
     from tvmc.passes import PassContext, optimize
 
     timings = {}
@@ -183,10 +176,13 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     shipped = shipped_records(target) if options.shipped_records else None
     config_lookup = LayeredLookup(user, shipped) if user is not None or shipped is not None else None
     t0 = time.perf_counter()
+    kernels = lower_functions(list(functions.values()), target, config_lookup, progress)
+    timings["lower"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     device_binaries: dict = {}
-    library = build_library(list(functions.values()), target, dump_ir=options.dump_ir, dump_dir=options.dump_dir,
-                            graph_json=graph_json, config_lookup=config_lookup, params=params, progress=progress,
-                            device_binaries=device_binaries)
+    backend = backend_for(target)
+    library = backend.build(kernels, target, graph_json=graph_json, params=params, dump_ir=options.dump_ir,
+                            dump_dir=options.dump_dir, progress=progress, device_binaries=device_binaries)
     timings["codegen"] = time.perf_counter() - t0
 
     metadata = {
@@ -213,7 +209,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "tuning_records": user.summary() if user is not None else None,
         **({"shipped_records": {"file": f"configs/tuning/{shipped_records_path(target).name}",
                                 **shipped.summary()}} if shipped is not None else {}),
-        "device_requirements": _device_requirements(library, target),
+        "device_requirements": backend.device_requirements(library),
     }
     if device_binaries:
         metadata["device_binaries"] = sorted(device_binaries)

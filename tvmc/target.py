@@ -66,6 +66,12 @@ class Target:
     allow_tf32: bool = False
 
     @property
+    def gpu(self) -> bool:
+        """Whether the target is a GPU: every fused function becomes one device kernel with a
+        launch (tvmc.tir.gpu.lower_device), whatever its library."""
+        return self.kind == "gpu"
+
+    @property
     def threaded(self) -> bool:
         """Whether parallel loops run on threads (libgomp); False: serially (num_cores 1)."""
         return self.num_cores != 1

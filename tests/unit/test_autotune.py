@@ -396,9 +396,10 @@ def test_cpu_kernel_features_tell_configs_apart(task, target):
 
 def test_xgb_tune_on_cuda_without_a_gpu_is_a_one_line_error(model_path, tmp_path, capsys, monkeypatch):
     from tvmc import runtime
+    from tvmc.backends.gpu import CUDABackend
 
     if runtime.device_missing("cuda") is None:  # a GPU here: pretend it is missing
-        monkeypatch.setattr(runtime, "device_missing", lambda kind: "no CUDA driver (test)" if kind == "cuda" else None)
+        monkeypatch.setattr(CUDABackend, "missing", lambda self, target: "no CUDA driver (test)")
     code = main(["tune", model_path, "--target", "cuda", "-o", str(tmp_path / "r.json"), "--trials", "4"])
     err = capsys.readouterr().err
     assert code == TuningError.exit_code, err

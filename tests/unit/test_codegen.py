@@ -13,7 +13,8 @@ import pytest
 
 from tvmc import te
 from tvmc.codegen import intrinsics
-from tvmc.codegen.build import build_library, compile_ir, link_shared
+from tvmc.backends import build_library
+from tvmc.codegen.build import compile_ir, link_shared
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import CodegenError
 from tvmc.graph.ir import Function, TensorType, Var, make_call
@@ -359,7 +360,7 @@ def test_parallel_kernel_calls_gomp_parallel(host, tmp_path):
     np.testing.assert_allclose(out, np.tanh(x.astype(np.float64)) * 3, rtol=1e-6, atol=1e-6)
 
 
-# --- build_library: IR dumps and errors ----------------------------------------------------------
+# --- tvmc.backends.build_library: IR dumps and errors ----------------------------------------------------------
 
 def _relu_add_function():
     x = Var("x", TensorType((2, 3, 5, 7), "float32"))
@@ -406,11 +407,11 @@ def test_linker_that_writes_nothing_is_a_codegen_error(host):
 
 
 def test_broken_c_compiler_is_a_codegen_error(host):
-    from tvmc.codegen.build import compile_runtime
+    from tvmc.backends import backend_for
 
     target = dataclasses.replace(host, linker=("/nonexistent/tvmc-cc", "-shared"))
     with pytest.raises(CodegenError, match="C compiler '/nonexistent/tvmc-cc' not found"):
-        compile_runtime(target)
+        backend_for(target).compile_runtime(target)
 
 
 def test_cpu_llvm_does_not_know_is_a_target_error(host):

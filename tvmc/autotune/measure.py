@@ -87,14 +87,15 @@ class MeasureResult:
 
 
 def build_candidate(task, target, config: dict, path: str):
-    """Lower `task`'s anchor op with `config` and write its shared library to `path`.
+    """Lower `task`'s anchor op with `config` and write it as a candidate of the target's backend
+    to `path` (Backend.build_candidate: a shared library, or the kernel's OpenCL C or PTX and its
+    launch in a JSON file).
 
     Returns (MeasureError, message, build seconds); runs in a build worker."""
     t0 = time.perf_counter()
     try:
         from tvmc.autotune.space import ConfigEntity
-        from tvmc.codegen.build import compile_ir, link_shared
-        from tvmc.codegen.llvm import CodeGenLLVM
+        from tvmc.backends import backend_for
         from tvmc.errors import CodegenError
         from tvmc.ops.fused import lower_fused
 
@@ -102,37 +103,15 @@ def build_candidate(task, target, config: dict, path: str):
         try:
             prim = lower_fused(task.function(), target,
                                config_lookup=lambda name, wl: cfg if name == task.impl else None)
-            if target.codegen == "opencl":
-                from tvmc.codegen.opencl import CodeGenOpenCL
-
-                cl = CodeGenOpenCL(target)
-                cl.add_function(prim)
-                return _write_device_candidate(path, cl.source(), prim, t0)
-            cg = CodeGenLLVM(target)
-            cg.add_function(prim)
-            ir = cg.ir_text()
         except Exception as e:  # any failure of the schedule for this config (e.g. beyond the GPU's limits)
             return MeasureError.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0
         try:
-            if target.kind == "gpu":  # PTX, JIT-compiled by the CUDA driver in the runner
-                return _write_device_candidate(path, compile_ir(ir, target, assembly=True).decode(), prim, t0)
-            so = link_shared(compile_ir(ir, target), target)
+            backend_for(target).build_candidate(prim, target, path)
         except CodegenError as e:
             return MeasureError.COMPILE_HOST, str(e), time.perf_counter() - t0
-        with open(path, "wb") as f:
-            f.write(so)
         return MeasureError.NO_ERROR, "", time.perf_counter() - t0
     except Exception as e:
         return MeasureError.COMPILE_HOST, f"{type(e).__name__}: {e}", time.perf_counter() - t0
-
-
-def _write_device_candidate(path, library: str, prim, t0: float):
-    """Write a GPU candidate for the runner: its library text (OpenCL C or PTX) and launch, as JSON."""
-    import json
-
-    with open(path, "w") as f:
-        json.dump({"library": library, "launch": prim.launch.to_dict()}, f)
-    return MeasureError.NO_ERROR, "", time.perf_counter() - t0
 
 
 def _die_with_parent():
@@ -183,10 +162,11 @@ def _runner_entry(fd: int):
 
 def _runner_main(conn):
     """Loop of the runner process: messages ('ref', key, array) and ('run', request dict)."""
-    import _ctypes
     import ctypes
 
     import numpy as np
+
+    from tvmc.backends import backend_named
 
     # libgomp stays loaded: unloading it with a candidate's library (its last user) while its
     # worker threads idle would crash the next candidate
@@ -214,25 +194,16 @@ def _runner_main(conn):
             inputs = {key: arrs}  # one task at a time
         arrs = inputs[key]
         out = np.zeros(req["out_shape"], req["out_dtype"])
-        timed = None
-        if req["runtime"] in ("opencl", "cuda"):
+        backend = backend_named(req["backend"])
+        if backend.device_kernels:
             try:
-                call, fetch, timed = _device_call(req, arrs, out)
+                call, fetch, timed, close = backend.load_candidate(req["path"], req["func"], arrs, out)
             except Exception as e:  # the driver rejected or could not run the kernel
-                conn.send(("wrong", f"{req['runtime']}: {type(e).__name__}: "
+                conn.send(("wrong", f"{backend.name}: {type(e).__name__}: "
                                     f"{str(e).splitlines()[0] if str(e) else ''}"))
                 continue
-            lib = None
-        else:
-            lib = ctypes.CDLL(req["path"])
-            fn = getattr(lib, req["func"])
-            args = [ctypes.c_void_p(a.ctypes.data) for a in arrs + [out]]
-
-            def call(fn=fn, args=args):
-                fn(*args)
-
-            def fetch():
-                pass
+        else:  # a library that fails to load takes the runner down: measured as a crash
+            call, fetch, timed, close = backend.load_candidate(req["path"], req["func"], arrs, out)
         try:
             call()
             fetch()
@@ -270,42 +241,7 @@ def _runner_main(conn):
                 costs.append(dt / number)
             conn.send(("ok", costs, check))
         finally:
-            if lib is not None:
-                _ctypes.dlclose(lib._handle)  # thousands of candidates: unload each one
-
-
-def _device_call(req, arrs, out):
-    """(call, fetch, timed) for a GPU candidate (a JSON file with "library" and "launch"), loaded
-    on the first OpenCL device or CUDA GPU: call runs the kernel once on the device and waits;
-    fetch copies the output into `out`; timed(n) runs it n times and returns the seconds the
-    device spent in those runs (each launch between device events)."""
-    import json
-
-    with open(req["path"]) as f:
-        built = json.load(f)
-    if req["runtime"] == "cuda":
-        from tvmc.runtime.cuda import KernelModule
-
-        program = KernelModule(built["library"].encode(), origin="candidate")
-    else:
-        from tvmc.runtime.opencl import KernelProgram
-
-        program = KernelProgram(built["library"], origin="candidate")
-    kernel = program.kernel(req["func"])
-    bufs = []
-    for a in arrs + [out]:
-        bufs.append(program.buffer(a.nbytes))
-        program.upload(bufs[-1], a)
-
-    def call():
-        program.launch(kernel, built["launch"], bufs)
-        program.finish()
-
-    def timed(n):
-        handles = [program.launch(kernel, built["launch"], bufs, timed=True) for _ in range(n)]
-        return sum(program.elapsed_ms(h) for h in handles) / 1e3
-
-    return call, lambda: program.download(bufs[-1], out), timed
+            close()  # thousands of candidates: unload each one
 
 
 class Measurer:
@@ -315,12 +251,13 @@ class Measurer:
     (tests inject faults through it; it must be a module-level function)."""
 
     def __init__(self, target, options: MeasureOptions = MeasureOptions(), build_fn=build_candidate):
+        from tvmc.backends import backend_for
         from tvmc.errors import TuningError
-        from tvmc.runtime import device_missing
 
-        missing = device_missing(target.runtime)
+        self._backend = backend_for(target)
+        missing = self._backend.measure_missing(target)
         if missing:
-            raise TuningError(f"target {target.name} is tuned by measuring on its device, and none runs here: {missing}")
+            raise TuningError(missing)
         self.target, self.options, self.build_fn = target, options, build_fn
         self.tmp = tempfile.mkdtemp(prefix="tvmc-tune-")
         self._pool = None
@@ -446,7 +383,7 @@ class Measurer:
                "out_shape": tuple(task.workload[n_in]), "out_dtype": np.dtype(task.workload[n_in + 1]).name,
                "number": self.options.number, "repeat": self.options.repeat,
                "min_repeat_ms": self.options.min_repeat_ms, "check": self.options.check,
-               "want_output": want_output, "runtime": self.target.runtime}
+               "want_output": want_output, "backend": self._backend.name}
         self._conn.send(("run", req))
         if not self._conn.poll(max(limit_s, 0.0)):
             self._stop_runner()

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from tvmc.graph.ir import Call, Function, TensorType, Var, make_call
-from tvmc.ops.fused import anchor_call, workload
+from tvmc.ops.fused import anchor_call, function_flops, task_flops, workload  # noqa: F401 (re-exported)
 from tvmc.ops.registry import get_op
 
 
@@ -94,40 +94,6 @@ def workload_json(wl) -> list:
 def workload_key(wl) -> str:
     """Canonical text of a workload (tuples and lists alike), the key records match on."""
     return json.dumps(_plain(wl), separators=(",", ":"))
-
-
-def _reduce_flops(op: str, wl: tuple, in_dtypes: tuple) -> tuple:
-    """(2 x output elements x reduce extent, output elements) of `op` on workload `wl`; the first
-    is None when the compute has no reduce axes."""
-    from tvmc import te
-
-    if get_op(op).flops is not None:
-        return get_op(op).flops(wl), None
-    n_in = len(in_dtypes)
-    inputs = [te.placeholder(s, d, name=f"x{k}") for k, (s, d) in enumerate(zip(wl[:n_in], in_dtypes))]
-    call = make_call(op, [Var(f"x{k}", TensorType(tuple(s), d)) for k, (s, d) in enumerate(zip(wl[:n_in], in_dtypes))],
-                     dict(wl[-1]))
-    out = get_op(op).compute(inputs, dict(wl[-1]), call.type)
-    elems = math.prod(out.shape)
-    if out.op is None or not out.op.reduce_axis:
-        return None, elems
-    return 2 * elems * math.prod(iv.extent for iv in out.op.reduce_axis), elems
-
-
-def task_flops(op: str, wl: tuple, in_dtypes: tuple) -> int:
-    """FLOPs of one call of `op` on workload `wl` (see the module docstring)."""
-    flops, elems = _reduce_flops(op, wl, in_dtypes)
-    return elems if flops is None else flops
-
-
-def function_flops(fn: Function) -> int | None:
-    """FLOPs of one call of a fused Function, counted on its anchor op (see the module docstring),
-    or None when the anchor has no reduce axes (elementwise, layout and other injective kernels,
-    whose FLOP rate says little)."""
-    anchor = anchor_call(fn)
-    if not isinstance(anchor, Call) or isinstance(anchor.op, Function):
-        return None
-    return _reduce_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
 
 
 def workload_count(task_keys) -> int:

@@ -4,11 +4,12 @@ the schedule, and lower to loop IR."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvmc import te
-from tvmc.errors import ScheduleError
-from tvmc.graph.ir import Call, Constant, Var, post_order
+from tvmc.errors import ScheduleError, TVMCError
+from tvmc.graph.ir import Call, Constant, Function, TensorType, Var, make_call, post_order
 from tvmc.ops.registry import OpPattern, get_op
 from tvmc.tir.gpu import lower_device
 from tvmc.tir.ir import PrimFunc
@@ -97,7 +98,7 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     s = te.create_schedule(out)
     impl.schedule(s, out, anchor_t, cfg, target)
     prim = lower(s, params + [out], func.name)
-    if target.kind == "gpu":  # one device kernel: launch configuration, barriers, limits checked
+    if target.gpu:  # one device kernel: launch configuration, barriers, limits checked
         prim = lower_device(prim, target)
     return prim
 
@@ -116,3 +117,74 @@ def _choose_implementation(anchor, target, config_lookup):
         if cfg is not None and (best[1] is None or getattr(cfg, "cost_s", 0.0) < getattr(best[1], "cost_s", 0.0)):
             best = (impl, cfg)
     return best
+
+
+def _reduce_flops(op: str, wl: tuple, in_dtypes: tuple) -> tuple:
+    """(2 x output elements x reduce extent, output elements) of `op` on workload `wl`; the first
+    is None when the compute has no reduce axes."""
+    if get_op(op).flops is not None:
+        return get_op(op).flops(wl), None
+    n_in = len(in_dtypes)
+    inputs = [te.placeholder(s, d, name=f"x{k}") for k, (s, d) in enumerate(zip(wl[:n_in], in_dtypes))]
+    call = make_call(op, [Var(f"x{k}", TensorType(tuple(s), d)) for k, (s, d) in enumerate(zip(wl[:n_in], in_dtypes))],
+                     dict(wl[-1]))
+    out = get_op(op).compute(inputs, dict(wl[-1]), call.type)
+    elems = math.prod(out.shape)
+    if out.op is None or not out.op.reduce_axis:
+        return None, elems
+    return 2 * elems * math.prod(iv.extent for iv in out.op.reduce_axis), elems
+
+
+def task_flops(op: str, wl: tuple, in_dtypes: tuple) -> int:
+    """FLOPs of one call of `op` on workload `wl`: 2 x (output elements) x (product of the compute's
+    reduce axis extents), one multiply-add = 2 FLOPs, padding taps counted as real work (TVM's
+    `compute_flop`); an op without reduce axes counts one FLOP per output element; an op whose
+    definition has its own `flops` (OpDef.flops: Winograd conv2d counts the direct conv2d's
+    multiply-adds, as TVM does) counts by it."""
+    flops, elems = _reduce_flops(op, wl, in_dtypes)
+    return elems if flops is None else flops
+
+
+def function_flops(fn: Function) -> int | None:
+    """FLOPs of one call of a fused Function, counted on its anchor op (task_flops),
+    or None when the anchor has no reduce axes (elementwise, layout and other injective kernels,
+    whose FLOP rate says little)."""
+    anchor = anchor_call(fn)
+    if not isinstance(anchor, Call) or isinstance(anchor.op, Function):
+        return None
+    return _reduce_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
+
+
+@dataclass(frozen=True)
+class LoweredKernel:
+    """A fused function lowered for a target: `prim` (its loop IR; for a GPU target a device
+    kernel with its launch), `flops` (one call of its anchor op, task_flops)
+    and `node` (the anchor's graph node name, for messages)."""
+
+    prim: PrimFunc
+    flops: int
+    node: str
+
+
+def lower_functions(functions, target, config_lookup=None, progress=None) -> list:
+    """The compile pipeline's lower stage: every fused Function through lower_fused, in order
+    ([LoweredKernel]). `progress(stage, done, total)` is called after each ("lower"). Raises
+    ScheduleError: the target's limits, or a schedule's own failure named with its kernel and
+    node."""
+    progress = progress or (lambda stage, done, total: None)
+    out = []
+    for f in functions:
+        anchor = None
+        try:
+            anchor = anchor_call(f)
+            prim = lower_fused(f, target, config_lookup)
+        except (TVMCError, RecursionError):
+            raise
+        except Exception as e:  # a schedule's own bug or a workload it did not foresee: name the kernel
+            node = (anchor.name if anchor is not None else "") or "?"
+            raise ScheduleError(f"kernel {f.name} (node '{node}'): lowering failed: "
+                                f"{type(e).__name__}: {str(e).strip()[:200]}") from e
+        flops = task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
+        out.append(LoweredKernel(prim, flops, anchor.name or "?"))
+        progress("lower", len(out), len(functions))
+    return out

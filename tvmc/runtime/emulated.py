@@ -53,12 +53,13 @@ class EmulatedProgram:
     target's emulator. `run` writes inputs as .npy files, starts one emulated process and reads
     the outputs back. The folder is removed by `close()` or when the object is collected.
 
+    `link_runner(library, target) -> bytes` builds the runner (the backend's,
+    tvmc.backends.llvm.SharedObjectBackend.link_runner).
+
     Raises ArtifactError when the emulator is missing (naming its package), CodegenError when the
     target's C compiler is missing or fails to build the runner."""
 
-    def __init__(self, target: Target, library: bytes, params: bytes | None, origin: str):
-        from tvmc.codegen.build import link_runner
-
+    def __init__(self, target: Target, library: bytes, params: bytes | None, origin: str, link_runner):
         self.target, self.origin = target, origin
         self.emulator = find_tool(target.emulator, target.emulator_package, f"{origin} ({target.arch}): emulator",
                                   ArtifactError)
@@ -120,9 +121,10 @@ class EmulatedExecutor:
     target, the emulator missing: the message names its package), CodegenError when the target's
     C compiler (needed to build the runner) is missing. The emulator and the compiler are those of
     the known descriptor that matches the artifact's code facts (tvmc.target.artifact_target:
-    `target_spec` when given, else a shipped one), never the commands metadata.json names."""
+    `target_spec` when given, else a shipped one), never the commands metadata.json names.
+    `link_runner` builds the C runner (EmulatedProgram)."""
 
-    def __init__(self, artifact: Artifact | str | os.PathLike, target_spec: str | None = None):
+    def __init__(self, artifact: Artifact | str | os.PathLike, target_spec: str | None, link_runner):
         if not isinstance(artifact, Artifact):
             artifact = load_artifact(artifact)
         self.artifact = artifact
@@ -137,7 +139,7 @@ class EmulatedExecutor:
         import safetensors.numpy
 
         params = safetensors.numpy.save(artifact.params) if artifact.params else None
-        self._program = EmulatedProgram(target, artifact.library, params, origin)
+        self._program = EmulatedProgram(target, artifact.library, params, origin, link_runner)
         self.device_name = (f"{target.arch} under emulation ({Path(self._program.emulator).name}); "
                             f"times measured there are not device times")
         description = artifact.description
