@@ -124,7 +124,7 @@ def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: st
 def tune(model, variant: str, arch: str, precision: str, budget: str, tuner: str) -> tuple:
     """Tune `model`'s tasks on this GPU with `tuner`, `budget` measurements in all ("300") or
     seconds ("120s"): (records path, tuning seconds)."""
-    from tvmc.autotune.task import extract_tasks
+    from tvmc.driver import extract_tasks
     from tvmc.autotune.tune import TuneOptions, tune_tasks
 
     target = gpu_target(arch)

@@ -46,7 +46,7 @@ from models import resnet18  # noqa: E402
 from tvmc.autotune.features import config_features  # noqa: E402
 from tvmc.autotune.measure import MeasureOptions, Measurer  # noqa: E402
 from tvmc.autotune.record import config_key, load_records  # noqa: E402
-from tvmc.autotune.task import extract_tasks  # noqa: E402
+from tvmc.driver import extract_tasks  # noqa: E402
 from tvmc.autotune.tune import TuneOptions, add_transfer, format_summary, measured_flops, tune_tasks  # noqa: E402
 from tvmc.autotune.tuner import make_tuner  # noqa: E402
 from tvmc.driver import CompileOptions, compile_model  # noqa: E402

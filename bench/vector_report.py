@@ -119,7 +119,7 @@ def task_asm(task, target) -> str:
 
 def report(model_name: str, model, target) -> list:
     """Rows (task text, FLOP, calls, HotLoop or None) for the conv2d / dense tasks of `model`."""
-    from tvmc.autotune.task import extract_tasks
+    from tvmc.driver import extract_tasks
 
     rows = []
     seen = set()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmc.graph.ir import Call, Constant, Expr, Graph, make_call, rewrite
+from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import pack_dense_weight
-from tvmc.ops.registry import OpPattern, get_op
+from tvmc.ops.registry import OpPattern, get_op, make_call
 from tvmc.passes.pass_infra import graph_pass
 
 NCHW = "NCHW"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmc.graph.ir import Call, Constant, Expr, Graph, make_call, rewrite, users
+from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite, users
+from tvmc.ops.registry import make_call
 from tvmc.passes.pass_infra import graph_pass
 
 # anchor op -> axis of its output indexed by the weight's axis 0 (output channels / units)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 from tvmc.errors import PassError
-from tvmc.graph.ir import Call, Function, Graph, Var, make_call, users
-from tvmc.ops.registry import OpPattern, get_op
+from tvmc.graph.ir import Call, Function, Graph, Var, users
+from tvmc.ops.registry import OpPattern, get_op, make_call
 from tvmc.passes.pass_infra import graph_pass
 
 _EPILOGUE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)

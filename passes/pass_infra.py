@@ -62,19 +62,13 @@ def graph_pass(name: str, opt_level: int, required=(), options=None):
 register_pass = graph_pass
 
 
-def _ensure_loaded():
-    import tvmc.passes  # noqa: F401  (its __init__ imports every pass module)
-
-
 def list_passes() -> list:
     """Names of all registered passes, sorted."""
-    _ensure_loaded()
     return sorted(_PASSES)
 
 
 def get_pass(name: str) -> PassInfo:
     """Look up a pass by name; raises PassError listing the known passes."""
-    _ensure_loaded()
     try:
         return _PASSES[name]
     except KeyError:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmc.graph.ir import Call, Constant, Expr, Graph, make_call, rewrite
+from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
+from tvmc.ops.registry import make_call
 from tvmc.passes.dead_code_elimination import is_identity_call
 from tvmc.passes.pass_infra import graph_pass
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmc.graph.ir import Call, Constant, Graph, make_call, rewrite
+from tvmc.graph.ir import Call, Constant, Graph, rewrite
+from tvmc.ops.registry import make_call
 from tvmc.passes.pass_infra import graph_pass
 
 _REMOVED = ("nn.dropout", "identity")

@@ -22,8 +22,8 @@ models are left as they are (a float16 model already computes in float16).
 from __future__ import annotations
 
 from tvmc.errors import ModelError, PassError
-from tvmc.graph.ir import Call, Constant, Graph, make_call, rewrite
-from tvmc.ops.registry import get_op
+from tvmc.graph.ir import Call, Constant, Graph, rewrite
+from tvmc.ops.registry import get_op, make_call
 from tvmc.passes.pass_infra import graph_pass
 
 DTYPES = ("float16",)

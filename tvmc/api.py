@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-import tvmc
+from tvmc.constants import __version__
 from tvmc.errors import ArtifactError, InputError, ModelError, TuningError
 from tvmc.paths import check_output_path, check_regular, open_regular
 
@@ -41,7 +41,7 @@ DUMP_STAGES = ("graph", "tir", "ll", "asm")
 def json_document(kind: str, body: dict) -> dict:
     """A --json document: the schema version, its kind and tvmc's version, then `body`, with every
     non-finite float written as a string (json_finite), so the document is valid JSON."""
-    return json_finite({"tvmc_json": JSON_SCHEMA_VERSION, "kind": kind, "tvmc_version": tvmc.__version__, **body})
+    return json_finite({"tvmc_json": JSON_SCHEMA_VERSION, "kind": kind, "tvmc_version": __version__, **body})
 
 
 def json_finite(value):
@@ -724,7 +724,7 @@ def list_tasks(model, target="native", *, target_options=None, opt_level=3, inpu
 
     Raises TypeError, ValueError (bad arguments), ModelError (2), TargetError (3), PassError (4).
     """
-    from tvmc.autotune.task import extract_tasks
+    from tvmc.driver import extract_tasks
 
     model = _model(model)
     options = _compile_options(opt_level, input_shapes, (), None, value_ranges=value_ranges,

@@ -35,7 +35,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-import tvmc
+from tvmc.constants import __version__
 from tvmc import errors
 from tvmc.api import DUMP_STAGES, FILL_MODES, kernel_counts
 from tvmc.errors import ArtifactError, ModelError, Terminated, TuningError, TVMCError
@@ -256,7 +256,7 @@ def _exit_code_epilog() -> str:
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=_exit_code_epilog())
-@click.version_option(tvmc.__version__, prog_name="tvmc")
+@click.version_option(__version__, prog_name="tvmc")
 def cli():
     """tvmc: compile ONNX models into a deployable mod.tar, and run them.
 
@@ -850,7 +850,7 @@ def build_runner_cmd(artifact, output, target_spec, cross_compiler, cross_compil
 def inspect_cmd(artifact, as_json, verbose):
     """Print what a compiled ARTIFACT (mod.tar) holds."""
     from tvmc.api import json_document
-    from tvmc.graph.executor_json import graph_attr
+    from tvmc.mod_json import graph_attr
     from tvmc.package import load_artifact
 
     art = load_artifact(artifact, read_data=False)

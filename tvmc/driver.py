@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import tvmc
+from tvmc.constants import KERNEL_ABI_VERSION, __version__
 from tvmc.target import Target
 
 
@@ -186,8 +186,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     timings["codegen"] = time.perf_counter() - t0
 
     metadata = {
-        "tvmc_version": tvmc.__version__,
-        "kernel_abi_version": tvmc.KERNEL_ABI_VERSION,
+        "tvmc_version": __version__,
+        "kernel_abi_version": KERNEL_ABI_VERSION,
         "target": target.to_dict(),
         "target_hash": target.hash,
         "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype} for v in graph.inputs],
@@ -215,3 +215,24 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         metadata["device_binaries"] = sorted(device_binaries)
     params = {k: np.require(v, requirements="C") for k, v in params.items()}
     return CompiledModule(library, graph_json, params, metadata, timings, device_binaries)
+
+
+def extract_tasks(model, target, options=None) -> list:
+    """Tasks of an ONNX model (path or ModelProto) compiled with CompileOptions `options`:
+    the frontend and the graph passes of options.opt_level run, then every kernel call of the
+    optimized graph and of its run-time loop bodies is counted (a fused function called twice
+    counts twice; a body's kernels once, whatever the trip count)."""
+    from tvmc.autotune.task import tasks_of_functions
+    from tvmc.frontend.onnx import from_onnx
+    from tvmc.graph.ir import Call, Function
+    from tvmc.passes import PassContext, optimize
+
+    options = options or CompileOptions()
+    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges))
+    pipeline, pass_config = pass_pipeline(options)
+    ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
+                      config=pass_config, target=target)
+    graph = optimize(graph, ctx, pipeline)
+    calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
+             if isinstance(e, Call) and isinstance(e.op, Function)]
+    return tasks_of_functions(calls, target)

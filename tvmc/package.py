@@ -34,10 +34,10 @@ import jsonschema
 import numpy as np
 import safetensors.numpy
 
-import tvmc
+from tvmc.constants import CUBIN_NAME, KERNEL_ABI_VERSION, __version__  # noqa: F401 (CUBIN_NAME: re-exported)
 from tvmc.codegen.description import check_description, module_description, read_description
 from tvmc.errors import ArtifactError
-from tvmc.graph.executor_json import graph_attr
+from tvmc.mod_json import graph_attr
 from tvmc.graph.ir import MAX_TENSOR_BYTES
 from tvmc.paths import check_output_path, open_regular
 from tvmc.target import schema_message
@@ -48,7 +48,6 @@ PARAMS_NAME = "mod.params"
 METADATA_NAME = "metadata.json"
 MEMBER_BYTES_KEY = "member_bytes"    # metadata.json: {member name: size in bytes} of every other member
 MEMBER_SHA256_KEY = "member_sha256"  # metadata.json: {member name: sha256 hex digest} of every other member
-CUBIN_NAME = "mod.cubin"  # a CUDA artifact's PTX assembled for its GPU (tvmc.codegen.nvptx), where ptxas was found
 
 
 def library_name(metadata: dict) -> str:
@@ -613,9 +612,9 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
         members = _Members(origin, f)
         members.require([METADATA_NAME])
         metadata = _parse_json(origin, METADATA_NAME, members.read(METADATA_NAME, limit=MAX_METADATA_BYTES))
-        if isinstance(metadata, dict) and metadata.get("kernel_abi_version") != tvmc.KERNEL_ABI_VERSION:
+        if isinstance(metadata, dict) and metadata.get("kernel_abi_version") != KERNEL_ABI_VERSION:
             raise ArtifactError(f"{origin}: kernel ABI version {_short(metadata.get('kernel_abi_version'), 20)}, "
-                                f"this tvmc {tvmc.__version__} runs version {tvmc.KERNEL_ABI_VERSION}; "
+                                f"this tvmc {__version__} runs version {KERNEL_ABI_VERSION}; "
                                 f"recompile the model")
         _check_schema(origin, METADATA_NAME, metadata, METADATA_SCHEMA)
         lib = library_name(metadata)

@@ -235,7 +235,7 @@ def test_while_loop_with_a_constant_unbounded_trip_count():
 
 def test_tuning_tasks_include_the_body_kernels():
     """`tvmc tune` extracts the body's anchors too (a dense here), so tuning records apply to them."""
-    from tvmc.autotune.task import extract_tasks
+    from tvmc.driver import extract_tasks
     from tvmc.target import resolve_target
 
     body = helper.make_graph([helper.make_node("MatMul", ["v", "w"], ["v2"]),

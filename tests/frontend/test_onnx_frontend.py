@@ -23,10 +23,10 @@ ort = pytest.importorskip("onnxruntime")
 ort.set_default_logger_severity(3)
 
 try:
-    from tvmc.graph.interpreter import run_graph
+    from tvmc.ops.interpreter import run_graph
 except ImportError as e:  # written concurrently by another engineer
     run_graph = None
-    _NO_INTERPRETER = f"tvmc.graph.interpreter not available ({e})"
+    _NO_INTERPRETER = f"tvmc.ops.interpreter not available ({e})"
 
 RTOL, ATOL = 1e-4, 1e-5
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

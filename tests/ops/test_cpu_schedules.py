@@ -14,10 +14,10 @@ from util import build_and_run, op_function, run_op
 
 from tests.targets import TARGETS, require
 from tvmc.autotune.task import tasks_of_functions
-from tvmc.graph.ir import Function, TensorType, Var, make_call
+from tvmc.graph.ir import Function, TensorType, Var
 from tvmc.ops.cpu.tiling import MIN_PARALLEL_MACS
 from tvmc.ops.fused import lower_fused
-from tvmc.ops.registry import all_ops
+from tvmc.ops.registry import all_ops, make_call
 from tvmc.target import resolve_target
 
 # one case per CPU implementation (the implementation name is the id); shapes whose spaces hold

@@ -12,13 +12,13 @@ from util import TOLERANCE, build_and_run, run_op
 from tvmc.autotune.space import ConfigEntity
 from tvmc.autotune.task import tasks_of_functions
 from tvmc.errors import ModelError
-from tvmc.graph.ir import Function, TensorType, Var, make_call
+from tvmc.graph.ir import Function, TensorType, Var
 from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, fallback_tile_ow
 from tvmc.ops.fused import lower_fused, workload
 from tvmc.ops.layout import channel_block, logical_shape, physical_shape, to_layout
 from tvmc.ops.nn_conv2d import _reference as conv2d_nchw
 from tvmc.ops.nn_conv2d_nchwc import pack_weight, unpack_weight
-from tvmc.ops.registry import get_op
+from tvmc.ops.registry import get_op, make_call
 from tvmc.target import resolve_target
 
 

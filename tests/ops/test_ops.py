@@ -14,9 +14,9 @@ from util import build_and_run, run_op
 
 from tests.targets import TARGETS, require
 
-from tvmc.graph.ir import Constant, Function, TensorType, Var, make_call
+from tvmc.graph.ir import Constant, Function, TensorType, Var
 from tvmc.ops.control import INTERPRETED
-from tvmc.ops.registry import all_ops, get_op
+from tvmc.ops.registry import all_ops, get_op, make_call
 from tvmc.target import resolve_target
 
 # One tolerance per output dtype. Compiled float32 kernels accumulate in float32 in the schedule's

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from tests.targets import by_runtime
-from tvmc.graph.ir import Function, Var, make_call
+from tvmc.graph.ir import Function, Var
 from tvmc.ops.fused import lower_fused
-from tvmc.ops.registry import get_op
+from tvmc.ops.registry import get_op, make_call
 from tvmc.target import resolve_target
 
 TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-5), "int64": dict(rtol=0, atol=0)}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmc.graph.interpreter import run_graph
-from tvmc.graph.ir import Call, Constant, Function, Graph, TensorType, Var, make_call, print_graph
+from tvmc.ops.interpreter import run_graph
+from tvmc.graph.ir import Call, Constant, Function, Graph, TensorType, Var, print_graph
+from tvmc.ops.registry import make_call
 
 RTOL = {"float32": 1e-5}
 ATOL = {"float32": 1e-5}

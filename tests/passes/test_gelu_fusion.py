@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tvmc.graph.interpreter import run_graph
-from tvmc.graph.ir import Constant, Graph, TensorType, Var, make_call
+from tvmc.ops.interpreter import run_graph
+from tvmc.graph.ir import Constant, Graph, TensorType, Var
+from tvmc.ops.registry import make_call
 from tvmc.passes import PassContext, run_passes
 
 

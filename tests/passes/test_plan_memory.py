@@ -154,7 +154,8 @@ def test_inplace_option_is_typed():
 def test_outputs_of_one_run_time_loop_are_allocated_when_it_runs():
     """The control.loop calls of one LoopBody are one node that writes all of them when the first
     runs: a later one must not take a storage freed in between (t's, still live at the loop)."""
-    from tvmc.graph.ir import LoopBody, TensorType, make_call
+    from tvmc.graph.ir import LoopBody, TensorType
+    from tvmc.ops.registry import make_call
 
     shape = (4,)
     i, c = Var("i", TensorType((), "int64")), Var("c", TensorType((), "bool"))

@@ -6,7 +6,7 @@ import pytest
 
 from pass_helpers import call, const, conv, random_inputs, snapshot, var
 from tvmc.errors import PassError
-from tvmc.graph.interpreter import run_graph
+from tvmc.ops.interpreter import run_graph
 from tvmc.graph.ir import Call, Constant, Graph
 from tvmc.passes import PassContext, run_passes
 

@@ -19,13 +19,14 @@ from tvmc.autotune import features
 from tvmc.autotune.measure import MeasureError, MeasureOptions, MeasureResult, Measurer, build_candidate
 from tvmc.autotune.record import ApplyHistoryBest, RecordWriter, load_records
 from tvmc.autotune.space import ConfigSpace
-from tvmc.autotune.task import extract_tasks, tasks_of_functions, workload_key
+from tvmc.autotune.task import tasks_of_functions, workload_key
 from tvmc.autotune.tune import Progress, TuneOptions, side_by_side_speedup, split_budget, tune_tasks
 from tvmc.autotune.tuner import TUNERS, make_tuner
 from tvmc.cli import main
-from tvmc.driver import CompileOptions, compile_model
+from tvmc.driver import CompileOptions, compile_model, extract_tasks
 from tvmc.errors import ScheduleError, TuningError
-from tvmc.graph.ir import Function, TensorType, make_call
+from tvmc.graph.ir import Function, TensorType
+from tvmc.ops.registry import make_call
 from tvmc.graph.ir import Var as GraphVar
 from tvmc.ops.fused import lower_fused
 from tvmc.target import resolve_target

@@ -16,7 +16,8 @@ from tvmc.autotune.measure import MeasureError, MeasureOptions, Measurer
 from tvmc.autotune.record import load_records
 from tvmc.autotune.task import tasks_of_functions
 from tvmc.cli import main
-from tvmc.graph.ir import Function, TensorType, Var, make_call
+from tvmc.graph.ir import Function, TensorType, Var
+from tvmc.ops.registry import make_call
 
 
 @pytest.fixture(scope="module")

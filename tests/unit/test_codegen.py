@@ -17,7 +17,8 @@ from tvmc.backends import build_library
 from tvmc.codegen.build import compile_ir, link_shared
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import CodegenError
-from tvmc.graph.ir import Function, TensorType, Var, make_call
+from tvmc.graph.ir import Function, TensorType, Var
+from tvmc.ops.registry import make_call
 from tvmc.target import resolve_target
 from tvmc.tir.lower import lower
 

@@ -8,7 +8,8 @@ from onnx import TensorProto, helper
 
 from tvmc.errors import ModelError
 from tvmc.frontend.onnx import from_onnx
-from tvmc.graph.ir import MAX_TENSOR_BYTES, TensorType, Var, make_call
+from tvmc.graph.ir import MAX_TENSOR_BYTES, TensorType, Var
+from tvmc.ops.registry import make_call
 
 
 def _model(op, shape, out_dtype=TensorProto.FLOAT, **attrs):

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tvmc.autotune import record
 from tvmc.autotune.measure import MeasureError, MeasureResult
 from tvmc.autotune.record import RecordWriter, load_records
-from tvmc.autotune.task import extract_tasks
+from tvmc.driver import extract_tasks
 from tvmc.cli import main
 from tvmc.target import known_targets, resolve_target
 

@@ -1,6 +1,7 @@
 """The shape of the tree (issue 26): only tvmc/backends/ and tvmc/target.py decide by what kind
-of target or library they meet; the rest asks the backend (tvmc.backends.backend_for) or the
-Target's own properties."""
+of target or library they meet, the rest asks the backend (tvmc.backends.backend_for) or the
+Target's own properties; and no module imports itself back, through any chain of imports, those
+inside functions included."""
 
 from __future__ import annotations
 
@@ -67,3 +68,105 @@ def test_the_check_finds_such_comparisons(tmp_path):
     src.write_text('if target.kind == "gpu": pass\nif req["runtime"] in ("opencl", "cuda"): pass\n'
                    'if meta.get("library_format") != "so": pass\nif a.dtype.kind == "f": pass\n')
     assert [line for line, _ in target_fact_comparisons(src)] == [1, 2, 3]
+
+
+# the package tvmc and the folders setup.cfg maps into it
+PACKAGES = {"tvmc": ROOT / "tvmc", "tvmc.passes": ROOT / "passes", "tvmc.targets": ROOT / "targets",
+            "tvmc.configs": ROOT / "configs"}
+
+
+def modules() -> dict:
+    """{module name: path} of every module of the tvmc package."""
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = [p for p in path.relative_to(folder).with_suffix("").parts if p != "__init__"]
+            if pkg == "tvmc" and parts and "tvmc." + parts[0] in PACKAGES:
+                continue
+            out[".".join([pkg, *parts])] = path
+    return out
+
+
+def import_graph() -> dict:
+    """{module: set of modules it imports}, from every import statement, at any depth (inside
+    functions too): `from a import b` imports module a.b where that is a module, else a."""
+    mods = modules()
+
+    def owner(name):
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {m: set() for m in mods}
+    for m, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in mods]
+                names = subs + ([node.module] if len(subs) < len(node.names) else [])
+            for name in names:
+                target = owner(name) if name.startswith("tvmc") else None
+                if target and target != m:
+                    graph[m].add(target)
+    return graph
+
+
+def import_cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_itself_back():
+    graph = import_graph()
+    assert len(graph) > 100 and "tvmc.ops.registry" in graph["tvmc.ops.fused"]
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_function_level_import():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_codegen_imports_only_the_loop_ir_the_target_errors_and_the_toolchain():
+    """Codegen is a leaf below lowering (DESIGN.md section 9): no graph, ops, passes, autotune,
+    backends, package or runtime; besides those, only the leaf modules of shared facts and
+    formats (tvmc.constants, tvmc.mod_json: the graph entry is generated from mod.json)."""
+    allowed = ("tvmc.codegen", "tvmc.tir", "tvmc.te", "tvmc.target", "tvmc.targets", "tvmc.errors", "tvmc.toolchain",
+               "tvmc.process", "tvmc.paths", "tvmc.constants", "tvmc.mod_json")
+    graph = import_graph()
+    found = {m: sorted(t for t in ts if not t.startswith(allowed)) for m, ts in graph.items()
+             if m.startswith("tvmc.codegen")}
+    assert {m: ts for m, ts in found.items() if ts} == {}
+
+
+def test_the_graph_ir_imports_no_operator():
+    graph = import_graph()
+    assert {m: sorted(t for t in ts if t.startswith("tvmc.ops")) for m, ts in graph.items()
+            if m.startswith("tvmc.graph") and any(t.startswith("tvmc.ops") for t in ts)} == {}

@@ -8,7 +8,7 @@ import itertools
 
 from tvmc.autotune import tune as tune_mod
 from tvmc.autotune.measure import MeasureOptions
-from tvmc.autotune.task import extract_tasks
+from tvmc.driver import extract_tasks
 from tvmc.autotune.tune import Progress, TuneOptions, tune_tasks
 from tvmc.target import resolve_target
 

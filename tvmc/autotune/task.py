@@ -19,9 +19,9 @@ import json
 import math
 from dataclasses import dataclass
 
-from tvmc.graph.ir import Call, Function, TensorType, Var, make_call
+from tvmc.graph.ir import Call, Function, TensorType, Var
 from tvmc.ops.fused import anchor_call, function_flops, task_flops, workload  # noqa: F401 (re-exported)
-from tvmc.ops.registry import get_op
+from tvmc.ops.registry import get_op, make_call
 
 
 @dataclass(frozen=True)
@@ -123,23 +123,3 @@ def tasks_of_functions(functions, target) -> list:
             in_dtypes = tuple(i.dtype for i in anchor.inputs)
             found[key] = Task(anchor.op, impl.name, wl, in_dtypes, task_flops(anchor.op, wl, in_dtypes))
     return list(found.values())
-
-
-def extract_tasks(model, target, options=None) -> list:
-    """Tasks of an ONNX model (path or ModelProto) compiled with CompileOptions `options`:
-    the frontend and the graph passes of options.opt_level run, then every kernel call of the
-    optimized graph and of its run-time loop bodies is counted (a fused function called twice
-    counts twice; a body's kernels once, whatever the trip count)."""
-    from tvmc.driver import CompileOptions, optimize_loop_bodies, pass_pipeline
-    from tvmc.frontend.onnx import from_onnx
-    from tvmc.passes import PassContext, optimize
-
-    options = options or CompileOptions()
-    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges))
-    pipeline, pass_config = pass_pipeline(options)
-    ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
-                      config=pass_config, target=target)
-    graph = optimize(graph, ctx, pipeline)
-    calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
-             if isinstance(e, Call) and isinstance(e.op, Function)]
-    return tasks_of_functions(calls, target)

@@ -21,10 +21,10 @@ Format version 2 (version 1 had no loop items in "calls"):
      "calls":   [{"func": "fused_nn_conv2d_add", "args": [entry ids: inputs, then outputs]}, ...]}
                 (a run-time loop is one item {"loop": name, "trip_count", "cond", "init",
                 "body_inputs", "body_outputs", "outputs", "output_index", "calls": its body's}, see
-                tvmc.graph.executor_json.loop_entries)
+                tvmc.mod_json.loop_entries)
 
 Entry e is data entry `node_row_ptr[node] + output index` of mod.json; `calls` lists the tvm_op
-nodes in the order the graph entry `tvmc_graph_run` runs them (tvmc.graph.executor_json.program:
+nodes in the order the graph entry `tvmc_graph_run` runs them (tvmc.mod_json.program:
 node order, `__nop` views left out, a loop's body inside its loop item).
 
 Readers are per library format (`READERS`): `so` reads the symbol through the ELF symbol table
@@ -42,9 +42,9 @@ import math
 
 import numpy as np
 
-import tvmc
+from tvmc.constants import KERNEL_ABI_VERSION
 from tvmc.errors import ArtifactError
-from tvmc.graph.executor_json import graph_attr, program
+from tvmc.mod_json import graph_attr, program
 
 SYMBOL = "tvmc_module_description"
 VERSION = 2
@@ -110,7 +110,7 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
         storage = [0] * (max((e["storage_id"] for e in entries), default=-1) + 1)
         for e in entries:
             storage[e["storage_id"]] = max(storage[e["storage_id"]], _nbytes(e["dtype"], e["shape"]))
-    out = {"version": VERSION, "kernel_abi_version": tvmc.KERNEL_ABI_VERSION,
+    out = {"version": VERSION, "kernel_abi_version": KERNEL_ABI_VERSION,
            "storage_bytes": [int(b) for b in storage], "entries": entries, "inputs": inputs,
            "outputs": outputs, "params": descr_params, "calls": calls}
     if "kernels" in graph_json:  # GPU libraries: each kernel's launch and arguments are part of the plan

@@ -18,7 +18,7 @@ import numpy as np
 from llvmlite import ir
 
 from tvmc.codegen.llvm import I1, I8, I64, PTR, VOID, CodeGenLLVM
-from tvmc.graph.executor_json import graph_attr, program
+from tvmc.mod_json import graph_attr, program
 
 ENTRY_NAME = "tvmc_graph_run"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tvmc.codegen.llvm import DEVICE_TABLES, block_register_bound
 from tvmc.errors import CodegenError, TargetError
-from tvmc.package import CUBIN_NAME
+from tvmc.constants import CUBIN_NAME
 from tvmc.process import run_tool
 from tvmc.target import isa_table
 

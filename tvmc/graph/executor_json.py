@@ -1,4 +1,5 @@
-"""Graph export: a fused, memory-planned graph as TVM graph-executor JSON (mod.json) plus params."""
+"""Graph export: a fused, memory-planned graph as TVM graph-executor JSON (mod.json) plus params
+(tvmc.mod_json reads it)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,6 @@ def _unique(name: str, taken: set) -> str:
         out = f"{name}_{n}"
     taken.add(out)
     return out
-
-
-def graph_attr(graph_json: dict, name: str) -> list:
-    """Per-entry attribute list `name` ('shape', 'dltype', 'storage_id') of a graph-executor JSON.
-
-    Accepts TVM's tagged form (`["list_shape", [...]]`) and a plain list. Raises KeyError when absent.
-    """
-    value = graph_json["attrs"][name]
-    if len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], list):
-        return value[1]
-    return value
 
 
 def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
@@ -153,60 +143,3 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
         graph_json["output_shapes"] = [None if k is None else [*node_id[graph.outputs[k]], 0]
                                        for k in graph.output_shapes[:n_model]]
     return graph_json, params
-
-
-def run_order(graph_json: dict, begin: int = 0, end: int | None = None) -> list:
-    """What running the nodes [begin, end) of a graph-executor JSON does, in order: the node id of
-    each kernel (`tvm_op`, `__nop` views left out) and, per run-time loop, (its node id, run_order
-    of its body). The bodies' own nodes (after the loop, see build_executor_json) are left out of
-    the range that holds them."""
-    nodes = graph_json["nodes"]
-    end = len(nodes) if end is None else end
-    inner = set()
-    for nid in range(begin, end):
-        if nodes[nid]["op"] == "tvmc_loop":
-            inner.update(range(*nodes[nid]["attrs"]["body_nodes"]))
-    order = []
-    for nid in range(begin, end):
-        node = nodes[nid]
-        if nid in inner:
-            continue
-        if node["op"] == "tvm_op" and node["attrs"].get("func_name") != "__nop":
-            order.append(nid)
-        elif node["op"] == "tvmc_loop":
-            order.append((nid, run_order(graph_json, *node["attrs"]["body_nodes"])))
-    return order
-
-
-def loop_entries(graph_json: dict, nid: int) -> dict:
-    """The `tvmc_loop` node `nid` as data entries (entry = node_row_ptr[node] + output index):
-    {"loop": name, "trip_count": e, "cond": e, "init": [initial carried...], "body_inputs":
-    [iteration, cond, carried...], "body_outputs": [cond, carried...], "outputs": [e per loop
-    output], "output_index": [carried value k of each output]}; what tvmc.runtime.control.run_loop
-    and the graph entry read."""
-    row_ptr, node = graph_json["node_row_ptr"], graph_json["nodes"][nid]
-    attrs, n = node["attrs"], int(node["attrs"]["num_carried"])
-    entry = lambda ref: int(row_ptr[int(ref[0])]) + int(ref[1])  # noqa: E731
-    return {"loop": str(node["name"]), "trip_count": entry(node["inputs"][0]), "cond": entry(node["inputs"][1]),
-            "init": [entry(r) for r in node["inputs"][2:2 + n]],
-            "body_inputs": [entry(r) for r in attrs["body_inputs"]],
-            "body_outputs": [entry(r) for r in attrs["body_outputs"]],
-            "outputs": [int(row_ptr[nid]) + j for j in range(len(attrs["output_index"]))],
-            "output_index": [int(k) for k in attrs["output_index"]]}
-
-
-def program(graph_json: dict, order: list | None = None) -> list:
-    """A run of the graph as data entries, in order: {"func", "args": [input entries..., output
-    entries...]} per kernel and loop_entries(...) plus "calls" (the body's program) per run-time
-    loop. The module description embeds it and the graph entry is compiled from it."""
-    nodes, row_ptr = graph_json["nodes"], graph_json["node_row_ptr"]
-    out = []
-    for item in run_order(graph_json) if order is None else order:
-        if isinstance(item, tuple):
-            out.append({**loop_entries(graph_json, item[0]), "calls": program(graph_json, item[1])})
-            continue
-        node = nodes[item]
-        outs = [int(row_ptr[item]) + k for k in range(int(node["attrs"].get("num_outputs", 1)))]
-        out.append({"func": str(node["attrs"]["func_name"]),
-                    "args": [int(row_ptr[int(i[0])]) + int(i[1]) for i in node["inputs"]] + outs})
-    return out

@@ -63,10 +63,10 @@ class TensorType:
             if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
                 raise ValueError(f"shape {list(self.shape)} has a dimension that is not an integer")
             if d < 0:
-                raise ValueError(f"shape {_fmt_dims(self.shape)} has a negative dimension")
+                raise ValueError(f"shape {fmt_dims(self.shape)} has a negative dimension")
         nbytes = math.prod(int(d) for d in self.shape) * np.dtype(self.dtype).itemsize
         if nbytes > MAX_TENSOR_BYTES:
-            raise ValueError(f"shape {_fmt_dims(self.shape)} ({self.dtype}) is {nbytes} bytes, more than the "
+            raise ValueError(f"shape {fmt_dims(self.shape)} ({self.dtype}) is {nbytes} bytes, more than the "
                              f"limit of {MAX_TENSOR_BYTES} bytes per tensor")
 
     @property
@@ -89,7 +89,7 @@ class TensorType:
         return f"{self.dtype}[{','.join(dims)}]"
 
 
-def _fmt_dims(shape) -> str:
+def fmt_dims(shape) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
@@ -188,7 +188,7 @@ class Call(Expr):
 
     `attrs` holds only hashable python values (ints, floats, strings, tuples).
     `name` is the source node's name (from ONNX), used in error messages.
-    Use `make_call` to build one with its type inferred.
+    Use `tvmc.ops.registry.make_call` to build one with its type inferred.
     """
 
     def __init__(self, op, inputs: Iterable[Expr], attrs: dict, type: TensorType, name: str = ""):
@@ -205,85 +205,6 @@ class Call(Expr):
 
     def __repr__(self):
         return f"Call({self.op_name}, {self.type})"
-
-
-def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
-    """Build a `Call` of a registered operator, inferring its output type.
-
-    Raises tvmc.errors.ModelError (naming `name`) when the op rejects the input types, when its
-    output type is not a valid TensorType (a negative dimension, more than MAX_TENSOR_BYTES),
-    or when an input holds no element (a dimension of 0) and the op is not elementwise,
-    broadcast, injective or a commutative reduction (convolutions, pooling, dense, LRN,
-    softmax, ... cannot take an empty tensor).
-    """
-    from tvmc.errors import ModelError
-    from tvmc.ops.registry import OpPattern, get_op
-
-    # patterns whose kernels compute each output element without a window, a division by an
-    # extent or a schedule split over it: they take tensors with a dimension of 0
-    empty_ok = (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE, OpPattern.COMM_REDUCE)
-    attrs = dict(attrs or {})
-    opdef = get_op(op)
-    type_ = opdef.type_of([i.type for i in inputs], attrs, name)
-    if any(i.type.is_dynamic for i in inputs):
-        type_ = _forwarded_dynamic_type(op, opdef.pattern, inputs, attrs, type_, name)
-    if opdef.pattern not in empty_ok:
-        for k, i in enumerate(inputs):
-            if 0 in i.shape:
-                raise ModelError(f"node '{name or '?'}' ({op}): input {k} has shape {_fmt_dims(i.shape)}, with a "
-                                 f"dimension of 0; {op} cannot take an empty tensor")
-    return Call(op, inputs, attrs, type_, name)
-
-
-# Integer ops that fault on a zero divisor: the zero padding of a run-time-shaped divisor would
-# trap, so they take one only as the dividend.
-_ZERO_DIVISOR_FAULTS = ("divide", "trunc_mod", "floor_mod")
-# Reductions and scans along `axis` (a tuple of axes, or one axis) that may read a run-time-shaped
-# tensor along its other axes.
-_AXIS_REDUCTIONS = ("sum", "max", "min", "prod", "mean")
-_AXIS_SCANS = ("cumsum", "cumprod")
-
-
-def _forwarded_dynamic_type(op: str, pattern, inputs, attrs: dict, type_: TensorType, name: str) -> TensorType:
-    """The type of a call reading tensors with a run-time shape (docs/dynamic_shapes.md): an
-    elementwise op, or a broadcast whose other operands have extent 1 along the dynamic axes,
-    runs over the bound and its result has the same run-time shape; so does a reduction or scan
-    along other axes (its dynamic axes renumbered when reduced axes are dropped); any other op
-    would read the padding, and is refused. Raises ModelError naming the node."""
-    from tvmc.errors import ModelError
-    from tvmc.ops.registry import OpPattern
-
-    dyn = [(k, i) for k, i in enumerate(inputs) if i.type.is_dynamic]
-    k0, first = dyn[0]
-    rank = len(type_.shape)
-    axes = tuple(a + rank - len(first.shape) for a in first.type.dynamic_axes)
-
-    def refuse(why):
-        return ModelError(f"node '{name or '?'}' ({op}): input {k0} has a run-time shape (axes "
-                          f"{list(first.type.dynamic_axes)} of the bound {_fmt_dims(first.shape)}); {why}")
-
-    if op in _AXIS_REDUCTIONS + _AXIS_SCANS and len(inputs) == 1:
-        reduced = set(attrs["axis"]) if isinstance(attrs["axis"], (tuple, list)) else {attrs["axis"]}
-        if reduced & set(first.type.dynamic_axes):
-            raise refuse(f"{op} along a dynamic axis would read its padding")
-        if op in _AXIS_REDUCTIONS and not attrs.get("keepdims", 1):
-            axes = tuple(a - sum(r < a for r in reduced) for a in first.type.dynamic_axes)
-        return TensorType(type_.shape, type_.dtype, axes)
-    if pattern not in (OpPattern.ELEMWISE, OpPattern.BROADCAST):
-        raise refuse(f"{op} would read its padding; only elementwise ops, casts and broadcasts with "
-                     f"a scalar or constant operand run over such a tensor")
-    if len(dyn) > 1:
-        raise refuse("two operands with run-time shapes cannot be matched at compile time")
-    if tuple(first.shape) != tuple(type_.shape[rank - len(first.shape):]) or len(first.shape) < rank and any(
-            type_.shape[a] != 1 for a in range(rank - len(first.shape))):
-        raise refuse("a broadcast may not grow it")
-    for k, i in enumerate(inputs):
-        lead = rank - len(i.shape)
-        if k != k0 and any(a >= lead and i.shape[a - lead] != 1 for a in axes):
-            raise refuse(f"input {k} is not of extent 1 along those axes")
-    if op in _ZERO_DIVISOR_FAULTS and k0 != 0 and not type_.dtype.startswith("float"):
-        raise refuse("its zero padding would be an integer divisor")
-    return TensorType(type_.shape, type_.dtype, axes)
 
 
 class Graph:

@@ -24,7 +24,7 @@ def _loop_type(in_types, attrs):
 
 
 def _loop_reference(trip, cond, *rest, body, index):
-    from tvmc.graph.interpreter import run_graph
+    from tvmc.ops.interpreter import run_graph
 
     carried, captured = list(rest[:body.num_carried]), list(rest[body.num_carried:])
     names = [v.name for v in body.graph.inputs]

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from tvmc import te
 from tvmc.errors import ScheduleError, TVMCError
-from tvmc.graph.ir import Call, Constant, Function, TensorType, Var, make_call, post_order
-from tvmc.ops.registry import OpPattern, get_op
+from tvmc.graph.ir import Call, Constant, Function, TensorType, Var, post_order
+from tvmc.ops.registry import OpPattern, get_op, make_call
 from tvmc.tir.gpu import lower_device
 from tvmc.tir.ir import PrimFunc
 from tvmc.tir.lower import lower

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tvmc.errors import ModelError, ScheduleError
+from tvmc.graph.ir import Call, TensorType, fmt_dims
 
 
 class OpPattern(enum.IntEnum):
@@ -114,7 +115,6 @@ def register_op(opdef: OpDef) -> OpDef:
 
 def get_op(name: str) -> OpDef:
     """Look up an operator by name; raises ModelError listing the known names."""
-    _load_all()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -122,16 +122,81 @@ def get_op(name: str) -> OpDef:
 
 
 def all_ops() -> dict:
-    _load_all()
+    """{name: OpDef} of every operator (all registered: importing this module runs its package,
+    tvmc/ops/__init__.py, which imports every op module first)."""
     return dict(_REGISTRY)
 
 
-_loaded = False
+# --- calls of registered operators (the graph IR's nodes, typed by the ops' rules) ------------------
+
+def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
+    """Build a `Call` of a registered operator, inferring its output type.
+
+    Raises tvmc.errors.ModelError (naming `name`) when the op rejects the input types, when its
+    output type is not a valid TensorType (a negative dimension, more than MAX_TENSOR_BYTES),
+    or when an input holds no element (a dimension of 0) and the op is not elementwise,
+    broadcast, injective or a commutative reduction (convolutions, pooling, dense, LRN,
+    softmax, ... cannot take an empty tensor).
+    """
+    # patterns whose kernels compute each output element without a window, a division by an
+    # extent or a schedule split over it: they take tensors with a dimension of 0
+    empty_ok = (OpPattern.ELEMWISE, OpPattern.BROADCAST, OpPattern.INJECTIVE, OpPattern.COMM_REDUCE)
+    attrs = dict(attrs or {})
+    opdef = get_op(op)
+    type_ = opdef.type_of([i.type for i in inputs], attrs, name)
+    if any(i.type.is_dynamic for i in inputs):
+        type_ = _forwarded_dynamic_type(op, opdef.pattern, inputs, attrs, type_, name)
+    if opdef.pattern not in empty_ok:
+        for k, i in enumerate(inputs):
+            if 0 in i.shape:
+                raise ModelError(f"node '{name or '?'}' ({op}): input {k} has shape {fmt_dims(i.shape)}, with a "
+                                 f"dimension of 0; {op} cannot take an empty tensor")
+    return Call(op, inputs, attrs, type_, name)
 
 
-def _load_all():
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        import tvmc.ops  # noqa: F401  (registers every op module)
+# Integer ops that fault on a zero divisor: the zero padding of a run-time-shaped divisor would
+# trap, so they take one only as the dividend.
+_ZERO_DIVISOR_FAULTS = ("divide", "trunc_mod", "floor_mod")
+# Reductions and scans along `axis` (a tuple of axes, or one axis) that may read a run-time-shaped
+# tensor along its other axes.
+_AXIS_REDUCTIONS = ("sum", "max", "min", "prod", "mean")
+_AXIS_SCANS = ("cumsum", "cumprod")
 
+
+def _forwarded_dynamic_type(op: str, pattern, inputs, attrs: dict, type_: TensorType, name: str) -> TensorType:
+    """The type of a call reading tensors with a run-time shape (docs/dynamic_shapes.md): an
+    elementwise op, or a broadcast whose other operands have extent 1 along the dynamic axes,
+    runs over the bound and its result has the same run-time shape; so does a reduction or scan
+    along other axes (its dynamic axes renumbered when reduced axes are dropped); any other op
+    would read the padding, and is refused. Raises ModelError naming the node."""
+    dyn = [(k, i) for k, i in enumerate(inputs) if i.type.is_dynamic]
+    k0, first = dyn[0]
+    rank = len(type_.shape)
+    axes = tuple(a + rank - len(first.shape) for a in first.type.dynamic_axes)
+
+    def refuse(why):
+        return ModelError(f"node '{name or '?'}' ({op}): input {k0} has a run-time shape (axes "
+                          f"{list(first.type.dynamic_axes)} of the bound {fmt_dims(first.shape)}); {why}")
+
+    if op in _AXIS_REDUCTIONS + _AXIS_SCANS and len(inputs) == 1:
+        reduced = set(attrs["axis"]) if isinstance(attrs["axis"], (tuple, list)) else {attrs["axis"]}
+        if reduced & set(first.type.dynamic_axes):
+            raise refuse(f"{op} along a dynamic axis would read its padding")
+        if op in _AXIS_REDUCTIONS and not attrs.get("keepdims", 1):
+            axes = tuple(a - sum(r < a for r in reduced) for a in first.type.dynamic_axes)
+        return TensorType(type_.shape, type_.dtype, axes)
+    if pattern not in (OpPattern.ELEMWISE, OpPattern.BROADCAST):
+        raise refuse(f"{op} would read its padding; only elementwise ops, casts and broadcasts with "
+                     f"a scalar or constant operand run over such a tensor")
+    if len(dyn) > 1:
+        raise refuse("two operands with run-time shapes cannot be matched at compile time")
+    if tuple(first.shape) != tuple(type_.shape[rank - len(first.shape):]) or len(first.shape) < rank and any(
+            type_.shape[a] != 1 for a in range(rank - len(first.shape))):
+        raise refuse("a broadcast may not grow it")
+    for k, i in enumerate(inputs):
+        lead = rank - len(i.shape)
+        if k != k0 and any(a >= lead and i.shape[a - lead] != 1 for a in axes):
+            raise refuse(f"input {k} is not of extent 1 along those axes")
+    if op in _ZERO_DIVISOR_FAULTS and k0 != 0 and not type_.dtype.startswith("float"):
+        raise refuse("its zero padding would be an integer divisor")
+    return TensorType(type_.shape, type_.dtype, axes)

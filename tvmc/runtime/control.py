@@ -7,7 +7,7 @@ import numpy as np
 
 
 def run_loop(loop: dict, run_body, read, write) -> None:
-    """ONNX Loop over a compiled body (`loop`: tvmc.graph.executor_json.loop_entries): while
+    """ONNX Loop over a compiled body (`loop`: tvmc.mod_json.loop_entries): while
     i < M and cond, write i and cond to the body's inputs, `run_body()`, take the body's condition
     and carried values; then write the final carried values to the loop's outputs. `read(entry)
     -> np.ndarray` and `write(entry, array)` access the data entries."""

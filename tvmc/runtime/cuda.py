@@ -32,8 +32,9 @@ import re
 import numpy as np
 
 from tvmc.errors import ArtifactError
-from tvmc.graph.executor_json import run_order
-from tvmc.package import CUBIN_NAME, Artifact
+from tvmc.mod_json import run_order
+from tvmc.constants import CUBIN_NAME
+from tvmc.package import Artifact
 from tvmc.runtime.device import DeviceExecutor
 
 INSTALL_HINT = "pip install 'cuda-python>=12.6' (the cuda extra of tvmc)"

@@ -27,7 +27,7 @@ import os
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.graph.executor_json import loop_entries, run_order
+from tvmc.mod_json import loop_entries, run_order
 from tvmc.package import Artifact, graph_attr, library_name, load_artifact
 from tvmc.runtime.control import run_loop
 from tvmc.runtime.executor import checked_input, output_position, run_time_heads, sliced_output

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.graph.executor_json import graph_attr, loop_entries, run_order
+from tvmc.mod_json import graph_attr, loop_entries, run_order
 from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.control import run_loop
 from tvmc.target import host_arch

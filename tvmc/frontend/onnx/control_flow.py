@@ -27,7 +27,8 @@ import onnx
 from tvmc.errors import ModelError
 from tvmc.frontend.onnx.common import is_const, norm_axis, reshape
 from tvmc.frontend.onnx.registry import converter
-from tvmc.graph.ir import Call, Graph, LoopBody, TensorType, Var, make_call, post_order, rewrite
+from tvmc.graph.ir import Call, Graph, LoopBody, TensorType, Var, post_order, rewrite
+from tvmc.ops.registry import make_call
 
 _VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
 

@@ -17,7 +17,8 @@ from tvmc.frontend.onnx.functions import function_body, inline, tensor_type
 from tvmc.frontend.onnx.registry import CONVERTERS, has_converter, supports
 from tvmc.frontend.onnx.value_range import Unbounded, value_range
 from tvmc.graph import ir
-from tvmc.graph.ir import Call, Expr, Graph, TensorType, Var, make_call
+from tvmc.graph.ir import Call, Expr, Graph, TensorType, Var
+from tvmc.ops.registry import make_call
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # ops whose result is computed from their input's run-time shape, not its data (tensor.py)

@@ -1,4 +1,5 @@
-"""Graph IR reference interpreter (numpy), for tests only.
+"""Graph IR reference interpreter (numpy), for tests only. It lives with the operators, whose
+numpy references it evaluates (the graph IR itself knows no operator).
 
 It checks that a pass keeps a graph's meaning by evaluating the graph before and after with
 each operator's numpy `OpDef.reference`. It never executes compiled models: `tvmc run` uses
