@@ -253,6 +253,7 @@ class CompileResult:
             "output": self.output,
             "target": self.target.to_dict(),
             "target_hash": self.target.hash,
+            "tuning_key": self.target.tuning_key,
             "opt_level": self.options.opt_level,
             "inputs": meta.get("inputs", []),
             "outputs": meta.get("outputs", []),
@@ -268,12 +269,15 @@ class CompileResult:
 
 
 def _records_json(summary: dict | None) -> dict | None:
-    """metadata's tuning_records summary without the full applied records (their task names and
-    configs stay: what compile applied)."""
+    """metadata's tuning_records summary without the full applied records (their implementations,
+    by current name, and configs stay: what compile applied)."""
+    from tvmc.autotune.record import IMPL_ALIASES
+
     if summary is None:
         return None
     out = {k: v for k, v in summary.items() if k != "applied"}
-    out["applied"] = [{"implementation": r["task"]["name"], "op": r["task"]["op"], "config": r["config"]}
+    out["applied"] = [{"implementation": IMPL_ALIASES.get(r["task"]["name"], r["task"]["name"]), "op": r["task"]["op"],
+                       "config": r["config"]}
                       for r in summary["applied"]]
     return out
 

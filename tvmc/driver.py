@@ -190,6 +190,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "kernel_abi_version": tvmc.KERNEL_ABI_VERSION,
         "target": target.to_dict(),
         "target_hash": target.hash,
+        "tuning_key": target.tuning_key,
         "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype} for v in graph.inputs],
         "outputs": [{"name": n, "shape": list(o.shape), "dtype": o.dtype,
                      **({"dynamic_axes": list(o.type.dynamic_axes)} if o.type.is_dynamic else {})}

@@ -33,7 +33,7 @@ import numpy as np
 
 from tvmc.autotune.features import config_features
 from tvmc.autotune.measure import MeasureOptions, Measurer, build_candidate
-from tvmc.autotune.record import RecordWriter, config_key, load_records
+from tvmc.autotune.record import RecordWriter, config_key, load_records, of_target
 from tvmc.autotune.task import workload_key
 from tvmc.autotune.tuner import make_tuner
 
@@ -129,7 +129,8 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
         previous += load_records(options.prior_records)
     if os.path.exists(output) and os.path.getsize(output) > 0:
         previous += load_records(output)
-    mine = [r for r in previous if r.target_hash == target.hash]
+    of_this_target = of_target(target)
+    mine = [r for r in previous if of_this_target(r)]
     budgets = budgets or split_budget(tasks, options.trials, target)
     progress = progress or Progress()
     results = []
