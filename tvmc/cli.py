@@ -25,7 +25,6 @@ import functools
 import json
 import logging
 import math
-import os
 import re
 import signal
 import sys
