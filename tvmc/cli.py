@@ -229,7 +229,10 @@ _NOT_IN_CONFIG = ("config", "verbose", "as_json", "help")
 
 
 def _config_value(opt: click.Option, value, where: str):
-    """A config-file value in the form the flag's parser takes (see _load_config)."""
+    """A config-file value in the form the flag's parser takes (see _load_config). For an on/off
+    flag, true means the flag is given (`no_shipped_records: true` is --no-shipped-records)."""
+    if opt.is_flag and isinstance(opt.flag_value, bool) and isinstance(value, bool):
+        return opt.flag_value if value else not opt.flag_value
     if opt.name == "input_shapes" and isinstance(value, dict):
         return " ".join(f"{k}:{_fmt_shape(v)}" for k, v in value.items())
     if isinstance(value, dict):

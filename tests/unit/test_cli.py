@@ -587,3 +587,14 @@ def test_an_option_the_dataclass_refuses_is_a_usage_error(tmp_path, stub_tune):
     assert r.exit_code == 0, r.output
     assert stub_tune["tune_options"].trials == 5 and stub_tune["tune_options"].prior_records == "prior.json"
     assert stub_tune["compile_options"].disabled_passes == frozenset({"FoldScaleAxis"})
+
+
+@pytest.mark.parametrize("text,shipped", [("no_shipped_records: true\n", False), ("no_shipped_records: false\n", True),
+                                          ("", True)])
+def test_an_on_off_flag_in_a_config_file_means_the_flag(tmp_path, stub_driver, text, shipped):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    (tmp_path / "c.yaml").write_text(text + "target: x86\n")
+    r = invoke("compile", model, "--config", tmp_path / "c.yaml", "-o", tmp_path / "m.tar")
+    assert r.exit_code == 0, r.output
+    assert stub_driver["options"].shipped_records is shipped
