@@ -282,7 +282,7 @@ def report_b(chosen, target, curves: dict, trials: int, seeds: int) -> list:
 
 def curve_tasks(model, target) -> list:
     """The three direct conv2d tasks of CURVE_TASKS."""
-    tasks = {t.describe().split("->")[0]: t for t in extract_tasks(model, target) if t.impl == "conv2d_nchwc.x86"}
+    tasks = {t.describe().split("->")[0]: t for t in extract_tasks(model, target) if t.impl == "conv2d_nchwc.cpu"}
     return [tasks[k] for k in CURVE_TASKS]
 
 

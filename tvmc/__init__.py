@@ -8,14 +8,17 @@ _os.environ.setdefault("LLVMLITE_ENABLE_IR_LAYER_TYPED_POINTERS", "0")
 
 from tvmc.constants import KERNEL_ABI_VERSION, __version__  # noqa: E402,F401
 
-# The one-call Python API (tvmc/api.py): tvmc.compile, tvmc.run, tvmc.tune, tvmc.list_tasks,
-# loaded when first asked for (PEP 562), so that importing any stage does not import them all.
-_API = ("compile", "list_tasks", "run", "tune")
+# The one-call Python API (tvmc/api.py: tvmc.compile, tvmc.run, tvmc.tune, tvmc.list_tasks) and
+# its options objects, loaded when first asked for (PEP 562), so that importing any stage does not
+# import the compiler and the tuner.
+_LAZY = {"compile": "tvmc.api", "list_tasks": "tvmc.api", "run": "tvmc.api", "tune": "tvmc.api",
+         "CompileOptions": "tvmc.driver", "TuneOptions": "tvmc.autotune.tune", "MeasureOptions": "tvmc.autotune.measure"}
 
 
 def __getattr__(name):
-    if name in _API:
-        from tvmc import api
+    """tvmc.compile, tvmc.run, tvmc.tune, tvmc.list_tasks and the options objects (PEP 562)."""
+    if name in _LAZY:
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tvmc' has no attribute '{name}'")

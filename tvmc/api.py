@@ -2,21 +2,24 @@
 
     import tvmc
 
-    result = tvmc.compile("model.onnx", target="native", output="model.tar",
-                          input_shapes={"data": [1, 3, 224, 224]})
+    options = tvmc.CompileOptions(input_shapes={"data": [1, 3, 224, 224]})
+    result = tvmc.compile("model.onnx", "native", "model.tar", options)
     ran = tvmc.run("model.tar", inputs={"data": array}, repeat=10)
     ran.outputs["prob"], ran.timing["median_ms"]
-    tuned = tvmc.tune("model.onnx", target="native", records="records.json", trials=200, tasks="0,2-4")
+    tuned = tvmc.tune("model.onnx", "native", "records.json", tvmc.TuneOptions(trials=200),
+                      compile_options=options, tasks="0,2-4")
 
 The functions accept what the CLI accepts (a target name, a descriptor YAML path or a Target;
-input shapes as a dict) and check their arguments first, raising TypeError or ValueError that
-name the argument. Each returns a result object whose `to_json()` is the document `tvmc <command>
+options objects: tvmc.CompileOptions, tvmc.TuneOptions, tvmc.MeasureOptions, whose fields may
+also be given one by one as keyword arguments) and check their arguments first, raising
+TypeError or ValueError that name the argument or field. Each returns a result object whose `to_json()` is the document `tvmc <command>
 --json` prints (docs/json.md; every document carries "tvmc_json": JSON_SCHEMA_VERSION and its
 "kind"). The CLI commands are built on these functions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tvmc.checks import choice_arg, int_arg, path_arg
 from tvmc.constants import __version__
 from tvmc.errors import ArtifactError, InputError, ModelError, TuningError
 from tvmc.paths import check_output_path, check_regular, open_regular
@@ -35,7 +39,6 @@ from tvmc.paths import check_output_path, check_regular, open_regular
 JSON_SCHEMA_VERSION = 1
 
 FILL_MODES = ("zeros", "ones", "random")
-DUMP_STAGES = ("graph", "tir", "ll", "asm")
 
 
 def json_document(kind: str, body: dict) -> dict:
@@ -60,82 +63,30 @@ def json_finite(value):
 
 
 # ---------------------------------------------------------------------------------------------
-# Argument checks (TypeError for a wrong type, ValueError for a wrong value, naming the argument)
+# Argument checks (tvmc.checks: TypeError for a wrong type, ValueError for a wrong value, naming
+# the argument) and options objects
 
 
-def _path(name: str, value, optional=False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
-    return os.fspath(value)
+def _options(cls, options, fields: dict, call: str):
+    """`options` (a `cls` dataclass, or None for cls's defaults) with `fields` ({field name:
+    value}, the keyword arguments a call gave one by one) replaced. Raises TypeError when
+    `options` is no `cls` or a name is no field of cls, and what cls raises for a bad value."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in fields if k not in names]
+    if unknown:
+        raise TypeError(f"{call}() got an unexpected keyword argument '{unknown[0]}' (options are the fields of "
+                        f"{cls.__name__}: {', '.join(names)})")
+    if options is None:
+        return cls(**fields)
+    if not isinstance(options, cls):
+        raise TypeError(f"options must be a {cls.__module__}.{cls.__name__}, got {type(options).__name__}")
+    return dataclasses.replace(options, **fields) if fields else options
 
 
-def _int(name: str, value, low: int, high: int | None = None, optional=False) -> int | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low or (high is not None and value > high):
-        raise ValueError(f"{name} must be {'in ' + str(low) + '..' + str(high) if high is not None else '>= ' + str(low)}, "
-                         f"got {value}")
-    return int(value)
-
-
-def _choice(name: str, value, choices) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
-def _names(name: str, value) -> tuple:
-    """A str ("A,B") or an iterable of str -> tuple of names."""
-    if isinstance(value, str):
-        value = value.split(",")
-    try:
-        items = [str(v).strip() for v in value]
-    except TypeError:
-        raise TypeError(f"{name} must be a str or a list of str, got {type(value).__name__}") from None
-    return tuple(dict.fromkeys(v for v in items if v))
-
-
-def input_shapes_option(shapes) -> tuple:
-    """{input name: shape} (a dict of int sequences) -> CompileOptions.input_shapes
-    ((name, (d0, d1, ...)), ...); None -> (). Raises TypeError or ValueError (non-positive dims)."""
-    if shapes is None:
-        return ()
-    if not isinstance(shapes, dict):
-        raise TypeError(f"input_shapes must be a dict {{input name: shape}}, got {type(shapes).__name__}")
-    out = []
-    for name, dims in shapes.items():
-        if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__"):
-            raise TypeError(f"input_shapes['{name}'] must be a sequence of ints, got {dims!r}")
-        dims = tuple(dims)
-        if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in dims):
-            raise ValueError(f"input_shapes['{name}'] must hold positive ints, got {list(dims)}")
-        out.append((str(name), tuple(int(d) for d in dims)))
-    return tuple(out)
-
-
-def value_ranges_option(ranges) -> tuple:
-    """{input name: (lo, hi)} -> CompileOptions.value_ranges ((name, (lo, hi)), ...); None -> ().
-    Raises TypeError, or ValueError when lo > hi."""
-    if ranges is None:
-        return ()
-    if not isinstance(ranges, dict):
-        raise TypeError(f"value_ranges must be a dict {{input name: (lo, hi)}}, got {type(ranges).__name__}")
-    out = []
-    for name, pair in ranges.items():
-        try:
-            lo, hi = (float(v) for v in pair)
-        except (TypeError, ValueError):
-            raise TypeError(f"value_ranges['{name}'] must be a pair of numbers (lo, hi), got {pair!r}") from None
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) must be finite numbers")
-        if not lo <= hi:
-            raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) is empty (lo must not exceed hi)")
-        out.append((str(name), (lo, hi)))
-    return tuple(out)
+def _split(fields: dict, cls) -> dict:
+    """The entries of `fields` named after fields of dataclass `cls`, taken out of `fields`."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: fields.pop(k) for k in list(fields) if k in names}
 
 
 def _resolve(target, target_options):
@@ -158,44 +109,9 @@ def _model(model):
 
     if isinstance(model, onnx.ModelProto):
         return model
-    path = _path("model", model)
+    path = path_arg("model", model)
     check_regular(path, ModelError, "an ONNX model file")
     return path
-
-
-MIXED_PRECISION_DTYPES = ("float16",)
-
-
-def _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuning_records=None,
-                     dump_ir=(), dump_dir=None, value_ranges=None, mixed_precision=None, mixed_precision_ops=None,
-                     shipped_records=True):
-    from tvmc.driver import CompileOptions
-    from tvmc.ops.registry import all_ops
-
-    if pass_config is not None and not isinstance(pass_config, dict):
-        raise TypeError(f"pass_config must be a dict {{'Pass.option': value}}, got {type(pass_config).__name__}")
-    stages = _names("dump_ir", dump_ir)
-    for stage in stages:
-        _choice("dump_ir stage", stage, DUMP_STAGES)
-    mp_ops = _names("mixed_precision_ops", mixed_precision_ops or ())
-    if mixed_precision is not None:
-        _choice("mixed_precision", mixed_precision, MIXED_PRECISION_DTYPES)
-    elif mp_ops:
-        raise ValueError("mixed_precision_ops needs mixed_precision")
-    unknown = [n for n in mp_ops if n not in all_ops()]
-    if unknown:
-        raise ValueError(f"mixed_precision_ops: unknown operator {unknown[0]!r} (tvmc's names, e.g. nn.conv2d, "
-                         f"nn.dense, nn.matmul)")
-    if not isinstance(shipped_records, bool):
-        raise TypeError(f"shipped_records must be a bool, got {type(shipped_records).__name__}")
-    return CompileOptions(opt_level=_int("opt_level", opt_level, 0, 3), shipped_records=shipped_records,
-                          mixed_precision=mixed_precision or "", mixed_precision_ops=mp_ops,
-                          disabled_passes=frozenset(_names("disabled_passes", disabled_passes)),
-                          pass_config=tuple(sorted((pass_config or {}).items())),
-                          input_shapes=input_shapes_option(input_shapes),
-                          value_ranges=value_ranges_option(value_ranges), dump_ir=stages,
-                          dump_dir=_path("dump_dir", dump_dir, optional=True),
-                          tuning_records=_path("tuning_records", tuning_records, optional=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,6 +169,7 @@ class CompileResult:
             "output": self.output,
             "target": self.target.to_dict(),
             "target_hash": self.target.hash,
+            "tuning_key": self.target.tuning_key,
             "opt_level": self.options.opt_level,
             "inputs": meta.get("inputs", []),
             "outputs": meta.get("outputs", []),
@@ -268,12 +185,15 @@ class CompileResult:
 
 
 def _records_json(summary: dict | None) -> dict | None:
-    """metadata's tuning_records summary without the full applied records (their task names and
-    configs stay: what compile applied)."""
+    """metadata's tuning_records summary without the full applied records (their implementations,
+    by current name, and configs stay: what compile applied)."""
+    from tvmc.autotune.record import IMPL_ALIASES
+
     if summary is None:
         return None
     out = {k: v for k, v in summary.items() if k != "applied"}
-    out["applied"] = [{"implementation": r["task"]["name"], "op": r["task"]["op"], "config": r["config"]}
+    out["applied"] = [{"implementation": IMPL_ALIASES.get(r["task"]["name"], r["task"]["name"]), "op": r["task"]["op"],
+                       "config": r["config"]}
                       for r in summary["applied"]]
     return out
 
@@ -281,10 +201,8 @@ def _records_json(summary: dict | None) -> dict | None:
 OUTPUT_FORMATS = ("tar", "web")
 
 
-def compile(model, target="native", output=None, *, target_options=None, opt_level=3,  # noqa: A001 (TVM's name)
-            input_shapes=None, disabled_passes=(), pass_config=None, tuning_records=None, dump_ir=(),
-            dump_dir=None, progress=None, output_format="tar", value_ranges=None, mixed_precision=None,
-            mixed_precision_ops=None, shipped_records=True) -> CompileResult:
+def compile(model, target="native", output=None, options=None, *, target_options=None,  # noqa: A001 (TVM's name)
+            output_format="tar", progress=None, **fields) -> CompileResult:
     """Compile an ONNX model for a target, as `tvmc compile`; save it as a mod.tar when `output`
     is given.
 
@@ -293,33 +211,22 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
                      LLVM-style overrides such as "x86 -mcpu=skylake-avx512"), a descriptor YAML
                      path, or a resolved tvmc.target.Target
     output:          path of the mod.tar to write (into an existing folder), or None
+    options:         a tvmc.CompileOptions (tvmc.driver.CompileOptions: opt level, passes, input
+                     shapes, value ranges, mixed precision, tuning records, IR dumps, ...; each
+                     field's meaning and checks are there), or None for its defaults
+    **fields:        CompileOptions fields given one by one (opt_level=2, input_shapes={"x": [1, 8]},
+                     as before options objects); they replace those fields of `options`
     output_format:   "tar" (mod.tar), or "web" (wasm targets): `output` is then a folder with the
                      model files, the ES-module runtime tvmc.js and an index.html page
                      (tvmc.package.save_web)
     target_options:  {descriptor field: value} overrides (as --target-option)
-    opt_level:       0..3
-    input_shapes:    {input name: [d0, d1, ...]} fixing symbolic dimensions
-    value_ranges:    {input name: (lo, hi)}: every value of that input lies in [lo, hi] at run
-                     time (as --value-range); bounds Range, Expand and ConstantOfShape whose shape
-                     inputs are computed from it (docs/dynamic_shapes.md)
-    disabled_passes: pass names to skip ("A,B" or a list)
-    pass_config:     {"Pass.option": value}
-    tuning_records:  path of a `tvmc tune` records file to apply
-    shipped_records: apply the records tvmc ships for the target's descriptor (configs/tuning/,
-                     measured on the GPU the descriptor names) where tuning_records has none;
-                     False: the fallback rules there
-    mixed_precision: None, or "float16": convolutions and matrix products (and the elementwise
-                     and data-movement ops that follow them) compute in float16 with float32
-                     accumulation, weights stored in float16 (passes/to_mixed_precision.py); on
-                     GPUs with tensor cores they run on them
-    mixed_precision_ops: the operators converted (tvmc's names, "nn.conv2d,nn.dense" or a list;
-                     default conv2d, conv2d_transpose, dense, matmul)
-    dump_ir:         stages to dump ("graph", "tir", "ll", "asm"), into `dump_dir` (default: the
-                     output's folder, else the working directory)
     progress:        progress(stage, done, total) called as codegen advances
 
+    IR dumps (options.dump_ir) go into options.dump_dir, by default the output's folder, else the
+    working directory.
+
     Raises:
-        TypeError, ValueError: an argument of the wrong type or value (the message names it)
+        TypeError, ValueError: an argument or option of the wrong type or value (the message names it)
         ModelError (exit code 2): the model file is missing, unreadable or invalid;
             UnsupportedOpError (a ModelError) lists every operator tvmc lacks
         TargetError (3): unknown target name, invalid descriptor, option or CPU name
@@ -332,20 +239,19 @@ def compile(model, target="native", output=None, *, target_options=None, opt_lev
     """
     import time
 
-    from tvmc.driver import compile_model
+    from tvmc.driver import CompileOptions, compile_model
     from tvmc.package import save_artifact, save_web
 
     model = _model(model)
-    output = _path("output", output, optional=True)
+    output = path_arg("output", output, optional=True)
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format must be one of {', '.join(OUTPUT_FORMATS)}, not {output_format!r}")
-    reads = ([model] if isinstance(model, str) else []) + ([os.fspath(tuning_records)] if tuning_records else [])
+    options = _options(CompileOptions, options, fields, "compile")
+    reads = ([model] if isinstance(model, str) else []) + ([options.tuning_records] if options.tuning_records else [])
     if output is not None and output_format == "tar":
         check_output_path(output, ArtifactError, "artifact", reads)
-    if dump_dir is None and dump_ir:
-        dump_dir = str(Path(output).parent) if output else "."
-    options = _compile_options(opt_level, input_shapes, disabled_passes, pass_config, tuning_records,
-                               dump_ir, dump_dir, value_ranges, mixed_precision, mixed_precision_ops, shipped_records)
+    if options.dump_dir is None and options.dump_ir:
+        options = dataclasses.replace(options, dump_dir=str(Path(output).parent) if output else ".")
     resolved = _resolve(target, target_options)
     module = compile_model(model, resolved, options, progress=progress)
     result = CompileResult(module, resolved, options, model if isinstance(model, str) else "<ModelProto>")
@@ -608,14 +514,14 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
     from tvmc.runtime import benchmark
 
     if not isinstance(artifact, Artifact):
-        artifact = _path("artifact", artifact)
-    _choice("fill_mode", fill_mode, FILL_MODES)
-    repeat = _int("repeat", repeat, 1, optional=True)
-    number = _int("number", number, 1, optional=True)
-    threads = _int("threads", threads, 1, optional=True)
+        artifact = path_arg("artifact", artifact)
+    choice_arg("fill_mode", fill_mode, FILL_MODES)
+    repeat = int_arg("repeat", repeat, 1, optional=True)
+    number = int_arg("number", number, 1, optional=True)
+    threads = int_arg("threads", threads, 1, optional=True)
     origin = ""
     if inputs is not None and not isinstance(inputs, dict):
-        origin = _path("inputs", inputs)
+        origin = path_arg("inputs", inputs)
         inputs = read_inputs(origin)
     given = dict(inputs or {})
 
@@ -688,12 +594,14 @@ class TaskList:
     model, target: what they were extracted for (the model path, the resolved Target)
     tasks:         tvmc.autotune.task.Task list, index = position
     space_sizes:   config-space size of each task
+    options:       the tvmc.driver.CompileOptions whose graph passes they were taken after
     """
 
     model: str
     target: object
     tasks: list
     space_sizes: list
+    options: object = None
 
     @property
     def num_workloads(self) -> int:
@@ -716,23 +624,23 @@ class TaskList:
                                        "tasks": self.rows()})
 
 
-def list_tasks(model, target="native", *, target_options=None, opt_level=3, input_shapes=None,
-               value_ranges=None, mixed_precision=None, mixed_precision_ops=None) -> TaskList:
+def list_tasks(model, target="native", options=None, *, target_options=None, **fields) -> TaskList:
     """The tuning tasks of a model, as `tvmc tune --list-tasks`: one per (implementation, kernel
-    workload) after the graph passes of `opt_level` (tvmc.autotune.task); input_shapes,
-    value_ranges and mixed precision as for tvmc.compile.
+    workload) after the graph passes that a compile with `options` (a tvmc.CompileOptions, or
+    None for its defaults; **fields replace its fields, as for tvmc.compile) runs
+    (tvmc.autotune.task). Use the options of the compile that will apply the records: the opt
+    level, passes, input shapes, value ranges and mixed precision decide the tasks.
 
     Raises TypeError, ValueError (bad arguments), ModelError (2), TargetError (3), PassError (4).
     """
-    from tvmc.driver import extract_tasks
+    from tvmc.driver import CompileOptions, extract_tasks
 
     model = _model(model)
-    options = _compile_options(opt_level, input_shapes, (), None, value_ranges=value_ranges,
-                               mixed_precision=mixed_precision, mixed_precision_ops=mixed_precision_ops)
+    options = _options(CompileOptions, options, fields, "list_tasks")
     resolved = _resolve(target, target_options)
     tasks = extract_tasks(model, resolved, options)
     return TaskList(model if isinstance(model, str) else "<ModelProto>", resolved, tasks,
-                    [len(t.config_space(resolved)) for t in tasks])
+                    [len(t.config_space(resolved)) for t in tasks], options)
 
 
 @dataclass
@@ -765,63 +673,55 @@ class TuneResult:
                                       "num_workloads": self.tasks.num_workloads, "tasks": tasks})
 
 
-def tune(model, target="native", records="records.json", *, target_options=None, trials=200, tuner="xgb",
-         tasks=None, early_stopping=None, number=4, repeat=3, min_repeat_ms=0.0, timeout_s=10.0, parallel=None,
-         prior_records=None, input_shapes=None, value_ranges=None, opt_level=3, task_list=None,
-         progress=None, mixed_precision=None, mixed_precision_ops=None, time_budget_s=None) -> TuneResult:
+def tune(model, target="native", records="records.json", options=None, *, compile_options=None, tasks=None,
+         target_options=None, task_list=None, progress=None, **fields) -> TuneResult:
     """Tune a model's kernels on this machine, as `tvmc tune`, appending records to `records`
     (resumed when it exists).
 
-    model, target, target_options, input_shapes, value_ranges, opt_level, mixed_precision,
-    mixed_precision_ops: as for tvmc.compile (use the compile's: tasks are taken after its passes)
-    trials:          total measurements, split over the tuned tasks in proportion to their FLOPs
-    tuner:           "xgb", "ga", "random" or "grid"
+    model, target, target_options: as for tvmc.compile
+    options:         a tvmc.TuneOptions (tvmc.autotune.tune.TuneOptions: trials, tuner, early
+                     stopping, time budget, prior records, and `measure`, a tvmc.MeasureOptions:
+                     number, repeat, min_repeat_ms, timeout_s, parallel, ...), or None for its
+                     defaults
+    compile_options: the tvmc.CompileOptions of the compile that will apply the records (tasks are
+                     taken after its graph passes), or None for its defaults
+    **fields:        fields of TuneOptions, MeasureOptions or CompileOptions given one by one
+                     (trials=50, number=2, opt_level=2, input_shapes={...}, as before options
+                     objects); they replace those fields of `options`, `options.measure` and
+                     `compile_options`
     tasks:           indices of the tasks to tune ("0,2-4" or a list of ints; see list_tasks),
                      None for all
-    early_stopping:  stop a task after this many trials without a new best
-    time_budget_s:   seconds for the whole search, shared by the tasks in proportion to their
-                     trials (a task stops after the batch that passes its share); None: no limit
-    number, repeat, min_repeat_ms, timeout_s, parallel: measurement (tvmc.autotune.measure)
-    prior_records:   records whose configs are not measured again; other tasks' train xgb
     task_list:       a TaskList of this model and target from list_tasks, not to extract again
+                     (compile_options are then its options)
     progress:        a tvmc.autotune.tune.Progress (default: the progress line on stdout)
 
     Raises:
-        TypeError, ValueError: an argument of the wrong type or value (the message names it)
+        TypeError, ValueError: an argument or option of the wrong type or value (the message names it)
         ModelError (2), TargetError (3), PassError (4): as for compile
         TuningError (9): a task index out of range, a records file that cannot be read or written,
             a CPU target of another architecture than this host's (e.g. arm on x86-64)
     """
     from tvmc.autotune.measure import MeasureOptions
     from tvmc.autotune.tune import TuneOptions, tune_tasks
-    from tvmc.autotune.tuner import TUNERS
     from tvmc.backends import backend_for
+    from tvmc.driver import CompileOptions
 
-    records = _path("records", records)
-    _int("trials", trials, 1)
-    _choice("tuner", tuner, TUNERS)
-    _int("early_stopping", early_stopping, 1, optional=True)
-    measure = MeasureOptions(number=_int("number", number, 1), repeat=_int("repeat", repeat, 1),
-                             min_repeat_ms=float(min_repeat_ms), timeout_s=float(timeout_s),
-                             parallel=_int("parallel", parallel if parallel is not None else os.cpu_count() or 1, 1))
-    if measure.min_repeat_ms < 0 or measure.timeout_s <= 0:
-        raise ValueError("min_repeat_ms must be >= 0 and timeout_s > 0")
-    if time_budget_s is not None and (isinstance(time_budget_s, bool) or not isinstance(time_budget_s, (int, float))
-                                      or not time_budget_s > 0):
-        raise ValueError(f"time_budget_s must be a positive number of seconds, got {time_budget_s!r}")
-    options = TuneOptions(trials=trials, tuner=tuner, early_stopping=early_stopping, time_budget_s=time_budget_s,
-                          prior_records=_path("prior_records", prior_records, optional=True), measure=measure)
+    records = path_arg("records", records)
+    measure_fields = _split(fields, MeasureOptions)
+    compile_fields = _split(fields, CompileOptions)
+    options = _options(TuneOptions, options, fields, "tune")
+    if measure_fields:
+        options = dataclasses.replace(options, measure=dataclasses.replace(options.measure, **measure_fields))
+    compile_options = _options(CompileOptions, compile_options, compile_fields, "tune")
     if task_list is None:
-        task_list = list_tasks(model, target, target_options=target_options, opt_level=opt_level,
-                               input_shapes=input_shapes, value_ranges=value_ranges, mixed_precision=mixed_precision,
-                               mixed_precision_ops=mixed_precision_ops)
+        task_list = list_tasks(model, target, compile_options, target_options=target_options)
     n = len(task_list.tasks)
     if tasks is None:
         indices = tuple(range(n))
     elif isinstance(tasks, str):
         indices = parse_task_indices(tasks)
     else:
-        indices = tuple(sorted({_int("task index", k, 0) for k in tasks}))
+        indices = tuple(sorted({int_arg("task index", k, 0) for k in tasks}))
     outside = [k for k in indices if k >= n]
     if outside:
         raise TuningError(f"{task_list.model}: task index {outside[0]} out of range: the model has {n} tasks "

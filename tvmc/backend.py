@@ -92,14 +92,12 @@ class TvmcBackend(Backend):
         kwargs["target"] (default x86), without an executor: prepare's first half, which needs no
         device (a GPU target's module holds its PTX or OpenCL C, and a cubin where the target's
         assembler is found). kwargs and errors as prepare's."""
-        from tvmc.api import value_ranges_option
         from tvmc.driver import CompileOptions, compile_model
         from tvmc.target import resolve_target
 
         if isinstance(model, (str, bytes)) and not isinstance(model, str):
             model = onnx.load_from_string(model)
-        options = CompileOptions(opt_level=int(kwargs.get("opt_level", 3)),
-                                 value_ranges=value_ranges_option(kwargs.get("value_ranges")))
+        options = CompileOptions(opt_level=int(kwargs.get("opt_level", 3)), value_ranges=kwargs.get("value_ranges") or ())
         return compile_model(model, resolve_target(kwargs.get("target", DEFAULT_TARGET)), options)
 
     @classmethod

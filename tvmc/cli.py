@@ -20,16 +20,17 @@ listed once, in EXIT_CODES (shown by `tvmc --help`, tabled in the README).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
 import math
-import os
 import re
 import signal
 import sys
 import traceback
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -37,7 +38,9 @@ import numpy as np
 
 from tvmc.constants import __version__
 from tvmc import errors
-from tvmc.api import DUMP_STAGES, FILL_MODES, kernel_counts
+from tvmc.api import FILL_MODES, kernel_counts
+from tvmc.autotune.tuner import TUNERS
+from tvmc.driver import DUMP_STAGES, MIXED_PRECISION_DTYPES
 from tvmc.errors import ArtifactError, ModelError, Terminated, TuningError, TVMCError
 from tvmc.paths import check_output_path, check_regular, dump_folder
 
@@ -226,7 +229,10 @@ _NOT_IN_CONFIG = ("config", "verbose", "as_json", "help")
 
 
 def _config_value(opt: click.Option, value, where: str):
-    """A config-file value in the form the flag's parser takes (see _load_config)."""
+    """A config-file value in the form the flag's parser takes (see _load_config). For an on/off
+    flag, true means the flag is given (`no_shipped_records: true` is --no-shipped-records)."""
+    if opt.is_flag and isinstance(opt.flag_value, bool) and isinstance(value, bool):
+        return opt.flag_value if value else not opt.flag_value
     if opt.name == "input_shapes" and isinstance(value, dict):
         return " ".join(f"{k}:{_fmt_shape(v)}" for k, v in value.items())
     if isinstance(value, dict):
@@ -354,25 +360,6 @@ def parse_value_ranges(items) -> dict:
     return out
 
 
-# --value-range, shared by compile and tune (the tasks of such a model exist only with its bounds)
-value_range_option = click.option(
-    "--value-range", multiple=True, metavar="NAME=LO:HI",
-    help="Every value of graph input NAME lies in [LO, HI] at run time (repeatable). Bounds the outputs of "
-         "Range, Expand and ConstantOfShape whose shape inputs are computed from it; a run whose values "
-         "break it stops with an error naming the output (docs/dynamic_shapes.md).")
-
-
-# --mixed-precision and --mixed-precision-ops (TVM tvmc's flags), shared by compile and tune
-def mixed_precision_options(fn):
-    fn = click.option("--mixed-precision-ops", multiple=True, metavar="OPS",
-                      help="Operators --mixed-precision converts, comma-separated tvmc names (default "
-                           "nn.conv2d,nn.conv2d_transpose,nn.dense,nn.matmul).")(fn)
-    return click.option("--mixed-precision", type=click.Choice(["float16"]),
-                        help="Compute convolutions and matrix products (and the elementwise ops after them) in "
-                             "float16, accumulating in float32, with float16 weights; GPUs with tensor cores run "
-                             "them there. Changes numerics: outputs within float16 tolerances.")(fn)
-
-
 def _parse_list(values, what: str, choices=None) -> tuple:
     """Repeated and/or comma-separated names -> tuple; checks `choices` when given."""
     names = [n.strip() for v in values for n in v.split(",") if n.strip()]
@@ -381,6 +368,169 @@ def _parse_list(values, what: str, choices=None) -> tuple:
         if bad:
             raise click.BadParameter(f"unknown {', '.join(bad)}; choose from {', '.join(choices)}", param_hint=what)
     return tuple(dict.fromkeys(names))
+
+
+# ---------------------------------------------------------------------------------------------
+# The flags that set options objects: one declaration each, in one table per options dataclass;
+# a command takes the tables it needs (compile and tune share GRAPH_FLAGS) and builds its options
+# objects from them (FlagTable.build). Defaults, checks and meanings live in the dataclasses.
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line flag that sets one field of an options dataclass.
+
+    decls:  click's declarations, e.g. ("-O", "--opt-level")
+    dest:   the field it sets, also its click parameter name (what --config files are checked
+            against is the long flag; the command function receives `dest`)
+    parse:  (click's value, the flag's name) -> the field's value (None: click's value as it is);
+            raises click.BadParameter on a value it cannot parse
+    click:  click.option's other arguments (type, help, multiple, metavar, is_flag, ...)
+    """
+
+    decls: tuple
+    dest: str
+    parse: object = None
+    click: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return next(d for d in self.decls if d.startswith("--"))
+
+
+def flag(*decls, dest: str, parse=None, **click_args) -> Flag:
+    return Flag(decls, dest, parse, click_args)
+
+
+class _FieldOption(click.Option):
+    """A click option whose shown default is its field's default in the options dataclass, read
+    when --help is printed (importing the dataclass's module then, not when the CLI starts)."""
+
+    def __init__(self, *decls, table: "FlagTable", **kwargs):
+        super().__init__(*decls, **kwargs)
+        self.table = table
+
+    def get_help_extra(self, ctx):
+        extra = super().get_help_extra(ctx)
+        if not self.multiple and not self.is_flag and "default" not in extra:
+            value = self.table.field_default(self.name)
+            if value is not None and value not in ("", ()):
+                extra["default"] = str(value)
+        return extra
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    """The flags that set fields of one options dataclass, `cls` ('module:Name', imported when
+    first needed). A flag left off the command line (and out of --config) leaves its field at the
+    dataclass's default."""
+
+    cls: str
+    flags: tuple
+
+    def options_class(self):
+        import importlib
+
+        module, name = self.cls.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def field_default(self, dest: str):
+        f = next(f for f in dataclasses.fields(self.options_class()) if f.name == dest)
+        return f.default if f.default is not dataclasses.MISSING else None
+
+    def __call__(self, fn):
+        """Decorate a click command with the table's flags (in the table's order in --help)."""
+        for f in reversed(self.flags):
+            fn = click.option(*f.decls, f.dest, cls=_FieldOption, table=self, **f.click)(fn)
+        return fn
+
+    def __add__(self, other: "FlagTable") -> "FlagTable":
+        assert other.cls == self.cls, (self.cls, other.cls)
+        return FlagTable(self.cls, self.flags + other.flags)
+
+    def build(self, values: dict, **fields):
+        """The options object of the command's flag `values` (its keyword arguments; the table's
+        are taken out of it): each flag given on the command line or in --config parsed into its
+        field, then `fields` (set by the command itself). A value the dataclass refuses (TypeError,
+        ValueError) is a usage error naming the flag's field."""
+        ctx = click.get_current_context()
+        given = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.DEFAULT_MAP,
+                 click.core.ParameterSource.ENVIRONMENT)
+        for f in self.flags:
+            value = values.pop(f.dest)
+            if ctx.get_parameter_source(f.dest) in given:
+                fields.setdefault(f.dest, f.parse(value, f.name) if f.parse is not None else value)
+        try:
+            return self.options_class()(**fields)
+        except (TypeError, ValueError) as e:
+            raise click.UsageError(str(e)) from None
+
+
+def _pass_config(values, what: str) -> dict:
+    return {k: _parse_value(v) for k, v in _parse_pairs(values, what).items()}
+
+
+# CompileOptions that decide the graph: compile's, and tune's (its tasks are taken after the
+# passes of the compile that will apply its records, so it takes the same flags)
+GRAPH_FLAGS = FlagTable("tvmc.driver:CompileOptions", (
+    flag("-O", "--opt-level", dest="opt_level", type=click.IntRange(0, 3),
+         help="Optimization level: which graph passes run (configs/pipelines.yaml); for tune, the compile's."),
+    flag("--disabled-pass", dest="disabled_passes", multiple=True, metavar="A,B", parse=_parse_list,
+         help="Passes to skip (comma-separated, repeatable)."),
+    flag("--pass-config", dest="pass_config", multiple=True, metavar="NAME=VALUE", parse=_pass_config,
+         help='Pass option "<Pass>.<option>=VALUE" (repeatable).'),
+    flag("--input-shapes", dest="input_shapes", metavar="SHAPES", parse=lambda v, what: parse_input_shapes(v),
+         help='Fix input shapes: "data:[1,3,224,224] mask:[1,128]".'),
+    flag("--value-range", dest="value_ranges", multiple=True, metavar="NAME=LO:HI",
+         parse=lambda v, what: parse_value_ranges(v),
+         help="Every value of graph input NAME lies in [LO, HI] at run time (repeatable). Bounds the outputs of "
+              "Range, Expand and ConstantOfShape whose shape inputs are computed from it; a run whose values "
+              "break it stops with an error naming the output (docs/dynamic_shapes.md)."),
+    # TVM tvmc's flags
+    flag("--mixed-precision", dest="mixed_precision", type=click.Choice(MIXED_PRECISION_DTYPES),
+         help="Compute convolutions and matrix products (and the elementwise ops after them) in float16, "
+              "accumulating in float32, with float16 weights; GPUs with tensor cores run them there. Changes "
+              "numerics: outputs within float16 tolerances."),
+    flag("--mixed-precision-ops", dest="mixed_precision_ops", multiple=True, metavar="OPS", parse=_parse_list,
+         help="Operators --mixed-precision converts, comma-separated tvmc names (default "
+              "nn.conv2d,nn.conv2d_transpose,nn.dense,nn.matmul)."),
+))
+
+# CompileOptions of compile alone
+COMPILE_FLAGS = GRAPH_FLAGS + FlagTable("tvmc.driver:CompileOptions", (
+    flag("--dump-ir", dest="dump_ir", multiple=True, metavar="STAGES",
+         parse=lambda v, what: _parse_list(v, what, DUMP_STAGES),
+         help=f"Write IR text into <output name>.dumps/ beside the output (replaced on each compile), "
+              f"comma-separated from: {','.join(DUMP_STAGES)}."),
+    flag("--tuning-records", dest="tuning_records", type=click.Path(dir_okay=False),
+         help="Apply the best configs of a `tvmc tune` records file."),
+    flag("--no-shipped-records", dest="shipped_records", is_flag=True, flag_value=False,
+         help="Do not apply the tuning records tvmc ships for the target's descriptor (configs/tuning/); kernels "
+              "without --tuning-records take the fallback rules."),
+))
+
+# TuneOptions (the search) and MeasureOptions (building and timing candidates) of tune
+TUNE_FLAGS = FlagTable("tvmc.autotune.tune:TuneOptions", (
+    flag("--trials", dest="trials", type=click.IntRange(min=1),
+         help="Total measurements, split over tasks in proportion to their FLOPs."),
+    flag("--tuner", dest="tuner", type=click.Choice(TUNERS),
+         help="Search: xgb (XGBoost cost model, AutoTVM), ga (genetic), random, grid."),
+    flag("--early-stopping", dest="early_stopping", type=click.IntRange(min=1),
+         help="Stop a task after N trials without a new best."),
+    flag("--time-budget", dest="time_budget_s", type=click.FloatRange(min=1.0), metavar="SECONDS",
+         help="Seconds for the whole search, shared by the tasks as their trials are (with a large --trials)."),
+    flag("--tuning-records", dest="prior_records", type=click.Path(dir_okay=False),
+         help="Prior records: their configs are not measured again; other tasks' train the xgb model."),
+))
+MEASURE_FLAGS = FlagTable("tvmc.autotune.measure:MeasureOptions", (
+    flag("--number", dest="number", type=click.IntRange(min=1), help="Runs per timing round."),
+    flag("--repeat", dest="repeat", type=click.IntRange(min=1), help="Timing rounds per candidate."),
+    flag("--min-repeat-ms", dest="min_repeat_ms", type=click.FloatRange(min=0),
+         help="Grow --number until a round lasts this long."),
+    flag("--timeout", dest="timeout_s", type=click.FloatRange(min=0.1), help="Seconds per candidate, build and run."),
+    flag("--parallel", dest="parallel", type=click.IntRange(min=1),
+         help="Build worker processes  [default: one per core]"),
+))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,31 +626,18 @@ def _output_folder_made(output) -> Path:
 @click.option("--output-format", type=click.Choice(["tar", "web"]), default="tar", show_default=True,
               help="tar: mod.tar; web (wasm targets): a static folder with the model files, the ES-module "
                    "runtime tvmc.js and an index.html that runs the model and shows outputs and latency.")
-@click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True,
-              help="Optimization level: which graph passes run (configs/pipelines.yaml).")
-@click.option("--disabled-pass", multiple=True, metavar="A,B", help="Passes to skip (comma-separated, repeatable).")
-@click.option("--pass-config", multiple=True, metavar="NAME=VALUE", help='Pass option "<Pass>.<option>=VALUE" (repeatable).')
-@click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224] mask:[1,128]".')
-@value_range_option
-@click.option("--dump-ir", multiple=True, metavar="STAGES",
-              help=f"Write IR text into <output name>.dumps/ beside the output (replaced on each compile), "
-                   f"comma-separated from: {','.join(DUMP_STAGES)}.")
+@COMPILE_FLAGS
 @click.option("--print-pass-times", is_flag=True, help="Print the time spent in each graph pass.")
-@click.option("--tuning-records", type=click.Path(dir_okay=False), help="Apply the best configs of a `tvmc tune` records file.")
-@click.option("--no-shipped-records", "shipped_records", is_flag=True, flag_value=False, default=True,
-              help="Do not apply the tuning records tvmc ships for the target's descriptor (configs/tuning/); "
-                   "kernels without --tuning-records take the fallback rules.")
-@mixed_precision_options
 @click.option("--cross-compiler", metavar="CC", help="Compiler driver that links the library instead of the target's linker "
-              "command's first word (e.g. aarch64-linux-gnu-gcc, clang); the descriptor's linker flags stay.")
+              "command's first word (e.g. aarch64-linux-gnu-gcc, clang); the descriptor's linker flags stay. Records "
+              "tuned without it still apply (the tuning key leaves the toolchain out).")
 @click.option("--cross-compiler-options", metavar="OPTS", help='Extra linker arguments, shell-quoted: "-L/opt/sysroot/lib -Wl,-rpath,.".')
 @config_option
 @json_option
 @verbose_option
 @_handle_errors
-def compile_cmd(model, target_spec, target_option, output, output_format, opt_level, disabled_pass, pass_config,
-                input_shapes, value_range, dump_ir, print_pass_times, tuning_records, shipped_records, mixed_precision,
-                mixed_precision_ops, cross_compiler, cross_compiler_options, as_json, verbose):
+def compile_cmd(model, target_spec, target_option, output, output_format, print_pass_times, cross_compiler,
+                cross_compiler_options, as_json, verbose, **flags):
     """Compile an ONNX MODEL into a mod.tar for a target.
 
     Prints a summary (kernels, params, memory, time per stage); --json prints it as JSON.
@@ -509,30 +646,22 @@ def compile_cmd(model, target_spec, target_option, output, output_format, opt_le
     from tvmc.target import resolve_target, with_cross_compiler
 
     target_options = _parse_pairs(target_option, "--target-option")
-    pass_cfg = {k: _parse_value(v) for k, v in _parse_pairs(pass_config, "--pass-config").items()}
-    shapes = parse_input_shapes(input_shapes)
-    ranges = parse_value_ranges(value_range)
-    dumps = _parse_list(dump_ir, "--dump-ir", DUMP_STAGES)
-    disabled = _parse_list(disabled_pass, "--disabled-pass")
-
+    options = COMPILE_FLAGS.build(flags)
     check_regular(model, ModelError, "an ONNX model file")
     if output_format == "tar":
         if Path(output).is_dir():  # a usage error, as click's own file-name check gives it
             raise click.BadParameter(f"'{output}' is a folder; the artifact is a file (--output-format web "
                                      f"writes a folder)", param_hint="'-o' / '--output'")
-        check_output_path(output, ArtifactError, "artifact", [model] + ([tuning_records] if tuning_records else []))
+        check_output_path(output, ArtifactError, "artifact",
+                          [model] + ([options.tuning_records] if options.tuning_records else []))
     target = with_cross_compiler(resolve_target(target_spec, target_options), cross_compiler, cross_compiler_options)
     out = _output_folder_made(output)
     progress = codegen_progress()
     try:
-        with dump_folder(out, ArtifactError, keep_on_error=verbose) if dumps else contextlib.nullcontext() as dump_dir:
-            result = compile_model_api(model, target, out, opt_level=opt_level, input_shapes=dict(shapes),
-                                       value_ranges=ranges,
-                                       disabled_passes=disabled, pass_config=pass_cfg, tuning_records=tuning_records,
-                                       dump_ir=dumps, dump_dir=dump_dir, progress=progress,
-                                       output_format=output_format, mixed_precision=mixed_precision,
-                                       shipped_records=shipped_records,
-                                       mixed_precision_ops=_parse_list(mixed_precision_ops, "--mixed-precision-ops"))
+        dumps = dump_folder(out, ArtifactError, keep_on_error=verbose) if options.dump_ir else contextlib.nullcontext()
+        with dumps as dump_dir:
+            result = compile_model_api(model, target, out, dataclasses.replace(options, dump_dir=dump_dir),
+                                       progress=progress, output_format=output_format)
     finally:
         if progress is not None:
             progress.close()
@@ -542,8 +671,8 @@ def compile_cmd(model, target_spec, target_option, output, output_format, opt_le
     print_compile_summary(result, print_pass_times)
     from tvmc.autotune.tune import records_summary_lines
 
-    if tuning_records:
-        for line in records_summary_lines(result.module.metadata["tuning_records"], tuning_records):
+    if options.tuning_records:
+        for line in records_summary_lines(result.module.metadata["tuning_records"], options.tuning_records):
             click.echo(line)
     shipped = result.module.metadata.get("shipped_records")
     if shipped:
@@ -591,53 +720,34 @@ def print_task_list(task_list) -> None:
               help="Print the tasks (index, op, implementation, workload, FLOPs, calls, config-space size) and exit.")
 @click.option("--tasks", "task_indices", metavar="INDICES", callback=_task_indices,
               help="Tune only these tasks, by --list-tasks index: e.g. 0,2-4.")
-@click.option("--trials", type=click.IntRange(min=1), default=200, show_default=True,
-              help="Total measurements, split over tasks in proportion to their FLOPs.")
-@click.option("--tuner", type=click.Choice(["xgb", "ga", "random", "grid"]), default="xgb", show_default=True,
-              help="Search: xgb (XGBoost cost model, AutoTVM), ga (genetic), random, grid.")
-@click.option("--early-stopping", type=click.IntRange(min=1), help="Stop a task after N trials without a new best.")
-@click.option("--time-budget", type=click.FloatRange(min=1.0), metavar="SECONDS",
-              help="Seconds for the whole search, shared by the tasks as their trials are (with a large --trials).")
-@click.option("--number", type=click.IntRange(min=1), default=4, show_default=True, help="Runs per timing round.")
-@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True, help="Timing rounds per candidate.")
-@click.option("--min-repeat-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Grow --number until a round lasts this long.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Seconds per candidate, build and run.")
-@click.option("--parallel", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default=True,
-              help="Build worker processes.")
-@click.option("--tuning-records", "prior", type=click.Path(dir_okay=False),
-              help="Prior records: their configs are not measured again; other tasks' train the xgb model.")
-@click.option("--input-shapes", metavar="SHAPES", help='Fix input shapes: "data:[1,3,224,224]".')
-@value_range_option
-@click.option("-O", "--opt-level", type=click.IntRange(0, 3), default=3, show_default=True,
-              help="Opt level of the graph passes the tasks are taken after (use the compile one).")
-@mixed_precision_options
+@TUNE_FLAGS
+@MEASURE_FLAGS
+@GRAPH_FLAGS
 @config_option
 @json_option
 @verbose_option
 @_handle_errors
-def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, trials, tuner, early_stopping,
-             time_budget, number, repeat, min_repeat_ms, timeout, parallel, prior, input_shapes, value_range, opt_level,
-             mixed_precision, mixed_precision_ops, as_json, verbose):
+def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, as_json, verbose, **flags):
     """Tune the kernels of an ONNX MODEL on this machine; write measurement records.
 
-    --list-tasks prints the tasks without tuning; --tasks tunes a subset of them.
+    The graph flags (-O, --input-shapes, --mixed-precision, ...) are the compile's: the tasks are
+    taken after its passes. --list-tasks prints the tasks without tuning; --tasks tunes a subset.
     """
     from tvmc.api import list_tasks as list_model_tasks
     from tvmc.api import tune
     from tvmc.autotune.tune import Progress, format_summary, task_count_line
     from tvmc.target import resolve_target
 
+    compile_options = GRAPH_FLAGS.build(flags)
+    options = TUNE_FLAGS.build(flags, measure=MEASURE_FLAGS.build(flags))
     if not list_tasks and not output:
         raise click.UsageError("Missing option '-o' / '--output' (the records file), or use --list-tasks.")
     check_regular(model, ModelError, "an ONNX model file")
     if output:
-        check_output_path(output, TuningError, "tuning records", [model] + ([prior] if prior else []))
+        check_output_path(output, TuningError, "tuning records",
+                          [model] + ([options.prior_records] if options.prior_records else []))
     target = resolve_target(target_spec, _parse_pairs(target_option, "--target-option"))
-    task_list = list_model_tasks(model, target, opt_level=opt_level, input_shapes=dict(parse_input_shapes(input_shapes)),
-                                 value_ranges=parse_value_ranges(value_range), mixed_precision=mixed_precision,
-                                 mixed_precision_ops=_parse_list(mixed_precision_ops, "--mixed-precision-ops"))
+    task_list = list_model_tasks(model, target, compile_options)
     if list_tasks:
         if as_json:
             _echo_json(task_list.to_json())
@@ -646,14 +756,11 @@ def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices
         return
     chosen = task_indices if task_indices is not None else range(len(task_list.tasks))
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout carries the document alone
-    say(f"{task_count_line(len(task_list.tasks), task_list.num_workloads)} from {model} (opt level {opt_level}, "
-        f"target {target.name}; a workload has one task per implementation)"
+    say(f"{task_count_line(len(task_list.tasks), task_list.num_workloads)} from {model} (opt level "
+        f"{compile_options.opt_level}, target {target.name}; a workload has one task per implementation)"
         + (f"; tuning tasks {', '.join(map(str, chosen))}" if task_indices is not None else ""))
-    result = tune(model, target, output, trials=trials, tuner=tuner, tasks=task_indices, early_stopping=early_stopping,
-                  time_budget_s=time_budget, mixed_precision=mixed_precision,
-                  mixed_precision_ops=_parse_list(mixed_precision_ops, "--mixed-precision-ops"),
-                  number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, timeout_s=timeout, parallel=parallel,
-                  prior_records=prior, task_list=task_list, progress=Progress(sys.stderr if as_json else sys.stdout))
+    result = tune(model, target, output, options, tasks=task_indices, task_list=task_list,
+                  progress=Progress(sys.stderr if as_json else sys.stdout))
     if as_json:
         _echo_json(result.to_json())
         return

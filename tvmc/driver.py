@@ -10,38 +10,54 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tvmc.checks import bool_arg, choice_arg, int_arg, names_arg, path_arg
 from tvmc.constants import KERNEL_ABI_VERSION, __version__
 from tvmc.target import Target
 
 
+MIXED_PRECISION_DTYPES = ("float16",)
+DUMP_STAGES = ("graph", "tir", "ll", "asm")
+
+
 @dataclass(frozen=True)
 class CompileOptions:
-    """Everything `tvmc compile` can set. Frozen and hashable.
+    """Everything `tvmc compile` can set, the one place of each compile option: the Python API
+    (tvmc.compile, tvmc.list_tasks, tvmc.tune) takes it, the CLI builds it from its flag table
+    (tvmc.cli.GRAPH_FLAGS, COMPILE_FLAGS), metadata.json records it (metadata_options). Frozen
+    and hashable: the friendly forms below are stored in their canonical (tuple) forms.
 
     opt_level:        0..3 (the pass pipelines per level are in configs/pipelines.yaml)
-    disabled_passes:  pass names to skip
-    pass_config:      tuple of (name, value) per-pass options
-    input_shapes:     tuple of (input name, shape tuple) fixing symbolic dimensions
-    value_ranges:     tuple of (input name, (lo, hi)): every value of that graph input lies in
-                      [lo, hi] at run time (bounds Range/Expand/ConstantOfShape computed from it,
-                      docs/dynamic_shapes.md)
-    dump_ir:          tuple of stage names to dump ('graph', 'tir', 'll', 'asm')
-    dump_dir:         folder where dumps go (`tvmc compile` passes a fresh one that becomes
-                      <output>.dumps, see tvmc.paths.dump_folder)
-    tuning_records:   path of a `tvmc tune` records file: the best valid config per task for
-                      this target is applied, other tasks use their fallback configs
-    mixed_precision:  '' (off) or the dtype the matrix operators compute in ('float16'): the
-                      ToMixedPrecision pass runs after the last FoldConstant of the pipeline,
+    disabled_passes:  pass names to skip ("A,B", a list or a set; stored as a frozenset)
+    pass_config:      {"Pass.option": value} (stored as sorted (name, value) pairs)
+    input_shapes:     {input name: [d0, d1, ...]} fixing symbolic dimensions, positive ints
+                      (stored as ((name, (d0, ...)), ...))
+    value_ranges:     {input name: (lo, hi)}: every value of that graph input lies in [lo, hi] at
+                      run time, finite, lo <= hi (bounds Range/Expand/ConstantOfShape computed from
+                      it, docs/dynamic_shapes.md; stored as ((name, (lo, hi)), ...) of floats)
+    mixed_precision:  '' or None (off), or the dtype the matrix operators compute in ('float16'):
+                      the ToMixedPrecision pass runs after the last FoldConstant of the pipeline,
                       followed by another FoldConstant (passes/to_mixed_precision.py)
-    mixed_precision_ops: operator names that pass converts (default: its own list)
+    mixed_precision_ops: operator names that pass converts, tvmc's ("A,B" or a list; default: its
+                      own list); needs mixed_precision
     shipped_records:  apply the records tvmc ships for the target's descriptor (configs/tuning/
                       <name>.json, tvmc.autotune.record.shipped_records) to the tasks that
                       `tuning_records` does not cover; False: those tasks take the fallback rules
+    tuning_records:   path of a `tvmc tune` records file: the best valid config per task for
+                      this target is applied, other tasks use their fallback configs
+    dump_ir:          stage names to dump (DUMP_STAGES: 'graph', 'tir', 'll', 'asm'; "A,B" or a list)
+    dump_dir:         folder where dumps go (`tvmc compile` passes a fresh one that becomes
+                      <output>.dumps, see tvmc.paths.dump_folder)
+
+    Raises TypeError (a value of the wrong type) or ValueError (a wrong value: opt level out of
+    range, a non-positive dimension, an empty or non-finite range, an unknown dump stage, dtype
+    or operator), naming the field.
     """
 
     opt_level: int = 3
@@ -55,6 +71,96 @@ class CompileOptions:
     mixed_precision: str = ""
     mixed_precision_ops: tuple = ()
     shipped_records: bool = True
+
+    def __post_init__(self):
+        canonical = {
+            "opt_level": int_arg("opt_level", self.opt_level, 0, 3),
+            "disabled_passes": frozenset(names_arg("disabled_passes", self.disabled_passes)),
+            "pass_config": _pass_config(self.pass_config),
+            "input_shapes": _input_shapes(self.input_shapes),
+            "value_ranges": _value_ranges(self.value_ranges),
+            "dump_ir": tuple(choice_arg("dump_ir stage", s, DUMP_STAGES) for s in names_arg("dump_ir", self.dump_ir)),
+            "dump_dir": path_arg("dump_dir", self.dump_dir, optional=True),
+            "tuning_records": path_arg("tuning_records", self.tuning_records, optional=True),
+            "mixed_precision": self.mixed_precision or "",
+            "mixed_precision_ops": names_arg("mixed_precision_ops", self.mixed_precision_ops or ()),
+            "shipped_records": bool_arg("shipped_records", self.shipped_records),
+        }
+        if canonical["mixed_precision"]:
+            choice_arg("mixed_precision", canonical["mixed_precision"], MIXED_PRECISION_DTYPES)
+        elif canonical["mixed_precision_ops"]:
+            raise ValueError("mixed_precision_ops needs mixed_precision")
+        if canonical["mixed_precision_ops"]:
+            from tvmc.ops.registry import all_ops
+
+            unknown = [n for n in canonical["mixed_precision_ops"] if n not in all_ops()]
+            if unknown:
+                raise ValueError(f"mixed_precision_ops: unknown operator {unknown[0]!r} (tvmc's names, e.g. "
+                                 f"nn.conv2d, nn.dense, nn.matmul)")
+        for name, value in canonical.items():
+            object.__setattr__(self, name, value)
+
+
+# Fields that say where a compile reads and writes, not what it makes: metadata.json leaves
+# them out, so that an artifact is the same from any folder and with or without IR dumps (the
+# records file is named there by its SHA-256, in "tuning_records").
+NOT_IN_METADATA = ("tuning_records", "dump_ir", "dump_dir")
+
+
+def metadata_options(options: CompileOptions) -> dict:
+    """metadata.json "options": dataclasses.asdict(options) less NOT_IN_METADATA, in JSON forms:
+    disabled_passes a sorted list, pass_config, input_shapes and value_ranges mappings
+    ({name: value}, {input: [dims]}, {input: [lo, hi]}), tuples lists."""
+    data = {k: v for k, v in dataclasses.asdict(options).items() if k not in NOT_IN_METADATA}
+    data["disabled_passes"] = sorted(options.disabled_passes)
+    for key in ("pass_config", "input_shapes", "value_ranges"):
+        data[key] = {name: list(v) if isinstance(v, tuple) else v for name, v in getattr(options, key)}
+    data["mixed_precision_ops"] = list(options.mixed_precision_ops)
+    return data
+
+
+def _pairs(name: str, value, what: str) -> list:
+    """A mapping or (key, value) pairs -> list of pairs; TypeError naming `name` otherwise."""
+    if isinstance(value, dict):
+        return list(value.items())
+    try:
+        pairs = [tuple(p) for p in value]
+    except TypeError:
+        pairs = None
+    if pairs is None or any(len(p) != 2 for p in pairs) or isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be a dict {what}, got {type(value).__name__}")
+    return pairs
+
+
+def _pass_config(value) -> tuple:
+    return tuple(sorted({str(k): v for k, v in _pairs("pass_config", value, "{'Pass.option': value}")}.items()))
+
+
+def _input_shapes(value) -> tuple:
+    out = []
+    for name, dims in _pairs("input_shapes", value, "{input name: shape}"):
+        if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__"):
+            raise TypeError(f"input_shapes['{name}'] must be a sequence of ints, got {dims!r}")
+        dims = tuple(dims)
+        if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in dims):
+            raise ValueError(f"input_shapes['{name}'] must hold positive ints, got {list(dims)}")
+        out.append((str(name), tuple(int(d) for d in dims)))
+    return tuple(out)
+
+
+def _value_ranges(value) -> tuple:
+    out = []
+    for name, pair in _pairs("value_ranges", value, "{input name: (lo, hi)}"):
+        try:
+            lo, hi = (float(v) for v in pair)
+        except (TypeError, ValueError):
+            raise TypeError(f"value_ranges['{name}'] must be a pair of numbers (lo, hi), got {pair!r}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) must be finite numbers")
+        if not lo <= hi:
+            raise ValueError(f"value_ranges['{name}']: ({lo:g}, {hi:g}) is empty (lo must not exceed hi)")
+        out.append((str(name), (lo, hi)))
+    return tuple(out)
 
 
 @dataclass
@@ -190,16 +296,12 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "kernel_abi_version": KERNEL_ABI_VERSION,
         "target": target.to_dict(),
         "target_hash": target.hash,
+        "tuning_key": target.tuning_key,
         "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype} for v in graph.inputs],
         "outputs": [{"name": n, "shape": list(o.shape), "dtype": o.dtype,
                      **({"dynamic_axes": list(o.type.dynamic_axes)} if o.type.is_dynamic else {})}
                     for n, o in zip(graph.output_names, graph.outputs[:graph.num_model_outputs])],
-        "options": {"opt_level": options.opt_level, "disabled_passes": sorted(options.disabled_passes),
-                    "pass_config": dict(options.pass_config),
-                    "input_shapes": {k: list(v) for k, v in options.input_shapes},
-                    **({"value_ranges": {k: list(v) for k, v in options.value_ranges}} if options.value_ranges else {}),
-                    **({"mixed_precision": options.mixed_precision,
-                        "mixed_precision_ops": list(options.mixed_precision_ops)} if options.mixed_precision else {})},
+        "options": metadata_options(options),
         "num_kernels": len(functions),
         "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
         "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())

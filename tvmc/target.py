@@ -45,6 +45,7 @@ class Target:
     l1d_bytes: int = 32768
     l2_bytes: int = 1048576
     max_threads_per_block: int = 0
+    # toolchain (TOOL_FIELDS): the programs that link, assemble and run the code, never the code
     linker: tuple = field(default=("gcc", "-shared"))
     linker_package: str = ""
     emulator: tuple = ()
@@ -56,12 +57,12 @@ class Target:
     # leave them out
     max_registers_per_thread: int = 0
     registers_per_block: int = 0
-    assembler: tuple = ()
+    assembler: tuple = ()       # toolchain (TOOL_FIELDS)
     # facts added with wasm32, likewise absent from the dicts of descriptors that leave them out
     num_cores: int = 0          # 0: every core of the host; 1: parallel loops run serially
-    tools: tuple = ()           # ((program or file, package), ...): what the linker command uses
-    browser: tuple = ()
-    browser_package: str = ""
+    tools: tuple = ()           # toolchain: ((program or file, package), ...) the linker command uses
+    browser: tuple = ()         # toolchain
+    browser_package: str = ""   # toolchain
     # GPU option: float32 GEMMs on the TF32 tensor cores (absent from dicts unless set)
     allow_tf32: bool = False
 
@@ -102,9 +103,25 @@ class Target:
 
     @property
     def hash(self) -> str:
-        """Stable short hash of every field (tuning records key on it)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """16 hex digits of the SHA-256 of every field (to_dict, keys sorted), toolchain included:
+        identifies the whole descriptor. Tuning records key on tuning_key instead; records written
+        before it carry this hash (tvmc.autotune.record reads them by it)."""
+        return _digest(self.to_dict())
+
+    @property
+    def tuning_key(self) -> str:
+        """16 hex digits of the SHA-256 of the fields that change the generated code (code_facts):
+        tuning records, their lookup and metadata.json key on it. It leaves out the toolchain
+        (TOOL_FIELDS), so `--cross-compiler`, another emulator or browser keep a target's records
+        applying, and the name, so two descriptors that generate the same code share them."""
+        return _digest(self.code_facts())
+
+    def code_facts(self) -> dict:
+        """to_dict() less the toolchain fields (TOOL_FIELDS) and the name: triple, cpu, features
+        and the flags derived from them, vector unit, caches, cores, GPU limits, allow_tf32, kind,
+        codegen, library format and runtime, the facts that change generated code and so which
+        config of a kernel is fastest (what tuning_key hashes)."""
+        return {k: v for k, v in self.to_dict().items() if k not in TOOL_FIELDS and k != "name"}
 
     @property
     def fma_scalar_operand(self) -> str:
@@ -141,6 +158,19 @@ class Target:
 
     def __str__(self):
         return f"{self.name} ({self.triple}, cpu={self.cpu or 'generic'})"
+
+
+# The toolchain: programs (and their packages) that link, assemble, emulate or load the code a
+# target generates, and change nothing of that code, so neither the tuning key. `assembler` is
+# one of them: ptxas turns the very PTX the codegen wrote into a cubin beside it (mod.cubin), and
+# tuning measures that PTX as the CUDA driver JIT-compiles it, never the assembler's output. An
+# artifact's record of these fields is never used to run a program (artifact_target).
+TOOL_FIELDS = ("linker", "linker_package", "emulator", "emulator_package", "assembler", "tools", "browser",
+               "browser_package")
+
+
+def _digest(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # Fields a descriptor may leave out that the dicts (and so the hashes) leave out when empty
@@ -517,12 +547,20 @@ def with_cross_compiler(target: Target, compiler: str | None = None, options: st
 # ---------------------------------------------------------------------------------------------
 # The target of an artifact: its facts from metadata.json, its commands from a known descriptor
 
-# What a descriptor says about the code (an artifact records them) and what it says about the
-# programs tvmc runs for it (an artifact's record of them is never used: metadata.json is covered
-# by no digest, so a tar from elsewhere could name any program there).
+# What a descriptor says about the code (an artifact records them); what it says about the
+# programs tvmc runs for it is TOOL_FIELDS (an artifact's record of them is never used:
+# metadata.json is covered by no digest, so a tar from elsewhere could name any program there).
 CODEGEN_FACTS = ("kind", "codegen", "triple", "library_format", "runtime")
-TOOL_FIELDS = ("linker", "linker_package", "emulator", "emulator_package", "assembler", "tools", "browser",
-               "browser_package")
+
+
+def shipped_toolchain(target: Target) -> Target:
+    """`target` with the toolchain fields (TOOL_FIELDS) of the shipped descriptor of its name, as
+    it was before `--cross-compiler` or a toolchain option changed them; `target` itself when tvmc
+    ships no descriptor of that name."""
+    if target.name == NATIVE or target.name not in known_targets():
+        return target
+    shipped = _shipped(target.name)
+    return replace(target, **{k: getattr(shipped, k) for k in TOOL_FIELDS})
 
 
 def artifact_target(recorded: dict, spec: str | None = None, origin: str = "artifact", error_cls=TargetError) -> Target:

@@ -77,7 +77,34 @@ def test_list_tasks(model_file):
     assert [r["index"] for r in listing.rows()] == list(range(len(listing.tasks)))
 
 
+def test_options_objects_and_their_fields_one_by_one(model_file, artifact, tmp_path):
+    options = tvmc.CompileOptions(opt_level=2, input_shapes={"x": [2, 32]})
+    by_object = tvmc.compile(model_file, "native", tmp_path / "a.tar", options)
+    by_fields = tvmc.compile(model_file, "native", tmp_path / "b.tar", opt_level=2, input_shapes={"x": [2, 32]})
+    assert by_object.options == by_fields.options == options
+    assert (tmp_path / "a.tar").read_bytes() == (tmp_path / "b.tar").read_bytes()
+    meta = by_object.module.metadata["options"]
+    assert meta["opt_level"] == 2 and meta["input_shapes"] == {"x": [2, 32]} and meta["shipped_records"] is True
+    # a field given one by one replaces that field of the options object
+    assert tvmc.compile(model_file, "native", None, options, opt_level=1).options == tvmc.CompileOptions(
+        opt_level=1, input_shapes={"x": [2, 32]})
+    # IR dumps, and where they go, do not change the artifact
+    dumped = tvmc.compile(model_file, "native", tmp_path / "c.tar", options, dump_ir="ll", dump_dir=tmp_path)
+    assert (tmp_path / "mod.ll").is_file() and dumped.options.dump_ir == ("ll",)
+    assert (tmp_path / "c.tar").read_bytes() == (tmp_path / "a.tar").read_bytes()
+    listing = tvmc.list_tasks(model_file, "native", options)
+    assert listing.options == options and listing.tasks == tvmc.list_tasks(model_file, "native", opt_level=2,
+                                                                          input_shapes={"x": [2, 32]}).tasks
+
+
 @pytest.mark.parametrize("call,error,words", [
+    (lambda m: tvmc.compile(m, "native", colour="red"), TypeError, "unexpected keyword argument 'colour'"),
+    (lambda m: tvmc.compile(m, "native", None, {"opt_level": 2}), TypeError, "options must be a tvmc.driver.CompileOptions"),
+    (lambda m: tvmc.list_tasks(m, "native", trials=3), TypeError, "list_tasks() got an unexpected keyword argument"),
+    (lambda m: tvmc.tune(m, "native", m.parent / "r.json", tvmc.CompileOptions()), TypeError,
+     "options must be a tvmc.autotune.tune.TuneOptions"),
+    (lambda m: tvmc.tune(m, "native", m.parent / "r.json", number=0), ValueError, "number must be >= 1"),
+
     (lambda m: tvmc.compile(m, "native", opt_level=4), ValueError, "opt_level must be in 0..3"),
     (lambda m: tvmc.compile(m, "native", opt_level="3"), TypeError, "opt_level must be an int"),
     (lambda m: tvmc.compile(m, "native", input_shapes=[1, 32]), TypeError, "input_shapes must be a dict"),

@@ -134,7 +134,7 @@ def test_conv2d_nchwc_vs_nchw_reference(case):
 def test_conv2d_nchwc_im2col_vs_nchw_reference(case):
     """The im2col + GEMM implementation (the tuner's alternative to the direct form)."""
     _, _, xb, wb, attrs, ref = _conv_case(case)
-    out, _ = run_op("nn.conv2d_nchwc", [xb, wb], attrs, impl="conv2d_nchwc_im2col.x86")
+    out, _ = run_op("nn.conv2d_nchwc", [xb, wb], attrs, impl="conv2d_nchwc_im2col.cpu")
     np.testing.assert_allclose(to_layout(out, attrs["out_layout"], "NCHW"), ref, **TOLERANCE["float32"])
 
 
@@ -150,11 +150,11 @@ def test_im2col_applies_to_groups_1_only():
     for case in (CONVS[0], CONVS[7]):
         _, _, xb, wb, attrs, _ = _conv_case(case)
         names[case[0]] = [t.impl for t in tasks_of_functions([_conv_function(xb, wb, attrs)], target)]
-    assert names == {"3x3_pad1": ["conv2d_nchwc.x86", "conv2d_nchwc_im2col.x86"],
-                     "depthwise_3x3": ["conv2d_nchwc.x86"]}
+    assert names == {"3x3_pad1": ["conv2d_nchwc.cpu", "conv2d_nchwc_im2col.cpu"],
+                     "depthwise_3x3": ["conv2d_nchwc.cpu"]}
 
 
-@pytest.mark.parametrize("faster", ["conv2d_nchwc.x86", "conv2d_nchwc_im2col.x86"])
+@pytest.mark.parametrize("faster", ["conv2d_nchwc.cpu", "conv2d_nchwc_im2col.cpu"])
 def test_records_choose_the_faster_implementation(faster):
     """With a tuned config for both implementations, lowering takes the one of lower cost."""
     target = resolve_target("native")
@@ -166,7 +166,7 @@ def test_records_choose_the_faster_implementation(faster):
         cfg.cost_s = 1e-4 if t.impl == faster else 2e-4
         configs[t.impl] = cfg
     prim = lower_fused(fn, target, lambda name, wl: configs.get(name))
-    assert ("im2col" in str(prim)) == (faster == "conv2d_nchwc_im2col.x86")
+    assert ("im2col" in str(prim)) == (faster == "conv2d_nchwc_im2col.cpu")
 
 
 def test_partial_tile_cases_do_take_a_partial_tile():
@@ -210,7 +210,7 @@ def test_conv2d_nchwc_tuned_configs(cfg):
     out, prim = build_and_run(func, [xb, wb], config=ConfigEntity(cfg))
     assert ("unroll for ic_inner" in str(prim)) == cfg["unroll_ic"]
     np.testing.assert_allclose(to_layout(out, "NCHW16c", "NCHW"), ref, **TOLERANCE["float32"])
-    out, _ = build_and_run(func, [xb, wb], config=ConfigEntity(cfg), impl="conv2d_nchwc_im2col.x86")
+    out, _ = build_and_run(func, [xb, wb], config=ConfigEntity(cfg), impl="conv2d_nchwc_im2col.cpu")
     np.testing.assert_allclose(to_layout(out, "NCHW16c", "NCHW"), ref, **TOLERANCE["float32"])
 
 

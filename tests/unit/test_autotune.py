@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tvmc.autotune import features
 from tvmc.autotune.measure import MeasureError, MeasureOptions, MeasureResult, Measurer, build_candidate
-from tvmc.autotune.record import ApplyHistoryBest, RecordWriter, load_records
+from tvmc.autotune.record import IMPL_ALIASES, ApplyHistoryBest, RecordWriter, encode, load_records
 from tvmc.autotune.space import ConfigSpace
 from tvmc.autotune.task import tasks_of_functions, workload_key
 from tvmc.autotune.tune import Progress, TuneOptions, side_by_side_speedup, split_budget, tune_tasks
@@ -29,7 +29,8 @@ from tvmc.graph.ir import Function, TensorType
 from tvmc.ops.registry import make_call
 from tvmc.graph.ir import Var as GraphVar
 from tvmc.ops.fused import lower_fused
-from tvmc.target import resolve_target
+from tvmc.ops.registry import all_ops
+from tvmc.target import resolve_target, with_cross_compiler
 from tvmc.te.expr import FloatImm, IntImm, Load, Var
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
@@ -89,7 +90,7 @@ def test_config_space_index_round_trip():
 
 def test_task_extraction(tasks, task, target):
     # one task per implementation of the conv: the choice between them is part of the search
-    assert [t.impl for t in tasks] == ["conv2d_nchwc.x86", "conv2d_nchwc_im2col.x86"]
+    assert [t.impl for t in tasks] == ["conv2d_nchwc.cpu", "conv2d_nchwc_im2col.cpu"]
     assert tasks[0].workload == tasks[1].workload and task.op == "nn.conv2d_nchwc"
     assert task.flops == 2 * (16 * 6 * 6) * (8 * 3 * 3)  # 2 x outputs x reduction taps
     space = task.config_space(target)
@@ -113,8 +114,6 @@ def test_identical_layers_are_one_task(tmp_path, target):
 def test_winograd_task_counts_the_direct_conv2d_flops():
     """F(4x4, 3x3) is chosen for this conv on x86-avx2; its task counts 2 x N x O x OH x OW x C x 9,
     as the direct form's does, not its output elements."""
-    from tvmc.target import resolve_target
-
     model = _conv_model(c=16, k=32, hw=8)
     (task,) = [t for t in extract_tasks(model, resolve_target("x86-avx2")) if "winograd" in t.impl]
     assert task.flops == 2 * 32 * 8 * 8 * 16 * 9
@@ -125,7 +124,7 @@ def test_summary_marks_the_faster_implementation(tasks):
 
     direct, im2col = (TaskResult(t, trials=4, best_flops=f, fallback_flops=1e9) for t, f in zip(tasks, (3e9, 5e9)))
     rows = format_summary([direct, im2col]).splitlines()
-    assert "conv2d_nchwc.x86 " in rows[1] and "conv2d_nchwc_im2col.x86*" in rows[2]
+    assert "conv2d_nchwc.cpu " in rows[1] and "conv2d_nchwc_im2col.cpu*" in rows[2]
     assert rows[-1].startswith("* the faster implementation")
     assert "*" not in format_summary([direct])  # one implementation: nothing to choose
 
@@ -423,7 +422,7 @@ def test_tune_writes_records_and_resumes(task, target, tmp_path):
     assert res.fallback_flops > 0 and res.best_flops >= res.fallback_flops
     line = json.loads(out.read_text().splitlines()[0])
     assert {"version", "target", "task", "config", "costs_s", "error", "timestamp"} <= set(line)
-    assert line["target"] == {"name": target.name, "hash": target.hash}
+    assert line["target"] == {"name": target.name, "hash": target.hash, "tuning_key": target.tuning_key}
     # resume with a larger budget: measured configs are skipped, 3 new ones are measured
     (res2,) = tune_tasks([task], target, str(out), TuneOptions(trials=8, tuner="xgb", measure=FAST),
                          Progress(live=False))
@@ -512,7 +511,58 @@ def test_records_for_another_target_are_not_applicable(task, target, model_path,
     text = capsys.readouterr().out
     assert "0/1 kernel workloads from records, 1 fallback (0 of 2 tuning tasks over 1 kernel workload had records)" \
         in text
-    assert f"1 records for target x86 ({other.hash}) not applicable" in text
+    assert f"1 records for target x86 ({other.tuning_key}) not applicable" in text
+
+
+def _legacy_line(target, task, config, cost, impl=None) -> str:
+    """A record line as tvmc wrote it before tuning keys (target hash only) and, with `impl`,
+    before the CPU implementations were named *.cpu."""
+    line = json.loads(encode(target, task, config, MeasureResult([cost])))
+    del line["target"]["tuning_key"]
+    assert line["target"]["hash"] == target.hash
+    if impl is not None:
+        line["task"]["name"] = impl
+    return json.dumps(line)
+
+
+def test_records_tuned_without_a_cross_compiler_apply_with_it(task, target, model_path, tmp_path, capsys):
+    cfg = {**task.config_space(target).fallback_config(), "tile_oh": 3}
+    path = tmp_path / "r.json"
+    _write_records(path, target, task, [(cfg, 1e-3, 0)])
+    cross = with_cross_compiler(target, "cc", "-O2")
+    assert cross.hash != target.hash and cross.tuning_key == target.tuning_key
+    assert ApplyHistoryBest.from_file(path, cross)(task.impl, task.workload) == cfg
+    assert main(["compile", model_path, "--target", "native", "--cross-compiler", "cc", "--cross-compiler-options",
+                 "-O2", "-o", str(tmp_path / "m.tar"), "--tuning-records", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tuning_key"] == target.tuning_key and doc["target"]["linker"][0] == "cc"
+    assert doc["tuning_records"]["workloads_from_records"] == 1
+    assert doc["tuning_records"]["applied"][0]["config"] == cfg
+
+
+def test_records_written_before_tuning_keys_still_apply(task, target, tmp_path):
+    cfg = {**task.config_space(target).fallback_config(), "tile_oh": 3}
+    path = tmp_path / "old.json"
+    path.write_text(_legacy_line(target, task, cfg, 1e-3) + "\n")
+    for t in (target, with_cross_compiler(target, "cc")):  # by the hash of the descriptor's own toolchain
+        lookup = ApplyHistoryBest.from_file(path, t)
+        assert lookup(task.impl, task.workload) == cfg and lookup.not_applicable == 0
+    other = dataclasses.replace(target, l2_bytes=target.l2_bytes // 2)  # another code fact: not applicable
+    lookup = ApplyHistoryBest.from_file(path, other)
+    assert lookup(task.impl, task.workload) is None
+    assert lookup.other_targets == {f"{target.name} ({target.hash})": 1}
+
+
+def test_records_naming_x86_implementations_apply_to_the_cpu_ones(task, target, tmp_path):
+    assert task.impl == "conv2d_nchwc.cpu"
+    cfg = {**task.config_space(target).fallback_config(), "tile_oh": 3}
+    path = tmp_path / "old.json"
+    path.write_text(_legacy_line(target, task, cfg, 1e-3, impl="conv2d_nchwc.x86") + "\n")
+    (rec,) = load_records(path)
+    assert rec.impl == "conv2d_nchwc.cpu" and rec.key == task.key and rec.task() == dataclasses.replace(task, calls=1)
+    assert ApplyHistoryBest.from_file(path, target)(task.impl, task.workload) == cfg
+    cpu_names = {i.name for op in all_ops().values() for i in op.strategy.get("cpu", ())}
+    assert set(IMPL_ALIASES.values()) <= cpu_names and not any(n.endswith(".x86") for n in cpu_names)
 
 
 def test_stale_record_falls_back(task, target, tmp_path):
@@ -601,7 +651,7 @@ def faulty_build(task, target, config, path):
 
 def wrong_im2col_build(task, target, config, path):
     """Every im2col candidate (its fallback too) computes wrong values; the direct form builds for real."""
-    if task.impl == "conv2d_nchwc_im2col.x86":
+    if task.impl == "conv2d_nchwc_im2col.cpu":
         _c_library(_C_WRONG, path)
         return MeasureError.NO_ERROR, "", 0.0
     return build_candidate(task, target, config, path)

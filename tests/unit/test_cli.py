@@ -1,5 +1,6 @@
 """CLI: error lines and exit codes, option parsing, and `run` / `inspect` on a fixture artifact."""
 
+import dataclasses
 import json
 import os
 import re
@@ -497,3 +498,103 @@ def test_json_errors_leave_stdout_empty(tmp_path):
     r = invoke("run", tmp_path / "nope.tar", "--json")
     assert r.exit_code == 7 and r.stdout == ""
     assert error_line(r) == f"error: {tmp_path / 'nope.tar'}: no such file"
+
+
+# ---- options objects from one table of flags ----------------------------------------------------
+
+def test_each_option_field_has_one_flag_declaration():
+    from tvmc.autotune.measure import MeasureOptions
+    from tvmc.autotune.tune import TuneOptions
+    from tvmc.cli import COMPILE_FLAGS, GRAPH_FLAGS, MEASURE_FLAGS, TUNE_FLAGS
+    from tvmc.driver import CompileOptions
+
+    def dests(table):
+        return [f.dest for f in table.flags]
+
+    for table, cls, not_flags in [(COMPILE_FLAGS, CompileOptions, {"dump_dir"}),
+                                  (TUNE_FLAGS, TuneOptions, {"measure", "batch_size", "seed"}),
+                                  (MEASURE_FLAGS, MeasureOptions, {"build_timeout_s", "check"})]:
+        assert table.options_class() is cls
+        fields = {f.name for f in dataclasses.fields(cls)}
+        assert len(set(dests(table))) == len(dests(table)) and set(dests(table)) == fields - not_flags, cls
+    assert set(dests(GRAPH_FLAGS)) < set(dests(COMPILE_FLAGS))
+    # compile and tune declare the graph flags once: the same click option in both commands
+    compile_params = {p.name: p for p in cli.commands["compile"].params}
+    tune_params = {p.name: p for p in cli.commands["tune"].params}
+    for dest in dests(GRAPH_FLAGS):
+        a, b = compile_params[dest], tune_params[dest]
+        assert (a.opts, a.help, a.multiple, a.type.name) == (b.opts, b.help, b.multiple, b.type.name), dest
+
+
+@pytest.fixture
+def stub_tune(monkeypatch):
+    """api.list_tasks and api.tune replaced by stubs; yields what they were given."""
+    import tvmc.api
+    from tvmc.api import TaskList, TuneResult
+
+    seen = {}
+
+    def fake_list_tasks(model, target, options=None, **fields):
+        seen.update(compile_options=options, target=target)
+        return TaskList(str(model), target, [], [], options)
+
+    def fake_tune(model, target, records, options=None, *, task_list=None, tasks=None, progress=None, **kw):
+        seen.update(tune_options=options, tasks=tasks)
+        return TuneResult(task_list, (), [], records)
+
+    monkeypatch.setattr(tvmc.api, "list_tasks", fake_list_tasks)
+    monkeypatch.setattr(tvmc.api, "tune", fake_tune)
+    return seen
+
+
+def test_tune_builds_its_options_from_the_flags(tmp_path, stub_tune, stub_driver):
+    from tvmc.autotune.measure import MeasureOptions
+    from tvmc.autotune.tune import TuneOptions
+    from tvmc.driver import CompileOptions
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    graph = ["-O", "2", "--input-shapes", "x:[1,8]", "--value-range", "n=1:4", "--disabled-pass", "FoldScaleAxis",
+             "--pass-config", "FuseOps.max_depth=8", "--mixed-precision", "float16", "--mixed-precision-ops", "nn.dense"]
+    r = invoke("tune", model, "--target", "x86", "-o", tmp_path / "r.json", "--trials", "9", "--tuner", "ga",
+               "--time-budget", "30", "--number", "2", "--timeout", "5", "--parallel", "1", "--tasks", "0-1", "--json",
+               *graph)
+    assert r.exit_code == 0, r.output
+    want = CompileOptions(opt_level=2, input_shapes={"x": [1, 8]}, value_ranges={"n": (1, 4)},
+                          disabled_passes={"FoldScaleAxis"}, pass_config={"FuseOps.max_depth": 8},
+                          mixed_precision="float16", mixed_precision_ops=("nn.dense",))
+    assert stub_tune["compile_options"] == want and stub_tune["tasks"] == (0, 1)
+    assert stub_tune["tune_options"] == TuneOptions(trials=9, tuner="ga", time_budget_s=30.0,
+                                                    measure=MeasureOptions(number=2, timeout_s=5.0, parallel=1))
+    # compile takes the same flags into the same fields
+    r = invoke("compile", model, "--target", "x86", "-o", tmp_path / "m.tar", *graph)
+    assert r.exit_code == 0, r.output
+    assert stub_driver["options"] == want
+    # flags left out keep the dataclasses' defaults
+    assert invoke("tune", model, "--target", "x86", "--list-tasks", "--json").exit_code == 0
+    assert stub_tune["compile_options"] == CompileOptions()
+
+
+def test_an_option_the_dataclass_refuses_is_a_usage_error(tmp_path, stub_tune):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    r = invoke("tune", model, "--target", "x86", "--list-tasks", "--mixed-precision-ops", "nn.dense")
+    assert r.exit_code == 64 and error_line(r) == "error: mixed_precision_ops needs mixed_precision (see cli tune --help)"  # CliRunner names it cli
+    config = tmp_path / "c.yaml"
+    config.write_text("trials: 5\ndisabled_pass: [FoldScaleAxis]\ntuning_records: prior.json\n")
+    (tmp_path / "prior.json").write_text("")
+    r = invoke("tune", model, "--target", "x86", "-o", tmp_path / "r.json", "--config", config)
+    assert r.exit_code == 0, r.output
+    assert stub_tune["tune_options"].trials == 5 and stub_tune["tune_options"].prior_records == "prior.json"
+    assert stub_tune["compile_options"].disabled_passes == frozenset({"FoldScaleAxis"})
+
+
+@pytest.mark.parametrize("text,shipped", [("no_shipped_records: true\n", False), ("no_shipped_records: false\n", True),
+                                          ("", True)])
+def test_an_on_off_flag_in_a_config_file_means_the_flag(tmp_path, stub_driver, text, shipped):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    (tmp_path / "c.yaml").write_text(text + "target: x86\n")
+    r = invoke("compile", model, "--config", tmp_path / "c.yaml", "-o", tmp_path / "m.tar")
+    assert r.exit_code == 0, r.output
+    assert stub_driver["options"].shipped_records is shipped

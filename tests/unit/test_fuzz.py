@@ -415,7 +415,7 @@ def test_fuzz_metadata_json(tmp_path, private_tmp, artifact, data):
 
 
 RECORD = {"version": 1, "target": {"hash": "0123456789abcdef", "name": "x86"},
-          "task": {"name": "dense.x86", "op": "nn.dense", "workload": [[1, 8], "float32", [4, 8], "float32", [1, 4],
+          "task": {"name": "dense.cpu", "op": "nn.dense", "workload": [[1, 8], "float32", [4, 8], "float32", [1, 4],
                                                                      "float32"],
                    "in_dtypes": ["float32", "float32"], "flops": 64},
           "config": {"tile_k": 4}, "costs_s": [1e-6, 2e-6], "error": 0, "error_msg": "", "timestamp": 1.0}
@@ -448,7 +448,7 @@ def test_fuzz_tuning_records(tmp_path, data):
     try:
         records = load_records(path)
         lookup = ApplyHistoryBest(records, resolve_target("x86"))
-        lookup("dense.x86", tuple(RECORD["task"]["workload"]))
+        lookup("dense.cpu", tuple(RECORD["task"]["workload"]))
         lookup.summary()
     except TuningError as e:
         assert "\n" not in str(e) and str(e).startswith(str(path))

@@ -51,7 +51,7 @@ def setup(tmp_path, monkeypatch):
     shipped = tmp_path / "shipped.json"
     config = _config(task, target)
     _write(shipped, target, task, config, 1e-3)
-    monkeypatch.setattr(record, "shipped_records_path", lambda t: shipped if t.hash == target.hash else None)
+    monkeypatch.setattr(record, "shipped_records_path", lambda t: shipped if t.tuning_key == target.tuning_key else None)
     return tmp_path, model, task, target, config
 
 
@@ -89,6 +89,14 @@ def test_a_changed_descriptor_does_not_take_the_shipped_records(setup):
     assert "shipped_records" not in _meta(tmp / "d.tar")
 
 
+def test_a_cross_compiler_keeps_the_shipped_records(setup):
+    tmp, model, task, target, config = setup
+    assert main(["compile", model, "--target", "native", "--cross-compiler", "cc", "-o", str(tmp / "e.tar")]) == 0
+    meta = _meta(tmp / "e.tar")
+    assert meta["target"]["linker"][0] == "cc" and meta["tuning_key"] == target.tuning_key
+    assert meta["shipped_records"]["applied"][0]["config"] == config
+
+
 def test_every_shipped_records_file_holds_records_of_its_descriptor():
     folder = resources.files("tvmc.configs").joinpath(record.SHIPPED_FOLDER)
     files = [p for p in folder.iterdir() if p.name.endswith(".json")] if folder.is_dir() else []
@@ -97,5 +105,7 @@ def test_every_shipped_records_file_holds_records_of_its_descriptor():
         assert name in known_targets(), f"{path.name}: no shipped descriptor named {name}"
         target = resolve_target(name)
         records = load_records(path)
-        assert records and all(r.target_hash == target.hash for r in records), path.name
-        assert record.shipped_records(target) is not None
+        mine = record.of_target(target)
+        assert records and all(mine(r) for r in records), path.name
+        lookup = record.shipped_records(target)
+        assert lookup is not None and len(lookup.best) == len({r.key for r in records if r.ok}), path.name

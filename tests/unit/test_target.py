@@ -39,6 +39,28 @@ def test_yaml_path(tmp_path):
     assert t.hash != resolve_target("x86").hash
 
 
+def test_tuning_key_leaves_out_the_toolchain_and_the_name(tmp_path):
+    from dataclasses import replace
+
+    from tvmc.target import TOOL_FIELDS, with_cross_compiler
+
+    arm = resolve_target("arm")
+    key = arm.tuning_key
+    same_code = [with_cross_compiler(arm, "clang", "--target=aarch64-linux-gnu --sysroot=/opt/sysroot"),
+                 resolve_target("arm", {"emulator": "qemu-aarch64-static", "emulator_package": "deb:qemu-user-static"}),
+                 replace(arm, assembler=("ptxas",), browser=("chromium",), tools=(("wasm-ld", "deb:lld"),)),
+                 replace(arm, name="my-board")]
+    for t in same_code:
+        assert t.hash != arm.hash and t.tuning_key == key, t
+    other_code = [resolve_target("arm -mcpu=cortex-a72"), resolve_target("arm", {"l2_bytes": "1048576"}),
+                  resolve_target("arm", {"num_cores": "1"}), resolve_target("x86")]
+    for t in other_code:
+        assert t.tuning_key != key, t
+    assert resolve_target("cuda-sm90", {"allow_tf32": "true"}).tuning_key != resolve_target("cuda-sm90").tuning_key
+    assert not set(TOOL_FIELDS) & set(arm.code_facts()) and "name" not in arm.code_facts()
+    assert set(arm.code_facts()) | set(TOOL_FIELDS) | {"name"} >= set(arm.to_dict())
+
+
 def test_invalid_field_names_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(_x86_yaml().replace("vector_width_bits: 512", "vector_width_bits: 500"))

@@ -42,6 +42,8 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
+from tvmc.checks import bool_arg, int_arg, positive_number_arg
+
 
 class MeasureError(enum.IntEnum):
     NO_ERROR = 0
@@ -55,18 +57,42 @@ class MeasureError(enum.IntEnum):
 
 @dataclass(frozen=True)
 class MeasureOptions:
-    """number/repeat/min_repeat_ms: timing (module docstring); timeout_s: per candidate, build plus
-    run, or the run alone when build_timeout_s is set (then the build has build_timeout_s, as
-    AutoTVM's separate LocalBuilder and LocalRunner timeouts); parallel: build worker
-    processes; check: compare outputs with the fallback's."""
+    """How tuning candidates are built and timed, the one place of each measurement option (the
+    CLI builds it from tvmc.cli.MEASURE_FLAGS).
+
+    number:          runs per timing round (>= 1)
+    repeat:          timing rounds per candidate (>= 1), one cost each
+    min_repeat_ms:   milliseconds a round lasts at least: `number` grows until it does (>= 0)
+    timeout_s:       seconds per candidate, build plus run, or the run alone when build_timeout_s
+                     is set (then the build has build_timeout_s, as AutoTVM's separate
+                     LocalBuilder and LocalRunner timeouts); > 0
+    build_timeout_s: seconds per build (> 0), or None (see timeout_s)
+    parallel:        build worker processes (>= 1); None: one per core of this machine
+    check:           compare each candidate's output with the fallback config's
+
+    Raises TypeError or ValueError naming the field (tvmc.checks).
+    """
 
     number: int = 4
     repeat: int = 3
     min_repeat_ms: float = 0.0
     timeout_s: float = 10.0
     build_timeout_s: float | None = None
-    parallel: int = 2
+    parallel: int | None = None
     check: bool = True
+
+    def __post_init__(self):
+        canonical = {
+            "number": int_arg("number", self.number, 1),
+            "repeat": int_arg("repeat", self.repeat, 1),
+            "min_repeat_ms": positive_number_arg("min_repeat_ms", self.min_repeat_ms, "milliseconds", zero=True),
+            "timeout_s": positive_number_arg("timeout_s", self.timeout_s, "seconds"),
+            "build_timeout_s": positive_number_arg("build_timeout_s", self.build_timeout_s, "seconds", optional=True),
+            "parallel": int_arg("parallel", self.parallel if self.parallel is not None else os.cpu_count() or 1, 1),
+            "check": bool_arg("check", self.check),
+        }
+        for name, value in canonical.items():
+            object.__setattr__(self, name, value)
 
 
 @dataclass

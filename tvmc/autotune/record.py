@@ -3,15 +3,24 @@ stays readable after a kill (a torn last line is skipped when loading).
 
 A line (format version 1):
 
-    {"version": 1, "target": {"name": "x86", "hash": "<Target.hash>"},
-     "task": {"name": "conv2d_nchwc.x86", "op": "nn.conv2d_nchwc", "workload": [...],
+    {"version": 1, "target": {"name": "x86", "hash": "<Target.hash>", "tuning_key": "<Target.tuning_key>"},
+     "task": {"name": "conv2d_nchwc.cpu", "op": "nn.conv2d_nchwc", "workload": [...],
               "in_dtypes": ["float32", ...], "flops": 231211008},
      "config": {"tile_ow": 28, ...}, "costs_s": [0.0012, ...], "error": 0, "error_msg": "",
      "timestamp": 1700000000.0}
 
+Records key on the target's tuning key (Target.tuning_key: the facts that change generated
+code, not the toolchain), so records tuned on a device apply when cross-compiling for it. A line
+without "tuning_key" was written before it existed: it is of a target when its "hash" is that
+target's Target.hash, or the hash of that target with the toolchain of the shipped descriptor of
+its name (tvmc.target.shipped_toolchain: how it was tuned before --cross-compiler changed it).
+"hash" is still written, so that older tvmc versions read new files. Task names of the CPU
+implementations formerly named `*.x86` (they serve every CPU) are read as their `*.cpu` names
+(IMPL_ALIASES).
+
 `ApplyHistoryBest` is the `config_lookup` that `tvmc compile --tuning-records` passes down to
 lower_fused: the best valid record (lowest mean cost, error 0) per (implementation, workload)
-for the target's hash; records of another target hash are counted as not applicable, and a
+of the target (of_target); records of another target are counted as not applicable, and a
 record whose config does not fit the implementation's current config space is counted as stale.
 An op whose implementations (e.g. direct and im2col conv2d) both have records runs the one of
 lower mean cost. The summary counts both units `tvmc tune` reports: tuning tasks (one per
@@ -36,6 +45,7 @@ from tvmc.autotune.space import ConfigEntity
 from tvmc.autotune.task import Task, workload_count, workload_json, workload_key
 from tvmc.errors import TuningError
 from tvmc.paths import open_regular
+from tvmc.target import shipped_toolchain
 
 FORMAT_VERSION = 1
 
@@ -50,7 +60,8 @@ RECORD_SCHEMA = {
     "required": ["version", "target", "task", "config"],
     "properties": {
         "version": {"const": FORMAT_VERSION},
-        "target": {"type": "object", "required": ["hash"], "properties": {"hash": _STR, "name": _STR}},
+        "target": {"type": "object", "required": ["hash"],
+                   "properties": {"hash": _STR, "name": _STR, "tuning_key": _STR}},
         "task": {"type": "object", "required": ["name", "op", "workload", "in_dtypes", "flops"],
                  "properties": {"name": _STR, "op": _STR, "workload": {"type": "array"},
                                 "in_dtypes": {"type": "array", "items": _STR},
@@ -92,19 +103,29 @@ def parse_line(line: str) -> "Record":
     return Record(data)
 
 
+# Task names of records written before the CPU implementations were named `*.cpu` (they served
+# aarch64 and wasm as well as x86) -> the implementation's name now.
+IMPL_ALIASES = {f"{name}.x86": f"{name}.cpu" for name in (
+    "conv2d_nchw", "conv2d_nchwc", "conv2d_nchwc_im2col", "conv2d_transpose_nchw", "conv2d_winograd_nchwc",
+    "dense", "dense_pack", "det", "log_softmax", "lrn", "matmul", "pool", "reduce", "selection", "softmax", "topk",
+    "window_reduce")}
+
+
 def _tupled(x):
     return tuple(_tupled(v) for v in x) if isinstance(x, list) else x
 
 
 class Record:
-    """One parsed line."""
+    """One parsed line. `impl` is the implementation's current name (IMPL_ALIASES applied);
+    `data` the line as written; `tuning_key` None for a line written before tuning keys."""
 
     def __init__(self, data: dict):
         self.data = data
         self.target_hash = data["target"]["hash"]
+        self.tuning_key = data["target"].get("tuning_key")
         self.target_name = data["target"].get("name", "?")
         t = data["task"]
-        self.impl = t["name"]
+        self.impl = IMPL_ALIASES.get(t["name"], t["name"])
         self.workload_key = workload_key(t["workload"])
         self.config = dict(data["config"])
         self.costs_s = list(data.get("costs_s") or [])
@@ -124,10 +145,22 @@ class Record:
 
     def task(self) -> Task:
         t = self.data["task"]
-        return Task(t["op"], t["name"], _tupled(t["workload"]), tuple(t["in_dtypes"]), int(t["flops"]))
+        return Task(t["op"], self.impl, _tupled(t["workload"]), tuple(t["in_dtypes"]), int(t["flops"]))
 
     def config_key(self) -> str:
         return json.dumps(self.config, sort_keys=True)
+
+    @property
+    def target_label(self) -> str:
+        """'name (key)': the target a record was tuned for, as the not-applicable line names it."""
+        return f"{self.target_name} ({self.tuning_key or self.target_hash})"
+
+
+def of_target(target):
+    """A predicate Record -> bool: whether the record was measured for `target`, by its tuning
+    key, or for a record without one by its hash (see the module docstring)."""
+    key, hashes = target.tuning_key, {target.hash, shipped_toolchain(target).hash}
+    return lambda r: r.tuning_key == key if r.tuning_key is not None else r.target_hash in hashes
 
 
 def config_key(config: dict) -> str:
@@ -138,7 +171,7 @@ def encode(target, task: Task, config: dict, result) -> str:
     """One record line (no newline) for MeasureResult `result` of `config` on `task`."""
     return json.dumps({
         "version": FORMAT_VERSION,
-        "target": {"name": target.name, "hash": target.hash},
+        "target": {"name": target.name, "hash": target.hash, "tuning_key": target.tuning_key},
         "task": {"name": task.impl, "op": task.op, "workload": workload_json(task.workload),
                  "in_dtypes": list(task.in_dtypes), "flops": task.flops},
         "config": dict(config),
@@ -227,11 +260,11 @@ class ApplyHistoryBest:
     def __init__(self, records, target, sha256: str = ""):
         self.target, self.sha256 = target, sha256
         self.best: dict = {}
-        self.other_targets: dict = {}  # target name (hash) -> record count
+        self.other_targets: dict = {}  # target name (tuning key, or hash) -> record count
+        mine = of_target(target)
         for r in records:
-            if r.target_hash != target.hash:
-                name = f"{r.target_name} ({r.target_hash})"
-                self.other_targets[name] = self.other_targets.get(name, 0) + 1
+            if not mine(r):
+                self.other_targets[r.target_label] = self.other_targets.get(r.target_label, 0) + 1
                 continue
             if r.ok and (r.key not in self.best or r.mean_s < self.best[r.key].mean_s):
                 self.best[r.key] = r
@@ -302,8 +335,9 @@ def shipped_records_path(target):
 
 def shipped_records(target) -> "ApplyHistoryBest | None":
     """The shipped records of `target` as a config lookup when the file exists and holds records
-    of exactly this target (its hash: a descriptor changed by an option or a cross compiler does
-    not match); else None. Raises TuningError on a damaged file (a packaging error)."""
+    of this target (of_target: a descriptor whose code an option changes does not match, one
+    linked by a cross compiler does); else None. Raises TuningError on a damaged file (a
+    packaging error)."""
     path = shipped_records_path(target)
     if path is None:
         return None

@@ -29,7 +29,7 @@ class Task:
     """One tuning task.
 
     op:        operator name of the anchor (e.g. "nn.conv2d_nchwc")
-    impl:      implementation name = the task name (e.g. "conv2d_nchwc.x86")
+    impl:      implementation name = the task name (e.g. "conv2d_nchwc.cpu")
     workload:  tvmc.ops.fused.workload of the anchor call (input shapes, output shape, dtype, attrs)
     in_dtypes: dtypes of the anchor's inputs
     flops:     FLOPs of one call (see the module docstring)

@@ -33,19 +33,31 @@ import numpy as np
 
 from tvmc.autotune.features import config_features
 from tvmc.autotune.measure import MeasureOptions, Measurer, build_candidate
-from tvmc.autotune.record import RecordWriter, config_key, load_records
+from tvmc.autotune.record import RecordWriter, config_key, load_records, of_target
 from tvmc.autotune.task import workload_key
-from tvmc.autotune.tuner import make_tuner
+from tvmc.autotune.tuner import TUNERS, make_tuner
+from tvmc.checks import choice_arg, int_arg, path_arg, positive_number_arg
 
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """trials: measurements in all (split over the tasks, see split_budget); tuner: xgb, ga,
-    random, grid; early_stopping: stop a task after this many trials without a new best;
-    batch_size: candidates per tuner step; measure: how candidates are built and timed;
-    prior_records: records not measured again; seed: the tuners' seed; time_budget_s: seconds
-    for the whole search, shared by the tasks as their trials are (a task stops at the first
-    batch that ends past its share; None: no limit)."""
+    """Everything `tvmc tune` sets about the search, the one place of each tuning option (the
+    CLI builds it from tvmc.cli.TUNE_FLAGS and MEASURE_FLAGS; the graph the tasks are taken from
+    is a CompileOptions of its own).
+
+    trials:         measurements in all (>= 1), split over the tasks (see split_budget)
+    tuner:          xgb, ga, random or grid (tvmc.autotune.tuner.TUNERS)
+    early_stopping: stop a task after this many trials without a new best (>= 1), or None
+    batch_size:     candidates per tuner step (>= 1)
+    measure:        how candidates are built and timed (MeasureOptions)
+    prior_records:  path of records whose configs are not measured again (other tasks' train the
+                    xgb tuner's model), or None
+    seed:           the tuners' seed (>= 0)
+    time_budget_s:  seconds for the whole search (> 0), shared by the tasks as their trials are (a
+                    task stops at the first batch that ends past its share); None: no limit
+
+    Raises TypeError or ValueError naming the field (tvmc.checks).
+    """
 
     trials: int = 200
     tuner: str = "xgb"
@@ -55,6 +67,21 @@ class TuneOptions:
     prior_records: str | None = None
     seed: int = 0
     time_budget_s: float | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.measure, MeasureOptions):
+            raise TypeError(f"measure must be a MeasureOptions, got {type(self.measure).__name__}")
+        canonical = {
+            "trials": int_arg("trials", self.trials, 1),
+            "tuner": choice_arg("tuner", self.tuner, TUNERS),
+            "early_stopping": int_arg("early_stopping", self.early_stopping, 1, optional=True),
+            "batch_size": int_arg("batch_size", self.batch_size, 1),
+            "prior_records": path_arg("prior_records", self.prior_records, optional=True),
+            "seed": int_arg("seed", self.seed, 0),
+            "time_budget_s": positive_number_arg("time_budget_s", self.time_budget_s, "seconds", optional=True),
+        }
+        for name, value in canonical.items():
+            object.__setattr__(self, name, value)
 
 
 class _OutOfTime(Exception):
@@ -129,7 +156,8 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
         previous += load_records(options.prior_records)
     if os.path.exists(output) and os.path.getsize(output) > 0:
         previous += load_records(output)
-    mine = [r for r in previous if r.target_hash == target.hash]
+    of_this_target = of_target(target)
+    mine = [r for r in previous if of_this_target(r)]
     budgets = budgets or split_budget(tasks, options.trials, target)
     progress = progress or Progress()
     results = []

@@ -24,7 +24,7 @@ from tvmc.ops.gpu.injective import generic_config
 from tvmc.ops.gpu.selection import schedule_sequential
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
-SELECTION = {"cpu": [Implementation("selection.x86", schedule_reduce)],
+SELECTION = {"cpu": [Implementation("selection.cpu", schedule_reduce)],
              "gpu": [Implementation("selection.gpu", schedule_sequential, config_space=generic_config)]}
 
 INT64 = "int64"

@@ -26,7 +26,7 @@ from tvmc.ops.gpu.injective import generic_config
 from tvmc.ops.gpu.linalg import schedule_det_per_thread
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
-DET = {"cpu": [Implementation("det.x86", schedule_det)],
+DET = {"cpu": [Implementation("det.cpu", schedule_det)],
        "gpu": [Implementation("det.gpu", schedule_det_per_thread, config_space=generic_config)]}
 
 

@@ -122,7 +122,7 @@ def grouped(wl) -> bool:
 
 
 register_op(OpDef("nn.conv2d", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
-    "cpu": [Implementation("conv2d_nchw.x86", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
+    "cpu": [Implementation("conv2d_nchw.cpu", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
     "gpu": [Implementation("conv2d_nchw_tensorcore.gpu", None, config_space=tensorcore_config,
                            applies=tensorcore_applies, template=schedule_conv2d_tensorcore,
                            supports=tensorcore_supports),

@@ -168,8 +168,8 @@ def _not_depthwise(wl) -> bool:
 # The direct form is the default (no records); `tvmc tune` measures both and compile takes the
 # faster per workload (tvmc.ops.fused._choose_implementation).
 register_op(OpDef("nn.conv2d_nchwc", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
-    "cpu": [Implementation("conv2d_nchwc.x86", schedule_conv2d_nchwc, config_space=conv2d_nchwc_config),
-            Implementation("conv2d_nchwc_im2col.x86", schedule_conv2d_nchwc_im2col, compute=_im2col_compute,
+    "cpu": [Implementation("conv2d_nchwc.cpu", schedule_conv2d_nchwc, config_space=conv2d_nchwc_config),
+            Implementation("conv2d_nchwc_im2col.cpu", schedule_conv2d_nchwc_im2col, compute=_im2col_compute,
                            config_space=conv2d_nchwc_config, applies=_not_depthwise)],
     "gpu": [Implementation("conv2d_nchwc.gpu", schedule_generic, config_space=generic_config)],
 }))

@@ -151,10 +151,10 @@ def _compute(fn):
 
 # x86: the dilated, padded input is the anchor's first producer (kept, elementwise loops) and the
 # flipped weight view is inlined into the accumulator, so the convolution runs with
-# conv2d_nchw.x86's schedule and knobs (register tiles over oc x ow, epilogue on the tile).
+# conv2d_nchw.cpu's schedule and knobs (register tiles over oc x ow, epilogue on the tile).
 register_op(OpDef("nn.conv2d_transpose", _type_nd(2), _reference, OpPattern.OUT_ELEMWISE_FUSABLE,
                   _compute(conv2d_transpose_nchw), {
-    "cpu": [Implementation("conv2d_transpose_nchw.x86", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
+    "cpu": [Implementation("conv2d_transpose_nchw.cpu", schedule_conv2d_nchw, config_space=conv2d_nchw_config)],
     "gpu": [Implementation("conv2d_transpose_nchw.gpu", schedule_conv2d_direct, config_space=conv2d_direct_config,
                            applies=ungrouped),
             Implementation("conv2d_transpose_nchw_grouped.gpu", schedule_generic, config_space=generic_config,

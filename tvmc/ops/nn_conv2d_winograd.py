@@ -181,7 +181,7 @@ def _flops(workload) -> int:
 # AlterOpLayout emits this op for CPU targets only (its rule: tvmc.ops.cpu.conv2d_winograd); the GPU
 # family runs it, like nn.conv2d_nchwc, with the generic per-thread schedule.
 register_op(OpDef("nn.conv2d_winograd_nchwc", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
-    "cpu": [Implementation("conv2d_winograd_nchwc.x86", schedule_conv2d_winograd,
+    "cpu": [Implementation("conv2d_winograd_nchwc.cpu", schedule_conv2d_winograd,
                            config_space=conv2d_winograd_config)],
     "gpu": [Implementation("conv2d_winograd_nchwc.gpu", schedule_generic, config_space=generic_config)],
 }, flops=_flops))

@@ -34,7 +34,7 @@ def dense(data, weight):
 
 register_op(OpDef("nn.dense", _dense_type, lambda x, w: (x.astype(np.float64) @ w.T.astype(np.float64)).astype(x.dtype),
                   OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: dense(*inputs), {
-                      "cpu": [Implementation("dense.x86", schedule_dense, config_space=dense_config)],
+                      "cpu": [Implementation("dense.cpu", schedule_dense, config_space=dense_config)],
                       "gpu": [Implementation("dense_tensorcore.gpu", None, config_space=tensorcore_config,
                                              applies=tensorcore_applies, template=schedule_dense_tensorcore,
                                              supports=tensorcore_supports),
@@ -68,7 +68,7 @@ def matmul(a, b, out_shape):
 register_op(OpDef("nn.matmul", _matmul_type,
                   lambda a, b: np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),
                   OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: matmul(*inputs, out_type.shape), {
-                      "cpu": [Implementation("matmul.x86", schedule_matmul, config_space=matmul_config)],
+                      "cpu": [Implementation("matmul.cpu", schedule_matmul, config_space=matmul_config)],
                       "gpu": [Implementation("matmul_tensorcore.gpu", None, config_space=tensorcore_config,
                                              applies=tensorcore_applies, template=schedule_matmul_tensorcore,
                                              supports=tensorcore_supports),
@@ -122,6 +122,6 @@ def _dense_pack_ref(x, w, units=None):
 
 register_op(OpDef("nn.dense_pack", _dense_pack_type, _dense_pack_ref, OpPattern.OUT_ELEMWISE_FUSABLE,
                   lambda inputs, attrs, out_type: dense_pack(*inputs, attrs.get("units")), {
-                      "cpu": [Implementation("dense_pack.x86", schedule_dense_pack, config_space=dense_pack_config)],
+                      "cpu": [Implementation("dense_pack.cpu", schedule_dense_pack, config_space=dense_pack_config)],
                       "gpu": [Implementation("dense_pack.gpu", schedule_generic, config_space=generic_config)]},
                   flops=lambda wl: 2 * wl[2][0] * wl[2][1] * wl[0][1]))  # 2 M N K: padding columns not counted

@@ -51,7 +51,7 @@ def _softmax_ref(x, axis):
 
 register_op(OpDef("nn.softmax", _softmax_type, _softmax_ref, OpPattern.OPAQUE,
                   lambda inputs, attrs, out_type: softmax(inputs[0], attrs["axis"]),
-                  {"cpu": [Implementation("softmax.x86", schedule_softmax)],
+                  {"cpu": [Implementation("softmax.cpu", schedule_softmax)],
                    "gpu": [Implementation("softmax.gpu", schedule_softmax_gpu, config_space=softmax_config)]}))
 
 
@@ -87,7 +87,7 @@ def _lrn_ref(x, size, alpha, beta, bias):
 register_op(OpDef("nn.lrn", _lrn_type, _lrn_ref, OpPattern.OPAQUE,
                   lambda inputs, attrs, out_type: lrn(inputs[0], attrs["size"], attrs["alpha"], attrs["beta"],
                                                       attrs["bias"]),
-                  {"cpu": [Implementation("lrn.x86", schedule_lrn)],
+                  {"cpu": [Implementation("lrn.cpu", schedule_lrn)],
                    "gpu": [Implementation("lrn.gpu", schedule_generic, config_space=generic_config)]}))
 
 
@@ -134,5 +134,5 @@ def _log_softmax_ref(x, axis):
 
 register_op(OpDef("nn.log_softmax", _softmax_type, _log_softmax_ref, OpPattern.OPAQUE,
                   lambda inputs, attrs, out_type: log_softmax(inputs[0], attrs["axis"]),
-                  {"cpu": [Implementation("log_softmax.x86", schedule_softmax)],
+                  {"cpu": [Implementation("log_softmax.cpu", schedule_softmax)],
                    "gpu": [Implementation("log_softmax.gpu", schedule_softmax_gpu, config_space=softmax_config)]}))

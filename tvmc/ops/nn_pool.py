@@ -20,7 +20,7 @@ from tvmc.ops.reduce import WINDOW
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
-POOL = {"cpu": [Implementation("pool.x86", schedule_pool)],
+POOL = {"cpu": [Implementation("pool.cpu", schedule_pool)],
         "gpu": [Implementation("pool.gpu", schedule_generic, config_space=generic_config)]}
 # global pooling on GPUs: a block per (n, c), its threads reducing H x W (cross-thread reduction)
 GLOBAL_POOL = {"cpu": POOL["cpu"], "gpu": [Implementation("global_pool.gpu", schedule_reduce, config_space=reduce_config)]}

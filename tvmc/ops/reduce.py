@@ -13,12 +13,12 @@ from tvmc.ops.gpu.reduction import reduce_config
 from tvmc.ops.gpu.reduction import schedule_reduce as schedule_reduce_gpu
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
-REDUCE = {"cpu": [Implementation("reduce.x86", schedule_reduce)],
+REDUCE = {"cpu": [Implementation("reduce.cpu", schedule_reduce)],
           "gpu": [Implementation("reduce.gpu", schedule_reduce_gpu, config_space=reduce_config)]}
 # gather-form window operators (col2im, the 3-D transposed convolution, max-pool indices): each
 # output element reduces over its own window of taps; no dedicated schedule (not hot ops): the
 # reductions at root with their outer loops parallel on CPUs, one output element per thread on GPUs
-WINDOW = {"cpu": [Implementation("window_reduce.x86", schedule_reduce)],
+WINDOW = {"cpu": [Implementation("window_reduce.cpu", schedule_reduce)],
           "gpu": [Implementation("window_reduce.gpu", schedule_generic, config_space=generic_config)]}
 
 

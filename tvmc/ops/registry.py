@@ -33,7 +33,7 @@ class OpPattern(enum.IntEnum):
 class Implementation:
     """One way to compute and schedule an op on a target family.
 
-    name:         unique, also the tuning task name (e.g. "conv2d_nchw.x86").
+    name:         unique, also the tuning task name (e.g. "conv2d_nchw.cpu").
     compute:      (inputs: list[te.Tensor], attrs: dict, out_type: TensorType) -> te.Tensor;
                   None means the OpDef's compute.
     schedule:     (sch: te.Schedule, out: te.Tensor, anchor: te.Tensor, cfg: ConfigEntity,

@@ -18,7 +18,7 @@ from tvmc.ops.cpu.reduction import schedule_reduce
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
-TOPK = {"cpu": [Implementation("topk.x86", schedule_reduce)],
+TOPK = {"cpu": [Implementation("topk.cpu", schedule_reduce)],
         "gpu": [Implementation("topk.gpu", schedule_generic, config_space=generic_config)]}
 
 
