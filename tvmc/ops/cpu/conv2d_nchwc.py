@@ -131,20 +131,21 @@ def conv2d_nchwc_config(workload, target) -> ConfigSpace:
     1..4, and without groups tile_oc (divisors of O // oc_bn up to MAX_TILE_OC) and, for kernels
     larger than 1x1, `reorder_kernel_first`; fallbacks by fallback_register_tile."""
     _, weight, out = workload[:3]
-    ow = out[3]
+    _, oc_chunk, oh, ow, _ = out
+    _, _, kh, kw, ic_bn, _ = weight
     grouped = dict(workload[-1]).get("groups", 1) != 1
-    tile_oc, tile_ow = fallback_register_tile(ow, 1 if grouped else out[1], target, weight[4])
-    regs = accumulator_registers(target, weight[4])
+    tile_oc, tile_ow = fallback_register_tile(ow, 1 if grouped else oc_chunk, target, ic_bn)
+    regs = accumulator_registers(target, ic_bn)
     space = ConfigSpace()
     divisors = [f for f in range(1, min(ow, target.num_vector_registers) + 1) if ow % f == 0]
     partial = [t for t in range(max(1, regs // 2), min(regs, ow - 1) + 1) if ow % t]
     space.define_knob("tile_ow", sorted(divisors + partial), fallback=tile_ow)
     space.define_knob("unroll_ic", [False, True], fallback=False)
     space.define_knob("unroll_kw", [False, True], fallback=False)
-    space.define_knob("tile_oh", list(range(1, min(out[2], 4) + 1)), fallback=1)
+    space.define_knob("tile_oh", list(range(1, min(oh, 4) + 1)), fallback=1)
     if not grouped:
-        space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if out[1] % f == 0], fallback=tile_oc)
-        if weight[2] * weight[3] > 1:
+        space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_chunk % f == 0], fallback=tile_oc)
+        if kh * kw > 1:
             space.define_knob("reorder_kernel_first", [False, True], fallback=False)
     return space
 

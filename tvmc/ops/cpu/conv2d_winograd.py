@@ -67,16 +67,17 @@ def conv2d_winograd_config(workload, target) -> ConfigSpace:
     C//ib, ib, ob], out shapes, dtype, attrs): tile_oc (divisors of O//ob up to MAX_TILE_OC) and
     tile_p (divisors of P up to num_vector_registers, and the partial widths in [R/2, R])."""
     _, weight, out = workload[:3]
+    _, oc_chunk, _, ic_bn, _ = weight
+    n, _, oh, ow, _ = out
     m = dict(workload[-1])["tile_size"]
-    tiles = out[0] * -(-out[2] // m) * -(-out[3] // m)
-    oc_blocks = weight[1]
-    tile_oc, tile_p = fallback_register_tile(tiles, oc_blocks, target, weight[3])
-    regs = accumulator_registers(target, weight[3])
-    divisors = [f for f in range(1, min(tiles, target.num_vector_registers) + 1) if tiles % f == 0]
-    partial = [t for t in range(max(1, regs // 2), min(regs, tiles - 1) + 1) if tiles % t]
+    p = n * -(-oh // m) * -(-ow // m)  # output tiles: the GEMM's P
+    tile_oc, tile_p = fallback_register_tile(p, oc_chunk, target, ic_bn)
+    regs = accumulator_registers(target, ic_bn)
+    divisors = [f for f in range(1, min(p, target.num_vector_registers) + 1) if p % f == 0]
+    partial = [t for t in range(max(1, regs // 2), min(regs, p - 1) + 1) if p % t]
     space = ConfigSpace()
     space.define_knob("tile_p", sorted(set(divisors + partial + [tile_p])), fallback=tile_p)
-    space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_blocks % f == 0], fallback=tile_oc)
+    space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_chunk % f == 0], fallback=tile_oc)
     return space
 
 
