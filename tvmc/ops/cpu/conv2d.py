@@ -29,6 +29,7 @@ def schedule_conv2d_nchw(s, out, anchor, cfg, target):
     pad = next((t for t in anchor.op.input_tensors() if t.op is not None), None)
     if pad is not None:
         schedule_elementwise_loops(s, pad, target)
-    schedule_tiled_reduction(s, out, anchor, tiles={1: cfg["tile_oc"], 3: cfg["tile_ow"]},
-                             vector_axis=3, unroll_axes=(1,), parallel_depth=3, target=target,
+    n, oc, oh, ow = anchor.op.axis
+    schedule_tiled_reduction(s, out, anchor, tiles={oc: cfg["tile_oc"], ow: cfg["tile_ow"]},
+                             vector_axis=ow, unroll_axes=(oc,), parallel_depth=3, target=target,
                              keep=[pad] if pad is not None else ())

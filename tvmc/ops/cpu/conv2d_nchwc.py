@@ -3,9 +3,9 @@ tile of `tile_ow` columns x `oc_bn` channels lives in vector registers (one regi
 the oc_bn axis as its lanes: 16 lanes = one zmm with AVX-512); the reduction runs over
 (ic_outer, kh, kw, ic_inner), ic_inner and kw unrolled as the knobs say, each step one weight
 vector load and `tile_ow` multiply-adds with the input element broadcast from memory; the
-elementwise epilogue runs on the tile; (n, oc_outer, oh) are fused into the parallel loop. The
+elementwise epilogue runs on the tile; (n, oc_chunk, oh) are fused into the parallel loop. The
 padded input is materialized once (NCHW[x]c rows in parallel, the block vectorized); depthwise
-tiles pad their own input windows instead (see _pad_per_tile).
+tiles pad their own input windows instead (tiling.pad_per_tile).
 
 Knobs:
   tile_ow    output columns per register tile (a divisor of OW, or the fallback's value; a tile
@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.cpu.injective import schedule_blocked_loops, schedule_elementwise_loops
-from tvmc.ops.cpu.tiling import schedule_tiled_reduction
+from tvmc.ops.cpu.tiling import pad_per_tile, schedule_tiled_reduction
 
 # Registers kept free of accumulators (weight vector, broadcast input, spills of addresses).
 RESERVED_VECTOR_REGISTERS = 4
@@ -131,20 +131,21 @@ def conv2d_nchwc_config(workload, target) -> ConfigSpace:
     1..4, and without groups tile_oc (divisors of O // oc_bn up to MAX_TILE_OC) and, for kernels
     larger than 1x1, `reorder_kernel_first`; fallbacks by fallback_register_tile."""
     _, weight, out = workload[:3]
-    ow = out[3]
+    _, oc_chunk, oh, ow, _ = out
+    _, _, kh, kw, ic_bn, _ = weight
     grouped = dict(workload[-1]).get("groups", 1) != 1
-    tile_oc, tile_ow = fallback_register_tile(ow, 1 if grouped else out[1], target, weight[4])
-    regs = accumulator_registers(target, weight[4])
+    tile_oc, tile_ow = fallback_register_tile(ow, 1 if grouped else oc_chunk, target, ic_bn)
+    regs = accumulator_registers(target, ic_bn)
     space = ConfigSpace()
     divisors = [f for f in range(1, min(ow, target.num_vector_registers) + 1) if ow % f == 0]
     partial = [t for t in range(max(1, regs // 2), min(regs, ow - 1) + 1) if ow % t]
     space.define_knob("tile_ow", sorted(divisors + partial), fallback=tile_ow)
     space.define_knob("unroll_ic", [False, True], fallback=False)
     space.define_knob("unroll_kw", [False, True], fallback=False)
-    space.define_knob("tile_oh", list(range(1, min(out[2], 4) + 1)), fallback=1)
+    space.define_knob("tile_oh", list(range(1, min(oh, 4) + 1)), fallback=1)
     if not grouped:
-        space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if out[1] % f == 0], fallback=tile_oc)
-        if weight[2] * weight[3] > 1:
+        space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_chunk % f == 0], fallback=tile_oc)
+        if kh * kw > 1:
             space.define_knob("reorder_kernel_first", [False, True], fallback=False)
     return space
 
@@ -157,7 +158,10 @@ def schedule_conv2d_nchwc(s, out, anchor, cfg, target):
         schedule_blocked_loops(s, pad, target)
     _schedule_register_tile(s, out, anchor, cfg, target, pad)
     if pad is not None and depthwise:
-        _pad_per_tile(s, pad)
+        # with only KH x KW multiply-adds per loaded vector, a padded copy of the whole input
+        # cost more than the convolution (MobileNetV2's 112x112 stride-2 layer: 0.59 -> 0.30 ms
+        # on one thread)
+        pad_per_tile(s, pad)
 
 
 def schedule_conv2d_nchwc_im2col(s, out, anchor, cfg, target):
@@ -172,30 +176,26 @@ def schedule_conv2d_nchwc_im2col(s, out, anchor, cfg, target):
 def _schedule_register_tile(s, out, anchor, cfg, target, keep):
     """The tile_oh x tile_ow x oc_bn register tile shared by both forms (see the module docstring);
     `keep` is the materialized input stage (padded data or im2col), or None."""
+    n, oc_chunk, oh, ow, oc_block = anchor.op.axis
     # reduce axes as conv2d_nchwc declares them: (ic_outer, kh, kw, ic_inner), depthwise (kh, kw)
-    n_red = len(anchor.op.reduce_axis)
-    kw_axis = n_red - 2 if n_red == 4 else n_red - 1
-    unroll = ([3] if n_red == 4 and cfg["unroll_ic"] else []) + ([kw_axis] if cfg["unroll_kw"] else [])
-    rolled = [3] if n_red == 4 and not cfg["unroll_ic"] and rolls_ic_inner(target) else []
-    tiles = {3: cfg["tile_ow"], 4: anchor.shape[4]}
+    if len(anchor.op.reduce_axis) == 4:
+        ic_outer, kh, kw, ic_inner = anchor.op.reduce_axis
+        unroll = [ic_inner] if cfg["unroll_ic"] else []
+        rolled = [ic_inner] if not cfg["unroll_ic"] and rolls_ic_inner(target) else []
+    else:
+        kh, kw = anchor.op.reduce_axis
+        unroll, rolled = [], []
+    unroll += [kw] if cfg["unroll_kw"] else []
+    tiles = {ow: cfg["tile_ow"], oc_block: oc_block.extent}
     if cfg.get("tile_oh", 1) > 1:  # a one-row tile leaves OH whole in the outer loops
-        tiles[2] = cfg["tile_oh"]
-    unroll_axes = (2, 3)
+        tiles[oh] = cfg["tile_oh"]
+    unroll_axes = (oh, ow)
     if cfg.get("tile_oc", 1) > 1:  # one channel block leaves O//ob whole in the outer loops
-        tiles[1] = cfg["tile_oc"]
-        unroll_axes = (1, 2, 3)
-    order = (1, 2, 0, 3) if cfg.get("reorder_kernel_first", False) else None
-    schedule_tiled_reduction(s, out, anchor, tiles=tiles, vector_axis=4, unroll_axes=unroll_axes, unroll_reduce=unroll,
-                             reduce_order=order, parallel_depth=3, target=target,
+        tiles[oc_chunk] = cfg["tile_oc"]
+        unroll_axes = (oc_chunk, oh, ow)
+    order = (kh, kw, ic_outer, ic_inner) if cfg.get("reorder_kernel_first", False) else None
+    schedule_tiled_reduction(s, out, anchor, tiles=tiles, vector_axis=oc_block, unroll_axes=unroll_axes,
+                             unroll_reduce=unroll, reduce_order=order, parallel_depth=3, target=target,
                              keep=[keep] if keep is not None else (), rolled_reduce=rolled)
 
-
-def _pad_per_tile(s, pad):
-    """Depthwise: each register tile pads its own input window (KH rows x the tile's columns of
-    one channel block) into a local buffer, instead of a padded copy of the whole input: with
-    only KH x KW multiply-adds per loaded vector, the extra pass over memory cost more than the
-    convolution (MobileNetV2's 112x112 stride-2 layer: 0.59 -> 0.30 ms on one thread)."""
-    acc = next(st for st in s.stages if st.op.reduce_axis)
-    s[pad].compute_at(acc, acc.leaf[0])
-    s[pad].vectorize(s[pad].op.axis[4])
 

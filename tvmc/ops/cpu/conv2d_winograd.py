@@ -67,16 +67,17 @@ def conv2d_winograd_config(workload, target) -> ConfigSpace:
     C//ib, ib, ob], out shapes, dtype, attrs): tile_oc (divisors of O//ob up to MAX_TILE_OC) and
     tile_p (divisors of P up to num_vector_registers, and the partial widths in [R/2, R])."""
     _, weight, out = workload[:3]
+    _, oc_chunk, _, ic_bn, _ = weight
+    n, _, oh, ow, _ = out
     m = dict(workload[-1])["tile_size"]
-    tiles = out[0] * -(-out[2] // m) * -(-out[3] // m)
-    oc_blocks = weight[1]
-    tile_oc, tile_p = fallback_register_tile(tiles, oc_blocks, target, weight[3])
-    regs = accumulator_registers(target, weight[3])
-    divisors = [f for f in range(1, min(tiles, target.num_vector_registers) + 1) if tiles % f == 0]
-    partial = [t for t in range(max(1, regs // 2), min(regs, tiles - 1) + 1) if tiles % t]
+    p = n * -(-oh // m) * -(-ow // m)  # output tiles: the GEMM's P
+    tile_oc, tile_p = fallback_register_tile(p, oc_chunk, target, ic_bn)
+    regs = accumulator_registers(target, ic_bn)
+    divisors = [f for f in range(1, min(p, target.num_vector_registers) + 1) if p % f == 0]
+    partial = [t for t in range(max(1, regs // 2), min(regs, p - 1) + 1) if p % t]
     space = ConfigSpace()
     space.define_knob("tile_p", sorted(set(divisors + partial + [tile_p])), fallback=tile_p)
-    space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_blocks % f == 0], fallback=tile_oc)
+    space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_chunk % f == 0], fallback=tile_oc)
     return space
 
 
@@ -93,9 +94,12 @@ def schedule_conv2d_winograd(s, out, anchor, cfg, target):
     if pad is not None:
         schedule_blocked_loops(s, pad, target)
     _schedule_input_tile(s, tile, parallel)
-    schedule_tiled_reduction(s, gemm, gemm, tiles={1: cfg["tile_oc"], 2: cfg["tile_p"], 3: gemm.shape[3]},
-                             vector_axis=3, unroll_axes=(1, 2), parallel_depth=3, target=target,
-                             keep=keep + [out, anchor], rolled_reduce=[1] if rolls_ic_inner(target) else ())
+    eps, oc_chunk, p, oc_block = gemm.op.axis  # eps: the position in the alpha x alpha grid
+    ic_outer, ic_inner = gemm.op.reduce_axis
+    tiles = {oc_chunk: cfg["tile_oc"], p: cfg["tile_p"], oc_block: oc_block.extent}
+    schedule_tiled_reduction(s, gemm, gemm, tiles=tiles, vector_axis=oc_block, unroll_axes=(oc_chunk, p),
+                             parallel_depth=3, target=target, keep=keep + [out, anchor],
+                             rolled_reduce=[ic_inner] if rolls_ic_inner(target) else ())
     _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm), parallel)
     if reshaped:
         schedule_elementwise_loops(s, out, target)
@@ -107,30 +111,30 @@ def _tile_size(gemm) -> int:
 
 
 def _schedule_input_tile(s, tile, parallel: bool):
-    """V [alpha^2, P, C//ib, ib]: (tile, channel block) pairs outer, grid positions unrolled, the
-    channel block vectorized."""
+    """V [alpha^2, P, C//ib, ib]: (tile p, ic_chunk) pairs outer, grid positions eps unrolled, the
+    channel block ic_block vectorized."""
     st = s[tile]
-    e, p, c, ci = st.op.axis
-    st.reorder(p, c, e, ci)
-    st.unroll(e)
-    st.vectorize(ci)
-    head = st.fuse(p, c)
+    eps, p, ic_chunk, ic_block = st.op.axis
+    st.reorder(p, ic_chunk, eps, ic_block)
+    st.unroll(eps)
+    st.vectorize(ic_block)
+    head = st.fuse(p, ic_chunk)
     if parallel:
         st.parallel(head)
 
 
 def _schedule_output_tile(s, t, m, parallel: bool):
     """[N, O//ob, OH, OW, ob]: rows and columns split by the tile size m and unrolled (the
-    position in the tile selects its A^T rows at compile time), ob vectorized, (n, oc, row
-    tile) in parallel."""
+    position in the tile selects its A^T rows at compile time), oc_block vectorized, (n,
+    oc_chunk, oh_outer) in parallel."""
     st = s[t]
-    nn, o, y, x, oi = st.op.axis
-    yo, yi = st.split(y, m)
-    xo, xi = st.split(x, m)
-    st.reorder(nn, o, yo, xo, yi, xi, oi)
-    st.unroll(yi)
-    st.unroll(xi)
-    st.vectorize(oi)
-    head = st.fuse(nn, o, yo)
+    n, oc_chunk, oh, ow, oc_block = st.op.axis
+    oh_outer, oh_inner = st.split(oh, m)
+    ow_outer, ow_inner = st.split(ow, m)
+    st.reorder(n, oc_chunk, oh_outer, ow_outer, oh_inner, ow_inner, oc_block)
+    st.unroll(oh_inner)
+    st.unroll(ow_inner)
+    st.vectorize(oc_block)
+    head = st.fuse(n, oc_chunk, oh_outer)
     if parallel:
         st.parallel(head)

@@ -40,7 +40,8 @@ def schedule_dense(s, out, anchor, cfg, target):
     through the epilogue; with tile_k = 1 each output is a scalar dot product, tile_n of them
     unrolled."""
     if cfg["tile_k"] == 1 or tuple(out.shape) != tuple(anchor.shape):
-        schedule_tiled_reduction(s, out, anchor, tiles={1: cfg["tile_n"]}, vector_axis=-1, unroll_axes=(1,),
+        m, n = anchor.op.axis
+        schedule_tiled_reduction(s, out, anchor, tiles={n: cfg["tile_n"]}, vector_axis=None, unroll_axes=(n,),
                                  parallel_depth=2, target=target)
         return
     parallel = worth_parallel(anchor)
@@ -48,10 +49,10 @@ def schedule_dense(s, out, anchor, cfg, target):
     partial = s.rfactor(anchor, cfg["tile_k"])
     st = s[out]
     m, n = st.op.axis
-    no, ni = st.split(n, cfg["tile_n"])
-    st.reorder(m, no, ni)
-    st.unroll(ni)
-    head = st.fuse(m, no)
+    n_outer, n_inner = st.split(n, cfg["tile_n"])
+    st.reorder(m, n_outer, n_inner)
+    st.unroll(n_inner)
+    head = st.fuse(m, n_outer)
     if parallel:
         st.parallel(head)
     ps = s[partial]
@@ -59,11 +60,12 @@ def schedule_dense(s, out, anchor, cfg, target):
         ps.compute_at(st, head)
     else:  # the lane sums of the tile, then the epilogue; the partial sums per lane sum's row
         s[anchor].compute_at(st, head)
-        ps.compute_at(s[anchor], s[anchor].op.axis[0])
-    pm, pn, lane = ps.op.axis
-    (ko,) = ps.op.reduce_axis
-    ps.reorder(ko, pm, pn, lane)
-    ps.unroll(pn)
+        m, _ = s[anchor].op.axis
+        ps.compute_at(s[anchor], m)
+    m, n, lane = ps.op.axis
+    (k_outer,) = ps.op.reduce_axis
+    ps.reorder(k_outer, m, n, lane)
+    ps.unroll(n)
     ps.vectorize(lane)
 
 
@@ -90,10 +92,17 @@ def matmul_config(workload, target) -> ConfigSpace:
 
 
 def schedule_matmul(s, out, anchor, cfg, target):
-    nd = len(out.shape)
-    schedule_tiled_reduction(s, out, anchor, tiles={nd - 2: cfg["tile_i"], nd - 1: cfg["tile_j"]},
-                             vector_axis=nd - 1, unroll_axes=(nd - 2,), parallel_depth=max(1, nd - 1),
-                             target=target)
+    """Fused matmul + epilogue: (i, j) register tiles of tile_i rows (unrolled) x tile_j columns
+    (vectorized); the batch axes and the row tiles fused into the parallel loop."""
+    *batch, i, j = anchor.op.axis
+    vector_axis = j
+    if len(out.shape) < len(anchor.shape):
+        # an epilogue of lower rank (a reshape) keeps the anchor at root, vectorized along the
+        # anchor's axis at the output's last position (a row axis, not j): what this schedule
+        # did when it numbered the axes by the output's rank, kept so its code does not change
+        vector_axis = anchor.op.axis[len(out.shape) - 1]
+    schedule_tiled_reduction(s, out, anchor, tiles={i: cfg["tile_i"], j: cfg["tile_j"]},
+                             vector_axis=vector_axis, unroll_axes=(i,), parallel_depth=len(batch) + 1, target=target)
 
 
 def dense_pack_config(workload, target) -> ConfigSpace:
@@ -130,7 +139,8 @@ def schedule_dense_pack(s, out, anchor, cfg, target):
     padded = next((t for t in anchor.op.input_tensors() if t.op is not None and t.op.reduce_axis), None)
     bn = next(t for t in (padded or anchor).op.input_tensors() if t.ndim == 3).shape[2]  # the packed weight
     if tuple(out.shape) != tuple(anchor.shape):  # an epilogue that reshapes: anchor kept at root
-        schedule_tiled_reduction(s, out, anchor, tiles={1: bn}, vector_axis=1, parallel_depth=1, target=target)
+        m, n = anchor.op.axis
+        schedule_tiled_reduction(s, out, anchor, tiles={n: bn}, vector_axis=n, parallel_depth=1, target=target)
         return
     parallel = worth_parallel(padded or anchor)  # before cache_write turns `anchor` into a copy
     if padded is not None:  # N padded to whole blocks: the padded sums are the accumulators
@@ -141,21 +151,21 @@ def schedule_dense_pack(s, out, anchor, cfg, target):
         acc = s.cache_write(out) if out is anchor else anchor
     st = s[out]
     m, n = st.op.axis
-    mo, mi = st.split(m, cfg["tile_m"])
-    no, ni = st.split(n, bn * cfg["tile_nb"])
-    nib, nil = st.split(ni, bn)
-    st.reorder(mo, no, mi, nib, nil)
-    st.unroll(mi)
-    st.unroll(nib)
-    st.vectorize(nil)
-    head = st.fuse(mo, no)
+    m_outer, m_inner = st.split(m, cfg["tile_m"])
+    n_outer, n_inner = st.split(n, bn * cfg["tile_nb"])
+    n_block, n_lane = st.split(n_inner, bn)
+    st.reorder(m_outer, n_outer, m_inner, n_block, n_lane)
+    st.unroll(m_inner)
+    st.unroll(n_block)
+    st.vectorize(n_lane)
+    head = st.fuse(m_outer, n_outer)
     if parallel:
         st.parallel(head)
     s[acc].compute_at(st, head)
-    am, an = s[acc].op.axis
-    (rk,) = s[acc].op.reduce_axis
-    ano, anl = s[acc].split(an, bn)
-    s[acc].reorder(rk, am, ano, anl)
-    s[acc].unroll(am)
-    s[acc].unroll(ano)
-    s[acc].vectorize(anl)
+    m, n = s[acc].op.axis
+    (k,) = s[acc].op.reduce_axis
+    n_block, n_lane = s[acc].split(n, bn)
+    s[acc].reorder(k, m, n_block, n_lane)
+    s[acc].unroll(m)
+    s[acc].unroll(n_block)
+    s[acc].vectorize(n_lane)

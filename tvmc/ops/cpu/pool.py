@@ -12,7 +12,7 @@ each column holds an accumulator and a loaded window value).
 
 from __future__ import annotations
 
-from tvmc.ops.cpu.tiling import schedule_tiled_reduction, schedule_window_reduction
+from tvmc.ops.cpu.tiling import pad_per_tile, schedule_tiled_reduction, schedule_window_reduction
 
 
 def schedule_pool(s, out, anchor, cfg, target):
@@ -23,12 +23,10 @@ def schedule_pool(s, out, anchor, cfg, target):
         schedule_window_reduction(s, out, red, target)
         return
     pad = next((t for t in red.op.input_tensors() if t.op is not None), None)
-    ow = red.shape[3]
+    n, c_chunk, oh, ow, c_block = red.op.axis
     cap = max(1, target.num_vector_registers // 4)
-    tile_ow = max(f for f in range(1, min(ow, cap) + 1) if ow % f == 0)
-    schedule_tiled_reduction(s, out, red, tiles={3: tile_ow, 4: red.shape[4]}, vector_axis=4, unroll_axes=(3,),
-                             parallel_depth=3, target=target, keep=[pad] if pad is not None else ())
+    tile_ow = max(f for f in range(1, min(ow.extent, cap) + 1) if ow.extent % f == 0)
+    schedule_tiled_reduction(s, out, red, tiles={ow: tile_ow, c_block: c_block.extent}, vector_axis=c_block,
+                             unroll_axes=(ow,), parallel_depth=3, target=target, keep=[pad] if pad is not None else ())
     if pad is not None:  # each tile pads its own window: no padded copy of the whole input
-        acc = next(st for st in s.stages if st.op.reduce_axis)
-        s[pad].compute_at(acc, acc.leaf[0])
-        s[pad].vectorize(s[pad].op.axis[4])
+        pad_per_tile(s, pad)

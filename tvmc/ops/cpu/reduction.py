@@ -23,7 +23,7 @@ def _contiguous_reduce_axis(t):
     (innermost, contiguous) index, else None."""
     if len(t.op.reduce_axis) != 1:
         return None
-    k = t.op.reduce_axis[0]
+    (k,) = t.op.reduce_axis
     loads = [x for x in walk(t.op.body.source) if isinstance(x, TensorLoad)]
     if not loads or any(not (isinstance(ld.indices[-1], Var) and ld.indices[-1] is k.var) for ld in loads):
         return None

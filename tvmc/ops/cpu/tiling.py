@@ -4,6 +4,7 @@ tile, outer tile loops fused and parallel (TVM's x86 conv2d/dense schedule struc
 
 from __future__ import annotations
 
+from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
 
 # Launching and joining a parallel region through libgomp costs about 5 us (DESIGN.md section 4);
@@ -24,48 +25,57 @@ def worth_parallel(anchor) -> bool:
     return work >= MIN_PARALLEL_MACS
 
 
-def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unroll_axes=(),
+def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_axes=(),
                              reduce_order=None, parallel_depth: int = 2, target=None, keep=(),
                              unroll_reduce=(), rolled_reduce=()):
     """Tile `out`'s loops, compute `anchor` per tile in a local accumulator, run the epilogue.
 
-    tiles:        {axis index: tile size} on the output axes (axes without a tile are kept whole
-                  in the outer loops);
-    vector_axis:  output axis whose tile is the vector loop (innermost);
+    Axes are the anchor's own IterVars, named by the caller (`n, oc_chunk, oh, ow, oc_block =
+    anchor.op.axis`; `ic_outer, kh, kw, ic_inner = anchor.op.reduce_axis`); the epilogue `out`
+    has the anchor's shape, so its loops are tiled as the anchor's axes say.
+
+    tiles:        {anchor axis: tile size} (axes without a tile are kept whole in the outer
+                  loops);
+    vector_axis:  axis whose tile is the vector loop (innermost), or None for none (then the
+                  tiles are unrolled; where the epilogue changes the shape, the anchor at root
+                  vectorizes its innermost axis when it fits);
     unroll_axes:  axes whose tile loops are unrolled (register blocking);
-    reduce_order: order of the anchor's reduce axes (default: as declared);
+    reduce_order: the anchor's reduce axes in loop order (default: as declared);
     parallel_depth: how many outer tile loops are fused into the parallel loop;
     keep:         producer stages that stay materialized (e.g. a padded input);
-    unroll_reduce: indices (in the anchor's declared order) of reduce axes to unroll inside
-                  the accumulator (e.g. conv2d_nchwc's ic_inner);
-    rolled_reduce: indices of reduce axes kept loops (Stage.rolled: LLVM does not unroll them).
+    unroll_reduce: reduce axes to unroll inside the accumulator (e.g. conv2d_nchwc's ic_inner);
+    rolled_reduce: reduce axes kept loops (Stage.rolled: LLVM does not unroll them).
+
+    Raises ScheduleError when an axis is not one of the anchor's.
     """
+    _check_anchor_axes(anchor, tiles, vector_axis, unroll_axes, reduce_order, unroll_reduce, rolled_reduce)
     parallel = worth_parallel(anchor)  # before cache_write turns `anchor` into a copy
     inline_injective(s, out, keep=[anchor, *keep])
     if tuple(out.shape) != tuple(anchor.shape):
         # the epilogue changes the shape: keep the anchor at root, the rest elementwise
-        _schedule_root_reduction(s, anchor, tiles, vector_axis, unroll_axes, reduce_order)
+        _schedule_root_reduction(s, anchor, vector_axis, reduce_order)
         schedule_elementwise_loops(s, out, target)
         return
+    # cache_write gives `out` new axes and the accumulator the anchor's: pair them up first
+    anchor_axes = list(anchor.op.axis)
     acc = s.cache_write(out) if out is anchor else anchor
     st = s[out]
-    axes = list(st.op.axis)
     outers, inners = [], []
-    for k, iv in enumerate(axes):
-        if k in tiles and tiles[k] < iv.extent:
-            o, i = st.split(iv, tiles[k])
+    for axis, iv in zip(anchor_axes, st.op.axis):
+        if axis in tiles and tiles[axis] < iv.extent:
+            o, i = st.split(iv, tiles[axis])
             outers.append(o)
-            inners.append((k, i))
-        elif k in tiles:
-            inners.append((k, iv))
+            inners.append((axis, i))
+        elif axis in tiles:
+            inners.append((axis, iv))
         else:
             outers.append(iv)
-    inner_order = sorted(inners, key=lambda ki: (ki[0] == vector_axis, ki[0]))
+    inner_order = sorted(inners, key=lambda ai: ai[0] is vector_axis)  # stable: the rest in axis order
     st.reorder(*outers, *[i for _, i in inner_order])
-    for k, i in inner_order:
-        if k == vector_axis:
+    for axis, i in inner_order:
+        if axis is vector_axis:
             st.vectorize(i)
-        elif k in unroll_axes:
+        elif axis in unroll_axes:
             st.unroll(i)
     if not outers:  # one tile covers the whole output: the accumulator is computed at root
         _order_accumulator(s[acc], vector_axis, unroll_axes, reduce_order)
@@ -78,9 +88,22 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis: int, unro
     s[acc].compute_at(st, attach)
     _order_accumulator(s[acc], vector_axis, unroll_axes, reduce_order)
     for k in unroll_reduce:
-        s[acc].unroll(s[acc].op.reduce_axis[k])
+        s[acc].unroll(k)
     for k in rolled_reduce:
-        s[acc].rolled(s[acc].op.reduce_axis[k])
+        s[acc].rolled(k)
+
+
+def _check_anchor_axes(anchor, tiles, vector_axis, unroll_axes, reduce_order, unroll_reduce, rolled_reduce):
+    """Every axis given to schedule_tiled_reduction is one of the anchor's (an axis of another
+    stage, e.g. of the epilogue, would silently match nothing)."""
+    spatial, red = list(anchor.op.axis), list(anchor.op.reduce_axis)
+    named = [("tiles", a, spatial) for a in tiles] + [("unroll_axes", a, spatial) for a in unroll_axes]
+    named += [("vector_axis", vector_axis, spatial)] if vector_axis is not None else []
+    named += [("reduce_order", a, red) for a in reduce_order or ()]
+    named += [("unroll_reduce", a, red) for a in unroll_reduce] + [("rolled_reduce", a, red) for a in rolled_reduce]
+    for what, axis, axes in named:
+        if not any(axis is a for a in axes):
+            raise ScheduleError(f"schedule_tiled_reduction: {what} names {axis!r}, not an axis of {anchor.name}")
 
 
 def schedule_window_reduction(s, out, red, target):
@@ -91,34 +114,49 @@ def schedule_window_reduction(s, out, red, target):
     pad = next((t for t in red.op.input_tensors() if t.op is not None), None)
     if pad is not None:
         schedule_elementwise_loops(s, pad, target)
-    ow = out.shape[3]
+    n, c, oh, ow = red.op.axis
     lanes = target.vector_lanes(out.dtype)
-    tile_w = max(f for f in range(1, min(ow, lanes) + 1) if ow % f == 0)
-    schedule_tiled_reduction(s, out, red, tiles={3: tile_w}, vector_axis=3, parallel_depth=2, target=target,
+    tile_ow = max(f for f in range(1, min(ow.extent, lanes) + 1) if ow.extent % f == 0)
+    schedule_tiled_reduction(s, out, red, tiles={ow: tile_ow}, vector_axis=ow, parallel_depth=2, target=target,
                              keep=[pad] if pad is not None else ())
 
 
+def pad_per_tile(s, pad):
+    """Each register tile of a blocked window reduction (depthwise conv2d_nchwc, NCHW[x]c
+    pooling) pads its own input window (the tile's rows and columns of one channel block) into a
+    local buffer, instead of a padded copy of the whole input: computed at the accumulator's
+    outermost loop (n), the channel block c_block vectorized."""
+    acc = next(st for st in s.stages if st.op.reduce_axis)
+    n, *_ = acc.op.axis
+    s[pad].compute_at(acc, n)
+    _, _, _, _, c_block = s[pad].op.axis
+    s[pad].vectorize(c_block)
+
+
 def _order_accumulator(ast, vector_axis, unroll_axes, reduce_order):
-    spatial = list(ast.op.axis)
-    red = [ast.op.reduce_axis[k] for k in reduce_order] if reduce_order else list(ast.op.reduce_axis)
-    tile_axes = [iv for k, iv in enumerate(spatial) if k == vector_axis or k in unroll_axes]
-    others = [iv for iv in spatial if iv not in tile_axes]
-    tile_axes.sort(key=lambda iv: spatial.index(iv) == vector_axis)
+    """The accumulator's loops (the anchor's axes): the untiled axes, the reduction, then the tile
+    axes, the vector axis innermost; the other tile axes unrolled."""
+    red = list(reduce_order) if reduce_order else list(ast.op.reduce_axis)
+    tile_axes = [iv for iv in ast.op.axis if iv is vector_axis or iv in unroll_axes]
+    others = [iv for iv in ast.op.axis if iv not in tile_axes]
+    tile_axes.sort(key=lambda iv: iv is vector_axis)
     ast.reorder(*others, *red, *tile_axes)
     for iv in tile_axes:
-        if spatial.index(iv) == vector_axis:
+        if iv is vector_axis:
             ast.vectorize(iv)
         else:
             ast.unroll(iv)
 
 
-def _schedule_root_reduction(s, anchor, tiles, vector_axis, unroll_axes, reduce_order):
+def _schedule_root_reduction(s, anchor, vector_axis, reduce_order):
+    """The anchor at root: its other axes, the reduction, then `vector_axis` (default: the
+    innermost axis), vectorized when its extent is at most 64; the outermost axis parallel."""
     st = s[anchor]
-    axes = list(st.op.axis)
-    outer = [iv for k, iv in enumerate(axes) if k != vector_axis]
-    red = [st.op.reduce_axis[k] for k in reduce_order] if reduce_order else list(st.op.reduce_axis)
-    st.reorder(*outer, *red, axes[vector_axis])
-    if axes[vector_axis].extent <= 64:
-        st.vectorize(axes[vector_axis])
+    inner = vector_axis if vector_axis is not None else anchor.op.axis[-1]
+    outer = [iv for iv in st.op.axis if iv is not inner]
+    red = list(reduce_order) if reduce_order else list(st.op.reduce_axis)
+    st.reorder(*outer, *red, inner)
+    if inner.extent <= 64:
+        st.vectorize(inner)
     if outer:
         st.parallel(outer[0])

@@ -84,7 +84,9 @@ def schedule_conv2d_direct(s, out, anchor, cfg, target):
     if tuple(out.shape) != tuple(anchor.shape):
         schedule_per_thread(s, out, target.max_threads_per_block)
         return
-    schedule_gemm_tile(s, out, anchor, cfg, row_axis=1, col_axis=3, split_reduce=0)
+    n, oc, oh, ow = anchor.op.axis
+    ic, *_ = anchor.op.reduce_axis  # direct: (ic, kh, kw); im2col: k, (ic, kh, kw) flattened
+    schedule_gemm_tile(s, out, anchor, cfg, row_axis=oc, col_axis=ow, split_reduce=ic)
 
 
 def schedule_conv2d_im2col(s, out, anchor, cfg, target):

@@ -47,8 +47,9 @@ def schedule_gemm(s, out, anchor, cfg, target):
     if tuple(out.shape) != tuple(anchor.shape):
         schedule_per_thread(s, out, target.max_threads_per_block)
         return
-    nd = len(out.shape)
-    schedule_gemm_tile(s, out, anchor, cfg, row_axis=nd - 2, col_axis=nd - 1, split_reduce=0)
+    *batch, i, j = anchor.op.axis
+    (k,) = anchor.op.reduce_axis
+    schedule_gemm_tile(s, out, anchor, cfg, row_axis=i, col_axis=j, split_reduce=k)
 
 
 def small_batch(workload) -> bool:

@@ -5,6 +5,7 @@ every GPU config space starts from (derived from the target descriptor)."""
 from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
+from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.injective import inline_injective
 from tvmc.te.expr import TensorLoad, walk
 from tvmc.te.schedule import thread_axis
@@ -139,32 +140,40 @@ def define_gemm_tile(space: ConfigSpace, target, rows: int, cols: int, reg_rows:
     space.define_knob("reg_y", regs, fallback=reg_y)
 
 
-def schedule_gemm_tile(s, out, anchor, cfg, row_axis: int, col_axis: int, split_reduce: int, order=None):
+def schedule_gemm_tile(s, out, anchor, cfg, row_axis, col_axis, split_reduce, order=None):
     """The shared-memory tiled GEMM skeleton (TVM's CUDA dense/conv2d schedules) for a reduction
-    `anchor` with an elementwise epilogue `out` of the same shape.
+    `anchor` with an elementwise epilogue `out` of the same shape; axes are the anchor's own
+    IterVars, named by the caller (`n, oc, oh, ow = anchor.op.axis`).
 
-    Output axes `row_axis` and `col_axis` are tiled: a block computes (tile_y * reg_y) x
+    The anchor's axes `row_axis` and `col_axis` are tiled: a block computes (tile_y * reg_y) x
     (tile_x * reg_x) outputs, each thread a reg_y x reg_x register tile (contiguous, so the
     epilogue stores reg_x consecutive values: one vector store); every other output axis is a
-    block axis (blockIdx.z, fused). The accumulator lives in registers; the reduce axis number
+    block axis (blockIdx.z, fused). The accumulator lives in registers; the anchor's reduce axis
     `split_reduce` is split by cfg["tile_k"] and, per step of its outer loop, every operand the
     reduction reads is copied into a shared-memory tile by the whole block (cooperative_fetch),
     then read from there (barriers inserted by tvmc.tir.gpu). `order` gives the remaining reduce
-    axes' order inside a step (default: as declared). Returns the accumulator tensor."""
+    axes in their order inside a step (default: as declared). Returns the accumulator tensor.
+    Raises ScheduleError when an axis is not one of the anchor's."""
+    spatial, red = list(anchor.op.axis), list(anchor.op.reduce_axis)
+    for what, axis, axes in (("row_axis", row_axis, spatial), ("col_axis", col_axis, spatial),
+                             ("split_reduce", split_reduce, red), *(("order", k, red) for k in order or ())):
+        if not any(axis is a for a in axes):
+            raise ScheduleError(f"schedule_gemm_tile: {what} names {axis!r}, not an axis of {anchor.name}")
     ty, tx, vy, vx = cfg["tile_y"], cfg["tile_x"], cfg["reg_y"], cfg["reg_x"]
     inline_injective(s, out, keep=[anchor])
     operands = anchor.op.input_tensors()
+    # cache_write gives `out` new axes and the accumulator the anchor's: pair them up first
     if out is anchor:
         acc = s.cache_write(out, "local")
     else:
         acc = anchor
         s[acc].set_scope("local")
     st = s[out]
-    axes = list(st.op.axis)
-    others = [iv for k, iv in enumerate(axes) if k not in (row_axis, col_axis)]
-    yo, yi = st.split(axes[row_axis], ty * vy)
+    out_axis = dict(zip(spatial, st.op.axis))
+    others = [out_axis[a] for a in spatial if a is not row_axis and a is not col_axis]
+    yo, yi = st.split(out_axis[row_axis], ty * vy)
     yt, yv = st.split(yi, vy)
-    xo, xi = st.split(axes[col_axis], tx * vx)
+    xo, xi = st.split(out_axis[col_axis], tx * vx)
     xt, xv = st.split(xi, vx)
     st.reorder(*others, yo, xo, yt, xt, yv, xv)
     if others:
@@ -177,14 +186,13 @@ def schedule_gemm_tile(s, out, anchor, cfg, row_axis: int, col_axis: int, split_
     st.vectorize(xv)
     ast = s[acc]
     ast.compute_at(st, xt)
-    red = list(ast.op.reduce_axis)
-    ko, ki = ast.split(red[split_reduce], cfg["tile_k"])
-    rest = [red[k] for k in (order or range(len(red))) if k != split_reduce]
-    ast.reorder(ko, *rest, ki, *ast.op.axis)
+    k_outer, k_inner = ast.split(split_reduce, cfg["tile_k"])
+    rest = [k for k in (order or red) if k is not split_reduce]
+    ast.reorder(k_outer, *rest, k_inner, *ast.op.axis)
     for iv in ast.op.axis:
         ast.unroll(iv)
     for t in operands:  # the block's threads as the output binds them (small extents clamp the knobs)
         cache = s.cache_read(t, "shared", [acc])
-        s[cache].compute_at(ast, ko)
+        s[cache].compute_at(ast, k_outer)
         cooperative_fetch(s, cache, xt.extent, yt.extent)
     return acc
