@@ -170,3 +170,22 @@ def test_the_graph_ir_imports_no_operator():
     graph = import_graph()
     assert {m: sorted(t for t in ts if t.startswith("tvmc.ops")) for m, ts in graph.items()
             if m.startswith("tvmc.graph") and any(t.startswith("tvmc.ops") for t in ts)} == {}
+
+
+def test_every_runtime_executor_keeps_the_executor_protocol():
+    """One Executor protocol (tvmc.runtime.executor.Executor) for every runtime's executor."""
+    import inspect
+
+    from tvmc.runtime.device import DeviceExecutor
+    from tvmc.runtime.emulated import EmulatedExecutor
+    from tvmc.runtime.executor import Executor, GraphExecutor
+    from tvmc.runtime.wasm import WasmExecutor
+
+    members = [m for m in dir(Executor) if not m.startswith("_")]
+    assert {"run", "set_input", "get_output", "profile", "num_outputs"} <= set(members)
+    for cls in (GraphExecutor, EmulatedExecutor, WasmExecutor, DeviceExecutor):
+        missing = [m for m in members if m not in ("input_names", "output_names") and not hasattr(cls, m)]
+        assert missing == [], cls.__name__
+        assert list(inspect.signature(cls.profile).parameters)[1:] == ["runs"], cls.__name__
+        for name in ("input_names", "output_names"):  # instance attributes, set in __init__
+            assert f"self.{name} =" in inspect.getsource(cls.__init__), (cls.__name__, name)

@@ -12,6 +12,7 @@ import os
 import statistics
 import tempfile
 import time
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -22,6 +23,42 @@ from tvmc.runtime.control import run_loop
 from tvmc.target import host_arch
 
 ALIGNMENT_BYTES = 64
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What every runtime's executor does (GraphExecutor: ctypes; EmulatedExecutor: the C runner
+    under an emulator; WasmExecutor: wasmtime; DeviceExecutor: OpenCL and CUDA), whatever the
+    library: `tvmc run`, the API, the benchmarks and the tests use only this. The C API header
+    (tvmc_kernels.h) and tvmc.js state the same contract in their languages.
+
+    input_names, output_names  the model's inputs and outputs, in order
+    num_outputs                len(output_names)
+    input_info(name)           (shape tuple, dtype name) of an input
+    set_input(name, array)     copy an input in; InputError (one line) on another name, shape, dtype
+    run()                      run the graph once and wait for it
+    get_output(index)          a host copy of an output (position or name), at its run-time shape
+    profile(runs)              time every kernel over `runs` runs: [{"name", "calls", "total_ms"}]
+    set_num_threads(n)         threads of the kernels' parallel loops (GPUs and wasm accept it)
+    """
+
+    input_names: list
+    output_names: list
+
+    @property
+    def num_outputs(self) -> int: ...
+
+    def input_info(self, name: str) -> tuple: ...
+
+    def set_input(self, name: str, array) -> None: ...
+
+    def run(self) -> None: ...
+
+    def get_output(self, index) -> np.ndarray: ...
+
+    def profile(self, runs: int = 1) -> list: ...
+
+    def set_num_threads(self, n: int) -> None: ...
 
 
 def _fmt_shape(shape) -> str:
@@ -372,7 +409,7 @@ class GraphExecutor:
         gomp.omp_set_num_threads(int(n))
 
 
-def benchmark(executor: GraphExecutor, repeat: int = 1, number: int = 1) -> dict:
+def benchmark(executor: Executor, repeat: int = 1, number: int = 1) -> dict:
     """Time executor.run(): `repeat` measurements, each the mean over `number` consecutive runs.
 
     One untimed warm-up run comes first. An executor whose runs happen in another process
