@@ -77,7 +77,7 @@ def measure_latency(model, libs: dict, threads: int, rounds: int) -> dict:
     """Median ms per run of each tvmc artifact in `libs` ({label: path}) and of onnxruntime."""
     import onnxruntime as ort
 
-    from tvmc.runtime.executor import GraphExecutor
+    from tvmc.runtime.cpu import GraphExecutor
 
     GraphExecutor.set_num_threads(threads)
     inp = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)

@@ -453,6 +453,26 @@ def _check_graph_structure(origin: str, g: dict) -> None:
             bad(f"entry {e} is in storage {sid}, but storage_bytes lists {len(storage)} storages")
 
 
+def _check_plan(origin: str, g: dict) -> None:
+    """mod.json's storage plan is one that kernels can run in: every storage holds its largest
+    entry, and no kernel writes the storage of a graph input or a param (PlanMemory keeps them
+    apart). Raises ArtifactError."""
+    bad = functools.partial(_malformed, origin)
+    nodes, row_ptr = g["nodes"], g["node_row_ptr"]
+    shapes, dtypes, sids = (graph_attr(g, k) for k in ("shape", "dltype", "storage_id"))
+    storage = g.get("storage_bytes")
+    for e, (shape, dtype, sid) in enumerate(zip(shapes, dtypes, sids)):
+        if storage is not None and storage[sid] < _nbytes(dtype, shape):
+            bad(f"storage {sid} has {storage[sid]} bytes in storage_bytes, entry {e} needs {_nbytes(dtype, shape)}")
+    fixed = {sids[row_ptr[nid]]: _short(node["name"], 40) for nid, node in enumerate(nodes) if node["op"] == "null"}
+    for nid, node in enumerate(nodes):
+        if node["op"] == "tvm_op":
+            for e in range(row_ptr[nid], row_ptr[nid + 1]):
+                if sids[e] in fixed:
+                    bad(f"kernel '{_short(node['attrs'].get('func_name'), 60)}' writes the storage of "
+                        f"'{fixed[sids[e]]}', a graph input or param (bad storage plan)")
+
+
 def _check_loop(nid: int, node: dict, check_ref, type_of, num_nodes: int, bad) -> None:
     """A `tvmc_loop` node (tvmc.graph.executor_json): its body after it, and the types the
     executors copy between match (trip count int64 scalar, conditions bool scalars, each carried
@@ -681,7 +701,8 @@ def _check_library_kind(origin: str, lib: str, head: bytes, target: dict) -> Non
 
 
 def _check_parts(origin, graph_json, metadata, info, description, lib) -> None:
-    """mod.json, mod.params and metadata.json against each other and the library's description."""
+    """mod.json, mod.params and metadata.json against each other and the library's description,
+    then the storage plan they agree on (_check_plan)."""
     absent = [name for _, name in param_nodes(graph_json, metadata) if name not in info]
     if absent:
         shown = ", ".join(absent[:5]) + (f", ... ({len(absent)} in all)" if len(absent) > 5 else "")
@@ -697,3 +718,4 @@ def _check_parts(origin, graph_json, metadata, info, description, lib) -> None:
     keys = ("inputs", "outputs")
     check_description({k: tensors(description.get(k) or []) for k in keys}, {k: tensors(metadata[k]) for k in keys},
                       dict.fromkeys(keys, METADATA_NAME), lib, origin)
+    _check_plan(origin, graph_json)

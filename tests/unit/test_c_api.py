@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tvmc.driver import compile_model
 from tvmc.package import save_artifact
-from tvmc.runtime.executor import GraphExecutor
+from tvmc.runtime.cpu import GraphExecutor
 from tvmc.target import resolve_target
 
 RUNNER_C = os.path.join(os.path.dirname(__file__), "c", "run_model.c")

@@ -203,7 +203,7 @@ def test_run_inputs_that_are_not_an_npz_of_numbers(tmp_path, artifact_path, kind
 
 
 def test_internal_error_is_one_line(monkeypatch, artifact_path):
-    from tvmc.runtime.executor import GraphExecutor
+    from tvmc.runtime.cpu import GraphExecutor
 
     def boom(self):
         raise RuntimeError("kaboom\nsecond line")
@@ -224,7 +224,7 @@ def test_verbose_shows_traceback_and_keeps_exit_code(tmp_path):
 
 def test_error_line_is_bounded_and_escaped(monkeypatch, artifact_path):
     from tvmc.errors import InputError
-    from tvmc.runtime.executor import GraphExecutor
+    from tvmc.runtime.cpu import GraphExecutor
 
     def boom(self):
         raise InputError("bad \x1b[31mred\x1b[0m \udcff" + "x" * 10000)
@@ -236,7 +236,7 @@ def test_error_line_is_bounded_and_escaped(monkeypatch, artifact_path):
 
 
 def test_keyboard_interrupt_is_one_line_and_130(monkeypatch, artifact_path):
-    from tvmc.runtime.executor import GraphExecutor
+    from tvmc.runtime.cpu import GraphExecutor
 
     def interrupted(self):
         raise KeyboardInterrupt

@@ -18,12 +18,14 @@ from tvmc.driver import CompiledModule
 from tvmc.errors import ArtifactError
 from tvmc.package import Artifact, kernel_header, load_artifact, save_artifact
 
-# Test fixture, not product code: a one-kernel library, y = x * 2 + w over 8 floats.
+# Test fixture, not product code: a one-kernel library, y = x * 2 + w over 8 floats, with the graph
+# entry that runs it over the table of data entries (its three entries) and, linked in, the C API.
 FIXTURE_C = """
 void k(void *a, void *b, void *c) {
     const float *x = a; const float *w = b; float *y = c;
     for (int i = 0; i < 8; i++) y[i] = x[i] * 2.0f + w[i];
 }
+void tvmc_graph_run(void *const *entries) { k(entries[0], entries[1], entries[2]); }
 """
 
 
@@ -62,14 +64,17 @@ def description_c(graph_json: dict, params: dict) -> str:
 
 def build_fixture_library(tmp_dir, graph_json=None, params=None) -> bytes:
     """Compile FIXTURE_C, with the description of `graph_json` and `params` (default: the
-    fixture's), with gcc into a shared library; skip the test when gcc is missing."""
+    fixture's), and the C API (tvmc/runtime/tvmc_runtime.c) with gcc into a shared library; skip
+    the test when gcc is missing."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc not found: needed to build the fixture kernel library")
     src = os.path.join(tmp_dir, "fixture.c")
     lib = os.path.join(tmp_dir, "fixture.so")
     with open(src, "w") as f:
         f.write(FIXTURE_C + description_c(graph_json or fixture_graph(), params or fixture_params()))
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", lib, src], check=True, capture_output=True)
+    runtime = os.path.join(os.path.dirname(tvmc.__file__), "runtime")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-std=c99", f"-I{runtime}", "-o", lib, src,
+                    os.path.join(runtime, "tvmc_runtime.c")], check=True, capture_output=True)
     with open(lib, "rb") as f:
         return f.read()
 

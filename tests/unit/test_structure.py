@@ -176,9 +176,10 @@ def test_every_runtime_executor_keeps_the_executor_protocol():
     """One Executor protocol (tvmc.runtime.executor.Executor) for every runtime's executor."""
     import inspect
 
+    from tvmc.runtime.cpu import GraphExecutor
     from tvmc.runtime.device import DeviceExecutor
     from tvmc.runtime.emulated import EmulatedExecutor
-    from tvmc.runtime.executor import Executor, GraphExecutor
+    from tvmc.runtime.executor import Executor
     from tvmc.runtime.wasm import WasmExecutor
 
     members = [m for m in dir(Executor) if not m.startswith("_")]
@@ -189,3 +190,15 @@ def test_every_runtime_executor_keeps_the_executor_protocol():
         assert list(inspect.signature(cls.profile).parameters)[1:] == ["runs"], cls.__name__
         for name in ("input_names", "output_names"):  # instance attributes, set in __init__
             assert f"self.{name} =" in inspect.getsource(cls.__init__), (cls.__name__, name)
+
+
+def test_cpu_executor_reads_the_plan_through_the_c_api_only():
+    """The CPU executor runs mod.so's C API (tvmc_kernels.h) and leaves the plan to it: it reads
+    neither mod.json nor its readers (issue 26: the compiled plan is read once, by the library)."""
+    import inspect
+
+    import tvmc.runtime.cpu as cpu
+
+    source = inspect.getsource(cpu)
+    assert "graph_json" not in source and "tvmc.mod_json" not in source
+    assert {"tvmc_model_create", "tvmc_model_set_input", "tvmc_model_run", "tvmc_model_get_output"} <= set(cpu.C_API)

@@ -164,7 +164,7 @@ class SharedObjectBackend(Backend):
             from tvmc.runtime.emulated import EmulatedExecutor
 
             return EmulatedExecutor(artifact, target, self.link_runner)
-        from tvmc.runtime.executor import GraphExecutor
+        from tvmc.runtime.cpu import GraphExecutor
 
         return GraphExecutor(artifact)
 

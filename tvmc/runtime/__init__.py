@@ -1,10 +1,10 @@
 """Runtime stage: load a mod.tar and execute it on the device its target names.
 
-Every runtime keeps one executor contract (GraphExecutor's public methods): construct from an
+Every runtime keeps one executor contract (tvmc.runtime.executor.Executor): construct from an
 Artifact or a mod.tar path (checking the artifact before any kernel touches memory),
 `input_names`, `output_names`, `input_info(name)`, `set_input(name, array)`, `run()`,
-`get_output(index or name)`, `num_outputs`, `set_num_threads(n)`; `benchmark(executor, ...)`
-times any of them. `create_executor` asks the artifact's backend (tvmc.backends) for it: one
+`get_output(index or name)`, `num_outputs`, `profile(runs)`, `set_num_threads(n)`;
+`benchmark(executor, ...)` times any of them. `create_executor` asks the artifact's backend (tvmc.backends) for it: one
 runtime module per kind of library.
 """
 
@@ -14,7 +14,8 @@ import os
 
 from tvmc.errors import ArtifactError
 from tvmc.package import Artifact, load_artifact
-from tvmc.runtime.executor import GraphExecutor, benchmark
+from tvmc.runtime.cpu import GraphExecutor
+from tvmc.runtime.executor import benchmark
 
 __all__ = ["GraphExecutor", "benchmark", "create_executor", "device_missing"]
 

@@ -1,13 +1,16 @@
-"""Runtime stage (CPU): run a loaded mod.tar by calling its kernels through ctypes in graph order.
+"""Runtime stage: the executor contract every runtime keeps (Executor) and what the executors
+share: input checks, output lookup, the host's CPU checks, loading a library, binding and timing a
+module description's calls kernel by kernel, benchmark().
 
-numpy only holds tensors here; every operator runs inside mod.so. See tvmc_kernels.h for the ABI.
+The executors: tvmc.runtime.cpu.GraphExecutor (this host's CPU, through the C API inside mod.so),
+tvmc.runtime.emulated (a CPU of another architecture), tvmc.runtime.wasm, tvmc.runtime.device
+(OpenCL, CUDA). See tvmc_kernels.h for the ABI.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import mmap
 import os
 import statistics
 import tempfile
@@ -17,8 +20,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.mod_json import graph_attr, loop_entries, run_order
-from tvmc.package import Artifact, load_artifact
+from tvmc.package import Artifact
 from tvmc.runtime.control import run_loop
 from tvmc.target import host_arch
 
@@ -167,42 +169,38 @@ def load_library(data: bytes, name: str, origin: str) -> ctypes.CDLL:
             raise ArtifactError(f"{origin}: cannot load kernel library: {str(e)[:200]}") from None
 
 
-GUARD_PAGES_ENV = "TVMC_GUARD_PAGES"
-
-
-def _guarded_empty(nbytes: int) -> np.ndarray:
-    """A uint8 array of `nbytes` bytes (ALIGNMENT_BYTES-aligned) whose size rounded up to
-    ALIGNMENT_BYTES ends where an inaccessible page begins, with another one before it: a kernel
-    reading or writing past the buffer faults at once (an electric-fence allocator, for
-    `make fuzz`; PlanMemory's storages are whole multiples of ALIGNMENT_BYTES)."""
-    page = mmap.PAGESIZE
-    size = -(-max(nbytes, 1) // ALIGNMENT_BYTES) * ALIGNMENT_BYTES
-    data_pages = -(-size // page)
-    region = mmap.mmap(-1, (data_pages + 2) * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    for start in (base, base + (data_pages + 1) * page):
-        if libc.mprotect(start, page, 0) != 0:   # PROT_NONE
-            raise OSError(ctypes.get_errno(), "mprotect failed")
-    return np.frombuffer(region, np.uint8, count=nbytes, offset=(data_pages + 1) * page - size)
-
-
-def _aligned_empty(nbytes: int) -> np.ndarray:
-    """A uint8 array of `nbytes` bytes whose data starts on an ALIGNMENT_BYTES boundary (between
-    guard pages when the environment sets TVMC_GUARD_PAGES=1, see _guarded_empty)."""
-    if os.environ.get(GUARD_PAGES_ENV) == "1":
-        return _guarded_empty(nbytes)
-    raw = np.empty(nbytes + ALIGNMENT_BYTES, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % ALIGNMENT_BYTES
-    return raw[offset:offset + nbytes]
-
-
 def run_calls(calls) -> None:
     """Run a bound program in order: `calls` holds (callable, args, name) per kernel call or
     run-time loop (what the CPU and wasm executors bind from mod.json)."""
     for fn, args, _ in calls:
         fn(*args)
+
+
+def kernel_names(calls) -> list:
+    """The kernel of every item of a module description's "calls" (tvmc.codegen.description), the
+    bodies of run-time loops included, in order."""
+    return [n for c in calls for n in (kernel_names(c["calls"]) if "loop" in c else [c["func"]])]
+
+
+def bind_calls(calls, kernel, entries, read, write) -> list:
+    """A module description's "calls" bound for run_calls and profile_calls: (callable, args,
+    name) per item. `kernel(func)` is the callable of a kernel, `entries[e]` the address of data
+    entry e as the kernel takes it (the C API's tvmc_model_entries table), `read(e) -> ndarray`
+    and `write(e, array)` access an entry for a run-time loop, which becomes one call of its
+    interpreter (tvmc.runtime.control.run_loop) over its body's bound calls."""
+    return [(functools.partial(run_loop, c, functools.partial(run_calls, bind_calls(c["calls"], kernel, entries,
+                                                                                    read, write)), read, write),
+             (), f"tvmc_loop '{c['loop']}'") if "loop" in c else
+            (kernel(c["func"]), [entries[a] for a in c["args"]], c["func"])
+            for c in calls]
+
+
+def params_blob(artifact: Artifact) -> bytes:
+    """The params of `artifact` in safetensors layout (the bytes of mod.params), as the C API's
+    tvmc_model_create takes them."""
+    import safetensors.numpy
+
+    return safetensors.numpy.save({k: np.require(v, requirements="C") for k, v in artifact.params.items()})
 
 
 def profile_calls(calls, runs: int) -> list:
@@ -220,193 +218,6 @@ def profile_calls(calls, runs: int) -> list:
             totals[name] += clock() - t0
     return [{"name": name, "calls": names.count(name), "total_ms": seconds * 1e3 / runs}
             for name, seconds in totals.items()]
-
-
-class GraphExecutor:
-    """Executes an Artifact (or a mod.tar path) on this CPU.
-
-    Storage: one 64-byte-aligned buffer per storage id (size from mod.json "storage_bytes",
-    else the largest entry mapped to it). Params are copied in once at construction.
-    Every `tvm_op` node becomes a ctypes call with precomputed pointer arguments
-    (inputs, then output). Raises ArtifactError when the host cannot run the target, a kernel
-    is missing from the library, or the storage plan is inconsistent.
-    """
-
-    def __init__(self, artifact: Artifact | str | os.PathLike):
-        if not isinstance(artifact, Artifact):
-            artifact = load_artifact(artifact)
-        self.artifact = artifact
-        origin = artifact.path
-        check_host(artifact.metadata, origin)
-        if artifact.library is None or artifact.params is None:
-            raise ArtifactError(f"{origin}: loaded without its library and params (load_artifact read_data=False)")
-        g = artifact.graph_json
-        self._lib = load_library(artifact.library, artifact.library_name, origin)
-
-        nodes, row_ptr = g["nodes"], g["node_row_ptr"]
-        shapes = graph_attr(g, "shape")
-        dtypes = [np.dtype(d) for d in graph_attr(g, "dltype")]
-        sids = [int(s) for s in graph_attr(g, "storage_id")]
-
-        sizes = {}
-        for eid, sid in enumerate(sids):
-            nbytes = int(np.prod(shapes[eid], dtype=np.int64)) * dtypes[eid].itemsize
-            sizes[sid] = max(sizes.get(sid, 0), nbytes)
-        planned = g.get("storage_bytes")
-        if planned is not None:
-            planned = {int(k): int(v) for k, v in planned.items()} if isinstance(planned, dict) \
-                else dict(enumerate(int(v) for v in planned))
-            for sid, need in sizes.items():
-                if planned.get(sid, 0) < need:
-                    raise ArtifactError(f"{origin}: storage {sid} has {planned.get(sid, 0)} bytes in "
-                                        f"storage_bytes, its largest tensor needs {need}")
-            sizes.update(planned)
-        self._storage = {sid: _aligned_empty(max(n, 1)) for sid, n in sorted(sizes.items())}
-
-        # One numpy view per entry, with its shape and dtype, over its storage buffer.
-        def view(eid):
-            n = int(np.prod(shapes[eid], dtype=np.int64)) * dtypes[eid].itemsize
-            return self._storage[sids[eid]][:n].view(dtypes[eid]).reshape(shapes[eid])
-
-        self._views = [view(e) for e in range(len(sids))]
-
-        params = artifact.params
-        input_names = [i["name"] for i in artifact.metadata.get("inputs", [])]
-        self._inputs = {}
-        fixed_sids = {}
-        for nid, node in enumerate(nodes):
-            if node.get("op") != "null":
-                continue
-            eid = row_ptr[nid]
-            if node["name"] in params:
-                np.copyto(self._views[eid], params[node["name"]].reshape(self._views[eid].shape))
-                fixed_sids[sids[eid]] = f"param '{node['name']}'"
-            else:
-                self._inputs[node["name"]] = eid
-                fixed_sids[sids[eid]] = f"input '{node['name']}'"
-        self.input_names = [n for n in input_names if n in self._inputs] + \
-            [n for n in self._inputs if n not in input_names]
-
-        def calls(order):
-            """(ctypes function, pointer args, name) per kernel of `order` (run_order); a run-time
-            loop is one call of its interpreter (tvmc.runtime.control) over its body's calls."""
-            out = []
-            for item in order:
-                if isinstance(item, tuple):
-                    nid, body = item[0], calls(item[1])
-                    loop = functools.partial(run_loop, loop_entries(g, nid), functools.partial(run_calls, body),
-                                             self._views.__getitem__, lambda e, a: np.copyto(self._views[e], a))
-                    out.append((loop, (), f"tvmc_loop '{nodes[nid]['name']}'"))
-                    continue
-                node = nodes[item]
-                func = node["attrs"]["func_name"]
-                outs = [row_ptr[item] + k for k in range(int(node["attrs"].get("num_outputs", 1)))]
-                for eid in outs:
-                    if sids[eid] in fixed_sids:
-                        raise ArtifactError(f"{origin}: kernel '{func}' writes the storage of "
-                                            f"{fixed_sids[sids[eid]]} (bad storage plan)")
-                ins = [row_ptr[i[0]] + i[1] for i in node["inputs"]]
-                try:
-                    fn = getattr(self._lib, func)
-                except AttributeError:
-                    raise ArtifactError(f"{origin}: kernel '{func}' (node '{node['name']}') "
-                                        f"is missing from the library") from None
-                args = tuple(ctypes.c_void_p(self._views[e].ctypes.data) for e in ins + outs)
-                fn.argtypes = [ctypes.c_void_p] * len(args)
-                fn.restype = None
-                out.append((fn, args, func))
-            return out
-
-        self._calls = calls(run_order(g))  # (callable, args, name): run_calls, profile_calls
-
-        # The graph entry (tvmc_graph_run) runs all kernels in one native call over a table of
-        # one pointer per data entry; libraries without it are run kernel by kernel.
-        self._entry = getattr(self._lib, "tvmc_graph_run", None) if self._calls else None
-        if self._entry is not None:
-            self._entry.argtypes = [ctypes.c_void_p]
-            self._entry.restype = None
-            table = (ctypes.c_void_p * len(self._views))(*[v.ctypes.data for v in self._views])
-            self._entry_args = (table,)
-
-        self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
-        self._head_shapes = run_time_heads(g)
-        names = [o["name"] for o in artifact.metadata.get("outputs", [])]
-        if len(names) != len(self._heads):
-            names = list(g.get("output_names", []))
-        if len(names) != len(self._heads):
-            names = [f"output_{i}" for i in range(len(self._heads))]
-        self.output_names = names
-
-    @property
-    def num_kernels(self) -> int:
-        """Number of kernel calls one run() makes."""
-        return len(self._calls)
-
-    def input_info(self, name: str) -> tuple:
-        """(shape tuple, dtype name) of input `name`."""
-        v = self._views[self._inputs[name]]
-        return tuple(v.shape), v.dtype.name
-
-    def set_input(self, name: str, array) -> None:
-        """Copy `array` into input `name`.
-
-        Raises InputError (one line naming the tensor, expected vs got) on an unknown name,
-        a different shape, or a different dtype; no implicit casts.
-        """
-        expected = {n: (self._views[k].shape, self._views[k].dtype) for n, k in self._inputs.items()}
-        src = checked_input(name, array, self.input_names, expected)
-        np.copyto(self._views[self._inputs[name]], src)
-
-    def run(self) -> None:
-        """Run the graph once: one call of the library's graph entry, or, for libraries
-        without one, every kernel in graph order."""
-        if self._entry is not None:
-            self._entry(*self._entry_args)
-            return
-        run_calls(self._calls)
-
-    def profile(self, runs: int = 1) -> list:
-        """Run the graph `runs` times kernel by kernel (not through the graph entry, which `run`
-        keeps for plain runs), timing every kernel call with time.perf_counter (each time includes
-        the ctypes call, about 1 µs), after one untimed warm-up run.
-
-        Returns one dict per distinct kernel, in order of first call: {"name": func_name,
-        "calls": calls per run, "total_ms": milliseconds per run (mean over `runs`)}. The outputs
-        afterwards are those of a plain run. Raises InputError when runs < 1.
-        """
-        if runs < 1:
-            raise InputError(f"profile runs must be at least 1, got {runs}")
-        return profile_calls(self._calls, runs)
-
-    def get_output(self, index) -> np.ndarray:
-        """A copy of output `index` (position in mod.json heads, or output name), with its shape
-        (an output with a run-time shape is sliced to the shape the last run computed)."""
-        k = output_position(index, self.output_names)
-        data, shape = self._views[self._heads[k]], self._head_shapes[k]
-        if shape is None:
-            return data.copy()
-        return sliced_output(data, self._views[shape], self.artifact.path, self.output_names[k])
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self._heads)
-
-    @staticmethod
-    def set_num_threads(n: int) -> None:
-        """Use `n` threads in the kernels' parallel loops (libgomp's omp_set_num_threads).
-
-        Applies to kernels called from this thread. Setting OMP_NUM_THREADS in the environment
-        before the process starts works as well. Raises ArtifactError if libgomp cannot be loaded.
-        """
-        if n < 1:
-            raise InputError(f"thread count must be at least 1, got {n}")
-        try:
-            gomp = ctypes.CDLL("libgomp.so.1")
-        except OSError as e:
-            raise ArtifactError(f"cannot load libgomp.so.1 to set the thread count: {e}") from None
-        gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
-        gomp.omp_set_num_threads.restype = None
-        gomp.omp_set_num_threads(int(n))
 
 
 def benchmark(executor: Executor, repeat: int = 1, number: int = 1) -> dict:

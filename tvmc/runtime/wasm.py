@@ -33,8 +33,7 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, load_artifact
-from tvmc.runtime.control import run_loop
-from tvmc.runtime.executor import checked_input, output_position, profile_calls, run_calls
+from tvmc.runtime.executor import bind_calls, checked_input, kernel_names, output_position, params_blob, profile_calls
 
 ENGINE_HINT = "pip install wasmtime"
 # tvmc_tensor_info on wasm32: name, dtype (pointers), ndim (int32), shape (pointer), nbytes (uint64 at 16)
@@ -206,11 +205,6 @@ def run_kernel(data: bytes, name: str, arrays, out: np.ndarray, origin: str = "k
     return out
 
 
-def _kernel_names(calls) -> list:
-    """The kernel of every call of a description's calls, loop bodies included."""
-    return [n for c in calls for n in (_kernel_names(c["calls"]) if "loop" in c else [c["func"]])]
-
-
 class WasmExecutor:
     """Executes an Artifact (or mod.tar path) compiled for a wasm32 target in wasmtime, through the
     module's C API (see the module docstring); the executor contract of tvmc.runtime.
@@ -229,7 +223,7 @@ class WasmExecutor:
         if artifact.library is None or artifact.params is None:
             raise ArtifactError(f"{origin}: loaded without its library and params (load_artifact read_data=False)")
         self.module = mod = WasmModule(artifact.library, f"{origin}: {artifact.library_name}")
-        blob = _params_blob(artifact)
+        blob = params_blob(artifact)
         params = mod.malloc(len(blob))
         mod.write(params, blob)
         out = mod.malloc(POINTER.size)
@@ -253,7 +247,7 @@ class WasmExecutor:
         self._shape_buf = mod.malloc(8 * max([len(o[1]) for o in self._outputs] + [1]))
         desc = artifact.description
         self._calls = desc["calls"]
-        for func in _kernel_names(self._calls):
+        for func in kernel_names(self._calls):
             try:
                 mod.function(func)
             except AttributeError:
@@ -320,14 +314,10 @@ class WasmExecutor:
         def write(e, value):
             mod.write(entries[e], np.ascontiguousarray(value).tobytes())
 
-        def bind(items):
-            """(callable, args, name) per kernel; a run-time loop is one call of its interpreter."""
-            return [(functools.partial(run_loop, c, functools.partial(run_calls, bind(c["calls"])), read, write),
-                     (), f"tvmc_loop '{c['loop']}'") if "loop" in c else
-                    (functools.partial(mod.function(c["func"]), mod.store), [entries[a] for a in c["args"]], c["func"])
-                    for c in items]
+        def kernel(func):
+            return functools.partial(mod.function(func), mod.store)
 
-        return profile_calls(bind(self._calls), runs)
+        return profile_calls(bind_calls(self._calls, kernel, entries, read, write), runs)
 
     def get_output(self, index) -> np.ndarray:
         """A copy of output `index` (position or output name), with its shape."""
@@ -349,10 +339,3 @@ class WasmExecutor:
 
 def _nbytes(shape, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-
-
-def _params_blob(artifact: Artifact) -> bytes:
-    """The params in safetensors layout (the bytes of mod.params), as the C API takes them."""
-    import safetensors.numpy
-
-    return safetensors.numpy.save({k: np.require(v, requirements="C") for k, v in artifact.params.items()})
