@@ -28,8 +28,8 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, load_artifact
-from tvmc.runtime.executor import (ALIGNMENT_BYTES, bind_calls, check_host, checked_input, kernel_names,
-                                   load_library, output_position, params_blob, profile_calls)
+from tvmc.runtime.executor import (ALIGNMENT_BYTES, CApiExecutor, bind_calls, check_host, checked_input,
+                                   kernel_names, load_library, output_position, params_blob, profile_calls)
 
 GUARD_PAGES_ENV = "TVMC_GUARD_PAGES"
 
@@ -95,7 +95,7 @@ def _guarded_empty(nbytes: int) -> np.ndarray:
     return np.frombuffer(region, np.uint8, count=nbytes, offset=(data_pages + 1) * page - size)
 
 
-class GraphExecutor:
+class GraphExecutor(CApiExecutor):
     """Executes an Artifact (or a mod.tar path) on this CPU through the C API inside its mod.so
     (module docstring); the Executor contract of tvmc.runtime.executor.
 
@@ -161,23 +161,9 @@ class GraphExecutor:
             self._entries[e] = guarded[sid].ctypes.data
         return guarded
 
-    @property
-    def num_kernels(self) -> int:
-        """Number of kernel calls one run() makes (a run-time loop counts as one)."""
-        return len(self._calls)
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self._outputs)
-
     def entry_address(self, entry: int) -> int:
         """Address of data entry `entry`'s buffer (ALIGNMENT_BYTES-aligned) in the model's storage."""
         return int(self._entries[entry])
-
-    def input_info(self, name: str) -> tuple:
-        """(shape tuple, dtype name) of input `name`."""
-        shape, dtype = self._inputs[name][:2]
-        return shape, dtype
 
     def set_input(self, name: str, array) -> None:
         """Copy `array` into input `name` (tvmc_model_set_input).

@@ -195,6 +195,31 @@ def bind_calls(calls, kernel, entries, read, write) -> list:
             for c in calls]
 
 
+class CApiExecutor:
+    """What the executors that drive the C API of tvmc_kernels.h share (tvmc.runtime.cpu through
+    ctypes, tvmc.runtime.wasm in wasmtime): `_calls`, the module description's calls; `_inputs`,
+    {name: (shape, dtype, ...)} and `_outputs`, [(name, ...)], as the C API's input_info and
+    output_info described them."""
+
+    _calls: list
+    _inputs: dict
+    _outputs: list
+
+    @property
+    def num_kernels(self) -> int:
+        """Number of kernel calls one run() makes (a run-time loop counts as one)."""
+        return len(self._calls)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._outputs)
+
+    def input_info(self, name: str) -> tuple:
+        """(shape tuple, dtype name) of input `name`."""
+        shape, dtype = self._inputs[name][:2]
+        return shape, dtype
+
+
 def params_blob(artifact: Artifact) -> bytes:
     """The params of `artifact` in safetensors layout (the bytes of mod.params), as the C API's
     tvmc_model_create takes them."""

@@ -33,7 +33,8 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, load_artifact
-from tvmc.runtime.executor import bind_calls, checked_input, kernel_names, output_position, params_blob, profile_calls
+from tvmc.runtime.executor import (CApiExecutor, bind_calls, checked_input, kernel_names, output_position,
+                                   params_blob, profile_calls)
 
 ENGINE_HINT = "pip install wasmtime"
 # tvmc_tensor_info on wasm32: name, dtype (pointers), ndim (int32), shape (pointer), nbytes (uint64 at 16)
@@ -205,7 +206,7 @@ def run_kernel(data: bytes, name: str, arrays, out: np.ndarray, origin: str = "k
     return out
 
 
-class WasmExecutor:
+class WasmExecutor(CApiExecutor):
     """Executes an Artifact (or mod.tar path) compiled for a wasm32 target in wasmtime, through the
     module's C API (see the module docstring); the executor contract of tvmc.runtime.
 
@@ -265,20 +266,6 @@ class WasmExecutor:
         shape = struct.unpack(f"<{ndim}q", mod.read(shape_addr, 8 * ndim)) if ndim else ()
         return (mod.c_string(name_addr), mod.c_string(dtype_addr), tuple(int(d) for d in shape),
                 (name_addr, dtype_addr, shape_addr))
-
-    @property
-    def num_kernels(self) -> int:
-        """Number of kernel calls one run() makes."""
-        return len(self._calls)
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self._outputs)
-
-    def input_info(self, name: str) -> tuple:
-        """(shape tuple, dtype name) of input `name`."""
-        shape, dtype = self._inputs[name][:2]
-        return shape, dtype
 
     def set_input(self, name: str, array) -> None:
         """Copy `array` into input `name` (tvmc_model_set_input). Raises InputError (one line naming
