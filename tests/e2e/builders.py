@@ -64,7 +64,7 @@ def resnet_style_cnn(seed: int = 0, size: int = 32) -> onnx.ModelProto:
     x = b.node("Flatten", [x], axis=1)
     w = b.const(b.rng.standard_normal((10, 32)) * 0.2)
     bias = b.const(b.rng.standard_normal(10) * 0.1)
-    out = b.node("Gemm", [x, w, bias], transB=1)
+    b.node("Gemm", [x, w, bias], transB=1)
     b.nodes[-1].output[0] = "logits"
     return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
                    [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], "resnet_style")
@@ -80,7 +80,7 @@ def mlp(seed: int = 0, batch: int = 4, sizes=(64, 128, 96, 10)) -> onnx.ModelPro
         x = b.node("Relu", [b.node("Add", [b.node("MatMul", [x, w]), b.const(b.rng.standard_normal(cout) * 0.1)])])
     w = b.const(b.rng.standard_normal((sizes[-1], sizes[-2])) / np.sqrt(sizes[-2]))
     x = b.node("Gemm", [x, w, b.const(b.rng.standard_normal(sizes[-1]) * 0.1)], transB=1, alpha=0.5, beta=2.0)
-    y = b.node("Add", [b.node("Tanh", [x]), b.node("Sigmoid", [x])])
+    b.node("Add", [b.node("Tanh", [x]), b.node("Sigmoid", [x])])
     b.nodes[-1].output[0] = "y"
     return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, sizes[-1]])], "mlp")

@@ -291,13 +291,13 @@ def _copy_kernel(load_index, vector_lanes=1):
     lanes = vector_lanes
     body = _loop("b", 16, "blockIdx.x", lambda b: _loop(
         "t", 64 // lanes, "threadIdx.x", lambda t: _loop(
-            "l", lanes, "vectorize" if lanes > 1 else "serial", lambda l: Store(
-                out, b * 64 + t * lanes + l, Load(a, load_index(b, t, l))))))
+            "l", lanes, "vectorize" if lanes > 1 else "serial", lambda lane: Store(
+                out, b * 64 + t * lanes + lane, Load(a, load_index(b, t, lane))))))
     return PrimFunc("copy", [a, out], body)
 
 
 def test_gpu_features_see_coalescing_and_vector_width():
-    coalesced = features.loop_features(_copy_kernel(lambda b, t, l: b * 64 + t * 4 + l, vector_lanes=4))
+    coalesced = features.loop_features(_copy_kernel(lambda b, t, lane: b * 64 + t * 4 + lane, vector_lanes=4))
     assert _feature(coalesced, "kernel.is_gpu") == 1.0  # no launch set: taken from the thread loops
     assert _feature(coalesced, "launch.log2_threads_per_block") == _log2(16)
     assert _feature(coalesced, "launch.log2_blocks") == _log2(16)
@@ -307,13 +307,13 @@ def test_gpu_features_see_coalescing_and_vector_width():
     assert _feature(coalesced, "access1.log2_stride_threadIdx.x") == _log2(4)
     assert _feature(coalesced, "global.load.log2_bytes_per_block") == _log2(256)
     # the transposed read: consecutive threads 16 elements apart, one float at a time
-    strided = features.loop_features(_copy_kernel(lambda b, t, l: t * 16 + b))
+    strided = features.loop_features(_copy_kernel(lambda b, t, lane: t * 16 + b))
     assert _feature(strided, "global.load.coalesced_fraction") == 0.0
     assert _feature(strided, "global.store.coalesced_fraction") == 1.0
     assert _feature(strided, "access1.log2_stride_threadIdx.x") == _log2(16)
     assert _feature(strided, "access1.coalesced") == 0.0 and _feature(strided, "access0.coalesced") == 1.0
     # a floordiv/floormod index (a fused loop split again) is evaluated: consecutive threads, stride 1
-    fused = features.loop_features(_copy_kernel(lambda b, t, l: (b * 64 + t) % 8 + (b * 64 + t) // 8 * 8))
+    fused = features.loop_features(_copy_kernel(lambda b, t, lane: (b * 64 + t) % 8 + (b * 64 + t) // 8 * 8))
     assert _feature(fused, "global.load.coalesced_fraction") == 1.0
 
 

@@ -326,7 +326,8 @@ def test_failed_rewrite_of_a_web_folder_keeps_the_previous_site(tmp_path, relu_m
 
 # ---- 8. the C runner's files ---------------------------------------------------------------------------
 
-from test_emulated import _inputs, _run, native_runner  # noqa: E402,F401  (the runner built for this host)
+# native_runner (tests/unit/conftest.py): the runner built for this host
+from test_emulated import _inputs, _run  # noqa: E402
 
 
 @pytest.mark.parametrize("flag", ["-p", "-i"])
@@ -654,7 +655,7 @@ def test_an_unforeseen_converter_failure_is_a_model_error_naming_the_node(tmp_pa
     from tvmc.frontend.onnx import registry
 
     def broken(ctx, node, inputs, attrs, opset):
-        a, b = [1, 2, 3]   # the recurrent converter's "too many values to unpack", say
+        a, _ = [1, 2, 3]   # the recurrent converter's "too many values to unpack", say
         return a
 
     broken.versions = registry.CONVERTERS["Relu"].versions

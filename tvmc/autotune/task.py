@@ -16,7 +16,6 @@ conv2d's multiply-adds, as TVM does, so its GFLOP/s compare with the direct form
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 from tvmc.graph.ir import Call, Function, TensorType, Var
