@@ -366,7 +366,7 @@ class Measurer:
                 for f in late:
                     i, path, t0 = pending.pop(f)
                     results[i] = (MeasureError.BUILD_TIMEOUT, f"build took longer than {limit:g} s", now - t0, path)
-                for f, (i, _, _) in pending.items():  # lost with the pool: build them again
+                for i, _, _ in pending.values():  # lost with the pool: build them again
                     queue.insert(0, i)
                 pending.clear()
                 self._kill_pool()
