@@ -139,7 +139,8 @@ def bert_encoder(seed: int = 0, seq: int = 128, hidden: int = 256, heads: int = 
         x = layer_norm(b.node("Add", [x, dense(ctx, hidden, hidden)]), decomposed)
         h = dense(x, hidden, 4 * hidden)
         gelu = b.node("Mul", [b.node("Mul", [h, b.const(0.5)]),
-                              b.node("Add", [b.const(1.0), b.node("Erf", [b.node("Div", [h, b.const(np.sqrt(2.0))])])])])
+                              b.node("Add", [b.const(1.0),
+                                             b.node("Erf", [b.node("Div", [h, b.const(np.sqrt(2.0))])])])])
         x = layer_norm(b.node("Add", [x, dense(gelu, 4 * hidden, hidden)]), decomposed)
     b.nodes[-1].output[0] = "last_hidden_state"
     ids = [helper.make_tensor_value_info(n, TensorProto.INT64, [batch, seq]) for n in ("input_ids", "attention_mask")]

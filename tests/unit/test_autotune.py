@@ -439,7 +439,8 @@ class _ScriptedMeasurer:
 
     def measure(self, task, configs, reference=False):
         self.asked.append([dict(c) for c in configs])
-        return [MeasureResult([c]) if c else MeasureResult([], MeasureError.RUNTIME_DEVICE) for c in self.answers.pop(0)]
+        return [MeasureResult([c]) if c else MeasureResult([], MeasureError.RUNTIME_DEVICE)
+                for c in self.answers.pop(0)]
 
 
 def test_speedup_is_measured_side_by_side(task, target):
@@ -470,7 +471,8 @@ def _write_records(path, target, task, rows):
 
 def test_apply_best_uses_the_best_valid_record(task, target, model_path, tmp_path):
     space = task.config_space(target)
-    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3, "tile_oc": 1, "reorder_kernel_first": True}
+    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3, "tile_oc": 1,
+            "reorder_kernel_first": True}
     failed = {"tile_ow": 1, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1, "tile_oc": 1,
               "reorder_kernel_first": False}
     path = tmp_path / "r.json"
@@ -785,4 +787,5 @@ def test_cli_tune_task_index_out_of_range(model_path, tmp_path, capsys):
     code = main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "0,5"])
     assert code == TuningError.exit_code
     assert "task index 5 out of range: the model has 2 tasks (0-1" in capsys.readouterr().err
-    assert main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "2-1"]) == 64  # a usage error
+    # a usage error
+    assert main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "2-1"]) == 64

@@ -47,7 +47,8 @@ class Task:
         return (self.impl, workload_key(self.workload))
 
     def implementation(self, target):
-        return next(i for i in get_op(self.op).implementations(target.family, self.workload, target) if i.name == self.impl)
+        return next(i for i in get_op(self.op).implementations(target.family, self.workload, target)
+                    if i.name == self.impl)
 
     def config_space(self, target):
         return self.implementation(target).config_space(self.workload, target)
