@@ -1,6 +1,7 @@
 # Set-up and everyday commands. `make demo` installs tvmc and reads a line of text with PP-OCRv4;
-# `make test` installs the test dependencies and runs the fast tests (`make test-all` the slow ones
-# too: every op case on OpenCL, on ARM under qemu-user and on wasm, the light models there);
+# `make lint` runs ruff (pyproject.toml's [tool.ruff]); `make test` installs the test dependencies,
+# lints and runs the fast tests (`make test-all` the slow ones too: every op case on OpenCL, on ARM
+# under qemu-user and on wasm, the light models there);
 # `make test-cuda` runs the tests marked cuda (op cases, e2e models, a conformance sample on an
 # NVIDIA GPU; they skip without one), `make gpu-check` those and the CUDA bench in one timed script; `make bench` times tvmc's builds for every CPU descriptor of
 # the host's architecture that it runs (x86-64: x86, x86-avx2, x86-64; aarch64: arm-neoverse-n1,
@@ -28,7 +29,7 @@ CUDA_TUNE_TRIALS ?= 400
 
 FUZZ_EXAMPLES ?= 400
 
-.PHONY: install test-deps demo test test-all test-cuda gpu-check fuzz bench bench-layers bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
+.PHONY: install test-deps demo lint test test-all test-cuda gpu-check fuzz bench bench-layers bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator, wasm toolchain, browser) where apt-get
@@ -57,7 +58,12 @@ test-deps: install
 	($(PYTHON) -m pip install "$(TORCH_CPU)" && $(PYTHON) -m pip install -e ".[exports]") || \
 	  echo "note: $(TORCH_CPU) could not be installed; the torch export tests will skip"
 
+lint:
+	$(PYTHON) -m ruff check .
+
+# lint first: a ruff finding fails make test before any test runs
 test: test-deps
+	@$(MAKE) --no-print-directory lint
 	$(PYTHON) -m pytest -q -m "not slow" tests
 
 test-all: test-deps

@@ -284,7 +284,8 @@ def bench_case(name: str, batch: int, precision: str, arch: str, device: str, re
 
 
 COLUMNS = ["model", "batch", "precision", "gflops", "fallback_ms", "tvmc_ms", "tuned_ms", "torch_ms", "torch_f32_ms",
-           "ort_ms", "fallback/torch", "tvmc/torch", "tuned/torch", "fallback/tvmc", "fallback/tuned", "tune_s", "check"]
+           "ort_ms", "fallback/torch", "tvmc/torch", "tuned/torch", "fallback/tvmc", "fallback/tuned", "tune_s",
+           "check"]
 
 
 def report(rows: list, notes: dict, header: str) -> str:
@@ -371,7 +372,8 @@ def main(argv=None) -> int:
     except ArtifactError as e:
         print(f"error: the CUDA benchmark needs an NVIDIA GPU: {e}", file=sys.stderr)
         return 1
-    header = (f"tvmc {tvmc.__version__} (target {gpu_target(arch).name}, {arch}, opt level 3) vs torch eager and onnxruntime's CUDA EP | "
+    header = (f"tvmc {tvmc.__version__} (target {gpu_target(arch).name}, {arch}, opt level 3) "
+              f"vs torch eager and onnxruntime's CUDA EP | "
               f"{gpu} ({args.device}) | {WARMUP_RUNS} warm-up + {args.repeat} alternating runs each, medians")
     print(header, flush=True)
     rows, notes = [], {}

@@ -359,7 +359,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=30, help="(a) timing rounds")
     ap.add_argument("--parts", default="abc")
     ap.add_argument("--tasks", default="012", help="(b), (c) tasks by position in CURVE_TASKS, e.g. 0 for 56x56 alone")
-    ap.add_argument("--results", type=Path, default=None, help="folder of the outputs (default bench/results; (c) reads (a)'s records there)")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="folder of the outputs (default bench/results; (c) reads (a)'s records there)")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for an idle machine (smoke tests)")
     args = ap.parse_args(argv)
     if not args.tasks or any(k not in "012" for k in args.tasks):

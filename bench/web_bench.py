@@ -97,7 +97,8 @@ def main(argv=None) -> int:
             inputs = []
             for k, v in feeds.items():
                 (folder / f"{k}.bin").write_bytes(np.ascontiguousarray(v).tobytes())
-                inputs.append({"name": k, "dtype": v.dtype.name, "shape": list(v.shape), "file": str(folder / f"{k}.bin")})
+                inputs.append({"name": k, "dtype": v.dtype.name, "shape": list(v.shape),
+                               "file": str(folder / f"{k}.bin")})
             manifest["models"].append({"name": name, "site": str(folder / "site"), "onnx": str(folder / "model.onnx"),
                                        "inputs": inputs})
             refs[name] = {"native_ms": _native_ms(model, feeds, folder), "compile_s": compile_s,
@@ -116,7 +117,8 @@ def main(argv=None) -> int:
     for r in doc["results"]:
         diff = max(_agree(r["outputs"][k], r["ort_outputs"][k]) for k in r["outputs"] if k in r["ort_outputs"])
         rows.append({**r, **refs[r["name"]], "ratio": r["tvmc_ms"] / r["ort_web_ms"], "max_rel_diff": diff})
-    ort_wasm = max((p.stat().st_size for p in (WEB / "node_modules" / "onnxruntime-web" / "dist").glob("ort-wasm-simd-threaded.wasm")),
+    ort_wasm = max((p.stat().st_size
+                    for p in (WEB / "node_modules" / "onnxruntime-web" / "dist").glob("ort-wasm-simd-threaded.wasm")),
                    default=0)
     target = rows[0]["target"] if rows else {}
     lines = [f"# tvmc wasm vs onnxruntime-web (Node {doc['node']}, onnxruntime-web {doc['onnxruntime_web']})", "",
@@ -134,7 +136,8 @@ def main(argv=None) -> int:
     geo = math.exp(statistics.fmean(math.log(r["ratio"]) for r in rows))
     lines += ["", f"geometric mean of the ratios: **{geo:.2f}** (goal <= 0.6, no model above 1.0; "
               f"worst {max(r['ratio'] for r in rows):.2f})", "",
-              f"sizes: tvmc.js {(Path(tvmc.__file__).parent / 'runtime' / 'web' / 'tvmc.js').stat().st_size / 1024:.1f} KiB "
+              f"sizes: tvmc.js "
+              f"{(Path(tvmc.__file__).parent / 'runtime' / 'web' / 'tvmc.js').stat().st_size / 1024:.1f} KiB "
               f"(plus each model's mod.wasm above); onnxruntime-web's ort-wasm-simd-threaded.wasm "
               f"{ort_wasm / 1024 / 1024:.1f} MiB plus its JS"]
     text = "\n".join(lines) + "\n"

@@ -97,19 +97,24 @@ def fold_scale_axis(graph: Graph, ctx) -> Graph:
     of scales fold one per round).
     """
     while True:
-        uses, outputs = users(graph), set(graph.outputs)
-        folded = 0
-
-        def fn(e: Expr, new_inputs: tuple):
-            nonlocal folded
-            if not isinstance(e, Call) or e.op != "multiply":
-                return None
-            match = _match(e, uses, outputs)
-            if match is None:
-                return None
-            folded += 1
-            return _fold(e, new_inputs, match)
-
-        graph = rewrite(graph, fn)
+        graph, folded = _fold_round(graph)
         if not folded:
             return graph
+
+
+def _fold_round(graph: Graph) -> tuple[Graph, int]:
+    """One round of fold_scale_axis: the graph with every multiply that matches folded, and how many."""
+    uses, outputs = users(graph), set(graph.outputs)
+    folded = 0
+
+    def fn(e: Expr, new_inputs: tuple):
+        nonlocal folded
+        if not isinstance(e, Call) or e.op != "multiply":
+            return None
+        match = _match(e, uses, outputs)
+        if match is None:
+            return None
+        folded += 1
+        return _fold(e, new_inputs, match)
+
+    return rewrite(graph, fn), folded

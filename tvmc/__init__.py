@@ -12,7 +12,8 @@ from tvmc.constants import KERNEL_ABI_VERSION, __version__  # noqa: E402,F401
 # its options objects, loaded when first asked for (PEP 562), so that importing any stage does not
 # import the compiler and the tuner.
 _LAZY = {"compile": "tvmc.api", "list_tasks": "tvmc.api", "run": "tvmc.api", "tune": "tvmc.api",
-         "CompileOptions": "tvmc.driver", "TuneOptions": "tvmc.autotune.tune", "MeasureOptions": "tvmc.autotune.measure"}
+         "CompileOptions": "tvmc.driver", "TuneOptions": "tvmc.autotune.tune",
+         "MeasureOptions": "tvmc.autotune.measure"}
 
 
 def __getattr__(name):

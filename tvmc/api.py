@@ -12,9 +12,9 @@
 The functions accept what the CLI accepts (a target name, a descriptor YAML path or a Target;
 options objects: tvmc.CompileOptions, tvmc.TuneOptions, tvmc.MeasureOptions, whose fields may
 also be given one by one as keyword arguments) and check their arguments first, raising
-TypeError or ValueError that name the argument or field. Each returns a result object whose `to_json()` is the document `tvmc <command>
---json` prints (docs/json.md; every document carries "tvmc_json": JSON_SCHEMA_VERSION and its
-"kind"). The CLI commands are built on these functions.
+TypeError or ValueError that name the argument or field. Each returns a result object whose
+`to_json()` is the document `tvmc <command> --json` prints (docs/json.md; every document carries
+"tvmc_json": JSON_SCHEMA_VERSION and its "kind"). The CLI commands are built on these functions.
 """
 
 from __future__ import annotations
@@ -725,7 +725,8 @@ def tune(model, target="native", records="records.json", options=None, *, compil
     outside = [k for k in indices if k >= n]
     if outside:
         raise TuningError(f"{task_list.model}: task index {outside[0]} out of range: the model has {n} tasks "
-                          f"(0-{n - 1}; see tvmc tune --list-tasks)" if n else f"{task_list.model}: the model has no tuning tasks")
+                          f"(0-{n - 1}; see tvmc tune --list-tasks)" if n
+                          else f"{task_list.model}: the model has no tuning tasks")
     target = task_list.target
     missing = backend_for(target).measure_missing(target)
     if missing:

@@ -97,7 +97,8 @@ class TvmcBackend(Backend):
 
         if isinstance(model, (str, bytes)) and not isinstance(model, str):
             model = onnx.load_from_string(model)
-        options = CompileOptions(opt_level=int(kwargs.get("opt_level", 3)), value_ranges=kwargs.get("value_ranges") or ())
+        options = CompileOptions(opt_level=int(kwargs.get("opt_level", 3)),
+                                 value_ranges=kwargs.get("value_ranges") or ())
         return compile_model(model, resolve_target(kwargs.get("target", DEFAULT_TARGET)), options)
 
     @classmethod

@@ -27,7 +27,8 @@ def int_arg(name: str, value, low: int, high: int | None = None, optional: bool 
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < low or (high is not None and value > high):
-        raise ValueError(f"{name} must be {'in ' + str(low) + '..' + str(high) if high is not None else '>= ' + str(low)}, "
+        raise ValueError(f"{name} must be "
+                         f"{'in ' + str(low) + '..' + str(high) if high is not None else '>= ' + str(low)}, "
                          f"got {value}")
     return int(value)
 

@@ -157,7 +157,8 @@ class _Cli(click.Group):
 
 
 verbose_option = click.option("--verbose", "-v", is_flag=True,
-                              help="On errors, print the traceback too (same exit code); keep IR dumps of a failed compile; show LLVM's messages.")
+                              help="On errors, print the traceback too (same exit code); keep IR dumps of a failed "
+                                   "compile; show LLVM's messages.")
 
 
 json_option = click.option("--json", "as_json", is_flag=True,
@@ -349,9 +350,11 @@ def parse_value_ranges(items) -> dict:
         except ValueError:
             pair = None
         if pair is None:
-            raise click.BadParameter(f"cannot parse '{item}'; expected NAME=LO:HI, e.g. n=1:64", param_hint="--value-range")
+            raise click.BadParameter(f"cannot parse '{item}'; expected NAME=LO:HI, e.g. n=1:64",
+                                     param_hint="--value-range")
         if not (math.isfinite(pair[0]) and math.isfinite(pair[1])):
-            raise click.BadParameter(f"range of '{name}' must be finite numbers, got {lo}:{hi}", param_hint="--value-range")
+            raise click.BadParameter(f"range of '{name}' must be finite numbers, got {lo}:{hi}",
+                                     param_hint="--value-range")
         if not pair[0] <= pair[1]:
             raise click.BadParameter(f"range of '{name}' is empty: {lo} > {hi}", param_hint="--value-range")
         if name in out:
@@ -618,7 +621,8 @@ def _output_folder_made(output) -> Path:
 @cli.command("compile", short_help="Compile an ONNX model into a mod.tar for a target.")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--target", "target_spec", required=True,
-              help='Target: a shipped name (native = this host; x86, x86-avx2, x86-64), or a descriptor YAML path, optionally with LLVM-style overrides: "x86 -mcpu=skylake-avx512", "native -mattr=-avx2".')
+              help='Target: a shipped name (native = this host; x86, x86-avx2, x86-64), or a descriptor YAML path, '
+                   'optionally with LLVM-style overrides: "x86 -mcpu=skylake-avx512", "native -mattr=-avx2".')
 @click.option("--target-option", multiple=True, metavar="KEY=VALUE",
               help="Override a target descriptor field, e.g. cpu=znver3 or l2_bytes=1048576 (repeatable).")
 @click.option("-o", "--output", required=True, type=click.Path(),
@@ -628,10 +632,12 @@ def _output_folder_made(output) -> Path:
                    "runtime tvmc.js and an index.html that runs the model and shows outputs and latency.")
 @COMPILE_FLAGS
 @click.option("--print-pass-times", is_flag=True, help="Print the time spent in each graph pass.")
-@click.option("--cross-compiler", metavar="CC", help="Compiler driver that links the library instead of the target's linker "
-              "command's first word (e.g. aarch64-linux-gnu-gcc, clang); the descriptor's linker flags stay. Records "
-              "tuned without it still apply (the tuning key leaves the toolchain out).")
-@click.option("--cross-compiler-options", metavar="OPTS", help='Extra linker arguments, shell-quoted: "-L/opt/sysroot/lib -Wl,-rpath,.".')
+@click.option("--cross-compiler", metavar="CC",
+              help="Compiler driver that links the library instead of the target's linker command's first word "
+                   "(e.g. aarch64-linux-gnu-gcc, clang); the descriptor's linker flags stay. Records tuned without it "
+                   "still apply (the tuning key leaves the toolchain out).")
+@click.option("--cross-compiler-options", metavar="OPTS",
+              help='Extra linker arguments, shell-quoted: "-L/opt/sysroot/lib -Wl,-rpath,.".')
 @config_option
 @json_option
 @verbose_option
@@ -713,9 +719,11 @@ def print_task_list(task_list) -> None:
 @cli.command("tune", short_help="Tune the kernels of an ONNX model on this machine; write measurement records.")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--target", "target_spec", required=True, help="Target name or descriptor, as for compile.")
-@click.option("--target-option", multiple=True, metavar="KEY=VALUE", help="Override a target descriptor field (repeatable).")
+@click.option("--target-option", multiple=True, metavar="KEY=VALUE",
+              help="Override a target descriptor field (repeatable).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Records file (JSON lines); appended to, and resumed from when it exists. Required unless --list-tasks.")
+              help="Records file (JSON lines); appended to, and resumed from when it exists. "
+                   "Required unless --list-tasks.")
 @click.option("--list-tasks", is_flag=True,
               help="Print the tasks (index, op, implementation, workload, FLOPs, calls, config-space size) and exit.")
 @click.option("--tasks", "task_indices", metavar="INDICES", callback=_task_indices,
@@ -841,7 +849,8 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
               help="Inputs .npz keyed by input name; inputs it lacks are made by --fill-mode.")
-@click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False), help="Write outputs .npz keyed by output name.")
+@click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False),
+              help="Write outputs .npz keyed by output name.")
 @click.option("--fill-mode", type=click.Choice(list(FILL_MODES)), default="random", show_default=True,
               help="Inputs not given by --inputs: zeros, ones, or random (seed 0).")
 @click.option("--print-time", is_flag=True, help="Time the run and print latency statistics (ms, µs below 1 ms).")

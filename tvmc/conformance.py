@@ -352,7 +352,8 @@ def promote_to_float64(model):
             vi.type.tensor_type.elem_type = TensorProto.DOUBLE
     for k, t in enumerate(m.graph.initializer):
         if t.data_type == TensorProto.FLOAT:
-            m.graph.initializer[k].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+            m.graph.initializer[k].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64),
+                                                                    t.name))
     return m
 
 
@@ -742,7 +743,8 @@ def write_report(results, path: str = REPORT_PATH, elapsed_s: float | None = Non
         return " | ".join(str(c[k]) for _, k in columns)
 
     excluded = collections.Counter(r.reason for r in results if r.status == "skipped")
-    make = f"make conformance{'' if target == DEFAULT_TARGET else ' TARGET=' + target}{' COMPILE_ONLY=1' * compile_only}"
+    make = (f"make conformance{'' if target == DEFAULT_TARGET else ' TARGET=' + target}"
+            f"{' COMPILE_ONLY=1' * compile_only}")
     lines = [
         f"# ONNX backend node conformance ({'x86' if target == DEFAULT_TARGET else target}"
         f"{', compile only' * compile_only})",
@@ -758,7 +760,8 @@ def write_report(results, path: str = REPORT_PATH, elapsed_s: float | None = Non
         *_summary(s, target, compile_only),
         "",
         f"Cases onnxruntime passes and tvmc does not{' compile' * compile_only}: {s['ort_only']}. "
-        f"Core operators of issue 3: tvmc {ok} {s['core_passed']} of {s['core_in_scope']}. Out of scope: {s['skipped']} "
+        f"Core operators of issue 3: tvmc {ok} {s['core_passed']} of {s['core_in_scope']}. "
+        f"Out of scope: {s['skipped']} "
         f"({', '.join(f'{why} {n}' for why, n in sorted(excluded.items()))}).",
         "",
         "## Per converter group",

@@ -159,9 +159,10 @@ def save_web(module, folder, reads=()) -> Path:
 
     The files are written into a fresh folder beside `folder`; an existing site is then renamed
     aside, the new folder renamed into its place and the old one removed, so an error or a signal
-    at any step leaves either the previous site whole or the new one, never a mix or nothing. `folder` must not exist, or be an earlier web output
-    (nothing but these files in it); it must not be one of `reads`. Returns the folder. Raises
-    ArtifactError when the target is not a wasm one or the folder cannot be written.
+    at any step leaves either the previous site whole or the new one, never a mix or nothing.
+    `folder` must not exist, or be an earlier web output (nothing but these files in it); it must
+    not be one of `reads`. Returns the folder. Raises ArtifactError when the target is not a wasm
+    one or the folder cannot be written.
     """
     if library_name(module.metadata) != "mod.wasm":
         raise ArtifactError(f"{folder}: the web output format needs a wasm target (e.g. --target wasm), "
@@ -239,7 +240,8 @@ _TENSORS = {"type": "array", "items": {
     "properties": {"name": {"type": "string"}, "dtype": {"type": "string"},
                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}}
 _OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
-_DIMS3 = {"type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "integer", "minimum": 1, "maximum": (1 << 31) - 1}}
+_DIMS3 = {"type": "array", "minItems": 3, "maxItems": 3,
+          "items": {"type": "integer", "minimum": 1, "maximum": (1 << 31) - 1}}
 
 def _metadata_target_schema() -> dict:
     """metadata.json "target": a resolved descriptor as Target.to_dict writes it, checked with the
@@ -397,7 +399,8 @@ def _check_schema(origin: str, name: str, data, schema: dict) -> None:
         jsonschema.validate(data, schema)
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise ArtifactError(f"{origin}: {name} is malformed at '{_short(where, 80)}': {schema_message(e, 160)}") from None
+        raise ArtifactError(f"{origin}: {name} is malformed at '{_short(where, 80)}': "
+                            f"{schema_message(e, 160)}") from None
 
 
 def _check_graph_structure(origin: str, g: dict) -> None:
@@ -597,7 +600,8 @@ class _Members:
             raise ArtifactError(f"{self.origin}: {name} differs from the one packaged (its sha256 is not the one "
                                 f"{METADATA_NAME} records)")
 
-    def read(self, name: str, expected: int | None = None, limit: int | None = None, sha256: str | None = None) -> bytes:
+    def read(self, name: str, expected: int | None = None, limit: int | None = None,
+             sha256: str | None = None) -> bytes:
         """The bytes of member `name`: its size must be `expected` (and at most `limit`), their
         digest `sha256`, when given."""
         if limit is not None and self.size(name) > limit:
@@ -661,7 +665,8 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
             device_binaries = {b: members.read(b, sizes[b], sha256=digests[b]) for b in binaries}
             description = read_description(io.BytesIO(library), len(library), fmt, f"{origin}: {lib}")
             try:
-                params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME], sha256=digests[PARAMS_NAME]))
+                params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME],
+                                                             sha256=digests[PARAMS_NAME]))
             except Exception as e:  # safetensors raises its own SafetensorError / ValueError types
                 raise ArtifactError(f"{origin}: {PARAMS_NAME} is not a valid safetensors file: {_short(e)}") from None
         else:  # inspect: every member's digest, streamed, nothing kept but the description and headers

@@ -593,4 +593,5 @@ def artifact_target(recorded: dict, spec: str | None = None, origin: str = "arti
             raise error_cls(f"{origin}: no shipped target descriptor produces code like this artifact's "
                             f"({describe(facts)}); name the descriptor it was compiled with: --target FILE")
     own = Target.from_dict({k: v for k, v in recorded.items() if k not in TOOL_FIELDS and k != "host_features"})
-    return replace(own, **{k: getattr(known, k) for k in TOOL_FIELDS}, host_features=tuple(recorded.get("host_features") or ()))
+    return replace(own, **{k: getattr(known, k) for k in TOOL_FIELDS},
+                   host_features=tuple(recorded.get("host_features") or ()))

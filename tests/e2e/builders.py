@@ -64,7 +64,7 @@ def resnet_style_cnn(seed: int = 0, size: int = 32) -> onnx.ModelProto:
     x = b.node("Flatten", [x], axis=1)
     w = b.const(b.rng.standard_normal((10, 32)) * 0.2)
     bias = b.const(b.rng.standard_normal(10) * 0.1)
-    out = b.node("Gemm", [x, w, bias], transB=1)
+    b.node("Gemm", [x, w, bias], transB=1)
     b.nodes[-1].output[0] = "logits"
     return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
                    [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], "resnet_style")
@@ -80,7 +80,7 @@ def mlp(seed: int = 0, batch: int = 4, sizes=(64, 128, 96, 10)) -> onnx.ModelPro
         x = b.node("Relu", [b.node("Add", [b.node("MatMul", [x, w]), b.const(b.rng.standard_normal(cout) * 0.1)])])
     w = b.const(b.rng.standard_normal((sizes[-1], sizes[-2])) / np.sqrt(sizes[-2]))
     x = b.node("Gemm", [x, w, b.const(b.rng.standard_normal(sizes[-1]) * 0.1)], transB=1, alpha=0.5, beta=2.0)
-    y = b.node("Add", [b.node("Tanh", [x]), b.node("Sigmoid", [x])])
+    b.node("Add", [b.node("Tanh", [x]), b.node("Sigmoid", [x])])
     b.nodes[-1].output[0] = "y"
     return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, sizes[0]])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, sizes[-1]])], "mlp")
@@ -139,7 +139,8 @@ def bert_encoder(seed: int = 0, seq: int = 128, hidden: int = 256, heads: int = 
         x = layer_norm(b.node("Add", [x, dense(ctx, hidden, hidden)]), decomposed)
         h = dense(x, hidden, 4 * hidden)
         gelu = b.node("Mul", [b.node("Mul", [h, b.const(0.5)]),
-                              b.node("Add", [b.const(1.0), b.node("Erf", [b.node("Div", [h, b.const(np.sqrt(2.0))])])])])
+                              b.node("Add", [b.const(1.0),
+                                             b.node("Erf", [b.node("Div", [h, b.const(np.sqrt(2.0))])])])])
         x = layer_norm(b.node("Add", [x, dense(gelu, 4 * hidden, hidden)]), decomposed)
     b.nodes[-1].output[0] = "last_hidden_state"
     ids = [helper.make_tensor_value_info(n, TensorProto.INT64, [batch, seq]) for n in ("input_ids", "attention_mask")]

@@ -6,7 +6,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",

@@ -99,7 +99,8 @@ def test_options_objects_and_their_fields_one_by_one(model_file, artifact, tmp_p
 
 @pytest.mark.parametrize("call,error,words", [
     (lambda m: tvmc.compile(m, "native", colour="red"), TypeError, "unexpected keyword argument 'colour'"),
-    (lambda m: tvmc.compile(m, "native", None, {"opt_level": 2}), TypeError, "options must be a tvmc.driver.CompileOptions"),
+    (lambda m: tvmc.compile(m, "native", None, {"opt_level": 2}), TypeError,
+     "options must be a tvmc.driver.CompileOptions"),
     (lambda m: tvmc.list_tasks(m, "native", trials=3), TypeError, "list_tasks() got an unexpected keyword argument"),
     (lambda m: tvmc.tune(m, "native", m.parent / "r.json", tvmc.CompileOptions()), TypeError,
      "options must be a tvmc.autotune.tune.TuneOptions"),

@@ -71,7 +71,8 @@ def test_unsupported_ops_listed_before_compiling(tmp_path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
     res = tvmc("compile", path, "--target", "native", "-o", tmp_path / "bad.tar", check=False)
     assert res.returncode != 0
-    assert "RandomNormalLike" in res.stderr and "Multinomial" in res.stderr and "e1" in res.stderr and "h1" in res.stderr
+    assert ("RandomNormalLike" in res.stderr and "Multinomial" in res.stderr
+            and "e1" in res.stderr and "h1" in res.stderr)
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "bad.tar").exists()
 

@@ -49,8 +49,10 @@ def from_nonzero_model() -> onnx.ModelProto:
                    helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, "n"]),
                    helper.make_tensor_value_info("e", TensorProto.FLOAT, ["n", "n"]),
                    helper.make_tensor_value_info("z", TensorProto.INT64, ["m"])],
-                  [helper.make_tensor("i1", TensorProto.INT64, [1], [1]), helper.make_tensor("zero", TensorProto.INT64, [], [0]),
-                   helper.make_tensor("one", TensorProto.INT64, [], [1]), helper.make_tensor("three", TensorProto.INT64, [], [3]),
+                  [helper.make_tensor("i1", TensorProto.INT64, [1], [1]),
+                   helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+                   helper.make_tensor("one", TensorProto.INT64, [], [1]),
+                   helper.make_tensor("three", TensorProto.INT64, [], [3]),
                    helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])])
 
 
@@ -110,7 +112,8 @@ def test_range_of_a_graph_input_with_a_stated_range(name, tmp_path):
                check=False)
     line = res.stderr.strip()
     assert res.returncode == 7 and not (tmp_path / "bad.npz").exists(), line
-    assert "\n" not in line and "'y'" in line and "[8]" in line and "bound [7]" in line and "--value-range" in line, line
+    assert ("\n" not in line and "'y'" in line and "[8]" in line and "bound [7]" in line
+            and "--value-range" in line), line
 
 
 def _c_run(folder, inputs: dict):
@@ -165,7 +168,8 @@ def test_value_range_analysis_bounds():
     nodes = [helper.make_node("Mul", ["n", "c3"], ["a"]), helper.make_node("Sub", ["a", "c1"], ["b"]),
              helper.make_node("Div", ["b", "c2"], ["limit"]), helper.make_node("Min", ["n", "c2"], ["m"]),
              helper.make_node("Neg", ["m"], ["start"]), helper.make_node("Range", ["start", "limit", "c1"], ["y"]),
-             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]), helper.make_node("Concat", ["n1", "one"], ["sh"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+             helper.make_node("Concat", ["n1", "one"], ["sh"], axis=0),
              helper.make_node("Expand", ["row", "sh"], ["e"])]
     model = _model(nodes, [helper.make_tensor_value_info("n", TensorProto.INT64, []),
                            helper.make_tensor_value_info("row", TensorProto.FLOAT, [1, 3])],

@@ -1,8 +1,9 @@
 """Outputs whose shape depends on the data (docs/dynamic_shapes.md): a model where NonZero feeds
 Cast and Add and is itself a graph output, and a Unique and a TopK with a computed K, compiled and
 run by `tvmc run` on every target that runs here (the Python, OpenCL and wasm executors, the C
-runner under qemu for ARM) and by the C runner built for this host, against onnxruntime; a Loop left early by a condition computed at run
-time; ops whose result would read the padding are refused at compile time, naming the node."""
+runner under qemu for ARM) and by the C runner built for this host, against onnxruntime; a Loop
+left early by a condition computed at run time; ops whose result would read the padding are
+refused at compile time, naming the node."""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ def test_tampered_launch_is_an_artifact_error(compiled, tmp_path):
     _rewrite_tar(d / "mlp.tar", tmp_path / "bad.tar", replace={"mod.json": json.dumps(graph).encode()})
     for cmd in (("inspect",), ("run", "--device", "opencl")):
         res = tvmc(cmd[0], tmp_path / "bad.tar", *cmd[1:], check=False)
-        assert res.returncode == 7 and "mod.json does not match mod.cl" in res.stderr and f"kernels.{name}" in res.stderr
+        assert (res.returncode == 7 and "mod.json does not match mod.cl" in res.stderr
+                and f"kernels.{name}" in res.stderr)
 
 
 def test_run_on_the_opencl_device_matches_onnxruntime(compiled):

@@ -112,7 +112,8 @@ class GptDecoder(torch.nn.Module):
     def inputs():
         g = torch.Generator().manual_seed(3)
         return {"input_ids": torch.randint(0, 50, (1, 3), generator=g),
-                "past_key": torch.randn(2, 1, 4, 5, 8, generator=g), "past_value": torch.randn(2, 1, 4, 5, 8, generator=g)}
+                "past_key": torch.randn(2, 1, 4, 5, 8, generator=g),
+                "past_value": torch.randn(2, 1, 4, 5, 8, generator=g)}
 
 
 MODELS = {"bert": BertEncoder, "vit": VitEncoder, "gpt": GptDecoder}

@@ -25,7 +25,8 @@ SAMPLE = {
     # operators added for the conformance issue
     "test_div_int32_trunc": False, "test_split_variable_parts_2d_opset18": True, "test_slice_neg_steps": True,
     "test_reduce_mean_keepdims_random": True, "test_argmax_keepdims_random_select_last_index": False,
-    "test_where_example": False, "test_layer_normalization_3d_axis1_epsilon": False, "test_gather_negative_indices": False,
+    "test_where_example": False, "test_layer_normalization_3d_axis1_epsilon": False,
+    "test_gather_negative_indices": False,
     "test_reflect_pad": True, "test_expand_dim_changed": True, "test_logsoftmax_axis_0": False,
     "test_gelu_tanh_2": False, "test_less_bcast": False, "test_depthtospace_crd_mode_example": False,
     "test_tile": True, "test_cumsum_1d_int32_exclusive": True, "test_instancenorm_example": False,

@@ -291,7 +291,8 @@ def avgpool_variants():
 def pools_1d_3d():
     nodes = [helper.make_node("MaxPool", ["x1"], ["a"], kernel_shape=[3], strides=[2], pads=[1, 0], ceil_mode=1),
              helper.make_node("AveragePool", ["x1"], ["b"], kernel_shape=[2], auto_pad="SAME_UPPER"),
-             helper.make_node("MaxPool", ["x3"], ["c"], kernel_shape=[2, 3, 2], strides=[1, 2, 2], pads=[1, 0, 1, 0, 1, 1]),
+             helper.make_node("MaxPool", ["x3"], ["c"], kernel_shape=[2, 3, 2], strides=[1, 2, 2],
+                              pads=[1, 0, 1, 0, 1, 1]),
              helper.make_node("AveragePool", ["x3"], ["d"], kernel_shape=[3, 2, 2], pads=[1, 1, 0, 1, 0, 1]),
              helper.make_node("AveragePool", ["x3"], ["e"], kernel_shape=[3, 3, 2], pads=[1, 1, 0, 1, 0, 1],
                               count_include_pad=1, strides=[2, 2, 1]),
@@ -534,7 +535,8 @@ def rms_normalization_function_body():
 def group_normalization_function_body():
     node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], name="gn", num_groups=2)
     inits = {"scale": rand(4, seed=1), "bias": rand(4, seed=2)}
-    return make_model([node], [("x", F, [2, 4, 3, 3])], [("y", F, [2, 4, 3, 3])], inits, opset=21), {"x": rand(2, 4, 3, 3)}
+    return (make_model([node], [("x", F, [2, 4, 3, 3])], [("y", F, [2, 4, 3, 3])], inits, opset=21),
+            {"x": rand(2, 4, 3, 3)})
 
 
 @case
@@ -557,8 +559,8 @@ def loop_constant_trip_count():
          helper.make_node("Identity", ["y_out"], ["scan"])], "body",
         [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
          helper.make_tensor_value_info("y_in", F, [2])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("y_out", F, [2]),
-         helper.make_tensor_value_info("scan", F, [2])])
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("y_out", F, [2]), helper.make_tensor_value_info("scan", F, [2])])
     node = helper.make_node("Loop", ["m", "c", "y0"], ["y", "ys"], body=body)
     inits = {"m": np.array(3, np.int64), "c": np.array(True)}
     model = make_model([node], [("y0", F, [2]), ("x", F, [2])], [("y", F, [2]), ("ys", F, [3, 2])], inits)
@@ -570,8 +572,10 @@ def scan_running_sum():
     """Scan-11 over axis 0 of x [4, 3]: the running sum as state and scan output."""
     body = helper.make_graph([helper.make_node("Add", ["s_in", "row"], ["s_out"]),
                               helper.make_node("Identity", ["s_out"], ["out"])], "body",
-                             [helper.make_tensor_value_info("s_in", F, [3]), helper.make_tensor_value_info("row", F, [3])],
-                             [helper.make_tensor_value_info("s_out", F, [3]), helper.make_tensor_value_info("out", F, [3])])
+                             [helper.make_tensor_value_info("s_in", F, [3]),
+                              helper.make_tensor_value_info("row", F, [3])],
+                             [helper.make_tensor_value_info("s_out", F, [3]),
+                              helper.make_tensor_value_info("out", F, [3])])
     node = helper.make_node("Scan", ["s0", "x"], ["s", "outs"], body=body, num_scan_inputs=1)
     model = make_model([node], [("s0", F, [3]), ("x", F, [4, 3])], [("s", F, [3]), ("outs", F, [4, 3])])
     return model, {"s0": rand(3), "x": rand(4, 3, seed=1)}
@@ -651,7 +655,8 @@ def einsum_diagonals_and_scalar():
 def melweightmatrix_constant():
     """MelWeightMatrix-17 of constant scalars (folded at import): 10 filters over a 64-point DFT at
     16 kHz, 20 Hz to 7 kHz, in float64; and narrow bands where edges coincide (8 over 16 points)."""
-    nodes = [helper.make_node("MelWeightMatrix", ["m", "d", "r", "lo", "hi"], ["a"], output_datatype=TensorProto.DOUBLE),
+    nodes = [helper.make_node("MelWeightMatrix", ["m", "d", "r", "lo", "hi"], ["a"],
+                              output_datatype=TensorProto.DOUBLE),
              helper.make_node("MelWeightMatrix", ["m2", "d2", "r", "lo", "hi2"], ["b"])]
     inits = {"m": np.array(10, np.int64), "d": np.array(64, np.int64), "r": np.array(16000, np.int64),
              "lo": np.array(20, np.float32), "hi": np.array(7000, np.float32), "m2": np.array(8, np.int64),

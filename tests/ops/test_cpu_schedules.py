@@ -295,7 +295,8 @@ def test_winograd_batched_gemm_is_a_register_tile_of_the_descriptors_fallback():
                          ("batch_gemm", "[16,16,49,4]")):
         assert f"allocate {stage}: float32{shape} (global)" in text
     assert "allocate batch_gemm_local: float32[1,1,7,4] (local)" in text
-    assert "for ic_outer in 0..16 {\n        rolled for ic_inner in 0..4 {\n          unroll for batch_gemm_i1 in 0..1" in text
+    assert ("for ic_outer in 0..16 {\n        rolled for ic_inner in 0..4 {\n"
+            "          unroll for batch_gemm_i1 in 0..1") in text
     output = text.split("parallel for")[-1]  # the output transform with the epilogue: one loop nest
     assert "unroll for nn_relu_i2_inner in 0..2" in output and "unroll for nn_relu_i3_inner in 0..2" in output
     assert "max(" in output and "batch_gemm[" in output

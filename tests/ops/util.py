@@ -26,9 +26,12 @@ def build_and_run(fn: Function, arrays, target=None, config=None, impl=None):
 
         task = next(t for t in tasks_of_functions([fn], target) if t.impl == impl)
         chosen = config if config is not None else task.config_space(target).fallback_config()
-        lookup = lambda name, wl: chosen if name == impl else None
+
+        def lookup(name, wl):
+            return chosen if name == impl else None
     elif config is not None:
-        lookup = lambda name, wl: config
+        def lookup(name, wl):
+            return config
     prim = lower_fused(fn, target, config_lookup=lookup)
     out = np.zeros(fn.body.shape, dtype=fn.body.dtype)
     by_runtime(target)(prim, arrays=[np.ascontiguousarray(a) for a in arrays], out=out)

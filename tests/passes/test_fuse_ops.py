@@ -1,6 +1,5 @@
 """FuseOps: anchor + elementwise epilogue groups become primitive Functions."""
 
-import numpy as np
 import pytest
 
 from pass_helpers import (assert_equivalent, body_ops, call, const, conv, fused_calls, op_names, snapshot,

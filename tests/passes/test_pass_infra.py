@@ -1,5 +1,6 @@
 """Pass infrastructure: PassContext validation, gating, required passes, timing, dumps, pipelines."""
 
+import dataclasses
 import os
 
 import pytest
@@ -56,7 +57,7 @@ def test_pass_options_are_validated():
 
 def test_context_is_frozen():
     ctx = PassContext()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         ctx.opt_level = 1
     with pytest.raises(TypeError):
         ctx.config["FuseOps.max_depth"] = 1

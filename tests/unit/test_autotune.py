@@ -291,13 +291,13 @@ def _copy_kernel(load_index, vector_lanes=1):
     lanes = vector_lanes
     body = _loop("b", 16, "blockIdx.x", lambda b: _loop(
         "t", 64 // lanes, "threadIdx.x", lambda t: _loop(
-            "l", lanes, "vectorize" if lanes > 1 else "serial", lambda l: Store(
-                out, b * 64 + t * lanes + l, Load(a, load_index(b, t, l))))))
+            "l", lanes, "vectorize" if lanes > 1 else "serial", lambda lane: Store(
+                out, b * 64 + t * lanes + lane, Load(a, load_index(b, t, lane))))))
     return PrimFunc("copy", [a, out], body)
 
 
 def test_gpu_features_see_coalescing_and_vector_width():
-    coalesced = features.loop_features(_copy_kernel(lambda b, t, l: b * 64 + t * 4 + l, vector_lanes=4))
+    coalesced = features.loop_features(_copy_kernel(lambda b, t, lane: b * 64 + t * 4 + lane, vector_lanes=4))
     assert _feature(coalesced, "kernel.is_gpu") == 1.0  # no launch set: taken from the thread loops
     assert _feature(coalesced, "launch.log2_threads_per_block") == _log2(16)
     assert _feature(coalesced, "launch.log2_blocks") == _log2(16)
@@ -307,13 +307,13 @@ def test_gpu_features_see_coalescing_and_vector_width():
     assert _feature(coalesced, "access1.log2_stride_threadIdx.x") == _log2(4)
     assert _feature(coalesced, "global.load.log2_bytes_per_block") == _log2(256)
     # the transposed read: consecutive threads 16 elements apart, one float at a time
-    strided = features.loop_features(_copy_kernel(lambda b, t, l: t * 16 + b))
+    strided = features.loop_features(_copy_kernel(lambda b, t, lane: t * 16 + b))
     assert _feature(strided, "global.load.coalesced_fraction") == 0.0
     assert _feature(strided, "global.store.coalesced_fraction") == 1.0
     assert _feature(strided, "access1.log2_stride_threadIdx.x") == _log2(16)
     assert _feature(strided, "access1.coalesced") == 0.0 and _feature(strided, "access0.coalesced") == 1.0
     # a floordiv/floormod index (a fused loop split again) is evaluated: consecutive threads, stride 1
-    fused = features.loop_features(_copy_kernel(lambda b, t, l: (b * 64 + t) % 8 + (b * 64 + t) // 8 * 8))
+    fused = features.loop_features(_copy_kernel(lambda b, t, lane: (b * 64 + t) % 8 + (b * 64 + t) // 8 * 8))
     assert _feature(fused, "global.load.coalesced_fraction") == 1.0
 
 
@@ -439,7 +439,8 @@ class _ScriptedMeasurer:
 
     def measure(self, task, configs, reference=False):
         self.asked.append([dict(c) for c in configs])
-        return [MeasureResult([c]) if c else MeasureResult([], MeasureError.RUNTIME_DEVICE) for c in self.answers.pop(0)]
+        return [MeasureResult([c]) if c else MeasureResult([], MeasureError.RUNTIME_DEVICE)
+                for c in self.answers.pop(0)]
 
 
 def test_speedup_is_measured_side_by_side(task, target):
@@ -470,7 +471,8 @@ def _write_records(path, target, task, rows):
 
 def test_apply_best_uses_the_best_valid_record(task, target, model_path, tmp_path):
     space = task.config_space(target)
-    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3, "tile_oc": 1, "reorder_kernel_first": True}
+    good = {"tile_ow": 2, "unroll_ic": False, "unroll_kw": True, "tile_oh": 3, "tile_oc": 1,
+            "reorder_kernel_first": True}
     failed = {"tile_ow": 1, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1, "tile_oc": 1,
               "reorder_kernel_first": False}
     path = tmp_path / "r.json"
@@ -785,4 +787,5 @@ def test_cli_tune_task_index_out_of_range(model_path, tmp_path, capsys):
     code = main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "0,5"])
     assert code == TuningError.exit_code
     assert "task index 5 out of range: the model has 2 tasks (0-1" in capsys.readouterr().err
-    assert main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "2-1"]) == 64  # a usage error
+    # a usage error
+    assert main(["tune", model_path, "--target", "native", "-o", str(tmp_path / "r.json"), "--tasks", "2-1"]) == 64

@@ -255,7 +255,8 @@ def test_run_outputs_path_rules(tmp_path, artifact_path, where):
     before = open(artifact_path, "rb").read()
     r = invoke("run", artifact_path, "--inputs", tmp_path / "in.npz", "--outputs", target)
     assert r.exit_code == 7 and error_line(r).startswith(f"error: {target}")
-    assert open(artifact_path, "rb").read() == before and os.path.exists("/dev/null") and not (tmp_path / "new").exists()
+    assert (open(artifact_path, "rb").read() == before and os.path.exists("/dev/null")
+            and not (tmp_path / "new").exists())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "in.npz", "mod.tar"]
 
 
@@ -555,7 +556,8 @@ def test_tune_builds_its_options_from_the_flags(tmp_path, stub_tune, stub_driver
     model = tmp_path / "m.onnx"
     model.write_bytes(b"x")
     graph = ["-O", "2", "--input-shapes", "x:[1,8]", "--value-range", "n=1:4", "--disabled-pass", "FoldScaleAxis",
-             "--pass-config", "FuseOps.max_depth=8", "--mixed-precision", "float16", "--mixed-precision-ops", "nn.dense"]
+             "--pass-config", "FuseOps.max_depth=8", "--mixed-precision", "float16", "--mixed-precision-ops",
+             "nn.dense"]
     r = invoke("tune", model, "--target", "x86", "-o", tmp_path / "r.json", "--trials", "9", "--tuner", "ga",
                "--time-budget", "30", "--number", "2", "--timeout", "5", "--parallel", "1", "--tasks", "0-1", "--json",
                *graph)
@@ -579,7 +581,9 @@ def test_an_option_the_dataclass_refuses_is_a_usage_error(tmp_path, stub_tune):
     model = tmp_path / "m.onnx"
     model.write_bytes(b"x")
     r = invoke("tune", model, "--target", "x86", "--list-tasks", "--mixed-precision-ops", "nn.dense")
-    assert r.exit_code == 64 and error_line(r) == "error: mixed_precision_ops needs mixed_precision (see cli tune --help)"  # CliRunner names it cli
+    # CliRunner names it cli
+    assert (r.exit_code == 64
+            and error_line(r) == "error: mixed_precision_ops needs mixed_precision (see cli tune --help)")
     config = tmp_path / "c.yaml"
     config.write_text("trials: 5\ndisabled_pass: [FoldScaleAxis]\ntuning_records: prior.json\n")
     (tmp_path / "prior.json").write_text("")

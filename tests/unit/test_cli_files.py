@@ -70,7 +70,8 @@ def test_failed_compile_leaves_no_files(tmp_path, model, verbose):
     res = tvmc("compile", model, "--target", "native", "--target-option", "linker=false", "-o", out / "m.tar",
                "--dump-ir", "graph,tir,ll", *(["--verbose"] if verbose else []), env=env)
     assert res.returncode == 6
-    assert res.stderr.strip().splitlines()[-1].startswith("error: C compiler failed")  # the linker driver compiles the C API first
+    # the linker driver compiles the C API first
+    assert res.stderr.strip().splitlines()[-1].startswith("error: C compiler failed")
     assert listing(tmp_path / "tmp") == []
     if verbose:   # the dumps are kept for the bug report
         assert listing(out) == sorted(["m.dumps"] + [f"m.dumps/{n}" for n in os.listdir(out / "m.dumps")])

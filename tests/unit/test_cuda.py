@@ -37,7 +37,8 @@ def _need_ptxas():
         pytest.skip(reason)
 
 
-@pytest.mark.parametrize("name,cpu,ptx", [("cuda", "sm_75", 63), ("cuda-sm80", "sm_80", 70), ("cuda-sm90", "sm_90", 78)])
+@pytest.mark.parametrize("name,cpu,ptx", [("cuda", "sm_75", 63), ("cuda-sm80", "sm_80", 70),
+                                          ("cuda-sm90", "sm_90", 78)])
 def test_shipped_cuda_descriptors(name, cpu, ptx):
     t = resolve_target(name)
     assert (t.kind, t.family, t.codegen, t.triple, t.cpu) == ("gpu", "gpu", "llvm", "nvptx64-nvidia-cuda", cpu)
@@ -51,7 +52,8 @@ def test_gpu_facts_stay_out_of_cpu_descriptors():
     assert not {"max_registers_per_thread", "assembler"} & set(resolve_target("x86").to_dict())
 
 
-@pytest.mark.parametrize("spec,cpu,version", [("cuda -mcpu=sm_86", "sm_86", "7.1"), ("cuda-sm90 -mcpu=sm_89", "sm_89", "7.8"),
+@pytest.mark.parametrize("spec,cpu,version", [("cuda -mcpu=sm_86", "sm_86", "7.1"),
+                                              ("cuda-sm90 -mcpu=sm_89", "sm_89", "7.8"),
                                               ("cuda -mattr=+ptx80", "sm_75", "8.0"),
                                               ("cuda-sm90 -mattr=+ptx70", "sm_90", "7.8")])
 def test_mcpu_and_mattr_set_the_architecture_and_the_ptx_version(spec, cpu, version):
@@ -93,7 +95,8 @@ def test_device_kernel_in_nvvm_ir_and_ptx():
     ptx = compile_ir(ir, CUDA, assembly=True).decode()
     assert ".maxntid 8, 8, 1" in ptx and ".maxnreg 255" in ptx
     assert "%tid.x" in ptx and "%ctaid.y" in ptx and len(re.findall(r"bar\.sync\s+0;", ptx)) >= 2
-    assert "ld.shared" in ptx and "st.shared" in ptx and len(re.findall(r"\.shared \.align 16 \.b8 \S+\[128\]", ptx)) == 2
+    assert ("ld.shared" in ptx and "st.shared" in ptx
+            and len(re.findall(r"\.shared \.align 16 \.b8 \S+\[128\]", ptx)) == 2)
 
 
 def test_a_thread_loop_narrower_than_the_launch_runs_guarded():

@@ -5,9 +5,7 @@ errors (built for this host, run natively), and `tvmc run` of an ARM artifact un
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tarfile
 
 import numpy as np
 import pytest
@@ -35,22 +33,6 @@ def _reference(inputs):
     ort = pytest.importorskip("onnxruntime")
     sess = ort.InferenceSession(two_in_two_out_model().SerializeToString(), providers=["CPUExecutionProvider"])
     return dict(zip(["a", "b"], sess.run(["a", "b"], inputs)))
-
-
-@pytest.fixture(scope="module")
-def native_runner(tmp_path_factory):
-    """A folder with a native artifact's mod.so and mod.params, and tvmc_run built by
-    `tvmc build-runner` beside them."""
-    tmp = tmp_path_factory.mktemp("runner")
-    tar = save_artifact(compile_model(two_in_two_out_model(), resolve_target("native")), tmp / "mod.tar")
-    with tarfile.open(tar) as t:
-        for name in ("mod.so", "mod.params"):
-            (tmp / name).write_bytes(t.extractfile(name).read())
-    r = invoke("build-runner", tar, "-o", tmp / "bin" / "tvmc_run")
-    assert r.exit_code == 0, r.output
-    os.replace(tmp / "bin" / "tvmc_run", tmp / "tvmc_run")
-    assert "run it beside mod.so and mod.params" in r.output
-    return tmp
 
 
 def _run(folder, *args):

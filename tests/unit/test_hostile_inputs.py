@@ -281,7 +281,8 @@ def forever_wasm(tmp_path_factory):
     return folder / "forever.tar"
 
 
-@pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "error: interrupted"), ("SIGTERM", 143, "error: terminated")])
+@pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "error: interrupted"),
+                                           ("SIGTERM", 143, "error: terminated")])
 def test_signal_during_a_wasm_run_is_not_swallowed(tmp_path, forever_wasm, sig, code, line):
     import signal as signals
     import time
@@ -326,7 +327,8 @@ def test_failed_rewrite_of_a_web_folder_keeps_the_previous_site(tmp_path, relu_m
 
 # ---- 8. the C runner's files ---------------------------------------------------------------------------
 
-from test_emulated import _inputs, _run, native_runner  # noqa: E402,F401  (the runner built for this host)
+# native_runner (tests/unit/conftest.py): the runner built for this host
+from test_emulated import _inputs, _run  # noqa: E402
 
 
 @pytest.mark.parametrize("flag", ["-p", "-i"])
@@ -550,13 +552,15 @@ def _counting_loop(tmp_path, trip: int, scan: bool, cond: bool = False):
     """Loop(M = trip, cond?, v = x): v + 1 per iteration; with `scan`, v is also a scan output."""
     extra = [helper.make_node("Identity", ["v_out"], ["v_scan"])] if scan else []
     body = helper.make_graph(
-        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])] + extra,
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])]
+        + extra,
         "body", [vi("i", TensorProto.INT64, []), vi("c_in", TensorProto.BOOL, []), vi("v_in", TensorProto.FLOAT, [1])],
         [vi("c_out", TensorProto.BOOL, []), vi("v_out", TensorProto.FLOAT, [1])]
         + ([vi("v_scan", TensorProto.FLOAT, [1])] if scan else []),
         [nh.from_array(np.ones(1, np.float32), "one")])
     outs = ["y"] + (["s"] if scan else [])
-    model = save_model(tmp_path / "loop.onnx", [helper.make_node("Loop", ["M", "c" if cond else "", "x"], outs, body=body)],
+    model = save_model(tmp_path / "loop.onnx",
+                       [helper.make_node("Loop", ["M", "c" if cond else "", "x"], outs, body=body)],
                        [vi("x", TensorProto.FLOAT, [1])] + ([vi("c", TensorProto.BOOL, [])] if cond else []),
                        [vi("y", TensorProto.FLOAT, [1])] + ([vi("s", TensorProto.FLOAT, [trip, 1])] if scan else []),
                        [nh.from_array(np.array(trip, np.int64), "M")])
@@ -626,7 +630,8 @@ def _vad_like(tmp_path):
              numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32), "R")]
     nodes = [helper.make_node("Equal", ["sr", "k16"], ["is16"]),
              helper.make_node("If", ["is16"], ["y"], then_branch=branch("then", 160), else_branch=branch("else", 80))]
-    return save_model(tmp_path / "vad.onnx", nodes, [vi("x", TensorProto.FLOAT, [1, 16000]), vi("sr", TensorProto.INT64, [])],
+    return save_model(tmp_path / "vad.onnx", nodes,
+                      [vi("x", TensorProto.FLOAT, [1, 16000]), vi("sr", TensorProto.INT64, [])],
                       [vi("y", TensorProto.FLOAT, [])], inits)
 
 
@@ -654,7 +659,7 @@ def test_an_unforeseen_converter_failure_is_a_model_error_naming_the_node(tmp_pa
     from tvmc.frontend.onnx import registry
 
     def broken(ctx, node, inputs, attrs, opset):
-        a, b = [1, 2, 3]   # the recurrent converter's "too many values to unpack", say
+        a, _ = [1, 2, 3]   # the recurrent converter's "too many values to unpack", say
         return a
 
     broken.versions = registry.CONVERTERS["Relu"].versions

@@ -86,7 +86,7 @@ def test_lowered_inlined_let_runs_on_cpu(tmp_path):
     path.write_bytes(link_shared(compile_ir(_emit(CodeGenLLVM(target), prim).ir_text(), target), target))
     x = np.random.default_rng(3).standard_normal(37).astype(np.float32)
     out = np.zeros(37, np.float32)
-    getattr(ctypes.CDLL(str(path)), "let_chain")(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data))
+    ctypes.CDLL(str(path)).let_chain(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data))
     np.testing.assert_allclose(out, _reference(x), rtol=1e-5, atol=1e-6)  # FMA contraction
 
 

@@ -15,7 +15,8 @@ from tvmc.driver import NOT_IN_METADATA, CompileOptions, metadata_options
 
 
 def test_compile_options_keep_canonical_hashable_forms():
-    friendly = CompileOptions(opt_level=2, disabled_passes="FoldConstant, FoldScaleAxis", pass_config={"FuseOps.max_depth": 8},
+    friendly = CompileOptions(opt_level=2, disabled_passes="FoldConstant, FoldScaleAxis",
+                              pass_config={"FuseOps.max_depth": 8},
                               input_shapes={"x": [1, 3, 8, 8]}, value_ranges={"n": (1, 64)}, dump_ir=["ll", "asm"],
                               mixed_precision="float16", mixed_precision_ops="nn.dense,nn.conv2d")
     canonical = CompileOptions(opt_level=2, disabled_passes=frozenset({"FoldScaleAxis", "FoldConstant"}),

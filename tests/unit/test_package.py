@@ -311,14 +311,16 @@ def _set_shape(entry, shape):
 
 @pytest.mark.parametrize("member,edit,message", [
     # an output shrunk in mod.json (the kernel would write past its buffer)
-    ("mod.json", _set_shape(2, [4]), "mod.json does not match mod.so: entries[2].shape is [4], mod.so was compiled for [8]"),
+    ("mod.json", _set_shape(2, [4]),
+     "mod.json does not match mod.so: entries[2].shape is [4], mod.so was compiled for [8]"),
     # a shrunk input
     ("mod.json", _set_shape(0, [2]), "mod.json does not match mod.so: entries[0].shape is [2]"),
     # a dtype changed
     ("mod.json", lambda g: g["attrs"]["dltype"][1].__setitem__(2, "float64"),
      "mod.json does not match mod.so: entries[2].dtype is \"float64\", mod.so was compiled for \"float32\""),
     # a smaller storage
-    ("mod.json", lambda g: g["storage_bytes"].__setitem__(2, 16), "storage_bytes is [32,32,16], mod.so was compiled for [32,32,32]"),
+    ("mod.json", lambda g: g["storage_bytes"].__setitem__(2, 16),
+     "storage_bytes is [32,32,16], mod.so was compiled for [32,32,32]"),
     # a storage plan writing into the param's storage
     ("mod.json", lambda g: g["attrs"]["storage_id"][1].__setitem__(2, 1), "entries[2].storage_id is 1"),
     # another kernel name

@@ -51,7 +51,8 @@ def setup(tmp_path, monkeypatch):
     shipped = tmp_path / "shipped.json"
     config = _config(task, target)
     _write(shipped, target, task, config, 1e-3)
-    monkeypatch.setattr(record, "shipped_records_path", lambda t: shipped if t.tuning_key == target.tuning_key else None)
+    monkeypatch.setattr(record, "shipped_records_path",
+                        lambda t: shipped if t.tuning_key == target.tuning_key else None)
     return tmp_path, model, task, target, config
 
 

@@ -533,14 +533,17 @@ def _put_traffic(put, kernel: _Kernel, traffic):
         put(f"{group}.log2_bytes_per_block", _log2(moved))
         put(f"{group}.log2_touched_bytes_per_thread", _log2(sum(touched_thread.values())))
         put(f"{group}.log2_touched_bytes_per_block", _log2(sum(touched_block.values())))
-
-        def mean(values):
-            return sum(v * t.bytes_per_block for v, (_, t) in zip(values, mine)) / moved if moved else 0.0
-
-        put(f"{group}.log2_vector_bytes", mean([_log2(t.vector_bytes) for _, t in mine]))
+        put(f"{group}.log2_vector_bytes", _byte_weighted_mean([_log2(t.vector_bytes) for _, t in mine], mine, moved))
         if scope != "local":
-            put(f"{group}.log2_stride_threadIdx.x", mean([_log2(t.stride_x) for _, t in mine]))
-            put(f"{group}.coalesced_fraction", mean([float(t.coalesced) for _, t in mine]))
+            put(f"{group}.log2_stride_threadIdx.x",
+                _byte_weighted_mean([_log2(t.stride_x) for _, t in mine], mine, moved))
+            put(f"{group}.coalesced_fraction", _byte_weighted_mean([float(t.coalesced) for _, t in mine], mine, moved))
+
+
+def _byte_weighted_mean(values, mine, moved):
+    """The mean of one value per access of `mine` weighted by the access's bytes per block (`moved`
+    their sum; 0.0 when nothing moves)."""
+    return sum(v * t.bytes_per_block for v, (_, t) in zip(values, mine)) / moved if moved else 0.0
 
 
 def config_features(task, target, config) -> np.ndarray:

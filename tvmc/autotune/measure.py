@@ -18,10 +18,10 @@ rtol 1e-3 and atol 1e-4 x, its rounding), then times
 first timings of a new process are several times slower); a round shorter than `min_repeat_ms` makes `number` grow until
 a round lasts that long (TVM's LocalRunner). On a GPU a round is the device time of its runs,
 each launch between two device events (CUDA events, OpenCL profiling events): the kernel's own
-time, without the host's launch overhead, which the executor's CUDA graph replay removes too. Costs are seconds per run, one per round. A runner
-that dies or passes the candidate's remaining time (timeout minus build time) is killed and
-restarted. A GPU target is measured on its device only: without one, Measurer raises TuningError
-at once.
+time, without the host's launch overhead, which the executor's CUDA graph replay removes too.
+Costs are seconds per run, one per round. A runner that dies or passes the candidate's remaining
+time (timeout minus build time) is killed and restarted. A GPU target is measured on its device
+only: without one, Measurer raises TuningError at once.
 
 Error codes follow AutoTVM's MeasureErrorNo.
 """
@@ -366,7 +366,7 @@ class Measurer:
                 for f in late:
                     i, path, t0 = pending.pop(f)
                     results[i] = (MeasureError.BUILD_TIMEOUT, f"build took longer than {limit:g} s", now - t0, path)
-                for f, (i, _, _) in pending.items():  # lost with the pool: build them again
+                for i, _, _ in pending.values():  # lost with the pool: build them again
                     queue.insert(0, i)
                 pending.clear()
                 self._kill_pool()

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import time
-from pathlib import Path
 
 import jsonschema
 

@@ -16,7 +16,6 @@ conv2d's multiply-adds, as TVM does, so its GFLOP/s compare with the direct form
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 from tvmc.graph.ir import Call, Function, TensorType, Var
@@ -48,7 +47,8 @@ class Task:
         return (self.impl, workload_key(self.workload))
 
     def implementation(self, target):
-        return next(i for i in get_op(self.op).implementations(target.family, self.workload, target) if i.name == self.impl)
+        return next(i for i in get_op(self.op).implementations(target.family, self.workload, target)
+                    if i.name == self.impl)
 
     def config_space(self, target):
         return self.implementation(target).config_space(self.workload, target)

@@ -224,7 +224,7 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
     fb_key = config_key(fallback)
     # resumed measurements of this task
     idx, fl = [], []
-    for key, r in done_keys.items():
+    for r in done_keys.values():
         i = space.index_of(r.config)
         if i is None:
             continue

@@ -27,8 +27,8 @@ from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, walk)
 from tvmc.te.schedule import THREAD_TAGS
-from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer, For, IfThenElse, Intrinsic,
-                         MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
+from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer, For,
+                         IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
 from tvmc.tir.simplify import Linear, simplify
 
 if llvmlite.ir_layer_typed_pointers_enabled:
@@ -387,7 +387,8 @@ class CodeGenLLVM:
             bb = [b.load(self._local_ptr(st, s.b, s.b_offset + per_reg * k), typ=reg, align=4)
                   for k in range(n_b // per_reg)]
             c = [b.load(self._local_ptr(st, s.acc, s.acc_offset + k), typ=ir.FloatType()) for k in range(n_c)]
-            f = self.declare(name, ir.LiteralStructType([ir.FloatType()] * n_c), [reg] * len(a + bb) + [ir.FloatType()] * n_c)
+            f = self.declare(name, ir.LiteralStructType([ir.FloatType()] * n_c),
+                             [reg] * len(a + bb) + [ir.FloatType()] * n_c)
             out = b.call(f, a + bb + c)
             for k in range(n_c):
                 b.store(b.extract_value(out, k), self._local_ptr(st, s.acc, s.acc_offset + k))

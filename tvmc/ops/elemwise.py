@@ -225,10 +225,15 @@ def _float64_ref(fn):
     return ref
 
 
+def _te_unary(f):
+    """The compute of te's unary function `f` (a function, so each loop iteration below binds its own f)."""
+    return lambda x, a: f(x)
+
+
 for _name, _fn in (("sin", np.sin), ("cos", np.cos), ("tan", np.tan), ("asin", np.arcsin), ("acos", np.arccos),
                    ("atan", np.arctan), ("sinh", np.sinh), ("cosh", np.cosh), ("asinh", np.arcsinh),
                    ("acosh", np.arccosh), ("atanh", np.arctanh)):
-    _unary(_name, lambda x, a, f=getattr(te, _name): f(x), _float64_ref(_fn))
+    _unary(_name, _te_unary(getattr(te, _name)), _float64_ref(_fn))
 
 
 # ---- integer bit operations (ONNX BitwiseAnd/Or/Xor/Not, BitShift) and remainders (Mod) ----------

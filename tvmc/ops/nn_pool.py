@@ -23,7 +23,8 @@ from tvmc.ops.transform import pad_compute
 POOL = {"cpu": [Implementation("pool.cpu", schedule_pool)],
         "gpu": [Implementation("pool.gpu", schedule_generic, config_space=generic_config)]}
 # global pooling on GPUs: a block per (n, c), its threads reducing H x W (cross-thread reduction)
-GLOBAL_POOL = {"cpu": POOL["cpu"], "gpu": [Implementation("global_pool.gpu", schedule_reduce, config_space=reduce_config)]}
+GLOBAL_POOL = {"cpu": POOL["cpu"],
+               "gpu": [Implementation("global_pool.gpu", schedule_reduce, config_space=reduce_config)]}
 
 
 def pool_out_hw(h, w, attrs):

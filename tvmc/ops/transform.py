@@ -362,7 +362,8 @@ def _mirror_pad_type(in_types, attrs):
     t = _pad_type(in_types, attrs)
     if attrs["mode"] not in ("reflect", "edge", "wrap"):
         raise ValueError(f"unknown pad mode '{attrs['mode']}'")
-    if attrs["mode"] == "reflect" and any(max(a, b) > d - 1 for d, (a, b) in zip(in_types[0].shape, attrs["pad_width"])):
+    if attrs["mode"] == "reflect" and any(max(a, b) > d - 1
+                                          for d, (a, b) in zip(in_types[0].shape, attrs["pad_width"])):
         raise ValueError("reflect padding must be smaller than the padded dimension")
     return t
 

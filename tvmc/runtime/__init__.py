@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 
-from tvmc.errors import ArtifactError
 from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.cpu import GraphExecutor
 from tvmc.runtime.executor import benchmark

@@ -213,7 +213,8 @@ class _Lowering:
         acc = self._buffer(st.tensor, (1,), "local", name=f"{buf.name}_acc")
         red = self._buffer(st.tensor, (threads,), "shared", name=f"{buf.name}_red")
         zero = IntImm(0)
-        update = guarded(Store(acc, zero, _combine(value.combiner, Load(acc, zero), value.source)), ("spatial", "reduce"))
+        update = guarded(Store(acc, zero, _combine(value.combiner, Load(acc, zero), value.source)),
+                         ("spatial", "reduce"))
         steps = [Store(acc, zero, value.identity()), nest([iv for iv in tail if iv is not tiv], update),
                  Store(red, tid, Load(acc, zero)), Barrier()]
         half = 1
@@ -221,7 +222,8 @@ class _Lowering:
             half *= 2
         while half >= 1:
             cond = tid < half if 2 * half <= threads else logical_and(tid < half, tid + half < threads)
-            steps += [IfThenElse(cond, Store(red, tid, _combine(value.combiner, Load(red, tid), Load(red, tid + half)))),
+            steps += [IfThenElse(cond, Store(red, tid, _combine(value.combiner, Load(red, tid),
+                                                                Load(red, tid + half)))),
                       Barrier()]
             half //= 2
         result = guarded(Store(buf, store_index, Load(red, zero)), ("spatial",))

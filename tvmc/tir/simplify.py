@@ -156,7 +156,8 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
                     return IntImm(v, x.dtype)
             if isinstance(a, FloatImm) and isinstance(b, FloatImm):
                 fa, fb = a.value, b.value
-                v = {"add": fa + fb, "sub": fa - fb, "mul": fa * fb, "min": fa if fa != fa else fb if fb != fb else min(fa, fb),
+                v = {"add": fa + fb, "sub": fa - fb, "mul": fa * fb,
+                     "min": fa if fa != fa else fb if fb != fb else min(fa, fb),
                      "max": fa if fa != fa else fb if fb != fb else max(fa, fb)}.get(x.op)
                 if v is None and x.op == "div" and fb != 0:
                     v = fa / fb

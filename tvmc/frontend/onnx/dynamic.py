@@ -81,7 +81,8 @@ def NonMaxSuppression(ctx, node, inputs, attrs, opset):
     if boxes.shape[1] > NMS_MAX_BOXES:
         raise ctx.error(f"{boxes.shape[1]} boxes per batch: tvmc's greedy suppression (one stage per box) "
                         f"compiles at most {NMS_MAX_BOXES}")
-    nattrs = {"center_point_box": int(attrs.get("center_point_box", 0)), "use_score_threshold": int(score_th is not None),
+    nattrs = {"center_point_box": int(attrs.get("center_point_box", 0)),
+              "use_score_threshold": int(score_th is not None),
               "max_boxes": min(int(max_out.value.reshape(-1)[0]), boxes.shape[1]) if is_const(max_out)
               else boxes.shape[1]}
     iou_th = iou_th if iou_th is not None else ctx.const(np.zeros(1, boxes.dtype), "iou_threshold")

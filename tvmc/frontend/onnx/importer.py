@@ -327,7 +327,7 @@ class _Importer:
                 not all(isinstance(r, Expr) and r in self.run_time_shapes for r in results):
             raise ctx.error(f"input '{dynamic[0]}' has a shape known only at run time, and {node.op_type} "
                             f"needs it at compile time (docs/dynamic_shapes.md)")
-        for i, (out, res) in enumerate(zip(node.output, results)):
+        for out, res in zip(node.output, results):
             if out:
                 self.env[out] = self._checked(ctx, node, out, res)
         for i, out in enumerate(node.output[len(results):], len(results)):

@@ -123,7 +123,8 @@ def _requantize(ctx, acc, a_scale, b_scale, y_scale, y_zp, dtype):
     type, as the ONNX reference), + y_zero_point, rounded half to even and saturated; the scales
     broadcast against acc (scalars, or per output channel)."""
     s = ctx.call("divide", [ctx.call("multiply", [a_scale, b_scale]), y_scale])
-    y = ctx.call("multiply", [ctx.call("cast", [acc], {"dtype": "float64"}), ctx.call("cast", [s], {"dtype": "float64"})])
+    y = ctx.call("multiply", [ctx.call("cast", [acc], {"dtype": "float64"}),
+                              ctx.call("cast", [s], {"dtype": "float64"})])
     return quantize(ctx, y, y_zp, dtype)
 
 

@@ -89,8 +89,8 @@ class _Unroll:
     def of_direction(self, t, d):
         """t[d] of a [num_dir, ...] tensor (W, R, B, initial states), shaped t.shape[1:]."""
         rank = len(t.shape)
-        s = self.ctx.call("strided_slice", [t], {"begin": (d,) + (0,) * (rank - 1), "end": (d + 1,) + tuple(t.shape[1:]),
-                                                 "strides": (1,) * rank})
+        s = self.ctx.call("strided_slice", [t], {"begin": (d,) + (0,) * (rank - 1),
+                                                 "end": (d + 1,) + tuple(t.shape[1:]), "strides": (1,) * rank})
         return reshape(self.ctx, s, tuple(t.shape[1:]))
 
     def cols(self, t, k, n=1):
@@ -170,7 +170,8 @@ class _Unroll:
             return self.ctx.call("reverse_sequence", [x, self.lens], {"batch_axis": 1, "time_axis": 0})
         rank = len(x.shape)
         return self.ctx.call("strided_slice", [x], {"begin": (x.shape[0] - 1,) + (0,) * (rank - 1),
-                                                    "end": (-1,) + tuple(x.shape[1:]), "strides": (-1,) + (1,) * (rank - 1)})
+                                                    "end": (-1,) + tuple(x.shape[1:]),
+                                                    "strides": (-1,) + (1,) * (rank - 1)})
 
 
 def _outputs(node, y, finals):

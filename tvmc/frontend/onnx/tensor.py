@@ -463,9 +463,10 @@ def Tile(ctx, node, inputs, attrs, opset):
 def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefer_floor", cubic_a=-0.75,
             exclude_outside=0, extrapolation=0.0, roi=None, axes=None, policy="stretch", antialias=0):
     """Resize/Upsample -> image.resize2d over the two trailing axes (a rank != 4 input runs as
-    [prod(leading), 1, H, W]; antialiased float data as two matmuls, _resize_as_matmuls); scales or sizes per resized axis (`axes`, default all), ONNX
-    Resize-18 keep_aspect_ratio_policy; tf_crop_and_resize positions outside the input take
-    `extrapolation` through a where over a constant mask."""
+    [prod(leading), 1, H, W]; antialiased float data as two matmuls, _resize_as_matmuls); scales
+    or sizes per resized axis (`axes`, default all), ONNX Resize-18 keep_aspect_ratio_policy;
+    tf_crop_and_resize positions outside the input take `extrapolation` through a where over a
+    constant mask."""
     rank = len(x.shape)
     axes = list(range(rank)) if axes is None else [norm_axis(ctx, int(a), rank, "axes") for a in axes]
     scale_of = {a: 1.0 for a in range(rank)}

@@ -270,7 +270,8 @@ def gemm_kernel(name: str, params: list, batch: int, m_ext: int, n_ext: int, k_e
         for fn in range(fn_n):
             for e in range(b_elems):
                 n = wn * (fn_n * MMA_N) + fn * MMA_N + g
-                out.append(Store(b_frag, IntImm(fn * b_elems + e), Load(b_s, b_index(stage, kk * kind.k + t + 4 * e, n))))
+                out.append(Store(b_frag, IntImm(fn * b_elems + e),
+                                 Load(b_s, b_index(stage, kk * kind.k + t + 4 * e, n))))
         return out
 
     def multiply(stage):
@@ -314,7 +315,8 @@ def gemm_kernel(name: str, params: list, batch: int, m_ext: int, n_ext: int, k_e
     for buf in (b_frag, a_frag, acc, b_s, a_s):
         body = Allocate(buf, body)
     body = For(lane, warp, "threadIdx.x", For(warp_id, wm_n * wn_n, "threadIdx.y", body))
-    body = For(bz, batch, "blockIdx.z", For(by, -(-m_ext // bm), "blockIdx.y", For(bx, -(-n_ext // bn), "blockIdx.x", body)))
+    body = For(bz, batch, "blockIdx.z",
+               For(by, -(-m_ext // bm), "blockIdx.y", For(bx, -(-n_ext // bn), "blockIdx.x", body)))
     return PrimFunc(name, params, simplify_stmt(body))
 
 
