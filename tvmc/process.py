@@ -44,6 +44,25 @@ def _drain(stream, keep: int, out: list) -> None:
     out.append(bytes(kept))
 
 
+# The signals tvmc turns into exceptions in the main thread (KeyboardInterrupt, tvmc.errors.Terminated).
+HANDLED_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _start_without_signals(threads) -> None:
+    """Start `threads` with HANDLED_SIGNALS blocked in them. POSIX delivers a signal sent to the
+    process to any thread that does not block it; one taken by a thread blocked in read() would
+    leave the main thread waiting for the tool (Python runs handlers in the main thread only, when
+    its wait returns): blocked in the readers, every such signal interrupts the main thread's wait.
+    The threads inherit the mask in force when they start; a signal arriving meanwhile is pending
+    until the caller's mask is restored, and then goes to a thread that takes it."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+    try:
+        for t in threads:
+            t.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group of `proc` (started with start_new_session) and reap it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -68,8 +87,7 @@ def run_tool(cmd: list, *, cwd=None, env: dict | None = None, timeout_s: float |
         readers = [threading.Thread(target=_drain, args=(stream, max_output_bytes, outputs[key]), daemon=True)
                    for stream, key in ((proc.stdout, "out"), (proc.stderr, "err"))]
         try:
-            for r in readers:
-                r.start()
+            _start_without_signals(readers)
             returncode = proc.wait(timeout_s)
         except BaseException:
             kill_group(proc)
