@@ -7,6 +7,7 @@ import numpy as np
 from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
+from tvmc.ops.cpu.dense import matmul_padding
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import pack_dense_weight
@@ -103,6 +104,8 @@ class _Rewriter:
                 out = self.conv2d(e)
             elif e.op == "nn.dense":
                 out = self.dense(e)
+            elif e.op == "nn.matmul":
+                out = self.matmul(e)
             elif e.op in _POOLS:
                 out = self.pool(e)
             elif e.op == "concatenate":
@@ -160,6 +163,15 @@ class _Rewriter:
             bn, attrs = self.max_block, {"units": n}  # no block divides N: pad the last one
         w = Constant(pack_dense_weight(weight.value, bn), f"{weight.name or 'weight'}_NK{bn}n")
         return make_call("nn.dense_pack", [self.plain(data), w], attrs, name=e.name), NCHW
+
+    def matmul(self, e: Call):
+        """nn.matmul with `padded` (tvmc.ops.cpu.dense.matmul_padding) where its M or N makes a
+        ragged register tile on this target; its operands keep their layout."""
+        padded = matmul_padding(e.shape[-2], e.shape[-1], self.target) if e.dtype in _DTYPES else None
+        if padded is None:
+            return None
+        return make_call("nn.matmul", [self.plain(i) for i in e.inputs], dict(e.attrs, padded=list(padded)),
+                         name=e.name), NCHW
 
     def unary(self, e: Call):
         (x,) = e.inputs
@@ -246,6 +258,10 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     for the target (option `winograd_tile_size`: -1 that rule, 0 never, 2 or 4 every eligible
     conv with that output tile) becomes nn.conv2d_winograd_nchwc instead, its weight transformed
     here to U = G g G^T blocked as [alpha^2, O//oc_bn, C//ic_bn, ic_bn, oc_bn].
+
+    Each nn.matmul whose N the vector lanes do not divide, or whose M no row tile of 4 to 8
+    divides, computes padded sums ([..., Mp, Np]) and keeps their leading M x N corner
+    (`padded` attribute, tvmc.ops.cpu.dense.matmul_padding).
 
     Each nn.dense with a Constant [N, K] weight becomes nn.dense_pack with the weight packed
     here to [N//bn, K, bn] (TVM's dense_alter_op: dense -> dense_pack), bn chosen like oc_bn

@@ -28,3 +28,14 @@ def test_bert_encoder_seq128_two_layers_matches_onnxruntime(target):
     ref = onnxruntime_outputs(model, feeds)["last_hidden_state"]
     assert got.shape == (1, 128, 256)
     np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-4)
+
+
+def test_bert_encoder_with_a_ragged_sequence_matches_onnxruntime(target):
+    """A sequence of 37 tokens (prime, as a ViT's 197): the attention matmuls Q.K^T [4,37,16] x
+    [4,16,37] and P.V compute padded sums on CPU targets (AlterOpLayout's matmul_padding)."""
+    model = bert_encoder(seed=5, seq=37, hidden=64, heads=4, layers=1, vocab=100)
+    feeds = _inputs(37, 100, seed=1)
+    got = compile_and_run(model, feeds, opt_level=3, target=target.target)["last_hidden_state"]
+    ref = onnxruntime_outputs(model, feeds)["last_hidden_state"]
+    assert got.shape == (1, 37, 64)
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-4)

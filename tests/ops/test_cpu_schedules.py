@@ -231,14 +231,19 @@ def test_conv2d_nchwc_splat_operand_tiles_several_channel_blocks(ow, oc_blocks, 
 @pytest.mark.parametrize("target_name,out_shape,tile", [
     ("wasm", (4, 128, 128), (4, 8)), ("wasm", (4, 128, 4), (8, 4)), ("wasm", (2, 12, 30), (4, 3)),
     ("x86-avx2", (4, 128, 64), (4, 16)), ("x86", (4, 128, 64), (8, 32)), ("arm", (2, 12, 32), (6, 8)),
+    ("x86", (3, 197, 197), (10, 16)),  # padded to [200, 208] by AlterOpLayout: tiles of the padded sums
 ])
 def test_matmul_fallback_is_dense_packs_register_tile_over_vectors_of_columns(target_name, out_shape, tile):
     """nn.matmul's fallback (tile_i, tile_j): where the lanes divide N, 2 vectors of columns (1 when
     N is one vector) and (num_vector_registers // 2) // vectors rows, as dense_pack's tile (BERT's
-    attention on wasm: 4 x 8); elsewhere 4 rows x the largest divisor of N <= lanes."""
-    from tvmc.ops.cpu.dense import matmul_config
+    attention on wasm: 4 x 8); elsewhere 4 rows x the largest divisor of N <= lanes. A padded
+    matmul (its `padded` attribute) tiles its padded sums."""
+    from tvmc.ops.cpu.dense import matmul_config, matmul_padding
 
-    space = matmul_config((None, None, out_shape, "float32"), resolve_target(target_name)).fallback
+    target = resolve_target(target_name)
+    padded = matmul_padding(out_shape[-2], out_shape[-1], target) if out_shape[-1] == 197 else None
+    attrs = (("padded", padded),) if padded else ()
+    space = matmul_config((None, None, out_shape, "float32", attrs), target).fallback
     assert (space["tile_i"], space["tile_j"]) == tile
 
 

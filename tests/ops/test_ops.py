@@ -176,6 +176,12 @@ CASES = [
     Case("matmul_broadcast_both", "nn.matmul", lambda r: [n(r, (3, 1, 4, 6)), n(r, (5, 6, 17))]),
     Case("matmul_broadcast_lhs_bias", "nn.matmul", lambda r: [n(r, (6, 16)), n(r, (2, 16, 32))], {},
          lambda r: [("add", {}, [n(r, (32,))])]),
+    # padded sums (AlterOpLayout's matmul_padding): ragged M and N, rows clamped, b's columns zero-padded,
+    # the edge tiles' stores guarded; with an epilogue, and with a broadcast b
+    Case("matmul_padded_m13_n37", "nn.matmul", lambda r: [n(r, (3, 13, 16)), n(r, (3, 16, 37))],
+         {"padded": [16, 48]}, lambda r: [("multiply", {}, [n(r, (37,))])]),
+    Case("matmul_padded_n_only_bcast", "nn.matmul", lambda r: [n(r, (2, 8, 5)), n(r, (5, 19))], {"padded": [8, 32]}),
+    Case("matmul_padded_m_only", "nn.matmul", lambda r: [n(r, (11, 6)), n(r, (6, 16))], {"padded": [12, 16]}),
 
     # --- pooling
     Case("max_pool_3x3_s2_ceil", "nn.max_pool2d", lambda r: [n(r, (1, 5, 14, 14))], pool((3, 3), (2, 2), ceil=1)),

@@ -229,6 +229,22 @@ def test_dense_with_constant_weight_becomes_dense_pack():
     check(before, after)
 
 
+def test_ragged_matmul_computes_padded_sums():
+    """A ViT's attention: Q.K^T [3,197,64] x [3,64,197] pads N to whole vectors of the target's
+    lanes (16 on x86, 4 with 128-bit vectors) and M to a multiple of 4 (197 has no divisor from 4
+    to 8); P.V [3,197,197] x [3,197,64] pads M only; M = 12 (divisors 4, 6) and N = 64 stay."""
+    q, k, v = var("q", (3, 197, 64)), var("kt", (3, 64, 197)), var("v", (3, 197, 64))
+    a, b = var("a", (3, 12, 64)), var("b", (3, 64, 64))
+    before = Graph([q, k, v, a, b], [call("nn.matmul", q, k), call("nn.matmul", call("nn.matmul", q, k), v),
+                                     call("nn.matmul", a, b)])
+    after = alter(before)
+    assert [c.attrs.get("padded") for c in after.calls()] == [[200, 208], [200, 208], [200, 64], None]
+    check(before, after)
+    neon_like = dataclasses.replace(X86, vector_width_bits=128)
+    assert [c.attrs.get("padded") for c in alter(before, target=neon_like).calls()] == \
+        [[200, 200], [200, 200], [200, 64], None]
+
+
 def test_blocks_follow_the_target_vector_width():
     """128-bit vectors (4 float32 lanes): blocks of 4, and min_block 8 shrinks to the lanes."""
     neon_like = dataclasses.replace(X86, vector_width_bits=128)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tvmc import te
@@ -48,31 +50,59 @@ def _matmul_type(in_types, attrs):
     if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul needs [...,M,K] x [...,K,N], got {list(a.shape)} and {list(b.shape)}")
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    padded = attrs.get("padded")
+    if padded is not None and not (len(padded) == 2 and padded[0] >= a.shape[-2] and padded[1] >= b.shape[-1]):
+        raise ValueError(f"padded {list(padded)} must be [Mp, Np] with Mp >= {a.shape[-2]} and Np >= {b.shape[-1]}")
     return TensorType(batch + (a.shape[-2], b.shape[-1]), a.dtype)
 
 
-def matmul(a, b, out_shape):
-    """Numpy matmul with broadcast batch dims: out[..., i, j] = sum_k a[..., i, k] * b[..., k, j]."""
+def matmul(a, b, out_shape, padded=None):
+    """Numpy matmul with broadcast batch dims: out[..., i, j] = sum_k a[..., i, k] * b[..., k, j].
+
+    padded: (Mp, Np) >= (M, N), or None: the sums are computed as a [..., Mp, Np] stage
+    `matmul_padded` whose leading M x N corner is the output, so that register tiles of the
+    vector lanes' width (and rows in fours) cover it without a ragged edge (a ViT's 197 tokens:
+    N = 197 has no divisor but 1). Rows of a past M read row M - 1 (their sums are never read);
+    columns of b past N read 0 from a zero-padded copy `matmul_pad_b` ([..., K, Np], one pass
+    over b). AlterOpLayout sets it on CPU targets (tvmc.ops.cpu.dense.matmul_padding)."""
     rk = te.reduce_axis(a.shape[-1], "k")
     nb = len(out_shape) - 2
+    m, n = out_shape[-2], out_shape[-1]
+    mp, np_ = padded or (m, n)
+    if np_ != n:
+        src = b
+        b = te.compute(tuple(src.shape[:-1]) + (np_,),
+                       lambda *idx: te.select(idx[-1] < n, src[idx], te.const(0, src.dtype)), name="matmul_pad_b")
 
     def f(*idx):
         batch, i, j = idx[:nb], idx[nb], idx[nb + 1]
         ab = broadcast_index(a.shape[:-2], batch)
         bb = broadcast_index(b.shape[:-2], batch)
-        return te.sum(a[ab + (i, rk.var)] * b[bb + (rk.var, j)], rk)
+        row = te.minimum(i, m - 1) if mp != m else i
+        return te.sum(a[ab + (row, rk.var)] * b[bb + (rk.var, j)], rk)
 
-    return te.compute(out_shape, f, name="matmul", tag="matmul")
+    if (mp, np_) == (m, n):
+        return te.compute(out_shape, f, name="matmul", tag="matmul")
+    sums = te.compute(tuple(out_shape[:-2]) + (mp, np_), f, name="matmul_padded")
+    return te.compute(out_shape, lambda *idx: sums[idx], name="matmul", tag="matmul")
+
+
+def _unpadded_matmul(inputs, attrs, out_type):
+    return matmul(*inputs, out_type.shape)
 
 
 register_op(OpDef("nn.matmul", _matmul_type,
-                  lambda a, b: np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),
-                  OpPattern.OUT_ELEMWISE_FUSABLE, lambda inputs, attrs, out_type: matmul(*inputs, out_type.shape), {
+                  lambda a, b, padded=None: np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),
+                  OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: matmul(*inputs, out_type.shape, attrs.get("padded")), {
                       "cpu": [Implementation("matmul.cpu", schedule_matmul, config_space=matmul_config)],
+                      # `padded` shapes CPU register tiles; GPU kernels tile the plain sums
                       "gpu": [Implementation("matmul_tensorcore.gpu", None, config_space=tensorcore_config,
                                              applies=tensorcore_applies, template=schedule_matmul_tensorcore,
-                                             supports=tensorcore_supports),
-                              Implementation("matmul.gpu", schedule_gemm, config_space=gemm_config)]}))
+                                             supports=tensorcore_supports, compute=_unpadded_matmul),
+                              Implementation("matmul.gpu", schedule_gemm, config_space=gemm_config,
+                                             compute=_unpadded_matmul)]},
+                  flops=lambda wl: 2 * math.prod(wl[2]) * wl[0][-1]))  # 2 (outputs) K: padding not counted
 
 
 def pack_dense_weight(weight: np.ndarray, bn: int) -> np.ndarray:

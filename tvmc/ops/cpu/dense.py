@@ -17,7 +17,7 @@ operand vectors; N = 6625 -> 5); matmul: see matmul_config.
 from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
-from tvmc.ops.cpu.injective import inline_injective
+from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
 
 
@@ -69,6 +69,18 @@ def schedule_dense(s, out, anchor, cfg, target):
     ps.vectorize(lane)
 
 
+def matmul_padding(m: int, n: int, target) -> tuple | None:
+    """(Mp, Np) for nn.matmul's `padded` attribute on `target` (AlterOpLayout), or None: N up to
+    a multiple of the float32 vector lanes when they do not divide it and N spans more than one
+    vector; M up to a multiple of 4 when M > 4 and no divisor of M from 4 to 8 makes a register
+    tile of rows (M = 197 -> 200; 12 or 64 stay). Without it such a matmul (a ViT's Q.K^T
+    [3, 197, 64] x [3, 64, 197]) tiles 1 x 1: ~1.5 GFLOP/s on AVX-512 against ~300 for N = 192."""
+    lanes = target.vector_lanes("float32")
+    np_ = -(-n // lanes) * lanes if n % lanes and n > lanes else n
+    mp = -(-m // 4) * 4 if m > 4 and not any(m % t == 0 for t in range(4, 9)) else m
+    return None if (mp, np_) == (m, n) else (mp, np_)
+
+
 def matmul_config(workload, target) -> ConfigSpace:
     """Knobs of nn.matmul ([..., M, K] x [..., K, N]): tile_i rows (unrolled) and tile_j columns
     (vectorized) per register tile. Fallback where the vector lanes divide N: dense_pack's
@@ -79,7 +91,7 @@ def matmul_config(workload, target) -> ConfigSpace:
     [4, 128, 128] x [4, 128, 64]), one thread: Node 20 (wasm, 4 x 4 -> 4 x 8) 0.36 -> 0.26 and
     0.32 -> 0.26 ms; the whole BERT encoder natively (x86-avx2, 4 x 8 -> 4 x 16) 20.9 -> 19.6 ms."""
     out_shape = workload[2]
-    m, n = out_shape[-2], out_shape[-1]
+    m, n = dict(workload[-1]).get("padded") or out_shape[-2:]  # tiles of the padded sums (matmul_padding)
     lanes = target.vector_lanes("float32")
     tile_i, tile_j = 4, lanes
     if n % lanes == 0:
@@ -93,7 +105,19 @@ def matmul_config(workload, target) -> ConfigSpace:
 
 def schedule_matmul(s, out, anchor, cfg, target):
     """Fused matmul + epilogue: (i, j) register tiles of tile_i rows (unrolled) x tile_j columns
-    (vectorized); the batch axes and the row tiles fused into the parallel loop."""
+    (vectorized); the batch axes and the row tiles fused into the parallel loop. A padded matmul
+    (matmul_padding) tiles its padded sums, the output's edge tiles storing what lies inside it,
+    and pads b's columns at root first."""
+    sums = next((t for t in anchor.op.input_tensors() if t.op is not None and t.op.reduce_axis), None)
+    if sums is not None:
+        pad_b = [t for t in sums.op.input_tensors() if t.op is not None]
+        for t in pad_b:
+            schedule_elementwise_loops(s, t, target)
+        *batch, i, j = sums.op.axis
+        schedule_tiled_reduction(s, out, sums, tiles={i: cfg["tile_i"], j: cfg["tile_j"]}, vector_axis=j,
+                                 unroll_axes=(i,), parallel_depth=len(batch) + 1, target=target, keep=pad_b,
+                                 corner=True)
+        return
     *batch, i, j = anchor.op.axis
     vector_axis = j
     if len(out.shape) < len(anchor.shape):

@@ -27,7 +27,7 @@ def worth_parallel(anchor) -> bool:
 
 def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_axes=(),
                              reduce_order=None, parallel_depth: int = 2, target=None, keep=(),
-                             unroll_reduce=(), rolled_reduce=()):
+                             unroll_reduce=(), rolled_reduce=(), corner: bool = False):
     """Tile `out`'s loops, compute `anchor` per tile in a local accumulator, run the epilogue.
 
     Axes are the anchor's own IterVars, named by the caller (`n, oc_chunk, oh, ow, oc_block =
@@ -44,14 +44,18 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_ax
     parallel_depth: how many outer tile loops are fused into the parallel loop;
     keep:         producer stages that stay materialized (e.g. a padded input);
     unroll_reduce: reduce axes to unroll inside the accumulator (e.g. conv2d_nchwc's ic_inner);
-    rolled_reduce: reduce axes kept loops (Stage.rolled: LLVM does not unroll them).
+    rolled_reduce: reduce axes kept loops (Stage.rolled: LLVM does not unroll them);
+    corner:       `out` (its epilogue included) is the leading corner of a padded anchor, of the
+                  same rank: out[idx] reads anchor[idx]. Its tiles may overhang its edge (the
+                  stores there are guarded) as long as they stay inside the anchor, which then
+                  computes whole tiles without a guard (tvmc.ops.nn_dense.matmul's padded sums).
 
     Raises ScheduleError when an axis is not one of the anchor's.
     """
     _check_anchor_axes(anchor, tiles, vector_axis, unroll_axes, reduce_order, unroll_reduce, rolled_reduce)
     parallel = worth_parallel(anchor)  # before cache_write turns `anchor` into a copy
     inline_injective(s, out, keep=[anchor, *keep])
-    if tuple(out.shape) != tuple(anchor.shape):
+    if tuple(out.shape) != tuple(anchor.shape) and not corner:
         # the epilogue changes the shape: keep the anchor at root, the rest elementwise
         _schedule_root_reduction(s, anchor, vector_axis, reduce_order)
         schedule_elementwise_loops(s, out, target)
