@@ -35,7 +35,7 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | qnn.conv2d | data[N,C,H,W], weight[O,C/groups,KH,KW] (int8/uint8), input_zero_point int32[], kernel_zero_point int32[] or [O] -> int32 | as nn.conv2d | OUT_ELEMWISE_FUSABLE |
 | qnn.dense | data[M,K], weight[N,K] (int8/uint8), input_zero_point int32[], kernel_zero_point int32[] or [N] -> int32 [M,N] | - | OUT_ELEMWISE_FUSABLE |
 | qnn.matmul | a[...,M,K], b[...,K,N] (int8/uint8; nn.matmul's broadcasting), a_zero_point int32[] or [M], b_zero_point int32[] or [N] -> int32 | - | OUT_ELEMWISE_FUSABLE |
-| qnn.requantize | x int32, scale float32/64 [] or [x.shape[axis]], output_zero_point int32[] -> out_dtype (round half to even, saturated; tvmc/ops/qnn.py) | out_dtype (int8/uint8), axis, compute_dtype (float64: ONNX reference; float32: onnxruntime) | BROADCAST |
+| qnn.requantize | x int32, scale float16/32/64 [] or [x.shape[axis]], output_zero_point int32[] -> out_dtype (round half to even, saturated; tvmc/ops/qnn.py) | out_dtype (int8/uint8), axis, compute_dtype (float64: ONNX reference; float32: onnxruntime) | BROADCAST |
 | control.loop | M int64[], cond bool[], initial carried..., captured... -> final carried value `index` | body (LoopBody: a graph of its own), index | OPAQUE, no kernel: interpreted by the executors (tvmc/ops/control.py) |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):

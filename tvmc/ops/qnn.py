@@ -233,8 +233,8 @@ def _requantize_type(in_types, attrs):
     x, scale, zp = in_types
     if x.dtype != "int32":
         raise ValueError(f"qnn.requantize takes an int32 accumulator, got {x.dtype}")
-    if scale.dtype not in ("float32", "float64"):
-        raise ValueError(f"scale must be float32 or float64, got {scale.dtype}")
+    if scale.dtype not in ("float16", "float32", "float64"):
+        raise ValueError(f"scale must be a float tensor, got {scale.dtype}")
     if tuple(scale.shape) != ():
         axis = attrs.get("axis", 1)
         if not 0 <= axis < len(x.shape) or tuple(scale.shape) != (x.shape[axis],):
