@@ -176,14 +176,19 @@ def _check_int8_model(qmodel, float_model, inputs: dict, expect_kernels: tuple):
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
-def test_qoperator_cnn_matches_onnxruntime(per_channel):
-    """QLinearConv x2 (relu folded into their output range by the quantizer), uint8 MaxPool,
-    QLinearMatMul, then DequantizeLinear and the float Add."""
+@pytest.mark.parametrize("fmt", ["QOperator", "QDQ"])
+def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
+    """QOperator: QLinearConv x2 (relu folded into their output range by the quantizer), uint8
+    MaxPool, QLinearMatMul, then DequantizeLinear and the float Add. QDQ: the same chains as
+    DequantizeLinear -> Conv / MatMul -> QuantizeLinear (an int32 bias through DequantizeLinear),
+    which FakeQuantizationToInteger turns into qnn ops; MaxPool stays float between a dequantize
+    and a quantize."""
     model = _cnn(seed=3)
-    qmodel = expose_quantized(_quantize_static(model, "QOperator", per_channel))
-    assert {"QLinearConv", "QLinearMatMul"} <= {n.op_type for n in qmodel.graph.node}
+    qmodel = expose_quantized(_quantize_static(model, fmt, per_channel))
+    ops = {n.op_type for n in qmodel.graph.node}
+    assert {"QLinearConv", "QLinearMatMul"} <= ops if fmt == "QOperator" else {"Conv", "DequantizeLinear"} <= ops
     x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
-    _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense"))
+    _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense" if fmt == "QOperator" else "qnn_matmul"))
 
 
 def test_dynamic_mlp_matches_onnxruntime():

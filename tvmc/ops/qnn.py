@@ -286,3 +286,78 @@ def qnn_requantize_reference(x, scale, zp, out_dtype, axis=1, compute_dtype="flo
 
 register_op(OpDef("qnn.requantize", _requantize_type, qnn_requantize_reference, OpPattern.BROADCAST,
                   _requantize_compute, INJECTIVE))
+
+
+# --- qnn.dequantize / qnn.quantize (ONNX DequantizeLinear / QuantizeLinear) -------------------
+
+def _broadcast3_type(in_types, out_dtype):
+    x, scale, zp = in_types
+    shape = broadcast_shape(broadcast_shape(x.shape, scale.shape), zp.shape)
+    if tuple(shape) != tuple(x.shape):
+        raise ValueError(f"scale {list(scale.shape)} and zero point {list(zp.shape)} may not grow {list(x.shape)}")
+    return TensorType(x.shape, out_dtype)
+
+
+def _dequantize_type(in_types, attrs):
+    if in_types[0].dtype not in ("int8", "uint8", "int16", "uint16", "int32"):
+        raise ValueError(f"qnn.dequantize takes an integer tensor, got {in_types[0].dtype}")
+    return _broadcast3_type(in_types, attrs["out_dtype"])
+
+
+def _dequantize_compute(inputs, attrs, out_type):
+    """(float32(x) - float32(zp)) * float32(scale), cast to out_dtype (numpy broadcasting)."""
+    x, scale, zp = inputs
+
+    def f(*i):
+        v = (te.cast("float32", x[i]) - te.cast("float32", zp[broadcast_index(zp.shape, i)])) \
+            * te.cast("float32", scale[broadcast_index(scale.shape, i)])
+        return te.cast(attrs["out_dtype"], v)
+
+    return te.compute(x.shape, f, name="qnn_dequantize")
+
+
+def qnn_dequantize_reference(x, scale, zp, out_dtype):
+    """ONNX DequantizeLinear: (float32(x) - zero point) * scale in float32, then out_dtype; scale
+    and zp broadcast against x (a per-axis one already shaped [C, 1, ...])."""
+    v = (x.astype(np.float32) - np.asarray(zp).astype(np.float32)) * np.asarray(scale).astype(np.float32)
+    return v.astype(out_dtype)
+
+
+register_op(OpDef("qnn.dequantize", _dequantize_type, qnn_dequantize_reference, OpPattern.BROADCAST,
+                  _dequantize_compute, INJECTIVE))
+
+QUANTIZE_RANGES = {**RANGES, "uint16": (0, 65535), "int16": (-32768, 32767)}
+
+
+def _quantize_type(in_types, attrs):
+    x, scale, _ = in_types
+    if x.dtype != scale.dtype or not x.dtype.startswith("float"):
+        raise ValueError(f"qnn.quantize divides in one float type, got {x.dtype} and {scale.dtype}")
+    if attrs["out_dtype"] not in QUANTIZE_RANGES:
+        raise ValueError(f"out_dtype must be one of {', '.join(QUANTIZE_RANGES)}, got {attrs['out_dtype']}")
+    return _broadcast3_type(in_types, attrs["out_dtype"])
+
+
+def _quantize_compute(inputs, attrs, out_type):
+    """saturate(round_half_to_even(x / scale) + zp) in x's float type, cast to out_dtype."""
+    x, scale, zp = inputs
+    lo, hi = QUANTIZE_RANGES[attrs["out_dtype"]]
+    d = x.dtype
+
+    def f(*i):
+        r = te.round(x[i] / scale[broadcast_index(scale.shape, i)]) + te.cast(d, zp[broadcast_index(zp.shape, i)])
+        return te.cast(attrs["out_dtype"], te.minimum(te.maximum(r, te.const(float(lo), d)), te.const(float(hi), d)))
+
+    return te.compute(x.shape, f, name="qnn_quantize")
+
+
+def qnn_quantize_reference(x, scale, zp, out_dtype):
+    """ONNX QuantizeLinear: round half to even of x / scale (in x's float type) + zero point,
+    saturated to out_dtype; scale and zp broadcast against x."""
+    lo, hi = QUANTIZE_RANGES[out_dtype]
+    r = np.rint(x / np.asarray(scale)) + np.asarray(zp).astype(x.dtype)
+    return np.clip(r, np.asarray(lo, x.dtype), np.asarray(hi, x.dtype)).astype(out_dtype)
+
+
+register_op(OpDef("qnn.quantize", _quantize_type, qnn_quantize_reference, OpPattern.BROADCAST,
+                  _quantize_compute, INJECTIVE))

@@ -48,15 +48,6 @@ def _quant_dtype(ctx, zp, attrs) -> str:
     return dtype
 
 
-def quantize(ctx, y, zp, dtype: str):
-    """round(y) + zp, saturated to dtype's range: y a float tensor, zp (int or None) broadcastable."""
-    lo, hi = _RANGES[dtype]
-    r = ctx.call("round", [y])
-    if zp is not None:
-        r = ctx.call("add", [r, ctx.call("cast", [zp], {"dtype": y.dtype})])
-    return ctx.call("cast", [ctx.call("clip", [r], {"a_min": float(lo), "a_max": float(hi)})], {"dtype": dtype})
-
-
 def _opt(inputs, i):
     return inputs[i] if len(inputs) > i and inputs[i] is not None else None
 
@@ -72,23 +63,22 @@ def QuantizeLinear(ctx, node, inputs, attrs, opset):
         np.result_type(x.dtype, scale.dtype).name
     xd = x if x.dtype == div else ctx.call("cast", [x], {"dtype": div})
     sd = scale if scale.dtype == div else ctx.call("cast", [scale], {"dtype": div})
-    y = ctx.call("divide", [xd, _per_axis(ctx, sd, x, attrs, "y_scale")])
-    return quantize(ctx, y, _per_axis(ctx, zp, x, attrs, "y_zero_point") if zp is not None else None, dtype)
+    zp = _per_axis(ctx, zp, x, attrs, "y_zero_point") if zp is not None else \
+        ctx.const(np.zeros((), dtype), "zero_point")
+    return ctx.call("qnn.quantize", [xd, _per_axis(ctx, sd, x, attrs, "y_scale"), zp], {"out_dtype": dtype})
 
 
 @converter(10, 13, 19, 21, 23, 24, 25, 28)
 def DequantizeLinear(ctx, node, inputs, attrs, opset):
-    """ONNX DequantizeLinear(x, x_scale, x_zero_point; axis, block_size, output_dtype) ->
-    (float32(x) - zero_point) * scale, in the scale's float type (or output_dtype)."""
+    """ONNX DequantizeLinear(x, x_scale, x_zero_point; axis, block_size, output_dtype) -> qnn.dequantize:
+    (float32(x) - zero_point) * scale in float32, then the scale's float type (or output_dtype). Not
+    folded at import where x is a constant (a weight): FakeQuantizationToInteger reads it as int8."""
     x, scale, zp = inputs[0], inputs[1], _opt(inputs, 2)
-    dx = ctx.call("cast", [x], {"dtype": "float32"})
-    if zp is not None:
-        zpf = ctx.call("cast", [_per_axis(ctx, zp, x, attrs, "x_zero_point")], {"dtype": "float32"})
-        dx = ctx.call("subtract", [dx, zpf])
-    s = _per_axis(ctx, scale, x, attrs, "x_scale")
-    y = ctx.call("multiply", [dx, ctx.call("cast", [s], {"dtype": "float32"})])
+    zp = _per_axis(ctx, zp, x, attrs, "x_zero_point") if zp is not None else ctx.const(np.zeros((), x.dtype),
+                                                                                         "zero_point")
     out = np_dtype_name(int(attrs["output_dtype"])) if attrs.get("output_dtype") else scale.dtype
-    return ctx.call("cast", [y], {"dtype": out})
+    return ctx.call("qnn.dequantize", [x, _per_axis(ctx, scale, x, attrs, "x_scale"), zp], {"out_dtype": out},
+                    fold=False)
 
 
 def _zero_point(ctx, zp, x, what: str, channels: int | None = None, rank: int = 1):
