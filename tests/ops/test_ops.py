@@ -96,6 +96,25 @@ def bias_relu(c):
     return lambda rng: [("add", {}, [n(rng, (c, 1, 1))]), ("nn.relu", {}, [])]
 
 
+def qi(rng, shape, dtype="int8"):
+    """Uniform int8/uint8 samples with the type's extremes at the front (the widest products)."""
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+    flat = a.reshape(-1)
+    flat[:4] = [info.min, info.max, info.min, info.max][:flat.size]
+    return a
+
+
+def zp(value):
+    """An int32 zero point (scalar or per channel) as qnn ops take it."""
+    return np.asarray(value, np.int32)
+
+
+def requantize(scale, zero_point, out_dtype, **attrs):
+    """A qnn.requantize epilogue: (name, attrs, [scale, zero point])."""
+    return ("qnn.requantize", dict(out_dtype=out_dtype, **attrs), [np.asarray(scale), zp(zero_point)])
+
+
 CASES = [
     # --- nn.conv2d: data [N,C,H,W], weight [O,C/groups,KH,KW]
     Case("conv2d_3x3_pad1_bias_relu", "nn.conv2d", lambda r: [n(r, (1, 8, 15, 15)), n(r, (16, 8, 3, 3))],
@@ -576,6 +595,41 @@ CASES = [
          dict(bound=(4, 3), dynamic_axes=(0,), value=-7, dtype="int32")),
     Case("dyn_constant_of_shape_shape_zero", "dyn.constant_of_shape_shape", lambda r: [np.array([2, 0, 3], np.int64)],
          dict(bound=(2, 4, 3), dynamic_axes=(1,), value=1.5, dtype="float32")),
+    # --- qnn ops (tvmc/ops/qnn.py): int8/uint8 operands, int32 zero points, int32 accumulators
+    Case("qnn_conv2d_u8s8_pad_requantize", "qnn.conv2d",
+         lambda r: [qi(r, (1, 5, 9, 11), "uint8"), qi(r, (6, 5, 3, 3)), zp(131), zp(0)], conv(padding=(1, 1, 1, 1)),
+         chain=lambda r: [("add", {}, [r.integers(-900, 900, (6, 1, 1)).astype(np.int32)]),
+                          requantize(np.float32(0.0007), -3, "int8")]),
+    Case("qnn_conv2d_depthwise_s2_per_channel_zp", "qnn.conv2d",
+         lambda r: [qi(r, (2, 4, 8, 8)), qi(r, (4, 1, 3, 3)), zp(-3), zp([1, -2, 0, 5])],
+         conv(strides=(2, 2), padding=(1, 0, 1, 2), groups=4)),
+    Case("qnn_conv2d_u8u8_1x1_no_pad", "qnn.conv2d",
+         lambda r: [qi(r, (1, 3, 7, 7), "uint8"), qi(r, (8, 3, 1, 1), "uint8"), zp(5), zp(7)], conv(),
+         chain=lambda r: [requantize((r.random(8) * 1e-3).astype(np.float32), 128, "uint8", axis=1,
+                                     compute_dtype="float32")]),
+    Case("qnn_dense_u8s8_k64_requantize", "qnn.dense",
+         lambda r: [qi(r, (3, 64), "uint8"), qi(r, (10, 64)), zp(120), zp(0)], {},
+         chain=lambda r: [requantize((r.random(10) * 1e-4).astype(np.float32), 0, "int8", axis=1)]),
+    Case("qnn_dense_k13_per_channel_zp", "qnn.dense",
+         lambda r: [qi(r, (5, 13)), qi(r, (7, 13)), zp(3), zp([0, 1, -1, 2, -2, 3, -3])]),
+    Case("qnn_matmul_batched_u8s8", "qnn.matmul",
+         lambda r: [qi(r, (2, 5, 7), "uint8"), qi(r, (7, 33)), zp(100), zp(2)]),
+    Case("qnn_matmul_per_row_and_column_zp", "qnn.matmul",
+         lambda r: [qi(r, (5, 7)), qi(r, (3, 7, 9), "uint8"), zp([0, 1, 2, -1, -2]), zp(np.arange(9) * 20)]),
+    Case("qnn_requantize_int8_scalar", "qnn.requantize",
+         lambda r: [np.concatenate([np.array([2**31 - 1, -2**31, 0, 5, -5, 15, -15], np.int32),
+                                    r.integers(-40000, 40000, 93).astype(np.int32)]).reshape(4, 25),
+                    np.float32(0.1), zp(3)], dict(out_dtype="int8")),
+    Case("qnn_dequantize_int8_per_channel", "qnn.dequantize",
+         lambda r: [qi(r, (2, 6, 5, 5)), (r.random((6, 1, 1)) * 0.1).astype(np.float32), qi(r, (6, 1, 1))],
+         dict(out_dtype="float32")),
+    Case("qnn_quantize_uint8_halves", "qnn.quantize",
+         lambda r: [np.concatenate([np.array([0.5, 1.5, 2.5, -0.5, 1e9, -1e9, 127.5, 128.5], np.float32),
+                                    n(r, 92) * 50]).reshape(4, 25), np.float32(0.5), np.uint8(3)],
+         dict(out_dtype="uint8")),
+    Case("qnn_requantize_uint8_per_channel_float32", "qnn.requantize",
+         lambda r: [r.integers(-40000, 40000, (2, 6, 5, 5)).astype(np.int32), (r.random(6) * 0.01).astype(np.float32),
+                    zp(128)], dict(out_dtype="uint8", axis=1, compute_dtype="float32")),
 ]
 
 

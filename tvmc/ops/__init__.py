@@ -32,6 +32,10 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | nonzero / nonzero_shape | x -> int64[rank, <=size(x)] / int64[2] | - | OPAQUE |
 | compress / compress_shape | x, condition bool[L] -> x with axis <= min(extent, L) / int64[rank] | axis | OPAQUE |
 | unique / unique_shape, unique_inverse | x -> values (axis <= extent), indices, counts (int64[<=extent]) / int64[rank]; inverse int64[extent] | axis, sorted (0/1), output ('values', 'indices', 'counts', 'inverse') | OPAQUE |
+| qnn.conv2d | data[N,C,H,W], weight[O,C/groups,KH,KW] (int8/uint8), input_zero_point int32[], kernel_zero_point int32[] or [O] -> int32 | as nn.conv2d | OUT_ELEMWISE_FUSABLE |
+| qnn.dense | data[M,K], weight[N,K] (int8/uint8), input_zero_point int32[], kernel_zero_point int32[] or [N] -> int32 [M,N] | - | OUT_ELEMWISE_FUSABLE |
+| qnn.matmul | a[...,M,K], b[...,K,N] (int8/uint8; nn.matmul's broadcasting), a_zero_point int32[] or [M], b_zero_point int32[] or [N] -> int32 | - | OUT_ELEMWISE_FUSABLE |
+| qnn.requantize | x int32, scale float16/32/64 [] or [x.shape[axis]], output_zero_point int32[] -> out_dtype (round half to even, saturated; tvmc/ops/qnn.py) | out_dtype (int8/uint8), axis, compute_dtype (float64: ONNX reference; float32: onnxruntime) | BROADCAST |
 | control.loop | M int64[], cond bool[], initial carried..., captured... -> final carried value `index` | body (LoopBody: a graph of its own), index | OPAQUE, no kernel: interpreted by the executors (tvmc/ops/control.py) |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):
@@ -56,3 +60,4 @@ from tvmc.ops import linalg  # noqa: F401,E402  (registration: det)
 from tvmc.ops import dynamic  # noqa: F401,E402  (registration: nonzero, compress, unique and their _shape ops)
 from tvmc.ops import control  # noqa: F401,E402  (registration: control.loop, interpreted by the executors)
 from tvmc.ops import nn_conv2d_winograd  # noqa: F401,E402  (registration: nn.conv2d_winograd_nchwc)
+from tvmc.ops import qnn  # noqa: F401,E402  (registration: qnn.conv2d, qnn.dense, qnn.matmul, qnn.requantize)

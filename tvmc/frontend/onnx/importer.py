@@ -442,8 +442,11 @@ class _NodeContext:
     def error(self, msg: str) -> ModelError:
         return self.importer.error(f"node '{self.name}' ({self.op_type}): {msg}")
 
-    def call(self, op: str, inputs, attrs=None) -> Call:
-        """make_call with the node's name; dtype and type-rule failures name file and node."""
+    def call(self, op: str, inputs, attrs=None, fold: bool = True) -> Call:
+        """make_call with the node's name; dtype and type-rule failures name file and node. With
+        `fold` (the default) a call on constants is folded at import as described below; without,
+        it stays a call for the passes to see (a DequantizeLinear of a constant int8 weight, which
+        FakeQuantizationToInteger turns into an integer op)."""
         for e in inputs:
             if isinstance(e, ir.Constant) and e.dtype not in SUPPORTED_DTYPES:
                 raise self.error(f"constant '{e.name}' has dtype {e.dtype}; "
@@ -457,7 +460,7 @@ class _NodeContext:
             source = next((e for e in inputs if e in shapes), None)
             if source is not None:
                 shapes[call] = shapes[source] if call.shape == source.shape else self._reduced_shape(call, source)
-        if inputs and all(is_const(e) for e in inputs) and (
+        if fold and inputs and all(is_const(e) for e in inputs) and (
                 all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX) \
                 and ir.constant_bytes(call.shape, call.dtype) <= ir.MAX_CONSTANT_BYTES:
             # shape arithmetic on constants (Neg of an axis, Equal of shapes, a window length

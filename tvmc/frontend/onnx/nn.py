@@ -52,18 +52,28 @@ def _conv_epilogue(ctx, out, b, n_sp):
     return out
 
 
-@converter(1, 11, 22)
-def Conv(ctx, node, inputs, attrs, opset):
-    """ONNX Conv-1/11/22 -> nn.conv2d (+ add of the bias as [C,1,1]); 1-D convs run as 2-D with H=1."""
-    x, w, b, n_sp, kernel, strides, dilations, groups = _conv_operands(ctx, inputs, attrs, "Conv", "convolution")
+def conv2d_call(ctx, inputs, attrs, op: str = "nn.conv2d", op_type: str = "Conv", extra=()):
+    """The 2-D convolution call of ONNX Conv's attributes (kernel_shape, strides, pads, auto_pad,
+    dilations, group) on inputs [X, W, (B)]: `op`(X, W, *extra) with 1-D convs lifted to 2-D (H = 1).
+    Returns (call [N, O, OH, OW], the bias input or None, number of spatial axes); the caller adds
+    the bias and drops the H axis of a 1-D conv (_conv_epilogue). Shared by Conv and the quantized
+    convolutions (qnn.conv2d, whose zero points are `extra`)."""
+    x, w, b, n_sp, kernel, strides, dilations, groups = _conv_operands(ctx, inputs, attrs, op_type, "convolution")
     pads = auto_pads(ctx, attrs, x.shape[2:], kernel, strides, dilations)
     if n_sp == 1:
         x, w = _lift_1d(ctx, x, w)
         strides, dilations, padding = (1, strides[0]), (1, dilations[0]), (0, pads[0], 0, pads[1])
     else:
         padding = (pads[0], pads[1], pads[2], pads[3])
-    out = ctx.call("nn.conv2d", [x, w], {"strides": strides, "padding": tuple(map(int, padding)),
-                                         "dilation": dilations, "groups": groups})
+    out = ctx.call(op, [x, w, *extra], {"strides": strides, "padding": tuple(map(int, padding)),
+                                        "dilation": dilations, "groups": groups})
+    return out, b, n_sp
+
+
+@converter(1, 11, 22)
+def Conv(ctx, node, inputs, attrs, opset):
+    """ONNX Conv-1/11/22 -> nn.conv2d (+ add of the bias as [C,1,1]); 1-D convs run as 2-D with H=1."""
+    out, b, n_sp = conv2d_call(ctx, inputs, attrs)
     return _conv_epilogue(ctx, out, b, n_sp)
 
 

@@ -1,17 +1,20 @@
 """ONNX converters, quantization group: QuantizeLinear, DequantizeLinear, MatMulInteger,
 ConvInteger, QLinearMatMul, QLinearConv (DynamicQuantizeLinear imports through its function body).
 
-Integer arithmetic stays integer (int32 matmul and conv of the zero-point-shifted operands), and
-requantization computes as the ONNX reference does: QuantizeLinear divides in the input's float
-type and rounds half to even; QLinear* scale their int32 accumulators in float64.
+The integer operators become qnn ops (tvmc/ops/qnn.py) on the 8-bit operands, so constant weights
+stay one byte in mod.params: qnn.conv2d / qnn.dense / qnn.matmul accumulate in int32, and
+QLinear* requantize with qnn.requantize as the ONNX reference does (the accumulator times
+x_scale * w_scale / y_scale in float64, rounded half to even, plus y_zero_point, saturated).
+Zero points may be run-time tensors (DynamicQuantizeLinear's); scales too. QuantizeLinear divides
+in the input's float type and rounds half to even.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tvmc.frontend.onnx.common import norm_axis, np_dtype_name, reshape
-from tvmc.frontend.onnx.nn import Conv
+from tvmc.frontend.onnx.common import is_const, norm_axis, np_dtype_name, prod, reshape
+from tvmc.frontend.onnx.nn import conv2d_call
 from tvmc.frontend.onnx.registry import converter
 
 # integer quantized types and their ranges (int4/uint4/float8 have no numpy dtype: refused)
@@ -45,15 +48,6 @@ def _quant_dtype(ctx, zp, attrs) -> str:
     return dtype
 
 
-def quantize(ctx, y, zp, dtype: str):
-    """round(y) + zp, saturated to dtype's range: y a float tensor, zp (int or None) broadcastable."""
-    lo, hi = _RANGES[dtype]
-    r = ctx.call("round", [y])
-    if zp is not None:
-        r = ctx.call("add", [r, ctx.call("cast", [zp], {"dtype": y.dtype})])
-    return ctx.call("cast", [ctx.call("clip", [r], {"a_min": float(lo), "a_max": float(hi)})], {"dtype": dtype})
-
-
 def _opt(inputs, i):
     return inputs[i] if len(inputs) > i and inputs[i] is not None else None
 
@@ -69,101 +63,154 @@ def QuantizeLinear(ctx, node, inputs, attrs, opset):
         np.result_type(x.dtype, scale.dtype).name
     xd = x if x.dtype == div else ctx.call("cast", [x], {"dtype": div})
     sd = scale if scale.dtype == div else ctx.call("cast", [scale], {"dtype": div})
-    y = ctx.call("divide", [xd, _per_axis(ctx, sd, x, attrs, "y_scale")])
-    return quantize(ctx, y, _per_axis(ctx, zp, x, attrs, "y_zero_point") if zp is not None else None, dtype)
+    zp = _per_axis(ctx, zp, x, attrs, "y_zero_point") if zp is not None else \
+        ctx.const(np.zeros((), dtype), "zero_point")
+    return ctx.call("qnn.quantize", [xd, _per_axis(ctx, sd, x, attrs, "y_scale"), zp], {"out_dtype": dtype})
 
 
 @converter(10, 13, 19, 21, 23, 24, 25, 28)
 def DequantizeLinear(ctx, node, inputs, attrs, opset):
-    """ONNX DequantizeLinear(x, x_scale, x_zero_point; axis, block_size, output_dtype) ->
-    (float32(x) - zero_point) * scale, in the scale's float type (or output_dtype)."""
+    """ONNX DequantizeLinear(x, x_scale, x_zero_point; axis, block_size, output_dtype) -> qnn.dequantize:
+    (float32(x) - zero_point) * scale in float32, then the scale's float type (or output_dtype). Not
+    folded at import where x is a constant (a weight): FakeQuantizationToInteger reads it as int8."""
     x, scale, zp = inputs[0], inputs[1], _opt(inputs, 2)
-    dx = ctx.call("cast", [x], {"dtype": "float32"})
-    if zp is not None:
-        zpf = ctx.call("cast", [_per_axis(ctx, zp, x, attrs, "x_zero_point")], {"dtype": "float32"})
-        dx = ctx.call("subtract", [dx, zpf])
-    s = _per_axis(ctx, scale, x, attrs, "x_scale")
-    y = ctx.call("multiply", [dx, ctx.call("cast", [s], {"dtype": "float32"})])
+    zp = _per_axis(ctx, zp, x, attrs, "x_zero_point") if zp is not None else ctx.const(np.zeros((), x.dtype),
+                                                                                         "zero_point")
     out = np_dtype_name(int(attrs["output_dtype"])) if attrs.get("output_dtype") else scale.dtype
-    return ctx.call("cast", [y], {"dtype": out})
+    return ctx.call("qnn.dequantize", [x, _per_axis(ctx, scale, x, attrs, "x_scale"), zp], {"out_dtype": out},
+                    fold=False)
 
 
-def _shifted(ctx, x, zp, shape_of_zp):
-    """int32(x) - int32(zero point) (zero point reshaped by `shape_of_zp` to broadcast)."""
-    x32 = ctx.call("cast", [x], {"dtype": "int32"})
+def _zero_point(ctx, zp, x, what: str, channels: int | None = None, rank: int = 1):
+    """Zero point `zp` of the 8-bit operand `x` as qnn ops take it: int32, a scalar [] or (where
+    `channels` is given) one value per channel [channels]; None -> 0. A constant one is checked and
+    converted at import; a run-time one (DynamicQuantizeLinear's) is cast in the graph. Raises the
+    node's ModelError for a zero point of another type than x's whose values leave x's range, or
+    of a shape that is neither a scalar nor [channels] (`rank`: the axes a per-channel one may
+    have, all but one of extent 1)."""
     if zp is None:
-        return x32
-    z = ctx.call("cast", [shape_of_zp(zp)], {"dtype": "int32"})
-    return ctx.call("subtract", [x32, z])
+        return ctx.const(np.zeros((), np.int32), "zero_point")
+    if x.dtype not in ("int8", "uint8"):
+        raise ctx.error(f"input {x.type} must be int8 or uint8")
+    lo, hi = _RANGES[x.dtype]
+    if zp.dtype != x.dtype and not (is_const(zp) and np.issubdtype(zp.value.dtype, np.integer)):
+        raise ctx.error(f"{what} {zp.type} must have the type of its operand {x.type}")
+    if is_const(zp) and zp.value.size and not (lo <= zp.value.min() and zp.value.max() <= hi):
+        raise ctx.error(f"{what} {zp.value.min() if zp.value.min() < lo else zp.value.max()} is outside "
+                        f"{x.dtype}'s range [{lo}, {hi}]")
+    if zp.type.size == 1 and len(zp.shape) <= rank:
+        shape = ()
+    elif channels is not None and len(zp.shape) <= rank and zp.type.size == channels \
+            and sorted(zp.shape)[:-1] == [1] * (len(zp.shape) - 1):
+        shape = (channels,)
+    else:
+        per = f" or [{channels}]" if channels is not None else ""
+        raise ctx.error(f"{what} {zp.type} must be a scalar{per}")
+    if is_const(zp):
+        return ctx.derived(zp, "zero_point_int32", lambda v: v.astype(np.int32).reshape(shape))
+    return ctx.call("cast", [reshape(ctx, zp, shape)], {"dtype": "int32"})
 
 
-def _matmul_operands(ctx, inputs, a_zp, b_zp):
-    a, b = inputs[0], inputs[1]
+def _scale(ctx, s, what: str, channels: int | None = None):
+    """A scale as qnn.requantize's factors take it: a scalar [] or one per channel [channels];
+    raises the node's ModelError for another shape (a per-axis scale of the wrong length)."""
+    if s.dtype not in ("float32", "float64", "float16"):
+        raise ctx.error(f"{what} {s.type} must be a float tensor")
+    if s.type.size == 1:
+        return reshape(ctx, s, ())
+    if channels is not None and len(s.shape) == 1 and s.shape[0] == channels:
+        return s
+    per = f" or [{channels}] (one per output channel)" if channels is not None else ""
+    raise ctx.error(f"{what} {s.type} must be a scalar{per}")
+
+
+def _requantize(ctx, acc, x_scale, w_scale, y_scale, y_zp, dtype, axis):
+    """qnn.requantize of the int32 accumulator by x_scale * w_scale / y_scale (computed in the
+    scales' own type, as the ONNX reference does; folded at import when constant) in float64,
+    + y_zero_point, rounded half to even and saturated to `dtype`; w_scale [] or per channel
+    along `axis`."""
+    s = ctx.call("divide", [ctx.call("multiply", [x_scale, w_scale]), y_scale])
+    return ctx.call("qnn.requantize", [acc, s, y_zp], {"out_dtype": dtype, "axis": axis, "compute_dtype": "float64"})
+
+
+def _matmul(ctx, a, b, a_zp, b_zp):
+    """int32 qnn matmul of a [..., M, K] and b [..., K, N] (8-bit) with zero points a_zp [] or
+    per row [M], b_zp [] or per column [N]. A constant 2-D b with a per-tensor a_zp runs as
+    qnn.dense on b transposed once at import ([N, K], still 8-bit; a's leading axes flattened
+    into rows), anything else as qnn.matmul."""
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise ctx.error(f"operands {a.type} and {b.type} must have rank >= 2")
-
-    def a_zp_shape(z):  # scalar, or one per row of A
-        return reshape(ctx, z, ()) if z.type.size == 1 else reshape(ctx, z, (z.shape[-1], 1))
-
-    def b_zp_shape(z):  # scalar, or one per column of B
-        return reshape(ctx, z, ()) if z.type.size == 1 else reshape(ctx, z, (z.shape[-1],))
-
-    return _shifted(ctx, a, a_zp, a_zp_shape), _shifted(ctx, b, b_zp, b_zp_shape)
+    az = _zero_point(ctx, a_zp, a, "a_zero_point", a.shape[-2], rank=2)
+    bz = _zero_point(ctx, b_zp, b, "b_zero_point", b.shape[-1])
+    if is_const(b) and len(b.shape) == 2 and az.shape == () and a.shape[-1] == b.shape[0]:
+        wt = ctx.derived(b, "transposed", lambda v: np.ascontiguousarray(v.T))
+        rows = reshape(ctx, a, (prod(a.shape[:-1]), a.shape[-1]))
+        out = ctx.call("qnn.dense", [rows, wt, az, bz])
+        return reshape(ctx, out, tuple(a.shape[:-1]) + (b.shape[1],))
+    return ctx.call("qnn.matmul", [a, b, az, bz])
 
 
 @converter(10)
 def MatMulInteger(ctx, node, inputs, attrs, opset):
-    """ONNX MatMulInteger(A, B, a_zero_point, b_zero_point) -> int32 nn.matmul of the shifted operands."""
-    a, b = _matmul_operands(ctx, inputs, _opt(inputs, 2), _opt(inputs, 3))
-    return ctx.call("nn.matmul", [a, b])
-
-
-def _requantize(ctx, acc, a_scale, b_scale, y_scale, y_zp, dtype):
-    """acc (int32) * (a_scale * b_scale / y_scale) in float64 (the scales' product in their own
-    type, as the ONNX reference), + y_zero_point, rounded half to even and saturated; the scales
-    broadcast against acc (scalars, or per output channel)."""
-    s = ctx.call("divide", [ctx.call("multiply", [a_scale, b_scale]), y_scale])
-    y = ctx.call("multiply", [ctx.call("cast", [acc], {"dtype": "float64"}),
-                              ctx.call("cast", [s], {"dtype": "float64"})])
-    return quantize(ctx, y, y_zp, dtype)
+    """ONNX MatMulInteger-10(A, B, a_zero_point, b_zero_point) -> int32 qnn.dense / qnn.matmul on
+    the 8-bit operands (B stays 8-bit: one byte per weight in mod.params)."""
+    return _matmul(ctx, inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3))
 
 
 @converter(10, 21)
 def QLinearMatMul(ctx, node, inputs, attrs, opset):
-    """ONNX QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): int32 matmul of the
-    shifted operands, requantized to y_zp's type."""
+    """ONNX QLinearMatMul-10/21(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): the int32 qnn
+    matmul, then qnn.requantize to y_zp's type (a_scale and y_scale scalars, b_scale a scalar or
+    one per column)."""
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs[:8]
-    acc = ctx.call("nn.matmul", list(_matmul_operands(ctx, [a, b], a_zp, b_zp)))
-    return _requantize(ctx, acc, reshape(ctx, a_scale, ()), reshape(ctx, b_scale, ()) if b_scale.type.size == 1
-                       else b_scale, reshape(ctx, y_scale, ()), reshape(ctx, y_zp, ()), y_zp.dtype)
+    acc = _matmul(ctx, a, b, a_zp, b_zp)
+    n = b.shape[-1] if len(b.shape) >= 2 else None
+    return _requantize(ctx, acc, _scale(ctx, a_scale, "a_scale"), _scale(ctx, b_scale, "b_scale", n),
+                       _scale(ctx, y_scale, "y_scale"), _zero_point(ctx, y_zp, y_zp, "y_zero_point"), y_zp.dtype,
+                       len(acc.shape) - 1)
 
 
-def _conv_integer(ctx, x, w, x_zp, w_zp, attrs):
-    """int32 conv of x - x_zero_point and w - w_zero_point (w's zero point scalar or per output
-    channel; a constant weight stays constant: integer calls on constants fold at import)."""
-    xs = _shifted(ctx, x, x_zp, lambda z: reshape(ctx, z, ()))
-    ws = _shifted(ctx, w, w_zp, lambda z: reshape(ctx, z, ()) if z.type.size == 1
-                  else reshape(ctx, z, (z.shape[0],) + (1,) * (len(w.shape) - 1)))
-    return Conv(ctx, None, [xs, ws], attrs, 11)
+def _conv_integer(ctx, inputs, x_zp, w_zp, attrs, op_type):
+    """(int32 qnn.conv2d [N, O, OH, OW] of x and w with their zero points, number of spatial axes):
+    w's zero point a scalar or one per output channel."""
+    x, w = inputs[0], inputs[1]
+    xz = _zero_point(ctx, x_zp, x, "x_zero_point")
+    wz = _zero_point(ctx, w_zp, w, "w_zero_point", w.shape[0] if w.shape else None)
+    acc, _, n_sp = conv2d_call(ctx, [x, w], attrs, op="qnn.conv2d", op_type=op_type, extra=(xz, wz))
+    return acc, n_sp
+
+
+def _drop_h(ctx, out, n_sp):
+    """A 1-D convolution's output without the H = 1 axis it ran with."""
+    return reshape(ctx, out, (out.shape[0], out.shape[1], out.shape[3])) if n_sp == 1 else out
 
 
 @converter(10)
 def ConvInteger(ctx, node, inputs, attrs, opset):
-    """ONNX ConvInteger(x, w, x_zero_point, w_zero_point) -> int32 nn.conv2d of the shifted operands."""
-    return _conv_integer(ctx, inputs[0], inputs[1], _opt(inputs, 2), _opt(inputs, 3), attrs)
+    """ONNX ConvInteger-10(x, w, x_zero_point, w_zero_point) -> int32 qnn.conv2d on the 8-bit
+    operands (w stays 8-bit: one byte per weight in mod.params)."""
+    acc, n_sp = _conv_integer(ctx, inputs, _opt(inputs, 2), _opt(inputs, 3), attrs, "ConvInteger")
+    return _drop_h(ctx, acc, n_sp)
 
 
 @converter(10)
 def QLinearConv(ctx, node, inputs, attrs, opset):
-    """ONNX QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B int32): int32 conv of the
-    shifted operands plus B, requantized (w_scale per output channel or scalar)."""
+    """ONNX QLinearConv-10(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B int32): int32
+    qnn.conv2d plus B, then qnn.requantize (w_scale a scalar or one per output channel) to
+    y_zp's type."""
+    if len(inputs) < 8:
+        raise ctx.error("QLinearConv needs inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale")
     x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = inputs[:8]
-    per_channel = (w_scale.shape[0],) + (1,) * (len(x.shape) - 2)
-    acc = _conv_integer(ctx, x, w, x_zp, w_zp, attrs)
+    acc, n_sp = _conv_integer(ctx, [x, w], x_zp, w_zp, attrs, "QLinearConv")
+    channels = acc.shape[1]
     bias = _opt(inputs, 8)
     if bias is not None:
-        acc = ctx.call("add", [acc, reshape(ctx, bias, (bias.shape[0],) + (1,) * (len(x.shape) - 2))])
-    w_scale = reshape(ctx, w_scale, per_channel if w_scale.type.size > 1 else ())
-    return _requantize(ctx, acc, reshape(ctx, x_scale, ()), w_scale, reshape(ctx, y_scale, ()),
-                       reshape(ctx, y_zp, ()) if y_zp is not None else None,
-                       y_zp.dtype if y_zp is not None else x.dtype)
+        if bias.dtype != "int32" or tuple(bias.shape) != (channels,):
+            raise ctx.error(f"bias B {bias.type} must be int32 [{channels}]")
+        acc = ctx.call("add", [acc, reshape(ctx, bias, (channels, 1, 1))])
+    dtype = y_zp.dtype if y_zp is not None else x.dtype
+    yz = _zero_point(ctx, y_zp, y_zp, "y_zero_point") if y_zp is not None else \
+        ctx.const(np.zeros((), np.int32), "zero_point")
+    out = _requantize(ctx, acc, _scale(ctx, x_scale, "x_scale"), _scale(ctx, w_scale, "w_scale", channels),
+                      _scale(ctx, y_scale, "y_scale"), yz, dtype, 1)
+    return _drop_h(ctx, out, n_sp)

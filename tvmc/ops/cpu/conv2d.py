@@ -26,7 +26,9 @@ def conv2d_nchw_config(workload, target) -> ConfigSpace:
 
 def schedule_conv2d_nchw(s, out, anchor, cfg, target):
     """Schedule a fused conv2d (anchor) + elementwise epilogue (out)."""
-    pad = next((t for t in anchor.op.input_tensors() if t.op is not None), None)
+    # the padded input by name (conv2d_transpose: dilate_pad_data): qnn.conv2d's anchor also
+    # reads its zero points, 0-d stages that are inlined
+    pad = next((t for t in anchor.op.input_tensors() if t.op is not None and t.name.endswith("pad_data")), None)
     if pad is not None:
         schedule_elementwise_loops(s, pad, target)
     n, oc, oh, ow = anchor.op.axis

@@ -1,0 +1,210 @@
+"""End to end, int8: models quantized here with onnxruntime.quantization (quantize_static in the
+QOperator and QDQ formats, per tensor and per channel, calibrated on seeded random inputs;
+quantize_dynamic), compiled by tvmc for this host's CPU and compared with onnxruntime's outputs of
+the same quantized model (issue 28), not with the float model's.
+
+Tolerances: an integer (quantized) output within 1 unit; a float output (a dequantized one, or
+the float Add after a quantized MatMul) within 1 quantization step of the tensor it dequantizes.
+The one-unit slack covers requantization rounding: tvmc multiplies the int32 accumulator by the
+scale in float64 as ONNX's reference does, onnxruntime's MLAS in float32, and the two may round
+a value near .5 to neighbouring integers.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.e2e.builders import _Builder
+from tests.e2e.models import onnxruntime_outputs
+
+quantization = pytest.importorskip("onnxruntime.quantization", reason="quantize_static / quantize_dynamic")
+
+# mod.params of an int8 model against its float original (issue 28: at most 0.3x)
+MAX_PARAMS_RATIO = 0.3
+CNN_INPUT = (1, 3, 16, 16)
+
+
+def _cnn(seed: int = 0) -> onnx.ModelProto:
+    """Two 3x3 convs (+ bias, relu, max pooling; the second stride 2) and a MatMul + Add head:
+    input [1, 3, 16, 16] -> logits [1, 10]."""
+    b = _Builder(seed)
+    r = b.rng
+    w1, b1 = b.const(r.standard_normal((16, 3, 3, 3)) * 0.3), b.const(r.standard_normal(16) * 0.1)
+    y = b.node("Relu", [b.node("Conv", ["input", w1, b1], kernel_shape=[3, 3], pads=[1, 1, 1, 1])])
+    y = b.node("MaxPool", [y], kernel_shape=[2, 2], strides=[2, 2])
+    w2, b2 = b.const(r.standard_normal((32, 16, 3, 3)) * 0.1), b.const(r.standard_normal(32) * 0.1)
+    y = b.node("Relu", [b.node("Conv", [y, w2, b2], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])])
+    y = b.node("Flatten", [b.node("MaxPool", [y], kernel_shape=[4, 4], strides=[4, 4])])
+    y = b.node("Add", [b.node("MatMul", [y, b.const(r.standard_normal((32, 10)) * 0.2)]),
+                       b.const(r.standard_normal(10) * 0.1)])
+    return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, list(CNN_INPUT))],
+                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])], "cnn")
+
+
+def _mlp(seed: int = 0, seq: int = 8, hidden: int = 64) -> onnx.ModelProto:
+    """A transformer-style feed-forward block on x [2, seq, hidden]: MatMul + Add, Relu, MatMul +
+    Add, the residual Add."""
+    b = _Builder(seed)
+    r = b.rng
+    h = b.node("Add", [b.node("MatMul", ["x", b.const(r.standard_normal((hidden, 4 * hidden)) * 0.1)]),
+                       b.const(r.standard_normal(4 * hidden) * 0.1)])
+    h = b.node("Relu", [h])
+    h = b.node("Add", [b.node("MatMul", [h, b.const(r.standard_normal((4 * hidden, hidden)) * 0.05)]),
+                       b.const(r.standard_normal(hidden) * 0.1)])
+    y = b.node("Add", ["x", h])
+    shape = [2, seq, hidden]
+    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, shape)], "mlp")
+
+
+class _Reader(quantization.CalibrationDataReader):
+    """Calibration data: a few seeded standard-normal inputs."""
+
+    def __init__(self, name: str, shape, count: int = 4, seed: int = 0):
+        rng = np.random.default_rng(seed)
+        self.batches = iter([{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(count)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def _quantize_static(model, fmt: str, per_channel: bool) -> onnx.ModelProto:
+    """The CNN quantized by onnxruntime: uint8 activations, int8 weights; Conv and MatMul only
+    (the QOperator form of Add, QLinearAdd, is a com.microsoft operator)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
+        onnx.save(model, src)
+        quantization.quantize_static(str(src), str(dst), _Reader("input", CNN_INPUT),
+                                     quant_format=getattr(quantization.QuantFormat, fmt), per_channel=per_channel,
+                                     op_types_to_quantize=["Conv", "MatMul", "Relu", "MaxPool", "Flatten"],
+                                     activation_type=quantization.QuantType.QUInt8,
+                                     weight_type=quantization.QuantType.QInt8)
+        return onnx.load(dst)
+
+
+def _quantize_dynamic(model) -> onnx.ModelProto:
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
+        onnx.save(model, src)
+        quantization.quantize_dynamic(str(src), str(dst), weight_type=quantization.QuantType.QInt8)
+        return onnx.load(dst)
+
+
+def _compile(model):
+    from tvmc.driver import CompileOptions, compile_model
+    from tvmc.target import resolve_target
+
+    return compile_model(model, resolve_target("native"), CompileOptions(opt_level=3))
+
+
+def _run(module, inputs: dict) -> dict:
+    from tvmc.package import load_artifact, save_artifact
+    from tvmc.runtime import create_executor
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = save_artifact(module, Path(tmp, "mod.tar"))
+        params_bytes = load_artifact(path).params_bytes
+        ex = create_executor(path)
+        for k, v in inputs.items():
+            ex.set_input(k, v)
+        ex.run()
+        names = [o["name"] for o in module.metadata["outputs"]]
+        return {n: ex.get_output(i) for i, n in enumerate(names)}, params_bytes
+
+
+def kernel_names(module) -> list:
+    return [n["attrs"]["func_name"] for n in module.graph_json["nodes"] if n["op"] == "tvm_op"]
+
+
+def _float_params_bytes(model) -> int:
+    return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+
+
+def _dequantized_step(model, output: str) -> float:
+    """The scale of the DequantizeLinear whose output feeds `output` (through a float Add or
+    directly): one quantization step of that float output."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    node = producers[output]
+    while node.op_type != "DequantizeLinear":
+        node = next(producers[i] for i in node.input if i in producers)
+    return float(np.max(inits[node.input[1]]))
+
+
+def expose_quantized(model, op_types=("QLinearConv", "QLinearMatMul", "QuantizeLinear")) -> onnx.ModelProto:
+    """`model` with the outputs of its `op_types` nodes (8-bit tensors) as extra graph outputs,
+    so their integers are compared too."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    infos = {v.name: v for v in inferred.graph.value_info}
+    have = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        if node.op_type in op_types and node.output[0] in infos and node.output[0] not in have:
+            model.graph.output.append(infos[node.output[0]])
+    return model
+
+
+def _check_int8_model(qmodel, float_model, inputs: dict, expect_kernels: tuple):
+    """Compile and run `qmodel`: outputs within one quantization step of onnxruntime's (see the
+    module docstring), mod.params at most MAX_PARAMS_RATIO of the float model's initializers,
+    and the integer ops compiled as qnn kernels (no float conv/dense/matmul kernel left)."""
+    module = _compile(qmodel)
+    got, params_bytes = _run(module, inputs)
+    ref = onnxruntime_outputs(qmodel, inputs)
+    assert any(np.issubdtype(r.dtype, np.integer) for r in ref.values())
+    for name, r in ref.items():
+        if np.issubdtype(r.dtype, np.integer):
+            err = np.abs(got[name].astype(np.int64) - r.astype(np.int64)).max()
+            assert err <= 1, f"{name}: {err} units from onnxruntime"
+        else:
+            step = _dequantized_step(qmodel, name)
+            err = np.abs(got[name] - r).max()
+            assert err <= step * 1.0001, f"{name}: {err} from onnxruntime, one step is {step}"
+    ratio = params_bytes / _float_params_bytes(float_model)
+    assert ratio <= MAX_PARAMS_RATIO, f"mod.params {params_bytes} bytes: {ratio:.2f}x the float model's"
+    names = kernel_names(module)
+    for op in expect_kernels:
+        assert any(op in k for k in names), f"no {op} kernel in {names}"
+    float_anchors = [k for k in names if any(f in k.replace(f"qnn_{f}", "") for f in ("conv2d", "dense", "matmul"))]
+    assert not float_anchors, f"float kernels left: {float_anchors}"
+    return module
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("fmt", ["QOperator", "QDQ"])
+def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
+    """QOperator: QLinearConv x2 (relu folded into their output range by the quantizer), uint8
+    MaxPool, QLinearMatMul, then DequantizeLinear and the float Add. QDQ: the same chains as
+    DequantizeLinear -> Conv / MatMul -> QuantizeLinear (an int32 bias through DequantizeLinear),
+    which FakeQuantizationToInteger turns into qnn ops; MaxPool stays float between a dequantize
+    and a quantize."""
+    model = _cnn(seed=3)
+    qmodel = expose_quantized(_quantize_static(model, fmt, per_channel))
+    ops = {n.op_type for n in qmodel.graph.node}
+    assert {"QLinearConv", "QLinearMatMul"} <= ops if fmt == "QOperator" else {"Conv", "DequantizeLinear"} <= ops
+    x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
+    _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense" if fmt == "QOperator" else "qnn_matmul"))
+
+
+def test_dynamic_mlp_matches_onnxruntime():
+    """quantize_dynamic: DynamicQuantizeLinear (run-time uint8 scale and zero point) feeding
+    MatMulInteger with int8 weights, the int32 result scaled back to float."""
+    model = _mlp(seed=4)
+    qmodel = _quantize_dynamic(model)
+    assert "MatMulInteger" in {n.op_type for n in qmodel.graph.node}
+    x = np.random.default_rng(8).standard_normal((2, 8, 64)).astype(np.float32)
+    module = _compile(qmodel)
+    got, params_bytes = _run(module, {"x": x})
+    ref = onnxruntime_outputs(qmodel, {"x": x})
+    name = next(iter(ref))
+    # float output: the int32 products are exact on both sides; what differs is the run-time
+    # quantization of activations (the same formula) and float32 rounding of the rescale
+    np.testing.assert_allclose(got[name], ref[name], rtol=1e-5, atol=1e-5)
+    assert params_bytes / _float_params_bytes(model) <= MAX_PARAMS_RATIO
+    names = kernel_names(module)
+    assert any("qnn_dense" in k for k in names), names

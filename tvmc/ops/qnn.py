@@ -1,0 +1,363 @@
+"""Quantized operators (TVM's QNN dialect): integer conv2d / dense / matmul with an int32
+accumulator, and requantize (int32 -> int8/uint8).
+
+Zero points are tensor inputs, not attributes: int32, a scalar `[]` (or one per output channel
+`[O]` for the weight of qnn.conv2d / qnn.dense, one per column `[N]` for qnn.matmul's b, one per
+row `[M]` for its a). They are usually constants: a scalar constant inside a fused function
+becomes an immediate (tvmc.ops.fused), a vector one a kernel argument; a run-time zero point
+(DynamicQuantizeLinear's) is read from its tensor. The integer operands are int8 or uint8 and
+are read as such by the kernels (widened to int32 inside the loop: `te.cast`), so constant
+weights stay one byte in mod.params.
+
+Semantics (ONNX ConvInteger-10, MatMulInteger-10, QLinearConv-10, QLinearMatMul-10/21):
+
+    out = sum (int32(x) - x_zero_point) * (int32(w) - w_zero_point)      (int32, exact)
+
+and padding of qnn.conv2d is the input zero point (a shifted value of 0), as ONNX's reference
+pads the shifted input with zeros.
+
+Schedules: the CPU schedules of the float ops (tvmc/ops/cpu/conv2d.py, dense.py), which tile
+and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (dense); no
+int8 dot-product instructions yet, so these are correct generic kernels, not tuned int8 ones.
+GPUs: one output element per thread (tvmc/ops/gpu/injective.py's generic schedule).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tvmc import te
+from tvmc.graph.ir import TensorType
+from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
+from tvmc.ops.cpu.dense import dense_config, matmul_config, schedule_dense, schedule_matmul
+from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
+from tvmc.ops.gpu.injective import generic_config, schedule_generic
+from tvmc.ops.nn_conv2d import _reference as _float_conv2d_reference
+from tvmc.ops.nn_conv2d import conv2d_out_hw
+from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+
+QUANTIZED_DTYPES = ("int8", "uint8")
+# saturation bounds of the requantized types
+RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+
+
+def _check_operand(t, what: str):
+    if t.dtype not in QUANTIZED_DTYPES:
+        raise ValueError(f"{what} must be int8 or uint8, got {t.dtype}")
+
+
+def _check_zero_point(t, what: str, channels: int | None = None):
+    """A zero point: int32, scalar, or (with `channels`) a vector of that many values."""
+    if t.dtype != "int32":
+        raise ValueError(f"{what} must be int32, got {t.dtype}")
+    if tuple(t.shape) != () and (channels is None or tuple(t.shape) != (channels,)):
+        shapes = "[]" if channels is None else f"[] or [{channels}]"
+        raise ValueError(f"{what} must have shape {shapes}, got {list(t.shape)}")
+
+
+def _zp_at(zp, i):
+    """The zero point for index `i` along its channel axis (a scalar zero point for every i)."""
+    return zp[()] if zp.ndim == 0 else zp[i]
+
+
+def _widened(x, zp):
+    """int32(x) - zero point: the operand as ONNX's integer ops see it."""
+    return te.cast("int32", x) - zp
+
+
+# --- qnn.conv2d -------------------------------------------------------------------------------
+
+def _conv2d_type(in_types, attrs):
+    d, w, x_zp, w_zp = in_types
+    _check_operand(d, "data")
+    _check_operand(w, "weight")
+    if len(d.shape) != 4 or len(w.shape) != 4:
+        raise ValueError(f"qnn.conv2d needs 4-D data and weight, got {list(d.shape)} and {list(w.shape)}")
+    n, c, h, wd = d.shape
+    o, cg, kh, kw = w.shape
+    g = attrs.get("groups", 1)
+    if c != cg * g or o % g:
+        raise ValueError(f"channels {c} do not match weight {list(w.shape)} with groups={g}")
+    _check_zero_point(x_zp, "input zero point")
+    _check_zero_point(w_zp, "kernel zero point", o)
+    oh, ow = conv2d_out_hw(h, wd, kh, kw, attrs["strides"], attrs["padding"], attrs["dilation"])
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"kernel {kh}x{kw} does not fit input {h}x{wd}")
+    return TensorType((n, o, oh, ow), "int32")
+
+
+def qnn_conv2d_nchw(data, weight, input_zero_point, kernel_zero_point, strides, padding, dilation, groups=1):
+    """Quantized NCHW conv2d (TVM qnn.conv2d; ONNX ConvInteger / QLinearConv's accumulator):
+
+        out[n, o, y, x] = sum_{ic, kh, kw} (int32(pad(data)[n, g(o)*Cg + ic, y*sh + kh*dh, x*sw + kw*dw])
+                                            - input_zero_point) * (int32(weight[o, ic, kh, kw]) - kernel_zp[o])
+
+    data [N, C, H, W] and weight [O, C/groups, KH, KW] int8/uint8, input_zero_point int32 [],
+    kernel_zero_point int32 [] or [O]; out int32 [N, O, OH, OW]. The padding (stage `pad_data`, in
+    data's dtype) holds the input zero point."""
+    n, c, h, w = data.shape
+    o, cg, kh, kw = weight.shape
+    pt, pl, pb, pr = padding
+    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
+    padded = data
+    if any(padding):
+        def pad(nn, ic, yy, xx):
+            inside = te.logical_and(yy >= pt, yy < pt + h, xx >= pl, xx < pl + w)
+            return te.select(inside, data[nn, ic, yy - pt, xx - pl], te.cast(data.dtype, input_zero_point[()]))
+
+        padded = te.compute((n, c, h + pt + pb, w + pl + pr), pad, name="pad_data")
+    ric, rkh, rkw = te.reduce_axis(cg, "ic"), te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
+    og = o // groups
+    sh, sw = strides
+    dh, dw = dilation
+
+    def f(nn, oc, y, x):
+        cin = ric.var if groups == 1 else (oc // og) * cg + ric.var
+        xv = _widened(padded[nn, cin, y * sh + rkh.var * dh, x * sw + rkw.var * dw], input_zero_point[()])
+        wv = _widened(weight[oc, ric, rkh, rkw], _zp_at(kernel_zero_point, oc))
+        return te.sum(xv * wv, [ric, rkh, rkw])
+
+    return te.compute((n, o, oh, ow), f, name="qnn_conv2d", tag="qnn_conv2d_nchw")
+
+
+def _conv2d_reference(x, w, x_zp, w_zp, strides, padding, dilation, groups=1):
+    xs = x.astype(np.float64) - float(x_zp)  # padding the shifted input with 0 pads x with its zero point
+    ws = w.astype(np.float64) - np.asarray(w_zp, np.float64).reshape(-1, 1, 1, 1)
+    return _float_conv2d_reference(xs, ws, strides, padding, dilation, groups).astype(np.int32)
+
+
+def _conv2d_compute(inputs, attrs, out_type):
+    return qnn_conv2d_nchw(*inputs, attrs["strides"], attrs["padding"], attrs["dilation"], attrs.get("groups", 1))
+
+
+def _without_zero_points(config_space):
+    """A float op's config space on a qnn workload: (data, weight, x_zp, w_zp, out, dtype, attrs)
+    read as (data, weight, out, dtype, attrs)."""
+    return lambda workload, target: config_space(workload[:2] + workload[4:], target)
+
+
+register_op(OpDef("qnn.conv2d", _conv2d_type, _conv2d_reference, OpPattern.OUT_ELEMWISE_FUSABLE, _conv2d_compute, {
+    "cpu": [Implementation("qnn_conv2d_nchw.cpu", schedule_conv2d_nchw,
+                           config_space=_without_zero_points(conv2d_nchw_config))],
+    "gpu": [Implementation("qnn_conv2d_nchw.gpu", schedule_generic, config_space=generic_config)],
+}))
+
+
+# --- qnn.dense --------------------------------------------------------------------------------
+
+def _dense_type(in_types, attrs):
+    d, w, x_zp, w_zp = in_types
+    _check_operand(d, "data")
+    _check_operand(w, "weight")
+    if len(d.shape) != 2 or len(w.shape) != 2 or d.shape[1] != w.shape[1]:
+        raise ValueError(f"qnn.dense needs data [M,K] and weight [N,K], got {list(d.shape)} and {list(w.shape)}")
+    _check_zero_point(x_zp, "input zero point")
+    _check_zero_point(w_zp, "kernel zero point", w.shape[0])
+    return TensorType((d.shape[0], w.shape[0]), "int32")
+
+
+def qnn_dense(data, weight, input_zero_point, kernel_zero_point):
+    """Quantized dense (TVM qnn.dense): out[m, n] = sum_k (int32(data[m, k]) - input_zero_point)
+    * (int32(weight[n, k]) - kernel_zero_point[n]); data [M, K], weight [N, K] int8/uint8, zero
+    points int32 [] (kernel: or [N]); out int32 [M, N]."""
+    m, k = data.shape
+    n = weight.shape[0]
+    rk = te.reduce_axis(k, "k")
+    return te.compute((m, n), lambda i, j: te.sum(
+        _widened(data[i, rk], input_zero_point[()]) * _widened(weight[j, rk], _zp_at(kernel_zero_point, j)), rk),
+        name="qnn_dense", tag="qnn_dense")
+
+
+def _dense_reference(x, w, x_zp, w_zp):
+    xs = x.astype(np.int64) - np.int64(x_zp)
+    ws = w.astype(np.int64) - np.asarray(w_zp, np.int64).reshape(-1, 1)
+    return (xs @ ws.T).astype(np.int32)
+
+
+register_op(OpDef("qnn.dense", _dense_type, _dense_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: qnn_dense(*inputs), {
+                      "cpu": [Implementation("qnn_dense.cpu", schedule_dense,
+                                             config_space=_without_zero_points(dense_config))],
+                      "gpu": [Implementation("qnn_dense.gpu", schedule_generic, config_space=generic_config)]}))
+
+
+# --- qnn.matmul -------------------------------------------------------------------------------
+
+def _matmul_type(in_types, attrs):
+    a, b, a_zp, b_zp = in_types
+    _check_operand(a, "a")
+    _check_operand(b, "b")
+    if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"qnn.matmul needs [...,M,K] x [...,K,N], got {list(a.shape)} and {list(b.shape)}")
+    _check_zero_point(a_zp, "a zero point", a.shape[-2])
+    _check_zero_point(b_zp, "b zero point", b.shape[-1])
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    return TensorType(batch + (a.shape[-2], b.shape[-1]), "int32")
+
+
+def qnn_matmul(a, b, a_zero_point, b_zero_point, out_shape):
+    """Quantized batched matmul (ONNX MatMulInteger, QLinearMatMul; numpy broadcasting of the
+    batch axes): out[..., i, j] = sum_k (int32(a[..., i, k]) - a_zp[i]) * (int32(b[..., k, j]) - b_zp[j]);
+    a [..., M, K], b [..., K, N] int8/uint8, a_zp int32 [] or [M] (per row), b_zp int32 [] or [N]
+    (per column); out int32."""
+    rk = te.reduce_axis(a.shape[-1], "k")
+    nb = len(out_shape) - 2
+
+    def f(*idx):
+        batch, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        ab = broadcast_index(a.shape[:-2], batch)
+        bb = broadcast_index(b.shape[:-2], batch)
+        return te.sum(_widened(a[ab + (i, rk.var)], _zp_at(a_zero_point, i))
+                      * _widened(b[bb + (rk.var, j)], _zp_at(b_zero_point, j)), rk)
+
+    return te.compute(out_shape, f, name="qnn_matmul", tag="qnn_matmul")
+
+
+def _matmul_reference(a, b, a_zp, b_zp):
+    a_zp, b_zp = np.asarray(a_zp, np.int64), np.asarray(b_zp, np.int64)
+    av = a.astype(np.int64) - (a_zp.reshape(-1, 1) if a_zp.ndim else a_zp)
+    bv = b.astype(np.int64) - b_zp
+    return np.matmul(av, bv).astype(np.int32)
+
+
+register_op(OpDef("qnn.matmul", _matmul_type, _matmul_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: qnn_matmul(*inputs, out_type.shape), {
+                      "cpu": [Implementation("qnn_matmul.cpu", schedule_matmul,
+                                             config_space=_without_zero_points(matmul_config))],
+                      "gpu": [Implementation("qnn_matmul.gpu", schedule_generic, config_space=generic_config)]}))
+
+
+# --- qnn.requantize ---------------------------------------------------------------------------
+
+def _requantize_type(in_types, attrs):
+    x, scale, zp = in_types
+    if x.dtype != "int32":
+        raise ValueError(f"qnn.requantize takes an int32 accumulator, got {x.dtype}")
+    if scale.dtype not in ("float16", "float32", "float64"):
+        raise ValueError(f"scale must be a float tensor, got {scale.dtype}")
+    if tuple(scale.shape) != ():
+        axis = attrs.get("axis", 1)
+        if not 0 <= axis < len(x.shape) or tuple(scale.shape) != (x.shape[axis],):
+            raise ValueError(f"a per-axis scale {list(scale.shape)} must be [{x.shape[axis]}] (axis {axis} of "
+                             f"{list(x.shape)})" if 0 <= axis < len(x.shape) else f"axis {axis} out of range")
+    _check_zero_point(zp, "output zero point")
+    if attrs["out_dtype"] not in RANGES:
+        raise ValueError(f"out_dtype must be int8 or uint8, got {attrs['out_dtype']}")
+    if attrs.get("compute_dtype", "float64") not in ("float32", "float64"):
+        raise ValueError(f"compute_dtype must be float32 or float64, got {attrs['compute_dtype']}")
+    return TensorType(x.shape, attrs["out_dtype"])
+
+
+def _requantize_compute(inputs, attrs, out_type):
+    """out = saturate(round_half_to_even(float(x) * float(scale)) + output_zero_point), in
+    compute_dtype (see qnn_requantize)."""
+    x, scale, zp = inputs
+    cd = attrs.get("compute_dtype", "float64")
+    lo, hi = RANGES[attrs["out_dtype"]]
+    axis = attrs.get("axis", 1)
+
+    def f(*i):
+        s = scale[()] if scale.ndim == 0 else scale[i[axis]]
+        r = te.round(te.cast(cd, x[i]) * te.cast(cd, s)) + te.cast(cd, zp[()])
+        r = te.minimum(te.maximum(r, te.const(float(lo), cd)), te.const(float(hi), cd))
+        return te.cast(attrs["out_dtype"], r)
+
+    return te.compute(x.shape, f, name="qnn_requantize")
+
+
+def qnn_requantize_reference(x, scale, zp, out_dtype, axis=1, compute_dtype="float64"):
+    """Numpy qnn.requantize: x int32, scale [] or [x.shape[axis]], zp int32 [] -> out_dtype.
+
+    round(x * scale) rounds half to even (numpy's rint, ONNX QuantizeLinear's rounding), then
+    the zero point is added and the sum saturated to out_dtype's range. compute_dtype float64 is
+    what the ONNX reference evaluator does for QLinearConv / QLinearMatMul (the int32 accumulator
+    times the scale x_scale * w_scale / y_scale, itself computed in float32); float32 is what
+    onnxruntime's MLAS requantization does (MlasRequantizeOutput). The two differ only where the
+    float32 product rounds across a .5 boundary: at most one unit in the output."""
+    scale = np.asarray(scale)
+    if scale.ndim:
+        shape = [1] * x.ndim
+        shape[axis] = scale.shape[0]
+        scale = scale.reshape(shape)
+    v = np.rint(x.astype(compute_dtype) * scale.astype(compute_dtype)) + np.asarray(zp).astype(compute_dtype)
+    lo, hi = RANGES[out_dtype]
+    return np.clip(v, lo, hi).astype(out_dtype)
+
+
+register_op(OpDef("qnn.requantize", _requantize_type, qnn_requantize_reference, OpPattern.BROADCAST,
+                  _requantize_compute, INJECTIVE))
+
+
+# --- qnn.dequantize / qnn.quantize (ONNX DequantizeLinear / QuantizeLinear) -------------------
+
+def _broadcast3_type(in_types, out_dtype):
+    x, scale, zp = in_types
+    shape = broadcast_shape(broadcast_shape(x.shape, scale.shape), zp.shape)
+    if tuple(shape) != tuple(x.shape):
+        raise ValueError(f"scale {list(scale.shape)} and zero point {list(zp.shape)} may not grow {list(x.shape)}")
+    return TensorType(x.shape, out_dtype)
+
+
+def _dequantize_type(in_types, attrs):
+    if in_types[0].dtype not in ("int8", "uint8", "int16", "uint16", "int32"):
+        raise ValueError(f"qnn.dequantize takes an integer tensor, got {in_types[0].dtype}")
+    return _broadcast3_type(in_types, attrs["out_dtype"])
+
+
+def _dequantize_compute(inputs, attrs, out_type):
+    """(float32(x) - float32(zp)) * float32(scale), cast to out_dtype (numpy broadcasting)."""
+    x, scale, zp = inputs
+
+    def f(*i):
+        v = (te.cast("float32", x[i]) - te.cast("float32", zp[broadcast_index(zp.shape, i)])) \
+            * te.cast("float32", scale[broadcast_index(scale.shape, i)])
+        return te.cast(attrs["out_dtype"], v)
+
+    return te.compute(x.shape, f, name="qnn_dequantize")
+
+
+def qnn_dequantize_reference(x, scale, zp, out_dtype):
+    """ONNX DequantizeLinear: (float32(x) - zero point) * scale in float32, then out_dtype; scale
+    and zp broadcast against x (a per-axis one already shaped [C, 1, ...])."""
+    v = (x.astype(np.float32) - np.asarray(zp).astype(np.float32)) * np.asarray(scale).astype(np.float32)
+    return v.astype(out_dtype)
+
+
+register_op(OpDef("qnn.dequantize", _dequantize_type, qnn_dequantize_reference, OpPattern.BROADCAST,
+                  _dequantize_compute, INJECTIVE))
+
+QUANTIZE_RANGES = {**RANGES, "uint16": (0, 65535), "int16": (-32768, 32767)}
+
+
+def _quantize_type(in_types, attrs):
+    x, scale, _ = in_types
+    if x.dtype != scale.dtype or not x.dtype.startswith("float"):
+        raise ValueError(f"qnn.quantize divides in one float type, got {x.dtype} and {scale.dtype}")
+    if attrs["out_dtype"] not in QUANTIZE_RANGES:
+        raise ValueError(f"out_dtype must be one of {', '.join(QUANTIZE_RANGES)}, got {attrs['out_dtype']}")
+    return _broadcast3_type(in_types, attrs["out_dtype"])
+
+
+def _quantize_compute(inputs, attrs, out_type):
+    """saturate(round_half_to_even(x / scale) + zp) in x's float type, cast to out_dtype."""
+    x, scale, zp = inputs
+    lo, hi = QUANTIZE_RANGES[attrs["out_dtype"]]
+    d = x.dtype
+
+    def f(*i):
+        r = te.round(x[i] / scale[broadcast_index(scale.shape, i)]) + te.cast(d, zp[broadcast_index(zp.shape, i)])
+        return te.cast(attrs["out_dtype"], te.minimum(te.maximum(r, te.const(float(lo), d)), te.const(float(hi), d)))
+
+    return te.compute(x.shape, f, name="qnn_quantize")
+
+
+def qnn_quantize_reference(x, scale, zp, out_dtype):
+    """ONNX QuantizeLinear: round half to even of x / scale (in x's float type) + zero point,
+    saturated to out_dtype; scale and zp broadcast against x."""
+    lo, hi = QUANTIZE_RANGES[out_dtype]
+    r = np.rint(x / np.asarray(scale)) + np.asarray(zp).astype(x.dtype)
+    return np.clip(r, np.asarray(lo, x.dtype), np.asarray(hi, x.dtype)).astype(out_dtype)
+
+
+register_op(OpDef("qnn.quantize", _quantize_type, qnn_quantize_reference, OpPattern.BROADCAST,
+                  _quantize_compute, INJECTIVE))
