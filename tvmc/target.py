@@ -145,6 +145,14 @@ class Target:
         return isa.mma.get(self.cpu, frozenset()) if isa is not None else frozenset()
 
     @property
+    def dot_u8s8(self) -> tuple | None:
+        """(form, width_bits) of the u8 x s8 -> int32 dot-product instructions this target's cpu
+        and features enable, the first of targets/isa/<arch>.yaml `dot_u8s8` whose feature is on:
+        ("vpdpbusd", 512) with AVX512-VNNI, ("vpdpbusd", 256) with AVX-VNNI, ("pmaddubsw", 512 or
+        256) with AVX512-BW or AVX2; None: widening multiplies (tvmc.tir.ir.DotU8S8)."""
+        return _dot_u8s8(self.arch, self.cpu, self.features)
+
+    @property
     def async_copy(self) -> bool:
         """Whether this GPU target's cpu copies global to shared memory asynchronously (cp.async;
         targets/isa/<arch>.yaml `async_copy`)."""
@@ -293,6 +301,7 @@ class IsaTable:
         self.host_flags = dict(data.get("host_flags") or {})
         self.vector_units = list(data.get("vector_units") or [])
         self.tuning = frozenset(data.get("tuning") or [])
+        self.dot_u8s8 = list(data.get("dot_u8s8") or [])
         known = set(self.requires) | set(self.host_flags)
         for feats in self.cpus.values():
             known |= feats
@@ -378,6 +387,16 @@ def _derive(target: Target, origin: str) -> Target:
 
 def _fma_scalar_operand(arch: str, cpu: str, features: tuple) -> str:
     return _vector_unit_fact(arch, cpu, features, "fma_scalar_operand", "register")
+
+
+@functools.lru_cache(maxsize=64)
+def _dot_u8s8(arch: str, cpu: str, features: tuple) -> tuple | None:
+    isa = isa_table(arch)
+    if isa is None:
+        return None
+    enabled = isa.enabled_features(cpu, features, arch)
+    entry = next((e for e in isa.dot_u8s8 if e["feature"] in enabled), None)
+    return (entry["form"], int(entry["width_bits"])) if entry is not None else None
 
 
 @functools.lru_cache(maxsize=64)

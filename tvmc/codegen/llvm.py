@@ -27,8 +27,8 @@ from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, walk)
 from tvmc.te.schedule import THREAD_TAGS
-from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer, For,
-                         IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
+from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
+                         DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
 from tvmc.tir.simplify import Linear, simplify
 
 if llvmlite.ir_layer_typed_pointers_enabled:
@@ -114,6 +114,17 @@ NVPTX = DeviceTable(
     async_wait="llvm.nvvm.cp.async.wait.group",
 )
 DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
+
+# LLVM intrinsics of tir.DotU8S8's instruction forms (Target.dot_u8s8: form, width_bits), in the
+# int32-vector spelling LLVM has accepted since the AVX512-VNNI intrinsics came (newer LLVMs
+# upgrade it to their byte-vector one). AVX-VNNI has no intrinsics of its own: LLVM selects the
+# VEX-encoded vpdpbusd for the .256 one when the target has avxvnni and not avx512vnni + avx512vl.
+DOT_U8S8_INTRINSICS = {
+    ("vpdpbusd", 512): {"dot": "llvm.x86.avx512.vpdpbusd.512"},
+    ("vpdpbusd", 256): {"dot": "llvm.x86.avx512.vpdpbusd.256"},
+    ("pmaddubsw", 512): {"pairs": "llvm.x86.avx512.pmaddubs.w.512", "widen": "llvm.x86.avx512.pmaddw.d.512"},
+    ("pmaddubsw", 256): {"pairs": "llvm.x86.avx2.pmadd.ub.sw", "widen": "llvm.x86.avx2.pmadd.wd"},
+}
 
 
 def llvm_type(dtype: str) -> ir.Type:
@@ -280,6 +291,8 @@ class CodeGenLLVM:
             self._allocate(st, s, vec)
         elif isinstance(s, Barrier) and self.device is not None:
             b.call(self.declare(self.device.barrier, VOID, []), [])
+        elif isinstance(s, DotU8S8):
+            self._dot_u8s8(st, s, vec)
         elif isinstance(s, Intrinsic):
             if self.device is None or not self.device.mma or vec is not None:
                 raise CodegenError(f"codegen: {type(s).__name__} needs a GPU triple with warp-level matrix "
@@ -409,6 +422,69 @@ class CodeGenLLVM:
             b.call(self.declare(d.async_wait, VOID, [I32]), [I32(s.pending)])
         else:
             raise CodegenError(f"codegen: unsupported intrinsic {type(s).__name__}")
+
+    # --- int8 dot products (CPU) -------------------------------------------------------------
+    def _dot_u8s8(self, st, s: DotU8S8, vec):
+        """tir.DotU8S8 in the instructions of the target's form (DOT_U8S8_INTRINSICS), one
+        instruction group per vector of int32 lanes; without one (no form, or lanes that the
+        form's vector does not divide) in widening multiplies that LLVM vectorizes."""
+        if vec is not None:
+            raise CodegenError("codegen: a DotU8S8 step cannot sit inside a vectorized loop")
+        b = st.builder
+        form = self.target.dot_u8s8 if self.device is None else None
+        names = DOT_U8S8_INTRINSICS.get(form)
+        per = form[1] // 32 if names else s.lanes
+        if s.lanes % per:
+            names, per = None, s.lanes
+        quad = b.load(self._addr_of(st, s.a, s.a_index), typ=I32, align=1)
+        acc_ptr, w_ptr = self._addr_of(st, s.acc, s.acc_index), self._addr_of(st, s.b, s.b_index)
+        for c in range(s.lanes // per):
+            acc_c = b.gep(acc_ptr, [I64(c * per)], inbounds=True, source_etype=I32)
+            w_c = b.gep(w_ptr, [I64(4 * per * c)], inbounds=True, source_etype=I8)
+            acc = b.load(acc_c, typ=ir.VectorType(I32, per), align=4)
+            if names is not None and "dot" in names:
+                vt = ir.VectorType(I32, per)
+                w = b.load(w_c, typ=vt, align=1)
+                out = b.call(self.declare(names["dot"], vt, [vt, vt, vt]), [acc, self._splat(st, quad, per), w])
+            else:
+                w = b.load(w_c, typ=ir.VectorType(I8, 4 * per), align=1)
+                step = self._dot_pairs if names is not None else self._dot_widen
+                out = b.add(acc, step(st, names, quad, w, per, s.pairs_in_int16))
+            b.store(out, acc_c, align=4)
+
+    def _dot_pairs(self, st, names, quad, w, per, pairs_in_int16):
+        """<per x i32> sums of 4 products through vpmaddubsw (u8 x s8 pairs -> saturating i16)
+        and vpmaddwd (i16 pairs -> i32). Exact: with pairs_in_int16 no pair sum leaves int16
+        (the caller's promise); else the data bytes d = lo + 128 hi are split (lo = d & 127,
+        hi = d >> 7) so that neither vpmaddubsw can saturate (|lo w0 + lo w1| <= 127 * 256), and
+        their pair sums are widened with weights 1 and 128."""
+        b = st.builder
+        bytes_t, out_t = ir.VectorType(I8, 4 * per), ir.VectorType(I32, per)
+        words_t = ir.VectorType(ir.IntType(16), 2 * per)
+        pairs = self.declare(names["pairs"], words_t, [bytes_t, bytes_t])
+        widen = self.declare(names["widen"], out_t, [words_t, words_t])
+
+        def products(q):
+            return b.call(pairs, [b.bitcast(self._splat(st, q, per), bytes_t), w])
+
+        ones = ir.Constant(words_t, [1] * (2 * per))
+        if pairs_in_int16:
+            return b.call(widen, [products(quad), ones])
+        lo = b.and_(quad, I32(0x7F7F7F7F))
+        hi = b.and_(b.lshr(quad, I32(7)), I32(0x01010101))
+        return b.add(b.call(widen, [products(lo), ones]),
+                     b.call(widen, [products(hi), ir.Constant(words_t, [128] * (2 * per))]))
+
+    def _dot_widen(self, st, names, quad, w, per, pairs_in_int16):
+        """<per x i32> sums of 4 products, each operand widened to i32 (any LLVM triple)."""
+        b = st.builder
+        wide = ir.VectorType(I32, 4 * per)
+        a = b.zext(b.bitcast(self._splat(st, quad, per), ir.VectorType(I8, 4 * per)), wide)
+        prod = b.mul(a, b.sext(w, wide))
+        lanes = [b.shuffle_vector(prod, ir.Constant(wide, None),
+                                  ir.Constant(ir.VectorType(I32, per), [4 * lane + j for lane in range(per)]))
+                 for j in range(4)]
+        return b.add(b.add(lanes[0], lanes[1]), b.add(lanes[2], lanes[3]))
 
     def _thread_loop(self, st, s: For, vec):
         """A loop bound to a thread tag: its variable is that block or thread index (one

@@ -1,7 +1,7 @@
 """Schedules: loop transformations on the stages of a tensor-expression graph (TVM's te.Schedule).
 
-Primitives: split, fuse, reorder, vectorize, parallel, unroll, compute_inline, compute_at, rfactor,
-cache_write, and for GPUs bind (a loop to a `thread_axis`), cache_read and set_scope (memory scopes
+Primitives: split, fuse, reorder, vectorize, parallel, unroll, tensorize, compute_inline, compute_at,
+rfactor, cache_write, and for GPUs bind (a loop to a `thread_axis`), cache_read and set_scope (memory scopes
 global / shared / local). A schedule never changes what is computed, only the loop nest that
 computes it; `tvmc.tir.lower` turns it into loop IR (and `tvmc.tir.gpu` into a device kernel).
 """
@@ -71,6 +71,7 @@ class Stage:
         self.annotations: dict = {}
         self.attach = "root"
         self.scope = None
+        self.tensorized = None  # (leaf IterVar, intrinsic) set by tensorize
 
     # --- loop transformations -----------------------------------------------------------
     def _check_leaf(self, iv, what):
@@ -131,6 +132,17 @@ class Stage:
         llvm.loop.unroll.disable, where LLVM would otherwise unroll a short constant loop."""
         self._check_leaf(iv, "rolled")
         self.annotations[iv] = "rolled"
+
+    def tensorize(self, iv: IterVar, intrin):
+        """Compute the loops from `iv` inward (a reduction's update) by one intrinsic statement
+        (TVM's tensorize): `intrin.lower(acc, acc_index, source, inner, ranges)` (e.g.
+        tvmc.tir.tensorize.DotU8S8Intrin) checks at lowering that those loops compute what it
+        does and returns the statement. The loops must tile their axes exactly (splits that
+        divide); the reduction's init keeps the loops and their annotations."""
+        self._check_leaf(iv, "tensorize")
+        if not self.op.reduce_axis:
+            raise ScheduleError(f"tensorize: {self.tensor.name} is not a reduction")
+        self.tensorized = (iv, intrin)
 
     def bind(self, iv: IterVar, axis: ThreadAxis):
         """Run loop `iv` on GPU thread axis `axis` (TVM's bind): one block or thread per
@@ -221,7 +233,7 @@ class Schedule:
             if not any(i.uid == t.uid for i in op.input_tensors()):
                 raise ScheduleError(f"cache_read: {st.tensor.name} does not read {t.name}")
             # same axis and reduce-axis objects: the stage's leaves and relations still apply
-            st.op = st.tensor.op = ComputeOp(op.axis, transform(op.body, reread), op.tag)
+            st.op = st.tensor.op = ComputeOp(op.axis, transform(op.body, reread), op.tag, op.attrs)
         first = min(self.stages.index(st) for st in reader_stages)
         stage = Stage(cache)
         stage.scope = scope

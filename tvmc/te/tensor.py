@@ -48,13 +48,15 @@ class Tensor:
 
 
 class ComputeOp:
-    """`out[axis] = body` where body may be a Reduce over `reduce_axis`."""
+    """`out[axis] = body` where body may be a Reduce over `reduce_axis`; `attrs`: facts about the
+    operands that its schedules read (e.g. tvmc/ops/cpu/int8.py's pairs_in_int16)."""
 
-    def __init__(self, axis, body: PrimExpr, tag: str = ""):
+    def __init__(self, axis, body: PrimExpr, tag: str = "", attrs: dict | None = None):
         self.axis = list(axis)
         self.body = body
         self.reduce_axis = list(body.axes) if isinstance(body, Reduce) else []
         self.tag = tag
+        self.attrs = dict(attrs or {})  # facts a schedule reads (TVM's ComputeOp attrs)
 
     def input_tensors(self) -> list:
         from tvmc.te.expr import walk
@@ -77,10 +79,11 @@ def reduce_axis(extent: int, name: str = "r") -> IterVar:
     return IterVar(extent, name, "reduce")
 
 
-def compute(shape, fcompute, name: str = "compute", tag: str = "") -> Tensor:
+def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs: dict | None = None) -> Tensor:
     """`out[i0, .., ik] = fcompute(i0, .., ik)` for an output of static `shape`.
 
-    The dtype is the body's. A body that is a Reduce makes this a reduction stage.
+    The dtype is the body's. A body that is a Reduce makes this a reduction stage. `attrs` are
+    kept on its ComputeOp for the schedules.
     """
     shape = tuple(int(s) for s in shape)
     axis = [IterVar(s, f"{name}_i{k}") for k, s in enumerate(shape)]
@@ -90,7 +93,7 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "") -> Tensor:
         # to float16 as a store would, so results do not depend on inlining (reductions accumulate
         # in float32 and round where they are read, tvmc/tir/lower.py)
         body = Cast("float16", Cast("float32", body))
-    return Tensor(shape, body.dtype, name, ComputeOp(axis, body, tag))
+    return Tensor(shape, body.dtype, name, ComputeOp(axis, body, tag, attrs))
 
 
 def _reducer(combiner):

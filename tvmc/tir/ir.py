@@ -1,6 +1,6 @@
-"""Loop IR: buffers, statements (For, Store, Allocate, Seq, IfThenElse, Barrier, and the warp-level
-intrinsics of GPU tensor-core kernels: MatrixLoad, MMA, AsyncCopy, AsyncCopyCommit, AsyncCopyWait) and PrimFunc,
-with a printer."""
+"""Loop IR: buffers, statements (For, Store, Allocate, Seq, IfThenElse, Barrier, the warp-level
+intrinsics of GPU tensor-core kernels: MatrixLoad, MMA, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, and the
+CPU int8 dot-product step DotU8S8) and PrimFunc, with a printer."""
 
 from __future__ import annotations
 
@@ -216,6 +216,48 @@ class AsyncCopyWait(Intrinsic):
 
     def __repr__(self):
         return f"cp.async.wait(pending={self.pending})"
+
+
+class DotU8S8(Intrinsic):
+    """The int8 dot-product step of the CPU int8 kernels (tvmc/ops/cpu/int8.py): for each lane
+    l < `lanes`,
+
+        acc[acc_index + l] += sum_{j < 4} int32(a[a_index + j]) * int32(b[b_index + 4 l + j])
+
+    with `acc` int32 (wrapping addition), `a` uint8 (the same 4 bytes for every lane: a broadcast
+    data element quad) and `b` int8 (`lanes` x 4 contiguous bytes: a block of packed weights).
+    TVM's `dot_16x1x16_uint8_int8_int32` tensor intrinsic (topi/x86/tensor_intrin.py), which its
+    dense_vnni and conv2d_NCHWc_int8 schedules tensorize with.
+
+    The code generator picks the instructions from the target (Target.dot_u8s8, from
+    targets/isa/<arch>.yaml): AVX512-VNNI / AVX-VNNI `vpdpbusd` (Intel SDM: "Multiply and Add
+    Unsigned and Signed Bytes", each int32 lane += 4 u8 x s8 products), AVX512-BW / AVX2
+    `vpmaddubsw` + `vpmaddwd`, else widening multiplies. Every form computes the exact sum:
+    `vpmaddubsw` adds two u8 x s8 products in saturating int16, which overflows where both
+    weights of a pair (b[4l + 2i], b[4l + 2i + 1]) are large; with `pairs_in_int16` the caller
+    promises that no pair can (see tvmc.ops.cpu.int8.pairs_in_int16) and gets one vpmaddubsw
+    per step, else each data byte is split into its low 7 bits and its top bit, two vpmaddubsw
+    that cannot saturate."""
+
+    expr_fields = ("acc_index", "a_index", "b_index")
+
+    def __init__(self, acc: Buffer, acc_index: PrimExpr, a: Buffer, a_index: PrimExpr, b: Buffer, b_index: PrimExpr,
+                 lanes: int = 16, pairs_in_int16: bool = False):
+        if (acc.dtype, a.dtype, b.dtype) != ("int32", "uint8", "int8"):
+            raise ValueError(f"DotU8S8 needs int32 += uint8 x int8 buffers, got {acc.dtype} += {a.dtype} x {b.dtype}")
+        self.acc, self.acc_index, self.a, self.a_index, self.b, self.b_index = acc, acc_index, a, a_index, b, b_index
+        self.lanes, self.pairs_in_int16 = int(lanes), bool(pairs_in_int16)
+
+    def reads(self):
+        return [(self.a, self.a_index), (self.b, self.b_index), (self.acc, self.acc_index)]
+
+    def writes(self):
+        return [(self.acc, self.acc_index)]
+
+    def __repr__(self):
+        flag = ", pairs_in_int16" if self.pairs_in_int16 else ""
+        return (f"{self.acc.name}[{self.acc_index!r}:+{self.lanes}] += dot_u8s8({self.a.name}[{self.a_index!r}:+4], "
+                f"{self.b.name}[{self.b_index!r}:+{4 * self.lanes}]{flag})")
 
 
 class PrimFunc:

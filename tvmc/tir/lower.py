@@ -191,11 +191,34 @@ class _Lowering:
         combined = _combine(value.combiner, Load(acc_buf, acc_index), value.source)
         update = guarded(Store(acc_buf, acc_index, combined), ("spatial", "reduce"))
         init_nest = self._plain_nest(st, init_loops, ext, guarded(init, ("spatial",)))
-        update_nest = nest(tail, update)
+        if st.tensorized is not None:
+            update_nest = self._tensorized(st, tail, ext, ranges, guard_ivs, guards, acc_buf, acc_index, value, nest)
+        else:
+            update_nest = nest(tail, update)
         if acc is None:
             return nest(common, Seq([init_nest, update_nest]))
         final = guarded(Store(buf, store_index, Load(acc, IntImm(0))), ("spatial",))
         return nest(common, Allocate(acc, Seq([init_nest, update_nest, final])))
+
+    def _tensorized(self, st, tail, ext, ranges, guard_ivs, guards, acc_buf, acc_index, value, nest):
+        """The update nest of a stage with Stage.tensorize: the loops outside the tensorized leaf,
+        then the intrinsic's statement. A tile edge guard (a region that could pass the tensor's
+        end) holds for the whole statement when it holds at the inner loops' last iteration."""
+        iv, intrin = st.tensorized
+        if iv not in tail:
+            raise ScheduleError(f"tensorize: {iv.name} of {st.tensor.name} is outside its reduction loops")
+        pos = tail.index(iv)
+        inner = tail[pos:]
+        if guard_ivs:
+            raise ScheduleError(f"tensorize: {st.tensor.name} splits {', '.join(g.name for g in guard_ivs)} by a "
+                                "factor that does not divide it")
+        if any((id(st), id(x)) in self.children for x in inner):
+            raise ScheduleError(f"tensorize: a stage is attached inside the tensorized loops of {st.tensor.name}")
+        stmt = intrin.lower(acc_buf, acc_index, value.source, [(x.var, ext[x], x.kind) for x in inner], ranges)
+        last = {x.var: IntImm(ext[x] - 1) for x in inner}
+        conds = [simplify(substitute(c, last), ranges) for _, c in guards]
+        conds = [c for c in conds if not (isinstance(c, IntImm) and c.value)]
+        return nest(tail[:pos], IfThenElse(logical_and(*conds), stmt) if conds else stmt)
 
     def _cross_thread_reduce(self, st, tail, bound, value, buf, store_index, ext, guarded, nest):
         """A reduction whose reduce loop `bound[0]` is bound to a thread axis (TVM's

@@ -1,0 +1,222 @@
+"""int8 kernels (tvmc/ops/cpu/int8.py): dense_u8s8 through the real LLVM codegen on this host for
+every x86 dot-product form (targets/isa/x86_64.yaml dot_u8s8): AVX512-VNNI and AVX-VNNI vpdpbusd,
+AVX512-BW and AVX2 vpmaddubsw (exact, with and without the weights' pairs_in_int16), widening
+multiplies on x86-64; compared exactly with numpy's int64 products. The instructions are checked
+in the generated assembly (no host feature needed for that)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.targets import kernel_runner
+from tvmc import te
+from tvmc.codegen.build import compile_ir
+from tvmc.codegen.llvm import CodeGenLLVM
+from tvmc.errors import ScheduleError
+from tvmc.ops.cpu.int8 import (BLOCK_K, BLOCK_N, dense_u8s8, dense_u8s8_config, pack_dense_u8s8_weight,
+                               pairs_in_int16, schedule_dense_u8s8)
+from tvmc.runtime.executor import host_cpu_flags
+from tvmc.target import resolve_target
+from tvmc.tir.lower import lower
+from tvmc.tir.tensorize import DotU8S8Intrin
+
+# (id, target spec, dot-product form, the instruction its assembly must hold)
+INT8_TARGETS = [
+    ("x86", "x86", ("pmaddubsw", 512), "vpmaddubsw"),
+    ("x86-vnni", "x86 --target-option features=+avx512vnni", ("vpdpbusd", 512), "vpdpbusd"),
+    ("x86-avx2", "x86-avx2", ("pmaddubsw", 256), "vpmaddubsw"),
+    ("x86-avx2-vnni", "x86-avx2 --target-option features=+avxvnni", ("vpdpbusd", 256), "vpdpbusd"),
+    ("x86-64", "x86-64", None, None),
+]
+TARGET_PARAMS = [pytest.param(spec, form, insn, id=name) for name, spec, form, insn in INT8_TARGETS]
+
+
+def _resolve(spec: str):
+    """`NAME --target-option key=value` as the CLI resolves it."""
+    name, _, option = spec.partition(" --target-option ")
+    return resolve_target(name, dict([option.split("=", 1)]) if option else None)
+
+
+def _runnable(target):
+    """The target, or a skip naming the CPU flags this host lacks (e.g. avx_vnni on Zen 4)."""
+    flags = host_cpu_flags()
+    if flags is None:
+        pytest.skip("cannot read /proc/cpuinfo")
+    missing = sorted(set(target.host_features) - set(flags))
+    if missing:
+        pytest.skip(f"target {target.name}: this host's CPU lacks {', '.join(missing)}")
+    return target
+
+
+def _dense_kernel(m, k, n, target, pairs=False, config=None, epilogue=None):
+    """(PrimFunc, packed-weight shape, extra inputs) of dense_u8s8 [m, k] x [n, k] for `target`
+    with the fallback config (or `config`), the output through `epilogue(anchor) -> (out, inputs)`."""
+    packed_shape = (-(-n // BLOCK_N), -(-k // BLOCK_K), BLOCK_N, BLOCK_K)
+    d = te.placeholder((m, k), "uint8", "data")
+    w = te.placeholder(packed_shape, "int8", "weight")
+    anchor = dense_u8s8(d, w, n, pairs)
+    out, extra = epilogue(anchor) if epilogue else (anchor, [])
+    s = te.create_schedule(out)
+    space = dense_u8s8_config(((m, k), packed_shape, (m, n), "uint8", {}), target)
+    schedule_dense_u8s8(s, out, anchor, config or space.fallback_config(), target)
+    return lower(s, [d, w, *extra, out], "dense_u8s8"), space
+
+
+def _edge_inputs(rng, m, k, n, weight_range=(-128, 128)):
+    """Seeded uint8 data and int8 weights with the extremes in place: a data row of 255s and one
+    of 0s, weight rows of 127s and of -128s (the pairs that saturate int16 in vpmaddubsw)."""
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    w = rng.integers(*weight_range, (n, k)).astype(np.int8)
+    a[0] = 255
+    if m > 2:
+        a[m - 1] = 0
+    lo, hi = weight_range
+    w[0] = hi - 1
+    if n > 1:
+        w[1] = lo
+    return a, w
+
+
+def _reference(a, w):
+    return (a.astype(np.int64) @ w.T.astype(np.int64)).astype(np.int32)
+
+
+@pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
+def test_target_dot_product_form(spec, form, insn):
+    assert _resolve(spec).dot_u8s8 == form
+
+
+@pytest.mark.parametrize("shape", [(7, 70, 37), (4, 64, 32), (1, 256, 64)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
+def test_dense_u8s8_matches_numpy(spec, form, insn, shape):
+    """Fallback config and two others of the space; K and N that do not fill whole blocks pad."""
+    target = _runnable(_resolve(spec))
+    m, k, n = shape
+    a, w = _edge_inputs(np.random.default_rng(m * 1000 + k + n), m, k, n)
+    packed = pack_dense_u8s8_weight(w)
+    assert not pairs_in_int16(packed)  # the exact vpmaddubsw form (data bytes split) is what runs
+    prim, space = _dense_kernel(m, k, n, target)
+    fallback = space.fallback_config()
+    others = [space.get(i) for i in range(len(space)) if dict(space.get(i)) != dict(fallback)]
+    for cfg in [fallback] + [others[0], others[-1]] if others else [fallback]:
+        prim, _ = _dense_kernel(m, k, n, target, config=cfg)
+        out = kernel_runner(target)(prim, target, [a, packed], np.zeros((m, n), np.int32))
+        np.testing.assert_array_equal(out, _reference(a, w), err_msg=f"config {dict(cfg)}")
+
+
+@pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
+def test_dense_u8s8_pairs_in_int16_at_the_boundary(spec, form, insn):
+    """The one-vpmaddubsw form is exact as long as pairs_in_int16 holds: weight pairs at its
+    limit ((127, 1): 255 * 128 = 32640; (-128, 0); (-1, -127)) against data of 255s give pair sums
+    of +-32640, the largest that fit int16; and 7-bit weights (onnxruntime's reduce_range)."""
+    target = _runnable(_resolve(spec))
+    m, k, n = 3, 64, 32
+    rng = np.random.default_rng(7)
+    a, w = _edge_inputs(rng, m, k, n, weight_range=(-64, 64))
+    w[2] = np.tile([127, 1], k // 2)
+    w[3] = np.tile([-128, 0], k // 2)
+    w[4] = np.tile([-1, -127], k // 2)
+    packed = pack_dense_u8s8_weight(w)
+    assert pairs_in_int16(packed)
+    prim, _ = _dense_kernel(m, k, n, target, pairs=True)
+    out = kernel_runner(target)(prim, target, [a, packed], np.zeros((m, n), np.int32))
+    np.testing.assert_array_equal(out, _reference(a, w))
+    assert out[0, 2] == 255 * 128 * (k // 2) and out[0, 3] == -255 * 128 * (k // 2)
+
+
+def test_pairs_in_int16_limits():
+    def fits(*pair):
+        return pairs_in_int16(np.array([[[pair + (0, 0)]]], np.int8))
+
+    assert fits(127, 1) and fits(-128, 0) and fits(-64, -64) and fits(127, -128) and fits(63, 63)
+    assert not fits(127, 2) and not fits(-128, -1) and not fits(127, 127) and not fits(-65, -64)
+    assert pairs_in_int16(np.random.default_rng(0).integers(-64, 64, (3, 5, 16, 4)).astype(np.int8))
+
+
+def test_pack_dense_u8s8_weight_layout():
+    w = np.random.default_rng(1).integers(-128, 128, (37, 70)).astype(np.int8)
+    p = pack_dense_u8s8_weight(w)
+    assert p.shape == (3, 18, 16, 4) and p.dtype == np.int8 and p.flags.c_contiguous
+    nb, kb, i, j = np.meshgrid(*[np.arange(e) for e in p.shape], indexing="ij")
+    rows, cols = 16 * nb + i, 4 * kb + j
+    inside = (rows < 37) & (cols < 70)
+    np.testing.assert_array_equal(p[inside], w[rows[inside], cols[inside]])
+    assert not p[~inside].any()
+    with pytest.raises(ValueError):
+        pack_dense_u8s8_weight(w.astype(np.int32))
+
+
+def _assembly(target, pairs: bool) -> str:
+    prim, _ = _dense_kernel(4, 64, 32, target, pairs=pairs)
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    return compile_ir(cg.ir_text(), target, assembly=True).decode()
+
+
+@pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
+def test_dense_u8s8_assembly_uses_the_instruction(spec, form, insn):
+    """vpdpbusd on VNNI targets; vpmaddubsw on AVX512-BW / AVX2, twice as many without
+    pairs_in_int16 (each data byte split into its low 7 bits and its top bit); neither on x86-64."""
+    target = _resolve(spec)
+    exact, paired = _assembly(target, False), _assembly(target, True)
+    if insn is None:
+        for asm in (exact, paired):
+            assert "vpdpbusd" not in asm and "pmaddubsw" not in asm
+            assert "pmulld" in asm or "pmaddwd" in asm  # the widening multiplies, vectorized
+        return
+    assert insn in exact and insn in paired
+    if insn == "vpmaddubsw":
+        assert exact.count("vpmaddubsw") == 2 * paired.count("vpmaddubsw") > 0
+        assert exact.count("vpmaddwd") == 2 * paired.count("vpmaddwd")
+    else:
+        assert "pmaddubsw" not in exact
+
+
+def test_dense_u8s8_fused_epilogue():
+    """An int32 epilogue (what a requantize reads) applied to the register tile as it is stored,
+    and one that reshapes (the product kept at root)."""
+    target = _runnable(_resolve("x86"))
+    m, k, n = 5, 36, 48
+    a, w = _edge_inputs(np.random.default_rng(3), m, k, n)
+    bias = np.random.default_rng(4).integers(-1000, 1000, n).astype(np.int32)
+    ref = _reference(a, w)
+
+    def add_bias(anchor):
+        b = te.placeholder((n,), "int32", "bias")
+        return te.compute((m, n), lambda i, j: anchor[i, j] * 3 + b[j], name="epilogue"), [b]
+
+    def reshape(anchor):
+        return te.compute((m * n,), lambda i: anchor[i // n, i % n], name="flat"), []
+
+    prim, _ = _dense_kernel(m, k, n, target, epilogue=add_bias)
+    out = kernel_runner(target)(prim, target, [a, pack_dense_u8s8_weight(w), bias], np.zeros((m, n), np.int32))
+    np.testing.assert_array_equal(out, ref * 3 + bias)
+    prim, _ = _dense_kernel(m, k, n, target, epilogue=reshape)
+    out = kernel_runner(target)(prim, target, [a, pack_dense_u8s8_weight(w)], np.zeros(m * n, np.int32))
+    np.testing.assert_array_equal(out, ref.reshape(-1))
+
+
+def test_tensorize_refuses_what_the_intrinsic_does_not_compute():
+    """Loops of the wrong extent, or operands that are not u8 x s8, fail at lowering by name."""
+    d = te.placeholder((4, 16), "uint8", "data")
+    w = te.placeholder((1, 4, 16, 4), "int8", "weight")
+    out = dense_u8s8(d, w)
+    s = te.create_schedule(out)
+    m, n = s[out].op.axis
+    ko, ki = s[out].op.reduce_axis
+    n_outer, n_inner = s[out].split(n, 8)  # 8 lanes, the intrinsic has 16
+    s[out].reorder(m, ko, n_outer, n_inner, ki)
+    s[out].tensorize(n_inner, DotU8S8Intrin(16))
+    with pytest.raises(ScheduleError, match="spatial loop of 16"):
+        lower(s, [d, w, out], "bad")
+    wf = te.placeholder((16, 16), "int8", "w2")
+    k = te.reduce_axis(16, "k")
+    plain = te.compute((4, 16), lambda i, j: te.sum(te.cast("int32", d[i, k]) * te.cast("int32", wf[j, k]), k))
+    s = te.create_schedule(plain)
+    k_outer, k_inner = s[plain].split(k, 4)
+    i, j = s[plain].op.axis
+    s[plain].reorder(i, k_outer, j, k_inner)
+    s[plain].tensorize(j, DotU8S8Intrin(16))  # weight [N, K] unpacked: steps by 16 along j, not 4
+    with pytest.raises(ScheduleError, match="int8 operand"):
+        lower(s, [d, wf, plain], "bad")

@@ -1,0 +1,83 @@
+"""Tensorization: the innermost loops of a reduction replaced by one loop-IR intrinsic statement
+(TVM's te.Stage.tensorize with a TensorIntrin, reduced to matching the lowered update statement).
+
+A schedule marks a leaf loop of a stage (`Stage.tensorize(iv, intrin)`); lowering hands the
+stage's update (accumulator buffer and index, the summed expression) and the loops from that leaf
+inward to `intrin.lower`, which checks that they compute what the intrinsic computes (operand
+dtypes, loop extents, the stride of every index along every inner loop) and returns the
+statement, or raises ScheduleError saying what does not match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvmc.errors import ScheduleError
+from tvmc.te.expr import BinOp, Cast, IntImm, Load, Var, substitute, walk
+from tvmc.tir.ir import DotU8S8
+from tvmc.tir.simplify import Linear, simplify
+
+
+@dataclass(frozen=True)
+class DotU8S8Intrin:
+    """Tensorizes `acc[.., n] += int32(a[.., k]) * int32(b[.., n, k])` over an inner spatial
+    loop of `lanes` and an inner reduce loop of 4 into tir.DotU8S8 (TVM's
+    dot_16x1x16_uint8_int8_int32): along the lane loop the accumulator index steps by 1, the
+    uint8 operand's by 0 and the int8 operand's by 4; along the reduce loop by 0, 1 and 1.
+    `pairs_in_int16`: passed to DotU8S8 (the weights' pairs cannot saturate vpmaddubsw)."""
+
+    lanes: int = 16
+    pairs_in_int16: bool = False
+
+    def lower(self, acc, acc_index, source, inner, ranges):
+        """The DotU8S8 statement computing the update `acc[acc_index] += source` over the loops
+        `inner` ([(Var, extent, 'spatial' | 'reduce')], outermost first); `ranges` (Var ->
+        extent) bounds every loop variable of the stage. Raises ScheduleError on a mismatch."""
+        spatial = [(v, e) for v, e, kind in inner if kind == "spatial"]
+        reduce = [(v, e) for v, e, kind in inner if kind == "reduce"]
+        if [e for _, e in spatial] != [self.lanes] or [e for _, e in reduce] != [4]:
+            raise ScheduleError(f"tensorize dot_u8s8: the inner loops must be one spatial loop of {self.lanes} and "
+                                f"one reduce loop of 4, got {[(v.name, e) for v, e, _ in inner]}")
+        lane, k = spatial[0][0], reduce[0][0]
+        loads = _u8s8_product(source)
+        if loads is None or acc.dtype != "int32":
+            raise ScheduleError("tensorize dot_u8s8: the update must be int32 += int32(uint8 load) * int32(int8 load), "
+                                f"got {acc.dtype} += {source!r}")
+        a, b = loads
+        for what, index, want in (("accumulator", acc_index, (1, 0)), ("uint8 operand", a.index, (0, 1)),
+                                  ("int8 operand", b.index, (4, 1))):
+            got = _strides(simplify(index, ranges), (lane, k))
+            if got != want:
+                raise ScheduleError(f"tensorize dot_u8s8: the {what}'s index {index!r} steps by {got} along "
+                                    f"({lane.name}, {k.name}), not {want}")
+
+        def base(index):
+            return simplify(substitute(index, {lane: IntImm(0), k: IntImm(0)}), ranges)
+
+        return DotU8S8(acc, base(acc_index), a.buffer, base(a.index), b.buffer, base(b.index), self.lanes,
+                       self.pairs_in_int16)
+
+
+def _u8s8_product(e):
+    """(uint8 Load, int8 Load) when `e` is int32(uint8 load) * int32(int8 load) in either order."""
+    if not (isinstance(e, BinOp) and e.op == "mul" and e.dtype == "int32"):
+        return None
+    ops = []
+    for x in (e.a, e.b):
+        if not (isinstance(x, Cast) and isinstance(x.value, Load)):
+            return None
+        ops.append(x.value)
+    by_dtype = {x.dtype: x for x in ops}
+    if set(by_dtype) != {"uint8", "int8"}:
+        return None
+    return by_dtype["uint8"], by_dtype["int8"]
+
+
+def _strides(index, variables) -> tuple | None:
+    """The constant step of `index` along each of `variables`, or None when one of them appears
+    other than linearly (inside a division, a product with another variable)."""
+    lin = Linear.of(index)
+    for atom, _ in lin.terms.values():
+        if not isinstance(atom, Var) and any(x is v for x in walk(atom) for v in variables):
+            return None
+    return tuple(lin.coef(v) for v in variables)
