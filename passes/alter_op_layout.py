@@ -8,6 +8,7 @@ from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
 from tvmc.ops.cpu.dense import matmul_padding
+from tvmc.ops.cpu.int8 import pack_dense_u8s8_weight, pairs_in_int16
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import pack_dense_weight
@@ -106,6 +107,8 @@ class _Rewriter:
                 out = self.dense(e)
             elif e.op == "nn.matmul":
                 out = self.matmul(e)
+            elif e.op == "qnn.dense":
+                out = self.qnn_dense(e)
             elif e.op in _POOLS:
                 out = self.pool(e)
             elif e.op == "concatenate":
@@ -172,6 +175,38 @@ class _Rewriter:
             return None
         return make_call("nn.matmul", [self.plain(i) for i in e.inputs], dict(e.attrs, padded=list(padded)),
                          name=e.name), NCHW
+
+    def qnn_dense(self, e: Call):
+        """qnn.dense with a constant int8 weight and a zero weight zero point (symmetric weights,
+        onnxruntime's default for int8) -> qnn.dense_u8s8 of the weight packed here into blocks of
+        the dot-product step (tvmc.ops.cpu.int8.pack_dense_u8s8_weight), minus the zero-point term:
+        sum_k (x - x_zp) w = sum_k x_u8 w - (shift + x_zp) sum_k w, where int8 data enters as
+        x_u8 = x + 128 (shift 128; uint8 data: shift 0) and sum_k w is a constant per column."""
+        data, weight, x_zp, w_zp = e.inputs
+        if not (isinstance(weight, Constant) and weight.dtype == "int8" and isinstance(w_zp, Constant)
+                and not w_zp.value.any()):
+            return None
+        x, shift = self.plain(data), 128 if data.dtype == "int8" else 0
+        if shift:
+            widened = make_call("cast", [x], {"dtype": "int32"})
+            x = make_call("cast", [make_call("add", [widened, Constant(np.array(shift, np.int32), "u8_shift")])],
+                          {"dtype": "uint8"})
+        packed = pack_dense_u8s8_weight(weight.value)
+        n = weight.shape[0]
+        product = make_call("qnn.dense_u8s8", [x, Constant(packed, f"{weight.name or 'weight'}_u8s8")],
+                            {"units": n, "pairs_in_int16": pairs_in_int16(packed)}, name=e.name)
+        colsum = weight.value.astype(np.int32).sum(axis=1)
+        if isinstance(x_zp, Constant):
+            term = (shift + int(x_zp.value)) * colsum
+            if not term.any():
+                return product, NCHW
+            corr = Constant(term.astype(np.int32), f"{weight.name or 'weight'}_zero_point_term")
+        else:
+            zp = self.plain(x_zp)
+            if shift:
+                zp = make_call("add", [zp, Constant(np.array(shift, np.int32), "u8_shift")])
+            corr = make_call("multiply", [zp, Constant(colsum.astype(np.int32), f"{weight.name or 'weight'}_colsum")])
+        return make_call("subtract", [product, corr]), NCHW
 
     def unary(self, e: Call):
         (x,) = e.inputs
@@ -262,6 +297,9 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     Each nn.matmul whose N the vector lanes do not divide, or whose M no row tile of 4 to 8
     divides, computes padded sums ([..., Mp, Np]) and keeps their leading M x N corner
     (`padded` attribute, tvmc.ops.cpu.dense.matmul_padding).
+
+    Each qnn.dense with a Constant int8 weight and zero weight zero points becomes qnn.dense_u8s8
+    (the dot-product instructions, tvmc/ops/cpu/int8.py) minus its zero-point term (qnn_dense).
 
     Each nn.dense with a Constant [N, K] weight becomes nn.dense_pack with the weight packed
     here to [N//bn, K, bn] (TVM's dense_alter_op: dense -> dense_pack), bn chosen like oc_bn

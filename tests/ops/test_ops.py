@@ -16,6 +16,7 @@ from tests.targets import TARGETS, require
 
 from tvmc.graph.ir import Constant, Function, TensorType, Var
 from tvmc.ops.control import INTERPRETED
+from tvmc.ops.cpu.int8 import pack_dense_u8s8_weight
 from tvmc.ops.registry import all_ops, get_op, make_call
 from tvmc.target import resolve_target
 
@@ -610,6 +611,15 @@ CASES = [
     Case("qnn_dense_u8s8_k64_requantize", "qnn.dense",
          lambda r: [qi(r, (3, 64), "uint8"), qi(r, (10, 64)), zp(120), zp(0)], {},
          chain=lambda r: [requantize((r.random(10) * 1e-4).astype(np.float32), 0, "int8", axis=1)]),
+    # the raw u8 x s8 product of a packed weight (AlterOpLayout's qnn.dense on CPUs): N and K not
+    # whole blocks, a requantize epilogue; full-range weights (the exact split form on AVX2 /
+    # AVX-512BW) and 7-bit ones (one vpmaddubsw per step)
+    Case("qnn_dense_u8s8_packed_n37_k30_requantize", "qnn.dense_u8s8",
+         lambda r: [qi(r, (5, 30), "uint8"), pack_dense_u8s8_weight(qi(r, (37, 30)))], {"units": 37},
+         chain=lambda r: [requantize(np.float32(3e-4), -2, "int8")]),
+    Case("qnn_dense_u8s8_packed_n10_7bit", "qnn.dense_u8s8",
+         lambda r: [qi(r, (1, 64), "uint8"), pack_dense_u8s8_weight(qi(r, (10, 64)) // 2)],
+         {"units": 10, "pairs_in_int16": True}),
     Case("qnn_dense_k13_per_channel_zp", "qnn.dense",
          lambda r: [qi(r, (5, 13)), qi(r, (7, 13)), zp(3), zp([0, 1, -1, 2, -2, 3, -3])]),
     Case("qnn_matmul_batched_u8s8", "qnn.matmul",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pass_helpers import assert_equivalent, call, const, op_names, snapshot, var
+from pass_helpers import assert_equivalent, call, const, op_names, run_graph, snapshot, var
 from tvmc.graph.ir import Constant, Graph
 from tvmc.passes import PassContext, get_pass, run_passes
 from tvmc.passes.alter_op_layout import blocked_constant, channel_block_for
@@ -323,3 +323,31 @@ def test_random_graphs_keep_their_meaning(before):
         if c.op == "layout_transform":
             assert c.attrs["src_layout"] != c.attrs["dst_layout"]
             assert getattr(c.inputs[0], "op", None) != "layout_transform"
+
+
+def test_qnn_dense_with_an_int8_weight_becomes_the_dot_product_kernel():
+    """qnn.dense with a constant int8 weight and zero weight zero points -> qnn.dense_u8s8 of the
+    packed weight minus the zero-point term: a constant per column for uint8 data and a constant
+    input zero point; zero point + 128 (int8 data shifted into uint8) times the weight's column
+    sums for a run-time zero point. A nonzero weight zero point, a uint8 weight or a run-time
+    weight stay qnn.dense."""
+    rng = np.random.default_rng(0)
+    w = Constant(rng.integers(-128, 128, (20, 30)).astype(np.int8), "w")
+    zero = Constant(np.zeros((), np.int32), "w_zp")
+    xu, xs, zp = var("xu", (3, 30), "uint8"), var("xs", (3, 30), "int8"), var("x_zp", (), "int32")
+    fixed = call("qnn.dense", xu, w, Constant(np.array(7, np.int32), "x_zp7"), zero)
+    dynamic = call("qnn.dense", xs, w, zp, zero)
+    kept = [call("qnn.dense", xu, w, zp, Constant(np.full((), 3, np.int32), "w_zp3")),
+            call("qnn.dense", xu, Constant(rng.integers(0, 256, (20, 30)).astype(np.uint8), "wu"), zp, zero),
+            call("qnn.dense", xu, var("wv", (20, 30), "int8"), zp, zero)]
+    before = Graph([xu, xs, zp, kept[2].inputs[1]], [fixed, dynamic, *kept])
+    after = alter(before)
+    products = [c for c in after.calls() if c.op == "qnn.dense_u8s8"]
+    assert len(products) == 2 and all(p.inputs[1].shape == (2, 8, 16, 4) for p in products)
+    assert op_names(after).count("qnn.dense") == 3
+    inputs = {"xu": rng.integers(0, 256, (3, 30)).astype(np.uint8), "x_zp": np.array(-5, np.int32),
+              "xs": rng.integers(-128, 128, (3, 30)).astype(np.int8),
+              "wv": rng.integers(-128, 128, (20, 30)).astype(np.int8)}
+    for r, g in zip(run_graph(before, inputs), run_graph(after, inputs)):
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, r)  # integers: exact

@@ -17,9 +17,11 @@ and padding of qnn.conv2d is the input zero point (a shifted value of 0), as ONN
 pads the shifted input with zeros.
 
 Schedules: the CPU schedules of the float ops (tvmc/ops/cpu/conv2d.py, dense.py), which tile
-and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (dense); no
-int8 dot-product instructions yet, so these are correct generic kernels, not tuned int8 ones.
-GPUs: one output element per thread (tvmc/ops/gpu/injective.py's generic schedule).
+and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (dense): correct
+generic kernels, not tuned int8 ones. On CPU targets AlterOpLayout turns a qnn.dense with a
+constant int8 weight into qnn.dense_u8s8 (the raw u8 x s8 product on the target's dot-product
+instructions, tvmc/ops/cpu/int8.py) and the zero-point terms. GPUs: one output element per thread
+(tvmc/ops/gpu/injective.py's generic schedule).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
 from tvmc.ops.cpu.dense import dense_config, matmul_config, schedule_dense, schedule_matmul
+from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, dense_u8s8, dense_u8s8_config, schedule_dense_u8s8
 from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.nn_conv2d import _reference as _float_conv2d_reference
@@ -179,6 +182,36 @@ register_op(OpDef("qnn.dense", _dense_type, _dense_reference, OpPattern.OUT_ELEM
                       "cpu": [Implementation("qnn_dense.cpu", schedule_dense,
                                              config_space=_without_zero_points(dense_config))],
                       "gpu": [Implementation("qnn_dense.gpu", schedule_generic, config_space=generic_config)]}))
+
+
+# --- qnn.dense_u8s8 (CPU: the dot-product instructions) -----------------------------------------
+
+def _dense_u8s8_type(in_types, attrs):
+    d, w = in_types
+    if d.dtype != "uint8" or w.dtype != "int8" or len(d.shape) != 2 or len(w.shape) != 4 or \
+            tuple(w.shape[2:]) != (BLOCK_N, BLOCK_K) or w.shape[1] != -(-d.shape[1] // BLOCK_K):
+        raise ValueError(f"qnn.dense_u8s8 needs uint8 data [M,K] and int8 weight [N/{BLOCK_N},K/{BLOCK_K},{BLOCK_N},"
+                         f"{BLOCK_K}], got {d.dtype} {list(d.shape)} and {w.dtype} {list(w.shape)}")
+    units = attrs.get("units") or w.shape[0] * BLOCK_N
+    if not (w.shape[0] - 1) * BLOCK_N < units <= w.shape[0] * BLOCK_N:
+        raise ValueError(f"units {units} does not end in the last of {w.shape[0]} blocks of {BLOCK_N} columns")
+    return TensorType((d.shape[0], units), "int32")
+
+
+def _dense_u8s8_reference(x, w, units=None, pairs_in_int16=False):
+    nb, kb, bn, bk = w.shape
+    unpacked = w.transpose(0, 2, 1, 3).reshape(nb * bn, kb * bk)[:units or nb * bn, :x.shape[1]]
+    return (x.astype(np.int64) @ unpacked.T.astype(np.int64)).astype(np.int32)
+
+
+# The raw u8 x s8 product of a packed constant weight (tvmc.ops.cpu.int8; AlterOpLayout rewrites
+# a qnn.dense into it and the zero-point terms on CPU targets): no zero points, int32 [M, units].
+register_op(OpDef("qnn.dense_u8s8", _dense_u8s8_type, _dense_u8s8_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: dense_u8s8(*inputs, attrs.get("units"),
+                                                             attrs.get("pairs_in_int16", False)), {
+                      "cpu": [Implementation("dense_u8s8.cpu", schedule_dense_u8s8, config_space=dense_u8s8_config)],
+                      "gpu": [Implementation("dense_u8s8.gpu", schedule_generic, config_space=generic_config)]},
+                  flops=lambda wl: 2 * wl[2][0] * wl[2][1] * wl[0][1]))  # 2 M N K: padding not counted
 
 
 # --- qnn.matmul -------------------------------------------------------------------------------

@@ -150,8 +150,9 @@ def schedule_dense_u8s8(s, out, anchor, cfg, target):
     columns), tile_m x tile_nb int32 accumulators (16 lanes each) take one DotU8S8 step per
     (row, block) and step of 4 along K; the (row tile, column tile) pairs run in parallel (when
     worth_parallel); the epilogue (a requantize, a bias...) is applied to the tile as it is
-    stored. An epilogue that changes the shape keeps the product at root (one row per parallel
-    iteration). The weights' pairs_in_int16 comes from the compute's attrs."""
+    stored. An epilogue that changes the shape, or an output narrower than one tile of whole
+    blocks, keeps the product at root (one row per parallel iteration). The weights'
+    pairs_in_int16 comes from the compute's attrs."""
     product = next((t for t in [anchor, *anchor.op.input_tensors()] if t.op is not None and t.op.reduce_axis), None)
     if product is None:
         raise ScheduleError(f"schedule_dense_u8s8: {anchor.name} is not a dense_u8s8")
@@ -161,7 +162,10 @@ def schedule_dense_u8s8(s, out, anchor, cfg, target):
     keep = [pad] if pad is not None else []
     if pad is not None:
         schedule_elementwise_loops(s, pad, target)
-    if tuple(out.shape) != tuple(anchor.shape):  # an epilogue that reshapes: the product at root
+    # an epilogue that reshapes, or fewer columns than one tile (the split would clamp the tile
+    # below whole blocks of 16, e.g. a classifier of 10): the product at root
+    if tuple(out.shape) != tuple(anchor.shape) or (product is not anchor and
+                                                   anchor.shape[1] < BLOCK_N * cfg["tile_nb"]):
         inline_injective(s, out, keep=[product, *keep])
         st = s[product]
         m, n = st.op.axis
