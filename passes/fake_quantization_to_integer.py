@@ -97,14 +97,28 @@ def _int32(v, name: str) -> Constant:
     return Constant(np.array(v, dtype=np.int32), name)  # (ascontiguousarray would make a 0-d array 1-d)
 
 
+def _dense(xq: Expr, wq: Constant, zero_points: list, shape: tuple, name: str) -> Call:
+    """The matmul of x_q [..., K] and the constant 2-D W_q [K, N] as qnn.dense on W_q transposed
+    here ([N, K], still 8-bit), x_q's leading axes flattened into rows and restored after (as the
+    importer runs MatMulInteger): on CPUs AlterOpLayout then puts it on the dot-product kernels."""
+    k, n = wq.shape
+    rows = xq if len(xq.shape) == 2 else make_call("reshape", [xq], {"newshape": (int(np.prod(shape[:-1])), k)})
+    wt = Constant(np.ascontiguousarray(wq.value.T), f"{wq.name or name}.transposed")
+    out = make_call("qnn.dense", [rows, wt, *zero_points], {}, name=name)
+    return out if len(shape) == 2 else make_call("reshape", [out], {"newshape": tuple(shape)})
+
+
 def _integer_chain(q: Call, m: dict) -> Call:
     """requantize(qnn anchor(x_q, W_q) + bias_int32, x_scale * w_scale / y_scale, y_zp)."""
     anchor = m["anchor"]
     xq, xs, xz = m["x"]
     wq, ws, wz = m["w"]
     name = anchor.name or q.name
-    acc = make_call(_ANCHORS[anchor.op], [xq, wq, _int32(xz.reshape(()), f"{name}.x_zero_point"),
-                                          _int32(wz, f"{name}.w_zero_point")], dict(anchor.attrs), name=name)
+    zero_points = [_int32(xz.reshape(()), f"{name}.x_zero_point"), _int32(wz, f"{name}.w_zero_point")]
+    if anchor.op == "nn.matmul":
+        acc = _dense(xq, wq, zero_points, anchor.shape, name)
+    else:
+        acc = make_call(_ANCHORS[anchor.op], [xq, wq, *zero_points], dict(anchor.attrs), name=name)
     in_scale = (xs.reshape(()) * ws).astype(np.float32)  # the scales' product in float32, as onnxruntime's bias scale
     if m["bias"] is not None:
         # the bias in units of the accumulator (onnxruntime's quantizer writes it so: round(b / (x_scale * w_scale)))
@@ -126,7 +140,8 @@ def fake_quantization_to_integer(graph: Graph, ctx) -> Graph:
         qnn.quantize(nn.conv2d(qnn.dequantize(x_q), qnn.dequantize(W_q)) [+ b], y_scale, y_zp)
           -> qnn.requantize(qnn.conv2d(x_q, W_q, x_zp, w_zp) [+ b_int32], x_scale * w_scale / y_scale, y_zp)
 
-    and the same with nn.matmul and a constant 2-D W_q (-> qnn.matmul). x_q is an 8-bit tensor with
+    and the same with nn.matmul and a constant 2-D W_q (-> qnn.dense on W_q transposed, x_q's
+    leading axes flattened into rows). x_q is an 8-bit tensor with
     a per-tensor constant scale and zero point; W_q an 8-bit Constant with a scalar or per-output-
     channel scale and zero point; y_zp 8-bit. The bias b (a float Constant, or a constant chain
     such as DequantizeLinear of quantize_static's int32 bias) becomes round(b / (x_scale * w_scale))

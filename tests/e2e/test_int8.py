@@ -181,14 +181,15 @@ def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
     """QOperator: QLinearConv x2 (relu folded into their output range by the quantizer), uint8
     MaxPool, QLinearMatMul, then DequantizeLinear and the float Add. QDQ: the same chains as
     DequantizeLinear -> Conv / MatMul -> QuantizeLinear (an int32 bias through DequantizeLinear),
-    which FakeQuantizationToInteger turns into qnn ops; MaxPool stays float between a dequantize
-    and a quantize."""
+    which FakeQuantizationToInteger turns into qnn ops (the MatMul into qnn.dense); MaxPool stays
+    float between a dequantize and a quantize."""
     model = _cnn(seed=3)
     qmodel = expose_quantized(_quantize_static(model, fmt, per_channel))
     ops = {n.op_type for n in qmodel.graph.node}
     assert {"QLinearConv", "QLinearMatMul"} <= ops if fmt == "QOperator" else {"Conv", "DequantizeLinear"} <= ops
     x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
-    _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense" if fmt == "QOperator" else "qnn_matmul"))
+    # both formats' MatMul (a constant 2-D weight) runs as qnn.dense on the dot-product kernel here
+    _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense_u8s8"))
 
 
 def test_dynamic_mlp_matches_onnxruntime():
