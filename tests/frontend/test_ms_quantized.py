@@ -276,3 +276,61 @@ def test_qgemm_per_column_scale_of_wrong_length_is_a_model_error():
     model = _model(node, [("a", U8, [5, 16])], [("y", F, [5, 8])], inits)
     with pytest.raises(ModelError, match=r"node 'gemm0' \(QGemm\): b_scale .*\[5\].* must be a scalar or \[8\]"):
         from_onnx(model)
+
+
+# --- end to end: onnxruntime.quantization's QOperator CNN with QLinearAdd and the global pool --
+
+def _residual_cnn(seed: int = 0) -> onnx.ModelProto:
+    """Conv + Relu, a residual block (Conv + Relu, Add), GlobalAveragePool, Flatten, MatMul + Add:
+    input [1, 3, 16, 16] -> logits [1, 10]."""
+    from tests.e2e.builders import _Builder
+    from tests.e2e.test_int8 import CNN_INPUT
+
+    b = _Builder(seed)
+    r = b.rng
+    w1, b1 = b.const(r.standard_normal((32, 3, 3, 3)) * 0.3), b.const(r.standard_normal(32) * 0.1)
+    y = b.node("Relu", [b.node("Conv", ["input", w1, b1], kernel_shape=[3, 3], pads=[1, 1, 1, 1])])
+    w2, b2 = b.const(r.standard_normal((32, 32, 3, 3)) * 0.1), b.const(r.standard_normal(32) * 0.1)
+    z = b.node("Relu", [b.node("Conv", [y, w2, b2], kernel_shape=[3, 3], pads=[1, 1, 1, 1])])
+    y = b.node("Flatten", [b.node("GlobalAveragePool", [b.node("Add", [y, z])])])
+    y = b.node("Add", [b.node("MatMul", [y, b.const(r.standard_normal((32, 10)) * 0.2)]),
+                       b.const(r.standard_normal(10) * 0.1)])
+    return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, list(CNN_INPUT))],
+                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])], "residual_cnn")
+
+
+def test_quantize_static_qoperator_cnn_with_add_and_global_pool_matches_onnxruntime(tmp_path):
+    """quantize_static (QOperator, uint8 activations, int8 weights, calibrated on seeded inputs) with
+    Add and GlobalAveragePool quantized: QLinearConv, QLinearAdd (com.microsoft),
+    QLinearGlobalAveragePool (com.microsoft), QLinearMatMul; every 8-bit tensor within one unit of
+    onnxruntime's and the float logits within one quantization step (tests/e2e/test_int8.py)."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    from tests.e2e.test_int8 import CNN_INPUT, _check_int8_model, _Reader, expose_quantized
+
+    model = _residual_cnn(seed=5)
+    src, dst = tmp_path / "float.onnx", tmp_path / "int8.onnx"
+    onnx.save(model, src)
+    quantization.quantize_static(str(src), str(dst), _Reader("input", CNN_INPUT),
+                                 quant_format=quantization.QuantFormat.QOperator,
+                                 op_types_to_quantize=["Conv", "MatMul", "Relu", "Add", "GlobalAveragePool",
+                                                       "Flatten"],
+                                 activation_type=quantization.QuantType.QUInt8,
+                                 weight_type=quantization.QuantType.QInt8)
+    ops = {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QLinearMatMul", "QuantizeLinear"}
+    qmodel = expose_quantized(onnx.load(dst), tuple(ops))
+    assert {(n.domain, n.op_type) for n in qmodel.graph.node} >= {(MS, "QLinearAdd"), (MS, "QLinearGlobalAveragePool")}
+    # ONNX's shape inference does not know the com.microsoft outputs: expose each with its rank (that of
+    # its first input, known once the outputs before it are declared) and symbolic extents
+    pending = [n for n in qmodel.graph.node if n.domain == MS]
+    while pending:
+        inferred = onnx.shape_inference.infer_shapes(qmodel).graph
+        ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.output]}
+        ready = [n for n in pending if n.input[0] in ranks]
+        assert ready, [n.name for n in pending]
+        qmodel.graph.output.extend(helper.make_tensor_value_info(n.output[0], U8, [f"{n.output[0]}_{i}" for i in
+                                                                                   range(ranks[n.input[0]])])
+                                   for n in ready)
+        pending = [n for n in pending if n not in ready]
+    assert len(qmodel.graph.output) == 7  # logits, QuantizeLinear, 2 QLinearConv, 2 QLinearAdd, the pool
+    x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
+    _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense"))
