@@ -79,7 +79,8 @@ def defined_versions(op_type: str, domain: str = "") -> list:
 def operator_table() -> str:
     """The supported-operator table of docs/onnx_operators.md (Markdown), generated from
     CONVERTERS: per ONNX op type its converter group (module of tvmc/frontend/onnx), the operator
-    versions converted and the versions the installed onnx defines that are not."""
+    versions converted and the versions the installed onnx defines that are not; then the
+    operators imported through their function body, and those of DOMAIN_CONVERTERS."""
     lines = ["# Supported ONNX operators",
              "",
              "Generated from the converter table (tvmc/frontend/onnx/registry.py) by "
@@ -107,4 +108,11 @@ def operator_table() -> str:
             versions = [v for v in defined_versions(op, domain) if expandable(op, v, domain)]
             if versions:
                 lines.append(f"| {f'{domain}.' if domain else ''}{op} | {', '.join(map(str, versions))} |")
+    lines += ["", "## Operators of other domains", "",
+              "Converted by DOMAIN_CONVERTERS (onnxruntime's `com.microsoft` quantized operators: "
+              "tvmc/frontend/onnx/microsoft.py); any other operator of those domains is refused.", "",
+              "| operator | group | versions of its domain's operator set |", "| --- | --- | --- |"]
+    for (domain, op), fn in sorted(DOMAIN_CONVERTERS.items()):
+        versions = ", ".join(map(str, sorted(fn.versions)))
+        lines.append(f"| {domain}.{op} | {fn.__module__.rsplit('.', 1)[-1]} | {versions} |")
     return "\n".join(lines) + "\n"
