@@ -14,7 +14,7 @@ from onnx import numpy_helper
 from tvmc.errors import ModelError, TVMCError, UnsupportedOpError
 from tvmc.frontend.onnx.common import SUPPORTED_DTYPES, fmt_dims, is_const, np_dtype_name
 from tvmc.frontend.onnx.functions import function_body, inline, tensor_type
-from tvmc.frontend.onnx.registry import CONVERTERS, has_converter, supports
+from tvmc.frontend.onnx.registry import CONVERTERS, find_domain_converter, has_converter, supports
 from tvmc.frontend.onnx.value_range import Unbounded, value_range
 from tvmc.graph import ir
 from tvmc.graph.ir import Call, Expr, Graph, TensorType, Var
@@ -306,14 +306,17 @@ class _Importer:
         label = node_label(node)
         user = f"node '{label}' ({node.op_type})"
         inputs = [self._lookup(n, user) if n else None for n in node.input]
-        if node.domain not in _DEFAULT_DOMAINS or not has_converter(node.op_type, opset):
+        fn = find_domain_converter(node.op_type, self._node_opset(node, opset), node.domain) \
+            if node.domain not in _DEFAULT_DOMAINS else CONVERTERS[node.op_type] \
+            if has_converter(node.op_type, opset) else None
+        if fn is None:
             return self._expand(node, opset, inputs, label)
         while inputs and inputs[-1] is None:
             inputs.pop()
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         ctx = _NodeContext(self, node, label)
         try:
-            result = CONVERTERS[node.op_type](ctx, node, inputs, attrs, opset)
+            result = fn(ctx, node, inputs, attrs, opset)
         except (TVMCError, RecursionError, KeyboardInterrupt):
             raise
         except MemoryError:

@@ -16,6 +16,11 @@ import onnx.defs
 
 CONVERTERS: dict[str, Callable] = {}
 
+# Converters of operators outside the default domain (onnxruntime's `com.microsoft` quantized
+# operators, microsoft.py): DOMAIN_CONVERTERS[(domain, op_type)], same signature; `fn.versions`
+# lists the versions of that domain's operator set it implements.
+DOMAIN_CONVERTERS: dict[tuple, Callable] = {}
+
 
 def converter(*versions: int):
     def register(fn):
@@ -25,13 +30,31 @@ def converter(*versions: int):
     return register
 
 
+def domain_converter(domain: str, *versions: int):
+    """Register a converter of `domain`'s operator named like the function, for the versions
+    `versions` of that domain's operator set."""
+    def register(fn):
+        fn.versions = frozenset(versions)
+        DOMAIN_CONVERTERS[(domain, fn.__name__)] = fn
+        return fn
+    return register
+
+
+def find_domain_converter(op_type: str, opset: int, domain: str):
+    """The converter of `op_type` in the non-default `domain` at that domain's model opset `opset`,
+    or None."""
+    fn = DOMAIN_CONVERTERS.get((domain, op_type))
+    return fn if fn is not None and opset in fn.versions else None
+
+
 def supports(op_type: str, opset: int, domain: str = "") -> bool:
     """True when `op_type` of `domain` at the model's opset `opset` for that domain imports: it has
-    a converter here (default domain only), or an ONNX function body (functions.py; default domain
-    and functions.FUNCTION_DOMAINS) made of operators that import."""
+    a converter here (default domain, or DOMAIN_CONVERTERS), or an ONNX function body
+    (functions.py; default domain and functions.FUNCTION_DOMAINS) made of operators that import."""
     from tvmc.frontend.onnx.functions import expandable
 
-    return (domain in ("", "ai.onnx") and has_converter(op_type, opset)) or expandable(op_type, opset, domain)
+    return (domain in ("", "ai.onnx") and has_converter(op_type, opset)) \
+        or find_domain_converter(op_type, opset, domain) is not None or expandable(op_type, opset, domain)
 
 
 def has_converter(op_type: str, opset: int) -> bool:
@@ -56,7 +79,8 @@ def defined_versions(op_type: str, domain: str = "") -> list:
 def operator_table() -> str:
     """The supported-operator table of docs/onnx_operators.md (Markdown), generated from
     CONVERTERS: per ONNX op type its converter group (module of tvmc/frontend/onnx), the operator
-    versions converted and the versions the installed onnx defines that are not."""
+    versions converted and the versions the installed onnx defines that are not; then the
+    operators imported through their function body, and those of DOMAIN_CONVERTERS."""
     lines = ["# Supported ONNX operators",
              "",
              "Generated from the converter table (tvmc/frontend/onnx/registry.py) by "
@@ -84,4 +108,11 @@ def operator_table() -> str:
             versions = [v for v in defined_versions(op, domain) if expandable(op, v, domain)]
             if versions:
                 lines.append(f"| {f'{domain}.' if domain else ''}{op} | {', '.join(map(str, versions))} |")
+    lines += ["", "## Operators of other domains", "",
+              "Converted by DOMAIN_CONVERTERS (onnxruntime's `com.microsoft` quantized operators: "
+              "tvmc/frontend/onnx/microsoft.py); any other operator of those domains is refused.", "",
+              "| operator | group | versions of its domain's operator set |", "| --- | --- | --- |"]
+    for (domain, op), fn in sorted(DOMAIN_CONVERTERS.items()):
+        versions = ", ".join(map(str, sorted(fn.versions)))
+        lines.append(f"| {domain}.{op} | {fn.__module__.rsplit('.', 1)[-1]} | {versions} |")
     return "\n".join(lines) + "\n"
