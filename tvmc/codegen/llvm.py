@@ -535,7 +535,8 @@ class CodeGenLLVM:
         lo = self._quad_bytes(st, b.and_(quad, I32(0x7F7F7F7F)))
         hi = self._quad_bytes(st, b.and_(b.lshr(quad, I32(7)), I32(0x01010101)))
         zero, seven = ir.Constant(v4, [0] * 4), ir.Constant(v4, [7] * 4)
-        return lambda acc, w: b.call(dot, [w, lo, b.add(acc, b.shl(b.call(dot, [w, hi, zero]), seven))])
+        # acc only meets the final add: its chain across steps stays one add, not two dots long
+        return lambda acc, w: b.add(acc, b.call(dot, [w, lo, b.shl(b.call(dot, [w, hi, zero]), seven)]))
 
     def _dot_pairs(self, st, names, quad, w, per, pairs_in_int16):
         """<per x i32> sums of 4 products through vpmaddubsw (u8 x s8 pairs -> saturating i16)
