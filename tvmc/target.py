@@ -148,8 +148,10 @@ class Target:
     def dot_u8s8(self) -> tuple | None:
         """(form, width_bits) of the u8 x s8 -> int32 dot-product instructions this target's cpu
         and features enable, the first of targets/isa/<arch>.yaml `dot_u8s8` whose feature is on:
-        ("vpdpbusd", 512) with AVX512-VNNI, ("vpdpbusd", 256) with AVX-VNNI, ("pmaddubsw", 512 or
-        256) with AVX512-BW or AVX2; None: widening multiplies (tvmc.tir.ir.DotU8S8)."""
+        x86 ("vpdpbusd", 512) with AVX512-VNNI, ("vpdpbusd", 256) with AVX-VNNI, ("pmaddubsw", 512
+        or 256) with AVX512-BW or AVX2; aarch64 ("usdot", 128) with +i8mm, ("udot", 128) with
+        +dotprod; wasm32 ("relaxed_dot", 128) with +relaxed-simd, ("dot_i16x8", 128) with
+        +simd128; None: widening multiplies (tvmc.tir.ir.DotU8S8)."""
         return _dot_u8s8(self.arch, self.cpu, self.features)
 
     @property

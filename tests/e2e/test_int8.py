@@ -12,6 +12,7 @@ a value near .5 to neighbouring integers.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -96,11 +97,12 @@ def _quantize_dynamic(model) -> onnx.ModelProto:
         return onnx.load(dst)
 
 
-def _compile(model):
+def _compile(model, target=None, options=None):
+    """`model` compiled for the resolved `target` (default: this host, "native") at opt level 3."""
     from tvmc.driver import CompileOptions, compile_model
     from tvmc.target import resolve_target
 
-    return compile_model(model, resolve_target("native"), CompileOptions(opt_level=3))
+    return compile_model(model, target or resolve_target("native"), options or CompileOptions(opt_level=3))
 
 
 def _run(module, inputs: dict) -> dict:
@@ -149,11 +151,12 @@ def expose_quantized(model, op_types=("QLinearConv", "QLinearMatMul", "QuantizeL
     return model
 
 
-def _check_int8_model(qmodel, float_model, inputs: dict, expect_kernels: tuple):
-    """Compile and run `qmodel`: outputs within one quantization step of onnxruntime's (see the
-    module docstring), mod.params at most MAX_PARAMS_RATIO of the float model's initializers,
-    and the integer ops compiled as qnn kernels (no float conv/dense/matmul kernel left)."""
-    module = _compile(qmodel)
+def _check_int8_model(qmodel, float_model, inputs: dict, expect_kernels: tuple, target=None, options=None):
+    """Compile (for `target` with `options`, default this host) and run `qmodel`: outputs within
+    one quantization step of onnxruntime's (see the module docstring), mod.params at most
+    MAX_PARAMS_RATIO of the float model's initializers, and the integer ops compiled as qnn
+    kernels (no float conv/dense/matmul kernel left)."""
+    module = _compile(qmodel, target, options)
     got, params_bytes = _run(module, inputs)
     ref = onnxruntime_outputs(qmodel, inputs)
     assert any(np.issubdtype(r.dtype, np.integer) for r in ref.values())
@@ -190,6 +193,39 @@ def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
     x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
     # both formats' MatMul (a constant 2-D weight) runs as qnn.dense on the dot-product kernel here
     _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense_u8s8"))
+
+
+# (target spec, --target-option features, the dot-product instruction of its dense_u8s8 kernel)
+DOT_PRODUCT_TARGETS = [
+    pytest.param("arm-neoverse-n1", None, "udot", id="arm-neoverse-n1"),
+    pytest.param("arm-neoverse-n1", "+i8mm", "usdot", id="arm-i8mm"),
+    pytest.param("wasm", None, "i32x4.dot_i16x8_s", id="wasm"),
+    pytest.param("wasm", "+relaxed-simd", "i32x4.relaxed_dot_i8x16_i7x16_add_s", id="wasm-relaxed"),
+]
+
+
+@pytest.mark.parametrize("spec,features,insn", DOT_PRODUCT_TARGETS)
+def test_quantize_static_cnn_on_dot_product_targets(spec, features, insn):
+    """The QOperator CNN on the AArch64 and wasm32 dot-product forms (targets/isa/*.yaml
+    dot_u8s8), run under qemu-user or wasmtime: onnxruntime's int8 outputs, and the dense kernel
+    (QLinearMatMul -> qnn.dense_u8s8) shows the form's instruction in the `asm` dump."""
+    from tvmc.driver import CompileOptions
+    from tvmc.runtime import device_missing
+    from tvmc.target import resolve_target
+
+    target = resolve_target(spec, {"features": features} if features else None)
+    reason = device_missing(target)
+    if reason:
+        pytest.skip(f"target {target.name}: {reason}")
+    model = _cnn(seed=3)
+    qmodel = expose_quantized(_quantize_static(model, "QOperator", False))
+    x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
+    with tempfile.TemporaryDirectory() as dumps:
+        options = CompileOptions(opt_level=3, dump_ir=("asm",), dump_dir=dumps)
+        _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense_u8s8"), target, options)
+        asm = "\n".join(p.read_text() for p in Path(dumps).rglob("*.s"))
+    dense = asm[asm.index("fused_qnn_dense_u8s8"):]
+    assert re.search(rf"^\s+{re.escape(insn)}\s", dense, re.M), f"no {insn} in the dense kernel's assembly"
 
 
 def test_dynamic_mlp_matches_onnxruntime():

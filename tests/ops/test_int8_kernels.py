@@ -1,10 +1,16 @@
-"""int8 kernels (tvmc/ops/cpu/int8.py): dense_u8s8 through the real LLVM codegen on this host for
-every x86 dot-product form (targets/isa/x86_64.yaml dot_u8s8): AVX512-VNNI and AVX-VNNI vpdpbusd,
-AVX512-BW and AVX2 vpmaddubsw (exact, with and without the weights' pairs_in_int16), widening
-multiplies on x86-64; compared exactly with numpy's int64 products. The instructions are checked
-in the generated assembly (no host feature needed for that)."""
+"""int8 kernels (tvmc/ops/cpu/int8.py): dense_u8s8 through the real LLVM codegen for every
+dot-product form of targets/isa/*.yaml dot_u8s8: on this host, x86's AVX512-VNNI and AVX-VNNI
+vpdpbusd, AVX512-BW and AVX2 vpmaddubsw (exact, with and without the weights' pairs_in_int16),
+widening multiplies on x86-64; under qemu-user, AArch64's udot (+dotprod, arm-neoverse-n1) and
+usdot (+i8mm), widening multiplies on `arm`; under wasmtime, wasm32's i32x4.dot_i16x8_s (simd128)
+and i32x4.relaxed_dot_i8x16_i7x16_add_s (relaxed-simd), scalar widening on wasm-nosimd. Compared
+exactly with numpy's int64 products; the instructions are checked in the generated assembly (no
+host feature needed for that)."""
 
 from __future__ import annotations
+
+import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,9 +19,10 @@ from tests.targets import kernel_runner
 from tvmc import te
 from tvmc.codegen.build import compile_ir
 from tvmc.codegen.llvm import CodeGenLLVM
-from tvmc.errors import ScheduleError
+from tvmc.errors import ArtifactError, ScheduleError
 from tvmc.ops.cpu.int8 import (BLOCK_K, BLOCK_N, dense_u8s8, dense_u8s8_config, pack_dense_u8s8_weight,
                                pairs_in_int16, schedule_dense_u8s8)
+from tvmc.runtime import device_missing
 from tvmc.runtime.executor import host_cpu_flags
 from tvmc.target import resolve_target
 from tvmc.tir.lower import lower
@@ -28,7 +35,18 @@ INT8_TARGETS = [
     ("x86-avx2", "x86-avx2", ("pmaddubsw", 256), "vpmaddubsw"),
     ("x86-avx2-vnni", "x86-avx2 --target-option features=+avxvnni", ("vpdpbusd", 256), "vpdpbusd"),
     ("x86-64", "x86-64", None, None),
+    ("arm", "arm", None, None),
+    ("arm-neoverse-n1", "arm-neoverse-n1", ("udot", 128), "udot"),
+    ("arm-i8mm", "arm-neoverse-n1 --target-option features=+i8mm", ("usdot", 128), "usdot"),
+    ("wasm", "wasm", ("dot_i16x8", 128), "i32x4.dot_i16x8_s"),
+    ("wasm-relaxed", "wasm --target-option features=+relaxed-simd", ("relaxed_dot", 128),
+     "i32x4.relaxed_dot_i8x16_i7x16_add_s"),
+    ("wasm-nosimd", "wasm-nosimd", None, None),
 ]
+# every form's instruction, and what the widening multiplies of each architecture show
+DOT_INSNS = ["vpdpbusd", "vpmaddubsw", "udot", "sdot", "usdot", "usmmla", "i32x4.dot_i16x8_s",
+             "i32x4.relaxed_dot_i8x16_i7x16_add_s"]
+WIDENING = {"x86_64": ("pmulld", "pmaddwd"), "aarch64": ("smull", "smlal"), "wasm32": ("i32.mul", "i32x4.mul")}
 TARGET_PARAMS = [pytest.param(spec, form, insn, id=name) for name, spec, form, insn in INT8_TARGETS]
 
 
@@ -39,7 +57,13 @@ def _resolve(spec: str):
 
 
 def _runnable(target):
-    """The target, or a skip naming the CPU flags this host lacks (e.g. avx_vnni on Zen 4)."""
+    """The target, or a skip naming the CPU flags this host lacks (e.g. avx_vnni on Zen 4), or
+    the tool missing to run it (qemu-user, the aarch64 cross compiler, wasmtime)."""
+    reason = device_missing(target)
+    if reason:
+        pytest.skip(f"target {target.name}: {reason}")
+    if target.arch != "x86_64":  # emulated or in a wasm engine: no host CPU flag to check
+        return target
     flags = host_cpu_flags()
     if flags is None:
         pytest.skip("cannot read /proc/cpuinfo")
@@ -154,23 +178,51 @@ def _assembly(target, pairs: bool) -> str:
     return compile_ir(cg.ir_text(), target, assembly=True).decode()
 
 
+def _count(insn: str, asm: str) -> int:
+    return len(re.findall(rf"(?<![\w.]){re.escape(insn)}(?![\w.])", asm))
+
+
 @pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
 def test_dense_u8s8_assembly_uses_the_instruction(spec, form, insn):
     """vpdpbusd on VNNI targets; vpmaddubsw on AVX512-BW / AVX2, twice as many without
-    pairs_in_int16 (each data byte split into its low 7 bits and its top bit); neither on x86-64."""
+    pairs_in_int16 (each data byte split into its low 7 bits and its top bit); udot with the
+    weights' eor on +dotprod (usdot would not run on a Neoverse N1), usdot alone on +i8mm;
+    i32x4.dot_i16x8_s on simd128, the relaxed dot on relaxed-simd; no dot instruction and the
+    widening multiplies elsewhere."""
     target = _resolve(spec)
     exact, paired = _assembly(target, False), _assembly(target, True)
+    for asm in (exact, paired):
+        assert [i for i in DOT_INSNS if _count(i, asm)] == ([insn] if insn else [])
     if insn is None:
         for asm in (exact, paired):
-            assert "vpdpbusd" not in asm and "pmaddubsw" not in asm
-            assert "pmulld" in asm or "pmaddwd" in asm  # the widening multiplies, vectorized
+            assert any(_count(i, asm) for i in WIDENING[target.arch])  # the widening multiplies
         return
-    assert insn in exact and insn in paired
     if insn == "vpmaddubsw":
         assert exact.count("vpmaddubsw") == 2 * paired.count("vpmaddubsw") > 0
         assert exact.count("vpmaddwd") == 2 * paired.count("vpmaddwd")
-    else:
-        assert "pmaddubsw" not in exact
+    elif target.arch != "x86_64":
+        assert exact == paired  # pairs_in_int16 is vpmaddubsw's alone
+        assert (_count("eor", exact) > 0) == (insn == "udot")  # the weights' w ^ 0x80
+
+
+def test_dense_u8s8_dotprod_form_runs_on_a_neoverse_n1():
+    """arm-neoverse-n1's form (udot) runs exactly on an emulated Neoverse N1 (qemu-user's
+    `-cpu neoverse-n1`: dot products, no i8mm), where the +i8mm form's usdot is an undefined
+    instruction: the emulated CPU does check the instruction set."""
+    n1 = _runnable(_resolve("arm-neoverse-n1"))
+    emulator = (n1.emulator[0], "-cpu", "neoverse-n1", *n1.emulator[1:])
+    m, k, n = 3, 40, 32
+    a, w = _edge_inputs(np.random.default_rng(11), m, k, n)
+    for spec, runs in (("arm-neoverse-n1", True), ("arm-neoverse-n1 --target-option features=+i8mm", False)):
+        target = replace(_resolve(spec), emulator=emulator)
+        prim, _ = _dense_kernel(m, k, n, target)
+        run = kernel_runner(target)
+        if runs:
+            out = run(prim, target, [a, pack_dense_u8s8_weight(w)], np.zeros((m, n), np.int32))
+            np.testing.assert_array_equal(out, _reference(a, w))
+        else:
+            with pytest.raises(ArtifactError, match="Illegal instruction"):
+                run(prim, target, [a, pack_dense_u8s8_weight(w)], np.zeros((m, n), np.int32))
 
 
 def test_dense_u8s8_fused_epilogue():

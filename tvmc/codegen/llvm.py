@@ -115,15 +115,23 @@ NVPTX = DeviceTable(
 )
 DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
 
-# LLVM intrinsics of tir.DotU8S8's instruction forms (Target.dot_u8s8: form, width_bits), in the
-# int32-vector spelling LLVM has accepted since the AVX512-VNNI intrinsics came (newer LLVMs
-# upgrade it to their byte-vector one). AVX-VNNI has no intrinsics of its own: LLVM selects the
-# VEX-encoded vpdpbusd for the .256 one when the target has avxvnni and not avx512vnni + avx512vl.
+# LLVM intrinsics of tir.DotU8S8's instruction forms (Target.dot_u8s8: form, width_bits), keyed
+# by what emits them (CodeGenLLVM._dot_u8s8; a 128-bit form's key names its `_dot_<key>` method).
+# x86: in the int32-vector spelling LLVM has accepted since the AVX512-VNNI intrinsics came (newer
+# LLVMs upgrade it to their byte-vector one); AVX-VNNI has no intrinsics of its own: LLVM selects
+# the VEX-encoded vpdpbusd for the .256 one when the target has avxvnni and not avx512vnni +
+# avx512vl. AArch64: the NEON UDOT and USDOT intrinsics (ACLE's vdotq_u32, vusdotq_s32). wasm32:
+# the SIMD proposal's i32x4.dot_i16x8_s, the relaxed-SIMD proposal's
+# i32x4.relaxed_dot_i8x16_i7x16_add_s.
 DOT_U8S8_INTRINSICS = {
     ("vpdpbusd", 512): {"dot": "llvm.x86.avx512.vpdpbusd.512"},
     ("vpdpbusd", 256): {"dot": "llvm.x86.avx512.vpdpbusd.256"},
     ("pmaddubsw", 512): {"pairs": "llvm.x86.avx512.pmaddubs.w.512", "widen": "llvm.x86.avx512.pmaddw.d.512"},
     ("pmaddubsw", 256): {"pairs": "llvm.x86.avx2.pmadd.ub.sw", "widen": "llvm.x86.avx2.pmadd.wd"},
+    ("usdot", 128): {"usdot": "llvm.aarch64.neon.usdot.v4i32.v16i8"},
+    ("udot", 128): {"udot": "llvm.aarch64.neon.udot.v4i32.v16i8"},
+    ("dot_i16x8", 128): {"dot_i16x8": "llvm.wasm.dot"},
+    ("relaxed_dot", 128): {"relaxed_dot": "llvm.wasm.relaxed.dot.i8x16.i7x16.add.signed"},
 }
 
 
@@ -438,19 +446,97 @@ class CodeGenLLVM:
             names, per = None, s.lanes
         quad = b.load(self._addr_of(st, s.a, s.a_index), typ=I32, align=1)
         acc_ptr, w_ptr = self._addr_of(st, s.acc, s.acc_index), self._addr_of(st, s.b, s.b_index)
+        vt, bytes_t = ir.VectorType(I32, per), ir.VectorType(I8, 4 * per)
+        step = None
+        if names is not None and not {"dot", "pairs"} & set(names):  # an AArch64 or wasm32 form
+            (kind, intrinsic), = names.items()
+            step = getattr(self, f"_dot_{kind}")(st, intrinsic, quad)
         for c in range(s.lanes // per):
             acc_c = b.gep(acc_ptr, [I64(c * per)], inbounds=True, source_etype=I32)
             w_c = b.gep(w_ptr, [I64(4 * per * c)], inbounds=True, source_etype=I8)
-            acc = b.load(acc_c, typ=ir.VectorType(I32, per), align=4)
-            if names is not None and "dot" in names:
-                vt = ir.VectorType(I32, per)
+            acc = b.load(acc_c, typ=vt, align=4)
+            if step is not None:
+                out = step(acc, b.load(w_c, typ=bytes_t, align=1))
+            elif names is not None and "dot" in names:
                 w = b.load(w_c, typ=vt, align=1)
                 out = b.call(self.declare(names["dot"], vt, [vt, vt, vt]), [acc, self._splat(st, quad, per), w])
             else:
-                w = b.load(w_c, typ=ir.VectorType(I8, 4 * per), align=1)
-                step = self._dot_pairs if names is not None else self._dot_widen
-                out = b.add(acc, step(st, names, quad, w, per, s.pairs_in_int16))
+                w = b.load(w_c, typ=bytes_t, align=1)
+                fn = self._dot_pairs if names is not None else self._dot_widen
+                out = b.add(acc, fn(st, names, quad, w, per, s.pairs_in_int16))
             b.store(out, acc_c, align=4)
+
+    # The AArch64 and wasm32 forms: `_dot_<kind>(st, intrinsic, quad)` emits what a step computes once from
+    # its data quad (i32: 4 uint8) and returns `(acc <4 x i32>, w <16 x i8>) -> acc + the 4 lanes'
+    # sums`, w holding 4 lanes' 4 weights each (lane l: bytes 4l..4l+3).
+
+    def _quad_bytes(self, st, quad):
+        """The data quad broadcast to every 4-byte group of a <16 x i8> (byte 4l + j = a[j])."""
+        return st.builder.bitcast(self._splat(st, quad, 4), ir.VectorType(I8, 16))
+
+    def _dot_usdot(self, st, name, quad):
+        """AArch64 USDOT (vector), FEAT_I8MM (Arm ARM: "Dot Product with unsigned and signed
+        integers (vector)"): each int32 lane += the sum of 4 u8 x s8 byte products, exact."""
+        b, v4, v16 = st.builder, ir.VectorType(I32, 4), ir.VectorType(I8, 16)
+        usdot, data = self.declare(name, v4, [v4, v16, v16]), self._quad_bytes(st, quad)
+        return lambda acc, w: b.call(usdot, [acc, data, w])
+
+    def _dot_udot(self, st, name, quad):
+        """AArch64 UDOT (vector), FEAT_DotProd (Arm ARM: "Dot Product unsigned arithmetic
+        (vector)"): each int32 lane += the sum of 4 u8 x u8 byte products. u8 x s8 is USDOT's
+        (FEAT_I8MM); with dot products alone the weights are made unsigned, exactly: w ^ 0x80 is
+        w + 128 as a uint8, so UDOT(a, w ^ 0x80) = sum a w + 128 sum a, and the step subtracts
+        128 sum a (the same in every lane: the data quad is broadcast), which one more UDOT of
+        the quad with bytes of 128 gives once per step. Sums of 4 products of at most 255 x 255
+        do not leave int32; the accumulation wraps as the reference's int32 does. Per 4 lanes:
+        one EOR, one UDOT, one SUB (the EOR of a weight block is shared by the rows of a register
+        tile, which load the same block)."""
+        b, v4, v16 = st.builder, ir.VectorType(I32, 4), ir.VectorType(I8, 16)
+        udot, data = self.declare(name, v4, [v4, v16, v16]), self._quad_bytes(st, quad)
+        sign = ir.Constant(v16, [0x80] * 16)
+        correction = b.call(udot, [ir.Constant(v4, [0] * 4), data, sign])  # 128 (a0 + a1 + a2 + a3)
+        return lambda acc, w: b.sub(b.call(udot, [acc, data, b.xor(w, sign)]), correction)
+
+    def _dot_dot_i16x8(self, st, name, quad):
+        """WebAssembly SIMD i32x4.dot_i16x8_s (the SIMD proposal: lane i = a[2i] b[2i] +
+        a[2i+1] b[2i+1], i16 x i16 -> i32): the data bytes zero-extended to int16 (a0 a1 a0 a1
+        ..., a2 a3 a2 a3 ...), the weights sign-extended after a byte shuffle that gathers the
+        pairs (w[l][0], w[l][1]) of the 4 lanes into the low 8 bytes and (w[l][2], w[l][3]) into
+        the high 8; two dots give each lane's two pair sums. Exact: the products and pair sums are
+        computed in int32."""
+        b = st.builder
+        v4, w8 = ir.VectorType(I32, 4), ir.VectorType(ir.IntType(16), 8)
+        dot = self.declare(name, v4, [w8, w8])
+        bytes4 = b.zext(b.bitcast(quad, ir.VectorType(I8, 4)), ir.VectorType(ir.IntType(16), 4))
+
+        def pairs(v, first, stride):  # elements first, first + 1 of 4 groups `stride` apart
+            mask = [stride * (i // 2) + first + i % 2 for i in range(8)]
+            return b.shuffle_vector(v, ir.Constant(v.type, None), ir.Constant(ir.VectorType(I32, 8), mask))
+
+        a01, a23 = pairs(bytes4, 0, 0), pairs(bytes4, 2, 0)
+
+        def step(acc, w):
+            w01, w23 = (b.sext(pairs(w, j, 4), w8) for j in (0, 2))
+            return b.add(acc, b.add(b.call(dot, [a01, w01]), b.call(dot, [a23, w23])))
+
+        return step
+
+    def _dot_relaxed_dot(self, st, name, quad):
+        """WebAssembly relaxed SIMD i32x4.relaxed_dot_i8x16_i7x16_add_s(a, b, c) (the relaxed-SIMD
+        proposal: lane i = c[i] + the sum of a[4i + j] b[4i + j] over j < 4, a signed int8, b
+        "7-bit": where b's top bit is set the engine may read it as signed or unsigned, and the
+        int16 sums of adjacent products may saturate). Used exactly: a is the int8 weights, b the
+        data bytes split into their low 7 bits (d & 127) and their top bit (d >> 7), both in
+        [0, 127], so every product and pair sum (at most 2 x 128 x 127 = 32512) is the same on
+        every engine; the lane gets dot(w, lo) + 128 dot(w, hi). Per 4 lanes: two relaxed dots,
+        a shift, an add."""
+        b, v4, v16 = st.builder, ir.VectorType(I32, 4), ir.VectorType(I8, 16)
+        dot = self.declare(name, v4, [v16, v16, v4])
+        lo = self._quad_bytes(st, b.and_(quad, I32(0x7F7F7F7F)))
+        hi = self._quad_bytes(st, b.and_(b.lshr(quad, I32(7)), I32(0x01010101)))
+        zero, seven = ir.Constant(v4, [0] * 4), ir.Constant(v4, [7] * 4)
+        # acc only meets the final add: its chain across steps stays one add, not two dots long
+        return lambda acc, w: b.add(acc, b.call(dot, [w, lo, b.shl(b.call(dot, [w, hi, zero]), seven)]))
 
     def _dot_pairs(self, st, names, quad, w, per, pairs_in_int16):
         """<per x i32> sums of 4 products through vpmaddubsw (u8 x s8 pairs -> saturating i16)

@@ -232,7 +232,11 @@ class DotU8S8(Intrinsic):
     The code generator picks the instructions from the target (Target.dot_u8s8, from
     targets/isa/<arch>.yaml): AVX512-VNNI / AVX-VNNI `vpdpbusd` (Intel SDM: "Multiply and Add
     Unsigned and Signed Bytes", each int32 lane += 4 u8 x s8 products), AVX512-BW / AVX2
-    `vpmaddubsw` + `vpmaddwd`, else widening multiplies. Every form computes the exact sum:
+    `vpmaddubsw` + `vpmaddwd`; AArch64 `usdot` (+i8mm: 4 u8 x s8 products per int32 lane) or
+    `udot` (+dotprod: u8 x u8, on the weights plus 128 less 128 x the data quad's sum); wasm32
+    `i32x4.relaxed_dot_i8x16_i7x16_add_s` (relaxed SIMD, on the data's low 7 bits and top bit)
+    or `i32x4.dot_i16x8_s` (SIMD, on bytes widened to int16); else widening multiplies
+    (tvmc/codegen/llvm.py says how each is exact). Every form computes the exact sum:
     `vpmaddubsw` adds two u8 x s8 products in saturating int16, which overflows where both
     weights of a pair (b[4l + 2i], b[4l + 2i + 1]) are large; with `pairs_in_int16` the caller
     promises that no pair can (see tvmc.ops.cpu.int8.pairs_in_int16) and gets one vpmaddubsw
