@@ -12,7 +12,11 @@ target's instructions (Target.dot_u8s8, from targets/isa/<arch>.yaml):
 
   AVX512-VNNI, AVX-VNNI   vpdpbusd (one 512-bit or two 256-bit per step)
   AVX512-BW, AVX2         vpmaddubsw + vpmaddwd (one or two vectors per step)
-  otherwise               widening multiplies (SSE4.2, and any other CPU)
+  AArch64 +i8mm           usdot (u8 x s8)
+  AArch64 +dotprod        udot on the weights read as w + 128, minus 128 x the data quad's sum
+  wasm32 relaxed-simd     relaxed_dot_i8x16_i7x16_add_s on the data's low 7 bits and top bit
+  wasm32 simd128          i32x4.dot_i16x8_s on bytes widened to int16
+  otherwise               widening multiplies (SSE4.2, AArch64 without dotprod, any other CPU)
 
 vpmaddubsw adds each pair of u8 x s8 products into a saturating int16: 255 * 127 * 2 = 64770 does
 not fit. onnxruntime's AVX2 u8s8 kernel accepts that (its documentation asks for 7-bit weights,
