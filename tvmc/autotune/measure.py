@@ -95,6 +95,17 @@ class MeasureOptions:
             object.__setattr__(self, name, value)
 
 
+class MeasurementStopped(Exception):
+    """A measurer can measure no more (a cluster's device left and did not come back): raised by
+    measure() with `results`, one per config asked for: a MeasureResult for each config measured
+    (or lost in flight, an error), None for each never started. The tuner records the results,
+    stops, and says `reason`."""
+
+    def __init__(self, reason: str, results: list):
+        super().__init__(reason)
+        self.reason, self.results = reason, results
+
+
 @dataclass
 class MeasureResult:
     costs_s: list
