@@ -219,19 +219,30 @@ class ClusterMeasurer(Measurer):
         lost = ""
         for attempt in range(2):
             fut = self._measure_task.remote(req, path, ref, limit_s)
-            ready, _ = ray.wait([fut], timeout=max(limit_s, 0.0) + GRACE_S)
-            if not ready:
-                ray.cancel(fut, force=True)
+            deadline = time.monotonic() + max(limit_s, 0.0) + GRACE_S
+            while True:
+                ready, _ = ray.wait([fut], timeout=1.0)
+                if ready:
+                    break
+                # a task for a resource no live node has would wait for ever: the device left
+                gone = not device_nodes(self.key)
+                if gone or time.monotonic() >= deadline:
+                    ray.cancel(fut, force=True)
+                    break
+            if ready:
+                try:
+                    err, msg, costs, output = ray.get(fut)
+                    return MeasureError(err), msg, costs, output
+                except ray.exceptions.RayTaskError as e:  # the device task itself raised
+                    return MeasureError.RUNTIME_DEVICE, f"device {self.key}: {str(e.cause)[:300]}", [], None
+                except ray.exceptions.RayError as e:      # the device (or its worker) died
+                    lost = f"device {self.key} was lost during the measurement ({type(e).__name__})"
+            elif gone:
+                lost = f"device {self.key} left the cluster during the measurement"
+            else:
                 return MeasureError.RUN_TIMEOUT, f"no answer from device {self.key} within " \
                                                  f"{limit_s + GRACE_S:.3g} s", [], None
-            try:
-                err, msg, costs, output = ray.get(fut)
-                return MeasureError(err), msg, costs, output
-            except ray.exceptions.RayTaskError as e:  # the device task itself raised
-                return MeasureError.RUNTIME_DEVICE, f"device {self.key}: {str(e.cause)[:300]}", [], None
-            except ray.exceptions.RayError as e:      # the device (or its worker) died
-                lost = f"device {self.key} was lost during the measurement ({type(e).__name__})"
-                self.lost += 1
+            self.lost += 1
             if attempt == 0 and not self._wait_for_device():
                 break
         raise MeasurementStopped(f"{lost}; no device with key {self.key} came back within {self.device_wait_s:g} s",
