@@ -536,8 +536,8 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
             raise TypeError("artifact: a run on a cluster takes the mod.tar's path, not a loaded Artifact")
         device_resource(device_key)
         with cluster_session(cluster):
-            return run_on_device(artifact, device_key, given, on_device, fill_mode=fill_mode, seed=seed, repeat=repeat,
-                                 number=number, threads=threads, profile=profile, device=device,
+            return run_on_device(run, artifact, device_key, given, on_device, fill_mode=fill_mode, seed=seed,
+                                 repeat=repeat, number=number, threads=threads, profile=profile, device=device,
                                  cuda_graph=cuda_graph, target=target)
 
     executor = _create_executor(artifact, device, cuda_graph, target)

@@ -265,10 +265,10 @@ def _first_line(e: BaseException) -> str:
     return text[0][:300] if text else type(e).__name__
 
 
-def _run_on_node(tar: bytes, name: str, inputs: dict, kwargs: dict):
-    """On the device: write the artifact to a private folder and run it as `tvmc run` does
-    (tvmc.api.run); returns (RunResult, this node's description)."""
-    from tvmc.api import run
+def _run_on_node(run, tar: bytes, name: str, inputs: dict, kwargs: dict):
+    """On the device: write the artifact to a private folder and run it with `run` (tvmc.api.run,
+    passed by the caller: this module does not import the API); returns (RunResult, this node's
+    description)."""
     from tvmc.target import host_arch
 
     folder = tempfile.mkdtemp(prefix="tvmc-device-run-")
@@ -294,10 +294,10 @@ def unwrap_task_error(e: Exception, what: str) -> Exception:
     return ClusterError(f"{what}: {type(e).__name__}: {_first_line(e)}")
 
 
-def run_on_device(artifact: str, key: str, inputs=None, on_device=None, **kwargs):
-    """Run the mod.tar at `artifact` on device `key` of the connected cluster, as tvmc.api.run
-    does on this machine (`kwargs`: its fill_mode, seed, repeat, number, threads, profile, device,
-    cuda_graph, target); returns its RunResult (artifact: this path). `inputs` is a dict of
+def run_on_device(run, artifact: str, key: str, inputs=None, on_device=None, **kwargs):
+    """Run the mod.tar at `artifact` on device `key` of the connected cluster with `run`
+    (tvmc.api.run, as on this machine; `kwargs`: its fill_mode, seed, repeat, number, threads,
+    profile, device, cuda_graph, target); returns its RunResult (artifact: this path). `inputs` is a dict of
     arrays (read on this machine). `on_device(line)` is told where it runs.
 
     Raises ClusterError when no device has `key` (or it left during the run); the run's own
@@ -311,7 +311,7 @@ def run_on_device(artifact: str, key: str, inputs=None, on_device=None, **kwargs
     task = ray.remote(_run_on_node).options(resources={resource: 1}, num_cpus=1, max_retries=0,
                                             name=f"tvmc-run:{key}")
     try:
-        result, where = ray.get(task.remote(tar, os.path.basename(artifact), dict(inputs or {}), kwargs))
+        result, where = ray.get(task.remote(run, tar, os.path.basename(artifact), dict(inputs or {}), kwargs))
     except Exception as e:
         raise unwrap_task_error(e, f"running {artifact} on device {key}") from None
     if on_device is not None:
