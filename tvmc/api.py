@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tvmc.checks import choice_arg, int_arg, path_arg
+from tvmc.checks import choice_arg, int_arg, path_arg, positive_number_arg
 from tvmc.constants import __version__
 from tvmc.errors import ArtifactError, InputError, ModelError, TuningError
 from tvmc.paths import check_output_path, check_regular, open_regular
@@ -475,7 +475,8 @@ def _device_of(executor) -> dict | None:
 
 
 def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, number=None, threads=None,
-        profile=False, device=None, on_device=None, cuda_graph=True, target=None) -> RunResult:
+        profile=False, device=None, on_device=None, cuda_graph=True, target=None, cluster=None,
+        device_key=None) -> RunResult:
     """Run a compiled mod.tar on this machine, as `tvmc run`.
 
     artifact:  path of the mod.tar (or a tvmc.package.Artifact)
@@ -501,6 +502,9 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
     cuda_graph: CUDA artifacts: capture the graph once and replay it on each run (default); False
                launches kernel by kernel. A graph with a run-time loop is always launched kernel by
                kernel (tvmc.runtime.cuda); RunResult.device says which mode ran. Ignored elsewhere.
+    cluster, device_key: run on device `device_key` of the Ray cluster at `cluster` (`ray://HOST:10001`,
+               `HOST:6379`; tvmc.cluster.run_on_device) instead of this machine: the artifact and the
+               inputs travel there, the outputs and timings come back; the other arguments as here
 
     Raises:
         TypeError, ValueError: an argument of the wrong type or value (the message names it)
@@ -509,6 +513,7 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
             driver refuses to capture)
         InputError (8): an input name the model does not have, a wrong shape or dtype, or an
             .npz file that cannot be read
+        ClusterError (10): with `cluster`, the cluster cannot be reached or has no device `device_key`
     """
     from tvmc.package import Artifact
     from tvmc.runtime import benchmark
@@ -524,6 +529,16 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
         origin = path_arg("inputs", inputs)
         inputs = read_inputs(origin)
     given = dict(inputs or {})
+    if cluster is not None:
+        from tvmc.cluster import cluster_session, device_resource, run_on_device
+
+        if isinstance(artifact, Artifact):
+            raise TypeError("artifact: a run on a cluster takes the mod.tar's path, not a loaded Artifact")
+        device_resource(device_key)
+        with cluster_session(cluster):
+            return run_on_device(run, artifact, device_key, given, on_device, fill_mode=fill_mode, seed=seed,
+                                 repeat=repeat, number=number, threads=threads, profile=profile, device=device,
+                                 cuda_graph=cuda_graph, target=target)
 
     executor = _create_executor(artifact, device, cuda_graph, target)
     try:
@@ -653,6 +668,11 @@ class TuneResult:
     results: list
     records: str
 
+    @property
+    def stopped(self) -> str | None:
+        """Why the tune stopped before its end (a cluster's device left), or None."""
+        return next((r.stopped for r in self.results if r.stopped), None)
+
     def to_json(self) -> dict:
         """The `tvmc tune --json` document (docs/json.md): per tuned task its listing fields plus
         trials, best and fallback GFLOP/s, speed-up (null when not measured), best config."""
@@ -670,11 +690,13 @@ class TuneResult:
                           "errors": {str(code): n for code, n in r.errors.items()}, "seconds": r.seconds})
         return json_document("tune", {"model": self.tasks.model, "target": self.tasks.target.to_dict(),
                                       "records": self.records, "num_tasks": len(self.tasks.tasks),
-                                      "num_workloads": self.tasks.num_workloads, "tasks": tasks})
+                                      "num_workloads": self.tasks.num_workloads, "tasks": tasks,
+                                      "stopped": self.stopped})
 
 
 def tune(model, target="native", records="records.json", options=None, *, compile_options=None, tasks=None,
-         target_options=None, task_list=None, progress=None, **fields) -> TuneResult:
+         target_options=None, task_list=None, progress=None, cluster=None, device_key=None, device_wait_s=60.0,
+         **fields) -> TuneResult:
     """Tune a model's kernels on this machine, as `tvmc tune`, appending records to `records`
     (resumed when it exists).
 
@@ -694,12 +716,19 @@ def tune(model, target="native", records="records.json", options=None, *, compil
     task_list:       a TaskList of this model and target from list_tasks, not to extract again
                      (compile_options are then its options)
     progress:        a tvmc.autotune.tune.Progress (default: the progress line on stdout)
+    cluster:         a Ray cluster's address (`ray://HOST:10001`, `HOST:6379` or `local`; tvmc.cluster):
+                     candidates are built on its nodes and measured on its device `device_key`
+                     (tvmc.autotune.cluster.ClusterMeasurer); None: on this machine
+    device_wait_s:   seconds to wait for the device to come back when it leaves mid-tune; then the
+                     tune stops with what it measured (TaskResult.stopped, TuneResult.stopped)
 
     Raises:
         TypeError, ValueError: an argument or option of the wrong type or value (the message names it)
         ModelError (2), TargetError (3), PassError (4): as for compile
         TuningError (9): a task index out of range, a records file that cannot be read or written,
             a CPU target of another architecture than this host's (e.g. arm on x86-64)
+        ClusterError (10): the cluster cannot be reached, has no device `device_key`, or that
+            device cannot measure the target
     """
     from tvmc.autotune.measure import MeasureOptions
     from tvmc.autotune.tune import TuneOptions, tune_tasks
@@ -728,8 +757,19 @@ def tune(model, target="native", records="records.json", options=None, *, compil
                           f"(0-{n - 1}; see tvmc tune --list-tasks)" if n
                           else f"{task_list.model}: the model has no tuning tasks")
     target = task_list.target
+    chosen = [task_list.tasks[k] for k in indices]
+    if cluster is not None:
+        from tvmc.autotune.cluster import ClusterMeasurer
+        from tvmc.cluster import cluster_session, device_resource
+
+        device_resource(device_key)
+        device_wait_s = positive_number_arg("device_wait_s", device_wait_s, "seconds", zero=True)
+        with cluster_session(cluster, device_key, target):
+            results = tune_tasks(chosen, target, records, options, progress, measurer=lambda: ClusterMeasurer(
+                target, options.measure, device_key, device_wait_s=device_wait_s))
+        return TuneResult(task_list, indices[:len(results)], results, records)
     missing = backend_for(target).measure_missing(target)
     if missing:
         raise TuningError(missing)
-    results = tune_tasks([task_list.tasks[k] for k in indices], target, records, options, progress)
+    results = tune_tasks(chosen, target, records, options, progress)
     return TuneResult(task_list, indices, results, records)

@@ -63,6 +63,8 @@ EXIT_CODES = (
     (errors.ArtifactError.exit_code, "artifact: missing, invalid, cannot run on this host (ArtifactError)"),
     (errors.InputError.exit_code, "inputs: wrong names, shapes, dtypes, unreadable .npz (InputError)"),
     (errors.TuningError.exit_code, "tuning: records missing or unreadable, bad task index (TuningError)"),
+    (errors.ClusterError.exit_code, "cluster: unreachable, no device with the key, device cannot run the target "
+                                    "(ClusterError)"),
     (USAGE_EXIT, "usage: unknown command or option, bad flag value"),
     (INTERNAL_ERROR_EXIT, "internal error, a bug in tvmc (--verbose shows the traceback)"),
     (INTERRUPTED_EXIT, "interrupted (Ctrl-C); temporary files removed"),
@@ -716,9 +718,28 @@ def print_task_list(task_list) -> None:
                    f"{r['flops'] / 1e6:>10.2f} {r['calls']:>5} {r['config_space_size']:>8}")
 
 
+def _device_key(ctx, param, value):
+    if value is None:
+        return None
+    from tvmc.cluster import device_resource
+
+    try:
+        device_resource(value)
+    except TVMCError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
+cluster_option = click.option("--cluster", metavar="ADDRESS",
+                              help="A Ray cluster: ray://HOST:10001, HOST:6379 (a head) or local (a Ray instance in "
+                                   "this process); needs --device-key (README: Tuning on devices).")
+device_key_option = click.option("--device-key", metavar="KEY", callback=_device_key,
+                                 help="The device of --cluster to measure or run on (tvmc device-worker --key KEY).")
+
+
 @cli.command("tune", short_help="Tune the kernels of an ONNX model on this machine; write measurement records.")
-@click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--target", "target_spec", required=True, help="Target name or descriptor, as for compile.")
+@click.argument("model", type=click.Path(dir_okay=False), required=False)
+@click.option("--target", "target_spec", help="Target name or descriptor, as for compile.  [required]")
 @click.option("--target-option", multiple=True, metavar="KEY=VALUE",
               help="Override a target descriptor field (repeatable).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
@@ -728,6 +749,12 @@ def print_task_list(task_list) -> None:
               help="Print the tasks (index, op, implementation, workload, FLOPs, calls, config-space size) and exit.")
 @click.option("--tasks", "task_indices", metavar="INDICES", callback=_task_indices,
               help="Tune only these tasks, by --list-tasks index: e.g. 0,2-4.")
+@cluster_option
+@device_key_option
+@click.option("--list-devices", is_flag=True, help="With --cluster: print its devices (key, target) and exit.")
+@click.option("--device-wait", "device_wait_s", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              metavar="SECONDS", help="With --cluster: how long to wait for the device to come back when it leaves "
+                                      "mid-tune; then the tune stops with what it recorded.")
 @TUNE_FLAGS
 @MEASURE_FLAGS
 @GRAPH_FLAGS
@@ -735,17 +762,42 @@ def print_task_list(task_list) -> None:
 @json_option
 @verbose_option
 @_handle_errors
-def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, as_json, verbose, **flags):
+def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, cluster, device_key, list_devices,
+             device_wait_s, as_json, verbose, **flags):
     """Tune the kernels of an ONNX MODEL on this machine; write measurement records.
 
     The graph flags (-O, --input-shapes, --mixed-precision, ...) are the compile's: the tasks are
     taken after its passes. --list-tasks prints the tasks without tuning; --tasks tunes a subset.
+    --cluster ADDRESS --device-key KEY builds candidates on a Ray cluster's nodes and measures them
+    on its device KEY (tvmc device-worker); --cluster ADDRESS --list-devices lists its devices.
     """
     from tvmc.api import list_tasks as list_model_tasks
     from tvmc.api import tune
     from tvmc.autotune.tune import Progress, format_summary, task_count_line
     from tvmc.target import resolve_target
 
+    if list_devices:
+        if not cluster:
+            raise click.UsageError("--list-devices lists the devices of a --cluster ADDRESS")
+        from tvmc.cluster import cluster_session, format_devices, list_devices as cluster_devices
+
+        with cluster_session(cluster):
+            devices = cluster_devices()
+        if as_json:
+            from tvmc.api import json_document
+
+            _echo_json(json_document("devices", {"cluster": cluster, "devices": devices}))
+        else:
+            click.echo(format_devices(devices, cluster))
+        return
+    if model is None:
+        raise click.UsageError("Missing argument 'MODEL'.")
+    if target_spec is None:
+        raise click.UsageError("Missing option '--target'.")
+    if cluster and not device_key:
+        raise click.UsageError("--cluster needs --device-key KEY: the device to measure on (see --list-devices)")
+    if device_key and not cluster:
+        raise click.UsageError("--device-key names a device of a --cluster ADDRESS")
     compile_options = GRAPH_FLAGS.build(flags)
     options = TUNE_FLAGS.build(flags, measure=MEASURE_FLAGS.build(flags))
     if not list_tasks and not output:
@@ -767,13 +819,20 @@ def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices
     say(f"{task_count_line(len(task_list.tasks), task_list.num_workloads)} from {model} (opt level "
         f"{compile_options.opt_level}, target {target.name}; a workload has one task per implementation)"
         + (f"; tuning tasks {', '.join(map(str, chosen))}" if task_indices is not None else ""))
+    if cluster:
+        say(f"measuring on device {device_key} of the Ray cluster at {cluster}; building on its nodes")
     result = tune(model, target, output, options, tasks=task_indices, task_list=task_list,
-                  progress=Progress(sys.stderr if as_json else sys.stdout))
+                  progress=Progress(sys.stderr if as_json else sys.stdout), cluster=cluster, device_key=device_key,
+                  device_wait_s=device_wait_s)
     if as_json:
         _echo_json(result.to_json())
-        return
-    click.echo(format_summary(result.results, result.indices))
-    click.echo(f"records: {output}")
+    else:
+        click.echo(format_summary(result.results, result.indices))
+        click.echo(f"records: {output}")
+    if result.stopped:
+        tuned = len(result.results)
+        raise TuningError(f"tuning stopped in task {result.indices[-1]} ({tuned} of {len(chosen)} tasks tuned): "
+                          f"{result.stopped}; the records in {output} resume it (run the same command again)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -870,20 +929,27 @@ def print_top_classes(top: dict, k: int, outputs: dict) -> None:
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
               help="CUDA artifacts: capture the graph once and replay it on each run (a graph with a run-time loop "
                    "always launches kernel by kernel; the device line says which mode ran).")
+@cluster_option
+@device_key_option
 @config_option
 @json_option
 @verbose_option
 @_handle_errors
 def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, number, profile, print_top, threads,
-            device, target_spec, cuda_graph, as_json, verbose):
+            device, target_spec, cuda_graph, cluster, device_key, as_json, verbose):
     """Run a compiled ARTIFACT (mod.tar) on this machine.
 
     Prints each output's shape, dtype and statistics; --print-time (or --repeat/--number) the
     latency, --profile a per-kernel table, --print-top the top classes; --json all of it as JSON.
     On a GPU, --profile times each kernel with the device's events (OpenCL profiling events, CUDA
     events), kernel by kernel; a CUDA artifact's runs replay one CUDA graph unless --no-cuda-graph.
+    --cluster ADDRESS --device-key KEY runs it on that device of a Ray cluster (tvmc device-worker).
     """
     from tvmc.api import run
+
+    if bool(cluster) != bool(device_key):
+        raise click.UsageError("--cluster ADDRESS and --device-key KEY go together: the device of a Ray cluster to "
+                               "run on")
 
     if print_time and repeat is None and number is None:
         repeat = number = 1
@@ -893,7 +959,7 @@ def run_cmd(artifact, inputs_path, outputs_path, fill_mode, print_time, repeat, 
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout carries the document alone
     result = run(artifact, inputs_path, fill_mode=fill_mode, repeat=repeat, number=number, threads=threads,
                  profile=profile, device=device, on_device=lambda name: say(f"device: {name}"), cuda_graph=cuda_graph,
-                 target=target_spec)
+                 target=target_spec, cluster=cluster, device_key=device_key)
     if outputs_path:
         save_outputs(outputs_path, result.outputs, reads)
     if as_json:
@@ -952,6 +1018,38 @@ def build_runner_cmd(artifact, output, target_spec, cross_compiler, cross_compil
     click.echo(f"runner: {path} ({target.arch}, built by {target.linker[0]} for target {target.name})")
     click.echo(f"run it beside mod.so and mod.params (from {artifact}): ./{path.name} -p mod.params "
                f"-i INPUT=in.npy -o OUTPUT=out.npy -r 10")
+
+
+# ---------------------------------------------------------------------------------------------
+# device-worker
+
+
+@cli.command("device-worker", short_help="Join a Ray cluster as a device that tuning measures on and tvmc run runs on.")
+@click.option("--address", required=True, metavar="HOST:PORT", help="The Ray head's address (its GCS port, 6379).")
+@click.option("--key", required=True, metavar="KEY", callback=_device_key,
+              help="The device's key: tvmc tune/run --device-key KEY reach it.")
+@click.option("--target", "target_spec", default="native", show_default=True, metavar="TARGET",
+              help="The target whose artifacts this host must run (checked before it joins).")
+@click.option("--num-cpus", type=click.IntRange(min=1), default=1, show_default=True,
+              help="CPUs this node offers the cluster: 1 keeps builds on the other nodes.")
+@verbose_option
+@_handle_errors
+def device_worker_cmd(address, key, target_spec, num_cpus, verbose):
+    """Make this host device KEY of the Ray cluster whose head is at ADDRESS, until interrupted.
+
+    A wrapper of `ray start --address ADDRESS --num-cpus 1 --resources '{"tvmc-device:KEY": 1}'
+    --labels tvmc-device-key=KEY,tvmc-target=TARGET,tvmc-measure=native|emulated --block`: first
+    it checks this host can run TARGET's artifacts (architecture, CPU features, GPU driver; another
+    architecture under its emulator) and refuses with the reason otherwise. tvmc must be installed
+    here in the tuner's version; Ray's token (~/.ray/auth_token of the head) too.
+    """
+    from tvmc.cluster import start_device_worker
+    from tvmc.target import resolve_target
+
+    target = resolve_target(target_spec)
+    code = start_device_worker(address, key, target, num_cpus, say=click.echo)
+    if code:
+        raise errors.ClusterError(f"ray start --address {address} ended with exit code {code}")
 
 
 # ---------------------------------------------------------------------------------------------

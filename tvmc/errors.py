@@ -71,6 +71,13 @@ class TuningError(TVMCError):
     exit_code = 9
 
 
+class ClusterError(TVMCError):
+    """A Ray cluster (--cluster) that cannot be reached, a device key it does not offer, a device
+    that cannot run the target, Ray not installed (tvmc.cluster)."""
+
+    exit_code = 10
+
+
 class Terminated(BaseException):
     """Raised in the main thread when the process receives SIGTERM or SIGHUP (installed by
     `tvmc`'s entry point), so cleanup runs as for Ctrl-C. A BaseException, like KeyboardInterrupt,

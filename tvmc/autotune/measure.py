@@ -95,6 +95,17 @@ class MeasureOptions:
             object.__setattr__(self, name, value)
 
 
+class MeasurementStopped(Exception):
+    """A measurer can measure no more (a cluster's device left and did not come back): raised by
+    measure() with `results`, one per config asked for: a MeasureResult for each config measured
+    (or lost in flight, an error), None for each never started. The tuner records the results,
+    stops, and says `reason`."""
+
+    def __init__(self, reason: str, results: list):
+        super().__init__(reason)
+        self.reason, self.results = reason, results
+
+
 @dataclass
 class MeasureResult:
     costs_s: list
@@ -270,11 +281,95 @@ def _runner_main(conn):
             close()  # thousands of candidates: unload each one
 
 
+def candidate_request(task, path: str, options: MeasureOptions, backend_name: str, want_output: bool) -> dict:
+    """The runner's request to run candidate `path` of `task` (the message the runner loop reads):
+    seeded inputs of the task's shapes, the output's shape and dtype, and the timing protocol of
+    `options` (number, repeat, min_repeat_ms, check). The same request serves the local runner
+    and a device node's (tvmc.autotune.cluster)."""
+    import numpy as np
+
+    n_in = len(task.in_dtypes)
+    return {"key": task.key, "seed": 0, "path": path, "func": "tvmc_task",
+            "inputs": [(tuple(s), d) for s, d in zip(task.workload[:n_in], task.in_dtypes)],
+            "out_shape": tuple(task.workload[n_in]), "out_dtype": np.dtype(task.workload[n_in + 1]).name,
+            "number": options.number, "repeat": options.repeat,
+            "min_repeat_ms": options.min_repeat_ms, "check": options.check,
+            "want_output": want_output, "backend": backend_name}
+
+
+class Runner:
+    """The runner process of the module docstring, started on first use and again after a
+    candidate killed it or passed its time: one per Measurer, and one per device node of a
+    cluster (tvmc.autotune.cluster), so a candidate is run the same way on both."""
+
+    def __init__(self):
+        self._proc = None
+        self._conn = None
+        self._refs_sent = set()
+
+    def fds(self) -> list:
+        """File descriptors of the tuner's end of the runner socket (closed in forked build workers)."""
+        return [self._conn.fileno()] if self._conn is not None and not self._conn.closed else []
+
+    def _start(self):
+        # a fresh interpreter (not multiprocessing's spawn, which re-runs the parent's __main__)
+        # talking over a socket pair wrapped as multiprocessing Connections
+        parent, child = socket.socketpair()
+        code = f"from tvmc.autotune.measure import _runner_entry; _runner_entry({child.fileno()})"
+        self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child.fileno(),))
+        child.close()
+        self._conn = Connection(parent.detach())
+        self._refs_sent = set()
+        if not self._conn.poll(120) or self._conn.recv() != ("ready",):
+            raise RuntimeError("the measurement runner process did not start")
+
+    def stop(self):
+        """Kill the runner process (the next run starts a fresh one)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._conn.close()
+            self._proc = None
+
+    def run(self, req: dict, ref, limit_s: float):
+        """Run candidate request `req` (candidate_request) within `limit_s` seconds, its output
+        checked against `ref` (the reference output of req["key"], or None); returns
+        (MeasureError, msg, costs_s, output or None). A runner that dies or passes the limit is
+        killed: RUNTIME_DEVICE or RUN_TIMEOUT."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+        key = req["key"]
+        if ref is not None and key not in self._refs_sent:
+            self._conn.send(("ref", key, ref))
+            self._refs_sent.add(key)
+        self._conn.send(("run", req))
+        if not self._conn.poll(max(limit_s, 0.0)):
+            self.stop()
+            return MeasureError.RUN_TIMEOUT, f"run took longer than {limit_s:.3g} s", [], None
+        try:
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            try:
+                code = self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                code = None
+            self.stop()
+            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            return MeasureError.RUNTIME_DEVICE, f"the kernel crashed the runner ({how})", [], None
+        if reply[0] == "wrong":
+            return MeasureError.WRONG_ANSWER, reply[1], [], None
+        return MeasureError.NO_ERROR, "", reply[1], reply[2]
+
+
 class Measurer:
     """Builds and runs candidates of tasks (see the module docstring). Use as a context manager.
 
     `build_fn(task, target, config, path) -> (MeasureError, msg, build_s)` replaces the build
-    (tests inject faults through it; it must be a module-level function)."""
+    (tests inject faults through it; it must be a module-level function).
+
+    The interface the tuner uses (tvmc.autotune.tune), which a cluster of builders and devices
+    also serves (tvmc.autotune.cluster.ClusterMeasurer): measure, set_reference_from,
+    set_reference, close; build and run below them."""
 
     def __init__(self, target, options: MeasureOptions = MeasureOptions(), build_fn=build_candidate):
         from tvmc.backends import backend_for
@@ -287,9 +382,7 @@ class Measurer:
         self.target, self.options, self.build_fn = target, options, build_fn
         self.tmp = tempfile.mkdtemp(prefix="tvmc-tune-")
         self._pool = None
-        self._runner = None
-        self._conn = None
-        self._runner_refs = set()
+        self._runner = Runner()
         self._refs = {}
         self._serial = 0
 
@@ -301,15 +394,14 @@ class Measurer:
 
     def close(self):
         self._kill_pool()
-        self._stop_runner()
+        self._runner.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- build pool
     def _new_pool(self):
         ctx = multiprocessing.get_context("fork")
-        fds = [self._conn.fileno()] if self._conn is not None and not self._conn.closed else []
         self._pool = cf.ProcessPoolExecutor(max_workers=max(1, self.options.parallel), mp_context=ctx,
-                                            initializer=_build_worker_init, initargs=(fds, self.tmp))
+                                            initializer=_build_worker_init, initargs=(self._runner.fds(), self.tmp))
 
     def _kill_pool(self):
         if self._pool is None:
@@ -373,60 +465,14 @@ class Measurer:
         return results
 
     # -- runner
-    def _start_runner(self):
-        # a fresh interpreter (not multiprocessing's spawn, which re-runs the parent's __main__)
-        # talking over a socket pair wrapped as multiprocessing Connections
-        parent, child = socket.socketpair()
-        code = f"from tvmc.autotune.measure import _runner_entry; _runner_entry({child.fileno()})"
-        self._runner = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child.fileno(),))
-        child.close()
-        self._conn = Connection(parent.detach())
-        self._runner_refs = set()
-        if not self._conn.poll(120) or self._conn.recv() != ("ready",):
-            raise RuntimeError("the measurement runner process did not start")
-
-    def _stop_runner(self):
-        if self._runner is not None:
-            self._runner.kill()
-            self._runner.wait()
-            self._conn.close()
-            self._runner = None
-
     def run(self, task, path: str, limit_s: float, want_output=False):
         """Run one built candidate; returns (MeasureError, msg, costs_s, output or None)."""
-        import numpy as np
+        req = candidate_request(task, path, self.options, self._backend.name, want_output)
+        return self._runner.run(req, self._refs.get(task.key), limit_s)
 
-        if self._runner is None or self._runner.poll() is not None:
-            self._start_runner()
-        key = task.key
-        ref = self._refs.get(key)
-        if ref is not None and key not in self._runner_refs:
-            self._conn.send(("ref", key, ref))
-            self._runner_refs.add(key)
-        n_in = len(task.in_dtypes)
-        req = {"key": key, "seed": 0, "path": path, "func": "tvmc_task",
-               "inputs": [(tuple(s), d) for s, d in zip(task.workload[:n_in], task.in_dtypes)],
-               "out_shape": tuple(task.workload[n_in]), "out_dtype": np.dtype(task.workload[n_in + 1]).name,
-               "number": self.options.number, "repeat": self.options.repeat,
-               "min_repeat_ms": self.options.min_repeat_ms, "check": self.options.check,
-               "want_output": want_output, "backend": self._backend.name}
-        self._conn.send(("run", req))
-        if not self._conn.poll(max(limit_s, 0.0)):
-            self._stop_runner()
-            return MeasureError.RUN_TIMEOUT, f"run took longer than {limit_s:.3g} s", [], None
-        try:
-            reply = self._conn.recv()
-        except (EOFError, OSError):
-            try:
-                code = self._runner.wait(5)
-            except subprocess.TimeoutExpired:
-                code = None
-            self._stop_runner()
-            how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            return MeasureError.RUNTIME_DEVICE, f"the kernel crashed the runner ({how})", [], None
-        if reply[0] == "wrong":
-            return MeasureError.WRONG_ANSWER, reply[1], [], None
-        return MeasureError.NO_ERROR, "", reply[1], reply[2]
+    def discard(self, path) -> None:
+        """Forget a built candidate once it ran (its library is removed)."""
+        _unlink(path)
 
     def set_reference(self, task, output):
         """The output every later candidate of `task` is compared with (the fallback config's)."""
@@ -446,7 +492,7 @@ class Measurer:
         if err != MeasureError.NO_ERROR:
             return False
         err, _, _, output = self.run(source, path, self._run_limit(build_s), want_output=True)
-        _unlink(path)
+        self.discard(path)
         if err != MeasureError.NO_ERROR:
             return False
         self.set_reference(task, output)
@@ -463,7 +509,7 @@ class Measurer:
                 err, msg, costs, output = self.run(task, path, self._run_limit(build_s), want_output=want)
                 if want and err == MeasureError.NO_ERROR:
                     self.set_reference(task, output)
-            _unlink(path)
+            self.discard(path)
             results.append(MeasureResult(costs, err, msg[:500], build_s))
         return results
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tvmc.autotune.features import config_features
-from tvmc.autotune.measure import MeasureOptions, Measurer, build_candidate
+from tvmc.autotune.measure import MeasureOptions, MeasurementStopped, Measurer, build_candidate
 from tvmc.autotune.record import RecordWriter, config_key, load_records, of_target
 from tvmc.autotune.task import workload_key
 from tvmc.autotune.tuner import TUNERS, make_tuner
@@ -101,6 +101,7 @@ class TaskResult:
     curve: list = field(default_factory=list)  # best FLOP/s after each trial made now
     last_flops: float = 0.0                    # the latest measurement's FLOP/s
     speedup: float = float("nan")              # best config over fallback, measured side by side
+    stopped: str | None = None                 # why the search stopped early (MeasurementStopped)
 
 
 def split_budget(tasks, trials: int, target) -> list:
@@ -148,9 +149,13 @@ class Progress:
 
 
 def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), progress: Progress | None = None,
-               build_fn=build_candidate, budgets=None) -> list:
+               build_fn=build_candidate, budgets=None, measurer=None) -> list:
     """Tune `tasks` on this machine, appending records to `output`; returns a TaskResult each.
-    `budgets` overrides the trial split (one count per task)."""
+    `budgets` overrides the trial split (one count per task). `measurer()` makes the measurer
+    (a context manager with Measurer's interface: tvmc.autotune.cluster.ClusterMeasurer measures
+    on a cluster's device); default: a Measurer of this machine with `build_fn`. When the
+    measurer stops (MeasurementStopped), the task it stopped in ends with TaskResult.stopped
+    set, and the tasks after it are not tuned (not in the list)."""
     previous = []
     if options.prior_records:
         previous += load_records(options.prior_records)
@@ -164,13 +169,16 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
     # forked before the measurer starts its runner, so that no worker holds the runner's pipe
     features = FeaturePool(options.measure.parallel) if options.tuner == "xgb" else None
     try:
-        with Measurer(target, options.measure, build_fn) as measurer, RecordWriter(output) as writer:
+        make = measurer or (lambda: Measurer(target, options.measure, build_fn))
+        with make() as measuring, RecordWriter(output) as writer:
             total = sum(budgets) or 1
             for k, (task, budget) in enumerate(zip(tasks, budgets), 1):
                 seconds = None if options.time_budget_s is None else options.time_budget_s * budget / total
-                res = _tune_one(task, target, budget, options, measurer, writer, mine, progress, k, len(tasks),
+                res = _tune_one(task, target, budget, options, measuring, writer, mine, progress, k, len(tasks),
                                 seconds, features)
                 results.append(res)
+                if res.stopped:
+                    break
     finally:
         if features is not None:
             features.close()
@@ -221,7 +229,6 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
     t0 = time.perf_counter()
     done_keys = {r.config_key(): r for r in records if r.key == task.key}
     fallback = space.fallback_config()
-    fb_key = config_key(fallback)
     # resumed measurements of this task
     idx, fl = [], []
     for r in done_keys.values():
@@ -237,7 +244,16 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
         add_transfer(tuner, task, target, records)
 
     def measure(configs, reference=False):
-        outs = measurer.measure(task, configs, reference=reference)
+        try:
+            outs = measurer.measure(task, configs, reference=reference)
+        except MeasurementStopped as e:  # record what was measured (or lost in flight), then stop
+            for cfg, r in zip(configs, e.results):
+                if r is not None:
+                    writer.write(target, task, cfg, r)
+                    if not r.ok:
+                        res.errors[int(r.error)] = res.errors.get(int(r.error), 0) + 1
+            res.trials += sum(r is not None for r in e.results)
+            raise
         flops = []
         for cfg, r in zip(configs, outs):
             writer.write(target, task, cfg, r)
@@ -252,9 +268,33 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
 
     total = min(max(budget, res.resumed), len(space))
     res.best_flops = tuner.best_flops
+    try:
+        _search(task, target, budget, options, measurer, res, tuner, space, done_keys, measure, progress, k, n,
+                total, t0, seconds)
+    except MeasurementStopped as e:
+        res.stopped = e.reason
+    res.best_flops = max(res.best_flops, tuner.best_flops)
+    if tuner.best_index is not None:
+        res.best_config = dict(space.get(tuner.best_index))
+    if not res.stopped:
+        try:
+            res.speedup = side_by_side_speedup(task, fallback, res.best_config, measurer)
+        except MeasurementStopped as e:
+            res.stopped = e.reason
+    res.seconds = time.perf_counter() - t0
+    progress.done(k, n, res.last_flops, res.best_flops,
+                  res.resumed + res.trials, total, res.seconds)
+    return res
+
+
+def _search(task, target, budget, options, measurer, res, tuner, space, done_keys, measure, progress, k, n, total,
+            t0, seconds):
+    """_tune_one's fallback measurement and search (MeasurementStopped goes up to it)."""
     # the fallback first: the results check's reference and the summary's baseline; a task of an
     # alternative implementation is checked against the default implementation's fallback
     # (what compile runs without records), its own fallback included
+    fallback = space.fallback_config()
+    fb_key = config_key(fallback)
     fb_index = space.index_of(fallback)
     default = _default_task(task, target)
     has_ref = default is not None and measurer.set_reference_from(default, task)
@@ -289,14 +329,6 @@ def _tune_one(task, target, budget, options, measurer, writer, records, progress
             tuner.tune(remaining, counted_measure, options.batch_size, options.early_stopping, callback=after_batch)
         except _OutOfTime:
             pass
-    res.best_flops = max(res.best_flops, tuner.best_flops)
-    if tuner.best_index is not None:
-        res.best_config = dict(space.get(tuner.best_index))
-    res.speedup = side_by_side_speedup(task, fallback, res.best_config, measurer)
-    res.seconds = time.perf_counter() - t0
-    progress.done(k, n, res.last_flops, res.best_flops,
-                  res.resumed + res.trials, total, res.seconds)
-    return res
 
 
 def side_by_side_speedup(task, fallback, best_config, measurer) -> float:

@@ -76,6 +76,13 @@ class Backend:
         return None if missing is None else \
             f"target {target.name} is tuned by measuring on its device, and none runs here: {missing}"
 
+    def device_missing(self, target) -> tuple:
+        """For a device node of a cluster (`tvmc device-worker`, tvmc.cluster): (None, emulated)
+        when this host runs `target`'s artifacts and measures its candidates, `emulated` True
+        when it does so under an emulator (its times are the emulator's, not the device's);
+        else (the reason as one line, False)."""
+        return self.missing(target), False
+
     def device_requirements(self, library: bytes) -> dict | None:
         """What a device needs to load `library` (metadata.json `device_requirements`), or None."""
         return None

@@ -184,6 +184,20 @@ class SharedObjectBackend(Backend):
 
         return emulation_missing(target)
 
+    def device_missing(self, target) -> tuple:
+        """This host's architecture: the CPU features the target's code needs (tvmc run's
+        check_host); another one: its emulator and C compiler (emulated)."""
+        if target.arch != host_arch():
+            return self.missing(target), self.missing(target) is None
+        from tvmc.runtime.executor import check_host
+
+        try:
+            check_host({"target": {**target.to_dict(), "host_features": list(target.host_features)}},
+                       f"target {target.name}")
+        except ArtifactError as e:
+            return str(e), False
+        return None, False
+
 
 class WasmBackend(SharedObjectBackend):
     """mod.wasm for wasm32: the same LLVM module and C API, linked into one module by clang
@@ -214,6 +228,10 @@ class WasmBackend(SharedObjectBackend):
 
     def device_requirements(self, library: bytes) -> dict | None:
         return None
+
+    def device_missing(self, target) -> tuple:
+        """The engine and the linker's tools (missing): a wasm module runs in wasmtime, not emulated."""
+        return self.missing(target), False
 
     def run_kernel(self, prim, target, arrays, out):
         from tvmc.runtime.wasm import run_kernel

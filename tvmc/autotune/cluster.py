@@ -1,0 +1,268 @@
+"""Measurement of tuning candidates on a Ray cluster (tvmc.cluster; issue 32): the Measurer's
+interface (tvmc.autotune.measure), served by builder nodes and a device.
+
+Build: each candidate is a Ray task (one CPU) on a node with CPUs, outside the device nodes when
+the cluster has any others; as many at a time as those nodes have CPUs. It runs the same build
+function as local tuning (build_candidate) into a private folder and returns the library's
+bytes, which Ray hands to the measurement without passing through the tuner. A build that passes
+its timeout is cancelled (its worker killed); a builder that dies is retried once by Ray
+elsewhere (max_retries=1), then recorded as COMPILE_HOST.
+
+Measure: each candidate is a Ray task that requires the resource `tvmc-device:KEY` (one unit per
+device node, so one measurement at a time there) and the node's CPU. On the device it hands the
+candidate to a runner process (tvmc.autotune.measure.Runner, kept between tasks) with the
+request local tuning makes (candidate_request): the same inputs, warm-up, number, repeat,
+min_repeat_ms, run timeout and check against the fallback's output (sent once to the object
+store). Candidates of a batch are built first, then measured one after the other, as locally,
+so builds never run beside a measurement on a machine they share.
+
+Faults: before the first candidate, one task checks the device can run the target (the reason is
+reported once: ClusterError). A device that dies during a measurement costs that candidate
+(RUNTIME_DEVICE, recorded); it is measured again once on another node with the key if one is
+there (or comes back within `device_wait_s`), else the measurer raises MeasurementStopped and the
+tune ends with what it recorded (resumable).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+
+from tvmc.autotune.measure import (MeasureError, MeasurementStopped, MeasureOptions, Measurer, MeasureResult, Runner,
+                                   build_candidate, candidate_request)
+from tvmc.cluster import (LABEL_KEY, device_nodes, device_resource, ray_module, unwrap_task_error)
+from tvmc.errors import ClusterError
+
+# seconds a measurement may take beyond its run timeout before the tuner gives up on the device:
+# the object transfer, scheduling, and a fresh runner's start (the runner's own 120 s bound)
+GRACE_S = 150.0
+_DEVICE_RUNNER = None
+
+
+def _build_on_node(build_fn, task, target, config: dict):
+    """On a builder node: build one candidate with `build_fn` (build_candidate) in a private folder;
+    returns ((MeasureError, msg, build_s), library bytes or b"")."""
+    folder = tempfile.mkdtemp(prefix="tvmc-build-")
+    try:
+        path = os.path.join(folder, "cand.so")
+        err, msg, build_s = build_fn(task, target, config, path)
+        data = b""
+        if err == MeasureError.NO_ERROR:
+            with open(path, "rb") as f:
+                data = f.read()
+        return (int(err), msg, build_s), data
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _measure_on_device(req: dict, library: bytes, ref, limit_s: float):
+    """On the device node: run candidate `library` (bytes) for request `req` in this worker's
+    runner process (started once, reused); returns Runner.run's tuple."""
+    global _DEVICE_RUNNER
+    if _DEVICE_RUNNER is None:
+        _DEVICE_RUNNER = Runner()
+    fd, path = tempfile.mkstemp(prefix="tvmc-cand-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(library)
+        err, msg, costs, output = _DEVICE_RUNNER.run(dict(req, path=path), ref, limit_s)
+        return int(err), msg, costs, output
+    finally:
+        os.unlink(path)
+
+
+def _check_on_device(target, version: str):
+    """On the device node: (None or why it cannot measure `target`, emulated, tvmc's version, host)."""
+    import socket
+
+    from tvmc.backends import backend_for
+    from tvmc.constants import __version__
+
+    backend = backend_for(target)
+    why, emulated = backend.device_missing(target)
+    if why is None:
+        why = backend.measure_missing(target) if not emulated else \
+            f"it runs {target.arch} code under emulation, and tuning measures device times"
+    if why is None and version != __version__:
+        why = f"it runs tvmc {__version__}, this tuner tvmc {version}"
+    return why, emulated, __version__, socket.gethostname()
+
+
+def _warm(n: int):
+    """A builder's worker imports tvmc's lowering and codegen once, before the first candidate."""
+    import tvmc.autotune.measure  # noqa: F401
+    import tvmc.ops.fused  # noqa: F401
+
+    return n
+
+
+class ClusterMeasurer(Measurer):
+    """Builds candidates on the connected Ray cluster's builder nodes and measures them on device
+    `device_key` (see the module docstring): the Measurer interface (measure, set_reference_from,
+    set_reference, build, run, close; a context manager).
+
+    device_wait_s: seconds to wait for a device with the key to be back after the last one left,
+                   before MeasurementStopped
+    Raises ClusterError when no live node offers the key, or the device cannot measure the target
+    (the reason, once)."""
+
+    def __init__(self, target, options: MeasureOptions | None = None, device_key: str = "",
+                 build_fn=build_candidate, device_wait_s: float = 60.0):
+        from tvmc.backends import backend_for
+        from tvmc.constants import __version__
+
+        self.ray = ray = ray_module()
+        self._backend = backend_for(target)
+        self.target, self.options, self.build_fn = target, options or MeasureOptions(), build_fn
+        self.key, self.device_wait_s = device_key, float(device_wait_s)
+        self._resource = device_resource(device_key)
+        self._refs, self._ref_objects = {}, {}
+        self.lost = 0       # candidates lost in flight with a device
+        if not device_nodes(device_key):
+            raise ClusterError(f"no device with key {device_key} in the cluster (tvmc tune --cluster ADDRESS "
+                               f"--list-devices lists them)")
+        check = ray.remote(_check_on_device).options(resources={self._resource: 1}, num_cpus=0, max_retries=1,
+                                                     name=f"tvmc-check:{device_key}")
+        try:
+            why, self.emulated, _, self.device_host = ray.get(check.remote(target, __version__), timeout=GRACE_S)
+        except Exception as e:
+            raise unwrap_task_error(e, f"checking device {device_key}") from None
+        if why:
+            raise ClusterError(f"device {device_key} ({self.device_host}) cannot measure target {target.name}: {why}")
+        builders = self._builder_cpus()
+        self.slots = builders or int(ray.cluster_resources().get("CPU", 1)) or 1
+        build_opts = {"num_cpus": 1, "max_retries": 1, "num_returns": 2, "name": "tvmc-build"}
+        if builders:  # builds stay off the device nodes when other nodes have CPUs
+            build_opts["label_selector"] = {LABEL_KEY: f"!in({','.join(self._device_keys())})"}
+        self._build_task = ray.remote(_build_on_node).options(**build_opts)
+        self._measure_task = ray.remote(_measure_on_device).options(
+            resources={self._resource: 1}, num_cpus=1, max_retries=0, name=f"tvmc-measure:{device_key}")
+        warm = ray.remote(_warm).options(**{k: v for k, v in build_opts.items() if k != "num_returns"})
+        self._warming = [warm.remote(k) for k in range(self.slots)]
+
+    def _device_keys(self) -> list:
+        keys = set()
+        for node in self.ray.nodes():
+            key = (node.get("Labels") or {}).get(LABEL_KEY)
+            if node.get("Alive") and key:
+                keys.add(key)
+        return sorted(keys)
+
+    def _builder_cpus(self) -> int:
+        """CPUs of live nodes that are no device (no tvmc device label)."""
+        return int(sum((n.get("Resources") or {}).get("CPU", 0) for n in self.ray.nodes()
+                       if n.get("Alive") and not (n.get("Labels") or {}).get(LABEL_KEY)))
+
+    def close(self):
+        for ref in getattr(self, "_warming", []):
+            self.ray.cancel(ref, force=True)
+        self._warming = []
+
+    # -- builds
+    def build(self, task, configs) -> list:
+        """Build every config of `configs` on the builders; returns [(MeasureError, msg, build_s,
+        ObjectRef of the library or None)]."""
+        ray = self.ray
+        results = [None] * len(configs)
+        queue = list(range(len(configs)))
+        pending = {}
+        limit = self.options.build_timeout_s or self.options.timeout_s
+        while queue or pending:
+            while queue and len(pending) < self.slots:
+                i = queue.pop(0)
+                status, library = self._build_task.remote(self.build_fn, task, self.target, dict(configs[i]))
+                pending[status] = (i, library, time.perf_counter())
+            first = min(t0 for _, _, t0 in pending.values())
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first + limit - time.perf_counter()))
+            for ref in ready:
+                i, library, _ = pending.pop(ref)
+                try:
+                    err, msg, build_s = ray.get(ref)
+                except Exception as e:  # the builder died twice (Ray retried it once elsewhere)
+                    err, msg, build_s = MeasureError.COMPILE_HOST, f"the builder died: {type(e).__name__}", 0.0
+                ok = err == MeasureError.NO_ERROR
+                results[i] = (MeasureError(err), msg, build_s, library if ok else None)
+            now = time.perf_counter()
+            for ref in [r for r, (_, _, t0) in pending.items() if now - t0 >= limit]:
+                i, _, t0 = pending.pop(ref)
+                ray.cancel(ref, force=True)
+                results[i] = (MeasureError.BUILD_TIMEOUT, f"build took longer than {limit:g} s", now - t0, None)
+        return results
+
+    # -- measurements
+    def set_reference(self, task, output):
+        self._refs[task.key] = output
+        self._ref_objects[task.key] = self.ray.put(output)
+
+    def discard(self, path) -> None:
+        """A built library is an object of the cluster's store: dropping the reference frees it."""
+
+    def _wait_for_device(self) -> bool:
+        """Whether a node with the key is (or comes back) within device_wait_s seconds."""
+        deadline = time.monotonic() + self.device_wait_s
+        while True:
+            if device_nodes(self.key):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
+
+    def run(self, task, path, limit_s: float, want_output=False):
+        """Measure one built candidate (`path`: the ObjectRef build returned) on the device;
+        returns (MeasureError, msg, costs_s, output or None). Raises MeasurementStopped when the
+        device left and no node with its key is back within device_wait_s."""
+        ray = self.ray
+        req = candidate_request(task, "", self.options, self._backend.name, want_output)
+        ref = self._ref_objects.get(task.key)
+        lost = ""
+        for attempt in range(2):
+            fut = self._measure_task.remote(req, path, ref, limit_s)
+            deadline = time.monotonic() + max(limit_s, 0.0) + GRACE_S
+            while True:
+                ready, _ = ray.wait([fut], timeout=1.0)
+                if ready:
+                    break
+                # a task for a resource no live node has would wait for ever: the device left
+                gone = not device_nodes(self.key)
+                if gone or time.monotonic() >= deadline:
+                    ray.cancel(fut, force=True)
+                    break
+            if ready:
+                try:
+                    err, msg, costs, output = ray.get(fut)
+                    return MeasureError(err), msg, costs, output
+                except ray.exceptions.RayTaskError as e:  # the device task itself raised
+                    return MeasureError.RUNTIME_DEVICE, f"device {self.key}: {str(e.cause)[:300]}", [], None
+                except ray.exceptions.RayError as e:      # the device (or its worker) died
+                    lost = f"device {self.key} was lost during the measurement ({type(e).__name__})"
+            elif gone:
+                lost = f"device {self.key} left the cluster during the measurement"
+            else:
+                return MeasureError.RUN_TIMEOUT, f"no answer from device {self.key} within " \
+                                                 f"{limit_s + GRACE_S:.3g} s", [], None
+            self.lost += 1
+            if attempt == 0 and not self._wait_for_device():
+                break
+        raise MeasurementStopped(f"{lost}; no device with key {self.key} came back within {self.device_wait_s:g} s",
+                                 [MeasureResult([], MeasureError.RUNTIME_DEVICE, lost)])
+
+    def measure(self, task, configs, reference=False) -> list:
+        """Build then measure `configs` of `task` (as Measurer.measure). Raises MeasurementStopped
+        with the results so far (the candidate lost with the device as an error, those never
+        measured as None)."""
+        results = [None] * len(configs)
+        for k, (err, msg, build_s, path) in enumerate(self.build(task, configs)):
+            costs = []
+            if err == MeasureError.NO_ERROR:
+                want = reference and k == 0
+                try:
+                    err, msg, costs, output = self.run(task, path, self._run_limit(build_s), want_output=want)
+                except MeasurementStopped as e:
+                    results[k] = MeasureResult([], e.results[0].error, e.results[0].error_msg, build_s)
+                    raise MeasurementStopped(e.reason, results) from None
+                if want and err == MeasureError.NO_ERROR:
+                    self.set_reference(task, output)
+            results[k] = MeasureResult(costs, err, msg[:500], build_s)
+        return results
