@@ -32,11 +32,22 @@ from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
 from tvmc.ops.cpu.dense import dense_config, matmul_config, schedule_dense, schedule_matmul
-from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, dense_u8s8, dense_u8s8_config, schedule_dense_u8s8
+from tvmc.ops.cpu.int8 import (
+    BLOCK_K,
+    BLOCK_N,
+    conv2d_nchwc_u8s8,
+    conv2d_u8s8_config,
+    dense_u8s8,
+    dense_u8s8_config,
+    schedule_conv2d_nchwc_u8s8,
+    schedule_dense_u8s8,
+    unpack_conv2d_u8s8_weight,
+)
 from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.nn_conv2d import _reference as _float_conv2d_reference
 from tvmc.ops.nn_conv2d import conv2d_out_hw
+from tvmc.ops.layout import blocked_layout, to_layout
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 QUANTIZED_DTYPES = ("int8", "uint8")
@@ -144,6 +155,65 @@ register_op(OpDef("qnn.conv2d", _conv2d_type, _conv2d_reference, OpPattern.OUT_E
                            config_space=_without_zero_points(conv2d_nchw_config))],
     "gpu": [Implementation("qnn_conv2d_nchw.gpu", schedule_generic, config_space=generic_config)],
 }))
+
+
+# --- qnn.conv2d_nchwc_u8s8 (CPU: the dot-product instructions) ----------------------------------
+
+def _conv2d_u8s8_type(in_types, attrs):
+    d, w = in_types
+    if d.dtype != "uint8" or w.dtype != "int8" or len(d.shape) != 5 or len(w.shape) != 7 or \
+            tuple(w.shape[5:]) != (BLOCK_N, BLOCK_K) or w.shape[1] != d.shape[1] or \
+            w.shape[4] != -(-d.shape[4] // BLOCK_K):
+        raise ValueError(f"qnn.conv2d_nchwc_u8s8 needs uint8 data [N,C/ib,H,W,ib] and int8 weight [O/{BLOCK_N},C/ib,"
+                         f"KH,KW,ceil(ib/{BLOCK_K}),{BLOCK_N},{BLOCK_K}], got {d.dtype} {list(d.shape)} and "
+                         f"{w.dtype} {list(w.shape)}")
+    if attrs.get("out_layout", blocked_layout(BLOCK_N)) != blocked_layout(BLOCK_N):
+        raise ValueError(f"out_layout must be {blocked_layout(BLOCK_N)}, got {attrs['out_layout']}")
+    if not 0 <= attrs.get("pad_value", 0) <= 255:
+        raise ValueError(f"pad_value {attrs['pad_value']} is not a uint8 value")
+    if attrs.get("groups", 1) != 1:
+        raise ValueError(f"groups={attrs['groups']}: qnn.conv2d_nchwc_u8s8 computes groups=1 only")
+    n, _, h, wd, _ = d.shape
+    kh, kw = w.shape[2:4]
+    oh, ow = conv2d_out_hw(h, wd, kh, kw, attrs["strides"], attrs["padding"], attrs["dilation"])
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"kernel {kh}x{kw} does not fit input {h}x{wd}")
+    return TensorType((n, w.shape[0], oh, ow, BLOCK_N), "int32")
+
+
+def _conv2d_u8s8_reference(x, w, strides, padding, dilation, pad_value=0, pairs_in_int16=False,
+                           out_layout=None, groups=1):
+    """Unblock data and weight, pad with pad_value, convolve exactly (float64 sums of integer
+    products below 2^53), block the result as NCHW16c."""
+    ib = x.shape[4]
+    nchw = to_layout(x, blocked_layout(ib), "NCHW").astype(np.float64)
+    pt, pl, pb, pr = padding
+    padded = np.pad(nchw, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
+    ws = unpack_conv2d_u8s8_weight(w, ib).astype(np.float64)
+    out = _float_conv2d_reference(padded, ws, strides, (0, 0, 0, 0), dilation, 1).astype(np.int32)
+    return to_layout(out, "NCHW", blocked_layout(BLOCK_N))
+
+
+def _conv2d_u8s8_compute(inputs, attrs, out_type):
+    return conv2d_nchwc_u8s8(*inputs, attrs["strides"], attrs["padding"], attrs["dilation"], attrs.get("pad_value", 0),
+                             attrs.get("pairs_in_int16", False))
+
+
+def _conv2d_u8s8_flops(workload):
+    """2 x N x O x OH x OW x C x KH x KW (the real input channels: a block padded to 4 not counted)."""
+    data, weight, out = workload[:3]
+    return 2 * out[0] * out[1] * out[4] * out[2] * out[3] * data[1] * data[4] * weight[2] * weight[3]
+
+
+# The raw u8 x s8 product of a blocked conv2d with a packed constant weight (tvmc.ops.cpu.int8;
+# AlterOpLayout rewrites a qnn.conv2d into it and its zero-point term on CPU targets): uint8
+# NCHW[ib]c data padded with `pad_value`, int32 NCHW16c out, no zero points.
+register_op(OpDef("qnn.conv2d_nchwc_u8s8", _conv2d_u8s8_type, _conv2d_u8s8_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
+                  _conv2d_u8s8_compute, {
+                      "cpu": [Implementation("conv2d_nchwc_u8s8.cpu", schedule_conv2d_nchwc_u8s8,
+                                             config_space=conv2d_u8s8_config)],
+                      "gpu": [Implementation("conv2d_nchwc_u8s8.gpu", schedule_generic, config_space=generic_config)]},
+                  flops=_conv2d_u8s8_flops))
 
 
 # --- qnn.dense --------------------------------------------------------------------------------
