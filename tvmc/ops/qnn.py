@@ -47,7 +47,7 @@ from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.nn_conv2d import _reference as _float_conv2d_reference
 from tvmc.ops.nn_conv2d import conv2d_out_hw
-from tvmc.ops.layout import blocked_layout, to_layout
+from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 QUANTIZED_DTYPES = ("int8", "uint8")
@@ -338,7 +338,13 @@ def _requantize_type(in_types, attrs):
         raise ValueError(f"qnn.requantize takes an int32 accumulator, got {x.dtype}")
     if scale.dtype not in ("float16", "float32", "float64"):
         raise ValueError(f"scale must be a float tensor, got {scale.dtype}")
-    if tuple(scale.shape) != ():
+    block = channel_block(attrs.get("layout", "NCHW"))
+    if block is not None and tuple(scale.shape) != ():
+        if len(x.shape) != 5 or x.shape[4] != block or attrs.get("axis", 1) != 1 or \
+                tuple(scale.shape) != (x.shape[1] * block,):
+            raise ValueError(f"layout {attrs['layout']}: a per-channel scale {list(scale.shape)} needs x "
+                             f"[N,C/{block},H,W,{block}] (axis 1) and C scales, got x {list(x.shape)}")
+    elif tuple(scale.shape) != ():
         axis = attrs.get("axis", 1)
         if not 0 <= axis < len(x.shape) or tuple(scale.shape) != (x.shape[axis],):
             raise ValueError(f"a per-axis scale {list(scale.shape)} must be [{x.shape[axis]}] (axis {axis} of "
@@ -353,14 +359,19 @@ def _requantize_type(in_types, attrs):
 
 def _requantize_compute(inputs, attrs, out_type):
     """out = saturate(round_half_to_even(float(x) * float(scale)) + output_zero_point), in
-    compute_dtype (see qnn_requantize)."""
+    compute_dtype (see qnn_requantize); with a blocked `layout` NCHW[b]c a per-channel scale is
+    read at channel i[1] * b + i[4]."""
     x, scale, zp = inputs
     cd = attrs.get("compute_dtype", "float64")
     lo, hi = RANGES[attrs["out_dtype"]]
     axis = attrs.get("axis", 1)
+    block = channel_block(attrs.get("layout", "NCHW"))
 
     def f(*i):
-        s = scale[()] if scale.ndim == 0 else scale[i[axis]]
+        if scale.ndim == 0:
+            s = scale[()]
+        else:
+            s = scale[i[axis]] if block is None else scale[i[1] * block + i[4]]
         r = te.round(te.cast(cd, x[i]) * te.cast(cd, s)) + te.cast(cd, zp[()])
         r = te.minimum(te.maximum(r, te.const(float(lo), cd)), te.const(float(hi), cd))
         return te.cast(attrs["out_dtype"], r)
@@ -368,8 +379,9 @@ def _requantize_compute(inputs, attrs, out_type):
     return te.compute(x.shape, f, name="qnn_requantize")
 
 
-def qnn_requantize_reference(x, scale, zp, out_dtype, axis=1, compute_dtype="float64"):
-    """Numpy qnn.requantize: x int32, scale [] or [x.shape[axis]], zp int32 [] -> out_dtype.
+def qnn_requantize_reference(x, scale, zp, out_dtype, axis=1, compute_dtype="float64", layout="NCHW"):
+    """Numpy qnn.requantize: x int32, scale [] or [x.shape[axis]], zp int32 [] -> out_dtype; with a
+    blocked `layout` NCHW[b]c (x [N, C/b, H, W, b]) a per-channel scale [C] is blocked the same way.
 
     round(x * scale) rounds half to even (numpy's rint, ONNX QuantizeLinear's rounding), then
     the zero point is added and the sum saturated to out_dtype's range. compute_dtype float64 is
@@ -378,7 +390,10 @@ def qnn_requantize_reference(x, scale, zp, out_dtype, axis=1, compute_dtype="flo
     onnxruntime's MLAS requantization does (MlasRequantizeOutput). The two differ only where the
     float32 product rounds across a .5 boundary: at most one unit in the output."""
     scale = np.asarray(scale)
-    if scale.ndim:
+    block = channel_block(layout)
+    if scale.ndim and block is not None:
+        scale = scale.reshape(1, -1, 1, 1, block)
+    elif scale.ndim:
         shape = [1] * x.ndim
         shape[axis] = scale.shape[0]
         scale = scale.reshape(shape)
