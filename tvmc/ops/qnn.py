@@ -19,9 +19,10 @@ pads the shifted input with zeros.
 Schedules: the CPU schedules of the float ops (tvmc/ops/cpu/conv2d.py, dense.py), which tile
 and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (dense): correct
 generic kernels, not tuned int8 ones. On CPU targets AlterOpLayout turns a qnn.dense with a
-constant int8 weight into qnn.dense_u8s8 (the raw u8 x s8 product on the target's dot-product
-instructions, tvmc/ops/cpu/int8.py) and the zero-point terms. GPUs: one output element per thread
-(tvmc/ops/gpu/injective.py's generic schedule).
+constant int8 weight into qnn.dense_u8s8, and a groups-1 qnn.conv2d with one into
+qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, NCHW16c int32 out), the raw u8 x s8 products on the
+target's dot-product instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPUs: one
+output element per thread (tvmc/ops/gpu/injective.py's generic schedule).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""CPU int8 kernels: u8 x s8 -> int32 matrix products on the dot-product instructions of the target
-(TVM's dense_vnni and conv2d_NCHWc_int8 schedules, topi/x86/dense.py and conv2d_int8.py; MLAS's
-u8s8 QGEMM kernels).
+"""CPU int8 kernels: u8 x s8 -> int32 matrix products (dense_u8s8) and convolutions on channel-blocked
+data (conv2d_nchwc_u8s8) on the dot-product instructions of the target (TVM's dense_vnni and
+conv2d_NCHWc_int8 schedules, topi/x86/dense.py and conv2d_int8.py; MLAS's u8s8 QGEMM kernels).
 
 Every kernel computes the raw product of uint8 data and int8 weights, accumulated in int32; the
 zero-point corrections (x_zp * sum_k w, ...) are the graph's (the qnn lowering folds them into a
