@@ -8,7 +8,7 @@ from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
 from tvmc.ops.cpu.dense import matmul_padding
-from tvmc.ops.cpu.int8 import pack_dense_u8s8_weight, pairs_in_int16
+from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight, pairs_in_int16
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import pack_dense_weight
@@ -18,6 +18,8 @@ from tvmc.passes.pass_infra import graph_pass
 NCHW = "NCHW"
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 _DTYPES = ("float32", "float64")
+# quantize / dequantize: x, a scale and a zero point that broadcast against it (per channel: [C, 1, 1])
+_RESCALES = ("qnn.quantize", "qnn.dequantize")
 
 
 def channel_block_for(channels: int, max_block: int) -> int:
@@ -109,6 +111,10 @@ class _Rewriter:
                 out = self.matmul(e)
             elif e.op == "qnn.dense":
                 out = self.qnn_dense(e)
+            elif e.op == "qnn.conv2d":
+                out = self.qnn_conv2d(e)
+            elif e.op == "qnn.requantize":
+                out = self.qnn_requantize(e)
             elif e.op in _POOLS:
                 out = self.pool(e)
             elif e.op == "concatenate":
@@ -117,7 +123,7 @@ class _Rewriter:
                 pattern = get_op(e.op).pattern
                 if pattern == OpPattern.ELEMWISE and len(e.inputs) == 1:
                     out = self.unary(e)
-                elif pattern == OpPattern.BROADCAST and len(e.inputs) == 2:
+                elif pattern == OpPattern.BROADCAST and (len(e.inputs) == 2 or e.op in _RESCALES):
                     out = self.binary(e)
         if out is None:
             inputs = [self.plain(i) for i in e.inputs]
@@ -207,6 +213,71 @@ class _Rewriter:
                 zp = make_call("add", [zp, Constant(np.array(shift, np.int32), "u8_shift")])
             corr = make_call("multiply", [zp, Constant(colsum.astype(np.int32), f"{weight.name or 'weight'}_colsum")])
         return make_call("subtract", [product, corr]), NCHW
+
+    def qnn_conv2d(self, e: Call):
+        """qnn.conv2d (groups 1) with a constant int8 weight, a zero (symmetric) weight zero point,
+        a constant input zero point and O a multiple of 16 -> qnn.conv2d_nchwc_u8s8 (the
+        dot-product instructions, tvmc/ops/cpu/int8.py) on NCHW[ib]c uint8 data, producing
+        NCHW16c, minus the zero-point term.
+
+        int8 data enters as x_u8 = x + 128 (shift 128; uint8 data: shift 0), and per output
+        channel o
+
+            sum (x - x_zp) w = sum x_u8 w - (shift + x_zp) sum_{ic, kh, kw} w[o]
+
+        holds for every output pixel, its window at the border included, because the kernel pads
+        x_u8 with pad_value = shift + x_zp (the input zero point in the shifted domain, a uint8
+        value for either data type): a padded tap holds x_u8 - (shift + x_zp) = 0, as ONNX pads
+        the shifted input x - x_zp with zeros, so the constant term is exact everywhere. The term
+        is a compile-time constant [O] (blocked to [O/16, 1, 1, 16]), subtracted in the epilogue.
+        ib: the data's block where it is a multiple of 4, else the largest of 16, 8, 4 dividing C,
+        else C (one block, padded to a multiple of 4 in the kernel: a 3-channel image)."""
+        data, weight, x_zp, w_zp = e.inputs
+        if not (e.attrs.get("groups", 1) == 1 and len(data.shape) == 4 and isinstance(weight, Constant)
+                and weight.dtype == "int8" and isinstance(w_zp, Constant) and not w_zp.value.any()
+                and isinstance(x_zp, Constant) and e.shape[1] % BLOCK_N == 0):
+            return None
+        shift = 128 if data.dtype == "int8" else 0
+        pad_value = shift + int(x_zp.value)
+        if not 0 <= pad_value <= 255:
+            return None
+        c = data.shape[1]
+        ib = channel_block(self.layout_of(data))
+        if ib is None or ib % BLOCK_K:
+            ib = next((b for b in (16, 8, 4) if c % b == 0), c)
+        layout = blocked_layout(ib)
+        x = self.as_layout(data, layout)
+        if shift:
+            widened = make_call("cast", [x], {"dtype": "int32"})
+            x = make_call("cast", [make_call("add", [widened, Constant(np.array(shift, np.int32), "u8_shift")])],
+                          {"dtype": "uint8"})
+        packed = pack_conv2d_u8s8_weight(weight.value, ib)
+        name = weight.name or "weight"
+        attrs = {k: e.attrs[k] for k in ("strides", "padding", "dilation")}
+        attrs.update(pad_value=pad_value, pairs_in_int16=pairs_in_int16(packed), out_layout=blocked_layout(BLOCK_N))
+        product = make_call("qnn.conv2d_nchwc_u8s8", [x, Constant(packed, f"{name}_OIHW{ib}i16o_u8s8")], attrs,
+                            name=e.name)
+        term = pad_value * weight.value.astype(np.int32).sum(axis=(1, 2, 3))
+        out_layout = blocked_layout(BLOCK_N)
+        if not term.any():
+            return product, out_layout
+        corr = Constant(blocked_constant(term.astype(np.int32).reshape(-1, 1, 1), e.shape[1], BLOCK_N),
+                        f"{name}_zero_point_term")
+        return make_call("subtract", [product, corr]), out_layout
+
+    def qnn_requantize(self, e: Call):
+        """qnn.requantize of a blocked accumulator keeps its layout: a scalar scale as is, a
+        constant per-channel one (axis 1) read through the op's `layout` attribute."""
+        x, scale, zp = e.inputs
+        layout = self.layout_of(x)
+        if layout == NCHW or len(e.shape) != 4 or self.layout_of(scale) != NCHW or self.layout_of(zp) != NCHW:
+            return None
+        attrs = dict(e.attrs)
+        if scale.shape != ():
+            if e.attrs.get("axis", 1) != 1 or not isinstance(scale, Constant):
+                return None
+            attrs["layout"] = layout
+        return make_call("qnn.requantize", [self.memo[x][0], scale, zp], attrs, name=e.name), layout
 
     def unary(self, e: Call):
         (x,) = e.inputs
@@ -300,6 +371,12 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
 
     Each qnn.dense with a Constant int8 weight and zero weight zero points becomes qnn.dense_u8s8
     (the dot-product instructions, tvmc/ops/cpu/int8.py) minus its zero-point term (qnn_dense).
+    Each groups-1 qnn.conv2d with a Constant int8 weight, zero weight zero points, a Constant input
+    zero point and O a multiple of 16 becomes qnn.conv2d_nchwc_u8s8 on NCHW[ib]c uint8 data (padded
+    with the shifted input zero point), producing NCHW16c, minus its zero-point term (qnn_conv2d);
+    qnn.requantize keeps the blocked layout (a per-channel scale through its `layout` attribute),
+    and qnn.quantize / qnn.dequantize pass it on as the binary ops do. Other qnn.conv2d (depthwise,
+    grouped, asymmetric weights) stay NCHW on the generic kernels.
 
     Each nn.dense with a Constant [N, K] weight becomes nn.dense_pack with the weight packed
     here to [N//bn, K, bn] (TVM's dense_alter_op: dense -> dense_pack), bn chosen like oc_bn

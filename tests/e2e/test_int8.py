@@ -75,16 +75,16 @@ class _Reader(quantization.CalibrationDataReader):
         return next(self.batches, None)
 
 
-def _quantize_static(model, fmt: str, per_channel: bool) -> onnx.ModelProto:
-    """The CNN quantized by onnxruntime: uint8 activations, int8 weights; Conv and MatMul only
-    (the QOperator form of Add, QLinearAdd, is a com.microsoft operator)."""
+def _quantize_static(model, fmt: str, per_channel: bool, activation: str = "QUInt8") -> onnx.ModelProto:
+    """The CNN quantized by onnxruntime: uint8 activations (or `activation` QInt8), int8 weights;
+    Conv and MatMul only (the QOperator form of Add, QLinearAdd, is a com.microsoft operator)."""
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
         onnx.save(model, src)
         quantization.quantize_static(str(src), str(dst), _Reader("input", CNN_INPUT),
                                      quant_format=getattr(quantization.QuantFormat, fmt), per_channel=per_channel,
                                      op_types_to_quantize=["Conv", "MatMul", "Relu", "MaxPool", "Flatten"],
-                                     activation_type=quantization.QuantType.QUInt8,
+                                     activation_type=getattr(quantization.QuantType, activation),
                                      weight_type=quantization.QuantType.QInt8)
         return onnx.load(dst)
 
@@ -185,14 +185,17 @@ def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
     MaxPool, QLinearMatMul, then DequantizeLinear and the float Add. QDQ: the same chains as
     DequantizeLinear -> Conv / MatMul -> QuantizeLinear (an int32 bias through DequantizeLinear),
     which FakeQuantizationToInteger turns into qnn ops (the MatMul into qnn.dense); MaxPool stays
-    float between a dequantize and a quantize."""
+    float between a dequantize and a quantize. Both convs (symmetric int8 weights, 16 and 32 output
+    channels) run on the dot-product kernel (qnn.conv2d_nchwc_u8s8, AlterOpLayout), none on the
+    generic qnn.conv2d, and both formats' MatMul (a constant 2-D weight) on qnn.dense_u8s8."""
     model = _cnn(seed=3)
     qmodel = expose_quantized(_quantize_static(model, fmt, per_channel))
     ops = {n.op_type for n in qmodel.graph.node}
     assert {"QLinearConv", "QLinearMatMul"} <= ops if fmt == "QOperator" else {"Conv", "DequantizeLinear"} <= ops
     x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
-    # both formats' MatMul (a constant 2-D weight) runs as qnn.dense on the dot-product kernel here
-    _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense_u8s8"))
+    module = _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d_nchwc_u8s8", "qnn_dense_u8s8"))
+    convs = [k for k in kernel_names(module) if "qnn_conv2d" in k]
+    assert len(convs) == 2 and all("qnn_conv2d_nchwc_u8s8" in k for k in convs), convs
 
 
 # (target spec, --target-option features, the dot-product instruction of its dense_u8s8 kernel)
@@ -226,6 +229,15 @@ def test_quantize_static_cnn_on_dot_product_targets(spec, features, insn):
         asm = "\n".join(p.read_text() for p in Path(dumps).rglob("*.s"))
     dense = asm[asm.index("fused_qnn_dense_u8s8"):]
     assert re.search(rf"^\s+{re.escape(insn)}\s", dense, re.M), f"no {insn} in the dense kernel's assembly"
+
+
+def test_quantize_static_cnn_int8_activations_matches_onnxruntime():
+    """QDQ with int8 activations (onnxruntime's s8s8): the convs' data is shifted into uint8 by
+    +128 on the way into the dot-product kernel, which pads it with 128 + the input zero point."""
+    model = _cnn(seed=5)
+    qmodel = expose_quantized(_quantize_static(model, "QDQ", True, activation="QInt8"))
+    x = np.random.default_rng(9).standard_normal(CNN_INPUT).astype(np.float32)
+    _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d_nchwc_u8s8", "qnn_dense_u8s8"))
 
 
 def test_dynamic_mlp_matches_onnxruntime():

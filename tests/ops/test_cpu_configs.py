@@ -10,11 +10,12 @@ import random
 
 import numpy as np
 import pytest
-from test_ops import Case, _assert_close, _winograd_weight, bias_relu, conv, n, pool
+from test_ops import Case, _assert_close, _winograd_weight, bias_relu, conv, n, pool, qi, zp
 from util import op_function, run_op
 
 from tests.targets import TARGETS, require
 from tvmc.autotune.task import tasks_of_functions
+from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
 from tvmc.ops.registry import all_ops
 
 # one case per CPU implementation (the implementation name is the id)
@@ -43,6 +44,18 @@ CPU_CASES = [
     Case("conv2d_winograd_nchwc.cpu", "nn.conv2d_winograd_nchwc",
          lambda r: [n(r, (1, 2, 7, 6, 4)), _winograd_weight(r, (8, 8, 3, 3), 2, 4, 4)],
          dict(padding=(1, 1, 1, 1), tile_size=2, out_layout="NCHW4c")),
+    Case("qnn_dense.cpu", "qnn.dense",
+         lambda r: [qi(r, (5, 13), "uint8"), qi(r, (12, 13)), zp(3), zp(np.arange(12) - 6)]),
+    Case("qnn_matmul.cpu", "qnn.matmul", lambda r: [qi(r, (2, 5, 7), "uint8"), qi(r, (7, 33)), zp(100), zp(2)]),
+    Case("qnn_conv2d_nchw.cpu", "qnn.conv2d",
+         lambda r: [qi(r, (1, 5, 9, 11), "uint8"), qi(r, (6, 5, 3, 3)), zp(131), zp(0)], conv(padding=(1, 1, 1, 1))),
+    Case("dense_u8s8.cpu", "qnn.dense_u8s8",
+         lambda r: [qi(r, (5, 30), "uint8"), pack_dense_u8s8_weight(qi(r, (37, 30)))], {"units": 37}),
+    # int8 (issue 28): the u8 x s8 product of a blocked conv2d; 4 output channel blocks, OW 9 (tiles
+    # of 1, 3, 9 columns and 1, 2, 4 blocks), an input block of 8 (two quads) padded with 200
+    Case("conv2d_nchwc_u8s8.cpu", "qnn.conv2d_nchwc_u8s8",
+         lambda r: [qi(r, (1, 2, 6, 9, 8), "uint8"), pack_conv2d_u8s8_weight(qi(r, (64, 16, 3, 3)), 8)],
+         dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),
     # issue 18, group B (misc ops)
     Case("det.cpu", "det", lambda r: [n(r, (3, 2, 5, 5))]),
     # issue 18 point 5: the data-dependent selections (NonZero, Compress, Unique, TopK, NMS)

@@ -9,12 +9,13 @@ import random
 
 import numpy as np
 import pytest
-from test_ops import Case, _assert_close, _winograd_weight, bias_relu, conv, n, pool
+from test_ops import Case, _assert_close, _winograd_weight, bias_relu, conv, n, pool, qi, zp
 from test_tensorcore import TENSORCORE_CASES
 from util import op_function, run_op
 
 from tests.targets import require
 from tvmc.autotune.task import tasks_of_functions
+from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
 from tvmc.errors import ScheduleError
 from tvmc.ops.fused import lower_fused
 from tvmc.ops.registry import all_ops
@@ -52,6 +53,16 @@ GPU_CASES = [
          dict(strides=(3, 2), padding=(0, 0, 0, 0), dilation=(2, 2), output_padding=(0, 0), groups=2)),
     Case("conv2d_nchwc.gpu", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 9, 9, 4)), n(r, (2, 2, 3, 3, 4, 8))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
+    Case("qnn_dense.gpu", "qnn.dense",
+         lambda r: [qi(r, (5, 13), "uint8"), qi(r, (12, 13)), zp(3), zp(np.arange(12) - 6)]),
+    Case("qnn_matmul.gpu", "qnn.matmul", lambda r: [qi(r, (2, 5, 7), "uint8"), qi(r, (7, 33)), zp(100), zp(2)]),
+    Case("qnn_conv2d_nchw.gpu", "qnn.conv2d",
+         lambda r: [qi(r, (1, 5, 9, 11), "uint8"), qi(r, (6, 5, 3, 3)), zp(131), zp(0)], conv(padding=(1, 1, 1, 1))),
+    Case("dense_u8s8.gpu", "qnn.dense_u8s8",
+         lambda r: [qi(r, (5, 30), "uint8"), pack_dense_u8s8_weight(qi(r, (37, 30)))], {"units": 37}),
+    Case("conv2d_nchwc_u8s8.gpu", "qnn.conv2d_nchwc_u8s8",
+         lambda r: [qi(r, (1, 1, 7, 9, 3), "uint8"), pack_conv2d_u8s8_weight(qi(r, (32, 3, 3, 3)), 3)],
+         dict(conv(strides=(2, 2), padding=(1, 0, 1, 2)), pad_value=9, out_layout="NCHW16c")),
     Case("window_reduce.gpu", "nn.col2im", lambda r: [n(r, (2, 18, 9))],
          dict(image_shape=(7, 8), block_shape=(3, 2), strides=(2, 3), dilation=(2, 1), padding=(1, 0, 2, 2))),
     Case("conv2d_winograd_nchwc.gpu", "nn.conv2d_winograd_nchwc",

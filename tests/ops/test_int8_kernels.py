@@ -1,11 +1,11 @@
-"""int8 kernels (tvmc/ops/cpu/int8.py): dense_u8s8 through the real LLVM codegen for every
-dot-product form of targets/isa/*.yaml dot_u8s8: on this host, x86's AVX512-VNNI and AVX-VNNI
-vpdpbusd, AVX512-BW and AVX2 vpmaddubsw (exact, with and without the weights' pairs_in_int16),
-widening multiplies on x86-64; under qemu-user, AArch64's udot (+dotprod, arm-neoverse-n1) and
-usdot (+i8mm), widening multiplies on `arm`; under wasmtime, wasm32's i32x4.dot_i16x8_s (simd128)
-and i32x4.relaxed_dot_i8x16_i7x16_add_s (relaxed-simd), scalar widening on wasm-nosimd. Compared
-exactly with numpy's int64 products; the instructions are checked in the generated assembly (no
-host feature needed for that)."""
+"""int8 kernels (tvmc/ops/cpu/int8.py): dense_u8s8 and conv2d_nchwc_u8s8 through the real LLVM
+codegen for every dot-product form of targets/isa/*.yaml dot_u8s8: on this host, x86's
+AVX512-VNNI and AVX-VNNI vpdpbusd, AVX512-BW and AVX2 vpmaddubsw (exact, with and without the
+weights' pairs_in_int16), widening multiplies on x86-64; under qemu-user, AArch64's udot
+(+dotprod, arm-neoverse-n1) and usdot (+i8mm), widening multiplies on `arm`; under wasmtime,
+wasm32's i32x4.dot_i16x8_s (simd128) and i32x4.relaxed_dot_i8x16_i7x16_add_s (relaxed-simd),
+scalar widening on wasm-nosimd. Compared exactly with numpy's int64 products; the instructions are
+checked in the generated assembly (no host feature needed for that)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ from tvmc import te
 from tvmc.codegen.build import compile_ir
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import ArtifactError, ScheduleError
-from tvmc.ops.cpu.int8 import (BLOCK_K, BLOCK_N, dense_u8s8, dense_u8s8_config, pack_dense_u8s8_weight,
-                               pairs_in_int16, schedule_dense_u8s8)
+from tvmc.ops.cpu.int8 import (BLOCK_K, BLOCK_N, conv2d_nchwc_u8s8, conv2d_u8s8_config, dense_u8s8,
+                               dense_u8s8_config, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight, pairs_in_int16,
+                               schedule_conv2d_nchwc_u8s8, schedule_dense_u8s8, unpack_conv2d_u8s8_weight)
+from tvmc.ops.layout import blocked_layout, to_layout
+from tvmc.ops.nn_conv2d import _reference as conv2d_reference
 from tvmc.runtime import device_missing
 from tvmc.runtime.executor import host_cpu_flags
 from tvmc.target import resolve_target
@@ -272,3 +275,87 @@ def test_tensorize_refuses_what_the_intrinsic_does_not_compute():
     s[plain].tensorize(j, DotU8S8Intrin(16))  # weight [N, K] unpacked: steps by 16 along j, not 4
     with pytest.raises(ScheduleError, match="int8 operand"):
         lower(s, [d, wf, plain], "bad")
+
+
+# --- conv2d_nchwc_u8s8 ---------------------------------------------------------------------------
+
+def _conv_kernel(data_shape, packed_shape, strides, padding, pad_value, target, config=None):
+    """(PrimFunc, config space) of conv2d_nchwc_u8s8 for `target` (fallback config, or `config`)."""
+    d = te.placeholder(data_shape, "uint8", "data")
+    w = te.placeholder(packed_shape, "int8", "weight")
+    out = conv2d_nchwc_u8s8(d, w, strides, padding, (1, 1), pad_value)
+    s = te.create_schedule(out)
+    space = conv2d_u8s8_config((data_shape, packed_shape, out.shape, "uint8", ()), target)
+    schedule_conv2d_nchwc_u8s8(s, out, out, config or space.fallback_config(), target)
+    return lower(s, [d, w, out], "conv2d_nchwc_u8s8"), space
+
+
+def _conv_reference(x, w, strides, padding, pad_value):
+    """NCHW16c int32: x uint8 NCHW padded with pad_value, then a plain convolution (exact in
+    float64)."""
+    pt, pl, pb, pr = padding
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
+    out = conv2d_reference(xp, w.astype(np.float64), strides, (0, 0, 0, 0), (1, 1), 1).astype(np.int32)
+    return to_layout(out, "NCHW", blocked_layout(BLOCK_N))
+
+
+CONV_SHAPES = [  # (id, N C H W, O, K, stride, padding, ib, pad_value)
+    ("3x3_pad1_c32", (1, 32, 9, 11), 32, 3, 1, (1, 1, 1, 1), 16, 131),
+    ("stem_c3_s2_asym", (1, 3, 13, 10), 16, 3, 2, (0, 1, 2, 1), 3, 255),
+    ("1x1_s2_ib8_n2", (2, 16, 7, 7), 48, 1, 2, (0, 0, 0, 0), 8, 0),
+]
+
+
+@pytest.mark.parametrize("shape", CONV_SHAPES, ids=lambda s: s[0])
+@pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
+def test_conv2d_nchwc_u8s8_matches_numpy(spec, form, insn, shape):
+    """Fallback config and two others; data of 255s in the first channel, weights of 127 and -128
+    for the first two output channels (vpmaddubsw's saturating pairs), a pad value at the edge of
+    uint8; every result exact."""
+    target = _runnable(_resolve(spec))
+    _, (n, c, h, w), o, k, stride, padding, ib, pad_value = shape
+    rng = np.random.default_rng(c * 100 + o)
+    x = rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
+    x[:, 0] = 255
+    wt = rng.integers(-128, 128, (o, c, k, k)).astype(np.int8)
+    wt[0], wt[1] = 127, -128
+    packed = pack_conv2d_u8s8_weight(wt, ib)
+    data = to_layout(x, "NCHW", blocked_layout(ib))
+    ref = _conv_reference(x, wt, (stride, stride), padding, pad_value)
+    _, space = _conv_kernel(data.shape, packed.shape, (stride, stride), padding, pad_value, target)
+    fallback = space.fallback_config()
+    others = [space.get(i) for i in range(len(space)) if dict(space.get(i)) != dict(fallback)]
+    for cfg in [fallback, others[0], others[-1]]:
+        prim, _ = _conv_kernel(data.shape, packed.shape, (stride, stride), padding, pad_value, target, cfg)
+        out = kernel_runner(target)(prim, target, [data, packed], np.zeros(ref.shape, np.int32))
+        np.testing.assert_array_equal(out, ref, err_msg=f"config {dict(cfg)}")
+
+
+def test_pack_conv2d_u8s8_weight_layout():
+    """[O/16, C/ib, KH, KW, ceil(ib/4), 16, 4]: element (oco, ico, kh, kw, q, i, j) is weight[16 oco + i,
+    ib ico + 4 q + j, kh, kw]; the channels that round ib = 3 up to 4 are zero."""
+    w = np.random.default_rng(2).integers(-128, 128, (32, 6, 3, 2)).astype(np.int8)
+    p = pack_conv2d_u8s8_weight(w, 3)
+    assert p.shape == (2, 2, 3, 2, 1, 16, 4) and p.flags.c_contiguous
+    assert p[1, 1, 2, 0, 0, 5, 2] == w[21, 5, 2, 0] and not p[..., 3].any()
+    np.testing.assert_array_equal(unpack_conv2d_u8s8_weight(p, 3), w)
+    np.testing.assert_array_equal(unpack_conv2d_u8s8_weight(pack_conv2d_u8s8_weight(w[:, :4], 4), 4), w[:, :4])
+    with pytest.raises(ValueError, match="16 output"):
+        pack_conv2d_u8s8_weight(w[:24], 3)
+
+
+@pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
+def test_conv2d_nchwc_u8s8_assembly_uses_the_instruction(spec, form, insn):
+    """A 3x3 conv's kernel holds the target's dot-product instruction: vpdpbusd on VNNI targets
+    (and no vpmaddubsw), vpmaddubsw on AVX512-BW / AVX2, neither on x86-64."""
+    target = _resolve(spec)
+    prim, _ = _conv_kernel((1, 2, 8, 8, 16), (2, 2, 3, 3, 4, 16, 4), (1, 1), (1, 1, 1, 1), 128, target)
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    asm = compile_ir(cg.ir_text(), target, assembly=True).decode()
+    if insn is None:
+        assert "vpdpbusd" not in asm and "pmaddubsw" not in asm
+        return
+    assert insn in asm
+    if insn == "vpdpbusd":
+        assert "pmaddubsw" not in asm

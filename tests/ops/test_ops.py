@@ -16,7 +16,7 @@ from tests.targets import TARGETS, require
 
 from tvmc.graph.ir import Constant, Function, TensorType, Var
 from tvmc.ops.control import INTERPRETED
-from tvmc.ops.cpu.int8 import pack_dense_u8s8_weight
+from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
 from tvmc.ops.registry import all_ops, get_op, make_call
 from tvmc.target import resolve_target
 
@@ -620,6 +620,21 @@ CASES = [
     Case("qnn_dense_u8s8_packed_n10_7bit", "qnn.dense_u8s8",
          lambda r: [qi(r, (1, 64), "uint8"), pack_dense_u8s8_weight(qi(r, (10, 64)) // 2)],
          {"units": 10, "pairs_in_int16": True}),
+    # the raw u8 x s8 product of a blocked conv2d (AlterOpLayout's qnn.conv2d on CPUs): NCHW[ib]c
+    # uint8 data padded with `pad_value` (the shifted input zero point), NCHW16c int32 out; an
+    # input block of 3 (an image) padded to 4 channels, 7-bit weights, a requantize epilogue
+    Case("qnn_conv2d_nchwc_u8s8_packed_3x3_pad_requantize", "qnn.conv2d_nchwc_u8s8",
+         lambda r: [qi(r, (1, 2, 9, 11, 16), "uint8"), pack_conv2d_u8s8_weight(qi(r, (32, 32, 3, 3)), 16)],
+         dict(conv(padding=(1, 1, 1, 1)), pad_value=131, out_layout="NCHW16c"),
+         chain=lambda r: [("subtract", {}, [r.integers(-9000, 9000, (2, 1, 1, 16)).astype(np.int32)]),
+                          requantize((r.random(32) * 4e-5).astype(np.float32), -3, "int8", axis=1,
+                                     layout="NCHW16c")]),
+    Case("qnn_conv2d_nchwc_u8s8_packed_c3_stride2_asym_pad", "qnn.conv2d_nchwc_u8s8",
+         lambda r: [qi(r, (1, 1, 13, 10, 3), "uint8"), pack_conv2d_u8s8_weight(qi(r, (16, 3, 3, 3)), 3)],
+         dict(conv(strides=(2, 2), padding=(0, 1, 2, 1)), pad_value=7, out_layout="NCHW16c")),
+    Case("qnn_conv2d_nchwc_u8s8_packed_1x1_s2_7bit", "qnn.conv2d_nchwc_u8s8",
+         lambda r: [qi(r, (2, 2, 9, 9, 8), "uint8"), pack_conv2d_u8s8_weight(qi(r, (48, 16, 1, 1)) // 2, 8)],
+         dict(conv(strides=(2, 2)), pairs_in_int16=True, out_layout="NCHW16c")),
     Case("qnn_dense_k13_per_channel_zp", "qnn.dense",
          lambda r: [qi(r, (5, 13)), qi(r, (7, 13)), zp(3), zp([0, 1, -1, 2, -2, 3, -3])]),
     Case("qnn_matmul_batched_u8s8", "qnn.matmul",

@@ -351,3 +351,55 @@ def test_qnn_dense_with_an_int8_weight_becomes_the_dot_product_kernel():
     for r, g in zip(run_graph(before, inputs), run_graph(after, inputs)):
         assert g.dtype == np.int32
         np.testing.assert_array_equal(g, r)  # integers: exact
+
+
+def _qconv(x, w, x_zp, w_zp, stride=1, padding=(1, 1, 1, 1), groups=1, name=""):
+    return call("qnn.conv2d", x, w, x_zp, w_zp, name=name, strides=(stride, stride), padding=padding,
+                dilation=(1, 1), groups=groups)
+
+
+def test_qnn_conv2d_with_an_int8_weight_becomes_the_dot_product_kernel():
+    """qnn.conv2d with a constant int8 weight, zero weight zero points and a constant input zero
+    point -> qnn.conv2d_nchwc_u8s8 on NCHW[ib]c uint8 data padded with the shifted input zero point,
+    minus the constant term (shift + x_zp) * sum w per channel: exact at the padded borders too,
+    for uint8 data (zero point 131; 5 channels, one block padded to 8), int8 data (shifted by 128,
+    zero point -7, stride 2, asymmetric padding) and a second conv that reads the first one's
+    requantized NCHW16c output (per-channel scale through the `layout` attribute) without a
+    layout_transform between them. A nonzero weight zero point, 12 output channels, groups 2 and
+    a run-time input zero point stay qnn.conv2d."""
+    rng = np.random.default_rng(0)
+
+    def weight(shape, name):
+        return Constant(rng.integers(-128, 128, shape).astype(np.int8), name)
+
+    def zp(value, name):
+        return Constant(np.asarray(value, np.int32), name)
+
+    xu, xs, dyn = var("xu", (1, 5, 9, 11), "uint8"), var("xs", (2, 16, 8, 8), "int8"), var("x_zp", (), "int32")
+    zeros32, zeros16 = zp(np.zeros(32), "w_zp32"), zp(np.zeros(16), "w_zp16")
+    first = _qconv(xu, weight((32, 5, 3, 3), "w1"), zp(131, "zp131"), zeros32)
+    scale = Constant((rng.random(32) * 2e-4).astype(np.float32), "scale")
+    requantized = call("qnn.requantize", first, scale, zp(3, "y_zp"), axis=1, out_dtype="uint8")
+    second = _qconv(requantized, weight((16, 32, 3, 3), "w2"), zp(3, "zp3"), zeros16)
+    shifted = _qconv(xs, weight((16, 16, 3, 3), "w3"), zp(-7, "zp-7"), zeros16, stride=2, padding=(0, 1, 2, 1))
+    kept = [_qconv(xu, weight((32, 5, 3, 3), "w4"), zp(131, "zp131"), zp(np.arange(32) % 3, "w_zp_asym")),
+            _qconv(xu, weight((12, 5, 3, 3), "w5"), zp(131, "zp131"), zp(np.zeros(12), "w_zp12")),
+            _qconv(xs, weight((32, 8, 3, 3), "w6"), zp(-7, "zp-7"), zeros32, groups=2),
+            _qconv(xs, weight((16, 16, 1, 1), "w7"), dyn, zeros16, padding=(0, 0, 0, 0))]
+    before = Graph([xu, xs, dyn], [first, second, shifted, *kept])
+    after = alter(before)
+    products = [c for c in after.calls() if c.op == "qnn.conv2d_nchwc_u8s8"]
+    assert sorted(p.attrs["pad_value"] for p in products) == [3, 121, 131]
+    assert sorted(p.inputs[1].shape for p in products) == [(1, 1, 3, 3, 4, 16, 4), (1, 2, 3, 3, 4, 16, 4),
+                                                           (2, 1, 3, 3, 2, 16, 4)]
+    assert op_names(after).count("qnn.conv2d") == 4
+    # the second conv reads the requantize's NCHW16c output as it is
+    assert ("NCHW16c", "NCHW") in transforms(after) and ("NCHW16c", "NCHW16c") not in transforms(after)
+    requantize = next(c for c in after.calls() if c.op == "qnn.requantize")
+    assert requantize.attrs["layout"] == "NCHW16c" and len(requantize.shape) == 5
+    inputs = {"xu": rng.integers(0, 256, (1, 5, 9, 11)).astype(np.uint8), "x_zp": np.array(-5, np.int32),
+              "xs": rng.integers(-128, 128, (2, 16, 8, 8)).astype(np.int8)}
+    inputs["xu"][0, :, 0] = 255  # the border row next to the padding: the widest products
+    for r, g in zip(run_graph(before, inputs), run_graph(after, inputs)):
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, r)  # integers: exact

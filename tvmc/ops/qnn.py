@@ -19,9 +19,10 @@ pads the shifted input with zeros.
 Schedules: the CPU schedules of the float ops (tvmc/ops/cpu/conv2d.py, dense.py), which tile
 and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (dense): correct
 generic kernels, not tuned int8 ones. On CPU targets AlterOpLayout turns a qnn.dense with a
-constant int8 weight into qnn.dense_u8s8 (the raw u8 x s8 product on the target's dot-product
-instructions, tvmc/ops/cpu/int8.py) and the zero-point terms. GPUs: one output element per thread
-(tvmc/ops/gpu/injective.py's generic schedule).
+constant int8 weight into qnn.dense_u8s8, and a groups-1 qnn.conv2d with one into
+qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, NCHW16c int32 out), the raw u8 x s8 products on the
+target's dot-product instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPUs: one
+output element per thread (tvmc/ops/gpu/injective.py's generic schedule).
 """
 
 from __future__ import annotations
@@ -32,11 +33,22 @@ from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.conv2d import conv2d_nchw_config, schedule_conv2d_nchw
 from tvmc.ops.cpu.dense import dense_config, matmul_config, schedule_dense, schedule_matmul
-from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, dense_u8s8, dense_u8s8_config, schedule_dense_u8s8
+from tvmc.ops.cpu.int8 import (
+    BLOCK_K,
+    BLOCK_N,
+    conv2d_nchwc_u8s8,
+    conv2d_u8s8_config,
+    dense_u8s8,
+    dense_u8s8_config,
+    schedule_conv2d_nchwc_u8s8,
+    schedule_dense_u8s8,
+    unpack_conv2d_u8s8_weight,
+)
 from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.nn_conv2d import _reference as _float_conv2d_reference
 from tvmc.ops.nn_conv2d import conv2d_out_hw
+from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 
 QUANTIZED_DTYPES = ("int8", "uint8")
@@ -144,6 +156,65 @@ register_op(OpDef("qnn.conv2d", _conv2d_type, _conv2d_reference, OpPattern.OUT_E
                            config_space=_without_zero_points(conv2d_nchw_config))],
     "gpu": [Implementation("qnn_conv2d_nchw.gpu", schedule_generic, config_space=generic_config)],
 }))
+
+
+# --- qnn.conv2d_nchwc_u8s8 (CPU: the dot-product instructions) ----------------------------------
+
+def _conv2d_u8s8_type(in_types, attrs):
+    d, w = in_types
+    if d.dtype != "uint8" or w.dtype != "int8" or len(d.shape) != 5 or len(w.shape) != 7 or \
+            tuple(w.shape[5:]) != (BLOCK_N, BLOCK_K) or w.shape[1] != d.shape[1] or \
+            w.shape[4] != -(-d.shape[4] // BLOCK_K):
+        raise ValueError(f"qnn.conv2d_nchwc_u8s8 needs uint8 data [N,C/ib,H,W,ib] and int8 weight [O/{BLOCK_N},C/ib,"
+                         f"KH,KW,ceil(ib/{BLOCK_K}),{BLOCK_N},{BLOCK_K}], got {d.dtype} {list(d.shape)} and "
+                         f"{w.dtype} {list(w.shape)}")
+    if attrs.get("out_layout", blocked_layout(BLOCK_N)) != blocked_layout(BLOCK_N):
+        raise ValueError(f"out_layout must be {blocked_layout(BLOCK_N)}, got {attrs['out_layout']}")
+    if not 0 <= attrs.get("pad_value", 0) <= 255:
+        raise ValueError(f"pad_value {attrs['pad_value']} is not a uint8 value")
+    if attrs.get("groups", 1) != 1:
+        raise ValueError(f"groups={attrs['groups']}: qnn.conv2d_nchwc_u8s8 computes groups=1 only")
+    n, _, h, wd, _ = d.shape
+    kh, kw = w.shape[2:4]
+    oh, ow = conv2d_out_hw(h, wd, kh, kw, attrs["strides"], attrs["padding"], attrs["dilation"])
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"kernel {kh}x{kw} does not fit input {h}x{wd}")
+    return TensorType((n, w.shape[0], oh, ow, BLOCK_N), "int32")
+
+
+def _conv2d_u8s8_reference(x, w, strides, padding, dilation, pad_value=0, pairs_in_int16=False,
+                           out_layout=None, groups=1):
+    """Unblock data and weight, pad with pad_value, convolve exactly (float64 sums of integer
+    products below 2^53), block the result as NCHW16c."""
+    ib = x.shape[4]
+    nchw = to_layout(x, blocked_layout(ib), "NCHW").astype(np.float64)
+    pt, pl, pb, pr = padding
+    padded = np.pad(nchw, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
+    ws = unpack_conv2d_u8s8_weight(w, ib).astype(np.float64)
+    out = _float_conv2d_reference(padded, ws, strides, (0, 0, 0, 0), dilation, 1).astype(np.int32)
+    return to_layout(out, "NCHW", blocked_layout(BLOCK_N))
+
+
+def _conv2d_u8s8_compute(inputs, attrs, out_type):
+    return conv2d_nchwc_u8s8(*inputs, attrs["strides"], attrs["padding"], attrs["dilation"], attrs.get("pad_value", 0),
+                             attrs.get("pairs_in_int16", False))
+
+
+def _conv2d_u8s8_flops(workload):
+    """2 x N x O x OH x OW x C x KH x KW (the real input channels: a block padded to 4 not counted)."""
+    data, weight, out = workload[:3]
+    return 2 * out[0] * out[1] * out[4] * out[2] * out[3] * data[1] * data[4] * weight[2] * weight[3]
+
+
+# The raw u8 x s8 product of a blocked conv2d with a packed constant weight (tvmc.ops.cpu.int8;
+# AlterOpLayout rewrites a qnn.conv2d into it and its zero-point term on CPU targets): uint8
+# NCHW[ib]c data padded with `pad_value`, int32 NCHW16c out, no zero points.
+register_op(OpDef("qnn.conv2d_nchwc_u8s8", _conv2d_u8s8_type, _conv2d_u8s8_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
+                  _conv2d_u8s8_compute, {
+                      "cpu": [Implementation("conv2d_nchwc_u8s8.cpu", schedule_conv2d_nchwc_u8s8,
+                                             config_space=conv2d_u8s8_config)],
+                      "gpu": [Implementation("conv2d_nchwc_u8s8.gpu", schedule_generic, config_space=generic_config)]},
+                  flops=_conv2d_u8s8_flops))
 
 
 # --- qnn.dense --------------------------------------------------------------------------------
@@ -268,7 +339,13 @@ def _requantize_type(in_types, attrs):
         raise ValueError(f"qnn.requantize takes an int32 accumulator, got {x.dtype}")
     if scale.dtype not in ("float16", "float32", "float64"):
         raise ValueError(f"scale must be a float tensor, got {scale.dtype}")
-    if tuple(scale.shape) != ():
+    block = channel_block(attrs.get("layout", "NCHW"))
+    if block is not None and tuple(scale.shape) != ():
+        if len(x.shape) != 5 or x.shape[4] != block or attrs.get("axis", 1) != 1 or \
+                tuple(scale.shape) != (x.shape[1] * block,):
+            raise ValueError(f"layout {attrs['layout']}: a per-channel scale {list(scale.shape)} needs x "
+                             f"[N,C/{block},H,W,{block}] (axis 1) and C scales, got x {list(x.shape)}")
+    elif tuple(scale.shape) != ():
         axis = attrs.get("axis", 1)
         if not 0 <= axis < len(x.shape) or tuple(scale.shape) != (x.shape[axis],):
             raise ValueError(f"a per-axis scale {list(scale.shape)} must be [{x.shape[axis]}] (axis {axis} of "
@@ -283,14 +360,19 @@ def _requantize_type(in_types, attrs):
 
 def _requantize_compute(inputs, attrs, out_type):
     """out = saturate(round_half_to_even(float(x) * float(scale)) + output_zero_point), in
-    compute_dtype (see qnn_requantize)."""
+    compute_dtype (see qnn_requantize); with a blocked `layout` NCHW[b]c a per-channel scale is
+    read at channel i[1] * b + i[4]."""
     x, scale, zp = inputs
     cd = attrs.get("compute_dtype", "float64")
     lo, hi = RANGES[attrs["out_dtype"]]
     axis = attrs.get("axis", 1)
+    block = channel_block(attrs.get("layout", "NCHW"))
 
     def f(*i):
-        s = scale[()] if scale.ndim == 0 else scale[i[axis]]
+        if scale.ndim == 0:
+            s = scale[()]
+        else:
+            s = scale[i[axis]] if block is None else scale[i[1] * block + i[4]]
         r = te.round(te.cast(cd, x[i]) * te.cast(cd, s)) + te.cast(cd, zp[()])
         r = te.minimum(te.maximum(r, te.const(float(lo), cd)), te.const(float(hi), cd))
         return te.cast(attrs["out_dtype"], r)
@@ -298,8 +380,9 @@ def _requantize_compute(inputs, attrs, out_type):
     return te.compute(x.shape, f, name="qnn_requantize")
 
 
-def qnn_requantize_reference(x, scale, zp, out_dtype, axis=1, compute_dtype="float64"):
-    """Numpy qnn.requantize: x int32, scale [] or [x.shape[axis]], zp int32 [] -> out_dtype.
+def qnn_requantize_reference(x, scale, zp, out_dtype, axis=1, compute_dtype="float64", layout="NCHW"):
+    """Numpy qnn.requantize: x int32, scale [] or [x.shape[axis]], zp int32 [] -> out_dtype; with a
+    blocked `layout` NCHW[b]c (x [N, C/b, H, W, b]) a per-channel scale [C] is blocked the same way.
 
     round(x * scale) rounds half to even (numpy's rint, ONNX QuantizeLinear's rounding), then
     the zero point is added and the sum saturated to out_dtype's range. compute_dtype float64 is
@@ -308,7 +391,10 @@ def qnn_requantize_reference(x, scale, zp, out_dtype, axis=1, compute_dtype="flo
     onnxruntime's MLAS requantization does (MlasRequantizeOutput). The two differ only where the
     float32 product rounds across a .5 boundary: at most one unit in the output."""
     scale = np.asarray(scale)
-    if scale.ndim:
+    block = channel_block(layout)
+    if scale.ndim and block is not None:
+        scale = scale.reshape(1, -1, 1, 1, block)
+    elif scale.ndim:
         shape = [1] * x.ndim
         shape[axis] = scale.shape[0]
         scale = scale.reshape(shape)
