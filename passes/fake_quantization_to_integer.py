@@ -15,16 +15,48 @@ _ANCHORS = {"nn.conv2d": "qnn.conv2d", "nn.matmul": "qnn.matmul"}
 
 def _constant_value(e: Expr):
     """The value of `e` when it is a Constant or a call whose leaves are all Constants (evaluated
-    with the ops' numpy references, as FoldConstant would), else None."""
-    if isinstance(e, Constant):
-        return e.value
-    if not isinstance(e, Call):
+    with the ops' numpy references, as FoldConstant would), else None. Whether it is constant is
+    decided first, on the structure alone and each node once (a run-time scale, as
+    DynamicQuantizeLinear computes, reaches back through the whole graph, shared nodes included),
+    so nothing is evaluated for a value that is not constant."""
+    if not _all_constant(e, {}):
         return None
-    values = [_constant_value(i) for i in e.inputs]
-    if any(v is None for v in values):
-        return None
-    with np.errstate(all="ignore"):
-        return np.asarray(get_op(e.op).reference(*values, **e.attrs)).astype(e.dtype)
+    return _evaluate(e, {})
+
+
+def _all_constant(root: Expr, memo: dict) -> bool:
+    """Whether every leaf under `root` is a Constant: each node once, without recursion (a deep
+    graph reaches below Python's recursion limit)."""
+    stack = [root]
+    while stack:
+        e = stack[-1]
+        if e in memo:
+            stack.pop()
+        elif not isinstance(e, Call):
+            memo[e] = isinstance(e, Constant)
+            stack.pop()
+        elif any(memo.get(i) is False for i in e.inputs):
+            memo[e] = False
+            stack.pop()
+        else:
+            pending = [i for i in e.inputs if i not in memo]
+            if pending:
+                stack.extend(pending)
+            else:
+                memo[e] = True
+                stack.pop()
+    return memo[root]
+
+
+def _evaluate(e: Expr, memo: dict):
+    if e not in memo:
+        if isinstance(e, Constant):
+            memo[e] = e.value
+        else:
+            values = [_evaluate(i, memo) for i in e.inputs]
+            with np.errstate(all="ignore"):
+                memo[e] = np.asarray(get_op(e.op).reference(*values, **e.attrs)).astype(e.dtype)
+    return memo[e]
 
 
 def _dequantized(e: Expr, constant_data: bool):

@@ -70,3 +70,19 @@ def test_chains_that_do_not_match_stay_float():
     before = Graph([x, wv], [_q(shared, 0.05, np.uint8(0), "a"), shared, _q(runtime_weight, 0.05, np.uint8(0), "b")])
     after = _fq(before)
     assert op_names(after).count("nn.conv2d") == 2 and "qnn.conv2d" not in op_names(after)
+
+
+def test_a_run_time_scale_deep_in_a_shared_graph_is_seen_as_such_at_once():
+    """A quantize whose scale is computed at run time (DynamicQuantizeLinear) from a graph that is
+    deep (3000 nodes, below Python's recursion limit) and shares nodes (60 doublings y + y: 2^60
+    paths) is left alone, each node looked at once."""
+    x = var("x", ())
+    y = x
+    for _ in range(3000):
+        y = call("nn.relu", y)
+    for _ in range(60):
+        y = call("add", y, y)
+    scale = call("add", y, _c(np.float32(1.0), "one"))
+    q = call("qnn.quantize", var("v", (4,)), scale, _c(np.uint8(0), "z"), out_dtype="uint8")
+    before = Graph([x, q.inputs[0]], [q])
+    assert op_names(_fq(before)) == op_names(before)
