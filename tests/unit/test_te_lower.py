@@ -487,5 +487,26 @@ def test_rfactor_errors():
     s = te.create_schedule(T)
     with pytest.raises(ScheduleError, match="does not divide"):
         s.rfactor(S, 3)
-    with pytest.raises(ScheduleError, match="exactly one axis"):
+    with pytest.raises(ScheduleError, match="is not a reduction"):
         s.rfactor(T, 2)
+
+
+def test_rfactor_of_a_reduction_over_every_axis_factors_the_innermost(compile_prim):
+    """min over [6, 40] to a scalar (DynamicQuantizeLinear's): the partial minima reduce over the
+    rows and k_outer into 8 lanes, vectorized, then S over the lanes; numpy's value."""
+    A = te.placeholder((6, 40), name="A")
+    i, k = te.reduce_axis(6, "i"), te.reduce_axis(40, "k")
+    S = te.compute((1,), lambda _: te.min(A[i, k], [i, k]), name="S")
+    s = te.create_schedule(S)
+    partial = s.rfactor(S, 8)
+    assert partial.shape == (1, 8) and [iv.extent for iv in s[partial].op.reduce_axis] == [6, 5]
+    row, lane = s[partial].op.axis
+    s[partial].reorder(*s[partial].op.reduce_axis, row, lane)
+    s[partial].vectorize(lane)
+    prim = lower(s, [A, S], "rfactor_all")
+    vector_loops = [e for _, e, kd in loops(prim) if kd == "vectorize"]
+    assert vector_loops and all(e == 8 for e in vector_loops)
+    a = np.random.default_rng(0).standard_normal((6, 40)).astype(np.float32)
+    out = np.zeros(1, np.float32)
+    compile_prim(prim)(a, out)
+    assert out[0] == a.min()

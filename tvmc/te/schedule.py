@@ -242,18 +242,20 @@ class Schedule:
         return cache
 
     def rfactor(self, t: Tensor, factor: int) -> Tensor:
-        """Factor `t`'s reduction (one reduce axis k, extent divisible by `factor`) through a new
-        stage (returned) of shape t.shape + (factor,) that reduces over k_outer with
-        k = k_outer * factor + lane, a spatial last axis (vectorizable when k is the innermost,
-        contiguous index of the source); `t` becomes the reduction of that stage over its
-        last axis. TVM's rfactor, for one axis. Raises ScheduleError otherwise."""
+        """Factor `t`'s reduction over its last reduce axis k (extent divisible by `factor`)
+        through a new stage (returned) of shape t.shape + (factor,) that reduces over the other
+        reduce axes and k_outer with k = k_outer * factor + lane, a spatial last axis
+        (vectorizable when k is the innermost, contiguous index of the source); `t` becomes the
+        reduction of that stage over its last axis. TVM's rfactor, on one axis (a reduction over
+        every axis of a tensor, e.g. DynamicQuantizeLinear's min and max, factors its innermost
+        one). Raises ScheduleError otherwise."""
         st = self[t]
         body = t.op.body
-        if not isinstance(body, Reduce) or len(body.axes) != 1:
-            raise ScheduleError(f"rfactor: {t.name} must reduce over exactly one axis")
+        if not isinstance(body, Reduce) or not body.axes:
+            raise ScheduleError(f"rfactor: {t.name} is not a reduction")
         if st.leaf != st.root or st.relations:
             raise ScheduleError("rfactor must come before other primitives on the stage")
-        (k,) = body.axes
+        *others, k = body.axes
         if factor < 1 or k.extent % factor:
             raise ScheduleError(f"rfactor: factor {factor} does not divide {t.name}'s reduction of {k.extent}")
         axis = [IterVar(e, f"{t.name}_rf{n}") for n, e in enumerate(t.shape)] + [IterVar(factor, f"{t.name}_lane")]
@@ -261,7 +263,8 @@ class Schedule:
         mapping = {old.var: new.var for old, new in zip(t.op.axis, axis)}
         mapping[k.var] = ko.var * factor + axis[-1].var
         partial = Tensor(t.shape + (factor,), t.dtype, t.name + "_rf",
-                         ComputeOp(axis, Reduce(body.combiner, substitute(body.source, mapping), [ko]), t.op.tag))
+                         ComputeOp(axis, Reduce(body.combiner, substitute(body.source, mapping), [*others, ko]),
+                                   t.op.tag))
         lane = IterVar(factor, k.name + "_lane", "reduce")
         t.op = ComputeOp(t.op.axis, Reduce(body.combiner, TensorLoad(partial, [a.var for a in t.op.axis] + [lane.var]),
                                            [lane]), t.op.tag)

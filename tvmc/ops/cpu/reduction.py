@@ -19,11 +19,11 @@ def _root_reduction(stage):
 
 
 def _contiguous_reduce_axis(t):
-    """The single reduce axis of `t` when every load of its source has it as the last
-    (innermost, contiguous) index, else None."""
-    if len(t.op.reduce_axis) != 1:
+    """The last reduce axis of `t` when every load of its source has it as the last (innermost,
+    contiguous) index, else None."""
+    if not t.op.reduce_axis:
         return None
-    (k,) = t.op.reduce_axis
+    k = t.op.reduce_axis[-1]
     loads = [x for x in walk(t.op.body.source) if isinstance(x, TensorLoad)]
     if not loads or any(not (isinstance(ld.indices[-1], Var) and ld.indices[-1] is k.var) for ld in loads):
         return None
@@ -35,16 +35,17 @@ def _reduction_at_root(s, t, target):
     the vector lanes (and at least two vectors), the reduction is vectorized (TVM's rfactor):
     lane-wise partial results accumulate one vector per step, then one short reduction over
     the lanes; e.g. softmax over 128 keys: 8 vector steps and 16 lanes instead of 128 dependent
-    scalar steps. Otherwise the reduction loop stays innermost and scalar."""
+    scalar steps; a reduction over several axes (a whole tensor to a scalar) factors its
+    innermost one. Otherwise the reduction loop stays innermost and scalar."""
     lanes = target.vector_lanes(t.dtype)
     k = _contiguous_reduce_axis(t)
     if k is not None and k.extent % lanes == 0 and k.extent >= 2 * lanes:
         partial = s.rfactor(t, lanes)
         ps = s[partial]
         *outer, lane = ps.op.axis
-        (ko,) = ps.op.reduce_axis
+        *others, ko = ps.op.reduce_axis
         rows = [iv for iv in outer if iv.extent > 1]
-        ps.reorder(*rows, ko, *[iv for iv in outer if iv.extent == 1], lane)
+        ps.reorder(*rows, *others, ko, *[iv for iv in outer if iv.extent == 1], lane)
         ps.vectorize(lane)
         if rows:
             ps.parallel(rows[0])
