@@ -7,7 +7,8 @@
 # the host's architecture that it runs (x86-64: x86, x86-avx2, x86-64; aarch64: arm-neoverse-n1,
 # arm-cortex-a72, arm) against onnxruntime at 1 and 2 threads (`make bench TARGET=cuda`: on the
 # GPU against onnxruntime's CUDA provider and torch eager, untuned and tuned with CUDA_TUNE_TRIALS
-# measurements per model, bench/bench_cuda.py), `make bench-layers` ResNet-18's conv layers against
+# measurements per model, bench/bench_cuda.py), `make bench-int8` the int8 models against tvmc float and
+# onnxruntime int8 (bench/results/int8.md), `make bench-layers` ResNet-18's conv layers against
 # the machine's peak; `make conformance [TARGET=opencl|arm|wasm|cuda]` runs the ONNX backend node
 # cases through tvmc on x86 (or TARGET; arm under qemu-user) and rewrites docs/conformance.md
 # (TARGET: docs/conformance-TARGET.md and its row in docs/conformance.md; COMPILE_ONLY=1 compiles
@@ -29,7 +30,7 @@ CUDA_TUNE_TRIALS ?= 400
 
 FUZZ_EXAMPLES ?= 400
 
-.PHONY: install test-deps demo lint test test-all test-cuda gpu-check fuzz bench bench-layers bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
+.PHONY: install test-deps demo lint test test-all test-cuda gpu-check fuzz bench bench-int8 bench-layers bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator, wasm toolchain, browser) where apt-get
@@ -92,6 +93,12 @@ else ifeq ($(TARGET),cuda)
 else
 	$(PYTHON) bench/bench.py
 endif
+
+# int8 rows (issue 28): quantized ResNet-style CNNs (QDQ, quantize_static) and the BERT-style encoder
+# (quantize_dynamic), tvmc int8 against tvmc float and onnxruntime int8 at 1 and 2 threads on x86 with
+# VNNI and on x86-avx2 (bench/int8_models.py); writes bench/results/int8.md.
+bench-int8: install
+	$(PYTHON) bench/int8_models.py --sizes 32,64 --bert --out bench/results/int8.md
 
 bench-layers: install
 	$(PYTHON) bench/layers.py

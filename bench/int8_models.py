@@ -1,21 +1,26 @@
-"""int8 CNNs end to end on this host: tvmc's int8 build of a model quantized by onnxruntime
-(quantize_static, QDQ, uint8 activations, int8 per-channel weights, calibrated on 4 seeded
-standard-normal inputs) against tvmc's float build of the same model and onnxruntime's session
-of the int8 model (and, for reference, of the float one), all in this one process.
+"""int8 models end to end on this host: tvmc's int8 build of a model quantized by onnxruntime
+against tvmc's float build of the same model and onnxruntime's session of the int8 model (and,
+for reference, of the float one), all in this one process (`make bench-int8`, issue 28).
 
 Models: tests/e2e/builders.resnet_style_cnn (3x3 stem, two basic blocks of 16 and 32 channels,
-BN + ReLU, a 1x1 stride-2 projection) at the input sizes of `--sizes`, and with `--resnet18`
-bench/models.resnet18 (224 x 224). Target: `--target` (default "x86" with the target option
-features=+avx512vnni, as `tvmc compile --target x86 --target-option features=+avx512vnni`), opt
-level 3, no tuning records. Each runtime does 3 untimed runs, then `--repeat` rounds time one run
-of each (perf_counter around a single call, interleaved); the table holds the medians and the
-ratios int8 / tvmc float and int8 / onnxruntime int8. Threads: `--threads` for both runtimes
-(tvmc: GraphExecutor.set_num_threads; onnxruntime: intra_op_num_threads, spinning stopped after
-each run as bench/bench.py does). The last column is the largest difference of tvmc's int8 logits
-from onnxruntime's int8 ones over their largest magnitude (each requantize may round one unit
-differently: float64 here, float32 in MLAS; the differences propagate). Timing only, no assertions.
+BN + ReLU, a 1x1 stride-2 projection) at the input sizes of `--sizes`, with `--resnet18`
+bench/models.resnet18 (224 x 224), all through quantize_static (QDQ, uint8 activations, int8
+per-channel weights, calibrated on 4 seeded standard-normal inputs); with `--bert`
+bench/models.bert (seq 128, hidden 256, 4 layers) through quantize_dynamic (int8 weights,
+DynamicQuantizeLinear + MatMulInteger). Targets: `--targets`, each "name" or "name:key=value"
+(default "x86:features=+avx512vnni,x86-avx2": the VNNI and the AVX2 dot-product forms, as
+`tvmc compile --target x86 --target-option features=+avx512vnni`), opt level 3, no tuning
+records. For each target and each of `--threads` (default 1,2; both runtimes: tvmc's
+GraphExecutor.set_num_threads, onnxruntime's intra_op_num_threads with spinning stopped after
+each run as bench/bench.py does), each runtime does 3 untimed runs, then `--repeat` rounds time
+one run of each (perf_counter around a single call, interleaved); the table holds the medians and
+the ratios int8 / tvmc float and int8 / onnxruntime int8 (below 1: tvmc int8 is faster). The last
+column is the largest difference of tvmc's int8 output from onnxruntime's int8 one over its
+largest magnitude (each requantize may round one unit differently; the differences propagate).
+`--out` also writes the table as markdown. Timing only, no assertions.
 
-`python bench/int8_models.py [--sizes 32,64,112] [--resnet18] [--threads 1] [--repeat 30]`
+`python bench/int8_models.py [--sizes 32,64,112] [--resnet18] [--bert] [--threads 1,2] [--repeat 30]
+[--targets x86:features=+avx512vnni,x86-avx2] [--out bench/results/int8.md]`
 """
 
 from __future__ import annotations
@@ -36,8 +41,23 @@ import onnx  # noqa: E402
 
 from bench import build_ort  # noqa: E402  (bench/ is the script's directory)
 
-DEFAULT_TARGET = "x86"
-DEFAULT_TARGET_OPTIONS = {"features": "+avx512vnni"}
+DEFAULT_TARGETS = "x86:features=+avx512vnni,x86-avx2"
+
+
+def parse_target(spec: str):
+    """"name" or "name:key=value[;key=value]" -> (name, target options)."""
+    name, _, opts = spec.partition(":")
+    return name, dict(o.split("=", 1) for o in opts.split(";") if o)
+
+
+def quantize_dynamic(model: onnx.ModelProto, tmp: str) -> onnx.ModelProto:
+    """`model` through onnxruntime.quantization.quantize_dynamic (int8 weights)."""
+    from onnxruntime import quantization
+
+    src, dst = Path(tmp, f"{model.graph.name}.onnx"), Path(tmp, f"{model.graph.name}_int8.onnx")
+    onnx.save(model, src)
+    quantization.quantize_dynamic(str(src), str(dst), weight_type=quantization.QuantType.QInt8)
+    return onnx.load(dst)
 
 
 def quantize(model: onnx.ModelProto, shape, tmp: str) -> onnx.ModelProto:
@@ -86,23 +106,29 @@ def _median_ms(runs: dict, repeat: int) -> dict:
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def bench(name: str, model: onnx.ModelProto, args) -> dict:
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    in_name = model.graph.input[0].name
+def bench(name: str, model: onnx.ModelProto, feeds, target: str, target_options: dict, threads: int,
+          args) -> dict:
+    """Medians (ms) of tvmc int8 / float and onnxruntime int8 / float on `feeds` (None: a seeded
+    standard-normal input; then the model is quantized statically, else dynamically)."""
     with tempfile.TemporaryDirectory() as tmp:
-        qmodel = quantize(model, shape, tmp)
-        ex_f, compile_f = build_tvmc(model, tmp, "float", args.target, args.target_options, args.threads)
-        ex_q, compile_q = build_tvmc(qmodel, tmp, "int8", args.target, args.target_options, args.threads)
-        ort_q, ort_f = build_ort(qmodel, args.threads), build_ort(model, args.threads)
+        if feeds is None:
+            shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+            feeds = {model.graph.input[0].name: np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+            qmodel = quantize(model, shape, tmp)
+        else:
+            qmodel = quantize_dynamic(model, tmp)
+        ex_f, compile_f = build_tvmc(model, tmp, "float", target, target_options, threads)
+        ex_q, compile_q = build_tvmc(qmodel, tmp, "int8", target, target_options, threads)
+        ort_q, ort_f = build_ort(qmodel, threads), build_ort(model, threads)
         for ex in (ex_f, ex_q):
-            ex.set_input(in_name, x)
-        ref = ort_q.run(None, {in_name: x})[0]
+            for k, v in feeds.items():
+                ex.set_input(k, v)
+        ref = ort_q.run(None, feeds)[0]
         ex_q.run()
         err = float(np.abs(ex_q.get_output(0) - ref).max())
         times = _median_ms({"tvmc_int8": ex_q.run, "tvmc_float": ex_f.run,
-                            "ort_int8": lambda: ort_q.run(None, {in_name: x}),
-                            "ort_float": lambda: ort_f.run(None, {in_name: x})}, args.repeat)
+                            "ort_int8": lambda: ort_q.run(None, feeds),
+                            "ort_float": lambda: ort_f.run(None, feeds)}, args.repeat)
     return dict(model=name, **times, compile_int8_s=compile_q, compile_float_s=compile_f, max_err=err,
                 ref_scale=float(np.abs(ref).max()))
 
@@ -113,32 +139,44 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="32,64,112", help="input sizes of resnet_style_cnn")
     p.add_argument("--resnet18", action="store_true", help="also bench/models.resnet18 (224 x 224)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bert", action="store_true", help="also bench/models.bert through quantize_dynamic")
+    p.add_argument("--threads", default="1,2")
     p.add_argument("--repeat", type=int, default=30)
-    p.add_argument("--target", default=DEFAULT_TARGET)
-    p.add_argument("--target-option", action="append", default=None, help="key=value (default features=+avx512vnni)")
+    p.add_argument("--targets", default=DEFAULT_TARGETS, help="name[:key=value;...] list, comma separated")
+    p.add_argument("--out", default=None, help="also write the table as markdown here")
     args = p.parse_args(argv)
-    args.target_options = (dict(o.split("=", 1) for o in args.target_option) if args.target_option
-                           else dict(DEFAULT_TARGET_OPTIONS))
-    models = [(f"resnet_style_{s}", resnet_style_cnn(0, int(s))) for s in args.sizes.split(",") if s]
-    if args.resnet18:
-        from models import resnet18
+    models = [(f"resnet_style_{s}", resnet_style_cnn(0, int(s)), None) for s in args.sizes.split(",") if s]
+    if args.resnet18 or args.bert:
+        from models import bert, bert_inputs, resnet18
 
-        models.append(("resnet18", resnet18()))
-    print(f"target {args.target} {args.target_options}, {args.threads} thread(s), load average "
-          f"{os.getloadavg()[0]:.2f}, medians of {args.repeat} interleaved rounds (ms)")
-    head = (f"{'model':<18} {'tvmc int8':>10} {'tvmc f32':>10} {'ort int8':>10} {'ort f32':>10} "
-            f"{'int8/f32':>9} {'int8/ort8':>9} {'rel err':>8}")
-    print(head)
-    ratios = []
-    for name, model in models:
-        r = bench(name, model, args)
-        ratios.append((r["tvmc_int8"] / r["tvmc_float"], r["tvmc_int8"] / r["ort_int8"]))
-        rel = r["max_err"] / max(r["ref_scale"], 1e-30)
-        print(f"{name:<18} {r['tvmc_int8']:>10.3f} {r['tvmc_float']:>10.3f} {r['ort_int8']:>10.3f} "
-              f"{r['ort_float']:>10.3f} {ratios[-1][0]:>9.2f} {ratios[-1][1]:>9.2f} {rel:>8.4f}", flush=True)
-    geo = [float(np.exp(np.mean(np.log([r[i] for r in ratios])))) for i in range(2)]
-    print(f"{'geomean':<18} {'':>10} {'':>10} {'':>10} {'':>10} {geo[0]:>9.2f} {geo[1]:>9.2f}")
+        if args.resnet18:
+            models.append(("resnet18", resnet18(), None))
+        if args.bert:
+            models.append(("bert (dynamic)", bert(), bert_inputs()))
+    head = ("| target | threads | model | tvmc int8 ms | tvmc f32 ms | ort int8 ms | ort f32 ms | int8/f32 | "
+            "int8/ort int8 | rel err |")
+    lines = [f"Load average {os.getloadavg()[0]:.2f} at the start (a shared machine: compare ratios, not times); "
+             f"medians of {args.repeat} interleaved rounds.", "", head, "|" + " --- |" * 10]
+    print("\n".join(lines), flush=True)
+    for spec in args.targets.split(","):
+        target, options = parse_target(spec)
+        for threads in (int(t) for t in args.threads.split(",")):
+            ratios = []
+            for name, model, feeds in models:
+                r = bench(name, model, feeds, target, options, threads, args)
+                ratios.append((r["tvmc_int8"] / r["tvmc_float"], r["tvmc_int8"] / r["ort_int8"]))
+                rel = r["max_err"] / max(r["ref_scale"], 1e-30)
+                lines.append(f"| {spec} | {threads} | {name} | {r['tvmc_int8']:.3f} | {r['tvmc_float']:.3f} | "
+                             f"{r['ort_int8']:.3f} | {r['ort_float']:.3f} | {ratios[-1][0]:.2f} | "
+                             f"{ratios[-1][1]:.2f} | {rel:.4f} |")
+                print(lines[-1], flush=True)
+            geo = [float(np.exp(np.mean(np.log([r[i] for r in ratios])))) for i in range(2)]
+            lines.append(f"| {spec} | {threads} | geomean | | | | | {geo[0]:.2f} | {geo[1]:.2f} | |")
+            print(lines[-1], flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text("# int8 models: tvmc int8 vs tvmc float vs onnxruntime int8\n\n"
+                                  "Written by `make bench-int8` (bench/int8_models.py).\n\n" + "\n".join(lines) + "\n")
     return 0
 
 

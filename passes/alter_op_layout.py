@@ -18,8 +18,9 @@ from tvmc.passes.pass_infra import graph_pass
 NCHW = "NCHW"
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 _DTYPES = ("float32", "float64")
-# quantize / dequantize: x, a scale and a zero point that broadcast against it (per channel: [C, 1, 1])
-_RESCALES = ("qnn.quantize", "qnn.dequantize")
+# quantize / dequantize / rescale / add: tensors (add: two) and the scales, shifts and zero points that
+# broadcast against them (per channel: [C, 1, 1])
+_RESCALES = ("qnn.quantize", "qnn.dequantize", "qnn.rescale", "qnn.add")
 
 
 def channel_block_for(channels: int, max_block: int) -> int:

@@ -10,7 +10,7 @@ from tvmc.ops.registry import get_op, make_call
 from tvmc.passes.pass_infra import graph_pass
 
 # anchor -> (qnn op, axis of the output indexed by a per-channel weight scale)
-_ANCHORS = {"nn.conv2d": "qnn.conv2d", "nn.matmul": "qnn.matmul"}
+_ANCHORS = {"nn.conv2d": "qnn.conv2d", "nn.matmul": "qnn.matmul", "nn.dense": "qnn.dense"}
 
 
 def _constant_value(e: Expr):
@@ -104,10 +104,10 @@ def _match(q: Call, uses: dict, outputs: set):
     x, w = _dequantized(anchor.inputs[0], False), _dequantized(anchor.inputs[1], True)
     if x is None or w is None or x[1].size != 1 or x[2].size != 1:
         return None
-    if anchor.op == "nn.matmul" and len(w[0].shape) != 2:
+    if anchor.op != "nn.conv2d" and len(w[0].shape) != 2 or anchor.op == "nn.dense" and len(x[0].shape) != 2:
         return None
     axis, channels = (1, anchor.shape[1]) if anchor.op == "nn.conv2d" else (len(anchor.shape) - 1, anchor.shape[-1])
-    w_axis = 0 if anchor.op == "nn.conv2d" else 1
+    w_axis = 1 if anchor.op == "nn.matmul" else 0  # the weight's output-channel axis: O of OIHW, N of [N, K]
     ws = _channels(w[1], channels, w_axis, len(w[0].shape))
     wz = _channels(w[2], channels, w_axis, len(w[0].shape))
     if ws is None or wz is None:
@@ -150,7 +150,8 @@ def _integer_chain(q: Call, m: dict) -> Call:
     if anchor.op == "nn.matmul":
         acc = _dense(xq, wq, zero_points, anchor.shape, name)
     else:
-        acc = make_call(_ANCHORS[anchor.op], [xq, wq, *zero_points], dict(anchor.attrs), name=name)
+        attrs = dict(anchor.attrs) if anchor.op == "nn.conv2d" else {}
+        acc = make_call(_ANCHORS[anchor.op], [xq, wq, *zero_points], attrs, name=name)
     in_scale = (xs.reshape(()) * ws).astype(np.float32)  # the scales' product in float32, as onnxruntime's bias scale
     if m["bias"] is not None:
         # the bias in units of the accumulator (onnxruntime's quantizer writes it so: round(b / (x_scale * w_scale)))
@@ -173,7 +174,8 @@ def fake_quantization_to_integer(graph: Graph, ctx) -> Graph:
           -> qnn.requantize(qnn.conv2d(x_q, W_q, x_zp, w_zp) [+ b_int32], x_scale * w_scale / y_scale, y_zp)
 
     and the same with nn.matmul and a constant 2-D W_q (-> qnn.dense on W_q transposed, x_q's
-    leading axes flattened into rows). x_q is an 8-bit tensor with
+    leading axes flattened into rows), and with nn.dense (Gemm with transB: a 2-D x_q and a
+    constant W_q [N, K], -> qnn.dense). x_q is an 8-bit tensor with
     a per-tensor constant scale and zero point; W_q an 8-bit Constant with a scalar or per-output-
     channel scale and zero point; y_zp 8-bit. The bias b (a float Constant, or a constant chain
     such as DequantizeLinear of quantize_static's int32 bias) becomes round(b / (x_scale * w_scale))

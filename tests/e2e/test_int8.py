@@ -198,6 +198,40 @@ def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
     assert len(convs) == 2 and all("qnn_conv2d_nchwc_u8s8" in k for k in convs), convs
 
 
+def test_quantize_static_resnet_style_has_no_float_chains_between_convs():
+    """A small ResNet (BatchNorm unfolded by the quantizer, MaxPool, residual Adds, a Gemm head)
+    quantized QDQ per channel: onnxruntime's int8 outputs within one unit (every quantized tensor
+    exposed), and, compiled as it is, no float op between the convs (FoldQuantizedChains): each
+    conv kernel ends in qnn.rescale (the BatchNorm) or qnn.add (the residual), none dequantizes
+    but the last (into the float GlobalAveragePool), and the MaxPool runs on the uint8 tensor."""
+    from tests.e2e.builders import resnet_style_cnn
+
+    model = resnet_style_cnn(seed=2, size=16)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
+        onnx.save(model, src)
+        quantization.quantize_static(str(src), str(dst), _Reader("input", (1, 3, 16, 16)),
+                                     quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+                                     activation_type=quantization.QuantType.QUInt8,
+                                     weight_type=quantization.QuantType.QInt8)
+        qmodel = onnx.load(dst)
+    assert "BatchNormalization" in {n.op_type for n in qmodel.graph.node}
+    x = np.random.default_rng(11).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    expected = ("qnn_conv2d_nchwc_u8s8", "qnn_dense_u8s8")
+    _check_int8_model(expose_quantized(onnx.ModelProto.FromString(qmodel.SerializeToString())), model, {"input": x},
+                      expected)
+    module = _compile(qmodel)
+    got, _ = _run(module, {"input": x})
+    ref = onnxruntime_outputs(qmodel, {"input": x})["logits"]
+    assert np.abs(got["logits"] - ref).max() <= _dequantized_step(qmodel, "logits") * 1.0001
+    names = kernel_names(module)
+    convs = [k for k in names if "qnn_conv2d" in k]
+    assert len(convs) == 6 and all("qnn_rescale" in k for k in convs), convs
+    assert not any("qnn_dequantize" in k or "multiply" in k for k in convs[:-1]), convs
+    pools = [k for k in names if "max_pool2d" in k]
+    assert pools and not any("quantize" in k for k in pools), pools
+
+
 # (target spec, --target-option features, the dot-product instruction of its dense_u8s8 kernel)
 DOT_PRODUCT_TARGETS = [
     pytest.param("arm-neoverse-n1", None, "udot", id="arm-neoverse-n1"),

@@ -480,3 +480,103 @@ def qnn_quantize_reference(x, scale, zp, out_dtype):
 
 register_op(OpDef("qnn.quantize", _quantize_type, qnn_quantize_reference, OpPattern.BROADCAST,
                   _quantize_compute, INJECTIVE))
+
+
+# --- qnn.rescale (an 8-bit tensor through a per-channel affine map into another quantization) --
+
+def _rescale_type(in_types, attrs):
+    x, x_zp, scale, shift, y_zp = in_types
+    if x.dtype not in QUANTIZED_DTYPES + ("int32",):
+        raise ValueError(f"qnn.rescale takes an int8, uint8 or int32 tensor, got {x.dtype}")
+    for t, what in ((x_zp, "input zero point"), (y_zp, "output zero point")):
+        _check_zero_point(t, what)
+    for t, what in ((scale, "scale"), (shift, "shift")):
+        if t.dtype != "float32":
+            raise ValueError(f"qnn.rescale's {what} must be float32, got {t.dtype}")
+    if attrs["out_dtype"] not in RANGES:
+        raise ValueError(f"out_dtype must be int8 or uint8, got {attrs['out_dtype']}")
+    if broadcast_shape(broadcast_shape(x.shape, scale.shape), shift.shape) != tuple(x.shape):
+        raise ValueError(f"scale {list(scale.shape)} and shift {list(shift.shape)} may not grow {list(x.shape)}")
+    return TensorType(x.shape, attrs["out_dtype"])
+
+
+def _rescale_compute(inputs, attrs, out_type):
+    """saturate(round_half_to_even((float32(x) - x_zp) * scale + shift) + y_zp) in float32."""
+    x, x_zp, scale, shift, y_zp = inputs
+    lo, hi = RANGES[attrs["out_dtype"]]
+
+    def f(*i):
+        v = (te.cast("float32", x[i]) - te.cast("float32", x_zp[()])) * scale[broadcast_index(scale.shape, i)] \
+            + shift[broadcast_index(shift.shape, i)]
+        r = te.round(v) + te.cast("float32", y_zp[()])
+        return te.cast(attrs["out_dtype"], te.minimum(te.maximum(r, te.const(float(lo), "float32")),
+                                                      te.const(float(hi), "float32")))
+
+    return te.compute(x.shape, f, name="qnn_rescale")
+
+
+def qnn_rescale_reference(x, x_zp, scale, shift, y_zp, out_dtype):
+    """Numpy qnn.rescale: x int8/uint8/int32, zero points int32 [], scale and shift float32
+    broadcasting against x (per channel: [C, 1, 1] for NCHW) -> out_dtype:
+
+        out = saturate(round_half_to_even((float32(x) - x_zp) * scale + shift) + y_zp)
+
+    in float32: QuantizeLinear(f(DequantizeLinear(x))) for an affine f(v) = a * v + b, with
+    scale = x_scale * a / y_scale and shift = b / y_scale (passes/fold_quantized_chains.py).
+    Float32 rounding of the folded constants can move a value near .5 by one unit."""
+    v = (x.astype(np.float32) - np.float32(x_zp)) * np.asarray(scale, np.float32) + np.asarray(shift, np.float32)
+    lo, hi = RANGES[out_dtype]
+    return np.clip(np.rint(v) + np.float32(y_zp), lo, hi).astype(out_dtype)
+
+
+register_op(OpDef("qnn.rescale", _rescale_type, qnn_rescale_reference, OpPattern.BROADCAST, _rescale_compute,
+                  INJECTIVE))
+
+
+# --- qnn.add (two 8-bit tensors added in a third quantization) -----------------------------------
+
+def _add_type(in_types, attrs):
+    a, a_zp, a_scale, b, b_zp, b_scale, y_zp = in_types
+    _check_operand(a, "a")
+    _check_operand(b, "b")
+    for t, what in ((a_zp, "a zero point"), (b_zp, "b zero point"), (y_zp, "output zero point")):
+        _check_zero_point(t, what)
+    for t, what in ((a_scale, "a scale"), (b_scale, "b scale")):
+        if t.dtype != "float32" or tuple(t.shape) != ():
+            raise ValueError(f"qnn.add's {what} must be a float32 scalar, got {t.dtype} {list(t.shape)}")
+    if attrs["out_dtype"] not in RANGES:
+        raise ValueError(f"out_dtype must be int8 or uint8, got {attrs['out_dtype']}")
+    return TensorType(broadcast_shape(a.shape, b.shape), attrs["out_dtype"])
+
+
+def _add_compute(inputs, attrs, out_type):
+    """saturate(round_half_to_even((a - a_zp) * a_scale + (b - b_zp) * b_scale) + y_zp) in float32."""
+    a, a_zp, a_scale, b, b_zp, b_scale, y_zp = inputs
+    lo, hi = RANGES[attrs["out_dtype"]]
+
+    def term(x, zp, scale, i):
+        return (te.cast("float32", x[broadcast_index(x.shape, i)]) - te.cast("float32", zp[()])) * scale[()]
+
+    def f(*i):
+        r = te.round(term(a, a_zp, a_scale, i) + term(b, b_zp, b_scale, i)) + te.cast("float32", y_zp[()])
+        return te.cast(attrs["out_dtype"], te.minimum(te.maximum(r, te.const(float(lo), "float32")),
+                                                      te.const(float(hi), "float32")))
+
+    return te.compute(out_type.shape, f, name="qnn_add")
+
+
+def qnn_add_reference(a, a_zp, a_scale, b, b_zp, b_scale, y_zp, out_dtype):
+    """Numpy qnn.add (TVM's qnn.add; QuantizeLinear(DequantizeLinear(a) + DequantizeLinear(b))):
+    a, b int8/uint8 (numpy broadcasting), zero points int32 [], a_scale = a's scale / y's scale and
+    b_scale likewise float32 []:
+
+        out = saturate(round_half_to_even((a - a_zp) * a_scale + (b - b_zp) * b_scale) + y_zp)
+
+    in float32 (within one unit of the float chain, which divides by y's scale after the sum)."""
+    va = (a.astype(np.float32) - np.float32(a_zp)) * np.float32(a_scale)
+    vb = (b.astype(np.float32) - np.float32(b_zp)) * np.float32(b_scale)
+    lo, hi = RANGES[out_dtype]
+    return np.clip(np.rint(va + vb) + np.float32(y_zp), lo, hi).astype(out_dtype)
+
+
+register_op(OpDef("qnn.add", _add_type, qnn_add_reference, OpPattern.BROADCAST, _add_compute, INJECTIVE))
