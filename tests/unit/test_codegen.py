@@ -249,6 +249,19 @@ def test_exp_underflow_and_overflow_ends(kernels, mode):
 
 
 @pytest.mark.parametrize("mode", ["scalar", "vector"])
+def test_exp_reaches_the_subnormals_and_is_exactly_zero_below(kernels, mode):
+    """Subnormal results down to the smallest (x > -103.97) within one unit of their last place;
+    exactly +0 at and below exp_lo (-104: there the scale is an exact 0, no underflowing
+    product) and for the masked scores of an attention (-1e4, -1e9, -inf)."""
+    x = np.full(N, -1e4, np.float32)
+    x[:8] = [-88.0, -95.5, -100.0, -103.0, -103.9, -104.0, -1e9, -np.inf]
+    y = kernels[("exp", mode)](x)
+    ref = np.exp(x[:5].astype(np.float64))
+    assert (y[:5] > 0).all() and (np.abs(y[:5] - ref) <= np.spacing(np.float32(0)) + 2e-7 * ref).all()
+    assert (y[5:] == 0).all() and not np.signbit(y[5:]).any()
+
+
+@pytest.mark.parametrize("mode", ["scalar", "vector"])
 def test_exp_top_of_float32_range_is_finite(kernels, mode):
     x = np.full(N, 88.5, np.float32)
     x[:3] = [88.4, 88.6, 88.72]
