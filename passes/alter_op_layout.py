@@ -62,9 +62,10 @@ class _Rewriter:
     layout), so a tensor that several consumers need in one layout is transformed once.
     """
 
-    def __init__(self, target, min_block: int, winograd: int):
+    def __init__(self, target, min_block: int, winograd: int, grouped: bool = True):
         self.target = target
         self.winograd = winograd
+        self.grouped = grouped
         self.max_block = target.vector_lanes("float32")
         self.min_block = min(min_block, self.max_block)
         self.memo: dict = {}        # old Expr -> (new Expr, layout)
@@ -120,6 +121,8 @@ class _Rewriter:
                 out = self.pool(e)
             elif e.op == "concatenate":
                 out = self.concatenate(e)
+            elif e.op == "reshape":
+                out = self.channel_shuffle(e)
             else:
                 pattern = get_op(e.op).pattern
                 if pattern == OpPattern.ELEMWISE and len(e.inputs) == 1:
@@ -140,7 +143,7 @@ class _Rewriter:
         c, o = data.shape[1], e.shape[1]
         depthwise = groups > 1 and groups == c == o and weight.shape[1] == 1
         if groups != 1 and not depthwise:
-            return None
+            return self.group_conv2d(e) if self.grouped else None
         oc_bn = self.block_of(o)
         if oc_bn < self.min_block:
             return None
@@ -159,6 +162,51 @@ class _Rewriter:
                      f"{weight.name or 'weight'}_OIHW{1 if depthwise else ic_bn}i{oc_bn}o")
         attrs = dict(e.attrs, groups=groups, out_layout=blocked_layout(oc_bn))
         return make_call("nn.conv2d_nchwc", [x, w], attrs, name=e.name), blocked_layout(oc_bn)
+
+    def group_conv2d(self, e: Call):
+        """A grouped, not depthwise, nn.conv2d (C/g input and O/g output channels per group) ->
+        nn.conv2d_nchwc with groups (TVM's group_conv2d_NCHWc): oc_bn the largest power of two <=
+        the lanes dividing O/g (the conv stays NCHW when that is below the minimum block), ic_bn
+        the data's block where it divides C/g, else the same rule on C/g; the weight [O, C/g, KH,
+        KW] packed to [O//oc_bn, (C/g)//ic_bn, KH, KW, ic_bn, oc_bn]."""
+        data, weight = e.inputs
+        groups = e.attrs["groups"]
+        c, o = data.shape[1], e.shape[1]
+        if c % groups or o % groups:
+            return None
+        oc_bn = self.block_of(o // groups)
+        if oc_bn < self.min_block:
+            return None
+        ic_bn = channel_block(self.layout_of(data))
+        if ic_bn is None or (c // groups) % ic_bn:
+            ic_bn = self.block_of(c // groups)
+        x = self.as_layout(data, blocked_layout(ic_bn))
+        w = Constant(pack_weight(weight.value, ic_bn, oc_bn), f"{weight.name or 'weight'}_OIHW{ic_bn}i{oc_bn}o")
+        attrs = dict(e.attrs, out_layout=blocked_layout(oc_bn))
+        return make_call("nn.conv2d_nchwc", [x, w], attrs, name=e.name), blocked_layout(oc_bn)
+
+    def channel_shuffle(self, e: Call):
+        """ShuffleNet's channel shuffle reshape(transpose(reshape(x, [N, g, C/g, H, W]),
+        (0, 2, 1, 3, 4)), [N, C, H, W]) of a blocked x -> channel_shuffle(x, g) in x's layout (any
+        block: each output element is gathered from its source channel); the inner reshape and
+        transpose, when nothing else uses them, disappear with the old graph."""
+        t = e.inputs[0]
+        if not (len(e.shape) == 4 and isinstance(t, Call) and t.op == "transpose"
+                and tuple(t.attrs["axes"]) == (0, 2, 1, 3, 4)):
+            return None
+        r = t.inputs[0]
+        if not (isinstance(r, Call) and r.op == "reshape" and len(r.inputs[0].shape) == 4):
+            return None
+        x = r.inputs[0]
+        n, c, h, w = x.shape
+        groups = r.shape[1]
+        if tuple(e.shape) != tuple(x.shape) or tuple(r.shape) != (n, groups, c // groups, h, w):
+            return None
+        layout = self.layout_of(x)
+        if layout == NCHW:
+            return None
+        return make_call("channel_shuffle", [self.memo[x][0]], {"groups": groups, "layout": layout},
+                         name=e.name), layout
 
     def dense(self, e: Call):
         data, weight = e.inputs
@@ -347,7 +395,7 @@ def _cancel_transforms(graph: Graph) -> Graph:
     return rewrite(graph, fn)
 
 
-@graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1})
+@graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1, "grouped": 1})
 def alter_op_layout(graph: Graph, ctx) -> Graph:
     """Store convolution activations channel-blocked and dense weights column-blocked on CPU
     targets (TVM's AlterOpLayout with topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc,
@@ -360,7 +408,12 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     <= the target's float32 vector lanes (16 with AVX-512) dividing O; ic_bn = the block the
     input already has, else the same rule on C (1 for a 3-channel image). Convs whose oc_bn
     would be below min(`min_block` option (8), vector lanes) stay NCHW (a narrower block
-    leaves most of each vector register idle), as do other group counts.
+    leaves most of each vector register idle).
+    Each grouped (1 < groups, not depthwise) nn.conv2d becomes nn.conv2d_nchwc with groups (TVM's
+    group_conv2d_NCHWc) when a block of at least that minimum divides O/g: the blocks are chosen
+    per conv, oc_bn by the same rule on O/g, ic_bn the data's block where it divides C/g, else
+    the rule on C/g (group_conv2d); option `grouped` 0 keeps every grouped conv NCHW on the
+    generic kernel (the behaviour before grouped convs were blocked, for comparisons).
     A 3x3 stride-1 groups-1 conv that tvmc.ops.cpu.conv2d_winograd.winograd_tile_size selects
     for the target (option `winograd_tile_size`: -1 that rule, 0 never, 2 or 4 every eligible
     conv with that output tile) becomes nn.conv2d_winograd_nchwc instead, its weight transformed
@@ -388,7 +441,10 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     The blocked layout then flows through: ELEMWISE ops (relu, clip, ...); BROADCAST ops whose
     other operand is blocked too, a 4-D tensor of the same shape (transformed), or a Constant
     ([C,1,1] -> [C//c,1,1,c], converted here); pooling (`layout` attribute); concatenate on
-    the channel axis when every input's channel count divides by a block >= min_block. Every
+    the channel axis when every input's channel count divides by a block >= min_block; the channel
+    shuffle reshape [N, g, C/g, H, W] -> transpose (0, 2, 1, 3, 4) -> reshape [N, C, H, W] becomes
+    one channel_shuffle op in the blocked layout (any block: it gathers each output channel from
+    its source; channel_shuffle). Every
     other consumer and every graph output gets a layout_transform back to NCHW, once per
     tensor; then adjacent layout_transforms compose and inverse pairs cancel.
 
@@ -398,7 +454,8 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     target = ctx.target
     if target is None or getattr(target, "family", None) != "cpu":
         return graph
-    rw = _Rewriter(target, ctx.option("AlterOpLayout", "min_block"), ctx.option("AlterOpLayout", "winograd_tile_size"))
+    rw = _Rewriter(target, ctx.option("AlterOpLayout", "min_block"), ctx.option("AlterOpLayout", "winograd_tile_size"),
+                   bool(ctx.option("AlterOpLayout", "grouped")))
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:

@@ -146,3 +146,76 @@ def bert_encoder(seed: int = 0, seq: int = 128, hidden: int = 256, heads: int = 
     ids = [helper.make_tensor_value_info(n, TensorProto.INT64, [batch, seq]) for n in ("input_ids", "attention_mask")]
     return b.model(ids, [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [batch, seq, hidden])],
                    "bert_encoder", opset=17)
+
+
+def shufflenet_style(seed: int = 0, size: int = 32, stages=((64, 2), (128, 2)), groups: int = 4,
+                     stem: int = 24, classes: int = 10) -> onnx.ModelProto:
+    """A ShuffleNet (v1, Zhang et al. 2017) built of its units: 3x3 stride-2 stem conv, max pool,
+    then per stage (out_channels, units) a stride-2 unit (grouped 1x1 conv, channel shuffle,
+    depthwise 3x3 stride 2, grouped 1x1 conv; concatenated with a 3x3 average pool of its input)
+    and stride-1 units (the same with stride 1, added to the input); BN after every conv, ReLU
+    after the first and after the join; global average pool, Flatten, Gemm. Bottlenecks are a
+    quarter of the stage width; the first 1x1 conv of the network (on the stem's channels) is not
+    grouped, as in the paper. The channel shuffle is ONNX's Reshape [N, g, C/g, H, W] ->
+    Transpose (0, 2, 1, 3, 4) -> Reshape [N, C, H, W]. Input 'input' [1, 3, size, size]; output
+    'logits' [1, classes]. Stage widths must divide by 4 * groups."""
+    b = _Builder(seed)
+    hw = [size]
+
+    def out_hw(k, s, p):
+        hw[0] = (hw[0] + 2 * p - k) // s + 1
+
+    def gconv_bn(x, cin, cout, g, relu):
+        w = b.const(b.rng.standard_normal((cout, cin // g, 1, 1)) * np.sqrt(2.0 / (cin // g)))
+        y = b.node("Conv", [x, w], kernel_shape=[1, 1], group=g)
+        y = b.node("BatchNormalization", [y, b.const(b.rng.uniform(0.5, 1.5, cout)),
+                                          b.const(b.rng.standard_normal(cout) * 0.1),
+                                          b.const(b.rng.standard_normal(cout) * 0.1),
+                                          b.const(b.rng.uniform(0.5, 1.5, cout))], epsilon=1e-5)
+        return b.node("Relu", [y]) if relu else y
+
+    def shape_const(dims):
+        nm = b.name("shape")
+        b.inits.append(numpy_helper.from_array(np.array(dims, np.int64), nm))
+        return nm
+
+    def shuffle(x, c, g):
+        y = b.node("Reshape", [x, shape_const([1, g, c // g, hw[0], hw[0]])])
+        y = b.node("Transpose", [y], perm=[0, 2, 1, 3, 4])
+        return b.node("Reshape", [y, shape_const([1, c, hw[0], hw[0]])])
+
+    def unit(x, cin, cout, stride, first_groups):
+        mid = cout // 4
+        y = gconv_bn(x, cin, mid, first_groups, relu=True)
+        if first_groups > 1:
+            y = shuffle(y, mid, first_groups)
+        w = b.const(b.rng.standard_normal((mid, 1, 3, 3)) * np.sqrt(2.0 / 9))
+        y = b.node("Conv", [y, w], kernel_shape=[3, 3], strides=[stride, stride], pads=[1, 1, 1, 1], group=mid)
+        out_hw(3, stride, 1)
+        y = b.node("BatchNormalization", [y, b.const(b.rng.uniform(0.5, 1.5, mid)),
+                                          b.const(b.rng.standard_normal(mid) * 0.1),
+                                          b.const(b.rng.standard_normal(mid) * 0.1),
+                                          b.const(b.rng.uniform(0.5, 1.5, mid))], epsilon=1e-5)
+        if stride == 1:
+            y = gconv_bn(y, mid, cout, groups, relu=False)
+            return b.node("Relu", [b.node("Add", [x, y])])
+        y = gconv_bn(y, mid, cout - cin, groups, relu=False)
+        pooled = b.node("AveragePool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        return b.node("Relu", [b.node("Concat", [pooled, y], axis=1)])
+
+    x = b.conv_bn_relu("input", 3, stem, 3, 2)
+    out_hw(3, 2, 1)
+    x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    out_hw(3, 2, 1)
+    cin = stem
+    for k, (cout, units) in enumerate(stages):
+        x = unit(x, cin, cout, 2, 1 if k == 0 else groups)
+        for _ in range(units - 1):
+            x = unit(x, cout, cout, 1, groups)
+        cin = cout
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    w = b.const(b.rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin))
+    b.node("Gemm", [x, w, b.const(b.rng.standard_normal(classes) * 0.1)], transB=1)
+    b.nodes[-1].output[0] = "logits"
+    return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], "shufflenet_style")

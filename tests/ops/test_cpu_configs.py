@@ -25,6 +25,9 @@ CPU_CASES = [
          conv(strides=(2, 2), padding=(1, 1, 1, 1)), bias_relu(16)),
     Case("conv2d_nchwc.cpu", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 9, 14, 4)), n(r, (2, 2, 3, 3, 4, 8))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
+    # grouped: 3 groups of 4 input channels (block 2) and 8 output channels (2 blocks of 4 each)
+    Case("group_conv2d_nchwc.cpu", "nn.conv2d_nchwc", lambda r: [n(r, (1, 6, 7, 9, 2)), n(r, (6, 2, 3, 3, 2, 4))],
+         dict(conv(strides=(2, 2), padding=(0, 1, 1, 0), groups=3), out_layout="NCHW4c")),
     Case("conv2d_nchwc_im2col.cpu", "nn.conv2d_nchwc",
          lambda r: [n(r, (1, 2, 7, 10, 4)), n(r, (2, 2, 1, 1, 4, 8))], dict(conv(), out_layout="NCHW8c")),
     Case("dense.cpu", "nn.dense", lambda r: [n(r, (3, 70)), n(r, (50, 70))], {},

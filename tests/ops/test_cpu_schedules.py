@@ -42,6 +42,10 @@ CPU_CASES = [
     Case("conv2d_nchwc.cpu", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 7, 30, 4)), n(r, (3, 2, 3, 3, 4, 4))],
          dict(conv(padding=(1, 1, 1, 1)), out_layout="NCHW4c"),
          lambda r: [("add", {}, [n(r, (3, 1, 1, 4))]), ("nn.relu", {}, [])]),
+    # grouped, 2 groups of 8 input and 8 output channels: 2 output blocks per group (tile_oc 1, 2)
+    Case("group_conv2d_nchwc.cpu", "nn.conv2d_nchwc", lambda r: [n(r, (1, 4, 5, 10, 4)), n(r, (4, 2, 3, 3, 4, 4))],
+         dict(conv(padding=(1, 1, 1, 1), groups=2), out_layout="NCHW4c"),
+         lambda r: [("add", {}, [n(r, (4, 1, 1, 4))]), ("nn.relu", {}, [])]),
     Case("conv2d_nchwc_im2col.cpu", "nn.conv2d_nchwc", lambda r: [n(r, (1, 2, 9, 9, 4)), n(r, (2, 2, 3, 3, 4, 8))],
          dict(conv(strides=(2, 2), padding=(1, 1, 1, 1)), out_layout="NCHW8c")),
     Case("window_reduce.cpu", "nn.col2im", lambda r: [n(r, (2, 18, 9))],

@@ -168,6 +168,15 @@ CASES = [
     Case("conv2d_nchwc_depthwise_stride2", "nn.conv2d_nchwc",
          lambda r: [n(r, (1, 2, 11, 11, 8)), n(r, (2, 1, 3, 3, 1, 8))],
          dict(conv(strides=(2, 2), padding=(1, 1, 1, 1), groups=16), out_layout="NCHW8c")),
+    # grouped (issue 30): ib divides C/g, ob divides O/g; one output block per group, then two (each
+    # reading its group's input blocks: block oco // 2 of the groups' 4-channel inputs)
+    Case("conv2d_nchwc_grouped_3x3_stride2_bias_relu", "nn.conv2d_nchwc",
+         lambda r: [n(r, (1, 4, 9, 11, 4)), n(r, (2, 2, 3, 3, 4, 8))],
+         dict(conv(strides=(2, 2), padding=(1, 1, 1, 1), groups=2), out_layout="NCHW8c"),
+         lambda r: [("add", {}, [n(r, (2, 1, 1, 8))]), ("nn.relu", {}, [])]),
+    Case("conv2d_nchwc_grouped_1x1_two_blocks_per_group", "nn.conv2d_nchwc",
+         lambda r: [n(r, (1, 4, 6, 7, 4)), n(r, (8, 1, 1, 1, 4, 4))],
+         dict(conv(groups=4), out_layout="NCHW4c")),
 
     # --- nn.dense: data [M,K], weight [N,K]
     Case("dense_n10_bias_relu", "nn.dense", lambda r: [n(r, (3, 40)), n(r, (10, 40))], {},
@@ -260,6 +269,12 @@ CASES = [
          dict(src_layout="NCHW", dst_layout="NCHW16c")),
     Case("layout_transform_nchw8c_to_nchw", "layout_transform", lambda r: [n(r, (1, 3, 5, 7, 8))],
          dict(src_layout="NCHW8c", dst_layout="NCHW")),
+    # ShuffleNet's channel shuffle in a blocked layout (issue 30): 12 channels in 3 groups of 4, block 4
+    # (each output block gathers from three input blocks), and NCHW with 2 groups
+    Case("channel_shuffle_nchw4c_3_groups", "channel_shuffle", lambda r: [n(r, (1, 3, 5, 7, 4))],
+         dict(groups=3, layout="NCHW4c")),
+    Case("channel_shuffle_nchw_2_groups", "channel_shuffle", lambda r: [n(r, (2, 6, 3, 5))],
+         dict(groups=2, layout="NCHW")),
     Case("layout_transform_nchw16c_to_nchw8c", "layout_transform", lambda r: [n(r, (1, 2, 3, 5, 16))],
          dict(src_layout="NCHW16c", dst_layout="NCHW8c")),
     Case("pad_spatial_asym", "pad", lambda r: [n(r, (1, 3, 5, 7))],

@@ -138,15 +138,77 @@ def test_concatenate_with_a_small_block_input_goes_back_to_nchw():
     check(before, after)
 
 
-def test_depthwise_converts_grouped_conv_stays_nchw():
+def test_depthwise_converts_grouped_conv_stays_nchw_with_grouped_off():
     x = var("x", (1, 32, 9, 9))
     dw = call("nn.relu", conv(conv(x, 32, "pw", k=1), 32, "dw", groups=32, seed=2))
     before = Graph([x], [conv(dw, 32, "grouped", groups=2, seed=3)])
-    after = alter(before)
+    after = alter(before, **{"AlterOpLayout.grouped": 0})
     assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "nn.conv2d_nchwc", "nn.relu",
                                "layout_transform", "nn.conv2d"]
     dwc = [c for c in after.calls() if c.op == "nn.conv2d_nchwc"][1]
     assert dwc.attrs["groups"] == 32 and dwc.inputs[1].shape == (2, 1, 3, 3, 1, 16)
+    check(before, after)
+
+
+def test_grouped_conv_takes_blocks_dividing_its_per_group_channels():
+    """groups 2 on 32 -> 48 channels: 16 in and 24 out per group, so oc_bn 8 (not 16) and the
+    input keeps the depthwise conv's block 16, which divides 16; the weight packs per group."""
+    x = var("x", (1, 32, 9, 9))
+    dw = call("nn.relu", conv(conv(x, 32, "pw", k=1), 32, "dw", groups=32, seed=2))
+    before = Graph([x], [bias_relu(conv(dw, 48, "grouped", groups=2, seed=3), "g")])
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "nn.conv2d_nchwc", "nn.relu",
+                               "nn.conv2d_nchwc", "add", "nn.relu", "layout_transform"]
+    assert transforms(after) == [("NCHW", "NCHW16c"), ("NCHW8c", "NCHW")]
+    g = [c for c in after.calls() if c.op == "nn.conv2d_nchwc"][2]
+    assert g.attrs["groups"] == 2 and g.attrs["out_layout"] == "NCHW8c"
+    assert g.inputs[1].shape == (6, 1, 3, 3, 16, 8)     # [O//8, (C/g)//16, KH, KW, 16, 8]
+    check(before, after)
+
+
+def test_grouped_conv_changes_an_input_block_that_does_not_divide_its_groups():
+    """4 groups of 8 input channels on NCHW16c data: the input goes to NCHW8c; 4 groups of 4
+    output channels (below the minimum block 8) stay NCHW."""
+    x = var("x", (1, 16, 8, 8))
+    y = conv(conv(x, 32, "c1", k=1), 32, "g8", k=1, groups=4, seed=2)
+    before = Graph([x], [conv(y, 16, "g4", k=1, groups=4, seed=3)])
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "layout_transform", "nn.conv2d_nchwc",
+                               "layout_transform", "nn.conv2d"]
+    assert transforms(after) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW8c"), ("NCHW8c", "NCHW")]
+    check(before, after)
+
+
+def shuffle(x, groups):
+    n, c, h, w = x.shape
+    r = call("reshape", x, newshape=(n, groups, c // groups, h, w))
+    return call("reshape", call("transpose", r, axes=(0, 2, 1, 3, 4)), newshape=(n, c, h, w))
+
+
+def test_channel_shuffle_of_a_blocked_tensor_stays_blocked():
+    """ShuffleNet's unit: grouped 1x1, relu, shuffle (Reshape-Transpose-Reshape), depthwise 3x3,
+    grouped 1x1, residual add: one transform in and one out, the shuffle one op in NCHW16c."""
+    x = var("x", (1, 64, 8, 8))
+    y = call("nn.relu", conv(x, 64, "g1", k=1, groups=4))
+    y = conv(shuffle(y, 4), 64, "dw", groups=64, seed=2)
+    before = Graph([x], [call("add", conv(y, 64, "g2", k=1, groups=4, seed=3), x)])
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "nn.relu", "channel_shuffle",
+                               "nn.conv2d_nchwc", "nn.conv2d_nchwc", "add", "layout_transform"]
+    assert transforms(after) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW")]
+    (sh,) = [c for c in after.calls() if c.op == "channel_shuffle"]
+    assert sh.attrs == {"groups": 4, "layout": "NCHW16c"}
+    check(before, after)
+
+
+def test_channel_shuffle_of_an_nchw_tensor_or_another_pattern_is_left_alone():
+    x = var("x", (1, 12, 5, 5))
+    n, c, h, w = x.shape
+    r = call("reshape", x, newshape=(n, 3, 4, h, w))
+    other = call("reshape", call("transpose", r, axes=(0, 1, 2, 4, 3)), newshape=(n, c, h, w))
+    before = Graph([x], [shuffle(x, 3), other])
+    after = alter(before)
+    assert "channel_shuffle" not in op_names(after)
     check(before, after)
 
 
@@ -275,14 +337,16 @@ def test_in_the_level_3_pipeline_before_fuse_ops():
 
 @st.composite
 def blocked_graphs(draw):
-    """Chains of convs (1x1/3x3, stride 1/2, depthwise), bias, relu, pooling, residual adds,
-    concatenations and a boundary op, over channel counts the pass blocks (and some it does not)."""
+    """Chains of convs (1x1/3x3, stride 1/2, depthwise, grouped), channel shuffles, bias, relu,
+    pooling, residual adds, concatenations and a boundary op, over channel counts the pass blocks
+    (and some it does not)."""
     c = draw(st.sampled_from([3, 8, 16, 24]))
     x = var("x", (1, c, 9, 9))
     cur, k = x, 0
     for _ in range(draw(st.integers(1, 6))):
         k += 1
-        kind = draw(st.sampled_from(["conv", "conv", "dw", "bias", "relu", "pool", "residual", "concat", "lrn"]))
+        kind = draw(st.sampled_from(["conv", "conv", "dw", "group", "shuffle", "bias", "relu", "pool", "residual",
+                                     "concat", "lrn"]))
         ch = cur.shape[1]
         if kind == "conv":
             oc = draw(st.sampled_from([4, 8, 16, 32, 48]))
@@ -290,6 +354,12 @@ def blocked_graphs(draw):
                        seed=k)
         elif kind == "dw":
             cur = conv(cur, ch, f"dw{k}", groups=ch, seed=k)
+        elif kind == "group" and ch % 2 == 0:
+            groups = draw(st.sampled_from([g for g in (2, 4) if ch % g == 0]))
+            cur = conv(cur, groups * draw(st.sampled_from([4, 8, 12])), f"g{k}", k=draw(st.sampled_from([1, 3])),
+                       groups=groups, seed=k)
+        elif kind == "shuffle" and ch % 2 == 0:
+            cur = shuffle(cur, draw(st.sampled_from([g for g in (2, 4) if ch % g == 0])))
         elif kind == "bias":
             cur = call("add", cur, const(draw(st.sampled_from([(ch, 1, 1), (1, ch, 1, 1), ()])), f"b{k}", k))
         elif kind == "relu":

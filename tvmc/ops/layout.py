@@ -106,3 +106,46 @@ def _compute(inputs, attrs, out_type):
 register_op(OpDef("layout_transform", _type,
                   lambda x, src_layout, dst_layout: to_layout(x, src_layout, dst_layout),
                   OpPattern.INJECTIVE, _compute, INJECTIVE))
+
+
+def channel_shuffle_reference(x: np.ndarray, groups: int, layout: str = "NCHW") -> np.ndarray:
+    """numpy: ShuffleNet's channel shuffle of a tensor stored as `layout` (NCHW or NCHW[x]c),
+    the result in the same layout: output channel c' = r * groups + gi takes input channel
+    gi * (C/groups) + r, i.e. reshape [N, g, C/g, H, W] -> transpose (0, 2, 1, 3, 4) -> reshape
+    [N, C, H, W] of the NCHW tensor. Raises ValueError when `groups` does not divide C."""
+    nchw = to_layout(x, layout, "NCHW")
+    n, c, h, w = nchw.shape
+    if c % groups:
+        raise ValueError(f"{groups} groups do not divide {c} channels")
+    shuffled = nchw.reshape(n, groups, c // groups, h, w).transpose(0, 2, 1, 3, 4).reshape(n, c, h, w)
+    return to_layout(shuffled, "NCHW", layout)
+
+
+def _shuffle_type(in_types, attrs):
+    t = in_types[0]
+    c = logical_shape(t.shape, attrs["layout"])[1]
+    if c % attrs["groups"]:
+        raise ValueError(f"{attrs['groups']} groups do not divide {c} channels")
+    return t
+
+
+def _shuffle_compute(inputs, attrs, out_type):
+    x = inputs[0]
+    groups, block = attrs["groups"], channel_block(attrs["layout"])
+    per_group = logical_shape(x.shape, attrs["layout"])[1] // groups
+
+    def f(*i):
+        c = i[1] if block is None else i[1] * block + i[4]
+        src = (c % groups) * per_group + c // groups
+        if block is None:
+            return x[i[0], src, i[2], i[3]]
+        return x[i[0], src // block, i[2], i[3], src % block]
+
+    return te.compute(out_type.shape, f, name="channel_shuffle")
+
+
+# ShuffleNet's channel shuffle as one gather in the tensor's own layout (PyTorch's
+# nn.ChannelShuffle): AlterOpLayout emits it for the ONNX Reshape-Transpose-Reshape pattern on a
+# blocked tensor, which would otherwise leave NCHW[x]c for the three NCHW copies and back.
+register_op(OpDef("channel_shuffle", _shuffle_type, channel_shuffle_reference, OpPattern.INJECTIVE, _shuffle_compute,
+                  INJECTIVE))

@@ -1,5 +1,5 @@
-"""2-D convolution on channel-blocked data (TVM's conv2d_NCHWc and depthwise_conv2d_NCHWc):
-NCHW[x]c data, weights pre-packed at compile time, NCHW[y]c output."""
+"""2-D convolution on channel-blocked data (TVM's conv2d_NCHWc, group_conv2d_NCHWc and
+depthwise_conv2d_NCHWc): NCHW[x]c data, weights pre-packed at compile time, NCHW[y]c output."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from tvmc import te
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.conv2d_nchwc import (
     conv2d_nchwc_config,
+    group_conv2d_nchwc_config,
     schedule_conv2d_nchwc,
     schedule_conv2d_nchwc_im2col,
 )
@@ -24,6 +25,10 @@ def pack_weight(weight: np.ndarray, ic_bn: int, oc_bn: int, depthwise: bool = Fa
     """numpy: OIHW conv weight -> the blocked kernel layout of nn.conv2d_nchwc.
 
     groups == 1:  [O, C, KH, KW] -> OIHW[ic_bn]i[oc_bn]o  [O//oc_bn, C//ic_bn, KH, KW, ic_bn, oc_bn]
+    grouped:      [O, C/g, KH, KW] -> [O//oc_bn, (C/g)//ic_bn, KH, KW, ic_bn, oc_bn], the same packing
+                  of each output channel's C/g inputs: with oc_bn dividing O/g, the output block
+                  oco belongs to group oco // ((O/g)//oc_bn) (TVM's group_conv2d_NCHWc kernel
+                  [G, O/g//oc_bn, C/g//ic_bn, KH, KW, ic_bn, oc_bn] with G folded into the first axis)
     depthwise:    [C, 1, KH, KW] -> OIHW1i[oc_bn]o        [C//oc_bn, 1, KH, KW, 1, oc_bn]
     Raises ValueError when a block does not divide its channel count.
     """
@@ -42,8 +47,15 @@ def unpack_weight(packed: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed.transpose(0, 5, 1, 4, 2, 3).reshape(oo * ob, co * ib, kh, kw))
 
 
-def _is_depthwise(data_shape, groups: int) -> bool:
-    return groups > 1 and groups == data_shape[1] * data_shape[4]
+def _is_depthwise(data_shape, weight_shape, groups: int) -> bool:
+    """groups == C == O: one input channel per output channel, in the depthwise kernel layout."""
+    channels = data_shape[1] * data_shape[4]
+    return groups > 1 and groups == channels == weight_shape[0] * weight_shape[5]
+
+
+def is_grouped(data_shape, weight_shape, groups: int) -> bool:
+    """A grouped, not depthwise, nn.conv2d_nchwc (groups > 1): TVM's group_conv2d_NCHWc."""
+    return groups > 1 and not _is_depthwise(data_shape, weight_shape, groups)
 
 
 def _type(in_types, attrs):
@@ -53,12 +65,18 @@ def _type(in_types, attrs):
     n, ico, h, wd, ic_bn = d.shape
     oco, wico, kh, kw, w_ic_bn, oc_bn = w.shape
     groups = attrs.get("groups", 1)
-    if _is_depthwise(d.shape, groups):
+    if _is_depthwise(d.shape, w.shape, groups):
         if (wico, w_ic_bn) != (1, 1) or oc_bn != ic_bn or oco != ico:
             raise ValueError(f"depthwise weight {list(w.shape)} must be [C//{ic_bn}, 1, KH, KW, 1, {ic_bn}] "
                              f"for data {list(d.shape)}")
     elif groups != 1:
-        raise ValueError(f"groups={groups}: only groups=1 and depthwise (groups == channels) are supported")
+        channels, out_channels = ico * ic_bn, oco * oc_bn
+        if channels % groups or out_channels % groups or (out_channels // groups) % oc_bn:
+            raise ValueError(f"groups={groups}: the output block {oc_bn} must divide O/groups and groups must divide "
+                             f"C={channels} and O={out_channels}")
+        if w_ic_bn != ic_bn or wico * w_ic_bn != channels // groups:
+            raise ValueError(f"grouped weight {list(w.shape)} must be [O//{oc_bn}, C/groups//{ic_bn}, KH, KW, "
+                             f"{ic_bn}, {oc_bn}] for data {list(d.shape)} and groups={groups}")
     elif (wico, w_ic_bn) != (ico, ic_bn):
         raise ValueError(f"weight {list(w.shape)} does not match data {list(d.shape)}")
     if channel_block(attrs["out_layout"]) != oc_bn:
@@ -81,28 +99,38 @@ def _padded_input(data, weight, strides, padding, dilation):
 
 
 def conv2d_nchwc(data, weight, strides, padding, dilation, groups=1):
-    """Tensor expression of a blocked conv2d (TVM's topi.nn.conv2d_NCHWc).
+    """Tensor expression of a blocked conv2d (TVM's topi.nn.conv2d_NCHWc, group_conv2d_NCHWc,
+    depthwise_conv2d_NCHWc).
 
     groups == 1: data [N, C//ib, H, W, ib], weight [O//ob, C//ib, KH, KW, ib, ob] ->
       out[n, oco, y, x, oci] = sum_{ico, kh, kw, ici} pad(data)[n, ico, y*sh + kh*dh, x*sw + kw*dw, ici]
                                                        * weight[oco, ico, kh, kw, ici, oci]
+    grouped (1 < groups, not depthwise; ib divides C/g, ob divides O/g): weight
+      [O//ob, (C/g)//ib, KH, KW, ib, ob]; output block oco reads its group's input blocks
+      gi = oco // ((O/g)//ob) times (C/g)//ib onwards:
+      out[n, oco, y, x, oci] = sum_{ico < (C/g)//ib, kh, kw, ici}
+                               pad(data)[n, gi * (C/g)//ib + ico, y*sh + kh*dh, x*sw + kw*dw, ici]
+                               * weight[oco, ico, kh, kw, ici, oci]
     depthwise (groups == C, ib == ob): weight [C//ob, 1, KH, KW, 1, ob] ->
       out[n, co, y, x, ci] = sum_{kh, kw} pad(data)[n, co, y*sh + kh*dh, x*sw + kw*dw, ci]
                                           * weight[co, 0, kh, kw, 0, ci]
     Output [N, O//ob, OH, OW, ob], the data's dtype. The padding is its own stage `pad_data`
     (zeros, spatial axes only). Reduce axes in order (ic_outer, kh, kw, ic_inner) for groups == 1,
-    (kh, kw) for depthwise; the x86 schedule relies on that order.
+    (kh, kw) for depthwise; the x86 schedule relies on that order. Data and weight float32 or
+    float64, one dtype.
     """
     padded, (n, ico, ic_bn, oco, kh, kw, oc_bn, oh, ow) = _padded_input(data, weight, strides, padding, dilation)
     sh, sw = strides
     dh, dw = dilation
     rkh, rkw = te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
-    if _is_depthwise(data.shape, groups):
+    if _is_depthwise(data.shape, weight.shape, groups):
         def f(nn, co, y, x, ci):
             return te.sum(padded[nn, co, y * sh + rkh.var * dh, x * sw + rkw.var * dw, ci]
                           * weight[co, 0, rkh, rkw, 0, ci], [rkh, rkw])
 
         return te.compute((n, oco, oh, ow, oc_bn), f, name="depthwise_conv2d_nchwc", tag="depthwise_conv2d_nchwc")
+    if groups != 1:
+        return _group_conv2d_nchwc(padded, weight, strides, dilation, groups, (n, oco, oh, ow, oc_bn))
     rico, rici = te.reduce_axis(ico, "ic_outer"), te.reduce_axis(ic_bn, "ic_inner")
 
     def g(nn, oc, y, x, oci):
@@ -110,6 +138,24 @@ def conv2d_nchwc(data, weight, strides, padding, dilation, groups=1):
                       * weight[oc, rico, rkh, rkw, rici, oci], [rico, rkh, rkw, rici])
 
     return te.compute((n, oco, oh, ow, oc_bn), g, name="conv2d_nchwc", tag="conv2d_nchwc")
+
+
+def _group_conv2d_nchwc(padded, weight, strides, dilation, groups, out_shape):
+    """The grouped form of conv2d_nchwc (see there): reduce axes (ic_outer, kh, kw, ic_inner) over
+    one group's (C/g)//ib input blocks, which start at block (oco // oc_chunks_per_group) * ic_chunks."""
+    oco, ic_chunks, kh, kw, ic_bn, _ = weight.shape
+    oc_chunks_per_group = oco // groups
+    sh, sw = strides
+    dh, dw = dilation
+    rico, rici = te.reduce_axis(ic_chunks, "ic_outer"), te.reduce_axis(ic_bn, "ic_inner")
+    rkh, rkw = te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
+
+    def g(nn, oc, y, x, oci):
+        ic = (oc // oc_chunks_per_group) * ic_chunks + rico.var
+        return te.sum(padded[nn, ic, y * sh + rkh.var * dh, x * sw + rkw.var * dw, rici]
+                      * weight[oc, rico, rkh, rkw, rici, oci], [rico, rkh, rkw, rici])
+
+    return te.compute(out_shape, g, name="group_conv2d_nchwc", tag="conv2d_nchwc")
 
 
 def conv2d_nchwc_im2col(data, weight, strides, padding, dilation):
@@ -165,10 +211,19 @@ def _not_depthwise(wl) -> bool:
     return dict(wl[-1]).get("groups", 1) == 1
 
 
+def _grouped(wl) -> bool:
+    """The workload (data, weight, out shapes, dtype, attrs) is a grouped, not depthwise, conv."""
+    return is_grouped(wl[0], wl[1], dict(wl[-1]).get("groups", 1))
+
+
 # The direct form is the default (no records); `tvmc tune` measures both and compile takes the
-# faster per workload (tvmc.ops.fused._choose_implementation).
+# faster per workload (tvmc.ops.fused._choose_implementation). Grouped convs have their own task
+# (TVM's group_conv2d_NCHWc): the same register tile, its channel-block knob within one group.
 register_op(OpDef("nn.conv2d_nchwc", _type, _reference, OpPattern.OUT_ELEMWISE_FUSABLE, _compute, {
-    "cpu": [Implementation("conv2d_nchwc.cpu", schedule_conv2d_nchwc, config_space=conv2d_nchwc_config),
+    "cpu": [Implementation("conv2d_nchwc.cpu", schedule_conv2d_nchwc, config_space=conv2d_nchwc_config,
+                           applies=lambda wl: not _grouped(wl)),
+            Implementation("group_conv2d_nchwc.cpu", schedule_conv2d_nchwc, config_space=group_conv2d_nchwc_config,
+                           applies=_grouped),
             Implementation("conv2d_nchwc_im2col.cpu", schedule_conv2d_nchwc_im2col, compute=_im2col_compute,
                            config_space=conv2d_nchwc_config, applies=_not_depthwise)],
     "gpu": [Implementation("conv2d_nchwc.gpu", schedule_generic, config_space=generic_config)],

@@ -3,7 +3,9 @@ tile of `tile_ow` columns x `oc_bn` channels lives in vector registers (one regi
 the oc_bn axis as its lanes: 16 lanes = one zmm with AVX-512); the reduction runs over
 (ic_outer, kh, kw, ic_inner), ic_inner and kw unrolled as the knobs say, each step one weight
 vector load and `tile_ow` multiply-adds with the input element broadcast from memory; the
-elementwise epilogue runs on the tile; (n, oc_chunk, oh) are fused into the parallel loop. The
+elementwise epilogue runs on the tile; (n, oc_chunk, oh) are fused into the parallel loop. Grouped
+convs (group_conv2d_nchwc.cpu, TVM's topi/x86/group_conv2d.py) run the same tile over one
+group's input blocks, each output channel block reading the blocks of its group. The
 padded input is materialized once (NCHW[x]c rows in parallel, the block vectorized); depthwise
 tiles pad their own input windows instead (tiling.pad_per_tile).
 
@@ -15,10 +17,11 @@ Knobs:
   tile_oh    output rows per register tile (1 to 4; a partial last tile runs guarded): the tile holds
              tile_oh x tile_ow accumulators, which lets narrow layers (OW = 7 or 14) keep enough
              independent FMAs in flight; 1 keeps the rows in the parallel loop.
-  reorder_kernel_first  (groups == 1, kernels larger than 1x1) run the reduction as (kh, kw,
+  reorder_kernel_first  (not depthwise, kernels larger than 1x1) run the reduction as (kh, kw,
              ic_outer, ic_inner) instead of (ic_outer, kh, kw, ic_inner): the weights of one
              kernel tap for all input channels are read together, the input by channel planes.
-  tile_oc    (groups == 1) output channel blocks per register tile (a divisor of O // oc_bn, up to
+  tile_oc    (not depthwise) output channel blocks per register tile (a divisor of O // oc_bn, for
+             a grouped conv of (O/g) // oc_bn so that the tile stays within one group, up to
              MAX_TILE_OC, plus the fallback's value, unrolled): each broadcast input element
              multiplies tile_oc weight vectors, the tile holds tile_oc x tile_oh x tile_ow
              accumulators.
@@ -135,6 +138,34 @@ def conv2d_nchwc_config(workload, target) -> ConfigSpace:
     _, _, kh, kw, ic_bn, _ = weight
     grouped = dict(workload[-1]).get("groups", 1) != 1
     tile_oc, tile_ow = fallback_register_tile(ow, 1 if grouped else oc_chunk, target, ic_bn)
+    space = _register_tile_knobs(ow, oh, tile_ow, target, ic_bn)
+    if not grouped:
+        space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_chunk % f == 0], fallback=tile_oc)
+        if kh * kw > 1:
+            space.define_knob("reorder_kernel_first", [False, True], fallback=False)
+    return space
+
+
+def group_conv2d_nchwc_config(workload, target) -> ConfigSpace:
+    """Config space of a grouped (not depthwise) nn.conv2d_nchwc (TVM's group_conv2d_NCHWc): the
+    knobs of conv2d_nchwc_config, with tile_oc among the divisors (up to MAX_TILE_OC) of the output
+    channel blocks of one group ((O/g) // oc_bn), so that one register tile reads one group's
+    input; fallbacks by fallback_register_tile on those blocks (1 block except where the scalar
+    operand is a splat) and conv2d_nchwc_config's."""
+    _, weight, out = workload[:3]
+    _, oc_chunk, oh, ow, _ = out
+    _, _, kh, kw, ic_bn, _ = weight
+    per_group = oc_chunk // dict(workload[-1])["groups"]
+    tile_oc, tile_ow = fallback_register_tile(ow, per_group, target, ic_bn)
+    space = _register_tile_knobs(ow, oh, tile_ow, target, ic_bn)
+    space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if per_group % f == 0], fallback=tile_oc)
+    if kh * kw > 1:
+        space.define_knob("reorder_kernel_first", [False, True], fallback=False)
+    return space
+
+
+def _register_tile_knobs(ow, oh, tile_ow, target, ic_bn) -> ConfigSpace:
+    """tile_ow (fallback `tile_ow`), unroll_ic, unroll_kw and tile_oh of a conv2d_nchwc config space."""
     regs = accumulator_registers(target, ic_bn)
     space = ConfigSpace()
     divisors = [f for f in range(1, min(ow, target.num_vector_registers) + 1) if ow % f == 0]
@@ -143,10 +174,6 @@ def conv2d_nchwc_config(workload, target) -> ConfigSpace:
     space.define_knob("unroll_ic", [False, True], fallback=False)
     space.define_knob("unroll_kw", [False, True], fallback=False)
     space.define_knob("tile_oh", list(range(1, min(oh, 4) + 1)), fallback=1)
-    if not grouped:
-        space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_chunk % f == 0], fallback=tile_oc)
-        if kh * kw > 1:
-            space.define_knob("reorder_kernel_first", [False, True], fallback=False)
     return space
 
 
