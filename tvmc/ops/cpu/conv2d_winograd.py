@@ -31,9 +31,19 @@ interleaved in one process (other processes running):
   x86 AVX2 (Zen 3, load 2.6): ResNet-18 direct 49.8 ms, F(2x2) 33.3, F(4x4) 29.7; (load 5)
       SqueezeNet 12.5 / 10.0 / 9.7, Inception v1 58 / 42 / 40.
 F(4x4)'s transforms have constants up to 8 and 1/24: the outputs of those models moved by at most
-8e-7 of their largest magnitude against the direct form. Targets with 32 registers (AVX-512,
-NEON) keep the direct form: not measured here (no such machine), and their register tiles are
-twice as large.
+8e-7 of their largest magnitude against the direct form. Without a table, targets with 32
+registers (NEON) keep the direct form: not measurable here, and their register tiles are twice
+as large. AVX-512 was measured (configs/winograd/x86.json, 1 thread): F(4x4) wins on the large
+images (64 channels at 56x56: 1.30 ms against 1.97 direct), F(2x2) at 14x14 and 7x7 up to 256
+channels, direct at 512 channels on 7x7 (2.94 ms; F(2x2) 3.67, F(4x4) 5.48).
+
+The size budget (plan_winograd, AlterOpLayout's size_budget): the transformed weights are
+(m+2)^2 / 9 times the direct ones (16/9 for F(2x2), 36/9 for F(4x4)); by default the params may
+grow to 1.25x, and the convs that save the most time per extra byte take Winograd first.
+
+Tuning does not choose the form: AlterOpLayout rewrites the graph (and transforms the weights)
+before tasks exist, so `tvmc tune` measures the direct or the Winograd task of each conv, the
+one this rule picked, and its knobs; the form itself is measured per target by the cost table.
 """
 
 from __future__ import annotations
