@@ -13,9 +13,10 @@ tvmc GFLOP/s, tvmc % of peak, ORT GFLOP/s.
 Peak (fp32, the threads used): threads x the per-core peak measured here (measured_peak_gflops):
 an FMA loop (GCC vector extensions, the target's float32 lanes per vector, FMA_CHAINS independent
 accumulators so that every FMA port stays busy through the FMA latency), compiled by gcc with
--O2 -march=native and timed at 1 thread, best of PEAK_RUNS; --peak-gflops sets it instead. (The
-earlier formula, clock x 2 FMA units x lanes x 2 = 166 GFLOP/s on this host, overstated it: the
-loop measures ~116.)
+-O2 -march=native and timed at 1 thread, best of PEAK_RUNS; --peak-gflops sets it instead. (It
+replaces the formula clock x 2 FMA units x lanes x 2 = 166 GFLOP/s at the nominal 2.6 GHz, which
+fits no host: issue 30's measured ~116; on an Intel Xeon guest the loop gave 214 with 16 lanes,
+turbo above the nominal clock, and 114 with 8.)
 """
 
 from __future__ import annotations
