@@ -9,7 +9,9 @@
 # GPU against onnxruntime's CUDA provider and torch eager, untuned and tuned with CUDA_TUNE_TRIALS
 # measurements per model, bench/bench_cuda.py), `make bench-int8` the int8 models against tvmc float and
 # onnxruntime int8 (bench/results/int8.md), `make bench-layers` ResNet-18's conv layers against
-# the machine's peak; `make conformance [TARGET=opencl|arm|wasm|cuda]` runs the ONNX backend node
+# the machine's peak (measured by an FMA loop); `make winograd-table` re-measures the conv2d cost tables
+# configs/winograd/<target>.json (direct, im2col, F(2x2), F(4x4) per 3x3 conv class, bench/winograd_table.py;
+# schema configs/winograd/schema.json) for every x86 descriptor this host runs; `make conformance [TARGET=opencl|arm|wasm|cuda]` runs the ONNX backend node
 # cases through tvmc on x86 (or TARGET; arm under qemu-user) and rewrites docs/conformance.md
 # (TARGET: docs/conformance-TARGET.md and its row in docs/conformance.md; COMPILE_ONLY=1 compiles
 # each case without running it, for a GPU target on a machine without the GPU); `make tune-demo` tunes ResNet-18 and three conv2d tasks and writes
@@ -30,7 +32,7 @@ CUDA_TUNE_TRIALS ?= 400
 
 FUZZ_EXAMPLES ?= 400
 
-.PHONY: install test-deps demo lint test test-all test-cuda gpu-check fuzz bench bench-int8 bench-layers bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
+.PHONY: install test-deps demo lint test test-all test-cuda gpu-check fuzz bench bench-int8 bench-layers winograd-table bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator, wasm toolchain, browser) where apt-get
@@ -102,6 +104,10 @@ bench-int8: install
 
 bench-layers: install
 	$(PYTHON) bench/layers.py
+
+# The cost tables winograd_tile_size reads (tvmc/ops/cpu/conv2d_winograd.py); commit the rewritten files.
+winograd-table: install
+	$(PYTHON) bench/winograd_table.py
 
 # Vectorization evidence from the generated assembly (no timing): hot loops of ResNet-18's convs
 # and the BERT encoder's dense layers for a CPU TARGET (e.g. make bench-vector TARGET=arm).

@@ -6,7 +6,7 @@ import numpy as np
 
 from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
-from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
+from tvmc.ops.cpu.conv2d_winograd import plan_winograd
 from tvmc.ops.cpu.dense import matmul_padding
 from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight, pairs_in_int16
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
@@ -62,9 +62,9 @@ class _Rewriter:
     layout), so a tensor that several consumers need in one layout is transformed once.
     """
 
-    def __init__(self, target, min_block: int, winograd: int, grouped: bool = True):
+    def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True):
         self.target = target
-        self.winograd = winograd
+        self.winograd = winograd    # nn.conv2d Call -> Winograd tile (plan_winograd)
         self.grouped = grouped
         self.max_block = target.vector_lanes("float32")
         self.min_block = min(min_block, self.max_block)
@@ -152,7 +152,7 @@ class _Rewriter:
         else:
             ic_bn = channel_block(self.layout_of(data)) or self.block_of(c)
         x = self.as_layout(data, blocked_layout(ic_bn))
-        m = winograd_tile_size(data.shape, weight.shape, e.attrs, self.target, self.winograd)
+        m = self.winograd.get(e, 0)
         if m:
             w = Constant(winograd_weight_transform(weight.value, m, ic_bn, oc_bn),
                          f"{weight.name or 'weight'}_winograd{m}_{ic_bn}i{oc_bn}o")
@@ -395,7 +395,23 @@ def _cancel_transforms(graph: Graph) -> Graph:
     return rewrite(graph, fn)
 
 
-@graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1, "grouped": 1})
+def _plan_winograd(graph: Graph, target, min_block: int, override: int, size_budget: float) -> dict:
+    """{nn.conv2d Call: Winograd tile} (tvmc.ops.cpu.conv2d_winograd.plan_winograd) for the
+    float groups-1 convs with a Constant weight that the conv2d rule blocks, their transformed
+    weights adding at most (size_budget - 1) x the bytes of the graph's constants (0 or inf: no
+    budget)."""
+    lanes = target.vector_lanes("float32")
+    convs = [(e, e.inputs[0].shape, e.inputs[1].shape, e.attrs, e.inputs[1].value.itemsize) for e in graph.calls()
+             if e.op == "nn.conv2d" and isinstance(e.inputs[1], Constant) and e.dtype in _DTYPES
+             and len(e.inputs[0].shape) == 4 and channel_block_for(e.shape[1], lanes) >= min(min_block, lanes)]
+    if not size_budget or np.isinf(size_budget):
+        return plan_winograd(convs, target, override)
+    weight_bytes = sum(e.value.nbytes for e in graph.topo() if isinstance(e, Constant))
+    return plan_winograd(convs, target, override, max(0.0, (size_budget - 1) * weight_bytes))
+
+
+@graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1, "size_budget": 1.25,
+                                                       "grouped": 1})
 def alter_op_layout(graph: Graph, ctx) -> Graph:
     """Store convolution activations channel-blocked and dense weights column-blocked on CPU
     targets (TVM's AlterOpLayout with topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc,
@@ -417,7 +433,11 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     A 3x3 stride-1 groups-1 conv that tvmc.ops.cpu.conv2d_winograd.winograd_tile_size selects
     for the target (option `winograd_tile_size`: -1 that rule, 0 never, 2 or 4 every eligible
     conv with that output tile) becomes nn.conv2d_winograd_nchwc instead, its weight transformed
-    here to U = G g G^T blocked as [alpha^2, O//oc_bn, C//ic_bn, ic_bn, oc_bn].
+    here to U = G g G^T blocked as [alpha^2, O//oc_bn, C//ic_bn, ic_bn, oc_bn]. Option
+    `size_budget` (1.25; 0 or inf: none): the transformed weights ((m+2)^2 / 9 times the direct
+    ones) may grow the graph's constants to at most that many times their bytes before the pass;
+    the convs that save the most time per extra byte take Winograd (or F(2x2) instead of
+    F(4x4)) until the budget is spent, the others keep the direct form (plan_winograd).
 
     Each nn.matmul whose N the vector lanes do not divide, or whose M no row tile of 4 to 8
     divides, computes padded sums ([..., Mp, Np]) and keeps their leading M x N corner
@@ -454,8 +474,10 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     target = ctx.target
     if target is None or getattr(target, "family", None) != "cpu":
         return graph
-    rw = _Rewriter(target, ctx.option("AlterOpLayout", "min_block"), ctx.option("AlterOpLayout", "winograd_tile_size"),
-                   bool(ctx.option("AlterOpLayout", "grouped")))
+    min_block = ctx.option("AlterOpLayout", "min_block")
+    winograd = _plan_winograd(graph, target, min_block, ctx.option("AlterOpLayout", "winograd_tile_size"),
+                              ctx.option("AlterOpLayout", "size_budget"))
+    rw = _Rewriter(target, min_block, winograd, bool(ctx.option("AlterOpLayout", "grouped")))
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:

@@ -562,6 +562,16 @@ def activation_summary(metadata: dict) -> str | None:
     return f"activations {_fmt_bytes(planned)} planned, {_fmt_bytes(unplanned)} without reuse (ratio {ratio})"
 
 
+def params_growth(params_bytes: int, metadata: dict) -> str:
+    """', <r>x the model's <size> of weights' (params_bytes against metadata's model_weight_bytes:
+    the imported constants, before packing and Winograd transforms), or '' when the metadata
+    lacks it."""
+    weights = metadata.get("model_weight_bytes")
+    if not weights:
+        return ""
+    return f", {params_bytes / weights:.2f}x the model's {_fmt_bytes(weights)} of weights"
+
+
 def print_compile_summary(result, pass_times=False) -> None:
     """Print what was compiled, for which target, into what, and how long each stage took (s),
     from an api.CompileResult; with `pass_times`, the time of each graph pass (ms)."""
@@ -576,7 +586,7 @@ def print_compile_summary(result, pass_times=False) -> None:
         ("target", str(result.target)),
         ("opt level", str(result.options.opt_level)),
         ("kernels", f"{distinct} distinct, {calls} calls"),
-        ("params", f"{params_bytes / 1e6:.2f} MB"),
+        ("params", f"{params_bytes / 1e6:.2f} MB" + params_growth(params_bytes, module.metadata)),
         *([("memory", activations)] if activations else []),
         ("output", str(result.output)),
         ("time", ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()) + f" (total {total:.2f} s)"),

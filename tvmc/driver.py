@@ -171,7 +171,9 @@ class CompiledModule:
     graph_json: dict in TVM's graph-executor JSON schema (mod.json)
     params:     {name: np.ndarray} constants after folding (mod.params, safetensors)
     metadata:   dict (metadata.json): version, target, inputs/outputs, options, ABI version,
-                kernel_flops ({kernel name: FLOPs of one call}, for kernels with a reduction)
+                kernel_flops ({kernel name: FLOPs of one call}, for kernels with a reduction),
+                model_weight_bytes (the imported model's constants, before the passes: the
+                params' growth, e.g. by Winograd weights, is measured against it)
     timings_s:  {stage name: seconds} for the compile summary
     device_binaries: {member name: bytes} of device code assembled beside the library (mod.cubin
                 from ptxas for CUDA targets, where it is found); metadata "device_binaries" lists them
@@ -248,7 +250,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     from tvmc.backends import backend_for
     from tvmc.frontend.onnx import from_onnx
     from tvmc.graph.executor_json import build_executor_json
-    from tvmc.graph.ir import Call, Function
+    from tvmc.graph.ir import Call, Constant, Function
     from tvmc.ops.fused import function_flops, lower_functions
     from tvmc.passes import PassContext, optimize
 
@@ -256,6 +258,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     t0 = time.perf_counter()
     graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges))
     timings["import"] = time.perf_counter() - t0
+    model_weight_bytes = sum(int(e.value.nbytes) for e in graph.topo() if isinstance(e, Constant))
 
     t0 = time.perf_counter()
     pipeline, pass_config = pass_pipeline(options)
@@ -308,6 +311,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                          if f is not None},
         "planned_activation_bytes": _activation_bytes(graph, bodies, "planned_bytes"),
         "unplanned_activation_bytes": _activation_bytes(graph, bodies, "unplanned_bytes"),
+        "model_weight_bytes": model_weight_bytes,
         "tuning_records": user.summary() if user is not None else None,
         **({"shipped_records": {"file": f"configs/tuning/{shipped_records_path(target).name}",
                                 **shipped.summary()}} if shipped is not None else {}),

@@ -282,6 +282,7 @@ METADATA_SCHEMA = {
         "num_kernel_calls": _OPTIONAL_INT,
         "planned_activation_bytes": _OPTIONAL_INT,
         "unplanned_activation_bytes": _OPTIONAL_INT,
+        "model_weight_bytes": _OPTIONAL_INT,
     },
 }
 GRAPH_SCHEMA = {

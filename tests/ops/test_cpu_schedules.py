@@ -277,12 +277,15 @@ def test_matmul_fallback_is_dense_packs_register_tile_over_vectors_of_columns(ta
     ("x86-avx2", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 4),
     ("arm", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 0),
 ])
-def test_winograd_rule_takes_3x3_stride_1_convs_on_targets_with_16_vector_registers(target_name, shapes, attrs, tile):
-    """AlterOpLayout's rule (winograd_tile_size): F(4x4, 3x3) for 3x3 stride-1 dilation-1 groups-1
-    convs with >= 16 channels on wasm simd128 and x86 AVX2 (16 registers, measured faster there);
-    the direct form on AVX-512 and NEON (32 registers) and for every other workload."""
+def test_winograd_rule_takes_3x3_stride_1_convs_on_targets_with_16_vector_registers(target_name, shapes, attrs, tile,
+                                                                                   monkeypatch):
+    """AlterOpLayout's rule for targets without a cost table (winograd_tile_size): F(4x4, 3x3) for
+    3x3 stride-1 dilation-1 groups-1 convs with >= 16 channels on wasm simd128 and x86 AVX2 (16
+    registers); the direct form on AVX-512 and NEON (32 registers) and for every other workload."""
+    from tvmc.ops.cpu import conv2d_winograd
     from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
 
+    monkeypatch.setattr(conv2d_winograd, "load_cost_table", lambda name: None)
     target = resolve_target(target_name)
     assert winograd_tile_size(*shapes, attrs, target) == tile
     if tile:  # the pass option overrides the target rule, never the workload's conditions
@@ -292,6 +295,94 @@ def test_winograd_rule_takes_3x3_stride_1_convs_on_targets_with_16_vector_regist
         eligible = shapes[0][1] >= 16 and attrs["strides"] == (1, 1) and attrs["dilation"] == (1, 1) \
             and attrs["groups"] == 1 and shapes[1][2:] == (3, 3)
         assert winograd_tile_size(*shapes, attrs, target, override=4) == (4 if eligible else 0)
+
+
+def _cost_table(*entries):
+    """A synthetic cost table: entries (C, O, H, direct, im2col, winograd2, winograd4) in ms."""
+    forms = ("direct", "im2col", "winograd2", "winograd4")
+    return {"target": "synthetic", "threads": 1, "generated_by": "test", "entries": [
+        {"C": c, "O": o, "H": h, "W": h, "times_ms": dict(zip(forms, times))} for c, o, h, *times in entries]}
+
+
+SYNTHETIC_TABLE = _cost_table((64, 64, 56, 2.0, 3.0, 1.5, 1.0),     # F(4x4) fastest
+                              (256, 256, 14, 2.0, 3.0, 1.2, 1.6),   # F(2x2) fastest
+                              (512, 512, 7, 1.0, 2.0, 1.5, 1.8),    # direct fastest
+                              (128, 128, 28, 2.0, 0.5, 1.5, 1.2))   # im2col fastest: no Winograd
+
+
+@pytest.mark.parametrize("target_name", ["x86", "arm", "wasm"])
+@pytest.mark.parametrize("shape,tile", [
+    ((1, 64, 56, 56), 4), ((1, 64, 48, 48), 4), ((1, 256, 14, 14), 2), ((1, 192, 16, 16), 2),
+    ((1, 512, 7, 7), 0), ((1, 512, 8, 8), 0), ((1, 128, 28, 28), 0)])
+def test_winograd_tile_size_takes_the_fastest_form_of_the_nearest_class_of_the_cost_table(target_name, shape, tile,
+                                                                                         monkeypatch):
+    """With a cost table for the target, winograd_tile_size returns the tile of the form the
+    nearest class (log2 distance in C, O, H*W) measured fastest, whatever the register count;
+    the override and the workload conditions still come first."""
+    from tvmc.ops.cpu import conv2d_winograd
+    from tvmc.ops.cpu.conv2d_winograd import winograd_tile_size
+
+    target = resolve_target(target_name)
+    monkeypatch.setattr(conv2d_winograd, "load_cost_table",
+                        lambda name: SYNTHETIC_TABLE if name == target.name else None)
+    c = shape[1]
+    assert winograd_tile_size(shape, (c, c, 3, 3), conv(padding=(1, 1, 1, 1)), target) == tile
+    assert winograd_tile_size(shape, (c, c, 3, 3), conv(padding=(1, 1, 1, 1)), target, override=2) == 2
+    assert winograd_tile_size(shape, (c, c, 3, 3), conv(strides=(2, 2), padding=(1, 1, 1, 1)), target) == 0
+
+
+def test_shipped_cost_tables_validate_against_their_schema_and_are_read_for_their_target():
+    """configs/winograd/*.json (bench/winograd_table.py) validate against configs/winograd/schema.json,
+    are named after a shipped CPU descriptor, and winograd_tile_size follows each one."""
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    from tvmc.ops.cpu.conv2d_winograd import FORM_TILE_SIZE, estimated_times_ms, load_cost_table, winograd_tile_size
+
+    folder = resources.files("tvmc.configs").joinpath("winograd")
+    schema = json.loads(folder.joinpath("schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    tables = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json") and p.name != "schema.json")
+    assert tables, "no cost table shipped"
+    for name in tables:
+        table = json.loads(folder.joinpath(name).read_text())
+        jsonschema.validate(table, schema)
+        target = resolve_target(name[:-len(".json")])
+        assert target.family == "cpu" and table["target"] == target.name and load_cost_table(target.name) == table
+        for e in table["entries"]:
+            data, weight = (1, e["C"], e["H"], e["W"]), (e["O"], e["C"], 3, 3)
+            times = estimated_times_ms(data, weight, table)
+            assert times == pytest.approx(e["times_ms"])
+            expected = FORM_TILE_SIZE[min(times, key=times.get)] if min(e["C"], e["O"]) >= 16 else 0
+            assert winograd_tile_size(data, weight, conv(padding=(1, 1, 1, 1)), target) == expected
+    broken = dict(SYNTHETIC_TABLE, entries=[{"C": 64, "O": 64, "H": 56, "W": 56, "times_ms": {"direct": 1.0}}])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_plan_winograd_spends_the_byte_budget_where_it_saves_most_per_byte(monkeypatch):
+    """plan_winograd without a budget takes each conv's winograd_tile_size; with one, the extra
+    bytes of the transformed weights stay within it, the convs saving most time per extra byte
+    (large images, few channels) come first, and F(2x2) is taken where F(4x4) does not fit."""
+    from tvmc.ops.cpu import conv2d_winograd
+    from tvmc.ops.cpu.conv2d_winograd import plan_winograd
+
+    monkeypatch.setattr(conv2d_winograd, "load_cost_table", lambda name: SYNTHETIC_TABLE)
+    target = resolve_target("x86")
+    attrs = conv(padding=(1, 1, 1, 1))
+    convs = [("a", (1, 64, 56, 56), (64, 64, 3, 3), attrs, 4), ("b", (1, 256, 14, 14), (256, 256, 3, 3), attrs, 4),
+             ("c", (1, 512, 7, 7), (512, 512, 3, 3), attrs, 4), ("d", (1, 64, 56, 56), (64, 64, 1, 1), conv(), 4)]
+    assert plan_winograd(convs, target) == {"a": 4, "b": 2}
+    a4, a2, b2 = (36 - 9) * 64 * 64 * 4, (16 - 9) * 64 * 64 * 4, (16 - 9) * 256 * 256 * 4
+    assert plan_winograd(convs, target, extra_bytes_budget=0) == {}
+    assert plan_winograd(convs, target, extra_bytes_budget=a2) == {"a": 2}   # F(4x4) does not fit
+    assert plan_winograd(convs, target, extra_bytes_budget=a4) == {"a": 4}
+    assert plan_winograd(convs, target, extra_bytes_budget=a4 + b2) == {"a": 4, "b": 2}
+    assert plan_winograd(convs, target, override=2, extra_bytes_budget=a4) == {"a": 2}
+    assert plan_winograd(convs, target, override=4) == {"a": 4, "b": 4, "c": 4}   # forced: the table aside
+    assert plan_winograd(convs, target, override=0) == {}
 
 
 def test_winograd_batched_gemm_is_a_register_tile_of_the_descriptors_fallback():

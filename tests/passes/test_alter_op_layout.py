@@ -473,3 +473,36 @@ def test_qnn_conv2d_with_an_int8_weight_becomes_the_dot_product_kernel():
     for r, g in zip(run_graph(before, inputs), run_graph(after, inputs)):
         assert g.dtype == np.int32
         np.testing.assert_array_equal(g, r)  # integers: exact
+
+
+def _constant_bytes(graph):
+    return sum(e.value.nbytes for e in graph.topo() if isinstance(e, Constant))
+
+
+def test_size_budget_bounds_the_growth_of_the_params_by_winograd_weights(monkeypatch):
+    """Winograd weights are (m+2)^2/9 times the direct ones: without a budget (size_budget=0) every
+    conv takes F(4x4) on x86-avx2 (the register rule) and the constants grow past 1.25x; with the
+    default budget (1.25) they stay within 1.25x of the bytes before the pass, some convs still take
+    Winograd (those saving most per byte first), and the graph keeps its meaning."""
+    from tvmc.ops.cpu import conv2d_winograd
+
+    monkeypatch.setattr(conv2d_winograd, "load_cost_table", lambda name: None)
+    avx2 = resolve_target("x86-avx2")
+    x = var("x", (1, 16, 24, 24))
+    y = bias_relu(conv(x, 16, "c1"), "c1")
+    y = bias_relu(conv(y, 32, "c2", seed=2), "c2", seed=3)
+    y = bias_relu(conv(y, 64, "c3", seed=4), "c3", seed=5)
+    before = Graph([x], [y])
+    unbounded = alter(before, avx2, **{"AlterOpLayout.size_budget": 0})
+    assert op_names(unbounded).count("nn.conv2d_winograd_nchwc") == 3
+    assert _constant_bytes(unbounded) > 1.25 * _constant_bytes(before)
+    assert alter(before, avx2, **{"AlterOpLayout.size_budget": float("inf")}).calls()[1].op == \
+        "nn.conv2d_winograd_nchwc"
+    bounded = alter(before, avx2)
+    assert _constant_bytes(bounded) <= 1.25 * _constant_bytes(before)
+    winograd = [c for c in bounded.calls() if c.op == "nn.conv2d_winograd_nchwc"]
+    assert winograd and winograd[0].name == "c1"
+    assert op_names(bounded).count("nn.conv2d_nchwc") == 3 - len(winograd)
+    tight = alter(before, avx2, **{"AlterOpLayout.size_budget": 1.0})
+    assert "nn.conv2d_winograd_nchwc" not in op_names(tight)
+    check(before, bounded)

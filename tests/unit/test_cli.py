@@ -602,3 +602,40 @@ def test_an_on_off_flag_in_a_config_file_means_the_flag(tmp_path, stub_driver, t
     r = invoke("compile", model, "--config", tmp_path / "c.yaml", "-o", tmp_path / "m.tar")
     assert r.exit_code == 0, r.output
     assert stub_driver["options"].shipped_records is shipped
+
+
+def _two_conv_model(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((32, 32, 3, 3)).astype(np.float32), "w2")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["a"], ["b"]),
+                           helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 12, 12])], [w1, w2])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+@pytest.mark.parametrize("budget,bound", [("0", None), ("1.25", 1.25), (None, 1.25)])
+def test_compile_summary_reports_the_growth_of_the_params_within_the_size_budget(tmp_path, budget, bound):
+    """The summary's params line gives the params' size against the model's weights; F(4x4)
+    forced on both convs grows them about 4x without a budget (size_budget=0), and the default
+    budget (1.25) keeps them within 1.25x, the convs left on the direct form."""
+    model = tmp_path / "m.onnx"
+    _two_conv_model(model)
+    args = ["--pass-config", "AlterOpLayout.winograd_tile_size=4"]
+    if budget is not None:
+        args += ["--pass-config", f"AlterOpLayout.size_budget={budget}"]
+    r = invoke("compile", model, "--target", "x86-avx2", "-o", tmp_path / "m.tar", *args)
+    assert r.exit_code == 0, r.output
+    found = re.search(r"params\s+[\d.]+ (?:MB|KB), ([\d.]+)x the model's ([\d.]+) KB of weights", r.stdout)
+    assert found, r.stdout
+    ratio, weights_kb = float(found.group(1)), float(found.group(2))
+    assert weights_kb == pytest.approx((32 * 16 + 32 * 32) * 9 * 4 / 1e3, abs=0.05)
+    if bound is None:
+        assert ratio > 3.5
+    else:
+        assert ratio <= bound

@@ -14,7 +14,13 @@ wasm: several channel blocks per broadcast, the tile within the registers and ic
 loop, see conv2d_nchwc.rolls_ic_inner; elsewhere one block, tile_p by the accumulator registers).
 
 When to use it (winograd_tile_size, read by AlterOpLayout): 3x3 kernels, stride 1, dilation 1,
-groups 1, both channel counts at least MIN_WINOGRAD_CHANNELS, on targets with at most
+groups 1, both channel counts at least MIN_WINOGRAD_CHANNELS; then, on a target with a cost table
+(configs/winograd/<target name>.json, measured by bench/winograd_table.py, schema
+configs/winograd/schema.json: per workload class C x O x H x W the times of direct, im2col,
+F(2x2) and F(4x4)), the form the nearest class (log2 distance in C, O and H*W) measured fastest
+(im2col counts as direct here: AlterOpLayout only chooses between the two ops, and im2col is
+an implementation of conv2d_nchwc that tuning records select); on a target without a table
+(ARM, wasm: not measurable on this x86 host), the register rule: targets with at most
 WINOGRAD_MAX_VECTOR_REGISTERS vector registers (wasm simd128, x86 AVX2 and SSE: the direct form's
 register tile holds at most 12 to 16 accumulators there, and each broadcast input element feeds
 few multiply-adds); F(4x4, 3x3) (WINOGRAD_TILE_SIZE). Measured whole models, one thread,
@@ -25,12 +31,27 @@ interleaved in one process (other processes running):
   x86 AVX2 (Zen 3, load 2.6): ResNet-18 direct 49.8 ms, F(2x2) 33.3, F(4x4) 29.7; (load 5)
       SqueezeNet 12.5 / 10.0 / 9.7, Inception v1 58 / 42 / 40.
 F(4x4)'s transforms have constants up to 8 and 1/24: the outputs of those models moved by at most
-8e-7 of their largest magnitude against the direct form. Targets with 32 registers (AVX-512,
-NEON) keep the direct form: not measured here (no such machine), and their register tiles are
-twice as large.
+8e-7 of their largest magnitude against the direct form. Without a table, targets with 32
+registers (NEON) keep the direct form: not measurable here, and their register tiles are twice
+as large. AVX-512 was measured (configs/winograd/x86.json, 1 thread): F(4x4) wins on the large
+images (64 channels at 56x56: 1.30 ms against 1.97 direct), F(2x2) at 14x14 and 7x7 up to 256
+channels, direct at 512 channels on 7x7 (2.94 ms; F(2x2) 3.67, F(4x4) 5.48).
+
+The size budget (plan_winograd, AlterOpLayout's size_budget): the transformed weights are
+(m+2)^2 / 9 times the direct ones (16/9 for F(2x2), 36/9 for F(4x4)); by default the params may
+grow to 1.25x, and the convs that save the most time per extra byte take Winograd first.
+
+Tuning does not choose the form: AlterOpLayout rewrites the graph (and transforms the weights)
+before tasks exist, so `tvmc tune` measures the direct or the Winograd task of each conv, the
+one this rule picked, and its knobs; the form itself is measured per target by the cost table.
 """
 
 from __future__ import annotations
+
+import functools
+import json
+import math
+from importlib import resources
 
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile, rolls_ic_inner
@@ -46,20 +67,129 @@ WINOGRAD_TILE_SIZE = 4
 MIN_WINOGRAD_CHANNELS = 16
 
 
-def winograd_tile_size(data_shape, weight_shape, attrs, target, override: int = -1) -> int:
-    """The Winograd output tile m (4: F(4x4, 3x3)) for an NCHW conv2d with data [N, C, H, W] and
-    OIHW weight on `target`, or 0 for the direct form (see the module docstring for the rule);
-    `override` (AlterOpLayout's option winograd_tile_size) >= 0 replaces the target rule: 0 never,
-    2 or 4 that tile for every eligible conv."""
+# Folder of tvmc.configs holding the cost tables, one <target name>.json per measured descriptor.
+COST_TABLE_FOLDER = "winograd"
+# The forms a cost table times (bench/winograd_table.py) and the Winograd tile each stands for.
+FORM_TILE_SIZE = {"direct": 0, "im2col": 0, "winograd2": 2, "winograd4": 4}
+
+
+@functools.lru_cache(maxsize=None)
+def load_cost_table(target_name: str):
+    """The cost table configs/winograd/<target_name>.json as a dict (schema
+    configs/winograd/schema.json), or None when tvmc ships none for that descriptor."""
+    path = resources.files("tvmc.configs").joinpath(COST_TABLE_FOLDER, f"{target_name}.json")
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def nearest_cost_entry(table: dict, c: int, o: int, hw: int) -> dict:
+    """The entry of `table` whose (C, O, H*W) is nearest to (c, o, hw) in log2 space (ties: the
+    first in the file)."""
+    def distance(e):
+        return sum((math.log2(a) - math.log2(b)) ** 2 for a, b in ((e["C"], c), (e["O"], o), (e["H"] * e["W"], hw)))
+    return min(table["entries"], key=distance)
+
+
+def estimated_times_ms(data_shape, weight_shape, table: dict) -> dict:
+    """{form: estimated ms} of an NCHW 3x3 conv (data [N, C, H, W], OIHW weight) from the nearest
+    class of cost `table`, scaled by the ratio of multiply-accumulates (N*C*O*H*W) to the class's."""
+    n, c, h, w = data_shape
+    o = weight_shape[0]
+    entry = nearest_cost_entry(table, c, o, h * w)
+    scale = n * c * o * h * w / (entry["C"] * entry["O"] * entry["H"] * entry["W"])
+    return {form: t * scale for form, t in entry["times_ms"].items()}
+
+
+def _eligible(data_shape, weight_shape, attrs) -> bool:
     c, o = data_shape[1], weight_shape[0]
-    eligible = (tuple(weight_shape[2:]) == (3, 3) and tuple(attrs["strides"]) == (1, 1)
-                and tuple(attrs["dilation"]) == (1, 1) and attrs.get("groups", 1) == 1
-                and min(c, o) >= MIN_WINOGRAD_CHANNELS)
-    if not eligible:
+    return (tuple(weight_shape[2:]) == (3, 3) and tuple(attrs["strides"]) == (1, 1)
+            and tuple(attrs["dilation"]) == (1, 1) and attrs.get("groups", 1) == 1
+            and min(c, o) >= MIN_WINOGRAD_CHANNELS)
+
+
+def winograd_tile_size(data_shape, weight_shape, attrs, target, override: int = -1) -> int:
+    """The Winograd output tile m (2: F(2x2, 3x3), 4: F(4x4, 3x3)) for an NCHW conv2d with data
+    [N, C, H, W] and OIHW weight on `target`, or 0 for the direct form: the target's cost table
+    where tvmc ships one (load_cost_table), else the register rule (see the module docstring);
+    `override` (AlterOpLayout's option winograd_tile_size) >= 0 replaces both: 0 never, 2 or 4
+    that tile for every eligible conv."""
+    if not _eligible(data_shape, weight_shape, attrs):
         return 0
     if override >= 0:
         return override
+    return _preferred_tile_size(data_shape, weight_shape, target)
+
+
+def _preferred_tile_size(data_shape, weight_shape, target) -> int:
+    """winograd_tile_size of an eligible conv without an override."""
+    table = load_cost_table(target.name)
+    if table is not None:
+        times = estimated_times_ms(data_shape, weight_shape, table)
+        return FORM_TILE_SIZE[min(times, key=times.get)]
     return WINOGRAD_TILE_SIZE if target.num_vector_registers <= WINOGRAD_MAX_VECTOR_REGISTERS else 0
+
+
+def _gains_ms(data_shape, weight_shape, target, override: int) -> dict:
+    """{m: time saved against the direct form} of the Winograd tiles worth choosing for an
+    eligible conv: an override's tile alone; else from the cost table, the tiles faster than
+    direct and im2col and not larger than winograd_tile_size's; else (no table) F(2x2) and
+    F(4x4) where the register rule takes Winograd. Without a table's time, a nominal ms per
+    1e9 multiply-adds saved (F(2x2): 20 of 36, F(4x4): 108 of 144), for the ranking only."""
+    n, c, h, w = data_shape
+    macs_g = n * c * weight_shape[0] * h * w * 9 / 1e9
+    nominal = {2: macs_g * (1 - 16 / 36), 4: macs_g * (1 - 36 / 144)}
+    if override >= 0:
+        return {override: nominal[override]} if override else {}
+    preferred = _preferred_tile_size(data_shape, weight_shape, target)
+    table = load_cost_table(target.name)
+    if table is None:
+        return {m: g for m, g in nominal.items() if m <= preferred}
+    times = estimated_times_ms(data_shape, weight_shape, table)
+    direct = min(times["direct"], times.get("im2col", math.inf))
+    return {m: direct - times[f"winograd{m}"] for m in (2, 4) if m <= preferred and times[f"winograd{m}"] < direct}
+
+
+def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: float = math.inf) -> dict:
+    """{key: m} for every conv of `convs` that takes Winograd tile m (absent: the direct form).
+
+    convs: [(key, data_shape [N, C, H, W], weight_shape OIHW, attrs, weight itemsize in bytes)].
+    Without a budget (inf), each conv takes winograd_tile_size's choice. With one, the transformed
+    weights ((m+2)^2 instead of 9 values per C x O pair) may add at most `extra_bytes_budget`
+    bytes in all: starting from the direct form everywhere, the step (a conv to F(2x2) or F(4x4),
+    or from F(2x2) to F(4x4)) that saves the most time per extra byte and still fits is taken,
+    until none fits (greedy, as for a knapsack by value density): the convs with large images
+    and few channels gain most per byte. A tile larger than winograd_tile_size's is never taken.
+    """
+    options, sizes = {}, {}
+    for key, data_shape, weight_shape, attrs, itemsize in convs:
+        if not _eligible(data_shape, weight_shape, attrs):
+            continue
+        gains = _gains_ms(tuple(data_shape), tuple(weight_shape), target, override)
+        if gains:
+            options[key] = gains
+            sizes[key] = data_shape[1] * weight_shape[0] * itemsize
+    if math.isinf(extra_bytes_budget):
+        return {key: max(g) for key, g in options.items()}
+    chosen: dict = {}
+    left = extra_bytes_budget
+    while True:
+        best = None
+        for key, gains in options.items():
+            cur = chosen.get(key, 0)
+            cur_gain = gains.get(cur, 0.0)
+            for m, g in gains.items():
+                extra = ((m + 2) ** 2 - (cur + 2) ** 2 if cur else (m + 2) ** 2 - 9) * sizes[key]
+                if m <= cur or g <= cur_gain or extra > left:
+                    continue
+                density = (g - cur_gain) / extra
+                if best is None or density > best[0]:
+                    best = (density, key, m, extra)
+        if best is None:
+            return chosen
+        _, key, m, extra = best
+        chosen[key] = m
+        left -= extra
 
 
 def conv2d_winograd_config(workload, target) -> ConfigSpace:
