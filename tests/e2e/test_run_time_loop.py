@@ -253,5 +253,6 @@ def test_tuning_tasks_include_the_body_kernels():
 def test_graph_dumps_of_a_body_go_to_their_own_folder(model_dir, tmp_path):
     tvmc("compile", model_dir / "loop.onnx", "--target", "native", "-o", tmp_path / "m.tar", "--dump-ir", "graph")
     main, body = tmp_path / "m.dumps", tmp_path / "m.dumps" / "loop0"
-    assert (main / "graph.09_FuseOps.txt").exists() and (body / "graph.09_FuseOps.txt").exists()
-    assert "control.loop" in (main / "graph.09_FuseOps.txt").read_text()
+    (fused,) = main.glob("graph.*_FuseOps.txt")  # numbered by the pass's place in the pipeline
+    assert (body / fused.name).exists()
+    assert "control.loop" in fused.read_text()

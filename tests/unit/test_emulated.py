@@ -105,11 +105,11 @@ def test_an_aarch64_host_runs_arm_artifacts_natively(monkeypatch):
     """create_executor takes the ctypes runtime when the artifact's architecture is the host's."""
     import tvmc.backends.llvm as llvm_backend
     import tvmc.runtime as runtime
-    import tvmc.runtime.executor as executor
+    import tvmc.runtime.cpu as cpu
 
     made = []
     monkeypatch.setattr(llvm_backend, "host_arch", lambda: "aarch64")
-    monkeypatch.setattr(executor, "GraphExecutor", lambda art: made.append(art) or "ctypes")
+    monkeypatch.setattr(cpu, "GraphExecutor", lambda art: made.append(art) or "ctypes")
     art = type("A", (), {"metadata": {"target": resolve_target("arm").to_dict()}, "path": "arm.tar"})()
     monkeypatch.setattr(runtime, "Artifact", type(art))
     assert runtime.create_executor(art) == "ctypes" and made == [art]
