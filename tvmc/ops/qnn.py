@@ -47,6 +47,7 @@ from tvmc.ops.cpu.int8 import (
 from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.nn_conv2d import _reference as _float_conv2d_reference
+from tvmc.ops.nn_conv2d import _type as _float_conv2d_type
 from tvmc.ops.nn_conv2d import conv2d_out_hw
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
@@ -86,19 +87,10 @@ def _conv2d_type(in_types, attrs):
     d, w, x_zp, w_zp = in_types
     _check_operand(d, "data")
     _check_operand(w, "weight")
-    if len(d.shape) != 4 or len(w.shape) != 4:
-        raise ValueError(f"qnn.conv2d needs 4-D data and weight, got {list(d.shape)} and {list(w.shape)}")
-    n, c, h, wd = d.shape
-    o, cg, kh, kw = w.shape
-    g = attrs.get("groups", 1)
-    if c != cg * g or o % g:
-        raise ValueError(f"channels {c} do not match weight {list(w.shape)} with groups={g}")
+    shape = _float_conv2d_type(in_types[:2], attrs).shape  # nn.conv2d's rule: ranks, groups, the window
     _check_zero_point(x_zp, "input zero point")
-    _check_zero_point(w_zp, "kernel zero point", o)
-    oh, ow = conv2d_out_hw(h, wd, kh, kw, attrs["strides"], attrs["padding"], attrs["dilation"])
-    if oh <= 0 or ow <= 0:
-        raise ValueError(f"kernel {kh}x{kw} does not fit input {h}x{wd}")
-    return TensorType((n, o, oh, ow), "int32")
+    _check_zero_point(w_zp, "kernel zero point", w.shape[0])
+    return TensorType(shape, "int32")
 
 
 def qnn_conv2d_nchw(data, weight, input_zero_point, kernel_zero_point, strides, padding, dilation, groups=1):

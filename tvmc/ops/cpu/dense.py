@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
-from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
+from tvmc.ops.cpu.tiling import schedule_gemm_tiles, schedule_tiled_reduction, worth_parallel
 
 
 def dense_config(workload, target) -> ConfigSpace:
@@ -167,25 +167,8 @@ def schedule_dense_pack(s, out, anchor, cfg, target):
         schedule_tiled_reduction(s, out, anchor, tiles={n: bn}, vector_axis=n, parallel_depth=1, target=target)
         return
     parallel = worth_parallel(padded or anchor)  # before cache_write turns `anchor` into a copy
-    if padded is not None:  # N padded to whole blocks: the padded sums are the accumulators
-        inline_injective(s, out)
-        acc = padded
-    else:
-        inline_injective(s, out, keep=[anchor])
-        acc = s.cache_write(out) if out is anchor else anchor
-    st = s[out]
-    m, n = st.op.axis
-    m_outer, m_inner = st.split(m, cfg["tile_m"])
-    n_outer, n_inner = st.split(n, bn * cfg["tile_nb"])
-    n_block, n_lane = st.split(n_inner, bn)
-    st.reorder(m_outer, n_outer, m_inner, n_block, n_lane)
-    st.unroll(m_inner)
-    st.unroll(n_block)
-    st.vectorize(n_lane)
-    head = st.fuse(m_outer, n_outer)
-    if parallel:
-        st.parallel(head)
-    s[acc].compute_at(st, head)
+    # N padded to whole blocks: the padded sums are the accumulators
+    acc = schedule_gemm_tiles(s, out, anchor, padded, cfg["tile_m"], bn, cfg["tile_nb"], parallel)
     m, n = s[acc].op.axis
     (k,) = s[acc].op.reduce_axis
     n_block, n_lane = s[acc].split(n, bn)

@@ -36,7 +36,7 @@ from tvmc import te
 from tvmc.autotune.space import ConfigSpace
 from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
-from tvmc.ops.cpu.tiling import worth_parallel
+from tvmc.ops.cpu.tiling import schedule_gemm_tiles, worth_parallel
 from tvmc.tir.tensorize import DotU8S8Intrin
 
 BLOCK_N = 16  # int32 lanes of one dot-product step: the output channels of a packed weight block
@@ -182,26 +182,10 @@ def schedule_dense_u8s8(s, out, anchor, cfg, target):
             st.parallel(m)
         schedule_elementwise_loops(s, out, target)
         return
-    if product is not anchor:  # N padded to whole blocks: the padded sums are the accumulators
-        inline_injective(s, out, keep=keep)
-        acc = product
-    else:
-        inline_injective(s, out, keep=[anchor, *keep])
-        acc = s.cache_write(out) if out is anchor else anchor
-    st = s[out]
-    m, n = st.op.axis
-    m_outer, m_inner = st.split(m, cfg["tile_m"])
-    n_outer, n_inner = st.split(n, BLOCK_N * cfg["tile_nb"])
-    n_block, n_lane = st.split(n_inner, BLOCK_N)
-    st.reorder(m_outer, n_outer, m_inner, n_block, n_lane)
-    st.unroll(m_inner)
-    st.unroll(n_block)
-    st.vectorize(n_lane)
-    head = st.fuse(m_outer, n_outer)
-    if parallel:
-        st.parallel(head)
+    # N padded to whole blocks: the padded sums are the accumulators
+    acc = schedule_gemm_tiles(s, out, anchor, product if product is not anchor else None, cfg["tile_m"], BLOCK_N,
+                              cfg["tile_nb"], parallel, keep=keep)
     ast = s[acc]
-    ast.compute_at(st, head)
     m, n = ast.op.axis
     ko, ki = ast.op.reduce_axis
     n_block, n_lane = ast.split(n, BLOCK_N)

@@ -97,6 +97,37 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_ax
         s[acc].rolled(k)
 
 
+def schedule_gemm_tiles(s, out, anchor, padded, tile_m: int, block: int, tile_blocks: int, parallel: bool,
+                        keep=()):
+    """The output side of a packed GEMM micro-kernel (dense_pack, dense_u8s8): `out` [M, N] in tiles
+    of tile_m rows (unrolled) x tile_blocks blocks of `block` columns (blocks unrolled, columns
+    vectorized), the (row tile, column tile) pairs fused (and parallel with `parallel`), the
+    epilogue inlined into the store. The accumulators are `padded` (sums of whole blocks whose
+    leading columns are the output) or else `anchor`'s, cache_write'n when `out` is `anchor`;
+    they are computed at the tile and returned for the caller to order. `keep`: producer stages
+    that stay materialized (a padded input)."""
+    if padded is not None:
+        inline_injective(s, out, keep=list(keep))
+        acc = padded
+    else:
+        inline_injective(s, out, keep=[anchor, *keep])
+        acc = s.cache_write(out) if out is anchor else anchor
+    st = s[out]
+    m, n = st.op.axis
+    m_outer, m_inner = st.split(m, tile_m)
+    n_outer, n_inner = st.split(n, block * tile_blocks)
+    n_block, n_lane = st.split(n_inner, block)
+    st.reorder(m_outer, n_outer, m_inner, n_block, n_lane)
+    st.unroll(m_inner)
+    st.unroll(n_block)
+    st.vectorize(n_lane)
+    head = st.fuse(m_outer, n_outer)
+    if parallel:
+        st.parallel(head)
+    s[acc].compute_at(st, head)
+    return acc
+
+
 def _check_anchor_axes(anchor, tiles, vector_axis, unroll_axes, reduce_order, unroll_reduce, rolled_reduce):
     """Every axis given to schedule_tiled_reduction is one of the anchor's (an axis of another
     stage, e.g. of the epilogue, would silently match nothing)."""
