@@ -3,7 +3,8 @@
 (dense_pack.cpu: the constant weight packed by AlterOpLayout; dense.cpu: unpacked), per target
 (x86 with and without AVX512-VNNI, x86-avx2 with and without AVX-VNNI; a VNNI target is skipped
 when this host lacks it). Reports GOP/s (2 M N K operations per call) and int8 / float32 time;
-int8 with random 8-bit weights (on vpmaddubsw targets: the exact form that splits the data bytes)
+int8 with random 8-bit weights (on vpmaddubsw targets: the exact forms, weights widened to int16 for
+vpmaddwd in a tile of several rows, the data bytes split for one row)
 and with 7-bit weights (onnxruntime's reduce_range: pairs_in_int16, one vpmaddubsw per step).
 
 `python bench/int8_kernels.py [--threads 1] [--targets x86,...]`; timing only, no assertions.

@@ -174,8 +174,8 @@ def test_pack_dense_u8s8_weight_layout():
         pack_dense_u8s8_weight(w.astype(np.int32))
 
 
-def _assembly(target, pairs: bool) -> str:
-    prim, _ = _dense_kernel(4, 64, 32, target, pairs=pairs)
+def _assembly(target, pairs: bool, m: int = 4) -> str:
+    prim, _ = _dense_kernel(m, 64, 32, target, pairs=pairs)
     cg = CodeGenLLVM(target)
     cg.add_function(prim)
     return compile_ir(cg.ir_text(), target, assembly=True).decode()
@@ -187,13 +187,19 @@ def _count(insn: str, asm: str) -> int:
 
 @pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
 def test_dense_u8s8_assembly_uses_the_instruction(spec, form, insn):
-    """vpdpbusd on VNNI targets; vpmaddubsw on AVX512-BW / AVX2, twice as many without
-    pairs_in_int16 (each data byte split into its low 7 bits and its top bit); udot with the
+    """vpdpbusd on VNNI targets; vpmaddubsw on AVX512-BW / AVX2 with pairs_in_int16; without it,
+    on a register tile of several rows, none: the weights widened to int16 by shifts and two
+    vpmaddwd per step, and with one row (M = 1) twice as many vpmaddubsw and vpmaddwd (each data
+    byte split into its low 7 bits and its top bit); udot with the
     weights' eor on +dotprod (usdot would not run on a Neoverse N1), usdot alone on +i8mm;
     i32x4.dot_i16x8_s on simd128, the relaxed dot on relaxed-simd; no dot instruction and the
     widening multiplies elsewhere."""
     target = _resolve(spec)
     exact, paired = _assembly(target, False), _assembly(target, True)
+    if insn == "vpmaddubsw":
+        assert not _count("vpmaddubsw", exact) and _count("vpsraw", exact) > 0  # the weights widened
+        assert _count("vpmaddwd", exact) == 2 * _count("vpmaddwd", paired) > 0
+        exact = _assembly(target, False, m=1)  # one row: the data bytes split
     for asm in (exact, paired):
         assert [i for i in DOT_INSNS if _count(i, asm)] == ([insn] if insn else [])
     if insn is None:
@@ -201,8 +207,12 @@ def test_dense_u8s8_assembly_uses_the_instruction(spec, form, insn):
             assert any(_count(i, asm) for i in WIDENING[target.arch])  # the widening multiplies
         return
     if insn == "vpmaddubsw":
-        assert exact.count("vpmaddubsw") == 2 * paired.count("vpmaddubsw") > 0
-        assert exact.count("vpmaddwd") == 2 * paired.count("vpmaddwd")
+        # one vpmaddwd per vpmaddubsw in both; only the split masks the data quad into its low 7 bits
+        # and top bits (LLVM unrolls the two one-row loops differently: no ratio of their counts)
+        for asm in (exact, paired):
+            assert _count("vpmaddubsw", asm) == _count("vpmaddwd", asm) > 0
+        split_masks = ("$2139062143", "$16843009")  # 0x7F7F7F7F, 0x01010101
+        assert all(mask in exact and mask not in paired for mask in split_masks)
     elif target.arch != "x86_64":
         assert exact == paired  # pairs_in_int16 is vpmaddubsw's alone
         assert (_count("eor", exact) > 0) == (insn == "udot")  # the weights' w ^ 0x80
@@ -347,7 +357,9 @@ def test_pack_conv2d_u8s8_weight_layout():
 @pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
 def test_conv2d_nchwc_u8s8_assembly_uses_the_instruction(spec, form, insn):
     """A 3x3 conv's kernel holds the target's dot-product instruction: vpdpbusd on VNNI targets
-    (and no vpmaddubsw), vpmaddubsw on AVX512-BW / AVX2, neither on x86-64."""
+    (and no vpmaddubsw); on AVX512-BW / AVX2, for full-range weights (no pairs_in_int16) and a register
+    tile of several output columns, vpmaddwd on the weights widened by shifts (no vpmaddubsw); neither on
+    x86-64."""
     target = _resolve(spec)
     prim, _ = _conv_kernel((1, 2, 8, 8, 16), (2, 2, 3, 3, 4, 16, 4), (1, 1), (1, 1, 1, 1), 128, target)
     cg = CodeGenLLVM(target)
@@ -355,6 +367,9 @@ def test_conv2d_nchwc_u8s8_assembly_uses_the_instruction(spec, form, insn):
     asm = compile_ir(cg.ir_text(), target, assembly=True).decode()
     if insn is None:
         assert "vpdpbusd" not in asm and "pmaddubsw" not in asm
+        return
+    if insn == "vpmaddubsw":
+        assert "vpmaddwd" in asm and "vpsraw" in asm and "pmaddubsw" not in asm and "vpdpbusd" not in asm
         return
     assert insn in asm
     if insn == "vpdpbusd":

@@ -240,8 +240,9 @@ class DotU8S8(Intrinsic):
     `vpmaddubsw` adds two u8 x s8 products in saturating int16, which overflows where both
     weights of a pair (b[4l + 2i], b[4l + 2i + 1]) are large; with `pairs_in_int16` the caller
     promises that no pair can (see tvmc.ops.cpu.int8.pairs_in_int16) and gets one vpmaddubsw
-    per step, else each data byte is split into its low 7 bits and its top bit, two vpmaddubsw
-    that cannot saturate."""
+    per step, else the weights are widened to int16 for vpmaddwd where an unrolled register tile
+    shares the weight block among several data rows, and otherwise each data byte is split into
+    its low 7 bits and its top bit, two vpmaddubsw that cannot saturate."""
 
     expr_fields = ("acc_index", "a_index", "b_index")
 
