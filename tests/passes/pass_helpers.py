@@ -25,6 +25,22 @@ def call(op: str, *inputs, name: str = "", **attrs) -> Call:
     return make_call(op, list(inputs), attrs, name=name)
 
 
+def qconst(value, name: str) -> Constant:
+    """A Constant of `value` as numpy holds it (a scale, a zero point of its dtype)."""
+    return Constant(np.asarray(value), name)
+
+
+def dequantize(q, scale, zp, name: str):
+    """qnn.dequantize(q) to float32 with a constant scale (float32) and zero point (its dtype)."""
+    return call("qnn.dequantize", q, qconst(np.float32(scale), f"{name}_s"), qconst(zp, f"{name}_z"),
+                out_dtype="float32")
+
+
+def quantize(x, scale, zp, name: str, dtype: str = "uint8"):
+    """qnn.quantize(x) to `dtype` with a constant scale (float32) and zero point."""
+    return call("qnn.quantize", x, qconst(np.float32(scale), f"{name}_s"), qconst(zp, f"{name}_z"), out_dtype=dtype)
+
+
 def conv(x, oc: int, name: str, k: int = 3, pad: int = 1, stride: int = 1, seed: int = 0) -> Call:
     w = const((oc, x.shape[1], k, k), f"{name}_w", seed)
     return call("nn.conv2d", x, w, name=name, strides=(stride, stride), padding=(pad, pad, pad, pad),

@@ -4,20 +4,11 @@ outputs are the float chain's within one unit (requantize rounds once, the float
 import numpy as np
 
 from pass_helpers import call, op_names, run_graph, var
-from tvmc.graph.ir import Constant, Graph
+from pass_helpers import dequantize as _dq
+from pass_helpers import qconst as _c
+from pass_helpers import quantize as _q
+from tvmc.graph.ir import Graph
 from tvmc.passes import PassContext, run_passes
-
-
-def _c(value, name):
-    return Constant(np.asarray(value), name)
-
-
-def _dq(q, scale, zp, name):
-    return call("qnn.dequantize", q, _c(np.float32(scale), f"{name}_s"), _c(zp, f"{name}_z"), out_dtype="float32")
-
-
-def _q(x, scale, zp, name, dtype="uint8"):
-    return call("qnn.quantize", x, _c(np.float32(scale), f"{name}_s"), _c(zp, f"{name}_z"), out_dtype=dtype)
 
 
 def _run(graph, x):
