@@ -4,8 +4,9 @@ execution provider where it is installed), on the same GPU, side by side in one 
 [--precisions fp32,fp16] [--repeat N] [--tune-trials N] [--tune VARIANT=N ...]`).
 
 Models: ResNet-18, MobileNetV2 and the BERT-style encoder of bench/models.py at each batch size,
-each in float32 (fp32) and mixed precision (fp16: tvmc --mixed-precision float16, torch
-`module.half()`). Per model, batch and precision, one row:
+each in float32 (fp32), float32 on the TF32 tensor cores (tf32: tvmc --target-option
+allow_tf32=true, against torch's defaults) and mixed precision (fp16: tvmc --mixed-precision
+float16, torch `module.half()`). Per model, batch and precision, one row:
 
     fallback_ms  median latency of CUDAExecutor.run() (its CUDA graph replayed, then a wait for
                  the stream), tvmc compiled at opt level 3 for the shipped descriptor of this
@@ -27,7 +28,7 @@ each in float32 (fp32) and mixed precision (fp16: tvmc --mixed-precision float16
                  onnxruntime-gpu; where only the CPU build is installed the column stays empty)
     ratios       tvmc (untuned, tuned) / torch, untuned / tuned: below 1, the first is faster
     check        'ok' when tvmc's outputs (untuned and tuned) match onnxruntime's float32 outputs
-                 on the CPU: fp32 within rtol 1e-3, atol 1e-3 x the largest magnitude; fp16 within
+                 on the CPU: fp32 within rtol 1e-3, atol 1e-3 x the largest magnitude; fp16 and tf32 within
                  atol 2e-2 x the largest magnitude (float16 has 11 significant bits; errors add
                  up over the layers), else 'MISMATCH'
 
@@ -58,7 +59,7 @@ from bench import count_gflops, model_inputs  # noqa: E402  (bench/ is the scrip
 from models import BUILT_MODELS  # noqa: E402
 
 MODELS = ("resnet18", "mobilenet_v2", "bert")
-PRECISIONS = {"fp32": "", "fp16": "float16"}
+PRECISIONS = {"fp32": "", "tf32": "", "fp16": "float16"}
 WARMUP_RUNS = 3
 RTOL = 1e-3
 FP16_ATOL = 2e-2  # x the reference's largest magnitude
@@ -83,14 +84,17 @@ def compile_options(precision: str, records: str | None = None, shipped: bool = 
                           shipped_records=shipped)
 
 
-def gpu_target(arch: str):
-    """The shipped CUDA descriptor whose cpu is `arch` (sm_XY), else `cuda -mcpu=arch`."""
+def gpu_target(arch: str, precision: str = "fp32"):
+    """The shipped CUDA descriptor whose cpu is `arch` (sm_XY), else `cuda -mcpu=arch`; for the
+    tf32 rows with the target option allow_tf32 (float32 GEMMs and convolutions on the TF32
+    tensor cores)."""
     from tvmc.target import known_targets, resolve_target
 
+    options = {"allow_tf32": "true"} if precision == "tf32" else None
     for name in known_targets():
         if name != "native" and name.startswith("cuda") and resolve_target(name).cpu == arch:
-            return resolve_target(name)
-    return resolve_target(f"cuda -mcpu={arch}")
+            return resolve_target(name, options)
+    return resolve_target(f"cuda -mcpu={arch}", options)
 
 
 def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: str, records: str | None = None,
@@ -101,7 +105,7 @@ def tvmc_runner(model, feeds, arch: str, device: str, folder: str, precision: st
     from tvmc.package import save_artifact
     from tvmc.runtime.cuda import CUDAExecutor
 
-    module = compile_model(model, gpu_target(arch), compile_options(precision, records, shipped))
+    module = compile_model(model, gpu_target(arch, precision), compile_options(precision, records, shipped))
     if shipped and not (module.metadata.get("shipped_records") or {}).get("workloads_from_records"):
         raise Unavailable("no shipped record applies")
     tag = "_tuned" if records else "_shipped" if shipped else ""
@@ -127,7 +131,7 @@ def tune(model, variant: str, arch: str, precision: str, budget: str, tuner: str
     from tvmc.driver import extract_tasks
     from tvmc.autotune.tune import TuneOptions, tune_tasks
 
-    target = gpu_target(arch)
+    target = gpu_target(arch, precision)
     RECORDS_DIR.mkdir(parents=True, exist_ok=True)
     path = RECORDS_DIR / f"{variant.replace(':', '_')}_{arch}.json"
     t0 = time.perf_counter()
@@ -217,7 +221,7 @@ def matches(ours, ref, precision: str) -> bool:
         scale = float(np.abs(b).max()) if b.size else 0.0
         if a.shape != b.shape:
             return False
-        if precision == "fp16":
+        if precision in ("fp16", "tf32"):  # TF32 operands keep 11 significant bits, as float16
             if not np.all(np.abs(a.astype(np.float32) - b) <= FP16_ATOL * scale):
                 return False
         elif not np.allclose(a, b, rtol=RTOL, atol=RTOL * scale):
@@ -306,10 +310,10 @@ def report(rows: list, notes: dict, header: str) -> str:
     by = {(r["model"], r["batch"], r["precision"]): r for r in rows}
     for (model, batch, precision), r in sorted(by.items()):
         other = by.get((model, batch, "fp32"))
-        if precision == "fp16" and other:
+        if precision != "fp32" and other:
             for key in ("fallback_ms", "tvmc_ms", "tuned_ms"):
                 if key in r and key in other:
-                    lines.append(f"{model} batch {batch}: fp16 / fp32 {key[:-3]} {r[key] / other[key]:.2f}")
+                    lines.append(f"{model} batch {batch}: {precision} / fp32 {key[:-3]} {r[key] / other[key]:.2f}")
     for r in rows:
         for key in ("fallback", "tvmc", "tuned"):
             for k in r.get(f"{key}_profile", []):
@@ -337,7 +341,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
     parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes (default 1,16)")
-    parser.add_argument("--precisions", default="fp32,fp16", help="comma-separated of fp32, fp16 (default both)")
+    parser.add_argument("--precisions", default="fp32,fp16",
+                        help="comma-separated of fp32, tf32, fp16 (default fp32,fp16)")
     parser.add_argument("--repeat", type=int, default=20, help="timed rounds (default 20)")
     parser.add_argument("--tune-trials", type=int, default=0,
                         help="tvmc tune measurements per variant on this GPU (default 0: untuned only)")
@@ -385,6 +390,8 @@ def main(argv=None) -> int:
                                        plan[f"{name}:{batch}:{precision}"], notes, args.profile, args.tuner))
                 print(f" done: {', '.join(f'{k} {v:.2f}' for k, v in rows[-1].items() if k.endswith('_ms'))} "
                       f"{rows[-1]['check']}", flush=True)
+                if args.out:  # the report so far, so that a run stopped by its time limit leaves one
+                    Path(args.out).write_text(report(rows, notes, header))
     text = report(rows, notes, header)
     print("\n" + text)
     if args.out:
