@@ -10,7 +10,11 @@
 #      float32 and mixed float16, untuned and tuned (BENCH_ARGS), against torch eager, report in
 #      $OUT/cuda.md and the tuning records in $OUT/records/;
 #   5. when GPU_CHECK_FULL_S > 0, every other test marked cuda (all of tests/ but GPU_CHECK_TESTS),
-#      log in $OUT/pytest_all.log.
+#      log in $OUT/pytest_all.log;
+#   6. when GPU_CHECK_OPENCL_S > 0, the NVIDIA OpenCL driver: libnvidia-opencl.so.1 registered by an
+#      nvidia.icd in a folder named by OCL_ICD_VENDORS (the machine registers only PoCL), its
+#      platform, device and extensions (cl_khr_fp16?) in $OUT/opencl.txt, then GPU_CHECK_OPENCL_TESTS
+#      (the OpenCL schedule, dtype and CLI tests) on that GPU, log in $OUT/pytest_opencl.log.
 #
 # Each step has its own time limit (seconds: GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_FULL_S),
 # so that the whole run fits a lease; a step that runs out leaves its log (pytest runs verbose, one
@@ -53,5 +57,21 @@ if [ "$FULL_S" -gt 0 ]; then
     >"$OUT/pytest_all.log" 2>&1
   say "pytest exit $?: $(grep -c PASSED "$OUT/pytest_all.log") passed; $(tail -1 "$OUT/pytest_all.log")"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.log" | head -30
+fi
+OPENCL_S=${GPU_CHECK_OPENCL_S:-0}
+OPENCL_TESTS=${GPU_CHECK_OPENCL_TESTS:-tests/ops/test_gpu_schedules.py tests/unit/test_opencl_dtypes.py tests/e2e/test_opencl_cli.py}
+if [ "$OPENCL_S" -gt 0 ]; then
+  icd=$(mktemp -d) && echo libnvidia-opencl.so.1 >"$icd/nvidia.icd"
+  say "NVIDIA OpenCL through OCL_ICD_VENDORS=$icd (limit ${OPENCL_S}s)"
+  OCL_ICD_VENDORS=$icd $PY -c "
+import pyopencl as cl
+for p in cl.get_platforms():
+    for d in p.get_devices():
+        print(p.name, '|', d.name, '| OpenCL C', d.opencl_c_version, '| fp16:', 'cl_khr_fp16' in d.extensions)
+        print('extensions:', d.extensions)" 2>&1 | tee "$OUT/opencl.txt"
+  OCL_ICD_VENDORS=$icd timeout "$OPENCL_S" $PY -m pytest -v -rfE -p no:cacheprovider -n "$WORKERS" -k opencl \
+    $OPENCL_TESTS >"$OUT/pytest_opencl.log" 2>&1
+  say "pytest exit $?: $(tail -1 "$OUT/pytest_opencl.log")"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest_opencl.log" | head -20
 fi
 say "done"
