@@ -69,7 +69,7 @@ for p in cl.get_platforms():
     for d in p.get_devices():
         print(p.name, '|', d.name, '| OpenCL C', d.opencl_c_version, '| fp16:', 'cl_khr_fp16' in d.extensions)
         print('extensions:', d.extensions)" 2>&1 | tee "$OUT/opencl.txt"
-  OCL_ICD_VENDORS=$icd timeout "$OPENCL_S" $PY -m pytest -v -rfE -p no:cacheprovider -n "$WORKERS" -k opencl \
+  OCL_ICD_VENDORS=$icd timeout "$OPENCL_S" $PY -m pytest -v -rfE -p no:cacheprovider -n "$WORKERS" \
     $OPENCL_TESTS >"$OUT/pytest_opencl.log" 2>&1
   say "pytest exit $?: $(tail -1 "$OUT/pytest_opencl.log")"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest_opencl.log" | head -20
