@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 import pytest
-from test_ops import Case, _assert_close, conv, n
+from test_ops import Case, _assert_close, conv, n, u
 from util import op_function
 
 from tvmc.autotune.task import tasks_of_functions
@@ -23,11 +23,11 @@ from tvmc.errors import ScheduleError
 from tvmc.ops.fused import lower_fused
 from tvmc.ops.registry import get_op
 from tvmc.target import resolve_target
-from tvmc.tir.simt import run_kernel
+from tvmc.tir.simt import _tf32, run_kernel
 
 SM90 = resolve_target("cuda-sm90")
 SM90_TF32 = resolve_target("cuda-sm90", {"allow_tf32": "true"})
-# TF32 keeps 10 of float32's 23 mantissa bits (truncated): products lose up to 2**-10 relative
+# TF32 keeps 10 of float32's 23 mantissa bits (rounded to nearest): products lose up to 2**-10 relative
 TF32_TOL = dict(rtol=2e-2, atol=2e-2)
 
 
@@ -58,6 +58,11 @@ TF32_CASES = [
     Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [n(r, (1, 8, 9, 9)), n(r, (16, 8, 3, 3))],
          conv(strides=(2, 2), padding=(1, 1, 1, 1)), tol=TF32_TOL),
 ]
+# operands uniform in [1, 2): every product positive, so a conversion to TF32 that rounds toward zero
+# (what the mma does with a float32 register's bits: the 13 low mantissa bits dropped) leaves the
+# outputs too small on average, by about 2 x 2**-11 x ln 2 = 6.8e-4 relative (the dropped bits' mean
+# over each operand), where rounding to nearest leaves a mean relative error near 0 (below 1e-5)
+TF32_BIAS_CASE = Case("dense_tensorcore.gpu", "nn.dense", lambda r: [u(r, (32, 256), 1, 2), u(r, (24, 256), 1, 2)])
 EDGE_CASES = [
     # K not a multiple of 8: every operand gathered element by element, zero-filled past K
     Case("dense_tensorcore.gpu", "nn.dense", lambda r: [h(r, (5, 27)), h(r, (9, 27))]),
@@ -128,6 +133,31 @@ def test_tensorcore_kernel_matches_reference_in_the_simt_interpreter(case):
             raise AssertionError(f"config {dict(cfg)}: {e}") from None
 
 
+def _assert_tf32_rounded_to_nearest(out, ref):
+    """TF32_BIAS_CASE's output `out` against its float32 reference: no bias toward zero (mean
+    relative error within 5e-5, truncated operands give -6.8e-4), each output within two operand
+    roundings (2 x 2**-11 relative) plus the float32 sums."""
+    rel = (out.astype(np.float64) - ref) / ref
+    assert abs(rel.mean()) < 5e-5, f"mean relative error {rel.mean():.2e}: TF32 operands not rounded to nearest"
+    assert np.abs(rel).max() < 2 * 2.0 ** -11 + 1e-5, f"relative error up to {np.abs(rel).max():.2e}"
+
+
+def test_tf32_operands_are_rounded_to_nearest():
+    """tir.MMA m16n8k8 rounds its float32 operands to TF32 (cvt.rna.tf32.f32 in the PTX, one per
+    fragment element loaded, not per mma), so a GEMM of positive operands is unbiased."""
+    out, ref, prim = _run(TF32_BIAS_CASE, None)  # the fallback config
+    _assert_tf32_rounded_to_nearest(out, ref)
+    # the interpreter's rounding: to nearest, ties away from zero, overflow to inf, inf and nan kept
+    one = np.float32(1.0)
+    x = np.array([1 + 2.0 ** -11, -(1 + 2.0 ** -11), 1 + 2.0 ** -11 - 2.0 ** -23,
+                  np.finfo(np.float32).max, np.inf, np.nan], np.float32)
+    np.testing.assert_array_equal(_tf32(x), [one + 2.0 ** -10, -(one + 2.0 ** -10), one, np.inf, np.inf, np.nan])
+    cg = CodeGenLLVM(SM90_TF32)
+    cg.add_function(prim)
+    text = compile_ir(cg.ir_text(), SM90_TF32, assembly=True).decode()
+    assert text.count("cvt.rna.tf32.f32") == len(re.findall(r"\bld\.shared\.(?:b32|f32)", text)) > 0
+
+
 def test_each_stage_count_and_copy_form_matches():
     """Double-buffered (stages 2, cp.async) and single-stage kernels, both copy forms."""
     case = EDGE_CASES[1]
@@ -186,7 +216,7 @@ def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
     ptx = compile_ir(cg.ir_text(), target, assembly=True)
     text = ptx.decode()
     if tf32:
-        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in text
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in text and "cvt.rna.tf32.f32" in text
     else:
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in text
         assert re.search(r"ldmatrix\.sync\.aligned\.m8n8\.x[24](\.trans)?\.shared\.b16", text)
@@ -228,3 +258,21 @@ def test_tensorcore_kernel_on_the_gpu_matches_reference_and_the_interpreter(case
             np.testing.assert_allclose(out.astype(np.float32), simulated.astype(np.float32), rtol=1e-3, atol=1e-3)
         except AssertionError as e:
             raise AssertionError(f"config {dict(cfg)}: {e}") from None
+
+
+@pytest.mark.cuda
+def test_tf32_operands_are_rounded_to_nearest_on_the_gpu():
+    """On an NVIDIA GPU with TF32 tensor cores: TF32_BIAS_CASE, fallback config, unbiased (the
+    mma given float32 bits as they are would truncate them: mean relative error -6.8e-4)."""
+    from tests.targets import require, run_cuda_kernel
+    from tvmc.ops.gpu.tensorcore import tensorcore_supports
+    from tvmc.runtime.cuda import gpu_info
+
+    require("cuda")
+    target = resolve_target(f"cuda -mcpu={gpu_info()[1]}", {"allow_tf32": "true"})
+    if not tensorcore_supports(target, ((), (), (), "float32", ())):
+        pytest.skip(f"{target.cpu} has no TF32 tensor-core mma")
+    arrays, chain = TF32_BIAS_CASE.build()
+    fn, all_arrays, ref = op_function(TF32_BIAS_CASE.op, arrays, TF32_BIAS_CASE.attrs, chain)
+    out = run_cuda_kernel(lower_fused(fn, target), target, all_arrays, np.zeros(fn.body.shape, fn.body.dtype))
+    _assert_tf32_rounded_to_nearest(out, ref)

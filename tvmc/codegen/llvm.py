@@ -67,6 +67,8 @@ class DeviceTable:
     global_addrspace: LLVM address space of device (global) memory
     matrix_load:      intrinsic of tir.MatrixLoad, formatted with count and trans ('' or '.trans')
     mma:              (shape, operand dtype) -> intrinsic of tir.MMA (four float32 results)
+    tf32_round:       intrinsic rounding a float to TF32 (i32 bits, 13 low mantissa bits zero):
+                      what a float32 operand of tir.MMA m16n8k8 goes through
     async_copy:       intrinsic of tir.AsyncCopy (shared dst, global src, source bytes: 0 fills zeros)
     async_commit, async_wait: intrinsics of tir.AsyncCopyCommit and AsyncCopyWait
     """
@@ -83,6 +85,7 @@ class DeviceTable:
     global_addrspace: int = 0
     matrix_load: str = ""
     mma: dict = None
+    tf32_round: str = ""
     async_copy: str = ""
     async_commit: str = ""
     async_wait: str = ""
@@ -109,6 +112,10 @@ NVPTX = DeviceTable(
     mma={("m16n8k16", "float16"): "llvm.nvvm.mma.m16n8k16.row.col.f32.f32",
          ("m16n8k16", "bfloat16"): "llvm.nvvm.mma.m16n8k16.row.col.bf16",
          ("m16n8k8", "float32"): "llvm.nvvm.mma.m16n8k8.row.col.tf32"},
+    # cvt.rna.tf32.f32 (sm_80 on, PTX 7.0): round to nearest, ties away from zero, as cuBLAS and
+    # cuDNN convert float32 for their TF32 kernels; the mma itself would read a float32 register's
+    # bits as they are, its 13 low mantissa bits dropped (truncation: every operand biased toward 0)
+    tf32_round="llvm.nvvm.f2tf32.rna",
     async_copy="llvm.nvvm.cp.async.cg.shared.global.16.s",
     async_commit="llvm.nvvm.cp.async.commit.group",
     async_wait="llvm.nvvm.cp.async.wait.group",
@@ -401,13 +408,21 @@ class CodeGenLLVM:
             name = d.mma.get((s.shape, dtype))
             if name is None:
                 raise CodegenError(f"codegen: no {s.shape} mma for {dtype} operands")
-            # f16 operands travel as <2 x half> registers, bf16 and tf32 as i32 (PTX .b32)
+            # f16 operands travel as <2 x half> registers, bf16 and tf32 as i32 (PTX .b32); a
+            # float32 operand is rounded to TF32 on the way (tir.MMA)
             reg = ir.VectorType(ir.HalfType(), 2) if dtype == "float16" else I32
             per_reg = 1 if dtype == "float32" else 2
-            a = [b.load(self._local_ptr(st, s.a, s.a_offset + per_reg * k), typ=reg, align=4)
-                 for k in range(n_a // per_reg)]
-            bb = [b.load(self._local_ptr(st, s.b, s.b_offset + per_reg * k), typ=reg, align=4)
-                  for k in range(n_b // per_reg)]
+
+            def operand(buf, offset):
+                if dtype != "float32":
+                    return b.load(self._local_ptr(st, buf, offset), typ=reg, align=4)
+                if not d.tf32_round:
+                    raise CodegenError("codegen: no float32 -> TF32 conversion for this device")
+                value = b.load(self._local_ptr(st, buf, offset), typ=ir.FloatType(), align=4)
+                return b.call(self.declare(d.tf32_round, I32, [ir.FloatType()]), [value])
+
+            a = [operand(s.a, s.a_offset + per_reg * k) for k in range(n_a // per_reg)]
+            bb = [operand(s.b, s.b_offset + per_reg * k) for k in range(n_b // per_reg)]
             c = [b.load(self._local_ptr(st, s.acc, s.acc_offset + k), typ=ir.FloatType()) for k in range(n_c)]
             f = self.declare(name, ir.LiteralStructType([ir.FloatType()] * n_c),
                              [reg] * len(a + bb) + [ir.FloatType()] * n_c)

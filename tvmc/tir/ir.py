@@ -147,7 +147,9 @@ MMA_SHAPES = {"m16n8k16": (8, 4, 4), "m16n8k8": (4, 2, 4)}
 class MMA(Intrinsic):
     """Warp-collective matrix multiply-accumulate D = A x B + C, in place on C: PTX
     `mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32` (PTX ISA 9.7.14.5.14), shape m16n8k16
-    for float16 / bfloat16 operands, m16n8k8 for tfloat32 (float32 buffers read as TF32).
+    for float16 / bfloat16 operands, m16n8k8 for tfloat32: float32 buffers, each element rounded
+    to TF32 on its way to the mma (to nearest, ties away from zero: PTX cvt.rna.tf32.f32, as
+    cuBLAS and cuDNN convert; the mma alone would drop the 13 low mantissa bits, a bias toward 0).
 
     Each lane holds its fragment elements in local buffers, from the given offsets (constants):
     `a` A [16 x K] row-major (m16n8k16: 8 elements: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..),

@@ -47,8 +47,14 @@ def _register(dtype: str):
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
-    """float32 values as the tensor cores read TF32 operands: the 13 low mantissa bits dropped."""
-    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+    """float32 values rounded to TF32 (10 mantissa bits) as tir.MMA m16n8k8 reads its operands
+    (PTX cvt.rna.tf32.f32): to nearest, ties away from zero (half of the 13 dropped bits' weight
+    added to the magnitude, then those bits cleared), the largest magnitudes rounding to inf;
+    inf and nan unchanged."""
+    x = np.asarray(x, np.float32)
+    bits = x.view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(x), rounded, x)
 
 
 class _Block:

@@ -1,8 +1,8 @@
 """Tensor-core GEMM kernels for GPUs with warp-level matrix instructions (NVIDIA sm_80 on:
 targets/isa/nvptx64.yaml `mma`): dense, batched matmul and conv2d (implicit GEMM) with float16
 operands (mma m16n8k16), or float32 ones read as TF32 where the target allows it (`allow_tf32`:
-mma m16n8k8, the operands' low 13 mantissa bits dropped), accumulated in float32, with the fused
-epilogue applied to the accumulators.
+mma m16n8k8, each operand rounded to TF32's 10 mantissa bits, to nearest, as it enters the mma:
+tir.MMA), accumulated in float32, with the fused epilogue applied to the accumulators.
 
 The kernel is written directly in loop IR (a template, like TVM's ir_builder kernels and the
 tensor-core templates of its meta-schedule), because its inner steps are warp-collective
