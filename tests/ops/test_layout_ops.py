@@ -215,8 +215,10 @@ def test_conv2d_nchwc_tuned_configs(cfg):
 
 
 def test_conv2d_nchwc_schedule_shape():
-    """The register tile: a local accumulator of tile_ow x oc_bn, the oc_bn loop vectorized, the
-    (n, oc_outer, oh) loops fused in parallel, no bounds guards left when the tile divides OW."""
+    """The register tile: a local accumulator of tile_oc x tile_ow x oc_bn (x86: two channel
+    blocks of 14 columns), the oc_bn loop vectorized inside the channel blocks' loop inside the
+    columns' loop (each broadcast input feeds two FMAs in a row), the (n, oc_outer, oh) loops
+    fused in parallel, no bounds guards left when the tile divides OW."""
     target = resolve_target("x86")  # the AVX-512 descriptor's fallback (compile only)
     x = Var("x", TensorType((1, 4, 56, 56, 16)))
     w = Var("w", TensorType((4, 4, 3, 3, 16, 16)))
@@ -225,12 +227,14 @@ def test_conv2d_nchwc_schedule_shape():
                                                      groups=1, out_layout="NCHW16c"))
     body = make_call("nn.relu", [make_call("add", [conv, b])])
     cfg = conv2d_nchwc_config(workload(conv), target).fallback_config()
-    assert dict(cfg) == {"tile_ow": 28, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1, "tile_oc": 1,
+    assert dict(cfg) == {"tile_ow": 14, "unroll_ic": False, "unroll_kw": False, "tile_oh": 1, "tile_oc": 2,
                          "reorder_kernel_first": False}
     text = str(lower_fused(Function([x, w, b], body, "fused_conv"), target))
-    assert "allocate conv2d_nchwc: float32[1,1,1,28,16] (local)" in text
-    assert "parallel for nn_relu_i0.nn_relu_i1.nn_relu_i2 in 0..224" in text
-    assert "vectorize for conv2d_nchwc_i4 in 0..16" in text and "unroll for conv2d_nchwc_i3 in 0..28" in text
+    assert "allocate conv2d_nchwc: float32[1,2,1,14,16] (local)" in text
+    assert "parallel for nn_relu_i0.nn_relu_i1_outer.nn_relu_i2 in 0..112" in text
+    assert ("unroll for conv2d_nchwc_i3 in 0..14 {\n"
+            "                    unroll for conv2d_nchwc_i1 in 0..2 {\n"
+            "                      vectorize for conv2d_nchwc_i4 in 0..16") in text
     assert " if " not in text
 
 

@@ -44,7 +44,18 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
               kernels 5x slower to compile (16 x 28 FMAs of straight-line code per kernel);
   tile_oh   = 1 (TVM's conv2d_NCHWc register tile is one row);
   reorder_kernel_first = False (TVM's order);
-  tile_oc   = 1, except where the scalar is a splat (fma_scalar_operand "splat": wasm simd128, no
+  tile_oc   = on x86 ("memory" and "register" operands), 2 where the output has an even number of
+              channel blocks and two blocks give more multiply-adds per loaded operand than one
+              (tile_oc x useful columns / (tile_oc + tile_ow)), with tile_ow then chosen as above for
+              R // 2 accumulators per block: each broadcast input element feeds two FMAs in a row
+              (the accumulator's unrolled loops run (oh, ow, oc_chunk, oc_block), so the broadcast
+              register dies right after its two uses; with oc_chunk outermost LLVM loaded all
+              tile_ow broadcasts ahead and spilled the accumulators: 83 vs 174 GFLOP/s). Measured
+              on Sapphire Rapids, one thread, kernel alone: ResNet-18's 3x3 and strided 1x1 layers
+              (1, 28) or (1, 14) -> (2, 14): 146 -> 170, 148 -> 174, 127 -> 158, 128 -> 161 GFLOP/s
+              (AVX-512, peak 209); AVX2 (1, 8) -> (2, 4) 84 -> 93, (1, 7) -> (2, 4) 80 -> 97 on the
+              1x1 one; (4, 7) was slower than (2, 14) on every layer tried (97 vs 170 at 56x56).
+              Elsewhere 1, except where the scalar is a splat (fma_scalar_operand "splat": wasm simd128, no
               FMA, no broadcast memory operand, and every splat's address computed by scalar
               instructions of the engine's code): there tile_oc and tile_ow are chosen together
               by fallback_register_tile, for the most multiply-adds per loaded operand (first
@@ -60,9 +71,8 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
               that 1x1 layer (5, 1) rolled 10.8 ms, (1, 13) unrolled 13.6; whole models, old ->
               this rule: MobileNetV2 44.6 -> 35.8 ms, SqueezeNet 54.5 -> 41.4, ResNet-18 172 ->
               126 (with the Winograd GEMM, which shares this tile and rolls its ic_inner too).
-              On x86 AVX2 (LLVM allocates the registers, the broadcast is one vbroadcastss)
-              tile_oc = 2 or 4 was 1.4x-2x slower on 3 of those 4 layers, so the other operand
-              forms keep one block and LLVM's unrolling;
+              (On x86 AVX2, tile_oc = 2 or 4 was first measured 1.4x-2x slower on 3 of those 4
+              layers: then the unrolled loops ran oc_chunk outermost and spilled, see above.)
   unroll_kw = False (as TVM's fallback; measured the same way: +9% on a 3x3 64-channel layer,
               -45% on the 7x7 stem with ic_bn = 1, no change on depthwise).
 """
@@ -112,7 +122,19 @@ def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple
     (tile_oc x tile_ow + tile_oc + tile_ow <= num_vector_registers - reserved_vector_registers),
     the tile with the most multiply-adds per loaded operand, tile_oc x tile_ow / (tile_oc +
     tile_ow) (ties: the first, fewest blocks), and for one block (1, fallback_tile_ow(OW,
-    num_vector_registers)); elsewhere (1, fallback_tile_ow(OW, R))."""
+    num_vector_registers)); where it is "memory" or "register" (x86), of (1, fallback_tile_ow(OW,
+    R)) and, for an even oc_blocks, (2, fallback_tile_ow(OW, R // 2)), the one with more
+    multiply-adds per loaded operand (useful columns of a guarded tile counted); elsewhere (1,
+    fallback_tile_ow(OW, R))."""
+    if target.fma_scalar_operand in ("memory", "register"):
+        regs = accumulator_registers(target, ic_bn)
+
+        def score(tile):  # multiply-adds per loaded operand, counting the guarded tile's useful columns
+            tile_oc, tile_ow = tile
+            useful = ow / -(-ow // tile_ow)
+            return tile_oc * useful / (tile_oc + tile_ow)
+
+        return max(((t, fallback_tile_ow(ow, regs // t)) for t in (1, 2) if oc_blocks % t == 0), key=score)
     if target.fma_scalar_operand != "splat":
         return 1, fallback_tile_ow(ow, accumulator_registers(target, ic_bn))
     if oc_blocks == 1:  # (depthwise: its input is a vector load, not a splat) the accumulators alone
@@ -219,7 +241,7 @@ def _schedule_register_tile(s, out, anchor, cfg, target, keep):
     unroll_axes = (oh, ow)
     if cfg.get("tile_oc", 1) > 1:  # one channel block leaves O//ob whole in the outer loops
         tiles[oc_chunk] = cfg["tile_oc"]
-        unroll_axes = (oc_chunk, oh, ow)
+        unroll_axes = (oh, ow, oc_chunk)
     order = (kh, kw, ic_outer, ic_inner) if cfg.get("reorder_kernel_first", False) else None
     schedule_tiled_reduction(s, out, anchor, tiles=tiles, vector_axis=oc_block, unroll_axes=unroll_axes,
                              unroll_reduce=unroll, reduce_order=order, parallel_depth=3, target=target,

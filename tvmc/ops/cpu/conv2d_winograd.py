@@ -227,7 +227,7 @@ def schedule_conv2d_winograd(s, out, anchor, cfg, target):
     eps, oc_chunk, p, oc_block = gemm.op.axis  # eps: the position in the alpha x alpha grid
     ic_outer, ic_inner = gemm.op.reduce_axis
     tiles = {oc_chunk: cfg["tile_oc"], p: cfg["tile_p"], oc_block: oc_block.extent}
-    schedule_tiled_reduction(s, gemm, gemm, tiles=tiles, vector_axis=oc_block, unroll_axes=(oc_chunk, p),
+    schedule_tiled_reduction(s, gemm, gemm, tiles=tiles, vector_axis=oc_block, unroll_axes=(p, oc_chunk),
                              parallel_depth=3, target=target, keep=keep + [out, anchor],
                              rolled_reduce=[ic_inner] if rolls_ic_inner(target) else ())
     _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm), parallel)

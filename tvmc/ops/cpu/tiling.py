@@ -170,11 +170,11 @@ def pad_per_tile(s, pad):
 
 def _order_accumulator(ast, vector_axis, unroll_axes, reduce_order):
     """The accumulator's loops (the anchor's axes): the untiled axes, the reduction, then the tile
-    axes, the vector axis innermost; the other tile axes unrolled."""
+    axes in the order of `unroll_axes`, unrolled, and the vector axis innermost."""
     red = list(reduce_order) if reduce_order else list(ast.op.reduce_axis)
     tile_axes = [iv for iv in ast.op.axis if iv is vector_axis or iv in unroll_axes]
     others = [iv for iv in ast.op.axis if iv not in tile_axes]
-    tile_axes.sort(key=lambda iv: iv is vector_axis)
+    tile_axes.sort(key=lambda iv: (iv is vector_axis, unroll_axes.index(iv) if iv in unroll_axes else 0))
     ast.reorder(*others, *red, *tile_axes)
     for iv in tile_axes:
         if iv is vector_axis:
