@@ -125,9 +125,10 @@ def cooperative_fetch(s, cache, threads_x: int, threads_y: int = 1):
 # two blocks, so one computes while the other waits on the global loads and the barriers of its
 # shared-memory step; and eight warps in all, two for each of the four warp schedulers an SM has
 # (NVIDIA since Maxwell; an AMD compute unit has four SIMDs), so a scheduler has a second warp to
-# issue while one waits. The tuned ResNet-18 records of configs/tuning/cuda-sm90.json run 25,000
-# to 50,000 threads on the H200's 132 SMs (6 to 12 warps per SM): a deep layer of few outputs
-# one output per thread, a shallow one 4 to 32 per thread.
+# issue while one waits. The fastest configs of the ResNet-18 batch 1 searches on an H200 (132
+# SMs; bench/results/cuda_h200/gemm_fallback.txt) mostly run 25,000 to 50,000 threads (6 to 12
+# warps per SM): the 14 x 14 and 7 x 7 layers on 224 to 896 blocks of 1 or 2 outputs per thread,
+# the 56 x 56 and 28 x 28 ones on fewer, larger blocks of 2 to 8 outputs per thread.
 BLOCKS_PER_MULTIPROCESSOR = 2
 WARPS_PER_MULTIPROCESSOR = 8
 
