@@ -65,6 +65,9 @@ class Target:
     browser_package: str = ""   # toolchain
     # GPU option: float32 GEMMs on the TF32 tensor cores (absent from dicts unless set)
     allow_tf32: bool = False
+    # GPU fact added with the occupancy-aware fallbacks, absent from the dicts of descriptors that
+    # leave it out (their hashes do not move)
+    multiprocessor_count: int = 0
 
     @property
     def gpu(self) -> bool:
@@ -186,7 +189,7 @@ def _digest(data: dict) -> str:
 # Fields a descriptor may leave out that the dicts (and so the hashes) leave out when empty
 OPTIONAL_FIELDS = ("max_shared_memory_per_block", "thread_warp_size", "max_registers_per_thread",
                    "registers_per_block", "assembler", "num_cores", "tools", "browser", "browser_package",
-                   "allow_tf32")
+                   "allow_tf32", "multiprocessor_count")
 
 
 def _schema() -> dict:

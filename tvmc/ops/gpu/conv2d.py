@@ -15,11 +15,16 @@ im2col:  reduction over k = (ic, kh, kw) flattened (nn_conv2d.conv2d_nchw_im2col
 grouped and depthwise (groups > 1): one output per thread (tiling.schedule_per_thread).
 
 Knobs: tile_x, tile_y, reg_x, reg_y (tiling.define_gemm_tile), tile_k.
-Fallback: reg_y = 4 channels, reg_x = 1 column per thread where the extents allow, tile_x the
-power of two covering OW (<= 16), tile_y the rest of max_threads_per_block; tile_k: direct, the
-largest divisor of C whose two shared tiles fit half of max_shared_memory_per_block (8 at
-most; where even one channel does not fit, reg_y and then tile_y are halved until it does);
-im2col, the largest divisor of C*KH*KW <= 8.
+Fallback: the occupancy-aware rule of tiling.gemm_tile_fallback over rows = output channels,
+columns = OW and N * OH block positions: a register tile of 4 channels x 1 column per thread
+(halved while the kernel would leave the descriptor's multiprocessors short of threads or
+blocks), tile_x the power of two covering OW (<= 16), tile_y grown while the grid keeps two
+blocks per multiprocessor (ResNet-18's 7 x 7 x 512 layers at batch 1: 448 blocks of 7 x 8
+threads, one output each, where the rule without the multiprocessor count gave 7 blocks of
+7 x 128); tile_k: direct, the largest divisor of C whose two shared tiles fit half of
+max_shared_memory_per_block (8 at most: 8 channels x KH x KW taps per step; where even one
+channel does not fit, reg_y and then tile_y are halved until it does); im2col, the largest
+divisor of C*KH*KW <= 8.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_gemm_tile, schedule_per_thread
 
 TILE_K_MAX = 8
-# register tile per thread the fallback aims for: 4 output channels x 1 output column (one
+# register tile per thread the fallback starts from: 4 output channels x 1 output column (one
 # input value reused by 4 weights; columns stay one per thread so the input window is shared)
 REGISTER_TILE = (4, 1)
 
@@ -49,7 +54,7 @@ def conv2d_direct_config(workload, target) -> ConfigSpace:
     data, weight, out = workload[:3]
     attrs = dict(workload[-1])
     space = ConfigSpace()
-    define_gemm_tile(space, target, out[1], out[3], *REGISTER_TILE)
+    define_gemm_tile(space, target, out[1], out[3], *REGISTER_TILE, others=out[0] * out[2])
     c = data[1]
     kernel = (0, 0) + tuple(weight[2:])
 
@@ -74,7 +79,7 @@ def conv2d_im2col_config(workload, target) -> ConfigSpace:
     """Config space of conv2d_nchw_im2col.gpu: the GEMM tile and tile_k over C*KH*KW."""
     data, weight, out = workload[:3]
     space = ConfigSpace()
-    define_gemm_tile(space, target, out[1], out[3], *REGISTER_TILE)
+    define_gemm_tile(space, target, out[1], out[3], *REGISTER_TILE, others=out[0] * out[2])
     space.define_split("tile_k", data[1] * weight[2] * weight[3], fallback=TILE_K_MAX, max_factor=32)
     return space
 

@@ -3,9 +3,13 @@ tiling.schedule_gemm_tile, a block per (tile_y*reg_y) x (tile_x*reg_x) output ti
 reg_y x reg_x register tile per thread, K in steps of tile_k staged in shared memory.
 
 Knobs: tile_x, tile_y, reg_x, reg_y (tiling.define_gemm_tile), tile_k (a divisor of K up to 32).
-Fallback: 4 x 4 registers per thread where M and N allow, a 16-wide row of threads, as many
-rows of threads as max_threads_per_block leaves (256 threads: a 64 x 64 block tile), tile_k =
-the largest divisor of K <= 8 (with 64 x 64 tiles: 4 KiB of shared memory per step).
+Fallback: the occupancy-aware rule of tiling.gemm_tile_fallback over rows = M, columns = N and
+the batch axes as block positions: 4 x 4 registers per thread where M and N allow (halved, rows
+first, while the kernel would leave the descriptor's multiprocessors short of threads or
+blocks), a row of up to 16 threads, rows of threads added while the grid keeps two blocks per
+multiprocessor and max_threads_per_block allows (BERT's [128, 256] x [256, 256] at batch 1 on
+132 SMs: 512 blocks of 16 x 4 threads, one output each, where the rule without the
+multiprocessor count gave 4 blocks of 16 x 32 threads); tile_k = the largest divisor of K <= 8.
 Epilogues that change the shape fall back on the per-thread schedule.
 
 small batch (TVM's dense_small_batch.gpu): dense with at most SMALL_BATCH rows, where a GEMM tile
@@ -20,6 +24,8 @@ the weight row coalesced).
 
 from __future__ import annotations
 
+import math
+
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.gpu.reduction import schedule_reduce
 from tvmc.ops.gpu.tiling import define_gemm_tile, pow2_at_least, schedule_gemm_tile, schedule_per_thread, thread_counts
@@ -27,7 +33,7 @@ from tvmc.ops.gpu.tiling import define_gemm_tile, pow2_at_least, schedule_gemm_t
 TILE_K_FALLBACK = 8
 SMALL_BATCH = 16           # rows (M) up to which dense runs as one cross-thread reduction per output
 SMALL_BATCH_THREADS = 256  # most threads per output the small-batch fallback gives
-# register tile per thread the fallback aims for (rows x columns): 16 accumulators, and per k
+# register tile per thread the fallback starts from (rows x columns): 16 accumulators, and per k
 # step 4 + 4 shared-memory loads for 16 multiply-adds
 REGISTER_TILE = (4, 4)
 
@@ -37,7 +43,7 @@ def gemm_config(workload, target) -> ConfigSpace:
     out = workload[-3]
     k = workload[0][-1]
     space = ConfigSpace()
-    define_gemm_tile(space, target, out[-2], out[-1], *REGISTER_TILE)
+    define_gemm_tile(space, target, out[-2], out[-1], *REGISTER_TILE, others=math.prod(out[:-2]))
     space.define_split("tile_k", k, fallback=TILE_K_FALLBACK, max_factor=32)
     return space
 

@@ -1,6 +1,8 @@
 """Shared GPU schedule pieces: binding a stage's loops to blocks and threads, cooperative fetches
-of shared-memory tiles, the per-thread placement of reductions, and the thread-count knobs
-every GPU config space starts from (derived from the target descriptor)."""
+of shared-memory tiles, the per-thread placement of reductions, the thread-count knobs every
+GPU config space starts from, and the tiled GEMM skeleton with its occupancy-aware fallback
+(gemm_tile_fallback: enough threads and blocks for every multiprocessor first, then larger
+register tiles and blocks), all derived from the target descriptor."""
 
 from __future__ import annotations
 
@@ -119,25 +121,86 @@ def cooperative_fetch(s, cache, threads_x: int, threads_y: int = 1):
         st.bind(ty, thread_axis("threadIdx.y"))
 
 
-def define_gemm_tile(space: ConfigSpace, target, rows: int, cols: int, reg_rows: int, reg_cols: int) -> None:
-    """Knobs of a GEMM-like output tile of `rows` x `cols` per kernel (schedule_gemm_tile):
-    tile_x / tile_y threads along columns / rows (powers of two), reg_x / reg_y outputs per
-    thread along them (1, 2, 4, 8). Fallback: `reg_cols` x `reg_rows` registers per thread where
-    the extent holds at least 4 such tiles, else 1; tile_x the smallest power of two covering
-    the columns left, at most half the descriptor's warp (consecutive threads on consecutive
-    columns: coalesced accesses; the generic GPU's 32 -> 16), tile_y the rest of
-    max_threads_per_block, no more than the rows left need."""
-    regs = [1, 2, 4, 8]
+# What the GEMM-tile fallback (gemm_tile_fallback) asks of a kernel per multiprocessor (SM):
+# two blocks, so one computes while the other waits on the global loads and the barriers of its
+# shared-memory step; and eight warps in all, two for each of the four warp schedulers an SM has
+# (NVIDIA since Maxwell; an AMD compute unit has four SIMDs), so a scheduler has a second warp to
+# issue while one waits. The fastest configs of the ResNet-18 batch 1 searches on an H200 (132
+# SMs; bench/results/cuda_h200/gemm_fallback.txt) mostly run 25,000 to 50,000 threads (6 to 12
+# warps per SM): the 14 x 14 and 7 x 7 layers on 224 to 896 blocks of 1 or 2 outputs per thread,
+# the 56 x 56 and 28 x 28 ones on fewer, larger blocks of 2 to 8 outputs per thread.
+BLOCKS_PER_MULTIPROCESSOR = 2
+WARPS_PER_MULTIPROCESSOR = 8
+
+
+def gemm_tile_fallback(target, rows: int, cols: int, reg_rows: int, reg_cols: int, others: int = 1) -> dict:
+    """Fallback knobs (tile_x, tile_y, reg_x, reg_y) of a GEMM-like output tile of `rows` x `cols`
+    per kernel, repeated over `others` block positions (the other output axes, fused into
+    blockIdx.z), from the descriptor's threads per block, warp size and multiprocessor count.
+
+    The rule, occupancy first: every multiprocessor gets work, then each thread and block grows.
+    1. Register tile: `reg_rows` x `reg_cols` outputs per thread (operand reuse: per reduction
+       step a thread loads reg_y + reg_x values for reg_y * reg_x multiply-adds) where the extent
+       holds at least 4 such tiles, else 1 along that axis.
+    2. While the kernel has fewer threads (outputs / register tile) than WARPS_PER_MULTIPROCESSOR
+       warps per multiprocessor, or its smallest blocks (3.) number fewer than
+       BLOCKS_PER_MULTIPROCESSOR per multiprocessor, halve the register tile (its larger side,
+       rows first; down to 1 x 1): with fewer threads, latency is hidden by nothing (a kernel of
+       fewer blocks than multiprocessors leaves the others idle).
+    3. The smallest block: tile_x the smallest power of two covering the columns left, at most
+       half the warp (consecutive threads on consecutive columns: coalesced accesses; the other
+       half-warp takes the next rows); tile_y the smallest power of two that fills a warp (a
+       smaller block leaves lanes idle), no more than the rows left need.
+    4. Double tile_y while the rows left need it, the block stays within max_threads_per_block
+       and the grid keeps BLOCKS_PER_MULTIPROCESSOR blocks per multiprocessor: a larger block
+       shares each operand tile it stages in shared memory among more outputs.
+    Without the multiprocessor count (OpenCL descriptors) nothing is demanded of the grid: the
+    register tile stays and tile_y grows to the descriptor's limit. Where even 1 x 1 register
+    tiles on the smallest blocks fall short (ResNet-18's 7 x 7 x 512 convolutions at batch 1:
+    25088 outputs), the kernel stays latency-bound: each thread runs the whole reduction."""
+    warp, top = max(1, target.thread_warp_size), max(1, target.max_threads_per_block)
+    want_blocks = BLOCKS_PER_MULTIPROCESSOR * target.multiprocessor_count
+    want_threads = WARPS_PER_MULTIPROCESSOR * warp * target.multiprocessor_count
     reg_x = reg_cols if cols >= 4 * reg_cols else 1
     reg_y = reg_rows if rows >= 4 * reg_rows else 1
+
+    def smallest_block(reg_y, reg_x):
+        tile_x = min(max(1, warp // 2), pow2_at_least(-(-cols // reg_x)), top)
+        tile_y = min(pow2_at_least(-(-warp // tile_x)), pow2_at_least(-(-rows // reg_y)), top // tile_x)
+        return tile_x, max(1, tile_y)
+
+    def blocks(tile_x, tile_y, reg_y, reg_x):
+        return others * -(-rows // (tile_y * reg_y)) * -(-cols // (tile_x * reg_x))
+
+    def short(reg_y, reg_x):
+        threads = others * -(-rows // reg_y) * -(-cols // reg_x)
+        return threads < want_threads or blocks(*smallest_block(reg_y, reg_x), reg_y, reg_x) < want_blocks
+
+    while reg_y * reg_x > 1 and short(reg_y, reg_x):
+        if reg_y >= reg_x:
+            reg_y //= 2
+        else:
+            reg_x //= 2
+    tile_x, tile_y = smallest_block(reg_y, reg_x)
+    while (2 * tile_y <= pow2_at_least(-(-rows // reg_y)) and 2 * tile_y * tile_x <= top
+           and blocks(tile_x, 2 * tile_y, reg_y, reg_x) >= want_blocks):
+        tile_y *= 2
+    return {"tile_x": tile_x, "tile_y": tile_y, "reg_x": reg_x, "reg_y": reg_y}
+
+
+def define_gemm_tile(space: ConfigSpace, target, rows: int, cols: int, reg_rows: int, reg_cols: int,
+                     others: int = 1) -> None:
+    """Knobs of a GEMM-like output tile of `rows` x `cols` per kernel, over `others` block
+    positions (schedule_gemm_tile): tile_x / tile_y threads along columns / rows (powers of two),
+    reg_x / reg_y outputs per thread along them (1, 2, 4, 8). Fallback: gemm_tile_fallback (the
+    occupancy-aware rule)."""
+    regs = [1, 2, 4, 8]
     counts = [1] + [c for c in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if c <= target.max_threads_per_block]
-    tile_x = min(max(1, target.thread_warp_size // 2), pow2_at_least(-(-cols // reg_x)),
-                 target.max_threads_per_block)
-    tile_y = min(target.max_threads_per_block // tile_x, pow2_at_least(-(-rows // reg_y)))
-    space.define_knob("tile_x", counts, fallback=tile_x)
-    space.define_knob("tile_y", counts, fallback=tile_y)
-    space.define_knob("reg_x", regs, fallback=reg_x)
-    space.define_knob("reg_y", regs, fallback=reg_y)
+    fb = gemm_tile_fallback(target, rows, cols, reg_rows, reg_cols, others)
+    space.define_knob("tile_x", counts, fallback=fb["tile_x"])
+    space.define_knob("tile_y", counts, fallback=fb["tile_y"])
+    space.define_knob("reg_x", regs, fallback=fb["reg_x"])
+    space.define_knob("reg_y", regs, fallback=fb["reg_y"])
 
 
 def schedule_gemm_tile(s, out, anchor, cfg, row_axis, col_axis, split_reduce, order=None):
