@@ -523,7 +523,8 @@ TUNE_FLAGS = FlagTable("tvmc.autotune.tune:TuneOptions", (
     flag("--early-stopping", dest="early_stopping", type=click.IntRange(min=1),
          help="Stop a task after N trials without a new best."),
     flag("--time-budget", dest="time_budget_s", type=click.FloatRange(min=1.0), metavar="SECONDS",
-         help="Seconds for the whole search, shared by the tasks as their trials are (with a large --trials)."),
+         help="Seconds for the whole search (with a large --trials): each task in turn gets the seconds still "
+              "left in proportion to its FLOPs among the tasks still to tune."),
     flag("--tuning-records", dest="prior_records", type=click.Path(dir_okay=False),
          help="Prior records: their configs are not measured again; other tasks' train the xgb model."),
 ))

@@ -7,7 +7,9 @@ the implementation whose best record is faster (the summary table marks it with 
 
 Budget: `trials` is the total number of measurements for the model; each task gets a share in
 proportion to its FLOPs in the model (FLOPs of one call x calls), at least 1, at most its space
-size; what a capped task leaves is shared again among the others in the same proportion.
+size; what a capped task leaves is shared again among the others in the same proportion. A time
+budget (time_budget_s) is shared the same way, by FLOPs x calls, task by task over the seconds
+still left, so what a task does not spend passes to the tasks after it.
 
 Resume: measurements already in the output file or in `prior_records` for this target and
 task count as made (their configs are never measured again, and they count against the task's
@@ -53,8 +55,11 @@ class TuneOptions:
     prior_records:  path of records whose configs are not measured again (other tasks' train the
                     xgb tuner's model), or None
     seed:           the tuners' seed (>= 0)
-    time_budget_s:  seconds for the whole search (> 0), shared by the tasks as their trials are (a
-                    task stops at the first batch that ends past its share); None: no limit
+    time_budget_s:  seconds for the whole search (> 0); None: no limit. Each task in turn gets a
+                    share of the seconds still left in proportion to its FLOPs x calls among the
+                    tasks still to tune (so a task that ends early, its space or trials spent,
+                    leaves its time to the later ones), and stops at the first batch that ends
+                    past its share (its fallback and first batch always run)
 
     Raises TypeError or ValueError naming the field (tvmc.checks).
     """
@@ -171,11 +176,16 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
     try:
         make = measurer or (lambda: Measurer(target, options.measure, build_fn))
         with make() as measuring, RecordWriter(output) as writer:
-            total = sum(budgets) or 1
+            weights = [t.flops * t.calls if b > 0 else 0 for t, b in zip(tasks, budgets)]
+            spent = 0.0
             for k, (task, budget) in enumerate(zip(tasks, budgets), 1):
-                seconds = None if options.time_budget_s is None else options.time_budget_s * budget / total
+                seconds = None
+                if options.time_budget_s is not None:  # this task's share of what is left
+                    left_weight = sum(weights[k - 1:]) or 1
+                    seconds = max(0.0, options.time_budget_s - spent) * weights[k - 1] / left_weight
                 res = _tune_one(task, target, budget, options, measuring, writer, mine, progress, k, len(tasks),
                                 seconds, features)
+                spent += res.seconds
                 results.append(res)
                 if res.stopped:
                     break
