@@ -33,6 +33,7 @@ from tvmc.checks import choice_arg, int_arg, path_arg, positive_number_arg
 from tvmc.constants import __version__
 from tvmc.errors import ArtifactError, InputError, ModelError, TuningError
 from tvmc.paths import check_output_path, check_regular, open_regular
+from tvmc.te.expr import is_float
 
 # Version of the --json documents (docs/json.md, docs/tvmc-json.schema.json). A field is only
 # ever added within a version; a renamed or removed field makes a new version.
@@ -274,7 +275,7 @@ def _fill(shape, dtype, fill_mode: str, rng) -> np.ndarray:
         return np.zeros(shape, dt)
     if fill_mode == "ones":
         return np.ones(shape, dt)
-    if dt.kind == "f":
+    if is_float(dt.name):
         return rng.random(shape).astype(dt)
     if dt.kind == "b":
         return rng.integers(0, 2, shape).astype(dt)

@@ -40,6 +40,7 @@ from tvmc.constants import __version__
 from tvmc import errors
 from tvmc.api import FILL_MODES, kernel_counts
 from tvmc.autotune.tuner import TUNERS
+from tvmc.te.expr import is_float
 from tvmc.driver import DUMP_STAGES, MIXED_PRECISION_DTYPES
 from tvmc.errors import ArtifactError, ModelError, Terminated, TuningError, TVMCError
 from tvmc.paths import check_output_path, check_regular, dump_folder
@@ -862,7 +863,7 @@ def print_outputs_summary(outputs: dict) -> None:
     click.echo("outputs")
     for name, arr in outputs.items():
         line = f"  {name}: {_fmt_shape(arr.shape)} {arr.dtype.name}"
-        if arr.size and arr.dtype.kind in "fiub":
+        if arr.size and (arr.dtype.kind in "fiub" or is_float(arr.dtype.name)):
             a = arr.astype(np.float64)
             line += f"  min {a.min():.6g}  max {a.max():.6g}  mean {a.mean():.6g}"
         click.echo(line)

@@ -6,8 +6,8 @@ schedules, memory scopes, loops bound to thread axes and cross-thread reductions
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import (BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, eq, logical_and, substitute,
-                          transform, walk)
+from tvmc.te.expr import (FLOAT16_DTYPES, BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, eq, logical_and,
+                          substitute, transform, walk)
 from tvmc.te.schedule import THREAD_AXES, THREAD_TAGS, Schedule, Split, Stage
 from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
 from tvmc.tir.simplify import Linear, simplify, simplify_stmt
@@ -32,14 +32,14 @@ class _Lowering:
 
     def _buffer(self, t, shape, scope="global", name=None, intermediate=True):
         """A buffer for tensor `t` (named `name`, default the tensor's, made unique); an
-        intermediate float16 tensor is held as float32 (float16 computes in float32,
-        tvmc/codegen/llvm.py), so a reduction accumulates without float16 rounding."""
+        intermediate float16 or bfloat16 tensor is held as float32 (they compute in float32,
+        tvmc/codegen/llvm.py), so a reduction accumulates without 16-bit rounding."""
         base = name or t.name
         name, k = base, 1
         while name in self.names:
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
-        return Buffer(name, shape, "float32" if intermediate and t.dtype == "float16" else t.dtype, scope)
+        return Buffer(name, shape, "float32" if intermediate and t.dtype in FLOAT16_DTYPES else t.dtype, scope)
 
     def run(self) -> PrimFunc:
         params = []
@@ -184,8 +184,9 @@ class _Lowering:
             return nest(common, self._cross_thread_reduce(st, tail, bound, value, buf, store_index, ext,
                                                           guarded, nest))
         init_loops = [iv for iv in tail if iv.kind == "spatial"]
-        # a float16 output accumulates in a float32 register-sized local, stored (rounded) once
-        acc = self._buffer(st.tensor, [1], "local") if buf.dtype == "float16" and not init_loops else None
+        # a float16 or bfloat16 output accumulates in a float32 register-sized local, stored
+        # (rounded) once
+        acc = self._buffer(st.tensor, [1], "local") if buf.dtype in FLOAT16_DTYPES and not init_loops else None
         acc_buf, acc_index = (acc, IntImm(0)) if acc is not None else (buf, store_index)
         init = Store(acc_buf, acc_index, value.identity())
         combined = _combine(value.combiner, Load(acc_buf, acc_index), value.source)
@@ -273,8 +274,8 @@ class _Lowering:
                 if bases is not None:
                     idx = [i - b for i, b in zip(idx, bases)]
                 load = Load(buf, buf.flat_index(idx))
-                # a float16 reduction held in float32 is rounded where it is read
-                return Cast("float16", load) if x.tensor.dtype != buf.dtype else load
+                # a float16 or bfloat16 reduction held in float32 is rounded where it is read
+                return Cast(x.tensor.dtype, load) if x.tensor.dtype != buf.dtype else load
             return None
         return transform(e, rule)
 
