@@ -494,9 +494,10 @@ GRAPH_FLAGS = FlagTable("tvmc.driver:CompileOptions", (
               "break it stops with an error naming the output (docs/dynamic_shapes.md)."),
     # TVM tvmc's flags
     flag("--mixed-precision", dest="mixed_precision", type=click.Choice(MIXED_PRECISION_DTYPES),
-         help="Compute convolutions and matrix products (and the elementwise ops after them) in float16, "
-              "accumulating in float32, with float16 weights; GPUs with tensor cores run them there. Changes "
-              "numerics: outputs within float16 tolerances."),
+         help="Compute convolutions and matrix products (and the elementwise ops after them) in float16 or "
+              "bfloat16, accumulating in float32, with weights of that dtype; GPUs with tensor cores for it run "
+              "them there (bfloat16: sm_80 on). Changes numerics: outputs within that dtype's tolerances "
+              "(bfloat16 keeps float32's range with 8 significant bits, float16 11 bits up to 65504)."),
     flag("--mixed-precision-ops", dest="mixed_precision_ops", multiple=True, metavar="OPS", parse=_parse_list,
          help="Operators --mixed-precision converts, comma-separated tvmc names (default "
               "nn.conv2d,nn.conv2d_transpose,nn.dense,nn.matmul)."),
