@@ -7,7 +7,8 @@ vstoreN on floatN values (other vectorized loops are unrolled scalar code). Math
 are OpenCL built-ins (exp, log, tanh, erf, pow, sqrt, the trigonometric and hyperbolic functions:
 within 16 ulp in OpenCL's full profile, far inside the tests' float32 tolerance of 1e-4
 relative). Semantics follow the LLVM codegen: floor division and modulo for signed integers
-(unsigned ones divide as C does), NaN-propagating min/max as `a < b ? a : b`, narrow integer
+(unsigned ones divide as C does), NaN-propagating min/max as `(b != b || b < a) ? b : a` (a NaN
+on either side wins, as the LLVM codegen's selects; numpy's minimum/maximum), narrow integer
 arithmetic wrapping to its width, bool tensors stored as uchar. Index arithmetic is 64-bit
 (`long`).
 
@@ -76,8 +77,10 @@ HELPERS = {
                 "return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q; }}",
     "floormod": "inline {T} tvmc_floormod_{T}({T} a, {T} b) {{ {T} r = a % b; "
                 "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}",
-    "min": "inline {T} tvmc_min_{T}({T} a, {T} b) {{ return a < b ? a : b; }}",
-    "max": "inline {T} tvmc_max_{T}({T} a, {T} b) {{ return a > b ? a : b; }}",
+    # b when b is NaN or wins, else a (NaN when a is): the LLVM codegen's NaN-propagating min/max
+    # (for integers `b != b` is false)
+    "min": "inline {T} tvmc_min_{T}({T} a, {T} b) {{ return (b != b || b < a) ? b : a; }}",
+    "max": "inline {T} tvmc_max_{T}({T} a, {T} b) {{ return (b != b || b > a) ? b : a; }}",
     # a {T} rounded to float16 (nearest even) and widened back: the register value of a float16
     "to_half": "inline float tvmc_to_half_{T}({T} x) {{ ushort h; vstore_half_rte(x, 0, (half*)&h); "
                "return vload_half(0, (const half*)&h); }}",
@@ -261,7 +264,10 @@ class CodeGenOpenCL:
         if isinstance(e, Load):
             return f"vload{lanes}(0, {self._var_name(e.buffer)} + {self._expr(_contiguous_base(e.index, var))})"
         if isinstance(e, BinOp) and e.op in ("min", "max"):
-            return f"f{e.op}({self._vexpr(e.a, var, lanes)}, {self._vexpr(e.b, var, lanes)})"
+            # fmin/fmax return the other operand for a NaN one: a NaN `a` is put back (b is a
+            # literal that is not NaN, _vector_expr_ok)
+            a = self._vexpr(e.a, var, lanes)
+            return f"select(f{e.op}({a}, {self._vexpr(e.b, var, lanes)}), {a}, isnan({a}))"
         if isinstance(e, BinOp):
             return f"({self._vexpr(e.a, var, lanes)} {OPERATORS[e.op]} {self._vexpr(e.b, var, lanes)})"
         if isinstance(e, Call) and e.name == "sigmoid":
@@ -412,8 +418,8 @@ def _vector_expr_ok(e, var) -> bool:
     if isinstance(e, Load):
         return e.dtype == "float32" and _contiguous_base(e.index, var) is not None
     if isinstance(e, BinOp) and e.dtype == "float32":
-        if e.op in ("min", "max") and not isinstance(e.b, FloatImm):
-            return False  # fmin/fmax differ from `a < b ? a : b` when b is NaN
+        if e.op in ("min", "max") and not (isinstance(e.b, FloatImm) and not math.isnan(e.b.value)):
+            return False  # fmin/fmax drop a NaN b (a NaN `a` is put back by _vexpr)
         return e.op in ("add", "sub", "mul", "div", "min", "max") and all(_vector_expr_ok(x, var) for x in (e.a, e.b))
     if isinstance(e, Call) and e.dtype == "float32" and (e.name in VECTOR_MATH or e.name == "sigmoid"):
         return all(_vector_expr_ok(x, var) for x in e.args)
