@@ -81,6 +81,52 @@ def test_mixed_precision_matches_onnxruntime_float32(model_name, target_name, dt
     _check(model_name, target_name, tmp_path, dtype)
 
 
+def _bfloat16_onnx_model():
+    """x float32 [2, 24] -> Cast BFLOAT16 -> MatMul w [24, 16] (bfloat16 initializer) -> Add b
+    (a bfloat16 graph input) -> Relu -> y bfloat16: a model of bfloat16 tensors, not mixed precision."""
+    import ml_dtypes
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(3).standard_normal((24, 16)).astype(ml_dtypes.bfloat16)
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+             helper.make_node("MatMul", ["xb", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(nodes, "bf16", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 24]),
+                                              helper.make_tensor_value_info("b", TensorProto.BFLOAT16, [16])],
+                              [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 16])],
+                              [numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), w
+
+
+@pytest.mark.parametrize("target_name", ["native", "opencl", "wasm"])
+def test_a_bfloat16_onnx_model_runs(target_name, tmp_path):
+    """bfloat16 graph inputs, params and outputs through the artifact and the runtime: against
+    ml_dtypes (the product in float64, rounded once to bfloat16, then the bias add rounded)
+    within one bfloat16 ulp (2**-7 relative)."""
+    import ml_dtypes
+
+    import tvmc
+    from tvmc.runtime import create_executor
+
+    runs = require(target_name)
+    model, w = _bfloat16_onnx_model()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 24)).astype(np.float32)
+    b = rng.standard_normal(16).astype(ml_dtypes.bfloat16)
+    tar = tmp_path / "bf16.tar"
+    tvmc.compile(model, target=runs.spec, output=tar)
+    ex = create_executor(tar, None if target_name == "native" else target_name)
+    ex.set_input("x", x)
+    ex.set_input("b", b)
+    ex.run()
+    out = ex.get_output(0)
+    assert out.dtype == np.dtype("bfloat16") and out.shape == (2, 16)
+    xb = x.astype(ml_dtypes.bfloat16).astype(np.float64)
+    m = (xb @ w.astype(np.float64)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    ref = np.maximum(m.astype(np.float32) + b.astype(np.float32), 0).astype(ml_dtypes.bfloat16)
+    np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), rtol=2.0**-7, atol=1e-6)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("model_name", sorted(MODELS))
