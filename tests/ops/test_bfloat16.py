@@ -14,13 +14,13 @@ import pytest
 from test_ops import _assert_close, conv, n, pool
 from util import build_and_run, op_function, run_op
 
-from tests.targets import TARGETS, require
+from tests.targets import BY_NAME, TARGETS, require
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-# the LLVM targets and OpenCL (PoCL); CUDA runs the same loop IR through the NVPTX codegen
-# (tests/ops/test_tensorcore.py for its bfloat16 kernels)
-CONVERSION_TARGETS = [t.name for t in TARGETS if t.name != "cuda"]
-OP_TARGETS = ["native", "opencl"]
+# every target (CUDA on a GPU only: marked cuda; its tensor-core kernels in test_tensorcore.py)
+CONVERSION_TARGETS = [pytest.param(t.name, marks=t.marks) for t in TARGETS]
+# the op cases: this host's CPU, OpenCL (PoCL), CUDA (the generic GPU schedules, on a GPU)
+OP_TARGETS = [pytest.param(name, marks=BY_NAME[name].marks) for name in ("native", "opencl", "cuda")]
 
 
 def bf(rng, shape, scale=1.0):

@@ -129,7 +129,7 @@ def _run(case, cfg):
 
 
 ALL_CASES = TENSORCORE_CASES + EDGE_CASES + BF16_CASES + TF32_CASES
-ALL_IDS = [f"{c.id}-{k}" for k, c in enumerate(ALL_CASES)]
+ALL_IDS = [f"{c.id}-{c.build()[0][0].dtype.name}-{k}" for k, c in enumerate(ALL_CASES)]  # -k bfloat16 selects
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
@@ -207,7 +207,7 @@ def _dtype(case) -> str:
 
 @pytest.mark.parametrize("target_name", ["cuda-sm80", "cuda-sm90"])
 @pytest.mark.parametrize("case", TENSORCORE_CASES + BF16_CASES[:3] + TF32_CASES[:1],
-                         ids=[c.id for c in TENSORCORE_CASES] + [f"{c.id}-bf16" for c in BF16_CASES[:3]] +
+                         ids=[c.id for c in TENSORCORE_CASES] + [f"{c.id}-bfloat16" for c in BF16_CASES[:3]] +
                          ["dense_tf32"])
 def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
     tf32 = case in TF32_CASES
