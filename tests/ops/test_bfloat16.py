@@ -222,3 +222,19 @@ def test_opencl_source_keeps_bfloat16_as_ushort():
     src = cg.source()
     assert "__global ushort* restrict" in src and "half" not in src
     assert "tvmc_bf16_bits_float" in src and "tvmc_bf16_from_bits_float" in src
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rfactor_partial_sums_are_combined_unrounded(dtype):
+    """A 16-bit dense whose CPU schedule splits K over vector lanes (rfactor): the lanes' float32
+    partial sums are added as they are, the result rounded once (rounding each partial to the
+    16-bit type first would leave float32 accumulation within a lane only)."""
+    import re
+
+    from tvmc.ops.fused import lower_fused
+
+    rng = np.random.default_rng(0)
+    fn, _, _ = op_function("nn.dense", [n(rng, (32, 64)).astype(dtype), n(rng, (64, 64)).astype(dtype)])
+    text = str(lower_fused(fn, _target("native")))
+    assert "_rf[" in text
+    assert not re.search(rf"{dtype}\(\w*_rf\[", text), text

@@ -264,20 +264,28 @@ class _Lowering:
         return inner
 
     def _to_loads(self, e):
-        def rule(x):
-            if isinstance(x, TensorLoad):
-                if x.tensor.uid not in self.buffers:
-                    raise ScheduleError(f"{self.name}: tensor {x.tensor.name} has no buffer "
-                                        "(a stage was attached to a loop that does not enclose its use)")
-                buf, bases = self.buffers[x.tensor.uid]
-                idx = list(x.indices)
-                if bases is not None:
-                    idx = [i - b for i, b in zip(idx, bases)]
-                load = Load(buf, buf.flat_index(idx))
-                # a float16 or bfloat16 reduction held in float32 is rounded where it is read
-                return Cast(x.tensor.dtype, load) if x.tensor.dtype != buf.dtype else load
+        def load(x, indices, rounded=True):
+            if x.tensor.uid not in self.buffers:
+                raise ScheduleError(f"{self.name}: tensor {x.tensor.name} has no buffer "
+                                    "(a stage was attached to a loop that does not enclose its use)")
+            buf, bases = self.buffers[x.tensor.uid]
+            idx = list(indices)
+            if bases is not None:
+                idx = [i - b for i, b in zip(idx, bases)]
+            value = Load(buf, buf.flat_index(idx))
+            # a float16 or bfloat16 reduction held in float32 is rounded where it is read
+            return Cast(x.tensor.dtype, value) if rounded and x.tensor.dtype != buf.dtype else value
+
+        def pre(x, visit):
+            # the partial results of an rfactor stage (a reduction whose source is a load of another
+            # reduction, held in float32) are combined unrounded: rounding each lane's partial sum
+            # to float16 or bfloat16 first would leave float32 accumulation within a lane only
+            if isinstance(x, Reduce) and isinstance(x.source, TensorLoad):
+                return Reduce(x.combiner, load(x.source, [visit(i) for i in x.source.indices], rounded=False),
+                              x.axes)
             return None
-        return transform(e, rule)
+
+        return transform(e, lambda x: load(x, x.indices) if isinstance(x, TensorLoad) else None, pre)
 
     # --- bound inference -----------------------------------------------------------------
     def _infer_region(self, st, at_iv, child, ext, coord, siblings=()):
