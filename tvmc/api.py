@@ -287,7 +287,8 @@ NPY_MAGIC = b"\x93NUMPY"
 
 
 def read_inputs(path) -> dict:
-    """Arrays of an .npz file keyed by input name (numeric or bool arrays only).
+    """Arrays of an .npz file keyed by input name (numeric or bool arrays only; 2-byte void
+    arrays are bfloat16: numpy writes ml_dtypes' bfloat16 arrays so).
 
     Raises InputError (one line naming the file) on a missing or non-regular file, a file that
     is not an .npz (saying what it is when it can: a .npy array, random bytes), and an array
@@ -313,7 +314,9 @@ def read_inputs(path) -> dict:
         except Exception as e:  # zipfile.BadZipFile, OSError, EOFError on damaged files
             raise InputError(f"{path}: cannot read inputs as .npz: {type(e).__name__}: {_first_line(e)}") from None
     for name, arr in arrays.items():
-        if arr.dtype.kind not in "biuf":
+        if arr.dtype == np.dtype("V2"):
+            arrays[name] = arr = arr.view("bfloat16")
+        if arr.dtype.kind not in "biuf" and not is_float(arr.dtype.name):
             raise InputError(f"{path}: input '{name}' has dtype {arr.dtype.str} ({arr.dtype.kind!r} kind); "
                              f"inputs must be numeric or bool arrays")
     return arrays

@@ -127,6 +127,31 @@ def test_a_bfloat16_onnx_model_runs(target_name, tmp_path):
     np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), rtol=2.0**-7, atol=1e-6)
 
 
+def test_a_bfloat16_onnx_model_through_the_cli(tmp_path):
+    """tvmc compile and tvmc run with bfloat16 inputs and outputs in .npz files (numpy writes
+    ml_dtypes' bfloat16 as 2-byte void elements: --inputs reads them as bfloat16)."""
+    import ml_dtypes
+    import onnx
+
+    from tvmc.runtime import create_executor
+
+    model, _ = _bfloat16_onnx_model()
+    onnx.save(model, tmp_path / "bf16.onnx")
+    tvmc("compile", tmp_path / "bf16.onnx", "--target", "native", "-o", tmp_path / "bf16.tar")
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((2, 24)).astype(np.float32),
+             "b": rng.standard_normal(16).astype(ml_dtypes.bfloat16)}
+    np.savez(tmp_path / "in.npz", **feeds)
+    res = tvmc("run", tmp_path / "bf16.tar", "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz")
+    assert "bfloat16" in res.stdout
+    out = np.load(tmp_path / "out.npz")["y"].view(ml_dtypes.bfloat16)
+    ex = create_executor(tmp_path / "bf16.tar", None)
+    for k, v in feeds.items():
+        ex.set_input(k, v)
+    ex.run()
+    np.testing.assert_array_equal(out.view(np.uint16), ex.get_output(0).view(np.uint16))
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("model_name", sorted(MODELS))
