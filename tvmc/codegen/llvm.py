@@ -990,8 +990,8 @@ def float_to_bfloat16(b, v):
     carry out of the mantissa gives the next binade, or infinity above bfloat16's largest
     finite value), subnormals rounded like normal numbers; a NaN stays a NaN, quiet: its upper
     half with the quiet bit (0x0040) set, since dropping a payload that lies in the low half
-    would leave infinity's bits. ml_dtypes and onnxruntime round the same way (ml_dtypes
-    writes every NaN as 0x7fc0 with its sign).
+    would leave infinity's bits. ml_dtypes and onnxruntime round every other value the same
+    way (their NaNs are canonical: ml_dtypes' 0x7fc0 with the sign).
 
     Integer operations on every architecture, not LLVM's `bfloat` fptrunc: with llvmlite 0.50's
     LLVM 22 that is a call to __truncsfbf2 on x86-64 without AVX512-BF16 (a libgcc 13 /
