@@ -176,7 +176,7 @@ def _log2(x: float) -> float:
 def _itemsize(dtype: str) -> int:
     try:
         return np.dtype(dtype).itemsize
-    except TypeError:  # a dtype numpy does not know (float8 without ml_dtypes...): the bit width in the name
+    except TypeError:  # a dtype numpy does not know: the bit width in the name
         bits = "".join(ch for ch in dtype if ch.isdigit())
         return max(1, int(bits) // 8) if bits else 4
 
