@@ -1,12 +1,13 @@
 """Benchmark on an NVIDIA GPU: tvmc's CUDA target against torch eager (and onnxruntime's CUDA
 execution provider where it is installed), on the same GPU, side by side in one process
 (`make bench TARGET=cuda`, or `python bench/bench_cuda.py [--models a,b] [--batches 1,16]
-[--precisions fp32,fp16] [--repeat N] [--tune-trials N] [--tune VARIANT=N ...]`).
+[--precisions fp32,fp16,bf16] [--repeat N] [--tune-trials N] [--tune VARIANT=N ...]`).
 
 Models: ResNet-18, MobileNetV2 and the BERT-style encoder of bench/models.py at each batch size,
 each in float32 (fp32), float32 on the TF32 tensor cores (tf32: tvmc --target-option
 allow_tf32=true, against torch's defaults) and mixed precision (fp16: tvmc --mixed-precision
-float16, torch `module.half()`). Per model, batch and precision, one row:
+float16, torch `module.half()`; bf16: tvmc --mixed-precision bfloat16, torch `module.bfloat16()`).
+Per model, batch and precision, one row:
 
     fallback_ms  median latency of CUDAExecutor.run() (its CUDA graph replayed, then a wait for
                  the stream), tvmc compiled at opt level 3 for the shipped descriptor of this
@@ -19,8 +20,8 @@ float16, torch `module.half()`). Per model, batch and precision, one row:
                  model:batch:precision, N a number of trials or of seconds: 120s), records in
                  bench/results/cuda_records/; tune_s: the search's seconds
     torch_ms     median latency of the model converted by onnx2torch, on the GPU, in
-                 torch.inference_mode, then torch.cuda.synchronize(); fp16: the module and its
-                 float inputs in half precision; fp32: torch's defaults, under which cuDNN runs
+                 torch.inference_mode, then torch.cuda.synchronize(); fp16 (bf16): the module and
+                 its float inputs in half precision (bfloat16); fp32: torch's defaults, under which cuDNN runs
                  float32 convolutions on the TF32 tensor cores (torch.backends.cudnn.allow_tf32)
     torch_f32_ms fp32 rows: the same with TF32 off (cudnn.allow_tf32 and cuda.matmul.allow_tf32
                  False), float32 arithmetic throughout as tvmc's float32 build
@@ -33,8 +34,9 @@ float16, torch `module.half()`). Per model, batch and precision, one row:
                  significant bits, rounded to nearest; errors add up over the layers: a CPU emulation
                  of the tf32 rows, every tensor-core GEMM's operands rounded to TF32, errs by at
                  most 1.0e-2 x the largest magnitude on MobileNetV2 at batch 1 and 16, 6.5e-4 on
-                 ResNet-18), else 'MISMATCH' and the runtimes, each with its largest error in
-                 units of the largest magnitude
+                 ResNet-18), bf16 within 16 x 2**-8 (8 significant bits: the bound of
+                 tests/e2e/test_mixed_precision.py), else 'MISMATCH' and the runtimes, each with
+                 its largest error in units of the largest magnitude
 
 With --profile K, each tvmc build is also profiled (CUDAExecutor.profile over 5 runs, CUDA events
 per kernel) and its K most expensive kernels listed below the table: milliseconds per run, share
@@ -63,10 +65,11 @@ from bench import count_gflops, model_inputs  # noqa: E402  (bench/ is the scrip
 from models import BUILT_MODELS  # noqa: E402
 
 MODELS = ("resnet18", "mobilenet_v2", "bert")
-PRECISIONS = {"fp32": "", "tf32": "", "fp16": "float16"}
+PRECISIONS = {"fp32": "", "tf32": "", "fp16": "float16", "bf16": "bfloat16"}
 WARMUP_RUNS = 3
 RTOL = 1e-3
 FP16_ATOL = 2e-2  # x the reference's largest magnitude
+BF16_ATOL = 16 * 2.0**-8  # likewise: 16 unit roundoffs of bfloat16
 RECORDS_DIR = Path(__file__).resolve().parent / "results" / "cuda_records"
 
 
@@ -200,9 +203,10 @@ def torch_runner(model, feeds, ordinal: int, precision: str, tf32: bool = True):
     module = convert(model).eval().to(device)
     names = [i.name for i in model.graph.input if i.name in feeds]
     inputs = [torch.from_numpy(feeds[n]).to(device) for n in names]
-    if precision == "fp16":
-        module = module.half()
-        inputs = [x.half() if x.is_floating_point() else x for x in inputs]
+    if precision in ("fp16", "bf16"):
+        dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+        module = module.to(dtype)
+        inputs = [x.to(dtype) if x.is_floating_point() else x for x in inputs]
     result = []
 
     def run():
@@ -225,8 +229,9 @@ def matches(ours, ref, precision: str) -> bool:
         scale = float(np.abs(b).max()) if b.size else 0.0
         if a.shape != b.shape:
             return False
-        if precision in ("fp16", "tf32"):  # TF32 operands keep 11 significant bits, as float16
-            if not np.all(np.abs(a.astype(np.float32) - b) <= FP16_ATOL * scale):
+        if precision in ("fp16", "tf32", "bf16"):  # TF32 operands keep 11 significant bits, as float16
+            atol = BF16_ATOL if precision == "bf16" else FP16_ATOL
+            if not np.all(np.abs(a.astype(np.float32) - b) <= atol * scale):
                 return False
         elif not np.allclose(a, b, rtol=RTOL, atol=RTOL * scale):
             return False
@@ -359,7 +364,7 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
     parser.add_argument("--batches", default="1,16", help="comma-separated batch sizes (default 1,16)")
     parser.add_argument("--precisions", default="fp32,fp16",
-                        help="comma-separated of fp32, tf32, fp16 (default fp32,fp16)")
+                        help="comma-separated of fp32, tf32, fp16, bf16 (default fp32,fp16)")
     parser.add_argument("--repeat", type=int, default=20, help="timed rounds (default 20)")
     parser.add_argument("--tune-trials", type=int, default=0,
                         help="tvmc tune measurements per variant on this GPU (default 0: untuned only)")

@@ -6,6 +6,7 @@ import numpy as np
 
 from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite, users
 from tvmc.ops.registry import make_call
+from tvmc.te.expr import is_float
 from tvmc.passes.pass_infra import graph_pass
 
 # anchor op -> axis of its output indexed by the weight's axis 0 (output channels / units)
@@ -51,7 +52,7 @@ def _match(mul: Call, uses: dict, outputs: set):
                     or producer.type != anchor.type:
                 continue
         if anchor.op not in _CHANNEL_AXIS or mul.type != anchor.type \
-                or not isinstance(anchor.inputs[1], Constant) or np.dtype(anchor.dtype).kind != "f":
+                or not isinstance(anchor.inputs[1], Constant) or not is_float(anchor.dtype):
             continue
         scale = _channel_scale(factor, anchor, _CHANNEL_AXIS[anchor.op])
         if scale is not None:

@@ -1,12 +1,13 @@
-"""Graph pass ToMixedPrecision: run the matrix operators (and what follows them) in float16,
-accumulating in float32 (TVM's relay.transform.ToMixedPrecision; `tvmc compile --mixed-precision`).
+"""Graph pass ToMixedPrecision: run the matrix operators (and what follows them) in float16 or
+bfloat16, accumulating in float32 (TVM's relay.transform.ToMixedPrecision with its mixed_precision_type;
+`tvmc compile --mixed-precision float16|bfloat16`).
 
 Every float32 operator falls in one of three classes:
 
 - ALWAYS (the pass's `ops` option; default conv2d, conv2d_transpose, dense, matmul): its float32
   inputs are cast to `dtype` and it computes in `dtype` (the kernels accumulate in float32: the
-  lowering holds float16 reductions in float32, the tensor-core kernels accumulate in float32
-  registers, tvmc/ops/gpu/tensorcore.py);
+  lowering holds float16 and bfloat16 reductions in float32, the tensor-core kernels accumulate in
+  float32 registers, tvmc/ops/gpu/tensorcore.py);
 - FOLLOW (FOLLOW below: elementwise arithmetic and activations, data movement, pooling): in
   `dtype` when one of its inputs already is, its other float32 inputs cast too, else unchanged;
 - NEVER (everything else: exp, log, power, sqrt, softmax, reductions such as sum and mean,
@@ -15,8 +16,13 @@ Every float32 operator falls in one of three classes:
 
 Graph inputs and outputs keep their dtypes (casts at the edges). Casts of constants (weights)
 are folded at compile time by the FoldConstant that the driver runs right after this pass, so
-the params hold `dtype` weights. Only float32 tensors change; float64, integer and float16
-models are left as they are (a float16 model already computes in float16).
+the params hold `dtype` weights. Only float32 tensors change; float64, integer, float16 and
+bfloat16 models are left as they are (such a model already computes in its 16-bit dtype).
+
+The classes are the same for both dtypes, as in TVM (its default op lists do not depend on the
+type): bfloat16 has float32's exponent range, so the NEVER ops would not overflow in it, but its
+8 significant bits (float16: 11) make the accumulated error of a softmax, a normalization or a
+reduction larger still, and those stay in float32.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from tvmc.errors import ModelError, PassError
 from tvmc.graph.ir import Call, Constant, Graph, rewrite
 from tvmc.ops.registry import get_op, make_call
 from tvmc.passes.pass_infra import graph_pass
+from tvmc.te.expr import FLOAT16_DTYPES
 
-DTYPES = ("float16",)
+DTYPES = FLOAT16_DTYPES  # float16, bfloat16
 DEFAULT_OPS = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense", "nn.matmul")
 FOLLOW = frozenset({
     "add", "subtract", "multiply", "negative", "abs", "maximum", "minimum", "clip", "where",
@@ -44,7 +51,7 @@ def _cast(x, dtype: str, name: str):
 @graph_pass("ToMixedPrecision", opt_level=0, options={"dtype": "float16", "ops": ",".join(DEFAULT_OPS)})
 def to_mixed_precision(graph: Graph, ctx) -> Graph:
     """`graph` with the ALWAYS and FOLLOW operators in ctx's `dtype` (see the module docstring).
-    Options: ToMixedPrecision.dtype (float16), ToMixedPrecision.ops (comma-separated operator
+    Options: ToMixedPrecision.dtype (float16 or bfloat16), ToMixedPrecision.ops (comma-separated operator
     names, e.g. "nn.conv2d,nn.dense"). Raises PassError on another dtype or an unknown operator."""
     low = ctx.option("ToMixedPrecision", "dtype")
     if low not in DTYPES:

@@ -6,6 +6,10 @@ import os as _os
 
 _os.environ.setdefault("LLVMLITE_ENABLE_IR_LAYER_TYPED_POINTERS", "0")
 
+# bfloat16 as a numpy dtype (np.dtype("bfloat16"), arrays, casts that round to nearest even):
+# ml_dtypes registers it when imported
+import ml_dtypes as _ml_dtypes  # noqa: E402,F401
+
 from tvmc.constants import KERNEL_ABI_VERSION, __version__  # noqa: E402,F401
 
 # The one-call Python API (tvmc/api.py: tvmc.compile, tvmc.run, tvmc.tune, tvmc.list_tasks) and

@@ -33,6 +33,7 @@ from tvmc.checks import choice_arg, int_arg, path_arg, positive_number_arg
 from tvmc.constants import __version__
 from tvmc.errors import ArtifactError, InputError, ModelError, TuningError
 from tvmc.paths import check_output_path, check_regular, open_regular
+from tvmc.te.expr import is_float
 
 # Version of the --json documents (docs/json.md, docs/tvmc-json.schema.json). A field is only
 # ever added within a version; a renamed or removed field makes a new version.
@@ -274,7 +275,7 @@ def _fill(shape, dtype, fill_mode: str, rng) -> np.ndarray:
         return np.zeros(shape, dt)
     if fill_mode == "ones":
         return np.ones(shape, dt)
-    if dt.kind == "f":
+    if is_float(dt.name):
         return rng.random(shape).astype(dt)
     if dt.kind == "b":
         return rng.integers(0, 2, shape).astype(dt)
@@ -286,7 +287,8 @@ NPY_MAGIC = b"\x93NUMPY"
 
 
 def read_inputs(path) -> dict:
-    """Arrays of an .npz file keyed by input name (numeric or bool arrays only).
+    """Arrays of an .npz file keyed by input name (numeric or bool arrays only; 2-byte void
+    arrays are bfloat16: numpy writes ml_dtypes' bfloat16 arrays so).
 
     Raises InputError (one line naming the file) on a missing or non-regular file, a file that
     is not an .npz (saying what it is when it can: a .npy array, random bytes), and an array
@@ -312,7 +314,9 @@ def read_inputs(path) -> dict:
         except Exception as e:  # zipfile.BadZipFile, OSError, EOFError on damaged files
             raise InputError(f"{path}: cannot read inputs as .npz: {type(e).__name__}: {_first_line(e)}") from None
     for name, arr in arrays.items():
-        if arr.dtype.kind not in "biuf":
+        if arr.dtype == np.dtype("V2"):
+            arrays[name] = arr = arr.view("bfloat16")
+        if arr.dtype.kind not in "biuf" and not is_float(arr.dtype.name):
             raise InputError(f"{path}: input '{name}' has dtype {arr.dtype.str} ({arr.dtype.kind!r} kind); "
                              f"inputs must be numeric or bool arrays")
     return arrays

@@ -40,6 +40,7 @@ from tvmc.constants import __version__
 from tvmc import errors
 from tvmc.api import FILL_MODES, kernel_counts
 from tvmc.autotune.tuner import TUNERS
+from tvmc.te.expr import is_float
 from tvmc.driver import DUMP_STAGES, MIXED_PRECISION_DTYPES
 from tvmc.errors import ArtifactError, ModelError, Terminated, TuningError, TVMCError
 from tvmc.paths import check_output_path, check_regular, dump_folder
@@ -493,9 +494,10 @@ GRAPH_FLAGS = FlagTable("tvmc.driver:CompileOptions", (
               "break it stops with an error naming the output (docs/dynamic_shapes.md)."),
     # TVM tvmc's flags
     flag("--mixed-precision", dest="mixed_precision", type=click.Choice(MIXED_PRECISION_DTYPES),
-         help="Compute convolutions and matrix products (and the elementwise ops after them) in float16, "
-              "accumulating in float32, with float16 weights; GPUs with tensor cores run them there. Changes "
-              "numerics: outputs within float16 tolerances."),
+         help="Compute convolutions and matrix products (and the elementwise ops after them) in float16 or "
+              "bfloat16, accumulating in float32, with weights of that dtype; GPUs with tensor cores for it run "
+              "them there (bfloat16: sm_80 on). Changes numerics: outputs within that dtype's tolerances "
+              "(bfloat16 keeps float32's range with 8 significant bits, float16 11 bits up to 65504)."),
     flag("--mixed-precision-ops", dest="mixed_precision_ops", multiple=True, metavar="OPS", parse=_parse_list,
          help="Operators --mixed-precision converts, comma-separated tvmc names (default "
               "nn.conv2d,nn.conv2d_transpose,nn.dense,nn.matmul)."),
@@ -863,7 +865,7 @@ def print_outputs_summary(outputs: dict) -> None:
     click.echo("outputs")
     for name, arr in outputs.items():
         line = f"  {name}: {_fmt_shape(arr.shape)} {arr.dtype.name}"
-        if arr.size and arr.dtype.kind in "fiub":
+        if arr.size and (arr.dtype.kind in "fiub" or is_float(arr.dtype.name)):
             a = arr.astype(np.float64)
             line += f"  min {a.min():.6g}  max {a.max():.6g}  mean {a.mean():.6g}"
         click.echo(line)

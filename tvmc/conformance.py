@@ -282,11 +282,13 @@ def _one_line(e: BaseException) -> str:
 def compare(expected, actual, rtol: float, atol: float) -> str | None:
     """None when `actual` matches `expected` (float: rtol/atol, NaN == NaN; otherwise exact),
     else a one-line reason."""
+    from tvmc.te.expr import is_float
+
     expected, actual = np.asarray(expected), np.asarray(actual)
     if expected.shape != actual.shape:
         return f"shape {list(actual.shape)}, expected {list(expected.shape)}"
-    if expected.dtype.kind == "f":
-        if actual.dtype.kind != "f":
+    if is_float(expected.dtype.name):
+        if not is_float(actual.dtype.name):
             return f"dtype {actual.dtype}, expected {expected.dtype}"
         a, e = actual.astype(np.float64), expected.astype(np.float64)
         with np.errstate(all="ignore"):

@@ -20,9 +20,10 @@ import numpy as np
 from tvmc.checks import bool_arg, choice_arg, int_arg, names_arg, path_arg
 from tvmc.constants import KERNEL_ABI_VERSION, __version__
 from tvmc.target import Target
+from tvmc.te.expr import FLOAT16_DTYPES
 
-
-MIXED_PRECISION_DTYPES = ("float16",)
+# the dtypes --mixed-precision computes in: the 16-bit floats (ToMixedPrecision's DTYPES)
+MIXED_PRECISION_DTYPES = FLOAT16_DTYPES
 DUMP_STAGES = ("graph", "tir", "ll", "asm")
 
 
@@ -41,7 +42,8 @@ class CompileOptions:
     value_ranges:     {input name: (lo, hi)}: every value of that graph input lies in [lo, hi] at
                       run time, finite, lo <= hi (bounds Range/Expand/ConstantOfShape computed from
                       it, docs/dynamic_shapes.md; stored as ((name, (lo, hi)), ...) of floats)
-    mixed_precision:  '' or None (off), or the dtype the matrix operators compute in ('float16'):
+    mixed_precision:  '' or None (off), or the dtype the matrix operators compute in ('float16' or
+                      'bfloat16'):
                       the ToMixedPrecision pass runs after the last FoldConstant of the pipeline,
                       followed by another FoldConstant (passes/to_mixed_precision.py)
     mixed_precision_ops: operator names that pass converts, tvmc's ("A,B" or a list; default: its

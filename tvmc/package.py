@@ -221,9 +221,17 @@ MAX_GRAPH_BYTES = 256 << 20       # mod.json
 MAX_MEMBERS = 64
 
 # safetensors dtype codes (the format's "dtype" strings) and the numpy dtypes they hold
-SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
-                      "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16",
+SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                      "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16",
                       "U8": "uint8", "BOOL": "bool"}
+
+
+def load_params(data: bytes) -> dict:
+    """{name: np.ndarray} of safetensors bytes `data`, each of SAFETENSORS_DTYPES
+    (safetensors.numpy.load has no BF16: bfloat16 arrays are ml_dtypes'). Raises
+    safetensors' own errors on a malformed file and KeyError on a dtype outside the table."""
+    return {name: np.frombuffer(t["data"], np.dtype(SAFETENSORS_DTYPES[t["dtype"]])).reshape(t["shape"])
+            for name, t in safetensors.deserialize(data)}
 
 _REF = {"type": "array", "minItems": 2, "maxItems": 3, "items": {"type": "integer", "minimum": 0}}
 _COUNT = {"type": ["integer", "string"], "pattern": "^[0-9]{1,4}$", "minimum": 0, "maximum": 9999}
@@ -666,8 +674,7 @@ def load_artifact(path, read_data: bool = True) -> Artifact:
             device_binaries = {b: members.read(b, sizes[b], sha256=digests[b]) for b in binaries}
             description = read_description(io.BytesIO(library), len(library), fmt, f"{origin}: {lib}")
             try:
-                params = safetensors.numpy.load(members.read(PARAMS_NAME, sizes[PARAMS_NAME],
-                                                             sha256=digests[PARAMS_NAME]))
+                params = load_params(members.read(PARAMS_NAME, sizes[PARAMS_NAME], sha256=digests[PARAMS_NAME]))
             except Exception as e:  # safetensors raises its own SafetensorError / ValueError types
                 raise ArtifactError(f"{origin}: {PARAMS_NAME} is not a valid safetensors file: {_short(e)}") from None
         else:  # inspect: every member's digest, streamed, nothing kept but the description and headers

@@ -1151,20 +1151,38 @@ def test_input_shapes_rank_mismatch():
 
 
 def test_unsupported_dtype_on_graph_input():
-    node = helper.make_node("Relu", ["x"], ["y"])
-    model = make_model([node], [("x", TensorProto.BFLOAT16, [2])], [("y", TensorProto.BFLOAT16, None)])
-    with pytest.raises(ModelError, match=r"input 'x' has dtype bfloat16"):
+    node = helper.make_node("Identity", ["x"], ["y"])
+    model = make_model([node], [("x", TensorProto.FLOAT8E4M3FN, [2])], [("y", TensorProto.FLOAT8E4M3FN, None)],
+                       opset=19)
+    with pytest.raises(ModelError, match=r"input 'x' has dtype float8_e4m3fn"):
         from_onnx(model)
 
 
 def test_unsupported_dtype_on_constant_path():
-    node = helper.make_node("Cast", ["x"], ["h"], name="to_bf16", to=TensorProto.BFLOAT16)
-    model = make_model([node], [("x", F, [2])], [("h", TensorProto.BFLOAT16, None)])
-    with pytest.raises(ModelError, match=r"to_bf16.*'h'.*bfloat16"):
+    node = helper.make_node("Cast", ["x"], ["h"], name="to_f8", to=TensorProto.FLOAT8E4M3FN)
+    model = make_model([node], [("x", F, [2])], [("h", TensorProto.FLOAT8E4M3FN, None)], opset=19)
+    with pytest.raises(ModelError, match=r"to_f8.*'h'.*float8_e4m3fn"):
         from_onnx(model)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float64", "int8", "int16", "uint16", "uint32", "uint64"])
+def test_bfloat16_tensors_import_as_ml_dtypes_bfloat16():
+    """BFLOAT16 graph inputs, initializers and Cast targets: tvmc's bfloat16 (ml_dtypes' numpy
+    type), the initializer's bits kept."""
+    import ml_dtypes
+
+    w = (np.arange(12, dtype=np.float32).reshape(4, 3) / 7).astype(ml_dtypes.bfloat16)
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+             helper.make_node("MatMul", ["xb", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"])]
+    model = make_model(nodes, [("x", F, [2, 4]), ("b", TensorProto.BFLOAT16, [3])],
+                       [("z", TensorProto.BFLOAT16, None)], inits={"w": w})
+    graph = from_onnx(model)
+    assert [v.dtype for v in graph.inputs] == ["float32", "bfloat16"] and graph.outputs[0].dtype == "bfloat16"
+    const, = [i for call in graph.calls() for i in call.inputs if isinstance(i, Constant)]
+    assert const.value.dtype == np.dtype("bfloat16")
+    np.testing.assert_array_equal(const.value.view(np.uint16), w.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64", "int8", "int16", "uint16", "uint32", "uint64"])
 def test_every_numpy_dtype_imports(dtype):
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     nodes = [helper.make_node("Add", ["x", "x"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=F)]

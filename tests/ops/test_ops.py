@@ -29,6 +29,8 @@ TOLERANCE = {
     # float16 computes in float32 and rounds once at the store: at most half an ulp of float16
     # (4.9e-4 relative) from the float64 reference rounded to float16, plus that rounding
     "float16": dict(rtol=1e-3, atol=1e-4),
+    # bfloat16 likewise, with 8 significant bits: one ulp is at most 2**-7 (7.8e-3) relative
+    "bfloat16": dict(rtol=8e-3, atol=1e-4),
     **{d: dict(rtol=0, atol=0) for d in ("int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8",
                                          "bool")},
 }
@@ -713,6 +715,9 @@ def _assert_close(out, ref, tol=None):
     """Floats within `tol` (default: the dtype's TOLERANCE), NaN and inf where the reference has
     them; integers exact, or within a case's explicit `tol` (a case that says why)."""
     assert out.dtype == ref.dtype and out.shape == ref.shape
+    if out.dtype == np.dtype("bfloat16"):  # ml_dtypes' type (numpy kind 'V'): compared as float32
+        tol = tol or TOLERANCE["bfloat16"]
+        out, ref = out.astype(np.float32), ref.astype(np.float32)
     if out.dtype.kind not in "fc" and tol is not None:
         np.testing.assert_allclose(out.astype(np.int64), ref.astype(np.int64), **tol)
         return

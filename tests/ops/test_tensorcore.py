@@ -1,6 +1,6 @@
 """Tensor-core GEMM kernels (tvmc/ops/gpu/tensorcore.py) without a GPU: each implementation with
-its fallback config and others of its space, lowered for cuda-sm90 and run by the SIMT
-interpreter of the loop IR (tvmc/tir/simt.py: warps in lockstep, ldmatrix and mma.sync by their
+its fallback config and others of its space, in float16, bfloat16 and TF32, lowered for cuda-sm90
+and run by the SIMT interpreter of the loop IR (tvmc/tir/simt.py: warps in lockstep, ldmatrix and mma.sync by their
 PTX ISA lane maps) against the numpy reference; their PTX (mma.sync, ldmatrix, cp.async) accepted
 by ptxas for sm_80 and sm_90; which targets and workloads they serve. On a GPU the same kernels
 run in test_ops.py's cuda cases and the mixed-precision e2e tests."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import re
 
+import ml_dtypes
 import numpy as np
 import pytest
 from test_ops import Case, _assert_close, conv, n, u
@@ -40,12 +41,29 @@ def bias_relu16(c, shape=None):
     return lambda r: [("add", {}, [h(r, shape or (c, 1, 1))]), ("nn.relu", {}, [])]
 
 
+def bf(rng, shape, scale=1.0):
+    """bfloat16 samples (standard normal with 0.0 and -0.0 at the ends)."""
+    return n(rng, shape, scale).astype(ml_dtypes.bfloat16)
+
+
 # one case per tensor-core implementation (the id), then edge cases of the same implementations
 TENSORCORE_CASES = [
     Case("dense_tensorcore.gpu", "nn.dense", lambda r: [h(r, (37, 72)), h(r, (50, 72))], {}, bias_relu16(50, (50,))),
     Case("matmul_tensorcore.gpu", "nn.matmul", lambda r: [h(r, (2, 33, 24)), h(r, (24, 45))]),
     Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [h(r, (1, 8, 15, 15)), h(r, (16, 8, 3, 3))],
          conv(strides=(2, 2), padding=(1, 1, 1, 1)), bias_relu16(16)),
+]
+# --mixed-precision bfloat16: the same kernels with bfloat16 operands (mma m16n8k16 .bf16); the
+# products are exact in float32 and the sums float32, so one bfloat16 ulp of the result
+BF16_CASES = [
+    Case("dense_tensorcore.gpu", "nn.dense", lambda r: [bf(r, (37, 72)), bf(r, (50, 72))], {},
+         lambda r: [("add", {}, [bf(r, (50,))]), ("nn.relu", {}, [])]),
+    Case("matmul_tensorcore.gpu", "nn.matmul", lambda r: [bf(r, (2, 33, 24)), bf(r, (24, 45))]),
+    Case("conv2d_nchw_tensorcore.gpu", "nn.conv2d", lambda r: [bf(r, (1, 8, 15, 15)), bf(r, (16, 8, 3, 3))],
+         conv(strides=(2, 2), padding=(1, 1, 1, 1)), lambda r: [("add", {}, [bf(r, (16, 1, 1))]), ("nn.relu", {}, [])]),
+    # K = 27: gathered and zero-filled past K; N a multiple of 8 (16-byte copies of B)
+    Case("dense_tensorcore.gpu", "nn.dense", lambda r: [bf(r, (5, 27)), bf(r, (9, 27))]),
+    Case("matmul_tensorcore.gpu", "nn.matmul", lambda r: [bf(r, (3, 1, 18, 40)), bf(r, (2, 40, 16))]),
 ]
 # float32 models with --target-option allow_tf32=true: the m16n8k8 TF32 form
 TF32_CASES = [
@@ -115,8 +133,8 @@ def _run(case, cfg):
     return out, ref, prim
 
 
-ALL_CASES = TENSORCORE_CASES + EDGE_CASES + TF32_CASES
-ALL_IDS = [f"{c.id}-{k}" for k, c in enumerate(ALL_CASES)]
+ALL_CASES = TENSORCORE_CASES + EDGE_CASES + BF16_CASES + TF32_CASES
+ALL_IDS = [f"{c.id}-{c.build()[0][0].dtype.name}-{k}" for k, c in enumerate(ALL_CASES)]  # -k bfloat16 selects
 
 
 @pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
@@ -198,13 +216,29 @@ def test_only_targets_with_tensor_cores_get_them_and_float32_only_with_allow_tf3
     assert dense.implementations("gpu", f32, SM90)[0].name == "dense.gpu"
     assert dense.implementations("gpu", f32, SM90_TF32)[0].name == "dense_tensorcore.gpu"
     assert SM90_TF32.hash != SM90.hash  # records and shipped records keep the two apart
+    bf16 = ((32, 16), (8, 16), (32, 8), "bfloat16", ())
+    for name in ("cuda-sm80", "cuda-sm90"):
+        assert dense.implementations("gpu", bf16, resolve_target(name))[0].name == "dense_tensorcore.gpu"
+    for name in ("cuda", "opencl"):
+        assert dense.implementations("gpu", bf16, resolve_target(name))[0].name == "dense.gpu"
     grouped = ((1, 8, 5, 5), (8, 1, 3, 3), (1, 8, 3, 3), "float16", (("groups", 8),))
     assert get_op("nn.conv2d").implementations("gpu", grouped, SM90)[0].name == "conv2d_nchw_grouped.gpu"
 
 
+# the PTX mma of each operand dtype (f32 accumulators)
+MMA_PTX = {"float16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+           "bfloat16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+           "float32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"}
+
+
+def _dtype(case) -> str:
+    return case.build()[0][0].dtype.name
+
+
 @pytest.mark.parametrize("target_name", ["cuda-sm80", "cuda-sm90"])
-@pytest.mark.parametrize("case", TENSORCORE_CASES + TF32_CASES[:1],
-                         ids=[c.id for c in TENSORCORE_CASES] + ["dense_tf32"])
+@pytest.mark.parametrize("case", TENSORCORE_CASES + BF16_CASES[:3] + TF32_CASES[:1],
+                         ids=[c.id for c in TENSORCORE_CASES] + [f"{c.id}-bfloat16" for c in BF16_CASES[:3]] +
+                         ["dense_tf32"])
 def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
     tf32 = case in TF32_CASES
     target = resolve_target(target_name, {"allow_tf32": "true"} if tf32 else None)
@@ -215,10 +249,10 @@ def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
     cg.add_function(prim)
     ptx = compile_ir(cg.ir_text(), target, assembly=True)
     text = ptx.decode()
+    assert MMA_PTX[_dtype(case)] in text
     if tf32:
-        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in text and "cvt.rna.tf32.f32" in text
+        assert "cvt.rna.tf32.f32" in text
     else:
-        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in text
         assert re.search(r"ldmatrix\.sync\.aligned\.m8n8\.x[24](\.trans)?\.shared\.b16", text)
     if case.id != "matmul_tensorcore.gpu":  # its B (N = 45) is gathered; dense and conv copy A with cp.async
         assert "cp.async.cg.shared.global" in text and "cp.async.wait_group" in text
@@ -230,13 +264,18 @@ def test_tensorcore_ptx_has_mma_and_is_accepted_by_ptxas(case, target_name):
     assert info["smem"] >= prim.launch.shared_bytes
 
 
+# the GPU's output against the interpreter's: one ulp of float16 (2**-10) or bfloat16 (2**-7)
+_GPU_VS_SIMT = {"float16": dict(rtol=1e-3, atol=1e-3), "float32": dict(rtol=1e-3, atol=1e-3),
+                "bfloat16": dict(rtol=8e-3, atol=8e-3)}
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", ALL_CASES, ids=ALL_IDS)
 def test_tensorcore_kernel_on_the_gpu_matches_reference_and_the_interpreter(case):
     """On an NVIDIA GPU with tensor cores: the fallback and two other configs, compiled for this
     GPU's architecture, against the numpy reference and against the SIMT interpreter's output
-    (the same float16 operands and float32 accumulators: within float16 rounding, since the
-    tensor cores sum inside an mma in their own order)."""
+    (the same 16-bit operands and float32 accumulators: within one rounding of the output dtype,
+    since the tensor cores sum inside an mma in their own order)."""
     from tests.targets import require, run_cuda_kernel
     from tvmc.ops.gpu.tensorcore import tensorcore_supports
     from tvmc.runtime.cuda import gpu_info
@@ -244,7 +283,7 @@ def test_tensorcore_kernel_on_the_gpu_matches_reference_and_the_interpreter(case
     require("cuda")
     tf32 = case in TF32_CASES
     target = resolve_target(f"cuda -mcpu={gpu_info()[1]}", {"allow_tf32": "true"} if tf32 else None)
-    wl_dtype = "float32" if tf32 else "float16"
+    wl_dtype = _dtype(case)
     if not tensorcore_supports(target, ((), (), (), wl_dtype, ())):
         pytest.skip(f"{target.cpu} has no {wl_dtype} tensor-core mma that tvmc uses")
     arrays, chain = case.build()
@@ -255,7 +294,7 @@ def test_tensorcore_kernel_on_the_gpu_matches_reference_and_the_interpreter(case
         simulated, _, _ = _run(case, cfg)
         try:
             _assert_close(out, ref, case.tol)
-            np.testing.assert_allclose(out.astype(np.float32), simulated.astype(np.float32), rtol=1e-3, atol=1e-3)
+            np.testing.assert_allclose(out.astype(np.float32), simulated.astype(np.float32), **_GPU_VS_SIMT[wl_dtype])
         except AssertionError as e:
             raise AssertionError(f"config {dict(cfg)}: {e}") from None
 

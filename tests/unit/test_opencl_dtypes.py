@@ -1,12 +1,15 @@
 """OpenCL C printer (tvmc/codegen/opencl.py) on the dtypes beyond float32: float16 as half
-memory with float registers (no cl_khr_fp16) in global, shared and private memory, 64-bit
-integer literals at the ends of their range; each kernel built and run by the OpenCL driver
-here (PoCL) against numpy, exactly. The op cases of tests/ops/test_ops.py cover the operators."""
+memory with float registers (no cl_khr_fp16) in global, shared and private memory, bfloat16 as
+ushort bits there, 64-bit integer literals at the ends of their range, min/max keeping a NaN on
+either side (scalar and vector forms); each kernel built and run by the OpenCL driver here (PoCL)
+against numpy, exactly. The op cases of tests/ops/test_ops.py and tests/ops/test_bfloat16.py cover
+the operators."""
 
 from __future__ import annotations
 
 import re
 
+import ml_dtypes
 import numpy as np
 
 from tests.targets import require
@@ -90,6 +93,59 @@ def test_float16_shared_and_private_arrays_hold_half_bits():
     out = require("opencl").run_kernel(prim, [a], np.zeros(64, np.float16))
     t = (a[::-1].astype(np.float32) * 3).astype(np.float16)
     np.testing.assert_array_equal(out, (t.astype(np.float32) * 1.5).astype(np.float16))
+
+
+def test_bfloat16_shared_and_private_arrays_hold_its_bits():
+    """The float16 staging kernel above in bfloat16: every buffer is ushort, loaded by a shift
+    into a float's upper half, each store rounding to nearest even."""
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    x, y = Buffer("x", (64,), "bfloat16"), Buffer("y", (64,), "bfloat16")
+    shared, private = Buffer("s", (64,), "bfloat16", "shared"), Buffer("t", (1,), "bfloat16", "local")
+    i, zero = Var("i", "int64"), IntImm(0)
+    body = For(i, 64, "threadIdx.x", Allocate(shared, Allocate(private, Seq([
+        Store(shared, i, Load(x, i)),
+        Barrier("shared"),
+        Store(private, zero, BinOp("mul", Load(shared, BinOp("sub", IntImm(63), i)), FloatImm(3.0, "bfloat16"))),
+        Store(y, i, BinOp("mul", Load(private, zero), FloatImm(1.1, "bfloat16")))]))))
+    prim = PrimFunc("stage_bf16", [x, y], body, LaunchConfig((1, 1, 1), (64, 1, 1), 128))
+    src = _source(prim)
+    assert "__global ushort* restrict x" in src and "__local ushort s[64];" in src and "ushort t[1];" in src
+    assert "s[i] = tvmc_bf16_bits_float(tvmc_bf16_from_bits_float(x[i]));" in src
+    assert "half" not in src, src
+
+    a = (np.random.default_rng(7).standard_normal(64) * 1e30).astype(bf16)
+    a[:4] = [np.inf, -np.inf, np.nan, 2e38]  # 2e38 * 3 overflows to inf in float32 already
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = require("opencl").run_kernel(prim, [a], np.zeros(64, bf16))
+        t = (a[::-1].astype(np.float32) * 3).astype(bf16)
+        ref = (t.astype(np.float32) * np.float32(bf16.type(1.1))).astype(bf16)
+    np.testing.assert_array_equal(out.view(np.uint16), ref.view(np.uint16))
+
+
+def _max_min_kernel(vector: bool):
+    """y[k] = max(x[k], 0) and y[256 + k] = min(1, x[k]), k < 256, over 64 threads x 4 elements:
+    the max in a vectorized loop (vstore4 of fmax) or an unrolled one (the scalar helper)."""
+    x, y = Buffer("x", (256,), "float32"), Buffer("y", (512,), "float32")
+    i, v = Var("i", "int64"), Var("v", "int64")
+    at = BinOp("add", BinOp("mul", i, IntImm(4)), v)
+    body = For(i, 64, "threadIdx.x", Seq([
+        For(v, 4, "vectorize" if vector else "unroll", Store(y, at, BinOp("max", Load(x, at), FloatImm(0.0)))),
+        For(v, 4, "unroll", Store(y, BinOp("add", at, IntImm(256)), BinOp("min", FloatImm(1.0), Load(x, at))))]))
+    return PrimFunc("max_min", [x, y], body, LaunchConfig((1, 1, 1), (64, 1, 1)))
+
+
+def test_min_and_max_keep_a_nan_on_either_side():
+    """numpy's maximum/minimum (onnxruntime's Relu, Max, Min, Clip): NaN wins from either operand,
+    in the scalar helpers and in the vector fmax form (which alone would drop it)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(256).astype(np.float32)
+    a[[0, 5, 130, 255]] = np.nan
+    a[[1, 2]] = [np.inf, -np.inf]
+    for vector in (True, False):
+        prim = _max_min_kernel(vector)
+        assert ("vstore4(select(fmax(" in _source(prim)) == vector
+        out = require("opencl").run_kernel(prim, [a], np.zeros(512, np.float32))
+        np.testing.assert_array_equal(out, np.concatenate([np.maximum(a, 0), np.minimum(1, a)]))
 
 
 def test_64_bit_integer_literals_at_the_ends_of_their_range():

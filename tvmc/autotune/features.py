@@ -125,7 +125,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tvmc.te.expr import (INDEX, BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, Select, Var, children,
-                          walk)
+                          is_float, walk)
 from tvmc.te.schedule import BLOCK_AXES, THREAD_AXES, THREAD_TAGS
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Seq, Store, stmt_children
 from tvmc.tir.simplify import Linear, fold_int
@@ -176,7 +176,7 @@ def _log2(x: float) -> float:
 def _itemsize(dtype: str) -> int:
     try:
         return np.dtype(dtype).itemsize
-    except TypeError:  # e.g. bfloat16: the bit width in the name
+    except TypeError:  # a dtype numpy does not know: the bit width in the name
         bits = "".join(ch for ch in dtype if ch.isdigit())
         return max(1, int(bits) // 8) if bits else 4
 
@@ -229,7 +229,7 @@ def _evaluate(e, env: dict):
         return _evaluate(e.t if _evaluate(e.cond, env) else e.f, env)
     if isinstance(e, Cast):
         v = _evaluate(e.value, env)
-        return v if e.dtype.startswith("float") else int(v)
+        return v if is_float(e.dtype) else int(v)
     if isinstance(e, Let):
         return _evaluate(e.body, {**env, e.var: _evaluate(e.value, env)})
     raise _Opaque

@@ -13,7 +13,7 @@ hang in a candidate kills the runner, never the tuner) loads the library (GPU: t
 the first OpenCL device or CUDA GPU, and runs the kernel there), feeds seeded random inputs (uniform in
 [-1, 1)), runs once as warm-up and compares the output with the fallback config's (rtol 1e-4,
 atol 1e-5 x the reference's largest magnitude: float32 sums in another order; a float16 output
-rtol 1e-3 and atol 1e-4 x, its rounding), then times
+rtol 1e-3 and atol 1e-4 x, a bfloat16 one 8e-3 and 8e-4 x: their rounding), then times
 `repeat` rounds of `number` runs (a fresh runner first runs its first kernel for 0.2 s: the
 first timings of a new process are several times slower); a round shorter than `min_repeat_ms` makes `number` grow until
 a round lasts that long (TVM's LocalRunner). On a GPU a round is the device time of its runs,
@@ -43,6 +43,11 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 from tvmc.checks import bool_arg, int_arg, positive_number_arg
+from tvmc.te.expr import is_float
+
+# rtol of the check against the fallback's output, by output dtype (default 1e-4): one ulp of the
+# 16-bit floats, whose tiles sum in another order and then round
+CHECK_RTOL = {"float16": 1e-3, "bfloat16": 8e-3}
 
 
 class MeasureError(enum.IntEnum):
@@ -226,7 +231,7 @@ def _runner_main(conn):
             arrs = []
             for shape, dtype in req["inputs"]:
                 dt = np.dtype(dtype)
-                a = rng.uniform(-1, 1, shape).astype(dt) if dt.kind == "f" else rng.integers(0, 10, shape).astype(dt)
+                a = rng.uniform(-1, 1, shape).astype(dt) if is_float(dt.name) else rng.integers(0, 10, shape).astype(dt)
                 arrs.append(np.ascontiguousarray(a))
             inputs = {key: arrs}  # one task at a time
         arrs = inputs[key]
@@ -249,11 +254,13 @@ def _runner_main(conn):
                 check = out.copy()
             ref = refs.get(key)
             if ref is not None and req["check"]:
-                # float16 outputs: tiles sum in another order, then round to float16 (its ulp)
-                rtol = 1e-3 if out.dtype == np.float16 else 1e-4
-                atol = rtol / 10 * float(np.max(np.abs(ref.astype(np.float32)))) if ref.size else 0.0
-                if not np.allclose(out, ref, rtol=rtol, atol=atol):
-                    err = float(np.max(np.abs(out - ref)))
+                # float16 / bfloat16 outputs: tiles sum in another order, then round to their
+                # ulp (2**-10, 2**-7 relative)
+                rtol = CHECK_RTOL.get(out.dtype.name, 1e-4)
+                got, want = out.astype(np.float64), ref.astype(np.float64)
+                atol = rtol / 10 * float(np.max(np.abs(want))) if ref.size else 0.0
+                if not np.allclose(got, want, rtol=rtol, atol=atol):
+                    err = float(np.max(np.abs(got - want)))
                     conn.send(("wrong", f"max abs error {err:.3g} against the fallback config's output"))
                     continue
             if fresh:  # a new process times its first kernel slow (thread pool start-up): run 0.2 s first

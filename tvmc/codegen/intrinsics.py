@@ -2,8 +2,8 @@
 hyperbolic functions and their inverses (vectorizable, no libm in hot loops, usable on wasm32),
 plus sqrt/fabs/floor/ceil/round through LLVM intrinsics.
 
-float32 and float64 each have their own constants and polynomial degrees (`_Format`); float16
-values are float in registers (tvmc/codegen/llvm.py) and take the float32 forms.
+float32 and float64 each have their own constants and polynomial degrees (`_Format`); float16 and
+bfloat16 values are float in registers (tvmc/codegen/llvm.py) and take the float32 forms.
 
 Maximum errors (float32, measured against numpy in tests/unit/test_codegen.py; worst cases found by
 exhaustive scans of the float32 binades):
@@ -418,11 +418,12 @@ _POLYNOMIAL = {"exp": exp, "log": log, "tanh": tanh, "sigmoid": sigmoid, "erf": 
 
 
 def emit(cg, b, name: str, args, dtype: str):
-    """Emit intrinsic `name` on scalar or vector float args (float16, float32 or float64);
-    raises CodegenError otherwise."""
+    """Emit intrinsic `name` on scalar or vector float args (float16, bfloat16, float32 or
+    float64; the 16-bit floats in float32 registers); raises CodegenError otherwise."""
     from tvmc.errors import CodegenError
+    from tvmc.te.expr import is_float
 
-    if not dtype.startswith("float"):
+    if not is_float(dtype):
         raise CodegenError(f"codegen: intrinsic {name} needs a float argument, got {dtype}")
     x = args[0]
     if name in _POLYNOMIAL:

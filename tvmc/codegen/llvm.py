@@ -25,7 +25,7 @@ from llvmlite import ir
 from tvmc.codegen import intrinsics
 from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
-                          is_float, substitute, walk)
+                          is_float, literal_value, substitute, walk)
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
                          DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
@@ -35,7 +35,7 @@ if llvmlite.ir_layer_typed_pointers_enabled:
     raise ImportError("llvmlite was imported before tvmc with typed pointers enabled; import tvmc first "
                       "or set LLVMLITE_ENABLE_IR_LAYER_TYPED_POINTERS=0")
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 MAX_VECTOR_LANES = 64
@@ -143,20 +143,22 @@ DOT_U8S8_INTRINSICS = {
 
 
 def llvm_type(dtype: str) -> ir.Type:
-    """Register type of a dtype. bool is i1 in registers (i8 in memory); float16 is float in
-    registers (half in memory): float16 math runs in float32, converted at loads and stores,
-    since x86 and most CPUs have no float16 arithmetic (only F16C conversions)."""
+    """Register type of a dtype. bool is i1 in registers (i8 in memory); float16 and bfloat16 are
+    float in registers (half and i16 in memory): their math runs in float32, converted at loads
+    and stores, since x86 and most CPUs have no 16-bit float arithmetic (only conversions: F16C,
+    AVX512-BF16)."""
     return _REGISTER_TYPES[dtype]
 
 
 _REGISTER_TYPES = {"float32": ir.FloatType(), "float64": ir.DoubleType(), "float16": ir.FloatType(),
-                   "int64": I64, "int32": I32, "int16": ir.IntType(16), "int8": I8,
+                   "bfloat16": ir.FloatType(), "int64": I64, "int32": I32, "int16": ir.IntType(16), "int8": I8,
                    "uint64": I64, "uint32": I32, "uint16": ir.IntType(16), "uint8": I8, "bool": I1}
 
 
 def mem_type(dtype: str) -> ir.Type:
-    """Memory (buffer element) type of a dtype."""
-    return {"bool": I8, "float16": ir.HalfType()}.get(dtype) or llvm_type(dtype)
+    """Memory (buffer element) type of a dtype: bfloat16 is its 16 bits as i16 (llvmlite's IR
+    layer has no `bfloat` type, and see float_to_bfloat16 for why no LLVM conversion is used)."""
+    return {"bool": I8, "float16": ir.HalfType(), "bfloat16": I16}.get(dtype) or llvm_type(dtype)
 
 
 def is_unsigned(dtype: str) -> bool:
@@ -795,19 +797,25 @@ class CodeGenLLVM:
         return _Vec(self._from_mem(st, val, e.buffer.dtype), lanes)
 
     def _to_mem(self, st, val, dtype):
-        """Register value (scalar or vector) -> memory type: bool i1 -> i8, float16 float -> half."""
+        """Register value (scalar or vector) -> memory type: bool i1 -> i8, float16 float -> half,
+        bfloat16 float -> its i16 bits (rounded)."""
         if dtype == "bool":
             return st.builder.zext(val, _like(val.type, I8))
         if dtype == "float16":
             return st.builder.fptrunc(val, _like(val.type, ir.HalfType()))
+        if dtype == "bfloat16":
+            return float_to_bfloat16(st.builder, val)
         return val
 
     def _from_mem(self, st, val, dtype):
-        """Memory value (scalar or vector) -> register type: i8 -> bool i1, half -> float."""
+        """Memory value (scalar or vector) -> register type: i8 -> bool i1, half -> float,
+        bfloat16 bits -> float."""
         if dtype == "bool":
             return st.builder.icmp_unsigned("!=", val, ir.Constant(val.type, None))
         if dtype == "float16":
             return half_to_float(st.builder, val, self.half_by_bits)
+        if dtype == "bfloat16":
+            return bfloat16_to_float(st.builder, val)
         return val
 
     def _splat(self, st, val, lanes):
@@ -821,8 +829,8 @@ class CodeGenLLVM:
         """Scalar llvm value, or _Vec inside a vectorized loop when `e` depends on its var."""
         if isinstance(e, IntImm):
             return _int_constant(e.dtype, e.value)
-        if isinstance(e, FloatImm):  # a float16 literal holds a float16 value
-            return llvm_type(e.dtype)(float(np.float16(e.value)) if e.dtype == "float16" else e.value)
+        if isinstance(e, FloatImm):  # a float16 or bfloat16 literal holds a value of its dtype
+            return llvm_type(e.dtype)(literal_value(e))
         if isinstance(e, Var):
             if vec is not None and e is vec[0]:
                 lanes = vec[1]
@@ -983,13 +991,52 @@ def half_to_float(b, h, by_bits: bool = False):
     return b.bitcast(b.or_(value, b.shl(b.and_(bits, c(0x8000)), c(16))), ft)
 
 
+def bfloat16_to_float(b, bits):
+    """bfloat16 value(s) `bits` (i16, scalar or vector) widened to float, exactly: bfloat16 is
+    the upper half of a float32 (sign, 8 exponent bits, 7 mantissa bits), so the bits shifted
+    left by 16. Every finite value, subnormal, infinity and NaN (payload included) is kept."""
+    it = _like(bits.type, I32)
+    return b.bitcast(b.shl(b.zext(bits, it), intrinsics._const(it, 16)), _like(bits.type, ir.FloatType()))
+
+
+def float_to_bfloat16(b, v):
+    """float value(s) `v` (scalar or vector) rounded to bfloat16, as its i16 bits: to nearest,
+    ties to even (the float's bits plus 0x7fff plus the lowest bit kept, then the upper half: a
+    carry out of the mantissa gives the next binade, or infinity above bfloat16's largest
+    finite value), subnormals rounded like normal numbers; a NaN stays a NaN, quiet: its upper
+    half with the quiet bit (0x0040) set, since dropping a payload that lies in the low half
+    would leave infinity's bits. ml_dtypes and onnxruntime round every other value the same
+    way (their NaNs are canonical: ml_dtypes' 0x7fc0 with the sign).
+
+    Integer operations on every architecture, not LLVM's `bfloat` fptrunc: with llvmlite 0.50's
+    LLVM 22 that is a call to __truncsfbf2 on x86-64 without AVX512-BF16 (a libgcc 13 /
+    compiler-rt symbol), vcvtneps2bf16 with it (which flushes subnormals to zero), and no
+    instruction selection at all on wasm32 (LLVM aborts)."""
+    it = _like(v.type, I32)
+    c = functools.partial(intrinsics._const, it)
+    bits = b.bitcast(v, it)
+    upper = b.lshr(bits, c(16))
+    rounded = b.lshr(b.add(bits, b.add(b.and_(upper, c(1)), c(0x7FFF))), c(16))
+    is_nan = b.icmp_unsigned(">", b.and_(bits, c(0x7FFFFFFF)), c(0x7F800000))
+    return b.trunc(b.select(is_nan, b.or_(upper, c(0x0040)), rounded), _like(v.type, I16))
+
+
+def round_to_bfloat16(b, v):
+    """float value(s) `v` rounded to bfloat16 (float_to_bfloat16) and kept as float."""
+    return bfloat16_to_float(b, float_to_bfloat16(b, v))
+
+
 def _reinterpret(b, v, src: str, dst: str, half_by_bits: bool = False):
-    """The bits of register value `v` (dtype `src`) as `dst` of the same size; float16 goes
-    through its half memory form."""
+    """The bits of register value `v` (dtype `src`) as `dst` of the same size; float16 and
+    bfloat16 go through their memory forms."""
     if src == "float16":
         v = b.fptrunc(v, _like(v.type, ir.HalfType()))
+    elif src == "bfloat16":
+        v = float_to_bfloat16(b, v)
     out = b.bitcast(v, _like(v.type, mem_type(dst)))
-    return half_to_float(b, out, half_by_bits) if dst == "float16" else out
+    if dst == "float16":
+        return half_to_float(b, out, half_by_bits)
+    return bfloat16_to_float(b, out) if dst == "bfloat16" else out
 
 
 def block_register_bound(target, threads: int, unit: int) -> int:
@@ -1051,13 +1098,17 @@ def _like(ty, element):
 def _cast(b, v, src: str, dst: str, half_by_bits: bool = False):
     """Convert register value `v` (scalar or vector) from dtype `src` to `dst` as numpy's astype
     does for in-range values; a float16 result is rounded to float16 once (through half) and
-    kept as float."""
+    kept as float; a bfloat16 result is converted to float32 first (rounding float64 and wide
+    integers there, as ml_dtypes and onnxruntime do), then rounded to bfloat16 and kept as
+    float."""
     if src == dst:
         return v
     dt = _like(v.type, llvm_type(dst))
     sf, df = is_float(src), is_float(dst)
     if dst == "bool":
         return b.fcmp_unordered("!=", v, _zero(v.type)) if sf else b.icmp_unsigned("!=", v, _zero(v.type))
+    if dst == "bfloat16":
+        return round_to_bfloat16(b, _cast(b, v, src, "float32", half_by_bits))
     if dst == "float16":
         half = _like(v.type, ir.HalfType())
         if sf:
@@ -1066,10 +1117,10 @@ def _cast(b, v, src: str, dst: str, half_by_bits: bool = False):
             h = b.uitofp(v, half) if is_unsigned(src) else b.sitofp(v, half)
         return half_to_float(b, h, half_by_bits)
     if sf and df:
-        width = {"float16": 32, "float32": 32, "float64": 64}  # register widths
-        if width[dst] == width[src]:
+        src_bits, dst_bits = (64 if d == "float64" else 32 for d in (src, dst))  # register widths
+        if src_bits == dst_bits:
             return v
-        return b.fpext(v, dt) if width[dst] > width[src] else b.fptrunc(v, dt)
+        return b.fpext(v, dt) if dst_bits > src_bits else b.fptrunc(v, dt)
     if sf:
         return b.fptoui(v, dt) if is_unsigned(dst) else b.fptosi(v, dt)
     if df:

@@ -7,7 +7,8 @@ vstoreN on floatN values (other vectorized loops are unrolled scalar code). Math
 are OpenCL built-ins (exp, log, tanh, erf, pow, sqrt, the trigonometric and hyperbolic functions:
 within 16 ulp in OpenCL's full profile, far inside the tests' float32 tolerance of 1e-4
 relative). Semantics follow the LLVM codegen: floor division and modulo for signed integers
-(unsigned ones divide as C does), NaN-propagating min/max as `a < b ? a : b`, narrow integer
+(unsigned ones divide as C does), NaN-propagating min/max as `(b != b || b < a) ? b : a` (a NaN
+on either side wins, as the LLVM codegen's selects; numpy's minimum/maximum), narrow integer
 arithmetic wrapping to its width, bool tensors stored as uchar. Index arithmetic is 64-bit
 (`long`).
 
@@ -18,18 +19,22 @@ stored with vstore_half_rte (round to nearest even, once); a Cast to float16 rou
 through a private half. Kernel parameters are `half*`; shared and private float16 arrays
 (tvmc.tir.lower holds intermediates in float32, but the loop IR allows them) are ushort arrays
 of the bits, accessed through a `half*` of their address space.
+
+bfloat16 (no OpenCL type: cl_intel_bfloat16_conversions is one vendor's) is `float` in registers
+and its 16 bits as `ushort` in memory (parameters, shared and private arrays alike): loaded by a
+16-bit shift into a float's upper half (exact), stored rounded to nearest even by integer
+operations on the float's bits, NaN kept quiet (the LLVM codegen's float_to_bfloat16, spelled in
+C); a Cast to bfloat16 converts to float first (as ml_dtypes) and rounds the same way.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from tvmc.codegen.llvm import is_unsigned
 from tvmc.errors import CodegenError
-from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var, is_float,
-                          walk)
+from tvmc.te.expr import (FLOAT16_DTYPES, BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select,
+                          Var, is_float, literal_value, walk)
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.gpu import shared_buffers
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store
@@ -37,13 +42,13 @@ from tvmc.tir.simplify import Linear
 
 # ---- spelling tables ----------------------------------------------------------------------------
 
-# register types (float16 computes in float32, as in tvmc/codegen/llvm.py)
-TYPES = {"float16": "float", "float32": "float", "float64": "double", "int64": "long", "int32": "int",
-         "int16": "short", "int8": "char", "uint64": "ulong", "uint32": "uint", "uint16": "ushort", "uint8": "uchar",
-         "bool": "bool"}
+# register types (float16 and bfloat16 compute in float32, as in tvmc/codegen/llvm.py)
+TYPES = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double", "int64": "long",
+         "int32": "int", "int16": "short", "int8": "char", "uint64": "ulong", "uint32": "uint", "uint16": "ushort",
+         "uint8": "uchar", "bool": "bool"}
 # element types in memory: bool is not a valid buffer element type in OpenCL C; half is only a
-# pointee (parameters), so shared and private arrays of float16 hold its bits
-MEMORY_TYPES = dict(TYPES, bool="uchar", float16="half")
+# pointee (parameters), so shared and private arrays of float16 hold its bits; bfloat16 is its bits
+MEMORY_TYPES = dict(TYPES, bool="uchar", float16="half", bfloat16="ushort")
 ARRAY_TYPES = dict(MEMORY_TYPES, float16="ushort")
 UNSIGNED = {"int8": "uint", "int16": "uint", "int32": "uint", "int64": "ulong"}  # a signed type's shift type
 THREAD_INDEX = {"blockIdx.x": "get_group_id(0)", "blockIdx.y": "get_group_id(1)", "blockIdx.z": "get_group_id(2)",
@@ -72,22 +77,30 @@ HELPERS = {
                 "return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q; }}",
     "floormod": "inline {T} tvmc_floormod_{T}({T} a, {T} b) {{ {T} r = a % b; "
                 "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}",
-    "min": "inline {T} tvmc_min_{T}({T} a, {T} b) {{ return a < b ? a : b; }}",
-    "max": "inline {T} tvmc_max_{T}({T} a, {T} b) {{ return a > b ? a : b; }}",
+    # b when b is NaN or wins, else a (NaN when a is): the LLVM codegen's NaN-propagating min/max
+    # (for integers `b != b` is false)
+    "min": "inline {T} tvmc_min_{T}({T} a, {T} b) {{ return (b != b || b < a) ? b : a; }}",
+    "max": "inline {T} tvmc_max_{T}({T} a, {T} b) {{ return (b != b || b > a) ? b : a; }}",
     # a {T} rounded to float16 (nearest even) and widened back: the register value of a float16
     "to_half": "inline float tvmc_to_half_{T}({T} x) {{ ushort h; vstore_half_rte(x, 0, (half*)&h); "
                "return vload_half(0, (const half*)&h); }}",
     # the bits of a float16 register value ({T} is float), and back
     "half_bits": "inline ushort tvmc_half_bits_{T}({T} x) {{ ushort h; vstore_half_rte(x, 0, (half*)&h); return h; }}",
     "half_from_bits": "inline {T} tvmc_half_from_bits_{T}(ushort h) {{ return vload_half(0, (const half*)&h); }}",
+    # the bits of a float rounded to bfloat16 (nearest even; NaN: its upper half, quiet), and
+    # the float of bfloat16 bits ({T} is float)
+    "bf16_bits": "inline ushort tvmc_bf16_bits_{T}({T} x) {{ uint b = as_uint(x); "
+                 "return (ushort)((b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u "
+                 ": (b + 0x7fffu + ((b >> 16) & 1u)) >> 16); }}",
+    "bf16_from_bits": "inline {T} tvmc_bf16_from_bits_{T}(ushort h) {{ return as_float((uint)h << 16); }}",
 }
 
 
 def _float_literal(value: float, dtype: str) -> str:
     if math.isnan(value):
         return "NAN"
-    if dtype == "float16":  # a float16 literal holds a float16 value (as in the LLVM codegen)
-        value, dtype = float(np.float16(value)), "float32"
+    if dtype in FLOAT16_DTYPES:  # a float16 or bfloat16 literal holds a value of its dtype (te.literal_value)
+        value, dtype = literal_value(FloatImm(value, dtype)), "float32"
     if math.isinf(value):
         return "INFINITY" if value > 0 else "(-INFINITY)"
     text = repr(float(value))
@@ -251,7 +264,10 @@ class CodeGenOpenCL:
         if isinstance(e, Load):
             return f"vload{lanes}(0, {self._var_name(e.buffer)} + {self._expr(_contiguous_base(e.index, var))})"
         if isinstance(e, BinOp) and e.op in ("min", "max"):
-            return f"f{e.op}({self._vexpr(e.a, var, lanes)}, {self._vexpr(e.b, var, lanes)})"
+            # fmin/fmax return the other operand for a NaN one: a NaN `a` is put back (b is a
+            # literal that is not NaN, _vector_expr_ok)
+            a = self._vexpr(e.a, var, lanes)
+            return f"select(f{e.op}({a}, {self._vexpr(e.b, var, lanes)}), {a}, isnan({a}))"
         if isinstance(e, BinOp):
             return f"({self._vexpr(e.a, var, lanes)} {OPERATORS[e.op]} {self._vexpr(e.b, var, lanes)})"
         if isinstance(e, Call) and e.name == "sigmoid":
@@ -264,7 +280,10 @@ class CodeGenOpenCL:
         if pointer is not None:
             self._emit(f"vstore_half_rte({value}, {index}, {pointer});")
         else:
-            value = f"(uchar)({value})" if s.buffer.dtype == "bool" else value
+            if s.buffer.dtype == "bool":
+                value = f"(uchar)({value})"
+            elif s.buffer.dtype == "bfloat16":
+                value = f"{self._helper('bf16_bits', 'float32')}({value})"
             self._emit(f"{self._var_name(s.buffer)}[{index}] = {value};")
 
     # --- expressions ---------------------------------------------------------------------------
@@ -283,6 +302,8 @@ class CodeGenOpenCL:
             if pointer is not None:
                 return f"vload_half({self._expr(e.index)}, {pointer})"
             text = f"{self._var_name(e.buffer)}[{self._expr(e.index)}]"
+            if e.dtype == "bfloat16":
+                return f"{self._helper('bf16_from_bits', 'float32')}({text})"
             return f"({text} != 0)" if e.dtype == "bool" else text
         if isinstance(e, Select):
             return f"({self._expr(e.cond)} ? {self._expr(e.t)} : {self._expr(e.f)})"
@@ -319,10 +340,14 @@ class CodeGenOpenCL:
         """C's conversions, which are numpy's astype for in-range values; a float16 result is
         rounded to float16 once, as in the LLVM codegen: a double directly (vstore_half_rte has
         a double form under cl_khr_fp64), an integer through float (exact below 2**24 in
-        magnitude; above, rounding directly or through float both give float16's infinity)."""
+        magnitude; above, rounding directly or through float both give float16's infinity); a
+        bfloat16 result through float (as ml_dtypes), then rounded."""
         x, src, dst = self._expr(e.value), e.value.dtype, e.dtype
         if dst == "bool":
             return f"({x} != 0)"
+        if dst == "bfloat16" and src != "bfloat16":
+            bits = f"{self._helper('bf16_bits', 'float32')}((float){x})"
+            return f"{self._helper('bf16_from_bits', 'float32')}({bits})"
         if dst == "float16" and src not in ("float16", "bool"):
             if src != "float64":
                 src, x = "float32", f"((float){x})"
@@ -366,12 +391,14 @@ class CodeGenOpenCL:
         return f"{MATH[e.name]}({', '.join(args)})"
 
     def _reinterpret(self, x: str, src: str, dst: str) -> str:
-        """The bits of `x` (dtype `src`) as `dst` of the same size: as_<type>, float16 through
-        its half bits."""
-        if src == "float16":
-            return f"(({self._type(dst)}){self._helper('half_bits', 'float32')}({x}))"
-        if dst == "float16":
-            return f"{self._helper('half_from_bits', 'float32')}((ushort){x})"
+        """The bits of `x` (dtype `src`) as `dst` of the same size: as_<type>, float16 and
+        bfloat16 through their 16 bits."""
+        for dtype, to_bits, from_bits in (("float16", "half_bits", "half_from_bits"),
+                                          ("bfloat16", "bf16_bits", "bf16_from_bits")):
+            if src == dtype:
+                return f"(({self._type(dst)}){self._helper(to_bits, 'float32')}({x}))"
+            if dst == dtype:
+                return f"{self._helper(from_bits, 'float32')}((ushort){x})"
         return f"as_{self._type(dst)}({x})"
 
 
@@ -391,8 +418,8 @@ def _vector_expr_ok(e, var) -> bool:
     if isinstance(e, Load):
         return e.dtype == "float32" and _contiguous_base(e.index, var) is not None
     if isinstance(e, BinOp) and e.dtype == "float32":
-        if e.op in ("min", "max") and not isinstance(e.b, FloatImm):
-            return False  # fmin/fmax differ from `a < b ? a : b` when b is NaN
+        if e.op in ("min", "max") and not (isinstance(e.b, FloatImm) and not math.isnan(e.b.value)):
+            return False  # fmin/fmax drop a NaN b (a NaN `a` is put back by _vexpr)
         return e.op in ("add", "sub", "mul", "div", "min", "max") and all(_vector_expr_ok(x, var) for x in (e.a, e.b))
     if isinstance(e, Call) and e.dtype == "float32" and (e.name in VECTOR_MATH or e.name == "sigmoid"):
         return all(_vector_expr_ok(x, var) for x in e.args)

@@ -10,6 +10,7 @@ from tvmc.ops.cpu.injective import schedule_injective
 from tvmc.ops.gpu.injective import injective_config
 from tvmc.ops.gpu.injective import schedule_injective as schedule_injective_gpu
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+from tvmc.te.expr import is_float
 
 INJECTIVE = {"cpu": [Implementation("injective.cpu", schedule_injective)],
              "gpu": [Implementation("injective.gpu", schedule_injective_gpu, config_space=injective_config)]}
@@ -43,7 +44,7 @@ def _unary(name, fn, ref, pattern=OpPattern.ELEMWISE, infer=_same_type):
 
 def _f(x, v):
     """A literal of x's dtype (integer tensors get integer literals)."""
-    return te.const(float(v) if x.dtype.startswith("float") else int(v), x.dtype)
+    return te.const(float(v) if is_float(x.dtype) else int(v), x.dtype)
 
 
 _unary("nn.relu", lambda x, a: te.maximum(x, _f(x, 0.0)), lambda x: np.maximum(x, 0).astype(x.dtype))
@@ -59,7 +60,7 @@ _unary("tanh", lambda x, a: te.tanh(x), lambda x: np.tanh(x))
 _unary("exp", lambda x, a: te.exp(x), lambda x: np.exp(x))
 _unary("sqrt", lambda x, a: te.sqrt(x), lambda x: np.sqrt(x))
 _unary("negative", lambda x, a: -x, lambda x: -x)
-_unary("abs", lambda x, a: te.fabs(x) if x.dtype.startswith("float") else te.select(x < _f(x, 0), -x, x),
+_unary("abs", lambda x, a: te.fabs(x) if is_float(x.dtype) else te.select(x < _f(x, 0), -x, x),
        lambda x: np.abs(x))
 _unary("clip", lambda x, a: te.minimum(te.maximum(x, _f(x, a["a_min"])), _f(x, a["a_max"])),
        lambda x, a_min, a_max: np.clip(x, np.float32(a_min), np.float32(a_max)).astype(x.dtype))
@@ -121,7 +122,7 @@ def _trunc_div(a, b):
 
 
 def _trunc_div_ref(a, b):
-    if a.dtype.kind == "f":
+    if is_float(a.dtype.name):
         return np.divide(a, b).astype(a.dtype)
     if a.dtype.kind == "u":
         return np.floor_divide(a, b)
@@ -130,11 +131,11 @@ def _trunc_div_ref(a, b):
 
 
 # integer division truncates toward zero (ONNX Div; relay.divide), floats divide exactly
-_binary("divide", lambda a, b: a / b if a.dtype.startswith("float") else _trunc_div(a, b), _trunc_div_ref)
+_binary("divide", lambda a, b: a / b if is_float(a.dtype) else _trunc_div(a, b), _trunc_div_ref)
 _binary("maximum", te.maximum, np.maximum)
 _binary("minimum", te.minimum, np.minimum)
 def _power(a, b):
-    if a.dtype.startswith("float"):
+    if is_float(a.dtype):
         return te.power(a, b)
     # integer power: |a| ** b through float32 pow, rounded (exact while results stay below
     # 2**24), negated for a negative base and an odd exponent
@@ -197,7 +198,7 @@ def _bool_type(in_types, attrs):
 
 
 def _isinf(x, a):
-    if not x.dtype.startswith("float"):
+    if not is_float(x.dtype):
         return te.const(False, "bool")
     conds = [te.eq(x, te.const(v, x.dtype)) for v, on in ((np.inf, a.get("detect_positive", 1)),
                                                           (-np.inf, a.get("detect_negative", 1))) if on]
@@ -213,7 +214,7 @@ _unary("isnan", lambda x, a: te.ne(x, x), lambda x: np.isnan(x), infer=_bool_typ
 _unary("isinf", _isinf, _isinf_ref, infer=_bool_type)
 _unary("sign", lambda x, a: te.select(x > _f(x, 0), _f(x, 1), te.select(x < _f(x, 0), _f(x, -1), x)),
        lambda x: np.sign(x))
-_unary("round", lambda x, a: te.round(x) if x.dtype.startswith("float") else x, lambda x: np.round(x))
+_unary("round", lambda x, a: te.round(x) if is_float(x.dtype) else x, lambda x: np.round(x))
 
 
 # ---- trigonometric and hyperbolic functions (ONNX Sin .. Atanh; codegen/intrinsics.py) ------------
@@ -275,7 +276,7 @@ def _floor_mod(a, b):
     """Remainder with the divisor's sign (Python's %, numpy.mod): integers through floormod;
     floats as fmod(a, b) moved by b when the signs differ (inf divisor: a, or b when the signs
     differ, as numpy)."""
-    if not a.dtype.startswith("float"):
+    if not is_float(a.dtype):
         return a % b
     r = te.fmod(a, b)
     zero = _f(a, 0)

@@ -19,6 +19,7 @@ from tvmc.ops.layout import channel_block, logical_shape, to_layout
 from tvmc.ops.reduce import WINDOW
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
+from tvmc.te.expr import is_float
 
 POOL = {"cpu": [Implementation("pool.cpu", schedule_pool)],
         "gpu": [Implementation("pool.gpu", schedule_generic, config_space=generic_config)]}
@@ -85,7 +86,7 @@ def _pool_compute(kind):
         eb = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt))
         er = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl))
         padded = pad_compute(x, ((0, 0), (0, 0), (pt, eb), (pl, er)) + block,
-                             (float("-inf") if x.dtype.startswith("float") else te.min_value(x.dtype))
+                             (float("-inf") if is_float(x.dtype) else te.min_value(x.dtype))
                              if kind == "max" else 0.0, name="pad_data")
         rh, rw = te.reduce_axis(kh, "rh"), te.reduce_axis(kw, "rw")
         if kind == "max":

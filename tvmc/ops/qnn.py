@@ -51,6 +51,7 @@ from tvmc.ops.nn_conv2d import _type as _float_conv2d_type
 from tvmc.ops.nn_conv2d import conv2d_out_hw
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+from tvmc.te.expr import is_float
 
 QUANTIZED_DTYPES = ("int8", "uint8")
 # saturation bounds of the requantized types
@@ -442,7 +443,7 @@ QUANTIZE_RANGES = {**RANGES, "uint16": (0, 65535), "int16": (-32768, 32767)}
 
 def _quantize_type(in_types, attrs):
     x, scale, _ = in_types
-    if x.dtype != scale.dtype or not x.dtype.startswith("float"):
+    if x.dtype != scale.dtype or not is_float(x.dtype):
         raise ValueError(f"qnn.quantize divides in one float type, got {x.dtype} and {scale.dtype}")
     if attrs["out_dtype"] not in QUANTIZE_RANGES:
         raise ValueError(f"out_dtype must be one of {', '.join(QUANTIZE_RANGES)}, got {attrs['out_dtype']}")

@@ -12,6 +12,7 @@ from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.gpu.reduction import reduce_config
 from tvmc.ops.gpu.reduction import schedule_reduce as schedule_reduce_gpu
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
+from tvmc.te.expr import is_float
 
 REDUCE = {"cpu": [Implementation("reduce.cpu", schedule_reduce)],
           "gpu": [Implementation("reduce.gpu", schedule_reduce_gpu, config_space=reduce_config)]}
@@ -75,7 +76,7 @@ def _reduce_compute(combiner, finish=None):
 def _ref(fn):
     def ref(x, axis, keepdims):
         with np.errstate(all="ignore"):
-            return np.asarray(fn(x.astype(np.float64) if x.dtype.kind == "f" else x, axis=tuple(axis),
+            return np.asarray(fn(x.astype(np.float64) if is_float(x.dtype.name) else x, axis=tuple(axis),
                                  keepdims=bool(keepdims))).astype(x.dtype)
     return ref
 
@@ -85,7 +86,7 @@ register_op(OpDef("max", _reduce_type, _ref(np.max), OpPattern.COMM_REDUCE, _red
 register_op(OpDef("min", _reduce_type, _ref(np.min), OpPattern.COMM_REDUCE, _reduce_compute("min"), REDUCE))
 register_op(OpDef("prod", _reduce_type, _ref(np.prod), OpPattern.COMM_REDUCE, _reduce_compute("prod"), REDUCE))
 register_op(OpDef("mean", _reduce_type, _ref(np.mean), OpPattern.COMM_REDUCE,
-                  _reduce_compute("sum", lambda s, n: s / te.const(float(n), s.dtype) if s.dtype.startswith("float")
+                  _reduce_compute("sum", lambda s, n: s / te.const(float(n), s.dtype) if is_float(s.dtype)
                                   else s // te.const(n, s.dtype)), REDUCE))
 
 
@@ -175,7 +176,7 @@ def _cumulative_compute(combiner):
 def _cumulative_ref(fn, neutral):
     def ref(x, axis, exclusive=0, reverse=0):
         y = np.flip(x, axis) if reverse else x
-        out = fn(y, axis=axis, dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
+        out = fn(y, axis=axis, dtype=np.float64 if is_float(x.dtype.name) else x.dtype)
         if exclusive:
             out = np.concatenate([np.full_like(np.take(out, [0], axis), neutral), np.delete(out, -1, axis)], axis)
         out = np.flip(out, axis) if reverse else out

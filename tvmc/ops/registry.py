@@ -16,6 +16,7 @@ from typing import Callable
 
 from tvmc.errors import ModelError, ScheduleError
 from tvmc.graph.ir import Call, TensorType, fmt_dims
+from tvmc.te.expr import is_float
 
 
 class OpPattern(enum.IntEnum):
@@ -197,6 +198,6 @@ def _forwarded_dynamic_type(op: str, pattern, inputs, attrs: dict, type_: Tensor
         lead = rank - len(i.shape)
         if k != k0 and any(a >= lead and i.shape[a - lead] != 1 for a in axes):
             raise refuse(f"input {k} is not of extent 1 along those axes")
-    if op in _ZERO_DIVISOR_FAULTS and k0 != 0 and not type_.dtype.startswith("float"):
+    if op in _ZERO_DIVISOR_FAULTS and k0 != 0 and not is_float(type_.dtype):
         raise refuse("its zero padding would be an integer divisor")
     return TensorType(type_.shape, type_.dtype, axes)

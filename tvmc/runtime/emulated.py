@@ -109,7 +109,14 @@ class EmulatedProgram:
                 samples = [float(v) for v in ln.split(":", 1)[1].split()]
         if repeat and len(samples) != repeat:
             raise ArtifactError(f"{self.origin}: the C runner printed {len(samples)} measurements, not {repeat}")
-        return [np.load(path, allow_pickle=False) for path in outs], samples
+        return [_load_npy(path) for path in outs], samples
+
+
+def _load_npy(path) -> np.ndarray:
+    """An output .npy of the C runner; its 2-byte void elements are bfloat16 (tvmc_run.c writes
+    bfloat16 as '<V2', as numpy writes ml_dtypes' arrays)."""
+    a = np.load(path, allow_pickle=False)
+    return a.view("bfloat16") if a.dtype == np.dtype("V2") else a
 
 
 class EmulatedExecutor:

@@ -73,14 +73,16 @@ static void check(int rc, const char *what) {
 
 /* ------------------------------------------------------------------------------------------
  * .npy files (NumPy's format, versions 1.0 to 3.0): magic, version, header length, a Python
- * dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (1, 3), }, then the data. */
+ * dict literal {'descr': '<f4', 'fortran_order': False, 'shape': (1, 3), }, then the data.
+ * bfloat16 has no descriptor of its own: numpy writes ml_dtypes' bfloat16 arrays as 2-byte void
+ * elements ('<V2'; np.load(f).view(ml_dtypes.bfloat16) reads them back). */
 
 static const struct {
   const char *descr, *dtype;
 } npy_dtypes[] = {
     {"<f4", "float32"}, {"<f8", "float64"}, {"<f2", "float16"}, {"<i8", "int64"},  {"<i4", "int32"},
     {"<i2", "int16"},   {"|i1", "int8"},    {"<u8", "uint64"},  {"<u4", "uint32"}, {"<u2", "uint16"},
-    {"|u1", "uint8"},   {"|b1", "bool"},
+    {"|u1", "uint8"},   {"|b1", "bool"},    {"<V2", "bfloat16"},
 };
 #define NUM_NPY_DTYPES ((int)(sizeof(npy_dtypes) / sizeof(npy_dtypes[0])))
 

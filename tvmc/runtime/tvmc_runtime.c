@@ -385,6 +385,7 @@ static const struct { const char *name; uint32_t size; const char *code; } dtype
     {"float32", 4, "F32"}, {"float64", 8, "F64"}, {"float16", 2, "F16"}, {"int64", 8, "I64"},
     {"int32", 4, "I32"},   {"int16", 2, "I16"},   {"int8", 1, "I8"},     {"uint64", 8, "U64"},
     {"uint32", 4, "U32"},  {"uint16", 2, "U16"},  {"uint8", 1, "U8"},    {"bool", 1, "BOOL"},
+    {"bfloat16", 2, "BF16"},
 };
 #define NUM_DTYPES ((int)(sizeof(dtypes) / sizeof(dtypes[0])))
 

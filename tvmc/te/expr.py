@@ -41,8 +41,21 @@ def _wrap(x, like: "PrimExpr | None" = None) -> "PrimExpr":
     return const(x)
 
 
+# 16-bit floats (IEEE binary16, and bfloat16: float32's sign and 8 exponent bits with 7 mantissa
+# bits, Google Brain's format): 16 bits in memory, float32 in registers; every value they hold is
+# rounded to the 16-bit type (to nearest, ties to even) where it is stored or cast
+FLOAT16_DTYPES = ("float16", "bfloat16")
+
+
 def is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
+    """float16, bfloat16, float32, float64."""
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
+def register_dtype(dtype: str) -> str:
+    """The dtype a value of `dtype` is computed in: float32 for the 16-bit floats
+    (FLOAT16_DTYPES), else `dtype` itself."""
+    return "float32" if dtype in FLOAT16_DTYPES else dtype
 
 
 class PrimExpr:
@@ -107,6 +120,19 @@ class IntImm(PrimExpr):
 
     def __repr__(self):
         return str(self.value)
+
+
+def literal_value(e: "FloatImm") -> float:
+    """The value float literal `e` holds: `e.value` rounded to float16 or bfloat16 for those
+    dtypes (a float32 register then holds it exactly; bfloat16 through float32, as ml_dtypes
+    rounds a Python float and as a float64 -> bfloat16 cast does)."""
+    import numpy as np
+
+    if e.dtype == "float16":
+        return float(np.float16(e.value))
+    if e.dtype == "bfloat16":
+        return float(np.float32(e.value).astype("bfloat16"))
+    return e.value
 
 
 class FloatImm(PrimExpr):
@@ -267,8 +293,9 @@ class Load(PrimExpr):
 
 
 def _limits(dtype: str) -> tuple:
-    """(lowest, highest) finite value of `dtype`'s register type: float16 runs in float32
-    registers, so its limits are float32's (they round to -inf/+inf when stored as float16)."""
+    """(lowest, highest) finite value of `dtype`'s register type: float16 and bfloat16 run in
+    float32 registers, so their limits are float32's (stored, they round to -inf/+inf: float32's
+    largest value is above bfloat16's largest by more than half its ulp)."""
     import numpy as np
 
     if is_float(dtype):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from tvmc.te.expr import Cast, PrimExpr, Reduce, TensorLoad, Var, _wrap
+from tvmc.te.expr import FLOAT16_DTYPES, Cast, PrimExpr, Reduce, TensorLoad, Var, _wrap
 
 _uid = itertools.count()
 
@@ -88,11 +88,11 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs: dict |
     shape = tuple(int(s) for s in shape)
     axis = [IterVar(s, f"{name}_i{k}") for k, s in enumerate(shape)]
     body = _wrap(fcompute(*[a.var for a in axis]))
-    if body.dtype == "float16" and not isinstance(body, Reduce):
-        # float16 computes in float32 registers (tvmc/codegen/llvm.py): each stage rounds its value
-        # to float16 as a store would, so results do not depend on inlining (reductions accumulate
-        # in float32 and round where they are read, tvmc/tir/lower.py)
-        body = Cast("float16", Cast("float32", body))
+    if body.dtype in FLOAT16_DTYPES and not isinstance(body, Reduce):
+        # float16 and bfloat16 compute in float32 registers (tvmc/codegen/llvm.py): each stage
+        # rounds its value to its dtype as a store would, so results do not depend on inlining
+        # (reductions accumulate in float32 and round where they are read, tvmc/tir/lower.py)
+        body = Cast(body.dtype, Cast("float32", body))
     return Tensor(shape, body.dtype, name, ComputeOp(axis, body, tag, attrs))
 
 

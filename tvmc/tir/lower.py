@@ -6,8 +6,8 @@ schedules, memory scopes, loops bound to thread axes and cross-thread reductions
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import (BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, eq, logical_and, substitute,
-                          transform, walk)
+from tvmc.te.expr import (FLOAT16_DTYPES, BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, eq, logical_and,
+                          substitute, transform, walk)
 from tvmc.te.schedule import THREAD_AXES, THREAD_TAGS, Schedule, Split, Stage
 from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
 from tvmc.tir.simplify import Linear, simplify, simplify_stmt
@@ -32,14 +32,14 @@ class _Lowering:
 
     def _buffer(self, t, shape, scope="global", name=None, intermediate=True):
         """A buffer for tensor `t` (named `name`, default the tensor's, made unique); an
-        intermediate float16 tensor is held as float32 (float16 computes in float32,
-        tvmc/codegen/llvm.py), so a reduction accumulates without float16 rounding."""
+        intermediate float16 or bfloat16 tensor is held as float32 (they compute in float32,
+        tvmc/codegen/llvm.py), so a reduction accumulates without 16-bit rounding."""
         base = name or t.name
         name, k = base, 1
         while name in self.names:
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
-        return Buffer(name, shape, "float32" if intermediate and t.dtype == "float16" else t.dtype, scope)
+        return Buffer(name, shape, "float32" if intermediate and t.dtype in FLOAT16_DTYPES else t.dtype, scope)
 
     def run(self) -> PrimFunc:
         params = []
@@ -184,8 +184,9 @@ class _Lowering:
             return nest(common, self._cross_thread_reduce(st, tail, bound, value, buf, store_index, ext,
                                                           guarded, nest))
         init_loops = [iv for iv in tail if iv.kind == "spatial"]
-        # a float16 output accumulates in a float32 register-sized local, stored (rounded) once
-        acc = self._buffer(st.tensor, [1], "local") if buf.dtype == "float16" and not init_loops else None
+        # a float16 or bfloat16 output accumulates in a float32 register-sized local, stored
+        # (rounded) once
+        acc = self._buffer(st.tensor, [1], "local") if buf.dtype in FLOAT16_DTYPES and not init_loops else None
         acc_buf, acc_index = (acc, IntImm(0)) if acc is not None else (buf, store_index)
         init = Store(acc_buf, acc_index, value.identity())
         combined = _combine(value.combiner, Load(acc_buf, acc_index), value.source)
@@ -263,20 +264,28 @@ class _Lowering:
         return inner
 
     def _to_loads(self, e):
-        def rule(x):
-            if isinstance(x, TensorLoad):
-                if x.tensor.uid not in self.buffers:
-                    raise ScheduleError(f"{self.name}: tensor {x.tensor.name} has no buffer "
-                                        "(a stage was attached to a loop that does not enclose its use)")
-                buf, bases = self.buffers[x.tensor.uid]
-                idx = list(x.indices)
-                if bases is not None:
-                    idx = [i - b for i, b in zip(idx, bases)]
-                load = Load(buf, buf.flat_index(idx))
-                # a float16 reduction held in float32 is rounded where it is read
-                return Cast("float16", load) if x.tensor.dtype != buf.dtype else load
+        def load(x, indices, rounded=True):
+            if x.tensor.uid not in self.buffers:
+                raise ScheduleError(f"{self.name}: tensor {x.tensor.name} has no buffer "
+                                    "(a stage was attached to a loop that does not enclose its use)")
+            buf, bases = self.buffers[x.tensor.uid]
+            idx = list(indices)
+            if bases is not None:
+                idx = [i - b for i, b in zip(idx, bases)]
+            value = Load(buf, buf.flat_index(idx))
+            # a float16 or bfloat16 reduction held in float32 is rounded where it is read
+            return Cast(x.tensor.dtype, value) if rounded and x.tensor.dtype != buf.dtype else value
+
+        def pre(x, visit):
+            # the partial results of an rfactor stage (a reduction whose source is a load of another
+            # reduction, held in float32) are combined unrounded: rounding each lane's partial sum
+            # to float16 or bfloat16 first would leave float32 accumulation within a lane only
+            if isinstance(x, Reduce) and isinstance(x.source, TensorLoad):
+                return Reduce(x.combiner, load(x.source, [visit(i) for i in x.source.indices], rounded=False),
+                              x.axes)
             return None
-        return transform(e, rule)
+
+        return transform(e, lambda x: load(x, x.indices) if isinstance(x, TensorLoad) else None, pre)
 
     # --- bound inference -----------------------------------------------------------------
     def _infer_region(self, st, at_iv, child, ext, coord, siblings=()):

@@ -7,7 +7,8 @@ Execution model: the blocks of the grid one after another; the threads of a bloc
 one numpy lane per thread (thread id = x + X (y + Y z), warps of 32 consecutive ids, as CUDA
 numbers them). A statement runs for the active threads (a mask narrowed by IfThenElse and guarded
 thread loops); loads and stores gather and scatter per thread. Values follow the code generators:
-integers in int64, float16 computed in float32 and rounded where stored, comparisons as bool.
+integers in int64, float16 and bfloat16 computed in float32 and rounded where stored or cast
+(bfloat16 through ml_dtypes' numpy dtype: to nearest even), comparisons as bool.
 
 Asynchronous copies (tir.AsyncCopy) read their source when issued and land in shared memory as
 late as the PTX rules allow: at the AsyncCopyWait that requires their group (AsyncCopyCommit and
@@ -24,7 +25,8 @@ import math
 
 import numpy as np
 
-from tvmc.te.expr import BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, Select, Var
+from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, Select, Var, literal_value,
+                          register_dtype)
 from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, For, IfThenElse,
                          MatrixLoad, PrimFunc, Seq, Store)
 
@@ -42,8 +44,8 @@ _CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_e
 
 
 def _register(dtype: str):
-    """numpy dtype of a value of `dtype` in registers (float16 computes in float32)."""
-    return np.dtype(np.float32 if dtype == "float16" else dtype)
+    """numpy dtype of a value of `dtype` in registers (float16 and bfloat16 compute in float32)."""
+    return np.dtype(register_dtype(dtype))
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
@@ -79,8 +81,7 @@ class _Block:
         if isinstance(e, IntImm):
             return np.bool_(e.value) if e.dtype == "bool" else np.dtype(e.dtype).type(e.value)
         if isinstance(e, FloatImm):
-            v = np.float16(e.value) if e.dtype == "float16" else e.value
-            return _register(e.dtype).type(v)
+            return _register(e.dtype).type(literal_value(e))
         if isinstance(e, Var):
             return self.env[e]
         if isinstance(e, Load):
@@ -103,6 +104,8 @@ class _Block:
             v = np.asarray(self.value(e.value, mask))
             if e.dtype == "float16":
                 return v.astype(np.float16).astype(np.float32)
+            if e.dtype == "bfloat16":  # through float32, as the code generators
+                return v.astype(np.float32).astype(e.dtype).astype(np.float32)
             if np.dtype(e.dtype).kind in "iu" and v.dtype.kind == "f":
                 v = np.trunc(np.nan_to_num(v))
             return v.astype(_register(e.dtype))

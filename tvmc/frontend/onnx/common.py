@@ -8,10 +8,10 @@ import onnx
 from tvmc.graph import ir
 from tvmc.graph.ir import Expr
 
-# dtypes a tensor may have: numpy's own (ONNX FLOAT16 .. UINT64, BOOL); bfloat16, float8, int4 and
-# string tensors have no numpy dtype and are refused
-SUPPORTED_DTYPES = ("float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                    "uint64", "bool")
+# dtypes a tensor may have: numpy's own (ONNX FLOAT16 .. UINT64, BOOL) and BFLOAT16 (ml_dtypes'
+# numpy type, computed in float32 as float16 is); float8, int4 and string tensors are refused
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "int16", "int32", "int64", "uint8",
+                    "uint16", "uint32", "uint64", "bool")
 
 
 def np_dtype_name(elem_type: int) -> str:

@@ -8,6 +8,7 @@ import onnx
 from tvmc.frontend.onnx.common import (SUPPORTED_DTYPES, is_const, is_int_const, norm_axis, np_dtype_name, reshape,
                                       scalar)
 from tvmc.frontend.onnx.registry import converter
+from tvmc.te.expr import is_float
 
 
 
@@ -57,7 +58,7 @@ def Clip(ctx, node, inputs, attrs, opset):
     for e, i in ((lo, 1), (hi, 2)):
         if e is not None and e.type.size != 1:
             raise ctx.error(f"bound '{ctx.input_name(i)}' must be a scalar, got {e.type}")
-    floating = np.dtype(x.dtype).kind == "f"
+    floating = is_float(x.dtype)
     both = lo is not None and hi is not None
     if (lo is None or is_const(lo)) and (hi is None or is_const(hi)) and (floating or both):
         bounds = [float(e.value.reshape(())) if e is not None else default

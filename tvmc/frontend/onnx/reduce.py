@@ -6,6 +6,7 @@ import numpy as np
 
 from tvmc.frontend.onnx.common import is_const, norm_axis, reshape
 from tvmc.frontend.onnx.registry import converter
+from tvmc.te.expr import is_float
 
 
 def _reduce_axes(ctx, inputs, attrs, opset, since_input):
@@ -185,7 +186,7 @@ def ReduceLogSumExp(ctx, node, inputs, attrs, opset):
     maximum shifts by 0), so large inputs do not overflow."""
     x = inputs[0]
     axes = _reduce_axes(ctx, inputs, attrs, opset, 18)
-    if not axes or any(x.shape[a] == 0 for a in axes) or not x.dtype.startswith("float"):
+    if not axes or any(x.shape[a] == 0 for a in axes) or not is_float(x.dtype):
         return _reduce(ctx, inputs, attrs, opset, "sum", pre=lambda v: ctx.call("exp", [v]),
                        post=lambda y: ctx.call("log", [y]))
     m = ctx.call("max", [x], {"axis": axes, "keepdims": 1})

@@ -8,6 +8,7 @@ from onnx import numpy_helper
 from tvmc.frontend.onnx.common import (fmt_dims, is_const, is_int_const, norm_axis, np_dtype_name, prod, reshape,
                                       scalar)
 from tvmc.frontend.onnx.registry import converter
+from tvmc.te.expr import is_float
 
 
 @converter(1, 9, 11, 13, 21, 23, 24, 25)
@@ -507,7 +508,7 @@ def _resize(ctx, x, scales, sizes, method, coord_mode, nearest_mode="round_prefe
                             exclude_outside, roi_of[a], antialias) for a in (rank - 2, rank - 1)]
     (ih, wh, oh), (iw, ww, ow) = tables
     h, w = x.shape[-2:]
-    if antialias and method != "nearest" and x.dtype.startswith("float"):
+    if antialias and method != "nearest" and is_float(x.dtype):
         y = _resize_as_matmuls(ctx, reshape(ctx, x, (prod(x.shape[:-2]), h, w)), tables)
     else:
         y = reshape(ctx, x, (prod(x.shape[:-2]), 1, h, w)) if rank != 4 else x

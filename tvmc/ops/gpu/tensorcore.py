@@ -1,8 +1,9 @@
 """Tensor-core GEMM kernels for GPUs with warp-level matrix instructions (NVIDIA sm_80 on:
 targets/isa/nvptx64.yaml `mma`): dense, batched matmul and conv2d (implicit GEMM) with float16
-operands (mma m16n8k16), or float32 ones read as TF32 where the target allows it (`allow_tf32`:
-mma m16n8k8, each operand rounded to TF32's 10 mantissa bits, to nearest, as it enters the mma:
-tir.MMA), accumulated in float32, with the fused epilogue applied to the accumulators.
+or bfloat16 operands (mma m16n8k16), or float32 ones read as TF32 where the target allows it
+(`allow_tf32`: mma m16n8k8, each operand rounded to TF32's 10 mantissa bits, to nearest, as it
+enters the mma: tir.MMA), accumulated in float32, with the fused epilogue applied to the
+accumulators.
 
 The kernel is written directly in loop IR (a template, like TVM's ir_builder kernels and the
 tensor-core templates of its meta-schedule), because its inner steps are warp-collective
@@ -15,9 +16,9 @@ instructions that no loop transformation of a tensor expression produces:
   mma tiles (tir.MMA) into float32 registers;
 - K goes in steps of block_k: per step the block copies the A tile [BM, block_k] and the B tile
   into shared memory (rows padded, so that the rows a warp reads at once lie in distinct banks:
-  8 elements; 4 for TF32 rows along K), then every warp loads its fragments (float16: ldmatrix,
-  tir.MatrixLoad, B transposed on the way where it is stored with N contiguous; TF32: one shared
-  load per element) and multiplies;
+  8 elements; 4 for TF32 rows along K), then every warp loads its fragments (float16 and
+  bfloat16: ldmatrix, tir.MatrixLoad, B transposed on the way where it is stored with N
+  contiguous; TF32: one shared load per element) and multiplies;
 - with stages = 2 the copies of step k+1 (cp.async where the target has it: tir.AsyncCopy, 16
   bytes per thread and copy) go on while step k is multiplied (double buffering); stages = 1
   copies, waits, multiplies;
@@ -42,7 +43,8 @@ copies asynchronously and K takes more than one step. Against tuned configs on a
 1 x 1 layers, 1.3x to 1.9x behind on the deeper 3 x 3 layers, whose best tiles are narrower
 along N (frag_n 1) and deeper along K (block_k 64): more blocks for their few output pixels.
 
-Applies to float16 operands on targets whose `tensor_core_dtypes` has float16, and to float32
+Applies to float16 (bfloat16) operands on targets whose `tensor_core_dtypes` has float16
+(bfloat16), and to float32
 ones where it has float32 and the target sets `allow_tf32` (a numerics change the user asks for:
 --target-option allow_tf32=true); conv2d with groups 1 (depthwise and grouped convolutions keep
 the generic GPU schedules).
@@ -93,7 +95,8 @@ class MmaKind:
         return 4 if not self.ldmatrix and k_major else 8
 
 
-MMA_KINDS = {"float16": MmaKind("float16", "m16n8k16", 16, True), "float32": MmaKind("float32", "m16n8k8", 8, False)}
+MMA_KINDS = {"float16": MmaKind("float16", "m16n8k16", 16, True), "bfloat16": MmaKind("bfloat16", "m16n8k16", 16, True),
+             "float32": MmaKind("float32", "m16n8k8", 8, False)}
 
 
 @dataclass
@@ -143,7 +146,7 @@ def gemm_extents(workload) -> tuple:
 
 
 def tensorcore_applies(workload) -> bool:
-    """float16 or float32 operands; conv2d only with groups 1."""
+    """float16, bfloat16 or float32 operands; conv2d only with groups 1."""
     attrs = dict(workload[-1])
     return workload[-2] in MMA_KINDS and attrs.get("groups", 1) == 1
 

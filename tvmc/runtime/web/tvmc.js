@@ -21,7 +21,7 @@
 // with the C API's message (tvmc_last_error).
 
 const TYPED_ARRAYS = {
-  float32: Float32Array, float64: Float64Array, float16: Uint16Array, int64: BigInt64Array,
+  float32: Float32Array, float64: Float64Array, float16: Uint16Array, bfloat16: Uint16Array, int64: BigInt64Array,
   int32: Int32Array, int16: Int16Array, int8: Int8Array, uint64: BigUint64Array, uint32: Uint32Array,
   uint16: Uint16Array, uint8: Uint8Array, bool: Uint8Array,
 };
