@@ -174,4 +174,4 @@ def test_injective_contiguous_data_moves_as_float4():
     cg = CodeGenOpenCL(OPENCL)
     cg.add_function(_lower(case))
     src = cg.source()
-    assert src.count("vload4(") == 2 and "vstore4(exp(fmax(" in src
+    assert src.count("vload4(") == 2 and "vstore4(exp(tvmc_vmax_float4(" in src

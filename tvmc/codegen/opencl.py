@@ -81,6 +81,10 @@ HELPERS = {
     # (for integers `b != b` is false)
     "min": "inline {T} tvmc_min_{T}({T} a, {T} b) {{ return (b != b || b < a) ? b : a; }}",
     "max": "inline {T} tvmc_max_{T}({T} a, {T} b) {{ return (b != b || b > a) ? b : a; }}",
+    # the same on floatN vectors: fmin/fmax return the other operand for a NaN one, so a NaN `a`
+    # is put back (b is a literal that is not NaN: _vector_expr_ok); one call, `a` evaluated once
+    "vmin": "inline {T} tvmc_vmin_{T}({T} a, {T} b) {{ return select(fmin(a, b), a, isnan(a)); }}",
+    "vmax": "inline {T} tvmc_vmax_{T}({T} a, {T} b) {{ return select(fmax(a, b), a, isnan(a)); }}",
     # a {T} rounded to float16 (nearest even) and widened back: the register value of a float16
     "to_half": "inline float tvmc_to_half_{T}({T} x) {{ ushort h; vstore_half_rte(x, 0, (half*)&h); "
                "return vload_half(0, (const half*)&h); }}",
@@ -171,8 +175,8 @@ class CodeGenOpenCL:
         name = self._var_name(buf)
         return name if buf.scope == "global" else f"(({HALF_POINTERS[buf.scope]}){name})"
 
-    def _helper(self, name: str, dtype: str) -> str:
-        t = self._type(dtype)
+    def _helper(self, name: str, dtype: str, c_type: str | None = None) -> str:
+        t = c_type or self._type(dtype)
         self.helpers[f"{name}_{t}"] = HELPERS[name].format(T=t)
         return f"tvmc_{name}_{t}"
 
@@ -264,10 +268,9 @@ class CodeGenOpenCL:
         if isinstance(e, Load):
             return f"vload{lanes}(0, {self._var_name(e.buffer)} + {self._expr(_contiguous_base(e.index, var))})"
         if isinstance(e, BinOp) and e.op in ("min", "max"):
-            # fmin/fmax return the other operand for a NaN one: a NaN `a` is put back (b is a
-            # literal that is not NaN, _vector_expr_ok)
-            a = self._vexpr(e.a, var, lanes)
-            return f"select(f{e.op}({a}, {self._vexpr(e.b, var, lanes)}), {a}, isnan({a}))"
+            # fmin/fmax return the other operand for a NaN one: the helper puts a NaN `a` back
+            helper = self._helper(f"v{e.op}", "float32", f"float{lanes}")
+            return f"{helper}({self._vexpr(e.a, var, lanes)}, {self._vexpr(e.b, var, lanes)})"
         if isinstance(e, BinOp):
             return f"({self._vexpr(e.a, var, lanes)} {OPERATORS[e.op]} {self._vexpr(e.b, var, lanes)})"
         if isinstance(e, Call) and e.name == "sigmoid":
