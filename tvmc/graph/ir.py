@@ -239,6 +239,12 @@ class Call(Expr):
     def op_name(self) -> str:
         return self.op.name if isinstance(self.op, Function) else self.op
 
+    @property
+    def is_symbolic(self) -> bool:
+        """True when the call's type or one of its attributes holds a symbolic expression
+        (tvmc.graph.symbolic): its value depends on the size variables, so it is never folded."""
+        return self.type.is_symbolic or bool(symbolic.free_vars(list(self.attrs.values())))
+
     def __repr__(self):
         return f"Call({self.op_name}, {self.type})"
 

@@ -653,11 +653,14 @@ def is_symbolic(x) -> bool:
 
 
 def free_vars(xs) -> list:
-    """The SizeVars in a value or an iterable of values (ints, SymExprs, nested tuples), sorted by name."""
+    """The SizeVars in a value or an iterable of values (ints, SymExprs, SizeVars, nested tuples and
+    lists), sorted by name."""
     found: dict = {}
 
     def visit(x):
-        if isinstance(x, SymExpr):
+        if isinstance(x, SizeVar):
+            found[x.key] = x
+        elif isinstance(x, SymExpr):
             for mono, _ in x.terms:
                 for atom in mono:
                     if isinstance(atom, SizeVar):
