@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tvmc.errors import ModelError
+from tvmc.errors import ModelError, ScheduleError
 from tvmc.frontend.onnx import from_onnx
 from tvmc.graph import symbolic as sym
 
@@ -335,3 +335,15 @@ def test_unnamed_dimension_takes_a_range_from_input_shapes():
     g = from_onnx(model, {"x": (1, (1, 256))})
     assert g.outputs[0].shape == (1, sym.size_var("x_1", 1, 256))
 
+
+def test_symbolic_compile_stops_before_lowering():
+    from tvmc.driver import CompileOptions, compile_model
+    from tvmc.target import resolve_target
+
+    options = CompileOptions(opt_level=3, dim_ranges={"batch": (1, 8), "seq": "1..64"})
+    with pytest.raises(ScheduleError, match=r"^kernel fused_\w+ \(\w+ of node '\w+', \w+\[.*seq.*\]\) has extents that "
+                                           r"depend on .*seq in 1..64.*: symbolic compilation reaches the graph IR but "
+                                           r"not code generation yet; compile one size per artifact instead, e.g. "
+                                           r"--input-shapes \"input_ids:\[8,64\] attention_mask:\[8,64\]\" \(without "
+                                           r"--dim-range\)$"):
+        compile_model(bert_model(), resolve_target("x86"), options)
