@@ -318,6 +318,23 @@ def test_errors_name_the_node_or_the_option(nodes, inputs, kwargs, message):
         from_onnx(model, **kwargs)
 
 
+def test_unresolved_error_says_why_the_examples_do_not_import():
+    """A model fixed inside to one size: no range imports (the error of one says why); a model that
+    needs s divisible by 4: the size imports, the ranges do not."""
+    n = helper.make_node
+    fixed = make([n("Add", ["x", "k"], ["y"], name="plus_k")], [("x", F, ["s"])], [("y", F, None)],
+                 {"k": np.ones(4, np.float32)})
+    with pytest.raises(ModelError, match=r"'s' \(x\[0\]\); give each a range or a size, e.g. --dim-range s=1..256, or "
+                                         r"--input-shapes \"x:\[64\]\"; with these: node 'plus_k' \(add\): .* "
+                                         r"s and 4 are not provably equal"):
+        from_onnx(fixed)
+    split = make([n("Reshape", ["x", "shape"], ["y"], name="split4")], [("x", F, ["s"])], [("y", F, None)],
+                 {"shape": np.array([-1, 4], np.int64)})
+    with pytest.raises(ModelError, match=r"'s' \(x\[0\]\); fix each, e.g. --input-shapes \"x:\[64\]\" \(with ranges "
+                                         r"such as --dim-range s=1..256: node 'split4' \(Reshape\): cannot reshape"):
+        from_onnx(split)
+
+
 def test_bad_ranges_through_the_api_are_model_errors():
     model = make([helper.make_node("Relu", ["x"], ["y"])], [("x", F, ["s"])], [("y", F, None)])
     for kwargs in ({"input_shapes": {"x": ((4, 2),)}}, {"input_shapes": {"x": ("1..4",)}},

@@ -290,7 +290,8 @@ class _Importer:
         where it appears, and the options of two example compiles (each replacing the --dim-range
         and --input-shapes given): ranges for them (--dim-range for dim_params, --input-shapes for
         unnamed dimensions), and one size for each; each checked by importing the model with it,
-        from the candidates _EXAMPLE_RANGES and _EXAMPLE_SIZES (the first that imports is shown)."""
+        from the candidates _EXAMPLE_RANGES and _EXAMPLE_SIZES (the first that imports is shown;
+        where none does, the error of the first, which says what the model needs)."""
         named: dict = {}
         parts = []
         for name, axis, param in unresolved:
@@ -307,22 +308,35 @@ class _Importer:
             return self.error(f"{what}{', '.join(parts)}; give their shapes, e.g. --input-shapes \"{hint}\"")
 
         def example(rng=None, size=None):
+            """(the options, None when the model imports with them, else the import's error)"""
             dims, shapes = self._example(real_inputs, input_shapes, declared, unresolved, rng, size)
             flags = "".join(f" --dim-range {p}={lo}..{hi}" for p, (lo, hi) in dims.items())
             if shapes:
                 flags += " --input-shapes \"" + " ".join(f"{n}:{_fmt_given(d)}" for n, d in shapes.items()) + "\""
             try:
                 _Importer(self.proto, self.label, self.value_ranges, dims).run(shapes)
-            except TVMCError:
-                return flags, False
-            return flags, True
+            except TVMCError as e:
+                return flags, str(e).removeprefix(f"{self.label}: ")
+            return flags, None
 
-        ranged = next((f for f, ok in map(lambda r: example(rng=r), _EXAMPLE_RANGES) if ok), None) \
-            or example(rng=_EXAMPLE_RANGES[0])[0]
-        fixed = next((f for f, ok in map(lambda n: example(size=n), _EXAMPLE_SIZES) if ok), None) \
-            or example(size=_EXAMPLE_SIZES[0])[0]
+        def first(candidates):
+            tried = []
+            for flags, failure in candidates:
+                if failure is None:
+                    return flags, None
+                tried.append((flags, failure))
+            return tried[0]
+
+        (ranged, range_error), (fixed, size_error) = (first(example(rng=r) for r in _EXAMPLE_RANGES),
+                                                      first(example(size=n) for n in _EXAMPLE_SIZES))
         instead = " (without --dim-range)" if self.dim_ranges else ""
-        return self.error(f"{what}{', '.join(parts)}; bound each, e.g.{ranged}, or fix one size, e.g.{fixed}{instead}")
+        if range_error is None and size_error is None:
+            hint = f"bound each, e.g.{ranged}, or fix one size, e.g.{fixed}{instead}"
+        elif size_error is None:
+            hint = f"fix each, e.g.{fixed}{instead} (with ranges such as{ranged}: {range_error})"
+        else:
+            hint = f"give each a range or a size, e.g.{ranged}, or{fixed}; with these: {range_error}"
+        return self.error(f"{what}{', '.join(parts)}; {hint}")
 
     def _example(self, real_inputs, input_shapes, declared, unresolved, rng=None, size=None) -> tuple:
         """(dim_ranges, input_shapes) of an example compile: with the range `rng` = (lo, hi), every
