@@ -102,6 +102,9 @@ def test_take_with_symbolic_indices():
      {"pool_size": (3, 3), "strides": (1, 1), "padding": (0, 0, 0, 0), "ceil_mode": 0},
      r"cannot prove or disprove .*k in 1..8"),
     ("concatenate", [(N, 8), (S, 8)], {"axis": 1}, r"cannot concatenate"),
+    ("nn.softmax", [(sym.size_var("z", 0, 8) // 2, 8)], {"axis": 1},
+     r"input 0 has shape \[z // 2,8\], whose dimension z // 2 may be 0 \(z in 0..8\); nn.softmax cannot take an "
+     r"empty tensor"),
 ])
 def test_unprovable_shapes_are_errors_naming_the_node(op, shapes, attrs, message):
     with pytest.raises(ModelError, match=rf"node 'n0' \({op}\): .*{message}"):

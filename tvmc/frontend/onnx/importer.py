@@ -227,7 +227,7 @@ class _Importer:
             dims = declared.get(name)
             if dims is not None and len(dims) != len(shape):
                 raise self.error(f"--input-shapes gives '{name}' rank {len(shape)} but the model declares "
-                                 f"rank {len(dims)} {fmt_dims([d if d != '' else None for d in dims])}")
+                                 f"rank {len(dims)} {fmt_dims(dims)}")
             for axis, d in enumerate(shape):
                 param = dims[axis] if dims is not None and isinstance(dims[axis], str) else None
                 where = f"--input-shapes {name}[{axis}]"
