@@ -301,7 +301,7 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     try:
         fused = run_passes(graph, [n for n in pipeline if n not in CODEGEN_PASSES] + ["FuseOps"], ctx)
     except PassError as e:  # a pass that does not take symbolic shapes yet: the kernels as imported
-        note = f" ({e})"
+        note = f" ({str(e).split(':', 1)[0]} on them)"
         fused = run_passes(graph, ["FuseOps"], ctx)
     for call in fused.calls():
         body = call.op.body if isinstance(call.op, Function) else call
