@@ -31,12 +31,13 @@ def fold_constant(graph: Graph, ctx) -> Graph:
     weight) collapse to one Constant, named after the node it replaces. The value is cast to
     the call's declared dtype. A call whose value would take more than MAX_CONSTANT_BYTES
     (tvmc.graph.ir; exactly that many bytes are folded) is left to run time, so compile time
-    never materializes more. Raises PassError when a reference disagrees with the call's shape.
+    never materializes more; so is a call with a symbolic type or attribute (its value depends on
+    the size variables). Raises PassError when a reference disagrees with the call's shape.
     """
 
     def fn(e, new_inputs):
         if isinstance(e, Call) and isinstance(e.op, str) and all(isinstance(i, Constant) for i in new_inputs) \
-                and constant_bytes(e.shape, e.dtype) <= ir.MAX_CONSTANT_BYTES:
+                and not e.is_symbolic and constant_bytes(e.shape, e.dtype) <= ir.MAX_CONSTANT_BYTES:
             return _evaluate(e, new_inputs)
         return None
 

@@ -172,8 +172,9 @@ MAX_CONFIG_BYTES = 64 << 10
 
 # What a --config file may hold, checked before any value is used: option names mapped to a
 # scalar, a list of scalars (a repeated flag) or a mapping of names to scalars or to lists of
-# integers (key=value flags; input_shapes {name: [dims]}).
+# integers or ranges "LO..HI" (key=value flags; input_shapes {name: [dims]}).
 _SCALAR = {"type": ["string", "number", "boolean"]}
+_DIM = {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^\s*\d+\s*\.\.\s*\d+\s*$"}]}
 CONFIG_SCHEMA = {
     "type": "object",
     "propertyNames": {"type": "string", "maxLength": 100},
@@ -181,7 +182,7 @@ CONFIG_SCHEMA = {
         _SCALAR,
         {"type": "array", "maxItems": 1000, "items": _SCALAR},
         {"type": "object", "maxProperties": 1000, "propertyNames": {"type": "string", "maxLength": 1000},
-         "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "maxItems": 64, "items": {"type": "integer"}}]}},
+         "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "maxItems": 64, "items": _DIM}]}},
     ]},
 }
 
@@ -238,9 +239,9 @@ def _config_value(opt: click.Option, value, where: str):
     if opt.is_flag and isinstance(opt.flag_value, bool) and isinstance(value, bool):
         return opt.flag_value if value else not opt.flag_value
     if opt.name == "input_shapes" and isinstance(value, dict):
-        return " ".join(f"{k}:{_fmt_shape(v)}" for k, v in value.items())
+        return " ".join(f"{k}:[{','.join(str(d).replace(' ', '') for d in v)}]" for k, v in value.items())
     if isinstance(value, dict):
-        if opt.metavar not in ("KEY=VALUE", "NAME=VALUE"):
+        if opt.metavar not in ("KEY=VALUE", "NAME=VALUE", "NAME=LO..HI"):
             raise click.BadParameter(f"{where}: a mapping is not a value of --{opt.name.replace('_', '-')}")
         value = [f"{k}={'true' if v is True else 'false' if v is False else v}" for k, v in value.items()]
     if opt.multiple:
@@ -305,11 +306,12 @@ _SHAPE_ITEM = re.compile(r"\s*([^\s\[\]]+):\[([^\]]*)\]\s*")
 
 
 def parse_input_shapes(text: str | None) -> tuple:
-    """'name:[1,3,224,224] other:[1,128]' -> (('name', (1, 3, 224, 224)), ('other', (1, 128))).
+    """'name:[1,3,224,224] other:[1,1..512]' -> (('name', (1, 3, 224, 224)), ('other', (1, (1, 512)))).
 
-    Names may contain ':' (the last ':' before '[' separates name and shape). Raises
-    click.BadParameter on syntax errors, non-positive dimensions, a shape of more than
-    MAX_TENSOR_BYTES elements (tvmc.graph.ir) or repeated names.
+    A dimension is a positive int or a range LO..HI of them (LO <= HI): a symbolic dimension for
+    every size in it. Names may contain ':' (the last ':' before '[' separates name and shape).
+    Raises click.BadParameter on syntax errors, non-positive dimensions, empty ranges, a shape of
+    more than MAX_TENSOR_BYTES elements at the upper bounds (tvmc.graph.ir) or repeated names.
     """
     from tvmc.graph.ir import MAX_TENSOR_BYTES
 
@@ -323,21 +325,54 @@ def parse_input_shapes(text: str | None) -> tuple:
                                      f"\"data:[1,3,224,224] mask:[1,128]\"", param_hint="--input-shapes")
         name, dims_text = m.group(1), m.group(2)
         try:
-            dims = tuple(int(d) for d in dims_text.split(",") if d.strip())
+            dims = tuple(_parse_dim(d) for d in dims_text.split(",") if d.strip())
         except ValueError:
-            raise click.BadParameter(f"shape of '{name}' must be integers, got [{dims_text}]",
+            raise click.BadParameter(f"shape of '{name}' must be integers or ranges LO..HI, got [{dims_text}]",
                                      param_hint="--input-shapes") from None
-        if any(d < 1 for d in dims):
+        if any(min(d) < 1 if isinstance(d, tuple) else d < 1 for d in dims):
             raise click.BadParameter(f"shape of '{name}' must have positive dimensions, got [{dims_text}]",
                                      param_hint="--input-shapes")
-        if math.prod(dims) > MAX_TENSOR_BYTES:
-            raise click.BadParameter(f"shape of '{name}' has {math.prod(dims)} elements, more than the "
+        empty = [f"{d[0]}..{d[1]}" for d in dims if isinstance(d, tuple) and d[0] > d[1]]
+        if empty:
+            raise click.BadParameter(f"shape of '{name}' has the empty range {empty[0]} (LO must not exceed HI)",
+                                     param_hint="--input-shapes")
+        elements = math.prod(d[1] if isinstance(d, tuple) else d for d in dims)
+        if elements > MAX_TENSOR_BYTES:
+            raise click.BadParameter(f"shape of '{name}' has {elements} elements, more than the "
                                      f"limit of {MAX_TENSOR_BYTES}", param_hint="--input-shapes")
         if name in out:
             raise click.BadParameter(f"input '{name}' given twice", param_hint="--input-shapes")
         out[name] = dims
         pos = m.end()
     return tuple(out.items())
+
+
+def _parse_dim(text: str):
+    """'128' -> 128, '1..512' -> (1, 512); ValueError otherwise."""
+    lo, sep, hi = text.strip().partition("..")
+    return (int(lo), int(hi)) if sep else int(text)
+
+
+def parse_dim_ranges(items) -> dict:
+    """('seq=1..512', 'batch=1..16') -> {'seq': (1, 512), 'batch': (1, 16)} for --dim-range (the
+    last '=' separates the dim_param's name and its range). Raises click.BadParameter on syntax
+    errors, bounds below 1, LO > HI or repeated names."""
+    out = {}
+    for item in items:
+        name, _, text = item.rpartition("=")
+        try:
+            pair = _parse_dim(text) if name else None
+        except ValueError:
+            pair = None
+        if not isinstance(pair, tuple):
+            raise click.BadParameter(f"cannot parse '{item}'; expected NAME=LO..HI, e.g. seq=1..512",
+                                     param_hint="--dim-range")
+        if pair[0] < 1 or pair[0] > pair[1]:
+            raise click.BadParameter(f"range of '{name}' must be 1 <= LO <= HI, got {text}", param_hint="--dim-range")
+        if name in out:
+            raise click.BadParameter(f"dimension '{name}' given twice", param_hint="--dim-range")
+        out[name] = pair
+    return out
 
 
 def parse_value_ranges(items) -> dict:
@@ -486,7 +521,12 @@ GRAPH_FLAGS = FlagTable("tvmc.driver:CompileOptions", (
     flag("--pass-config", dest="pass_config", multiple=True, metavar="NAME=VALUE", parse=_pass_config,
          help='Pass option "<Pass>.<option>=VALUE" (repeatable).'),
     flag("--input-shapes", dest="input_shapes", metavar="SHAPES", parse=lambda v, what: parse_input_shapes(v),
-         help='Fix input shapes: "data:[1,3,224,224] mask:[1,128]".'),
+         help='Fix input shapes: "data:[1,3,224,224] mask:[1,128]"; a dimension LO..HI is symbolic, any size in '
+              'the range: "input_ids:[1,1..512]".'),
+    flag("--dim-range", dest="dim_ranges", multiple=True, metavar="NAME=LO..HI",
+         parse=lambda v, what: parse_dim_ranges(v),
+         help="The model's symbolic dimension NAME (an ONNX dim_param, one size in every input where it "
+              "appears) takes any size in LO..HI (repeatable), e.g. seq=1..512."),
     flag("--value-range", dest="value_ranges", multiple=True, metavar="NAME=LO:HI",
          parse=lambda v, what: parse_value_ranges(v),
          help="Every value of graph input NAME lies in [LO, HI] at run time (repeatable). Bounds the outputs of "

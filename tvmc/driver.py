@@ -37,8 +37,11 @@ class CompileOptions:
     opt_level:        0..3 (the pass pipelines per level are in configs/pipelines.yaml)
     disabled_passes:  pass names to skip ("A,B", a list or a set; stored as a frozenset)
     pass_config:      {"Pass.option": value} (stored as sorted (name, value) pairs)
-    input_shapes:     {input name: [d0, d1, ...]} fixing symbolic dimensions, positive ints
-                      (stored as ((name, (d0, ...)), ...))
+    input_shapes:     {input name: [d0, d1, ...]} fixing symbolic dimensions, positive ints, or
+                      ranges (lo, hi) / "lo..hi" with 1 <= lo <= hi for a symbolic dimension of any
+                      size in it (stored as ((name, (d0, (lo, hi), ...)), ...))
+    dim_ranges:       {dim_param: (lo, hi)} (or "lo..hi"): the model's symbolic dimension of that
+                      name takes any size in lo..hi, 1 <= lo <= hi (stored as ((name, (lo, hi)), ...))
     value_ranges:     {input name: (lo, hi)}: every value of that graph input lies in [lo, hi] at
                       run time, finite, lo <= hi (bounds Range/Expand/ConstantOfShape computed from
                       it, docs/dynamic_shapes.md; stored as ((name, (lo, hi)), ...) of floats)
@@ -67,6 +70,7 @@ class CompileOptions:
     pass_config: tuple = ()
     input_shapes: tuple = ()
     value_ranges: tuple = ()
+    dim_ranges: tuple = ()
     dump_ir: tuple = ()
     dump_dir: str | None = None
     tuning_records: str | None = None
@@ -81,6 +85,7 @@ class CompileOptions:
             "pass_config": _pass_config(self.pass_config),
             "input_shapes": _input_shapes(self.input_shapes),
             "value_ranges": _value_ranges(self.value_ranges),
+            "dim_ranges": _dim_ranges(self.dim_ranges),
             "dump_ir": tuple(choice_arg("dump_ir stage", s, DUMP_STAGES) for s in names_arg("dump_ir", self.dump_ir)),
             "dump_dir": path_arg("dump_dir", self.dump_dir, optional=True),
             "tuning_records": path_arg("tuning_records", self.tuning_records, optional=True),
@@ -111,12 +116,18 @@ NOT_IN_METADATA = ("tuning_records", "dump_ir", "dump_dir")
 
 def metadata_options(options: CompileOptions) -> dict:
     """metadata.json "options": dataclasses.asdict(options) less NOT_IN_METADATA, in JSON forms:
-    disabled_passes a sorted list, pass_config, input_shapes and value_ranges mappings
-    ({name: value}, {input: [dims]}, {input: [lo, hi]}), tuples lists."""
+    disabled_passes a sorted list, pass_config, input_shapes, value_ranges and dim_ranges mappings
+    ({name: value}, {input: [dims]} with a range as "lo..hi", {input: [lo, hi]}, {dim_param:
+    "lo..hi"}), tuples lists; dim_ranges only when given (a static compile's metadata stays as it was)."""
     data = {k: v for k, v in dataclasses.asdict(options).items() if k not in NOT_IN_METADATA}
     data["disabled_passes"] = sorted(options.disabled_passes)
     for key in ("pass_config", "input_shapes", "value_ranges"):
         data[key] = {name: list(v) if isinstance(v, tuple) else v for name, v in getattr(options, key)}
+    data["input_shapes"] = {name: [f"{d[0]}..{d[1]}" if isinstance(d, tuple) else d for d in dims]
+                            for name, dims in options.input_shapes}
+    data["dim_ranges"] = {name: f"{lo}..{hi}" for name, (lo, hi) in options.dim_ranges}
+    if not options.dim_ranges:
+        del data["dim_ranges"]
     data["mixed_precision_ops"] = list(options.mixed_precision_ops)
     return data
 
@@ -144,9 +155,36 @@ def _input_shapes(value) -> tuple:
         if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__"):
             raise TypeError(f"input_shapes['{name}'] must be a sequence of ints, got {dims!r}")
         dims = tuple(dims)
-        if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in dims):
-            raise ValueError(f"input_shapes['{name}'] must hold positive ints, got {list(dims)}")
-        out.append((str(name), tuple(int(d) for d in dims)))
+        if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in dims
+               if _range_arg(d) is None):
+            raise ValueError(f"input_shapes['{name}'] must hold positive ints or ranges (lo, hi) / 'lo..hi' with "
+                             f"1 <= lo <= hi, got {list(dims)}")
+        out.append((str(name), tuple(_range_arg(d) or int(d) for d in dims)))
+    return tuple(out)
+
+
+def _range_arg(d):
+    """(lo, hi) for a range dimension given as (lo, hi) or 'lo..hi' with 1 <= lo <= hi, else None."""
+    if isinstance(d, str):
+        lo, sep, hi = d.partition("..")
+        try:
+            d = (int(lo), int(hi)) if sep else None
+        except ValueError:
+            return None
+    if isinstance(d, (tuple, list)) and len(d) == 2 and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in d) and 1 <= d[0] <= d[1]:
+        return int(d[0]), int(d[1])
+    return None
+
+
+def _dim_ranges(value) -> tuple:
+    out = []
+    for name, pair in _pairs("dim_ranges", value, "{dim_param: (lo, hi)}"):
+        rng = _range_arg(pair)
+        if rng is None:
+            raise ValueError(f"dim_ranges['{name}'] must be a range (lo, hi) or 'lo..hi' of ints with "
+                             f"1 <= lo <= hi, got {pair!r}")
+        out.append((str(name), rng))
     return tuple(out)
 
 
@@ -239,6 +277,46 @@ def pass_pipeline(options: CompileOptions) -> tuple:
     return names, config
 
 
+def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False) -> None:
+    """Raise ScheduleError when `graph` (imported, not yet optimized) has symbolic dimensions: the
+    graph passes of `pipeline` run and FuseOps groups the kernels, then the error names the first
+    kernel whose extents are symbolic, its op and type, and the size variables it depends on, and
+    shows the --input-shapes that compile one size (at the upper bounds; to be given without
+    --dim-range when `dim_ranges` says the compile had some). Symbolic shapes reach the graph IR but not yet
+    PlanMemory, lowering and code generation (issue 29: kernels with symbolic extents, storage
+    planned for the bounds); until they do, no artifact is built for a range and none is built
+    for one silently chosen size. A pass that fails on the symbolic graph is reported the same way."""
+    from tvmc.errors import PassError, ScheduleError
+    from tvmc.graph import symbolic
+    from tvmc.graph.ir import Call, Function, post_order
+    from tvmc.passes.pass_infra import CODEGEN_PASSES, run_passes
+
+    size_vars = graph.size_vars()
+    if not size_vars:
+        return
+    sizes = {v.name: v.hi for v in size_vars}
+    one_size = " ".join(f"{v.name}:[{','.join(str(symbolic.substitute(d, sizes)) for d in v.shape)}]"
+                        for v in graph.inputs)
+    why = (f"symbolic compilation reaches the graph IR but not code generation yet; compile one size per "
+           f"artifact instead, e.g. --input-shapes \"{one_size}\"{' (without --dim-range)' if dim_ranges else ''}")
+    note = ""
+    try:
+        fused = run_passes(graph, [n for n in pipeline if n not in CODEGEN_PASSES] + ["FuseOps"], ctx)
+    except PassError as e:  # a pass that does not take symbolic shapes yet: the kernels as imported
+        note = f" ({str(e).split(':', 1)[0]} on them)"
+        fused = run_passes(graph, ["FuseOps"], ctx)
+    for call in fused.calls():
+        body = call.op.body if isinstance(call.op, Function) else call
+        inner = [e for e in post_order([body]) if isinstance(e, Call) and e.is_symbolic]
+        if inner or call.is_symbolic:
+            first = (inner or [call])[0]
+            kernel = f"kernel {call.op.name}" if isinstance(call.op, Function) else f"operator {call.op_name}"
+            used = symbolic.free_vars([first.type.shape, list(first.attrs.values())])
+            raise ScheduleError(f"{kernel} ({first.op_name} of node '{first.name or '?'}', {first.type}) has extents "
+                                f"that depend on {', '.join(repr(v) for v in used)}{note}: {why}")
+    raise ScheduleError(f"the inputs have symbolic dimensions ({symbolic.describe_vars(size_vars)}){note}: {why}")
+
+
 def compile_model(model, target: Target, options: CompileOptions = CompileOptions(), progress=None) -> CompiledModule:
     """Compile an ONNX model (path or ModelProto) for `target`.
 
@@ -258,7 +336,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
 
     timings = {}
     t0 = time.perf_counter()
-    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges))
+    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges))
     timings["import"] = time.perf_counter() - t0
     model_weight_bytes = sum(int(e.value.nbytes) for e in graph.topo() if isinstance(e, Constant))
 
@@ -267,6 +345,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=pass_config,
                       dump_dir=options.dump_dir if "graph" in options.dump_ir else None, target=target)
+    stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges))
     graph = optimize(graph, ctx, pipeline)
     timings["passes"] = time.perf_counter() - t0
     for name, ms in ctx.pass_times:
@@ -336,10 +415,11 @@ def extract_tasks(model, target, options=None) -> list:
     from tvmc.passes import PassContext, optimize
 
     options = options or CompileOptions()
-    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges))
+    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges))
     pipeline, pass_config = pass_pipeline(options)
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=pass_config, target=target)
+    stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges))
     graph = optimize(graph, ctx, pipeline)
     calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
              if isinstance(e, Call) and isinstance(e.op, Function)]

@@ -1131,10 +1131,11 @@ def test_input_shapes_fix_symbolic_dims():
     assert g.inputs[0].shape == (2, 3) and g.outputs[0].shape == (2, 3)
 
 
-def test_unresolved_symbolic_dim_suggests_input_shapes():
+def test_unresolved_symbolic_dim_suggests_a_range_and_a_size():
     model, *_ = CASES["symbolic_batch_fixed"]()
-    with pytest.raises(ModelError,
-                       match=r"input 'x' dimension 0 is symbolic \('batch'\).*--input-shapes \"x:\[1,3\]\""):
+    with pytest.raises(ModelError, match=r"symbolic input dimensions without a bound: 'batch' \(x\[0\]\); bound each, "
+                                         r"e.g. --dim-range batch=1..256, or fix one size, e.g. "
+                                         r"--input-shapes \"x:\[64,3\]\"$"):
         from_onnx(model)
 
 

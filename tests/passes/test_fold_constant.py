@@ -77,3 +77,19 @@ def test_values_above_the_constant_limit_are_left_to_run_time(monkeypatch):
     assert isinstance(after.outputs[0].inputs[1], Constant)
     assert not isinstance(after.outputs[1], Constant) and after.outputs[1].op == "broadcast_to"
     assert_equivalent(before, after)
+
+
+def test_symbolic_calls_on_constants_stay_calls():
+    """A call whose type or attributes depend on size variables (positions sliced to seq) has no
+    value at compile time: it is left to run time; its static neighbours still fold."""
+    from tvmc.graph import symbolic
+
+    seq = symbolic.size_var("seq", 1, 64)
+    x = var("x", (1, 4))
+    positions = const((1, 64), "positions")
+    sliced = call("strided_slice", positions, begin=(0, 0), end=(1, seq), strides=(1, 1))
+    scale = call("multiply", const((4,), "a", 1), const((4,), "b", 2), name="ab")
+    before = Graph([x], [sliced, call("add", x, scale)])
+    after = fold(before)
+    assert op_names(after) == ["strided_slice", "add"] and after.outputs[0].shape == (1, seq)
+    assert isinstance(after.outputs[1].inputs[1], Constant)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import tvmc
 from test_package import build_fixture_library, make_fixture_module
-from tvmc.cli import cli, main, parse_input_shapes, parse_value_ranges
+from tvmc.cli import cli, main, parse_dim_ranges, parse_input_shapes, parse_value_ranges
 from tvmc.package import save_artifact
 
 
@@ -91,6 +91,18 @@ def test_parse_input_shapes():
                 "data:[99999999999999999999999999]", "data:[-1]"):
         with pytest.raises(click.BadParameter):
             parse_input_shapes(bad)
+
+
+def test_parse_input_shapes_with_ranges_and_dim_ranges():
+    assert parse_input_shapes("ids:[1,1..512] x:[ 2 .. 4 ,3]") == (("ids", (1, (1, 512))), ("x", ((2, 4), 3)))
+    for bad in ("ids:[1,0..4]", "ids:[1,5..4]", "ids:[1,1..]", "ids:[1..2..3]", "ids:[1,4294967296..4294967297,"
+                "4294967296]"):
+        with pytest.raises(click.BadParameter):
+            parse_input_shapes(bad)
+    assert parse_dim_ranges(("seq=1..512", "batch size=1..16")) == {"seq": (1, 512), "batch size": (1, 16)}
+    for bad in (("seq",), ("seq=4",), ("seq=0..4",), ("seq=5..4",), ("=1..2",), ("s=1..2", "s=1..3"), ("s=a..b",)):
+        with pytest.raises(click.BadParameter):
+            parse_dim_ranges(bad)
 
 
 def test_parse_value_ranges():
@@ -424,6 +436,26 @@ def test_compile_config_file_and_flags_override_it(tmp_path, stub_driver, suffix
     assert opts.disabled_passes == frozenset({"FoldConstant", "FoldScaleAxis"})
     assert stub_driver["target"].cpu == "skylake-avx512" and stub_driver["target"].l2_bytes == 1048576
     assert (tmp_path / "from_config.tar").is_file()
+
+
+def test_compile_flags_and_config_file_give_symbolic_ranges(tmp_path, stub_driver):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    r = invoke("compile", model, "--target", "x86", "-o", tmp_path / "a.tar", "--input-shapes", "ids:[1,1..512]",
+               "--dim-range", "batch=1..16", "--dim-range", "seq=1..512")
+    assert r.exit_code == 0, r.output
+    opts = stub_driver["options"]
+    assert opts.input_shapes == (("ids", (1, (1, 512))),)
+    assert opts.dim_ranges == (("batch", (1, 16)), ("seq", (1, 512)))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"input_shapes": {"ids": [1, "1..512"]}, "dim_range": {"seq": "1..512"}}))
+    r = invoke("compile", model, "--target", "x86", "-o", tmp_path / "b.tar", "--config", path)
+    assert r.exit_code == 0, r.output
+    opts = stub_driver["options"]
+    assert opts.input_shapes == (("ids", (1, (1, 512))),) and opts.dim_ranges == (("seq", (1, 512)),)
+    path.write_text(yaml.safe_dump({"input_shapes": {"ids": [1, "1..x"]}}))
+    r = invoke("compile", model, "--target", "x86", "-o", tmp_path / "c.tar", "--config", path)
+    assert r.exit_code != 0 and "malformed at 'input_shapes/ids/1'" in r.output
 
 
 def test_config_file_errors(tmp_path):

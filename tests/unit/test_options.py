@@ -28,7 +28,23 @@ def test_compile_options_keep_canonical_hashable_forms():
     assert CompileOptions(mixed_precision=None).mixed_precision == ""
 
 
+def test_compile_options_take_symbolic_ranges():
+    friendly = CompileOptions(input_shapes={"ids": [1, "1..512"], "x": (2, (3, 4))}, dim_ranges={"seq": "1..512"})
+    canonical = CompileOptions(input_shapes=(("ids", (1, (1, 512))), ("x", (2, (3, 4)))),
+                               dim_ranges=(("seq", (1, 512)),))
+    assert friendly == canonical and hash(friendly) == hash(canonical)
+    assert dataclasses.replace(friendly, opt_level=1).dim_ranges == (("seq", (1, 512)),)  # idempotent
+    meta = metadata_options(friendly)
+    assert meta["input_shapes"] == {"ids": [1, "1..512"], "x": [2, "3..4"]} and meta["dim_ranges"] == {"seq": "1..512"}
+    assert json.loads(json.dumps(meta)) == meta
+
+
 @pytest.mark.parametrize("fields,error,words", [
+    (dict(input_shapes={"x": [1, (5, 2)]}), ValueError, "ranges (lo, hi) / 'lo..hi' with 1 <= lo <= hi"),
+    (dict(input_shapes={"x": [1, "0..2"]}), ValueError, "input_shapes['x']"),
+    (dict(dim_ranges={"seq": (0, 4)}), ValueError, "dim_ranges['seq'] must be a range"),
+    (dict(dim_ranges={"seq": "1-4"}), ValueError, "dim_ranges['seq'] must be a range"),
+    (dict(dim_ranges=["seq"]), TypeError, "dim_ranges must be a dict"),
     (dict(opt_level=4), ValueError, "opt_level must be in 0..3"),
     (dict(opt_level="3"), TypeError, "opt_level must be an int"),
     (dict(input_shapes=[1, 32]), TypeError, "input_shapes must be a dict"),
@@ -78,7 +94,8 @@ def test_metadata_records_asdict_less_where_the_compile_reads_and_writes():
                              input_shapes={"x": [1, 8]}, value_ranges={"n": (0, 4)}, tuning_records="/tmp/r.json",
                              dump_ir="ll", dump_dir="/tmp/somewhere", shipped_records=False)
     meta = metadata_options(options)
-    assert set(meta) == {f.name for f in dataclasses.fields(CompileOptions)} - set(NOT_IN_METADATA)
+    # dim_ranges only when given: a static compile's metadata.json is what it was before they existed
+    assert set(meta) == {f.name for f in dataclasses.fields(CompileOptions)} - set(NOT_IN_METADATA) - {"dim_ranges"}
     assert meta == {"opt_level": 1, "disabled_passes": ["A", "B"], "pass_config": {"FuseOps.max_depth": 8},
                     "input_shapes": {"x": [1, 8]}, "value_ranges": {"n": [0.0, 4.0]}, "mixed_precision": "",
                     "mixed_precision_ops": [], "shipped_records": False}

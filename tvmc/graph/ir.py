@@ -1,4 +1,5 @@
-"""Graph IR: a dataflow graph of operator calls over statically shaped tensors.
+"""Graph IR: a dataflow graph of operator calls over shaped tensors (static shapes, or symbolic
+ones: expressions of bounded size variables, tvmc/graph/symbolic.py).
 
 Nodes are immutable. A graph is a DAG of `Expr`s:
 
@@ -7,7 +8,7 @@ Nodes are immutable. A graph is a DAG of `Expr`s:
 - `Call`     `op(inputs, attrs) -> one tensor`, where `op` is an operator name from
              `tvmc.ops.registry` (`nn.conv2d`, `add`, ...) or a fused primitive `Function`.
 
-Every expression has a `TensorType` (static shape, numpy dtype name). Passes never mutate
+Every expression has a `TensorType` (shape, numpy dtype name). Passes never mutate
 a graph: they build a new one, typically with `rewrite` (a memoized post-order mutator,
 the analogue of TVM's ExprMutator).
 """
@@ -21,6 +22,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from tvmc.graph import symbolic
 
 # The largest tensor tvmc compiles: element counts and byte offsets stay far from 64-bit
 # overflow, and any buffer of this size is beyond what a host allocates.
@@ -46,10 +48,14 @@ class TensorType:
     bound, the buffer holds the data in its leading corner (row-major over the bound; the rest is
     never read) and an int64[rank] tensor holds the run-time shape (docs/dynamic_shapes.md).
 
-    Checked when made: every dimension is an integer >= 0 and the tensor holds at most
-    MAX_TENSOR_BYTES bytes (computed exactly, so no 64-bit overflow hides a huge shape). Raises
-    ValueError with the reason (make_call and Var turn it into a ModelError naming the node or
-    the input).
+    A dimension may be symbolic: a `tvmc.graph.symbolic.SymExpr` of bounded size variables
+    (`seq`, `(seq + 1) // 2`), the shape holding for every value of the variables in their ranges;
+    `size` and `nbytes` are then expressions too, and the byte limit applies to the upper bound.
+
+    Checked when made: every dimension is an integer >= 0 (a symbolic one provably so) and the
+    tensor holds at most MAX_TENSOR_BYTES bytes (computed exactly, so no 64-bit overflow hides a
+    huge shape; for a symbolic shape, at its upper bound). Raises ValueError with the reason
+    (make_call and Var turn it into a ModelError naming the node or the input).
     """
 
     shape: tuple
@@ -59,6 +65,9 @@ class TensorType:
     def __post_init__(self):
         if any(not 0 <= a < len(self.shape) for a in self.dynamic_axes):
             raise ValueError(f"dynamic axes {list(self.dynamic_axes)} out of range for rank {len(self.shape)}")
+        if any(isinstance(d, symbolic.SymExpr) for d in self.shape):
+            self._check_symbolic()
+            return
         for d in self.shape:
             if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
                 raise ValueError(f"shape {list(self.shape)} has a dimension that is not an integer")
@@ -69,15 +78,41 @@ class TensorType:
             raise ValueError(f"shape {fmt_dims(self.shape)} ({self.dtype}) is {nbytes} bytes, more than the "
                              f"limit of {MAX_TENSOR_BYTES} bytes per tensor")
 
+    def _check_symbolic(self):
+        """__post_init__ for a shape with symbolic dimensions (ints stored as Python ints)."""
+        if self.dynamic_axes:
+            raise ValueError(f"shape {fmt_dims(self.shape)} is symbolic and has run-time (dynamic) axes")
+        dims = []
+        for d in self.shape:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer, symbolic.SymExpr)):
+                raise ValueError(f"shape {list(self.shape)} has a dimension that is not an integer")
+            if not symbolic.can_prove(d >= 0):
+                raise ValueError(f"shape {fmt_dims(self.shape)}: dimension {d} may be negative "
+                                 f"({symbolic.describe_vars(self.shape)})")
+            dims.append(d if isinstance(d, symbolic.SymExpr) else int(d))
+        object.__setattr__(self, "shape", tuple(dims))
+        nbytes = symbolic.upper_bound(symbolic.prod(dims)) * np.dtype(self.dtype).itemsize
+        if nbytes > MAX_TENSOR_BYTES:
+            raise ValueError(f"shape {fmt_dims(self.shape)} ({self.dtype}) is up to {nbytes} bytes "
+                             f"({symbolic.describe_vars(self.shape)}), more than the limit of "
+                             f"{MAX_TENSOR_BYTES} bytes per tensor")
+
     @property
-    def size(self) -> int:
-        """Number of elements."""
+    def size(self):
+        """Number of elements: an int, or a SymExpr for a symbolic shape."""
+        if self.is_symbolic:
+            return symbolic.prod(self.shape)
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
         """Size in bytes."""
         return self.size * np.dtype(self.dtype).itemsize
+
+    @property
+    def is_symbolic(self) -> bool:
+        """True when some dimension is a symbolic expression (tvmc.graph.symbolic)."""
+        return any(isinstance(d, symbolic.SymExpr) for d in self.shape)
 
     @property
     def is_dynamic(self) -> bool:
@@ -90,7 +125,8 @@ class TensorType:
 
 
 def fmt_dims(shape) -> str:
-    return "[" + ",".join(str(int(d)) for d in shape) + "]"
+    """'[1,seq,768]': a shape of ints and symbolic dimensions, without spaces."""
+    return "[" + ",".join(str(d) if isinstance(d, symbolic.SymExpr) else str(int(d)) for d in shape) + "]"
 
 
 _ids = itertools.count()
@@ -203,6 +239,12 @@ class Call(Expr):
     def op_name(self) -> str:
         return self.op.name if isinstance(self.op, Function) else self.op
 
+    @property
+    def is_symbolic(self) -> bool:
+        """True when the call's type or one of its attributes holds a symbolic expression
+        (tvmc.graph.symbolic): its value depends on the size variables, so it is never folded."""
+        return self.type.is_symbolic or bool(symbolic.free_vars(list(self.attrs.values())))
+
     def __repr__(self):
         return f"Call({self.op_name}, {self.type})"
 
@@ -239,6 +281,11 @@ class Graph:
 
     def calls(self) -> list:
         return [e for e in self.topo() if isinstance(e, Call)]
+
+    def size_vars(self) -> list:
+        """The symbolic size variables of the input shapes (tvmc.graph.symbolic.SizeVar, sorted by
+        name); every symbolic dimension of the graph is an expression of them. Empty when static."""
+        return symbolic.free_vars([v.shape for v in self.inputs])
 
     def __str__(self):
         return print_graph(self)
@@ -316,6 +363,9 @@ def print_graph(graph: Graph) -> str:
     for v in graph.inputs:
         names[v] = f"%{v.name}"
     lines.append("graph(" + ", ".join(f"{names[v]}: {v.type}" for v in graph.inputs) + ") {")
+    size_vars = graph.size_vars()
+    if size_vars:
+        lines.append("  where " + ", ".join(repr(v) for v in size_vars))
     n = 0
     for e in graph.topo():
         if e in names:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvmc import te
+from tvmc.graph import symbolic
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.injective import schedule_injective
 from tvmc.ops.gpu.injective import injective_config
@@ -17,11 +18,31 @@ INJECTIVE = {"cpu": [Implementation("injective.cpu", schedule_injective)],
 
 
 def broadcast_shape(a: tuple, b: tuple) -> tuple:
-    """Numpy broadcasting of two shapes; ValueError when incompatible."""
+    """Numpy broadcasting of two shapes; ValueError when incompatible. Symbolic dimensions
+    (tvmc.graph.symbolic) broadcast where the rule is decided for every value of their variables:
+    equal expressions, or one side 1; a symbolic extent against another extent that is not
+    provably equal (s with t, s with 4) is refused."""
+    if any(isinstance(d, symbolic.SymExpr) for d in (*a, *b)):
+        return _symbolic_broadcast(tuple(a), tuple(b))
     try:
         return tuple(int(d) for d in np.broadcast_shapes(tuple(a), tuple(b)))
     except ValueError:
         raise ValueError(f"shapes {list(a)} and {list(b)} do not broadcast") from None
+
+
+def _symbolic_broadcast(a: tuple, b: tuple) -> tuple:
+    rank = max(len(a), len(b))
+    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x == 1 or symbolic.can_prove_equal(x, y):
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        else:
+            raise ValueError(f"shapes {list(a)} and {list(b)} do not broadcast: {x} and {y} are not provably "
+                             f"equal ({symbolic.describe_vars((x, y))})")
+    return tuple(out)
 
 
 def broadcast_index(shape: tuple, out_idx: tuple) -> tuple:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tvmc.errors import ModelError, ScheduleError
+from tvmc.graph import symbolic
 from tvmc.graph.ir import Call, TensorType, fmt_dims
 from tvmc.te.expr import is_float
 
@@ -135,9 +136,9 @@ def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
 
     Raises tvmc.errors.ModelError (naming `name`) when the op rejects the input types, when its
     output type is not a valid TensorType (a negative dimension, more than MAX_TENSOR_BYTES),
-    or when an input holds no element (a dimension of 0) and the op is not elementwise,
-    broadcast, injective or a commutative reduction (convolutions, pooling, dense, LRN,
-    softmax, ... cannot take an empty tensor).
+    or when an input holds no element (a dimension of 0, or a symbolic one not provably >= 1)
+    and the op is not elementwise, broadcast, injective or a commutative reduction
+    (convolutions, pooling, dense, LRN, softmax, ... cannot take an empty tensor).
     """
     # patterns whose kernels compute each output element without a window, a division by an
     # extent or a schedule split over it: they take tensors with a dimension of 0
@@ -152,6 +153,11 @@ def make_call(op: str, inputs, attrs=None, name: str = "") -> Call:
             if 0 in i.shape:
                 raise ModelError(f"node '{name or '?'}' ({op}): input {k} has shape {fmt_dims(i.shape)}, with a "
                                  f"dimension of 0; {op} cannot take an empty tensor")
+            maybe_empty = [d for d in i.shape if symbolic.is_symbolic(d) and not symbolic.can_prove(d >= 1)]
+            if maybe_empty:
+                raise ModelError(f"node '{name or '?'}' ({op}): input {k} has shape {fmt_dims(i.shape)}, whose "
+                                 f"dimension {maybe_empty[0]} may be 0 ({symbolic.describe_vars(maybe_empty)}); "
+                                 f"{op} cannot take an empty tensor")
     return Call(op, inputs, attrs, type_, name)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvmc import te
+from tvmc.graph import symbolic
 from tvmc.graph.ir import TensorType
 from tvmc.ops.elemwise import INJECTIVE
 from tvmc.ops.registry import OpDef, OpPattern, register_op
@@ -28,8 +29,16 @@ def ravel(idx, shape):
 
 
 def _reshape_type(in_types, attrs):
+    """attrs: newshape (ints >= 0, or symbolic dimensions) holding as many elements as the input;
+    for symbolic shapes the two element counts must be provably equal."""
     t = in_types[0]
-    new = tuple(int(d) for d in attrs["newshape"])
+    new = tuple(d if symbolic.is_symbolic(d) else int(d) for d in attrs["newshape"])
+    if t.is_symbolic or any(symbolic.is_symbolic(d) for d in new):
+        if not all(symbolic.can_prove(d >= 0) for d in new) or not symbolic.can_prove_equal(symbolic.prod(new),
+                                                                                              t.size):
+            raise ValueError(f"cannot reshape {list(t.shape)} to {list(new)}: the element counts {t.size} and "
+                             f"{symbolic.prod(new)} are not provably equal ({symbolic.describe_vars(t.shape + new)})")
+        return TensorType(new, t.dtype)
     if any(d < 0 for d in new) or int(np.prod(new, dtype=np.int64)) != t.size:
         raise ValueError(f"cannot reshape {list(t.shape)} to {list(new)}")
     return TensorType(new, t.dtype)
@@ -156,7 +165,17 @@ def _slice_type(in_types, attrs):
         raise ValueError(f"begin/end/strides need {len(t.shape)} values each")
     if any(s == 0 for s in strides):
         raise ValueError("strides must be non-zero")
-    return TensorType(tuple(len(range(b, e, s)) for b, e, s in zip(begin, end, strides)), t.dtype)
+    return TensorType(tuple(slice_extent(b, e, s) for b, e, s in zip(begin, end, strides)), t.dtype)
+
+
+def slice_extent(begin, end, stride: int):
+    """len(range(begin, end, stride)): the elements a slice takes (stride a nonzero int; begin and
+    end ints or symbolic: then max(0, ceil((end - begin) / stride)), simplified by their bounds)."""
+    if not (symbolic.is_symbolic(begin) or symbolic.is_symbolic(end)):
+        return len(range(begin, end, stride))
+    span = end - begin if stride > 0 else begin - end
+    step = abs(stride)
+    return symbolic.max_(0, symbolic.floordiv(span + step - 1, step))
 
 
 def _slice_compute(inputs, attrs, out_type):
@@ -312,7 +331,13 @@ register_op(OpDef("reverse_sequence", lambda t, a: t[0], _reverse_sequence_ref, 
 
 def _broadcast_to_type(in_types, attrs):
     t = in_types[0]
-    shape = tuple(int(d) for d in attrs["shape"])
+    shape = tuple(d if symbolic.is_symbolic(d) else int(d) for d in attrs["shape"])
+    if t.is_symbolic or any(symbolic.is_symbolic(d) for d in shape):
+        from tvmc.ops.elemwise import broadcast_shape
+
+        if len(shape) < len(t.shape) or broadcast_shape(t.shape, shape) != shape:
+            raise ValueError(f"cannot broadcast {list(t.shape)} to {list(shape)}")
+        return TensorType(shape, t.dtype)
     try:
         out = np.broadcast_shapes(t.shape, shape)
     except ValueError:
@@ -371,3 +396,58 @@ def _mirror_pad_type(in_types, attrs):
 register_op(OpDef("mirror_pad", _mirror_pad_type,
                   lambda x, pad_width, mode: np.pad(x, pad_width, mode=mode),
                   OpPattern.INJECTIVE, _mirror_pad_compute, INJECTIVE))
+
+
+# ---- symbolic values as tensors (the importer's symbolic shape arithmetic, ONNX Range) ------------
+
+def _shape_to_tensor_type(in_types, attrs):
+    """attrs: values (ints and symbolic expressions, row-major), shape (() or (n,)), dtype."""
+    shape, values = tuple(attrs["shape"]), tuple(attrs["values"])
+    if len(shape) > 1 or len(values) != (shape[0] if shape else 1):
+        raise ValueError(f"{len(values)} values do not fill the shape {list(shape)}")
+    if not attrs["dtype"].startswith(("int", "uint")):
+        raise ValueError(f"dtype must be an integer type, got {attrs['dtype']}")
+    return TensorType(shape, attrs["dtype"])
+
+
+def _shape_to_tensor_compute(inputs, attrs, out_type):
+    """out[i] = values[i], a select chain over the (few) entries."""
+    values, dtype = tuple(attrs["values"]), attrs["dtype"]
+
+    def f(*i):
+        out = te.cast(dtype, values[-1])
+        for k in range(len(values) - 2, -1, -1):
+            out = te.select(te.eq(i[0], te.const(k, "int64")), te.cast(dtype, values[k]), out)
+        return out
+
+    scalar = lambda: te.cast(dtype, values[0])  # noqa: E731
+    return te.compute(out_type.shape, f if out_type.shape else scalar, name="shape_to_tensor")
+
+
+def _shape_to_tensor_ref(values, shape, dtype):
+    return np.array([int(v) for v in values], dtype=dtype).reshape(shape)
+
+
+# TVM Relax's shape_to_tensor: integer values (a shape, or arithmetic on one) that the importer knows
+# as symbolic expressions, given to an operator that reads them as data. Its compute reads the size
+# variables, which kernels take as arguments once symbolic extents reach code generation.
+register_op(OpDef("shape_to_tensor", _shape_to_tensor_type, _shape_to_tensor_ref, OpPattern.INJECTIVE,
+                  _shape_to_tensor_compute, INJECTIVE))
+
+
+def _arange_type(in_types, attrs):
+    """attrs: start (int or symbolic), step (nonzero int), length (int >= 0 or symbolic), dtype."""
+    if attrs["step"] == 0:
+        raise ValueError("step must be nonzero")
+    return TensorType((attrs["length"],), attrs["dtype"])
+
+
+def _arange_ref(start, step, length, dtype):
+    return (int(start) + int(step) * np.arange(int(length), dtype=np.int64)).astype(dtype)
+
+
+# ONNX Range with a symbolic limit or start (TVM topi.arange): out[i] = start + i * step, i < length.
+register_op(OpDef("arange", _arange_type, _arange_ref, OpPattern.INJECTIVE,
+                  lambda inputs, attrs, out_type: te.compute(
+                      out_type.shape, lambda i: te.cast(attrs["dtype"], i * attrs["step"] + attrs["start"]),
+                      name="arange"), INJECTIVE))

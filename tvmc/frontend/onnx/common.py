@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from tvmc.graph import ir
+from tvmc.graph import ir, symbolic
 from tvmc.graph.ir import Expr
 
 # dtypes a tensor may have: numpy's own (ONNX FLOAT16 .. UINT64, BOOL) and BFLOAT16 (ml_dtypes'
@@ -29,8 +29,26 @@ def is_const(e) -> bool:
     return isinstance(e, ir.Constant)
 
 
+class SymbolicValue(Expr):
+    """An integer tensor of rank 0 or 1 known at import as symbolic expressions of the input size
+    variables (tvmc.graph.symbolic): ONNX Shape of a symbolically shaped tensor and the shape
+    arithmetic on it (Gather, Concat, Unsqueeze, Slice, Add, ...), which the importer carries out on
+    `values` (a numpy object array of ints and SymExprs, shaped like the tensor) instead of
+    leaving it to run time, as TVM Relax keeps a ShapeExpr. Lives in the importer only: a
+    converter that reads it as a shape (Reshape, Expand, Slice, Range, ConstantOfShape) takes its
+    values; one that reads it as data gets a `shape_to_tensor` call (_NodeContext.call)."""
+
+    def __init__(self, values: np.ndarray, dtype: str = "int64"):
+        super().__init__()
+        self.values = np.asarray(values, dtype=object)
+        self.type = ir.TensorType(tuple(self.values.shape), dtype)
+
+    def __repr__(self):
+        return f"SymbolicValue({self.values.tolist()}: {self.type})"
+
+
 def reshape(ctx, x: Expr, newshape) -> Expr:
-    newshape = tuple(int(d) for d in newshape)
+    newshape = tuple(d if symbolic.is_symbolic(d) else int(d) for d in newshape)
     if tuple(x.shape) == newshape:
         return x
     if is_const(x):
@@ -44,7 +62,11 @@ def norm_axis(ctx, axis: int, rank: int, what: str = "axis") -> int:
     return axis + rank if axis < 0 else axis
 
 
-def prod(dims) -> int:
+def prod(dims):
+    """The product of a shape's dimensions: an int, or a SymExpr when one is symbolic."""
+    dims = list(dims)
+    if any(symbolic.is_symbolic(d) for d in dims):
+        return symbolic.prod(dims)
     return int(np.prod(dims, dtype=np.int64))
 
 

@@ -12,11 +12,12 @@ import onnx.shape_inference
 from onnx import numpy_helper
 
 from tvmc.errors import ModelError, TVMCError, UnsupportedOpError
-from tvmc.frontend.onnx.common import SUPPORTED_DTYPES, fmt_dims, is_const, np_dtype_name
+from tvmc.frontend.onnx.common import SUPPORTED_DTYPES, SymbolicValue, fmt_dims, is_const, np_dtype_name
 from tvmc.frontend.onnx.functions import function_body, inline, tensor_type
+from tvmc.frontend.onnx.symbolic import fold_symbolic
 from tvmc.frontend.onnx.registry import CONVERTERS, find_domain_converter, has_converter, supports
 from tvmc.frontend.onnx.value_range import Unbounded, value_range
-from tvmc.graph import ir
+from tvmc.graph import ir, symbolic
 from tvmc.graph.ir import Call, Expr, Graph, TensorType, Var
 from tvmc.ops.registry import make_call
 
@@ -26,26 +27,35 @@ _READS_RUN_TIME_SHAPE = ("Shape", "Size")
 _FOLD_AT_IMPORT_MAX = 4096  # elements: a float call on constants up to this size is folded at import
 
 
-def from_onnx(model, input_shapes: dict | None = None, value_ranges: dict | None = None) -> Graph:
+def from_onnx(model, input_shapes: dict | None = None, value_ranges: dict | None = None,
+              dim_ranges: dict | None = None) -> Graph:
     """Import an ONNX model into the graph IR.
 
     model:        path (str / os.PathLike) of a .onnx file, or an `onnx.ModelProto`.
-    input_shapes: {graph input name: shape tuple} overriding or fixing input shapes
-                  (symbolic / unknown dimensions must be fixed this way).
+    input_shapes: {graph input name: shape tuple} overriding or fixing input shapes; a dimension
+                  is an int, or a range (lo, hi) of ints 0 <= lo <= hi (`--input-shapes
+                  "x:[1,1..512]"`): a symbolic dimension, the size variable of the model's
+                  dim_param at that place (else one named `<input>_<axis>`). An int given where
+                  the model has a dim_param fixes that dim_param in every input.
     value_ranges: {graph input name: (lo, hi)}: every element of that input lies in [lo, hi] at
                   run time (`--value-range`); bounds the outputs of Range, Expand and
                   ConstantOfShape whose shape inputs are computed from it (docs/dynamic_shapes.md).
+    dim_ranges:   {dim_param: (lo, hi)} (`--dim-range seq=1..512`): the model's symbolic dimension
+                  of that name, in every input where it appears, is one size variable in lo..hi.
 
     Returns a Graph whose inputs are the ONNX graph inputs that are not initializers
-    (Var with static shape, dtype float32/int64/int32/bool), whose constants are the
+    (Var with a static or symbolic shape, dtype float32/int64/int32/bool), whose constants are the
     initializers (Constant named after the initializer), and whose outputs carry the ONNX
-    graph output names. Every tensor is statically shaped (ONNX shape inference, checked
-    against the op registry's type rules).
+    graph output names. Every tensor's shape is known: static, or expressions of the input size
+    variables (tvmc.graph.symbolic, ONNX's shape arithmetic on them carried out at import); static
+    shapes are checked against ONNX shape inference and the op registry's type rules.
 
     Raises:
-      ModelError           unreadable file, onnx.checker failure, bad `input_shapes` or `value_ranges`,
-                           unresolved symbolic dimension, unsupported dtype on a non-constant
-                           path, unsupported attribute values, shape inconsistencies.
+      ModelError           unreadable file, onnx.checker failure, bad `input_shapes`, `value_ranges`
+                           or `dim_ranges`, unresolved symbolic dimensions (one error naming them
+                           all, the inputs where each appears and an example command), unsupported
+                           dtype on a non-constant path, unsupported attribute values, shape
+                           inconsistencies, a symbolic shape that the bounds do not prove valid.
       UnsupportedOpError   before anything is converted, listing every op type (with opset
                            and node names) that has no converter for the model's opset.
 
@@ -54,7 +64,7 @@ def from_onnx(model, input_shapes: dict | None = None, value_ranges: dict | None
     """
     proto, label = _load(model)
     _check(proto, label)
-    return _Importer(proto, label, value_ranges or {}).run(input_shapes or {})
+    return _Importer(proto, label, value_ranges or {}, dim_ranges or {}).run(input_shapes or {})
 
 
 def _load(model):
@@ -107,8 +117,11 @@ _SECONDARY_OUTPUTS = {
 class _Importer:
     """Converts one checked ModelProto; `label` (the file path) prefixes every error."""
 
-    def __init__(self, proto: onnx.ModelProto, label: str, value_ranges: dict | None = None):
+    def __init__(self, proto: onnx.ModelProto, label: str, value_ranges: dict | None = None,
+                 dim_ranges: dict | None = None):
         self.proto = proto
+        self.dim_ranges = dict(dim_ranges or {})  # dim_param -> (lo, hi)
+        self.materialized: dict = {}  # SymbolicValue -> its shape_to_tensor call
         self.value_ranges = dict(value_ranges or {})  # graph input name -> (lo, hi), see value_range.py
         self.label = label
         self.graph = proto.graph
@@ -136,8 +149,9 @@ class _Importer:
                                  f"{', '.join(vi.name for vi in real_inputs)}")
             if not lo <= hi:
                 raise self.error(f"--value-range for '{name}': {lo}:{hi} is empty (LO must not exceed HI)")
-        self._check_resolved(real_inputs, input_shapes)
-        self._infer(real_inputs, input_shapes)
+        shapes = self._resolve_shapes(real_inputs, input_shapes)
+        self._infer(real_inputs, {vi.name: shapes[vi.name] for vi in real_inputs
+                                  if shapes.get(vi.name) is not None and not _as_declared(vi, shapes[vi.name])})
 
         self.used_names = set(init_names) | {vi.name for vi in g.input}
         for node in g.node:
@@ -145,14 +159,14 @@ class _Importer:
 
         self._bind_initializers(g)
 
-        inputs = [self._make_input(vi, input_shapes.get(vi.name)) for vi in real_inputs]
+        inputs = [self._make_input(vi, shapes.get(vi.name)) for vi in real_inputs]
         for v in inputs:
             self.env[v.name] = v
 
         for node in g.node:
             self._convert(node, self.opset)
 
-        outputs = [self._lookup(vi.name, f"graph output '{vi.name}'") for vi in g.output]
+        outputs = [self.materialize(self._lookup(vi.name, f"graph output '{vi.name}'"), vi.name) for vi in g.output]
         names, links = [vi.name for vi in g.output], [None] * len(outputs)
         for k, out in enumerate(list(outputs)):
             if out.type.is_dynamic:  # its run-time shape becomes a hidden output after the model's
@@ -179,61 +193,197 @@ class _Importer:
                 raise self.error(f"--input-shapes names '{name}', which is not a graph input; "
                                  f"inputs: {', '.join(names) or '(none)'}")
             try:
-                ok = all(int(d) == d and int(d) >= 0 for d in shape)
-            except TypeError:
+                ok = all(_valid_range(d) if _is_range(d) else int(d) == d and int(d) >= 0 for d in shape)
+            except (TypeError, ValueError):
                 ok = False
             if not ok:
-                raise self.error(f"--input-shapes for '{name}' must be a list of non-negative ints, got {shape!r}")
+                raise self.error(f"--input-shapes for '{name}' must be a list of non-negative ints or ranges "
+                                 f"lo..hi, got {shape!r}")
 
-    def _check_resolved(self, real_inputs, input_shapes):
-        """Every symbolic or unknown input dimension not fixed by `input_shapes`, in one error
-        line that names them all and shows the --input-shapes value to use (1 where unknown)."""
-        problems, hints = [], []
+    def _resolve_shapes(self, real_inputs, input_shapes) -> dict:
+        """{input name: shape (ints and SymExprs)} of every tensor input (None when it has no shape
+        and none is given), from --input-shapes, the model's dims and --dim-range. A dim_param is one
+        size variable wherever it appears: bounded by --dim-range or by a range that --input-shapes
+        gives at one of its places, or fixed by an int given there. Raises one ModelError naming every
+        dimension left unresolved (_unresolved_error), or a conflict between two of those sources."""
+        declared = {vi.name: _declared_dims(vi) for vi in real_inputs if vi.type.HasField("tensor_type")}
+        places: dict = {}  # dim_param -> [(input, axis)]
+        for name, dims in declared.items():
+            for axis, d in enumerate(dims or ()):
+                if isinstance(d, str):
+                    places.setdefault(d, []).append((name, axis))
+        ranges: dict = {}  # dim_param -> ((lo, hi), where it was given)
+        for param, rng in self.dim_ranges.items():
+            if not _valid_range(rng):
+                raise self.error(f"--dim-range for '{param}' must be a range of ints 0 <= lo <= hi, got {rng!r}")
+            lo, hi = rng
+            if param not in places:
+                known = ", ".join(f"'{p}'" for p in places) or "none"
+                raise self.error(f"--dim-range names '{param}', which is not a symbolic dimension (dim_param) of the "
+                                 f"model's inputs; those are: {known}")
+            ranges[param] = ((int(lo), int(hi)), "--dim-range")
+        sizes: dict = {}  # dim_param -> {size: where}
+        for name, shape in input_shapes.items():
+            dims = declared.get(name)
+            if dims is not None and len(dims) != len(shape):
+                raise self.error(f"--input-shapes gives '{name}' rank {len(shape)} but the model declares "
+                                 f"rank {len(dims)} {fmt_dims(dims)}")
+            for axis, d in enumerate(shape):
+                param = dims[axis] if dims is not None and isinstance(dims[axis], str) else None
+                where = f"--input-shapes {name}[{axis}]"
+                if _is_range(d) and dims is not None and isinstance(dims[axis], int):
+                    raise self.error(f"--input-shapes gives '{name}' dimension {axis} the range {d[0]}..{d[1]}, but "
+                                     f"the model fixes it at {dims[axis]}")
+                if param is None:
+                    continue
+                if _is_range(d):
+                    rng = (int(d[0]), int(d[1]))
+                    if param in ranges and ranges[param][0] != rng:
+                        raise self.error(f"dimension '{param}' is given the range {rng[0]}..{rng[1]} by {where} and "
+                                         f"{ranges[param][0][0]}..{ranges[param][0][1]} by {ranges[param][1]}")
+                    ranges.setdefault(param, (rng, where))
+                else:
+                    sizes.setdefault(param, {}).setdefault(int(d), where)
+        for param, given in sizes.items():
+            if param in ranges:
+                size, where = next(iter(given.items()))
+                raise self.error(f"dimension '{param}' is given the size {size} by {where} and the range "
+                                 f"{ranges[param][0][0]}..{ranges[param][0][1]} by {ranges[param][1]}; give one")
+        variables = {param: symbolic.size_var(param, *rng) for param, (rng, _) in ranges.items()}
+
+        shapes, unresolved = {}, []
         for vi in real_inputs:
+            if vi.name not in declared:
+                continue
+            dims = declared[vi.name]
             if vi.name in input_shapes:
-                hints.append(f"{vi.name}:[{','.join(str(int(d)) for d in input_shapes[vi.name])}]")
+                shapes[vi.name] = tuple(
+                    (variables[dims[axis]] if dims is not None and isinstance(dims[axis], str)
+                     else symbolic.size_var(f"{vi.name}_{axis}", int(d[0]), int(d[1]))) if _is_range(d) else int(d)
+                    for axis, d in enumerate(input_shapes[vi.name]))
                 continue
-            tt = vi.type.tensor_type
-            if not vi.type.HasField("tensor_type"):
+            if dims is None:
+                unresolved.append((vi.name, None, None))
                 continue
-            if not tt.HasField("shape"):
-                problems.append(f"input '{vi.name}' has no shape")
-                hints.append(f"{vi.name}:[1,3,224,224]")
-                continue
-            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
-            bad = [(i, d) for i, d in enumerate(dims) if not isinstance(d, int)]
-            for i, d in bad:
-                problems.append(f"input '{vi.name}' dimension {i} is " + (f"symbolic ('{d}')" if d else "unknown"))
-            hints.append(f"{vi.name}:[{','.join(str(d) if isinstance(d, int) else '1' for d in dims)}]")
-        if problems:
-            raise self.error(f"unresolved input dimensions: {', '.join(problems)}; fix them with "
-                             f"--input-shapes \"{' '.join(hints)}\"")
+            shape = []
+            for axis, d in enumerate(dims):
+                if isinstance(d, str) and d in variables:
+                    shape.append(variables[d])
+                elif isinstance(d, str) and len(sizes.get(d, ())) == 1:
+                    shape.append(next(iter(sizes[d])))
+                elif isinstance(d, str) and d in sizes:
+                    raise self.error(f"dimension '{d}' of input '{vi.name}' is given the different sizes "
+                                     f"{sorted(sizes[d])} by {', '.join(sizes[d].values())}; give it in "
+                                     f"--input-shapes for '{vi.name}' too")
+                elif isinstance(d, int):
+                    shape.append(d)
+                else:
+                    unresolved.append((vi.name, axis, d))
+                    shape.append(None)
+            shapes[vi.name] = tuple(shape)
+        if unresolved:
+            raise self._unresolved_error(real_inputs, input_shapes, declared, unresolved)
+        return shapes
 
-    def _make_input(self, vi, override) -> Var:
+    def _unresolved_error(self, real_inputs, input_shapes, declared, unresolved) -> ModelError:
+        """One error naming every unresolved input dimension, grouped by dim_param with the inputs
+        where it appears, and the options of two example compiles (each replacing the --dim-range
+        and --input-shapes given): ranges for them (--dim-range for dim_params, --input-shapes for
+        unnamed dimensions), and one size for each; each checked by importing the model with it,
+        from the candidates _EXAMPLE_RANGES and _EXAMPLE_SIZES (the first that imports is shown;
+        where none does, the error of the first, which says what the model needs)."""
+        named: dict = {}
+        parts = []
+        for name, axis, param in unresolved:
+            if axis is None:
+                parts.append(f"input '{name}' has no shape")
+            elif param:
+                named.setdefault(param, []).append(f"{name}[{axis}]")
+            else:
+                parts.append(f"input '{name}' dimension {axis} is unknown")
+        parts = [f"'{p}' ({', '.join(where)})" for p, where in named.items()] + parts
+        what = "symbolic input dimensions without a bound: " if named else "unresolved input dimensions: "
+        if any(axis is None for _, axis, _ in unresolved):  # no rank known: nothing to check
+            hint = " ".join(f"{vi.name}:[1,3,224,224]" for vi in real_inputs if declared.get(vi.name) is None)
+            return self.error(f"{what}{', '.join(parts)}; give their shapes, e.g. --input-shapes \"{hint}\"")
+
+        def example(rng=None, size=None):
+            """(the options, None when the model imports with them, else the import's error)"""
+            dims, shapes = self._example(real_inputs, input_shapes, declared, unresolved, rng, size)
+            flags = "".join(f" --dim-range {p}={lo}..{hi}" for p, (lo, hi) in dims.items())
+            if shapes:
+                flags += " --input-shapes \"" + " ".join(f"{n}:{_fmt_given(d)}" for n, d in shapes.items()) + "\""
+            try:
+                _Importer(self.proto, self.label, self.value_ranges, dims).run(shapes)
+            except TVMCError as e:
+                return flags, str(e).removeprefix(f"{self.label}: ")
+            return flags, None
+
+        def first(candidates):
+            tried = []
+            for flags, failure in candidates:
+                if failure is None:
+                    return flags, None
+                tried.append((flags, failure))
+            return tried[0]
+
+        (ranged, range_error), (fixed, size_error) = (first(example(rng=r) for r in _EXAMPLE_RANGES),
+                                                      first(example(size=n) for n in _EXAMPLE_SIZES))
+        instead = " (without --dim-range)" if self.dim_ranges else ""
+        if range_error is None and size_error is None:
+            hint = f"bound each, e.g.{ranged}, or fix one size, e.g.{fixed}{instead}"
+        elif size_error is None:
+            hint = f"fix each, e.g.{fixed}{instead} (with ranges such as{ranged}: {range_error})"
+        else:
+            hint = f"give each a range or a size, e.g.{ranged}, or{fixed}; with these: {range_error}"
+        return self.error(f"{what}{', '.join(parts)}; {hint}")
+
+    def _example(self, real_inputs, input_shapes, declared, unresolved, rng=None, size=None) -> tuple:
+        """(dim_ranges, input_shapes) of an example compile: with the range `rng` = (lo, hi), every
+        unresolved dim_param bounded by it (beside the --dim-range given) and the inputs with an
+        unnamed unresolved dimension given in --input-shapes (beside those given) with `rng` there;
+        with the int `size`, no ranges: every input with a dimension that is not an int given in
+        --input-shapes, `size` in each such dimension (clamped to the range given for it)."""
+        fixed = {}  # dim_param -> the size an --input-shapes int gives it
+        for name, shape in input_shapes.items():
+            for d, dd in zip(shape, declared.get(name) or ()):
+                if isinstance(dd, str) and not _is_range(d):
+                    fixed[dd] = int(d)
+        if rng is not None:
+            dims = {**self.dim_ranges, **{p: rng for _, _, p in unresolved if p}}
+            shapes = dict(input_shapes)
+            for name in dict.fromkeys(n for n, _, p in unresolved if not p):
+                shapes[name] = tuple(d if isinstance(d, int) else fixed.get(d) or dims.get(d, rng)
+                                     for d in declared[name])
+            return dims, shapes
+
+        def one(d, given=None):
+            if isinstance(given, int) or isinstance(d, int) and given is None:
+                return given if given is not None else d
+            if isinstance(d, str) and d in fixed and given is None:
+                return fixed[d]
+            lo, hi = given if _is_range(given) else self.dim_ranges.get(d, (size, size)) if isinstance(d, str) \
+                else (size, size)
+            return min(max(size, lo), hi)
+
+        shapes = {}
+        for vi in real_inputs:
+            dims = declared.get(vi.name)
+            given = input_shapes.get(vi.name)
+            if dims is None or (given is None and all(isinstance(d, int) for d in dims)):
+                continue
+            shapes[vi.name] = tuple(one(d, g) for d, g in zip(dims, given or (None,) * len(dims)))
+        return {}, shapes
+
+    def _make_input(self, vi, shape) -> Var:
+        """The graph input of ONNX input `vi` with its resolved `shape` (_resolve_shapes)."""
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise self.error(f"graph input '{vi.name}' is not a tensor")
         dtype = np_dtype_name(tt.elem_type)
         if dtype not in SUPPORTED_DTYPES:
             raise self.error(f"graph input '{vi.name}' has dtype {dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")
-        declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim] \
-            if tt.HasField("shape") else None
-        if override is not None:
-            shape = tuple(int(d) for d in override)
-            if declared is not None and len(declared) != len(shape):
-                raise self.error(f"--input-shapes gives '{vi.name}' rank {len(shape)} but the model declares "
-                                 f"rank {len(declared)} {fmt_dims(declared)}")
-            return Var(vi.name, self._input_type(vi.name, shape, dtype))
-        if declared is None:
-            raise self.error(f"graph input '{vi.name}' has no shape; fix it with "
-                             f"--input-shapes \"{vi.name}:[1,3,224,224]\"")
-        for i, d in enumerate(declared):
-            if not isinstance(d, int):
-                what = f"symbolic ('{d}')" if d else "unknown"
-                hint = ",".join(str(x) if isinstance(x, int) else "1" for x in declared)
-                raise self.error(f"graph input '{vi.name}' dimension {i} is {what}; fix it with "
-                                 f"--input-shapes \"{vi.name}:[{hint}]\"")
-        return Var(vi.name, self._input_type(vi.name, tuple(declared), dtype))
+        return Var(vi.name, self._input_type(vi.name, tuple(shape), dtype))
 
     def _input_type(self, name, shape, dtype) -> TensorType:
         try:
@@ -242,8 +392,9 @@ class _Importer:
             raise self.error(f"graph input '{name}': {e}") from None
 
     def _infer(self, real_inputs, input_shapes):
-        """ONNX shape inference (with input overrides applied) -> self.inferred[name] = TensorType
-        for every tensor whose shape ONNX knows statically; used to cross-check our types."""
+        """ONNX shape inference (with input overrides applied: ints, and a size variable as a
+        dim_param of its name) -> self.inferred[name] = TensorType for every tensor whose shape ONNX
+        knows statically; used to cross-check our types."""
         proto = self.proto
         if input_shapes:
             proto = onnx.ModelProto()
@@ -254,7 +405,10 @@ class _Importer:
                     shape = vi.type.tensor_type.shape
                     del shape.dim[:]
                     for d in input_shapes[vi.name]:
-                        shape.dim.add().dim_value = int(d)
+                        if symbolic.is_symbolic(d):
+                            shape.dim.add().dim_param = _var_name(d)
+                        else:
+                            shape.dim.add().dim_value = int(d)
             for vi in proto.graph.output:
                 vi.type.tensor_type.ClearField("shape")
         defaults = [n for n in proto.graph.node if n.op_type in _INFERENCE_DEFAULTS and
@@ -316,7 +470,11 @@ class _Importer:
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         ctx = _NodeContext(self, node, label)
         try:
-            result = fn(ctx, node, inputs, attrs, opset)
+            result = None
+            if any(isinstance(e, SymbolicValue) for e in inputs):  # shape arithmetic on symbolic values
+                result = fold_symbolic(ctx, node.op_type, inputs, attrs, opset)
+            if result is None:
+                result = fn(ctx, node, inputs, attrs, opset)
         except (TVMCError, RecursionError, KeyboardInterrupt):
             raise
         except MemoryError:
@@ -407,6 +565,17 @@ class _Importer:
                             f"(value_info / ONNX shape inference) says {expected}")
         return result
 
+    def materialize(self, e, user: str):
+        """`e` itself, or for a SymbolicValue the call (made once per value) of shape_to_tensor that
+        gives its values as a tensor at run time, named after `user`."""
+        if not isinstance(e, SymbolicValue):
+            return e
+        if e not in self.materialized:
+            values = tuple(e.values.reshape(-1).tolist())
+            self.materialized[e] = make_call("shape_to_tensor", [], {"values": values, "shape": e.shape,
+                                                                     "dtype": e.dtype}, name=f"{user}.shape")
+        return self.materialized[e]
+
     def unique_name(self, base: str) -> str:
         name, k = base, 1
         while name in self.used_names:
@@ -414,6 +583,60 @@ class _Importer:
             k += 1
         self.used_names.add(name)
         return name
+
+
+# Candidates of the example commands of the unresolved-dimensions error, tried in turn (the first
+# with which the model imports is shown): ranges for every symbolic dimension, then one size.
+_EXAMPLE_RANGES = ((1, 256), (1, 64), (32, 1024))
+_EXAMPLE_SIZES = (64, 224)
+
+
+def _is_range(d) -> bool:
+    """True for a dimension given as a range (lo, hi) (--input-shapes "x:[1,1..512]")."""
+    return isinstance(d, tuple) and len(d) == 2
+
+
+def _valid_range(d) -> bool:
+    """True for a pair (lo, hi) of ints with 0 <= lo <= hi."""
+    return isinstance(d, tuple) and len(d) == 2 and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in d) and 0 <= d[0] <= d[1]
+
+
+def _fmt_given(shape) -> str:
+    """'[1,1..512]': a shape of ints and (lo, hi) ranges as --input-shapes writes it."""
+    return "[" + ",".join(f"{d[0]}..{d[1]}" if _is_range(d) else str(int(d)) for d in shape) + "]"
+
+
+def _declared_dims(vi):
+    """The dims an ONNX tensor input declares: None without a shape, else a list of ints
+    (dim_value), strs (dim_param) and None (neither)."""
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+
+
+def _as_declared(vi, shape) -> bool:
+    """True when the resolved `shape` says no more than input `vi` declares: its ints, and the
+    size variable of each dim_param (so ONNX shape inference needs no override)."""
+    dims = _declared_dims(vi)
+    if dims is None or len(dims) != len(shape):
+        return False
+    for d, r in zip(dims, shape):
+        if isinstance(d, str):
+            if _var_name(r) != d:
+                return False
+        elif d != r:
+            return False
+    return True
+
+
+def _var_name(d):
+    """The name of the size variable that dimension `d` is, or None (an int, an expression)."""
+    if not symbolic.is_symbolic(d) or len(d.terms) != 1:
+        return None
+    (mono, coeff), = d.terms
+    return mono[0].name if coeff == 1 and len(mono) == 1 and isinstance(mono[0], symbolic.SizeVar) else None
 
 
 # Attributes whose absence ONNX's shape inference (onnx <= 1.23) reads as another value than the
@@ -449,7 +672,9 @@ class _NodeContext:
         """make_call with the node's name; dtype and type-rule failures name file and node. With
         `fold` (the default) a call on constants is folded at import as described below; without,
         it stays a call for the passes to see (a DequantizeLinear of a constant int8 weight, which
-        FakeQuantizationToInteger turns into an integer op)."""
+        FakeQuantizationToInteger turns into an integer op). A SymbolicValue input becomes its
+        shape_to_tensor call; a call with a symbolic type or attribute is never folded."""
+        inputs = [self.importer.materialize(e, self.name) for e in inputs]
         for e in inputs:
             if isinstance(e, ir.Constant) and e.dtype not in SUPPORTED_DTYPES:
                 raise self.error(f"constant '{e.name}' has dtype {e.dtype}; "
@@ -463,7 +688,7 @@ class _NodeContext:
             source = next((e for e in inputs if e in shapes), None)
             if source is not None:
                 shapes[call] = shapes[source] if call.shape == source.shape else self._reduced_shape(call, source)
-        if fold and inputs and all(is_const(e) for e in inputs) and (
+        if fold and inputs and all(is_const(e) for e in inputs) and not call.is_symbolic and (
                 all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX) \
                 and ir.constant_bytes(call.shape, call.dtype) <= ir.MAX_CONSTANT_BYTES:
             # shape arithmetic on constants (Neg of an axis, Equal of shapes, a window length
@@ -533,6 +758,17 @@ class _NodeContext:
             self.importer.derived[key] = hit
         return hit
 
+    def shape_operand(self, inputs, i: int):
+        """The value of input `i` when it is known at import: a Constant's array, or a
+        SymbolicValue's object array (ints and SymExprs); None when it is computed at run time or
+        absent."""
+        e = inputs[i] if i < len(inputs) else None
+        if isinstance(e, SymbolicValue):
+            return e.values
+        if isinstance(e, ir.Constant):
+            return e.value
+        return None
+
     def input_name(self, i: int) -> str:
         return self.node.input[i] if i < len(self.node.input) else f"#{i}"
 
@@ -541,10 +777,18 @@ class _NodeContext:
         e = inputs[i] if i < len(inputs) else None
         if e is None:
             raise self.error(f"missing input {what}")
+        if isinstance(e, SymbolicValue):
+            raise self.error(f"input {what} ('{self.input_name(i)}') is {_fmt_values(e)}, computed from symbolic "
+                             f"dimensions ({symbolic.describe_vars(e.values.reshape(-1).tolist())}); {self.op_type} "
+                             f"needs it constant")
         if not isinstance(e, ir.Constant):
             raise self.error(f"input {what} ('{self.input_name(i)}') must be a constant (initializer or "
                              f"computable at import); tvmc needs static shapes")
         return e.value
+
+
+def _fmt_values(e: SymbolicValue) -> str:
+    return "[" + ", ".join(str(v) for v in e.values.reshape(-1).tolist()) + "]"
 
 
 def node_label(node) -> str:

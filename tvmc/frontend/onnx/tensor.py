@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from tvmc.frontend.onnx.common import (fmt_dims, is_const, is_int_const, norm_axis, np_dtype_name, prod, reshape,
-                                      scalar)
+from tvmc.frontend.onnx.common import (SymbolicValue, fmt_dims, is_const, is_int_const, norm_axis, np_dtype_name,
+                                      prod, reshape, scalar)
+from tvmc.graph import symbolic
 from tvmc.frontend.onnx.registry import converter
 from tvmc.te.expr import is_float
 
@@ -28,6 +29,8 @@ def Flatten(ctx, node, inputs, attrs, opset):
 
 def _resolve_reshape(ctx, in_shape, shape, allowzero) -> tuple:
     """ONNX Reshape target: 0 copies the input dim (unless allowzero), -1 is inferred."""
+    if any(symbolic.is_symbolic(d) for d in (*in_shape, *shape)):
+        return _resolve_symbolic_reshape(ctx, in_shape, shape, allowzero)
     out = []
     for i, d in enumerate(int(s) for s in shape):
         if d == 0 and not allowzero:
@@ -49,6 +52,35 @@ def _resolve_reshape(ctx, in_shape, shape, allowzero) -> tuple:
     return tuple(out)
 
 
+def _resolve_symbolic_reshape(ctx, in_shape, shape, allowzero) -> tuple:
+    """_resolve_reshape where the input shape or the target holds symbolic dimensions: the -1 is
+    the element count divided by the product of the others, which must divide it exactly, and
+    the target's element count must be provably the input's (tvmc.graph.symbolic)."""
+    out = []
+    for i, d in enumerate(shape):
+        d = d if symbolic.is_symbolic(d) else int(d)
+        if d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ctx.error(f"shape {list(shape)}: 0 at index {i} has no input dimension to copy")
+            out.append(in_shape[i])
+        else:
+            out.append(d)
+    if out.count(-1) > 1:
+        raise ctx.error(f"shape {list(shape)} has more than one -1")
+    total = prod(in_shape)
+    if -1 in out:
+        known = prod([d for d in out if not (isinstance(d, int) and d == -1)])
+        inferred = symbolic.floordiv(total, known) if known != 0 else None
+        if inferred is None or not symbolic.can_prove_equal(inferred * known, total):
+            raise ctx.error(f"cannot reshape {fmt_dims(in_shape)} to {list(shape)}: {known} does not provably divide "
+                            f"the element count {total} ({symbolic.describe_vars((total, known))})")
+        out[out.index(-1)] = inferred
+    if not all(symbolic.can_prove(d >= 0) for d in out) or not symbolic.can_prove_equal(prod(out), total):
+        raise ctx.error(f"cannot reshape {fmt_dims(in_shape)} to {list(shape)}: the element counts {total} and "
+                        f"{prod(out)} are not provably equal ({symbolic.describe_vars((total, *out))})")
+    return tuple(out)
+
+
 @converter(1, 5, 13, 14, 19, 21, 23, 24, 25)
 def Reshape(ctx, node, inputs, attrs, opset):
     """ONNX Reshape: target shape from the `shape` attribute (opset < 5) or a constant input
@@ -59,6 +91,8 @@ def Reshape(ctx, node, inputs, attrs, opset):
         if "shape" not in attrs:
             raise ctx.error("attribute 'shape' is required")
         shape = attrs["shape"]
+    elif len(inputs) > 1 and isinstance(inputs[1], SymbolicValue):  # computed from symbolic dimensions
+        shape = inputs[1].values.reshape(-1).tolist()
     elif len(inputs) > 1 and inputs[1] is not None and not is_const(inputs[1]) and x.type.size:
         # a shape computed at run time: every extent bounded by the element count (tvmc/ops/dynamic.py)
         if len(inputs[1].shape) != 1:
@@ -136,6 +170,9 @@ def ConstantOfShape(ctx, node, inputs, attrs, opset):
     else:
         value, dtype = 0, np.dtype(np.float32)
     shape = _shape_values(ctx, inputs, 0)
+    if isinstance(shape, np.ndarray) and shape.dtype == object:  # symbolic: the value broadcast
+        return ctx.call("broadcast_to", [ctx.const(np.array(value, dtype), "value")],
+                        {"shape": tuple(shape.reshape(-1).tolist())})
     if isinstance(shape, np.ndarray):
         ctx.check_constant(shape.reshape(-1), dtype)
         return np.full(tuple(int(d) for d in shape.reshape(-1)), value, dtype=dtype)
@@ -146,13 +183,16 @@ def ConstantOfShape(ctx, node, inputs, attrs, opset):
 
 
 def _shape_values(ctx, inputs, i: int, what: str = "shape"):
-    """Input `i` (a shape or a Range operand): its value when known at import (a constant, or a
-    run-time tensor whose range is one value), else its interval (lo, hi) (value_range.py).
+    """Input `i` (a shape or a Range operand): its value when known at import (a constant, a
+    SymbolicValue's object array of ints and SymExprs, or a run-time tensor whose range is one
+    value), else its interval (lo, hi) (value_range.py).
     Raises ModelError when neither is known (the error names the --value-range option)."""
     if i >= len(inputs) or inputs[i] is None:
         raise ctx.error(f"missing input {what}")
     if is_const(inputs[i]):
         return inputs[i].value
+    if isinstance(inputs[i], SymbolicValue):  # known at import as expressions of the size variables
+        return inputs[i].values
     lo, hi = ctx.bounded(inputs, i, what)
     if (lo == hi).all():
         return hi.astype(inputs[i].dtype)
@@ -177,16 +217,19 @@ def _bound(ctx, lo, hi, static=()):
 
 @converter(1, 13, 15, 19, 21, 23, 24, 25)
 def Shape(ctx, node, inputs, attrs, opset):
-    """ONNX Shape (start/end from opset 15) -> int64 Constant for a static shape; for a tensor with
+    """ONNX Shape (start/end from opset 15) -> int64 Constant for a static shape; a SymbolicValue
+    (tvmc/frontend/onnx/symbolic.py) when the slice holds symbolic dimensions; for a tensor with
     a run-time shape, its int64[rank] shape tensor (sliced to start:end), or a Constant when the
     slice holds only static axes."""
     x = inputs[0]
-    shape = np.asarray(x.shape, dtype=np.int64)
+    shape = np.asarray([0 if symbolic.is_symbolic(d) else d for d in x.shape], dtype=np.int64)
     rank = len(shape)
     start, end = int(attrs.get("start", 0)), attrs.get("end")
     end = rank if end is None else int(end)
     start = min(max(start + rank if start < 0 else start, 0), rank)
     end = min(max(end + rank if end < 0 else end, 0), rank)
+    if x.type.is_symbolic and any(symbolic.is_symbolic(d) for d in x.shape[start:end]):
+        return SymbolicValue(np.array(x.shape[start:end], dtype=object))
     if not any(start <= a < end for a in x.type.dynamic_axes):
         return shape[start:end]
     dims = ctx.importer.run_time_shapes[x]
@@ -294,6 +337,8 @@ def Pad(ctx, node, inputs, attrs, opset):
 def Size(ctx, node, inputs, attrs, opset):
     """ONNX Size -> int64 scalar Constant for a static shape, else the product of the run-time shape."""
     x = inputs[0]
+    if x.type.is_symbolic:
+        return SymbolicValue(np.array(x.type.size, dtype=object))
     if not x.type.is_dynamic:
         return np.asarray(prod(x.shape), dtype=np.int64)
     return ctx.call("prod", [ctx.importer.run_time_shapes[x]], {"axis": (0,), "keepdims": 0})
@@ -307,6 +352,9 @@ def Range(ctx, node, inputs, attrs, opset):
     from tvmc.ops.dynamic import range_reference
 
     values = [_shape_values(ctx, inputs, k, w) for k, w in enumerate(("start", "limit", "delta"))]
+    if any(isinstance(v, np.ndarray) and v.dtype == object for v in values):
+        return _symbolic_range(ctx, inputs, *(v.reshape(-1)[0] if isinstance(v, np.ndarray) else None
+                                              for v in values))
     if all(isinstance(v, np.ndarray) for v in values):
         start, limit, delta = (v.reshape(-1)[0] if v.size else v for v in values)
         with np.errstate(all="ignore"):
@@ -326,13 +374,34 @@ def Range(ctx, node, inputs, attrs, opset):
     return ctx.dynamic_call("dyn.range", args, {"bound": bound[0]})
 
 
+def _symbolic_range(ctx, inputs, start, limit, delta):
+    """Range whose start or limit is a symbolic expression (a SymbolicValue): `arange` with
+    length max(0, ceil((limit - start) / delta)); delta must be a nonzero constant and the dtype
+    an integer one."""
+    dtype = inputs[0].dtype
+    if start is None or limit is None or delta is None or symbolic.is_symbolic(delta) or not dtype.startswith("int"):
+        raise ctx.error(f"Range({start}, {limit}, {delta}) of {dtype} with a symbolic operand needs integer start "
+                        f"and limit known at import and a constant delta")
+    delta = int(delta)
+    if delta == 0:
+        raise ctx.error("delta is 0: no finite length")
+    span = limit - start if delta > 0 else start - limit
+    length = symbolic.max_(0, symbolic.floordiv(span + abs(delta) - 1, abs(delta)))
+    return ctx.call("arange", [], {"start": start if symbolic.is_symbolic(start) else int(start), "step": delta,
+                                   "length": length, "dtype": dtype})
+
+
 # ---------------------------------------------------------------------------------------------
 # Data movement
 # ---------------------------------------------------------------------------------------------
 
 def _slice_attrs(shape, starts, ends, axes, steps):
-    """ONNX Slice semantics resolved into per-axis begin/end/strides (clamped, numpy-like)."""
+    """ONNX Slice semantics resolved into per-axis begin/end/strides (clamped, numpy-like); with
+    symbolic dimensions, starts or ends, clamped by symbolic min/max (a negative start or end must
+    be provably negative or provably not: SymbolicError otherwise)."""
     rank = len(shape)
+    if any(symbolic.is_symbolic(v) for v in (*shape, *starts, *ends)):
+        return _symbolic_slice_attrs(shape, starts, ends, axes, steps)
     begin, end, strides = [0] * rank, list(shape), [1] * rank
     for s, e, a, st in zip(starts, ends, axes, steps):
         d = shape[a]
@@ -347,8 +416,25 @@ def _slice_attrs(shape, starts, ends, axes, steps):
     return tuple(begin), tuple(end), tuple(strides)
 
 
+def _symbolic_slice_attrs(shape, starts, ends, axes, steps):
+    rank = len(shape)
+    begin, end, strides = [0] * rank, list(shape), [1] * rank
+    lo_, hi_ = symbolic.min_, symbolic.max_
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        d = shape[a]
+        s, e, st = (v if symbolic.is_symbolic(v) else int(v) for v in (s, e, st))
+        s = s + d if bool(s < 0) else s
+        e = e + d if bool(e < 0) else e
+        if st > 0:
+            s, e = lo_(hi_(s, 0), d), lo_(hi_(e, 0), d)
+        else:
+            s, e = lo_(hi_(s, -1), d - 1), lo_(hi_(e, -1), d - 1)
+        begin[a], end[a], strides[a] = s, e, st
+    return tuple(begin), tuple(end), tuple(strides)
+
+
 def _strided_slice(ctx, x, begin, end, strides):
-    if is_const(x):
+    if is_const(x) and not any(symbolic.is_symbolic(v) for v in (*begin, *end)):
         return x.value[tuple(slice(b, e if e >= 0 else None, s) for b, e, s in zip(begin, end, strides))]
     if tuple(begin) == (0,) * len(begin) and tuple(end) == tuple(x.shape) and set(strides) <= {1}:
         return ctx.call("identity", [x])
@@ -365,8 +451,9 @@ def Slice(ctx, node, inputs, attrs, opset):
         starts, ends = attrs.get("starts"), attrs.get("ends")
         axes, steps = attrs.get("axes"), None
     else:
-        starts = ctx.constant(inputs, 1, "starts").reshape(-1).tolist()
-        ends = ctx.constant(inputs, 2, "ends").reshape(-1).tolist()
+        starts, ends = (ctx.shape_operand(inputs, k) if isinstance(inputs[k], SymbolicValue) else
+                        ctx.constant(inputs, k, what) for k, what in ((1, "starts"), (2, "ends")))
+        starts, ends = starts.reshape(-1).tolist(), ends.reshape(-1).tolist()
         axes = ctx.constant(inputs, 3, "axes").reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None \
             else None
         steps = ctx.constant(inputs, 4, "steps").reshape(-1).tolist() if len(inputs) > 4 and inputs[4] is not None \
@@ -377,7 +464,11 @@ def Slice(ctx, node, inputs, attrs, opset):
     steps = [1] * len(starts) if steps is None else steps
     if any(int(s) == 0 for s in steps):
         raise ctx.error("steps must be non-zero")
-    return _strided_slice(ctx, x, *_slice_attrs(x.shape, starts, ends, axes, steps))
+    try:
+        attrs = _slice_attrs(x.shape, starts, ends, axes, steps)
+    except symbolic.SymbolicError as e:
+        raise ctx.error(f"starts {starts} / ends {ends}: {e}") from None
+    return _strided_slice(ctx, x, *attrs)
 
 
 @converter(1, 2, 11, 13, 18)
@@ -428,6 +519,14 @@ def Expand(ctx, node, inputs, attrs, opset):
             return ctx.dynamic_call("dyn.expand", [x, inputs[1]], {"bound": bound, "dynamic_axes": dynamic})
         shape = np.array(bound, np.int64)
     shape = shape.reshape(-1).tolist()
+    if x.type.is_symbolic or any(symbolic.is_symbolic(d) for d in shape):
+        from tvmc.ops.elemwise import broadcast_shape
+
+        try:
+            out = broadcast_shape(tuple(x.shape), tuple(shape))
+        except ValueError as e:
+            raise ctx.error(f"cannot expand {x.type} to {shape}: {e}") from None
+        return x if out == tuple(x.shape) and not is_const(x) else ctx.call("broadcast_to", [x], {"shape": out})
     try:
         out = tuple(int(d) for d in np.broadcast_shapes(tuple(x.shape), tuple(int(s) for s in shape)))
     except ValueError:
