@@ -129,6 +129,25 @@ class Var(PrimExpr):
         return self.name
 
 
+class SizeVar(Var):
+    """A symbolic tensor extent: an int64 variable known to lie in [lo, hi] (TVM's tir.SizeVar, the
+    bounded shape variables of TVM Relax). It may appear in tensor shapes, loop extents and index
+    arithmetic; a kernel that uses one takes its value as an int64 argument after its buffers
+    (tvmc.tir.ir.PrimFunc.size_vars), and the simplifier bounds it by [lo, hi]. Identity-compared
+    like every Var: two SizeVars of one name are two variables."""
+
+    def __init__(self, name: str, lo: int, hi: int):
+        if isinstance(lo, bool) or isinstance(hi, bool) or int(lo) != lo or int(hi) != hi or not 0 <= lo <= hi:
+            raise ValueError(f"size variable {name}: bounds {lo}..{hi} must be integers with 0 <= lo <= hi")
+        super().__init__(name, INDEX)
+        self.lo, self.hi = int(lo), int(hi)
+
+
+def size_var(name: str, lo: int, hi: int) -> SizeVar:
+    """A SizeVar `name` in [lo, hi] (e.g. size_var("seq", 1, 512)); ValueError on bad bounds."""
+    return SizeVar(name, lo, hi)
+
+
 BINOPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or", "fmod", "bitwise_and",
           "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
 
@@ -236,10 +255,13 @@ class TensorLoad(PrimExpr):
 
 
 class Reduce(PrimExpr):
-    """Commutative reduction `combiner` ('sum', 'prod', 'max', 'min') of `source` over `axes` (IterVars)."""
+    """Commutative reduction `combiner` ('sum', 'prod', 'max', 'min') of `source` over `axes`
+    (IterVars); with `condition` (a bool expression, TVM's `where`) only the points where it holds
+    are combined (Schedule.rfactor's tail of an extent its factor does not divide)."""
 
-    def __init__(self, combiner: str, source: PrimExpr, axes):
+    def __init__(self, combiner: str, source: PrimExpr, axes, condition: PrimExpr | None = None):
         self.combiner, self.source, self.axes = combiner, source, tuple(axes)
+        self.condition = condition
         self.dtype = source.dtype
 
     def identity(self) -> PrimExpr:
@@ -252,7 +274,8 @@ class Reduce(PrimExpr):
         return min_value(self.dtype) if self.combiner == "max" else max_value(self.dtype)
 
     def __repr__(self):
-        return f"{self.combiner}({self.source!r}, axes={[a.var for a in self.axes]})"
+        where = "" if self.condition is None else f", where={self.condition!r}"
+        return f"{self.combiner}({self.source!r}, axes={[a.var for a in self.axes]}{where})"
 
 
 class Load(PrimExpr):
@@ -411,7 +434,7 @@ def children(e: PrimExpr):
     if isinstance(e, TensorLoad):
         return e.indices
     if isinstance(e, Reduce):
-        return (e.source,)
+        return (e.source,) if e.condition is None else (e.source, e.condition)
     if isinstance(e, Load):
         return (e.index,)
     if isinstance(e, Let):
@@ -448,7 +471,7 @@ def transform(e: PrimExpr, fn, pre=None) -> PrimExpr:
         elif isinstance(x, TensorLoad):
             n = TensorLoad(x.tensor, [visit(i) for i in x.indices])
         elif isinstance(x, Reduce):
-            n = Reduce(x.combiner, visit(x.source), x.axes)
+            n = Reduce(x.combiner, visit(x.source), x.axes, None if x.condition is None else visit(x.condition))
         elif isinstance(x, Load):
             n = Load(x.buffer, visit(x.index))
         elif isinstance(x, Let):
