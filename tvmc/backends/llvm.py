@@ -24,7 +24,7 @@ import numpy as np
 from tvmc.backends.base import Backend, described, write_dumps
 from tvmc.codegen.build import compile_ir, link_shared, run_build_tool
 from tvmc.codegen.llvm import CodeGenLLVM
-from tvmc.errors import ArtifactError
+from tvmc.errors import ArtifactError, CodegenError
 from tvmc.target import host_arch
 
 RUNTIME_SOURCE = "tvmc_runtime.c"
@@ -117,9 +117,14 @@ class SharedObjectBackend(Backend):
         return (lambda: fn(*args)), (lambda: None), None, lambda: _ctypes.dlclose(lib._handle)
 
     def run_kernel(self, prim, target, arrays, out):
-        """Here: the kernel's library through ctypes; a CPU of another architecture: the kernel as
-        the one node of a graph, run by the C runner under the target's emulator."""
+        """Here: the kernel's library through ctypes (a kernel with symbolic extents gets its
+        SizeVars' values from the arrays' shapes, PrimFunc.size_args); a CPU of another
+        architecture: the kernel as the one node of a graph, run by the C runner under the
+        target's emulator."""
         if target.arch != host_arch():
+            if prim.size_vars:
+                raise CodegenError(f"kernel {prim.name}: a kernel with symbolic extents runs under emulation only "
+                                   "inside a graph")
             return self._run_emulated(prim, target, arrays, out)
         global _tmp
         if _tmp is None:
@@ -131,7 +136,7 @@ class SharedObjectBackend(Backend):
         path.write_bytes(so)
         lib = ctypes.CDLL(str(path))
         args = [np.ascontiguousarray(a) for a in arrays] + [out]
-        getattr(lib, prim.name)(*[ctypes.c_void_p(a.ctypes.data) for a in args])
+        getattr(lib, prim.name)(*[ctypes.c_void_p(a.ctypes.data) for a in args], *size_arguments(prim, args))
         return out
 
     def _run_emulated(self, prim, target, arrays, out):
@@ -271,6 +276,16 @@ def _compile_c(source: str, linker: tuple, cflags: tuple, source_sha256: str, ta
             Path(tmp, name).write_bytes(resources.files("tvmc.runtime").joinpath(name).read_bytes())
         cmd = list(linker) + list(cflags) + ["-c", "-o", obj, source]
         return run_build_tool(cmd, "C compiler", target, tmp, obj)
+
+
+def size_arguments(prim, arrays) -> list:
+    """The int64 arguments after the buffers of kernel `prim` run on numpy `arrays` (inputs, then
+    the output): the values of its SizeVars read from the arrays' shapes (PrimFunc.size_args), as
+    ctypes values; none for a kernel of static shapes. Raises ValueError naming a shape that
+    does not fit."""
+    if not prim.size_vars:
+        return []
+    return [ctypes.c_int64(v) for v in prim.size_args([a.shape for a in arrays])]
 
 
 def one_kernel_graph(name: str, args) -> dict:
