@@ -694,13 +694,15 @@ class CodeGenLLVM:
         for k, val in enumerate([st.buffers[x] for x in bufs] + [st.env[v] for v in free_vars]):
             b.store(val, b.gep(closure, [I32(0), I32(k)], source_etype=closure_ty))
         gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        if isinstance(s.extent, int):
+        if isinstance(s.extent, int) and isinstance(s.min_parallel, int) and s.min_parallel == 0:
             b.call(gomp, [fn, closure, I32(0), I32(0)])
         else:
             # a symbolic extent: no launch without iterations, and (min_parallel) too few run here:
             # outside a parallel region the outlined body sees one thread and takes every iteration
             ext = self._extent(st, s.extent)
-            threads = b.icmp_signed(">=", ext, I64(max(1, s.min_parallel)))
+            least = I64(max(1, s.min_parallel)) if isinstance(s.min_parallel, int) else \
+                self._expr(st, s.min_parallel, None)
+            threads = b.icmp_signed(">=", ext, least)
             with b.if_else(threads) as (then, otherwise):
                 with then:
                     b.call(gomp, [fn, closure, I32(0), I32(0)])
@@ -1173,8 +1175,8 @@ def _free_vars(s: For) -> list:
 
 
 def _symbolic_extents(s: Stmt) -> list:
-    """The extents of the loops in `s` (itself included) that are expressions."""
-    out = [s.extent] if isinstance(s, For) and isinstance(s.extent, PrimExpr) else []
+    """The extents (and min_parallel) of the loops in `s` (itself included) that are expressions."""
+    out = [x for x in (s.extent, s.min_parallel) if isinstance(x, PrimExpr)] if isinstance(s, For) else []
     for c in stmt_children(s):
         out += _symbolic_extents(c)
     return out

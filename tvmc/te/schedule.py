@@ -127,14 +127,15 @@ class Stage:
         self._check_leaf(iv, "vectorize")
         self.annotations[iv] = "vectorize"
 
-    def parallel(self, iv: IterVar, min_extent: int = 0):
-        """Run loop `iv`'s iterations on the library's threads. `min_extent`: for a loop of
-        symbolic extent, the fewest iterations worth a parallel launch; a run with fewer runs
-        them on the calling thread (a launch costs microseconds, DESIGN.md section 4)."""
+    def parallel(self, iv: IterVar, min_extent=0):
+        """Run loop `iv`'s iterations on the library's threads. `min_extent` (an int, or an
+        expression of SizeVars): where the work is symbolic, the fewest iterations worth a
+        parallel launch; a run with fewer runs them on the calling thread (a launch costs
+        microseconds, DESIGN.md section 4)."""
         self._check_leaf(iv, "parallel")
         self.annotations[iv] = "parallel"
-        if min_extent > 1 and not xt.is_static(iv.extent):
-            self.min_parallel[iv] = int(min_extent)
+        if not xt.is_static(min_extent) or (min_extent > 1 and not xt.is_static(iv.extent)):
+            self.min_parallel[iv] = min_extent
 
     def unroll(self, iv: IterVar):
         self._check_leaf(iv, "unroll")

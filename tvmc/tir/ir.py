@@ -64,12 +64,13 @@ class For(Stmt):
     """`for var in [0, extent)`; kind is 'serial', 'parallel', 'vectorize', 'unroll', or a GPU
     thread tag ('blockIdx.x' .. 'threadIdx.z'): then `var` is that block or thread index, one
     iteration per block or thread (tvmc.tir.gpu). `extent` is an int, or an int64 expression of
-    SizeVars and enclosing loops' variables (computed when the loop starts); `min_parallel`: a
-    parallel loop with fewer iterations than this at run time runs them on the calling thread."""
+    SizeVars and enclosing loops' variables (computed when the loop starts); `min_parallel` (an
+    int or such an expression, 0 for none): a parallel loop with fewer iterations than this at
+    run time runs them on the calling thread."""
 
-    def __init__(self, var: Var, extent, kind: str, body: Stmt, min_parallel: int = 0):
+    def __init__(self, var: Var, extent, kind: str, body: Stmt, min_parallel=0):
         self.var, self.extent, self.kind, self.body = var, xt.as_extent(extent), kind, body
-        self.min_parallel = int(min_parallel)
+        self.min_parallel = xt.as_extent(min_parallel)
 
 
 class Store(Stmt):
@@ -337,8 +338,8 @@ def _print(s: Stmt, depth: int, lines: list):
     pad = "  " * depth
     if isinstance(s, For):
         kind = "" if s.kind == "serial" else s.kind + " "
-        if s.min_parallel:
-            kind = f"{s.kind}(>= {s.min_parallel}) "
+        if not (isinstance(s.min_parallel, int) and s.min_parallel == 0):
+            kind = f"{s.kind}(>= {s.min_parallel!r}) "
         lines.append(f"{pad}{kind}for {s.var!r} in 0..{s.extent!r} {{")
         _print(s.body, depth + 1, lines)
         lines.append(pad + "}")

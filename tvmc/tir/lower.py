@@ -12,7 +12,7 @@ from tvmc.te.expr import (BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, eq
 from tvmc.te.schedule import THREAD_AXES, THREAD_TAGS, Schedule, Split, Stage
 from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
 from tvmc.tir.partition import partition_loops
-from tvmc.tir.simplify import Linear, simplify, simplify_stmt
+from tvmc.tir.simplify import Linear, simplify, simplify_stmt, size_only
 
 
 def lower(sch: Schedule, args, name: str) -> PrimFunc:
@@ -391,6 +391,9 @@ def _interval(e, ranges):
             if isinstance(b, IntImm):
                 lo, hi = _interval(a, ranges)
                 return (lo * b, hi * b) if b.value >= 0 else (hi * b, lo * b)
+        if e.op in ("floordiv", "floormod") and size_only(e.b) and \
+                not any(isinstance(x, Var) and x in ranges for x in walk(e.a)):
+            return e, e  # a division by a symbolic extent of variables fixed here (a fused outer loop)
         if e.op == "floordiv" and isinstance(e.b, IntImm) and e.b.value > 0:
             lo, hi = _interval(e.a, ranges)
             return lo // e.b, hi // e.b

@@ -3,6 +3,7 @@ fuse its loops, vectorize the innermost by the target's vector lanes, paralleliz
 
 from __future__ import annotations
 
+from tvmc.te import extent as xt
 from tvmc.te.schedule import Schedule
 
 
@@ -21,6 +22,9 @@ def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int
     threads (num_cores 1) the outer loops stay nested: a fused loop would only recover each
     axis by a division and a remainder per vector (a wasm NCHW4c concatenate of [1,32,55,55,4]
     ran 3 divisions and a branch per 4 floats)."""
+    if not xt.is_static_shape(out.shape):
+        _symbolic_elementwise_loops(s, out, target, min_parallel_elems)
+        return
     st = s[out]
     lanes = target.vector_lanes(out.dtype)
     axes = list(st.op.axis)
@@ -56,6 +60,49 @@ def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int
             size *= e
         if size >= min_parallel_elems and fused.extent > 1:
             st.parallel(fused)
+
+
+def _symbolic_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int):
+    """schedule_elementwise_loops for an output of symbolic shape: the innermost axis split by the
+    vector lanes and vectorized (a symbolic one with a tail that loop partitioning keeps out of
+    the other vectors), or handled as a static one is; the outer axes fused into one parallel
+    loop of rows, which runs on threads only when a run has min_parallel_elems elements; the
+    inner vector loops stay per row (a symbolic extent fused into them would cost a division
+    per vector)."""
+    st = s[out]
+    lanes = target.vector_lanes(out.dtype)
+    axes = list(st.op.axis)
+    units = [iv for iv in axes if xt.is_static(iv.extent) and iv.extent == 1]
+    axes = [iv for iv in axes if iv not in units]
+    if units:
+        st.reorder(*units, *axes)
+    if not axes:
+        return
+    inner, outer = axes[-1], axes[:-1]
+    rows_inner = None  # the loop of the innermost axis left outside its vectors
+    if not xt.is_static(inner.extent):
+        rows_inner, vec = st.split(inner, lanes)
+        st.vectorize(vec)
+    elif inner.extent % lanes == 0 and inner.extent >= lanes:
+        _, vec = st.split(inner, lanes)
+        st.vectorize(vec)
+    elif 1 < inner.extent <= 64:
+        st.vectorize(inner)
+    if not target.threaded:
+        return
+    if not outer:  # one (symbolic) row: its vectors in parallel
+        if rows_inner is not None:
+            st.parallel(rows_inner, min_extent=xt.ceildiv(min_parallel_elems, lanes))
+        return
+    fused = st.fuse(*outer) if len(outer) > 1 else outer[0]
+    row = inner.extent  # elements of one row: its parallel loop needs min_parallel_elems / row of them
+    least = -(-min_parallel_elems // max(1, row)) if xt.is_static(row) else xt.as_extent(
+        (min_parallel_elems + row - 1) // row)
+    if xt.is_static(fused.extent):
+        if xt.upper_bound(xt.mul(fused.extent, row)) >= min_parallel_elems and fused.extent > 1:
+            st.parallel(fused, min_extent=least)
+    else:
+        st.parallel(fused, min_extent=least)
 
 
 def schedule_blocked_loops(s: Schedule, t, target):
