@@ -24,7 +24,7 @@ import numpy as np
 from tvmc.backends.base import Backend, described, write_dumps
 from tvmc.codegen.build import compile_ir, link_shared, run_build_tool
 from tvmc.codegen.llvm import CodeGenLLVM
-from tvmc.errors import ArtifactError, CodegenError
+from tvmc.errors import ArtifactError
 from tvmc.target import host_arch
 
 RUNTIME_SOURCE = "tvmc_runtime.c"
@@ -108,12 +108,12 @@ class SharedObjectBackend(Backend):
         return library_requirements(library)
 
     # --- running ----------------------------------------------------------------------------
-    def load_candidate(self, path: str, func: str, arrays, out):
+    def load_candidate(self, path: str, func: str, arrays, out, sizes=()):
         import _ctypes
 
         lib = ctypes.CDLL(path)
         fn = getattr(lib, func)
-        args = [ctypes.c_void_p(a.ctypes.data) for a in list(arrays) + [out]]
+        args = [ctypes.c_void_p(a.ctypes.data) for a in list(arrays) + [out]] + [ctypes.c_int64(v) for v in sizes]
         return (lambda: fn(*args)), (lambda: None), None, lambda: _ctypes.dlclose(lib._handle)
 
     def run_kernel(self, prim, target, arrays, out):
@@ -122,9 +122,6 @@ class SharedObjectBackend(Backend):
         architecture: the kernel as the one node of a graph, run by the C runner under the
         target's emulator."""
         if target.arch != host_arch():
-            if prim.size_vars:
-                raise CodegenError(f"kernel {prim.name}: a kernel with symbolic extents runs under emulation only "
-                                   "inside a graph")
             return self._run_emulated(prim, target, arrays, out)
         global _tmp
         if _tmp is None:
@@ -145,8 +142,8 @@ class SharedObjectBackend(Backend):
         from tvmc.runtime.emulated import EmulatedProgram
 
         args = [np.ascontiguousarray(a) for a in arrays] + [out]
-        graph = one_kernel_graph(prim.name, args)
         cg = _module([prim], target)
+        graph = one_kernel_graph(bind_sizes(cg, prim, args), args)
         add_graph_entry(cg, graph)
         description.embed(cg.module, description.module_description(graph, {}))
         library = link_shared(compile_ir(cg.ir_text(), target), target, [self.compile_runtime(target)])
@@ -241,8 +238,10 @@ class WasmBackend(SharedObjectBackend):
     def run_kernel(self, prim, target, arrays, out):
         from tvmc.runtime.wasm import run_kernel
 
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        sizes = prim.size_args([a.shape for a in arrays + [out]]) if prim.size_vars else []
         module = link_shared(compile_ir(_module([prim], target).ir_text(), target), target)
-        return run_kernel(module, prim.name, [np.ascontiguousarray(a) for a in arrays], out, prim.name)
+        return run_kernel(module, prim.name, arrays, out, prim.name, sizes)
 
     def check_device(self, device, origin) -> None:
         if device not in (None, "wasm"):
@@ -286,6 +285,26 @@ def size_arguments(prim, arrays) -> list:
     if not prim.size_vars:
         return []
     return [ctypes.c_int64(v) for v in prim.size_args([a.shape for a in arrays])]
+
+
+def bind_sizes(cg: CodeGenLLVM, prim, arrays) -> str:
+    """The name of a function of `cg`'s module that runs kernel `prim` on buffers alone: the
+    kernel itself, or for a kernel with symbolic extents a wrapper `<name>_sized(ptr...)` that
+    passes the SizeVars' values for numpy `arrays` (inputs, then the output) as constants (a
+    graph entry calls kernels with buffers only: tvmc.codegen.entry)."""
+    if not prim.size_vars:
+        return prim.name
+    from llvmlite import ir
+
+    from tvmc.codegen.llvm import I64, PTR, VOID
+
+    kernel = cg.module.get_global(prim.name)
+    name = f"{prim.name}_sized"
+    fn = ir.Function(cg.module, ir.FunctionType(VOID, [PTR] * len(prim.params)), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.call(kernel, list(fn.args) + [I64(v) for v in prim.size_args([a.shape for a in arrays])])
+    b.ret_void()
+    return name
 
 
 def one_kernel_graph(name: str, args) -> dict:

@@ -56,6 +56,12 @@ class Linear:
                 return a.times(e.b)
             if e.dtype == INDEX and size_only(e.a) and not size_only(e.b):
                 return b.times(e.a)
+            if e.dtype == INDEX and size_only(e.a) and size_only(e.b) and len(a.terms) == len(b.terms) == 1 \
+                    and a.const == b.const == 0:  # (c N) (d M) = c d (N M)
+                (xa, ca), = a.terms.values()
+                (xb, cb), = b.terms.values()
+                prod = BinOp("mul", xa, xb)
+                return Linear({_key(prod): (prod, ca * cb)})
         return Linear({_key(e): (e, 1)})
 
     def times(self, factor: PrimExpr) -> "Linear":

@@ -23,11 +23,12 @@ def _unit(iv) -> bool:
 
 
 def _parallel(stage, iv):
-    """`iv` parallel; of symbolic extent, from a run of MIN_PARALLEL_ELEMS elements read on."""
-    if xt.is_static(iv.extent):
+    """`iv` parallel; where the stage's extents are symbolic, from a run of MIN_PARALLEL_ELEMS
+    elements read on."""
+    work = xt.prod([a.extent for a in stage.op.axis] + [r.extent for r in stage.op.reduce_axis])
+    if xt.is_static(work):
         stage.parallel(iv)
         return
-    work = xt.prod([a.extent for a in stage.op.axis] + [r.extent for r in stage.op.reduce_axis])
     stage.parallel(iv, min_extent=parallel_min_extent(work, iv.extent, MIN_PARALLEL_ELEMS))
 
 

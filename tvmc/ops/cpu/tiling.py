@@ -45,10 +45,17 @@ def macs(anchor):
     return xt.prod(list(anchor.shape) + [r.extent for r in anchor.op.reduce_axis])
 
 
-def parallel_min_extent(work, loop_extent, min_work: int = MIN_PARALLEL_MACS) -> int:
-    """The fewest iterations of a parallel loop of symbolic `loop_extent` over `work` (an extent:
-    multiply-adds, or elements for elementwise loops) that are worth a launch of the threads:
-    min_work over the work of one iteration, counted at the upper bounds."""
+def parallel_min_extent(work, loop_extent, min_work: int = MIN_PARALLEL_MACS):
+    """The fewest iterations of a parallel loop over `work` (an extent: multiply-adds, or elements
+    for elementwise loops) that are worth a launch of the threads: min_work over the work of one
+    iteration. A loop of constant extent over symbolic work: an expression of the SizeVars (the
+    work of one iteration is work / loop_extent); a loop of symbolic extent: counted at the upper
+    bounds (its iterations are the symbolic part)."""
+    if xt.is_static(loop_extent) and not xt.is_static(work):
+        per_iteration = xt.as_extent(work // max(1, loop_extent))
+        if not xt.is_static(per_iteration):
+            return xt.as_extent((min_work + per_iteration - 1) // per_iteration)
+        return max(1, -(-min_work // max(1, per_iteration)))
     per_iteration = max(1, xt.upper_bound(work) // max(1, xt.upper_bound(loop_extent)))
     return max(1, -(-min_work // per_iteration))
 
