@@ -74,11 +74,12 @@ class _Lowering:
         for buf in reversed(allocs):
             body = Allocate(buf, body)
         size_vars = xt.size_vars([t.shape for t in self.args])
-        if not size_vars:
-            return PrimFunc(self.name, params, simplify_stmt(body))
-        unknown = [v.name for v in xt.size_vars([st.tensor.shape for st in self.sch.stages]) if v not in size_vars]
+        used = xt.size_vars([(st.tensor.shape, [r.extent for r in st.op.reduce_axis]) for st in self.sch.stages])
+        unknown = [v.name for v in used if v not in size_vars]
         if unknown:
             raise ScheduleError(f"{self.name}: size variable(s) {', '.join(unknown)} appear in no argument's shape")
+        if not size_vars:
+            return PrimFunc(self.name, params, simplify_stmt(body))
         return PrimFunc(self.name, params, partition_loops(simplify_stmt(body)), size_vars=size_vars)
 
     # --- inlining ---------------------------------------------------------------------------
