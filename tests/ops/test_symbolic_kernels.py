@@ -1,5 +1,6 @@
 """Kernels with symbolic extents (issue 29, point 3): each kernel is lowered once for a range of a
-size variable (te.size_var) with the CPU schedules' tiles chosen for the range's upper bound, then
+size variable (te.size_var) with the CPU schedules' tiles chosen for the range's upper bound (or
+one specialization per size bucket, tvmc.tir.buckets), then
 run through the targets' kernel runner (tests/targets.py: ctypes here, wasmtime, the C runner
 under qemu) at sizes 1, 7, one that is not a multiple of the vector lanes, one that is, and the
 upper bound, against numpy. Float32 results match a float64 reference within rtol 1e-4 and atol
@@ -19,10 +20,10 @@ from tvmc import te
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, schedule_conv2d_nchwc
-from tvmc.ops.cpu.dense import (dense_config, dense_pack_config, matmul_config, schedule_dense, schedule_dense_pack,
-                                schedule_matmul)
+from tvmc.ops.cpu.dense import (dense_config, dense_pack_buckets, dense_pack_config, matmul_config, schedule_dense,
+                                schedule_dense_pack, schedule_matmul)
 from tvmc.ops.cpu.injective import schedule_injective
-from tvmc.ops.cpu.reduction import schedule_reduce, schedule_softmax
+from tvmc.ops.cpu.reduction import schedule_reduce, schedule_softmax, softmax_buckets
 from tvmc.ops.nn_conv2d_nchwc import _reference as conv2d_nchwc_reference
 from tvmc.ops.nn_conv2d_nchwc import conv2d_nchwc, pack_weight
 from tvmc.ops.nn_dense import dense, dense_pack, matmul, pack_dense_weight
@@ -30,6 +31,7 @@ from tvmc.ops.nn_misc import softmax
 from tvmc.ops.registry import get_op
 from tvmc.target import resolve_target
 from tvmc.te.expr import IntImm, Var
+from tvmc.tir.buckets import lower_buckets
 from tvmc.tir.ir import For, IfThenElse, Seq, Store
 from tvmc.tir.lower import lower
 from tvmc.tir.simplify import simplify
@@ -302,6 +304,74 @@ def test_conv2d_nchwc_over_a_symbolic_batch(name, depthwise):
         return [xs, weight], conv2d_nchwc_reference(xs, weight, stride, (1, 1, 1, 1), (1, 1), groups)
 
     run_sizes(name, prim, arrays, [1, 3, 8], tol=dict(rtol=1e-4, atol=2e-4))
+
+
+# ---- size buckets ----------------------------------------------------------------------------------
+
+def _bucketed_dense_pack(target, k=48, n=64, hi=512):
+    bn = target.vector_lanes("float32")
+    m_var = te.size_var("M", 1, hi)
+    w = te.placeholder((n // bn, k, bn), name="w")
+
+    def build(sub):
+        x = te.placeholder((sub, k), name="x")
+        y = dense_pack(x, w)
+        cfg = dense_pack_config(((sub.hi, k), (n // bn, k, bn), (sub.hi, n), "float32", ()), target).fallback_config()
+        s = te.create_schedule(y)
+        schedule_dense_pack(s, y, y, cfg, target)
+        return s, [x, w, y]
+
+    starts = dense_pack_buckets(((hi, k), (n // bn, k, bn), (hi, n), "float32", ()), target, m_var)
+    return lower_buckets("dense_pack_buckets", m_var, starts, build), starts, bn
+
+
+@pytest.mark.parametrize("name", CPU_TARGETS)
+def test_dense_pack_size_buckets_run_every_size_of_the_range(name):
+    """One kernel, one specialization per bucket of M (1; 2 to tile_m - 1; tile_m on), each tiled
+    for its own upper bound: every size runs the bucket it falls in."""
+    target = resolve_target(name)
+    k, n = 48, 64
+    prim, starts, bn = _bucketed_dense_pack(target, k, n)
+    r = rng()
+    weight = r.standard_normal((n, k)).astype("float32")
+
+    def arrays(m):
+        xs = r.standard_normal((m, k)).astype("float32")
+        return [xs, pack_dense_weight(weight, bn)], (xs.astype(np.float64) @ weight.T).astype("float32")
+
+    edges = sorted({s for x in starts for s in (x - 1, x)})
+    run_sizes(name, prim, arrays, sorted(set(sizes(target, 512) + edges)))
+
+
+def test_dense_pack_buckets_tile_each_range_for_its_upper_bound():
+    target = resolve_target("x86")
+    prim, starts, _ = _bucketed_dense_pack(target)
+    tile_m = dense_pack_config(((512, 48), (4, 48, 16), (512, 64), "float32", ()), target).fallback_config()["tile_m"]
+    assert starts == [2, tile_m] and prim.size_vars[0].name == "M"
+    bodies, s = [], prim.body
+    while isinstance(s, IfThenElse):
+        assert repr(s.cond) == f"(M < {starts[len(bodies)]})"
+        bodies.append(s.then)
+        s = s.otherwise
+    bodies.append(s)
+    rows = [max((f.extent for f in _fors(b, "unroll") if f.var.name == "dense_pack_c0_inner"), default=1)
+            for b in bodies]
+    assert rows == [1, tile_m - 1, tile_m]
+
+
+def test_bucket_starts_must_lie_in_the_range():
+    m_var = te.size_var("M", 1, 64)
+    with pytest.raises(ScheduleError, match="must increase within"):
+        lower_buckets("k", m_var, [1], lambda sub: None)
+    with pytest.raises(ScheduleError, match="must increase within"):
+        lower_buckets("k", m_var, [8, 4], lambda sub: None)
+
+
+def test_softmax_buckets_start_where_the_reduction_is_factored_by_the_lanes():
+    x86, avx2 = resolve_target("x86"), resolve_target("x86-avx2")
+    assert softmax_buckets(te.size_var("S", 1, 512), x86) == [32]
+    assert softmax_buckets(te.size_var("S", 1, 512), avx2) == [16]
+    assert softmax_buckets(te.size_var("S", 64, 512), x86) == []
 
 
 # ---- kernel arguments and the simplifier --------------------------------------------------------

@@ -12,7 +12,7 @@ from tvmc.te.expr import (BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, eq
 from tvmc.te.schedule import THREAD_AXES, THREAD_TAGS, Schedule, Split, Stage
 from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
 from tvmc.tir.partition import partition_loops
-from tvmc.tir.simplify import Linear, simplify, simplify_stmt, size_only
+from tvmc.tir.simplify import Linear, expr_bounds, simplify, simplify_stmt, size_only
 
 
 def lower(sch: Schedule, args, name: str) -> PrimFunc:
@@ -141,8 +141,10 @@ class _Lowering:
                 expr[rel.inner] = f % ext[rel.inner]
         return expr
 
-    def _stage_nest(self, st: Stage, region):
-        """Loop nest computing stage `st` over `region` [(base, extent)] of its spatial axes."""
+    def _stage_nest(self, st: Stage, region, outer_ranges=None):
+        """Loop nest computing stage `st` over `region` [(base, extent)] of its spatial axes;
+        `outer_ranges` (Var -> extent) bound the loops of the stage it is attached to."""
+        outer_ranges = outer_ranges or {}
         ext, guard_ivs = self._extents(st, region)
         for iv in st.leaf:
             if st.annotations.get(iv) in THREAD_AXES:
@@ -162,6 +164,9 @@ class _Lowering:
             if isinstance(base, IntImm) and base.value == 0 and xt.provably_le(e, size):
                 continue
             if iv in st.clamped:
+                past = expr_bounds(base + (e - 1) - (size - 1), outer_ranges)
+                if past is not None and past[1] <= 0:  # inside the tensor wherever the parent's loops are
+                    continue
                 value_coord = dict(value_coord)
                 value_coord[iv.var] = minimum(coord[iv.var], size - 1)
             else:
@@ -195,7 +200,7 @@ class _Lowering:
             for iv in reversed(leaves):
                 kids = attached.get(iv, [])
                 if kids:
-                    parts = [self._stage_nest(c, creg) for c, creg, _ in kids]
+                    parts = [self._stage_nest(c, creg, {**outer_ranges, **ranges}) for c, creg, _ in kids]
                     inner = Seq(parts + [inner])
                     for _, _, kbuf in kids:
                         inner = Allocate(kbuf, inner)

@@ -184,8 +184,9 @@ def _expanded_bounds(lin: Linear, ranges: dict):
     by L (rounded inwards: the form is an integer). N - 8 (N // 8) is then bounded by [0, 7]."""
     divs = [a.b.value for a, _ in lin.terms.values() if isinstance(a, BinOp) and a.op == "floordiv"
             and isinstance(a.b, IntImm) and a.b.value > 0 and has_size_var(a.a)]
+    plain = lin.bounds(ranges)
     if not divs:
-        return lin.bounds(ranges)
+        return plain
     scale = math.lcm(*divs)
     out = Linear(const=lin.const * scale)
     for key, (atom, c) in lin.terms.items():
@@ -197,7 +198,10 @@ def _expanded_bounds(lin: Linear, ranges: dict):
         else:
             out = out.add(Linear({key: (atom, c * scale)}))
     b = out.bounds(ranges)
-    return None if b is None else (-(-b[0] // scale), b[1] // scale)
+    if b is None:
+        return plain
+    b = (-(-b[0] // scale), b[1] // scale)
+    return b if plain is None else (max(b[0], plain[0]), min(b[1], plain[1]))
 
 
 def _symbolic_last(atom, ranges: dict):
@@ -330,7 +334,11 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
                 d = la.add(lb, -1)
                 if not d.terms:
                     return a if (d.const <= 0) == (x.op == "min") else b
-                bnd = symbolic_bounds(d, ranges) if _is_symbolic(d, ranges) else None
+                bnd = None
+                if _is_symbolic(d, ranges):
+                    bnd, plain = symbolic_bounds(d, ranges), d.bounds(ranges)
+                    if plain is not None:
+                        bnd = plain if bnd is None else (max(bnd[0], plain[0]), min(bnd[1], plain[1]))
                 if bnd is not None and (bnd[1] <= 0 or bnd[0] >= 0):
                     return a if (bnd[1] <= 0) == (x.op == "min") else b
             if x.op in ("floordiv", "floormod") and not isinstance(b, IntImm) and size_only(b):

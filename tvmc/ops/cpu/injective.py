@@ -6,6 +6,10 @@ from __future__ import annotations
 from tvmc.te import extent as xt
 from tvmc.te.schedule import Schedule
 
+# Rows of an elementwise stage of symbolic shape that its constant outer axes must hold to be its
+# parallel loop alone (a fused symbolic axis costs a division per row)
+MIN_PARALLEL_ROWS = 8
+
 
 def inline_injective(s: Schedule, out, keep=()):
     """compute_inline every non-reduction stage except `out` and the stages in `keep`."""
@@ -66,9 +70,10 @@ def _symbolic_elementwise_loops(s: Schedule, out, target, min_parallel_elems: in
     """schedule_elementwise_loops for an output of symbolic shape: the innermost axis split by the
     vector lanes and vectorized (a symbolic one with a tail that loop partitioning keeps out of
     the other vectors), or handled as a static one is; the outer axes fused into one parallel
-    loop of rows, which runs on threads only when a run has min_parallel_elems elements; the
-    inner vector loops stay per row (a symbolic extent fused into them would cost a division
-    per vector)."""
+    loop of rows, which runs on threads only when a run has min_parallel_elems elements, or
+    where the constant outer axes hold MIN_PARALLEL_ROWS rows, those in parallel and the
+    symbolic ones serial inside (no division by a symbolic extent per row); the inner vector
+    loops stay per row (a symbolic extent fused into them would cost a division per vector)."""
     st = s[out]
     lanes = target.vector_lanes(out.dtype)
     axes = list(st.op.axis)
@@ -94,14 +99,23 @@ def _symbolic_elementwise_loops(s: Schedule, out, target, min_parallel_elems: in
         if rows_inner is not None:
             st.parallel(rows_inner, min_extent=xt.ceildiv(min_parallel_elems, lanes))
         return
+    static = [iv for iv in outer if xt.is_static(iv.extent)]
+    symbolic = [iv for iv in outer if not xt.is_static(iv.extent)]
+    if static and symbolic and xt.prod([iv.extent for iv in static]) >= MIN_PARALLEL_ROWS:
+        # rows in parallel over the constant axes, the symbolic ones a serial loop each inside: a
+        # fused symbolic extent would cost a division by it per row
+        st.reorder(*static, *symbolic)
+        outer, inner_rows = static, symbolic
+    else:
+        inner_rows = []
     fused = st.fuse(*outer) if len(outer) > 1 else outer[0]
-    row = inner.extent  # elements of one row: its parallel loop needs min_parallel_elems / row of them
+    row = xt.prod([iv.extent for iv in inner_rows] + [inner.extent])  # elements of one parallel iteration
     least = -(-min_parallel_elems // max(1, row)) if xt.is_static(row) else xt.as_extent(
         (min_parallel_elems + row - 1) // row)
-    if xt.is_static(fused.extent):
-        if xt.upper_bound(xt.mul(fused.extent, row)) >= min_parallel_elems and fused.extent > 1:
-            st.parallel(fused, min_extent=least)
-    else:
+    if xt.is_static(fused.extent) and xt.is_static(row):
+        if xt.mul(fused.extent, row) >= min_parallel_elems and fused.extent > 1:
+            st.parallel(fused)
+    elif not xt.is_static(fused.extent) or xt.upper_bound(xt.mul(fused.extent, row)) >= min_parallel_elems:
         st.parallel(fused, min_extent=least)
 
 

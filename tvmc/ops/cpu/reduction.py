@@ -75,6 +75,15 @@ def _reduction_at_root(s, t, target):
     _root_reduction(s[t])
 
 
+def softmax_buckets(length, target) -> list:
+    """Where the size buckets of a softmax (or a reduction) over a contiguous axis of symbolic
+    extent `length` (a SizeVar) start (tvmc.tir.buckets): below two vectors of lanes the
+    reduction stays a scalar loop, as a static kernel of that size does (_reduction_at_root),
+    from there on it is factored by the lanes."""
+    two_vectors = 2 * target.vector_lanes("float32")
+    return [two_vectors] if length.lo < two_vectors <= length.hi else []
+
+
 def schedule_softmax(s, out, anchor, cfg, target):
     """softmax: max and sum reductions at root, exp materialized once, divide as the output."""
     keep = [st.tensor for st in s.stages if st.op.reduce_axis or st.tensor.name == "softmax_exp"]
