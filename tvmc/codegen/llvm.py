@@ -26,6 +26,7 @@ from tvmc.codegen import intrinsics
 from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
                           is_float, substitute, walk)
+from tvmc.te.extent import as_extent, upper_bound
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
                          DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
@@ -354,15 +355,16 @@ class CodeGenLLVM:
     def _allocate(self, st, s: Allocate, vec):
         buf = s.buffer
         if not buf.static and buf.scope != "global":  # a symbolic local or shared buffer: its upper bound
-            if buf.max_size * np.dtype(buf.dtype).itemsize > MAX_SYMBOLIC_STACK_BYTES:
+            most = upper_bound(as_extent(buf.size))
+            if most * np.dtype(buf.dtype).itemsize > MAX_SYMBOLIC_STACK_BYTES:
                 raise CodegenError(f"codegen: local buffer {buf.name} of {buf.size!r} elements may need "
-                                   f"{buf.max_size} elements, beyond the stack's {MAX_SYMBOLIC_STACK_BYTES} bytes")
-            buf = Buffer(buf.name, (buf.max_size,), buf.dtype, buf.scope)
+                                   f"{most} elements, beyond the stack's {MAX_SYMBOLIC_STACK_BYTES} bytes")
+            buf = Buffer(buf.name, (most,), buf.dtype, buf.scope)
         ty = ir.ArrayType(mem_type(buf.dtype), buf.size)
         if not buf.static:  # global: malloc'd for the run's extents
             malloc = self.declare("malloc", PTR, [self.size_t])
             free = self.declare("free", VOID, [PTR])
-            nbytes = self._expr(st, buf.nbytes + 64, None)
+            nbytes = self._expr(st, simplify(buf.nbytes + 64), None)
             if self.size_t.width < 64:
                 nbytes = st.builder.trunc(nbytes, self.size_t)
             ptr = st.builder.call(malloc, [nbytes], name=buf.name)

@@ -148,6 +148,30 @@ def size_var(name: str, lo: int, hi: int) -> SizeVar:
     return SizeVar(name, lo, hi)
 
 
+_INT_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+            "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max}
+
+
+def evaluate_int(e, values: dict) -> int:
+    """The value of an int64 expression of literals and Vars (an extent of SizeVars) with the Vars
+    set by `values` (Var -> int), floor division as in the loop IR. Raises ValueError for a Var
+    without a value or another kind of node."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        if e not in values:
+            raise ValueError(f"no value for {e.name} in {e!r}")
+        return int(values[e])
+    if isinstance(e, BinOp) and e.op in _INT_OPS:
+        a, b = evaluate_int(e.a, values), evaluate_int(e.b, values)
+        if e.op in ("floordiv", "floormod") and b == 0:
+            raise ValueError(f"division by zero in {e!r}")
+        return _INT_OPS[e.op](a, b)
+    raise ValueError(f"{e!r} is not an integer expression of size variables")
+
+
 BINOPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or", "fmod", "bitwise_and",
           "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
 

@@ -7,9 +7,7 @@ arith::Analyzer on tir.SizeVar shapes).
 
 from __future__ import annotations
 
-import math
-
-from tvmc.te.expr import INDEX, IntImm, PrimExpr, SizeVar, substitute, walk
+from tvmc.te.expr import INDEX, IntImm, PrimExpr, SizeVar, evaluate_int, walk
 
 
 def _simplifier():
@@ -128,17 +126,4 @@ def provably_le(a, b) -> bool:
 def evaluate(x, values: dict) -> int:
     """The value of extent `x` with SizeVars set by `values` (SizeVar -> int). Raises ValueError
     when one is missing."""
-    if is_static(x):
-        return int(x)
-    e = _simplifier().simplify(substitute(x, {v: IntImm(int(n)) for v, n in values.items()}))
-    if not isinstance(e, IntImm):
-        raise ValueError(f"extent {x!r} needs a value for {', '.join(v.name for v in size_vars(e))}")
-    return e.value
-
-
-def gcd_of(x) -> int:
-    """The largest constant dividing extent `x` for every value of its SizeVars."""
-    if is_static(x):
-        return abs(int(x))
-    lin = _simplifier().Linear.of(x)
-    return math.gcd(lin.const, *(c for _, c in lin.terms.values()))
+    return evaluate_int(x if not is_static(x) else int(x), values)

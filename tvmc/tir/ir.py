@@ -8,48 +8,60 @@ import copy
 
 import numpy as np
 
-from tvmc.te import extent as xt
-from tvmc.te.expr import IntImm, PrimExpr, Var
+from tvmc.te.expr import IntImm, PrimExpr, Var, evaluate_int
+
+
+def _extent(x):
+    """An extent as the loop IR keeps it: an int, or an int64 expression of SizeVars (and, for a
+    loop, of enclosing loops' variables); tvmc.te.extent computes with both."""
+    if isinstance(x, IntImm):
+        return x.value
+    return x if isinstance(x, PrimExpr) else int(x)
+
+
+def _mul(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return (IntImm(a) if isinstance(a, int) else a) * b
 
 
 class Buffer:
     """A flat memory region of `shape` (row-major) and `dtype`; scope 'global', 'shared' (the
     threads of a GPU block) or 'local' (one thread's registers or stack). A dimension may be an
-    int64 expression of SizeVars (tvmc.te.extent): its strides are then expressions too."""
+    int64 expression of SizeVars (tvmc.te.extent): its size and strides are then expressions too
+    (left for the simplifier)."""
 
     def __init__(self, name: str, shape, dtype: str, scope: str = "global"):
-        self.name, self.shape, self.dtype, self.scope = name, tuple(xt.as_extent(s) for s in shape), dtype, scope
+        self.name, self.shape, self.dtype, self.scope = name, tuple(_extent(s) for s in shape), dtype, scope
 
     @property
     def static(self) -> bool:
         """Whether every dimension is a constant."""
-        return xt.is_static_shape(self.shape)
+        return all(isinstance(d, int) for d in self.shape)
 
     @property
     def size(self):
         """Elements: an int, or an expression of SizeVars for a symbolic shape."""
         if not self.static:
-            return xt.prod(self.shape)
+            out = 1
+            for d in self.shape:
+                out = _mul(out, d)
+            return out
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self):
         """Bytes: an int, or an expression of SizeVars for a symbolic shape."""
-        return xt.mul(self.size, np.dtype(self.dtype).itemsize)
-
-    @property
-    def max_size(self) -> int:
-        """Elements at the upper bound of every symbolic dimension."""
-        return xt.upper_bound(self.size)
+        return _mul(self.size, np.dtype(self.dtype).itemsize)
 
     def flat_index(self, indices) -> PrimExpr:
         """Row-major flat index of multi-dimensional `indices`."""
         out = None
         stride = 1
         for idx, extent in zip(reversed(indices), reversed(self.shape)):
-            term = idx if xt.is_static(stride) and stride == 1 else idx * stride
+            term = idx if isinstance(stride, int) and stride == 1 else idx * stride
             out = term if out is None else term + out
-            stride = xt.mul(stride, extent)
+            stride = _mul(stride, extent)
         return out if out is not None else IntImm(0)
 
     def __repr__(self):
@@ -69,8 +81,8 @@ class For(Stmt):
     run time runs them on the calling thread."""
 
     def __init__(self, var: Var, extent, kind: str, body: Stmt, min_parallel=0):
-        self.var, self.extent, self.kind, self.body = var, xt.as_extent(extent), kind, body
-        self.min_parallel = xt.as_extent(min_parallel)
+        self.var, self.extent, self.kind, self.body = var, _extent(extent), kind, body
+        self.min_parallel = _extent(min_parallel)
 
 
 class Store(Stmt):
@@ -319,9 +331,9 @@ class PrimFunc:
             raise ValueError(f"kernel {self.name}: no buffer dimension gives {', '.join(missing)}")
         for buf, shape in zip(self.params, shapes):
             for k, (dim, n) in enumerate(zip(buf.shape, shape)):
-                if xt.evaluate(dim, values) != int(n):
+                if evaluate_int(dim, values) != int(n):
                     raise ValueError(f"kernel {self.name}: buffer {buf.name} dimension {k} is {dim!r} = "
-                                     f"{xt.evaluate(dim, values)}, got {int(n)}")
+                                     f"{evaluate_int(dim, values)}, got {int(n)}")
         return [values[v] for v in self.size_vars]
 
     def __str__(self):
