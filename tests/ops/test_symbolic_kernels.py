@@ -31,6 +31,7 @@ from tvmc.ops.nn_misc import softmax
 from tvmc.ops.registry import get_op
 from tvmc.target import resolve_target
 from tvmc.te.expr import IntImm, Var
+from tvmc.te.extent import upper_shape
 from tvmc.tir.buckets import lower_buckets
 from tvmc.tir.ir import For, IfThenElse, Seq, Store
 from tvmc.tir.lower import lower
@@ -304,6 +305,35 @@ def test_conv2d_nchwc_over_a_symbolic_batch(name, depthwise):
         return [xs, weight], conv2d_nchwc_reference(xs, weight, stride, (1, 1, 1, 1), (1, 1), groups)
 
     run_sizes(name, prim, arrays, [1, 3, 8], tol=dict(rtol=1e-4, atol=2e-4))
+
+
+@pytest.mark.parametrize("name", CPU_TARGETS)
+@pytest.mark.parametrize("stride,depthwise", [(1, False), (2, False), (1, True)])
+def test_conv2d_nchwc_over_a_symbolic_width(name, stride, depthwise):
+    """A text-line recognizer's convolution: width W in 16..160, register tiles of tile_ow columns
+    chosen for W = 160, the last partial tile's columns clamped and its stores guarded."""
+    target = resolve_target(name)
+    lanes = target.vector_lanes("float32")
+    c, h = 2 * lanes, 6
+    w_var = te.size_var("W", 16, 160)
+    x = te.placeholder((1, c // lanes, h, w_var, lanes), name="x")
+    groups = c if depthwise else 1
+    w_shape = (c // lanes, 1, 3, 3, 1, lanes) if depthwise else (c // lanes, c // lanes, 3, 3, lanes, lanes)
+    wt = te.placeholder(w_shape, name="w")
+    y = conv2d_nchwc(x, wt, (stride, stride), (1, 1, 1, 1), (1, 1), groups)
+    wl = (upper_shape(x.shape), w_shape, upper_shape(y.shape), "float32", (("groups", groups),))
+    s = te.create_schedule(y)
+    schedule_conv2d_nchwc(s, y, y, conv2d_nchwc_config(wl, target).fallback_config(), target)
+    prim = lower(s, [x, wt, y], "conv2d_width")
+    r = rng()
+    weight = pack_weight(r.standard_normal((c, 1 if depthwise else c, 3, 3)).astype("float32"), lanes, lanes,
+                         depthwise)
+
+    def arrays(n):
+        xs = r.standard_normal((1, c // lanes, h, n, lanes)).astype("float32")
+        return [xs, weight], conv2d_nchwc_reference(xs, weight, (stride, stride), (1, 1, 1, 1), (1, 1), groups)
+
+    run_sizes(name, prim, arrays, sorted({16, 17, 4 * lanes + 3, 64, 160}), tol=dict(rtol=1e-4, atol=2e-4))
 
 
 # ---- size buckets ----------------------------------------------------------------------------------
