@@ -154,8 +154,9 @@ def main(argv=None) -> int:
     cases.append(("softmax [12,S,S] axis 2", sym, bucketed, arrays, lambda size: softmax_kernel(size, 12, target)[0],
                   (7, 16, 100, 384)))
     lines = [f"# Symbolic vs static kernels, target {target.name} ({target.cpu}), range 1..{hi}", "",
-             f"threads: {os.environ.get('OMP_NUM_THREADS', 'all')}; symbolic: one kernel for the range; bucketed: "
-             "one kernel with a specialization per size bucket (tvmc.tir.buckets)", "",
+             f"threads: {os.environ.get('OMP_NUM_THREADS', 'all')} of {os.cpu_count()} cores, load average "
+             f"{os.getloadavg()[0]:.1f} at the start, best of {args.rounds} rounds; symbolic: one kernel for the "
+             "range; bucketed: one kernel with a specialization per size bucket (tvmc.tir.buckets)", "",
              "| kernel | size | static us | symbolic us | ratio | bucketed us | ratio |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     ratios, bucket_ratios = [], []
