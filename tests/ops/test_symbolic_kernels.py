@@ -445,6 +445,17 @@ def test_a_size_var_needs_bounds_and_an_argument_that_carries_it():
         lower(te.create_schedule(out), [x, out], "hidden_size")
 
 
+def test_gpu_targets_refuse_symbolic_extents_with_one_line():
+    from tvmc.tir.gpu import lower_device
+
+    n_var = te.size_var("N", 1, 64)
+    x = te.placeholder((n_var,), name="x")
+    y = te.compute(x.shape, lambda i: x[i] + 1.0, name="y")
+    prim = lower(te.create_schedule(y), [x, y], "plus_one")
+    with pytest.raises(ScheduleError, match=r"kernel plus_one: symbolic extents \(N\) are not lowered for GPU"):
+        lower_device(prim, resolve_target("opencl"))
+
+
 def test_simplifier_bounds_symbolic_extents():
     n_var = te.size_var("N", 1, 512)
     i = Var("i")
