@@ -60,11 +60,22 @@ def _split(loop: For, threshold: PrimExpr, ranges: dict) -> Stmt:
     bound = expr_bounds(rest, ranges)
     if bound is not None and bound[1] <= 1:  # at most one iteration: no loop
         last = _partition(simplify_stmt(_subst(loop.body, {v: threshold}), ranges), ranges)
-        return Seq([first, IfThenElse(simplify(threshold < ext, ranges), last)])
+        return first if _empty(last) else Seq([first, IfThenElse(simplify(threshold < ext, ranges), last)])
     t = Var(v.name + "_tail", INDEX)
     tail_ranges = {**ranges, t: rest}
     tail = _partition(simplify_stmt(_subst(loop.body, {v: t + threshold}), tail_ranges), tail_ranges)
-    return Seq([first, For(t, rest, loop.kind, tail)])
+    return first if _empty(tail) else Seq([first, For(t, rest, loop.kind, tail)])
+
+
+def _empty(s: Stmt) -> bool:
+    """Whether `s` does nothing (a guard that the tail can never pass leaves an empty body)."""
+    if isinstance(s, Seq):
+        return all(_empty(x) for x in s.stmts)
+    if isinstance(s, (For, Allocate)):
+        return _empty(s.body)
+    if isinstance(s, IfThenElse):
+        return _empty(s.then) and (s.otherwise is None or _empty(s.otherwise))
+    return False
 
 
 def _threshold(loop: For, ranges: dict):
