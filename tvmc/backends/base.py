@@ -49,11 +49,12 @@ class Backend:
         raise CodegenError(f"target {target.name}: {self.name} libraries are not tuned on this machine")
 
     # --- running ----------------------------------------------------------------------------
-    def load_candidate(self, path: str, func: str, arrays, out):
+    def load_candidate(self, path: str, func: str, arrays, out, sizes=()):
         """In the tuner's runner process: (call, fetch, timed, close) for candidate `path`'s kernel
-        `func` over numpy `arrays` (inputs) and `out`: call() runs it once and waits, fetch()
-        copies the output into `out`, timed(n) is None or runs it n times and returns the
-        device's seconds, close() releases what was loaded."""
+        `func` over numpy `arrays` (inputs) and `out` (and `sizes`, the values of a kernel's
+        SizeVars: PrimFunc.size_args): call() runs it once and waits, fetch() copies the output
+        into `out`, timed(n) is None or runs it n times and returns the device's seconds, close()
+        releases what was loaded."""
         raise NotImplementedError
 
     def run_kernel(self, prim, target, arrays, out):

@@ -15,6 +15,7 @@ import json
 import numpy as np
 
 from tvmc.backends.base import Backend, described, write_dumps
+from tvmc.errors import CodegenError
 
 
 def kernel_info(kernel) -> dict:
@@ -64,7 +65,9 @@ class DeviceBackend(Backend):
         with open(path, "w") as f:
             json.dump({"library": text, "launch": prim.launch.to_dict()}, f)
 
-    def load_candidate(self, path: str, func: str, arrays, out):
+    def load_candidate(self, path: str, func: str, arrays, out, sizes=()):
+        if sizes:
+            raise CodegenError(f"{path}: GPU kernels with symbolic extents are not built yet")
         with open(path) as f:
             built = json.load(f)
         program = self.program(built["library"])

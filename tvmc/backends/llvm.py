@@ -108,17 +108,19 @@ class SharedObjectBackend(Backend):
         return library_requirements(library)
 
     # --- running ----------------------------------------------------------------------------
-    def load_candidate(self, path: str, func: str, arrays, out):
+    def load_candidate(self, path: str, func: str, arrays, out, sizes=()):
         import _ctypes
 
         lib = ctypes.CDLL(path)
         fn = getattr(lib, func)
-        args = [ctypes.c_void_p(a.ctypes.data) for a in list(arrays) + [out]]
+        args = [ctypes.c_void_p(a.ctypes.data) for a in list(arrays) + [out]] + [ctypes.c_int64(v) for v in sizes]
         return (lambda: fn(*args)), (lambda: None), None, lambda: _ctypes.dlclose(lib._handle)
 
     def run_kernel(self, prim, target, arrays, out):
-        """Here: the kernel's library through ctypes; a CPU of another architecture: the kernel as
-        the one node of a graph, run by the C runner under the target's emulator."""
+        """Here: the kernel's library through ctypes (a kernel with symbolic extents gets its
+        SizeVars' values from the arrays' shapes, PrimFunc.size_args); a CPU of another
+        architecture: the kernel as the one node of a graph, run by the C runner under the
+        target's emulator."""
         if target.arch != host_arch():
             return self._run_emulated(prim, target, arrays, out)
         global _tmp
@@ -131,7 +133,7 @@ class SharedObjectBackend(Backend):
         path.write_bytes(so)
         lib = ctypes.CDLL(str(path))
         args = [np.ascontiguousarray(a) for a in arrays] + [out]
-        getattr(lib, prim.name)(*[ctypes.c_void_p(a.ctypes.data) for a in args])
+        getattr(lib, prim.name)(*[ctypes.c_void_p(a.ctypes.data) for a in args], *size_arguments(prim, args))
         return out
 
     def _run_emulated(self, prim, target, arrays, out):
@@ -140,8 +142,8 @@ class SharedObjectBackend(Backend):
         from tvmc.runtime.emulated import EmulatedProgram
 
         args = [np.ascontiguousarray(a) for a in arrays] + [out]
-        graph = one_kernel_graph(prim.name, args)
         cg = _module([prim], target)
+        graph = one_kernel_graph(bind_sizes(cg, prim, args), args)
         add_graph_entry(cg, graph)
         description.embed(cg.module, description.module_description(graph, {}))
         library = link_shared(compile_ir(cg.ir_text(), target), target, [self.compile_runtime(target)])
@@ -236,8 +238,10 @@ class WasmBackend(SharedObjectBackend):
     def run_kernel(self, prim, target, arrays, out):
         from tvmc.runtime.wasm import run_kernel
 
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        sizes = prim.size_args([a.shape for a in arrays + [out]]) if prim.size_vars else []
         module = link_shared(compile_ir(_module([prim], target).ir_text(), target), target)
-        return run_kernel(module, prim.name, [np.ascontiguousarray(a) for a in arrays], out, prim.name)
+        return run_kernel(module, prim.name, arrays, out, prim.name, sizes)
 
     def check_device(self, device, origin) -> None:
         if device not in (None, "wasm"):
@@ -271,6 +275,36 @@ def _compile_c(source: str, linker: tuple, cflags: tuple, source_sha256: str, ta
             Path(tmp, name).write_bytes(resources.files("tvmc.runtime").joinpath(name).read_bytes())
         cmd = list(linker) + list(cflags) + ["-c", "-o", obj, source]
         return run_build_tool(cmd, "C compiler", target, tmp, obj)
+
+
+def size_arguments(prim, arrays) -> list:
+    """The int64 arguments after the buffers of kernel `prim` run on numpy `arrays` (inputs, then
+    the output): the values of its SizeVars read from the arrays' shapes (PrimFunc.size_args), as
+    ctypes values; none for a kernel of static shapes. Raises ValueError naming a shape that
+    does not fit."""
+    if not prim.size_vars:
+        return []
+    return [ctypes.c_int64(v) for v in prim.size_args([a.shape for a in arrays])]
+
+
+def bind_sizes(cg: CodeGenLLVM, prim, arrays) -> str:
+    """The name of a function of `cg`'s module that runs kernel `prim` on buffers alone: the
+    kernel itself, or for a kernel with symbolic extents a wrapper `<name>_sized(ptr...)` that
+    passes the SizeVars' values for numpy `arrays` (inputs, then the output) as constants (a
+    graph entry calls kernels with buffers only: tvmc.codegen.entry)."""
+    if not prim.size_vars:
+        return prim.name
+    from llvmlite import ir
+
+    from tvmc.codegen.llvm import I64, PTR, VOID
+
+    kernel = cg.module.get_global(prim.name)
+    name = f"{prim.name}_sized"
+    fn = ir.Function(cg.module, ir.FunctionType(VOID, [PTR] * len(prim.params)), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.call(kernel, list(fn.args) + [I64(v) for v in prim.size_args([a.shape for a in arrays])])
+    b.ret_void()
+    return name
 
 
 def one_kernel_graph(name: str, args) -> dict:

@@ -26,6 +26,7 @@ from tvmc.codegen import intrinsics
 from tvmc.errors import CodegenError
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
                           is_float, literal_value, substitute, walk)
+from tvmc.te.extent import as_extent, upper_bound
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
                          DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
@@ -47,6 +48,8 @@ SIZE_T_BITS = {"wasm32": 32}
 # (instruction selection loops), and the vector `llvm.convert.from.fp16` fails an assertion there.
 HALF_BY_BITS = ("wasm32",)
 MAX_UNROLL = 64
+# Largest stack array for a local buffer of symbolic size (sized for its upper bound)
+MAX_SYMBOLIC_STACK_BYTES = 1 << 16
 FP_CONTRACT = ("contract",)
 
 
@@ -255,15 +258,20 @@ class CodeGenLLVM:
     # --- functions ------------------------------------------------------------------------
     def add_function(self, f: PrimFunc):
         """Emit `void name(ptr arg0, ..., ptr argN)` for a PrimFunc (for a GPU triple, a kernel
-        entry point with its launch bounds). Raises CodegenError when a device kernel meets a
-        triple without a DeviceTable or the reverse."""
+        entry point with its launch bounds); a kernel with symbolic extents takes its SizeVars
+        after the buffers, `void name(ptr arg0, ..., ptr argN, i64 size0, ...)`. Raises
+        CodegenError when a device kernel meets a triple without a DeviceTable or the reverse,
+        or a kernel with symbolic extents a GPU triple."""
         if f.launch is not None and self.device is None:
             raise CodegenError(f"kernel {f.name}: a GPU device kernel, but target {self.target.name} "
                                f"({self.target.triple}) has no GPU codegen")
         if f.launch is None and self.device is not None:
             raise CodegenError(f"kernel {f.name}: not lowered for the GPU target {self.target.name} "
                                "(no launch configuration)")
-        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * len(f.params)), f.name)
+        if f.size_vars and self.device is not None:
+            raise CodegenError(f"kernel {f.name}: symbolic extents ({', '.join(v.name for v in f.size_vars)}) are "
+                               f"not compiled for GPU target {self.target.name} yet")
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * len(f.params) + [I64] * len(f.size_vars)), f.name)
         for arg, buf in zip(fn.args, f.params):
             arg.name = buf.name
             arg.add_attribute("noalias")
@@ -274,6 +282,9 @@ class CodeGenLLVM:
             self._annotate_kernel(fn, f.launch)
         for arg, buf in zip(fn.args, f.params):
             st.buffers[buf] = arg
+        for arg, v in zip(fn.args[len(f.params):], f.size_vars):
+            arg.name = v.name
+            st.env[v] = arg
         self._stmt(st, f.body)
         st.builder.ret_void()
 
@@ -352,7 +363,30 @@ class CodeGenLLVM:
 
     def _allocate(self, st, s: Allocate, vec):
         buf = s.buffer
+        if not buf.static and buf.scope != "global":  # a symbolic local or shared buffer: its upper bound
+            most = upper_bound(as_extent(buf.size))
+            if most * np.dtype(buf.dtype).itemsize > MAX_SYMBOLIC_STACK_BYTES:
+                raise CodegenError(f"codegen: local buffer {buf.name} of {buf.size!r} elements may need "
+                                   f"{most} elements, beyond the stack's {MAX_SYMBOLIC_STACK_BYTES} bytes")
+            buf = Buffer(buf.name, (most,), buf.dtype, buf.scope)
         ty = ir.ArrayType(mem_type(buf.dtype), buf.size)
+        if not buf.static:  # global: malloc'd for the run's extents
+            malloc = self.declare("malloc", PTR, [self.size_t])
+            free = self.declare("free", VOID, [PTR])
+            nbytes = self._expr(st, simplify(buf.nbytes + 64), None)
+            if self.size_t.width < 64:
+                nbytes = st.builder.trunc(nbytes, self.size_t)
+            ptr = st.builder.call(malloc, [nbytes], name=buf.name)
+            st.buffers[buf] = ptr
+            self._stmt(st, s.body, vec)
+            st.builder.call(free, [ptr])
+            return
+        if buf is not s.buffer:
+            ptr = _alloca(st.alloca_builder, ty, buf.name)
+            ptr.align = 64
+            st.buffers[s.buffer] = ptr
+            self._stmt(st, s.body, vec)
+            return
         if buf.scope == "local":
             ptr = _alloca(st.alloca_builder, ty, buf.name)
             ptr.align = 64
@@ -630,10 +664,12 @@ class CodeGenLLVM:
                                "blockIdx/threadIdx instead")
         if s.kind == "parallel" and vec is None and self.target.threaded:
             return self._parallel(st, s)
-        if s.kind == "vectorize" and vec is None and 1 < s.extent <= MAX_VECTOR_LANES and _vectorizable(s.body):
+        static = isinstance(s.extent, int)
+        if s.kind == "vectorize" and vec is None and static and 1 < s.extent <= MAX_VECTOR_LANES and \
+                _vectorizable(s.body):
             self._stmt(st, s.body, (s.var, s.extent))
             return
-        if s.kind == "unroll" and s.extent <= MAX_UNROLL:
+        if s.kind == "unroll" and static and s.extent <= MAX_UNROLL:
             rows = st.dot_rows
             st.dot_rows *= s.extent if _shares_dot_weights(s) else 1
             for k in range(s.extent):
@@ -641,9 +677,15 @@ class CodeGenLLVM:
             st.dot_rows = rows
             return
         loop_id = self._rolled_loop_id(s.var.name) if s.kind == "rolled" else None
-        with for_range(st.builder, I64(0), I64(s.extent), s.var.name, loop_id) as i:
+        with for_range(st.builder, I64(0), self._extent(st, s.extent), s.var.name, loop_id) as i:
             st.env[s.var] = i
             self._stmt(st, s.body, vec)
+
+    def _extent(self, st, extent):
+        """A loop extent as an i64 value: a constant, or its symbolic expression computed here."""
+        if isinstance(extent, int):
+            return I64(extent)
+        return self._expr(st, extent, None)
 
     def _rolled_loop_id(self, name: str):
         """A loop ID `!N = !{!N, !{"llvm.loop.unroll.disable"}}` (LLVM LangRef, 'llvm.loop'): LLVM
@@ -671,7 +713,21 @@ class CodeGenLLVM:
         for k, val in enumerate([st.buffers[x] for x in bufs] + [st.env[v] for v in free_vars]):
             b.store(val, b.gep(closure, [I32(0), I32(k)], source_etype=closure_ty))
         gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        b.call(gomp, [fn, closure, I32(0), I32(0)])
+        if isinstance(s.extent, int) and isinstance(s.min_parallel, int) and s.min_parallel == 0:
+            b.call(gomp, [fn, closure, I32(0), I32(0)])
+        else:
+            # a symbolic extent: no launch without iterations, and (min_parallel) too few run here:
+            # outside a parallel region the outlined body sees one thread and takes every iteration
+            ext = self._extent(st, s.extent)
+            least = I64(max(1, s.min_parallel)) if isinstance(s.min_parallel, int) else \
+                self._expr(st, s.min_parallel, None)
+            threads = b.icmp_signed(">=", ext, least)
+            with b.if_else(threads) as (then, otherwise):
+                with then:
+                    b.call(gomp, [fn, closure, I32(0), I32(0)])
+                with otherwise:
+                    with b.if_then(b.icmp_signed(">", ext, I64(0))):
+                        b.call(fn, [closure])
         # callee side
         inner = _FnState(fn)
         ib = inner.builder
@@ -682,7 +738,7 @@ class CodeGenLLVM:
             inner.env[v] = ib.load(ib.gep(data, [I32(0), I32(len(bufs) + k)], source_etype=closure_ty), typ=I64)
         nthr = ib.sext(ib.call(self.declare("omp_get_num_threads", I32, []), []), I64)
         tid = ib.sext(ib.call(self.declare("omp_get_thread_num", I32, []), []), I64)
-        ext = I64(s.extent)
+        ext = self._extent(inner, s.extent)
         chunk = ib.sdiv(ib.add(ext, ib.sub(nthr, I64(1))), nthr)
         begin = ib.mul(tid, chunk)
         end = ib.add(begin, chunk)
@@ -1178,11 +1234,19 @@ def _free_vars(s: For) -> list:
             visit(c)
 
     visit(s)
-    for e in _stmt_exprs(s):
+    for e in list(_stmt_exprs(s)) + _symbolic_extents(s):
         for x in walk(e):
             if isinstance(x, Var) and x not in bound and x not in seen:
                 seen.add(x)
                 out.append(x)
+    return out
+
+
+def _symbolic_extents(s: Stmt) -> list:
+    """The extents (and min_parallel) of the loops in `s` (itself included) that are expressions."""
+    out = [x for x in (s.extent, s.min_parallel) if isinstance(x, PrimExpr)] if isinstance(s, For) else []
+    for c in stmt_children(s):
+        out += _symbolic_extents(c)
     return out
 
 
@@ -1226,7 +1290,8 @@ def _subst_stmt(s: Stmt, m: dict) -> Stmt:
     """`s` with the vars of `m` replaced (an unrolled iteration's body); selects whose condition
     becomes constant keep only their live side."""
     if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _subst_stmt(s.body, m))
+        extent = simplify(substitute(s.extent, m)) if isinstance(s.extent, PrimExpr) else s.extent
+        return For(s.var, extent, s.kind, _subst_stmt(s.body, m), s.min_parallel)
     if isinstance(s, Store):
         return Store(s.buffer, simplify(substitute(s.index, m)), substitute(s.value, m, _known_side))
     if isinstance(s, Allocate):

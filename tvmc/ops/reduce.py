@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvmc import te
+from tvmc.te import extent as xt
 from tvmc.graph.ir import TensorType
 from tvmc.ops.cpu.reduction import schedule_reduce
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
@@ -68,9 +69,16 @@ def _reduce_compute(combiner, finish=None):
                          name=f"{combiner}_red" if finish else combiner)
         if finish is None:
             return red
-        count = int(np.prod([x.shape[a] for a in axes]))
+        count = xt.prod([x.shape[a] for a in axes])  # an expression of SizeVars for symbolic axes
         return te.compute(out_type.shape, lambda *i: finish(red[i], count), name="reduce_out")
     return compute
+
+
+def _count(n, dtype):
+    """The element count `n` of a mean (an int, or an expression of SizeVars) as a `dtype` value."""
+    if xt.is_static(n):
+        return te.const(float(n) if is_float(dtype) else n, dtype)
+    return te.cast(dtype, n)
 
 
 def _ref(fn):
@@ -86,8 +94,8 @@ register_op(OpDef("max", _reduce_type, _ref(np.max), OpPattern.COMM_REDUCE, _red
 register_op(OpDef("min", _reduce_type, _ref(np.min), OpPattern.COMM_REDUCE, _reduce_compute("min"), REDUCE))
 register_op(OpDef("prod", _reduce_type, _ref(np.prod), OpPattern.COMM_REDUCE, _reduce_compute("prod"), REDUCE))
 register_op(OpDef("mean", _reduce_type, _ref(np.mean), OpPattern.COMM_REDUCE,
-                  _reduce_compute("sum", lambda s, n: s / te.const(float(n), s.dtype) if is_float(s.dtype)
-                                  else s // te.const(n, s.dtype)), REDUCE))
+                  _reduce_compute("sum", lambda s, n: s / _count(n, s.dtype) if is_float(s.dtype)
+                                  else s // _count(n, s.dtype)), REDUCE))
 
 
 # ---- argmax / argmin: the first (or last) index of the extreme value, as int64 -------------------

@@ -190,9 +190,10 @@ class WasmModule:
         return data.split(b"\0", 1)[0].decode("utf-8", errors="replace")
 
 
-def run_kernel(data: bytes, name: str, arrays, out: np.ndarray, origin: str = "kernel") -> np.ndarray:
+def run_kernel(data: bytes, name: str, arrays, out: np.ndarray, origin: str = "kernel", sizes=()) -> np.ndarray:
     """Instantiate the wasm module `data`, call its kernel `name` once on numpy `arrays` (inputs)
-    and `out` (output, filled in, 64-byte aligned copies in the module's memory); returns `out`."""
+    and `out` (output, filled in, 64-byte aligned copies in the module's memory), then `sizes`
+    (int64 values of a kernel's SizeVars); returns `out`."""
     mod = WasmModule(data, origin)
     addrs = []
     for a in list(arrays) + [out]:
@@ -201,7 +202,7 @@ def run_kernel(data: bytes, name: str, arrays, out: np.ndarray, origin: str = "k
         addr = raw + (-raw) % 64
         mod.write(addr, a.tobytes())
         addrs.append(addr)
-    mod.call(name, *addrs)
+    mod.call(name, *addrs, *[int(v) for v in sizes])
     out[...] = np.frombuffer(mod.read(addrs[-1], out.nbytes), out.dtype).reshape(out.shape)
     return out
 

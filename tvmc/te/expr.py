@@ -155,6 +155,49 @@ class Var(PrimExpr):
         return self.name
 
 
+class SizeVar(Var):
+    """A symbolic tensor extent: an int64 variable known to lie in [lo, hi] (TVM's tir.SizeVar, the
+    bounded shape variables of TVM Relax). It may appear in tensor shapes, loop extents and index
+    arithmetic; a kernel that uses one takes its value as an int64 argument after its buffers
+    (tvmc.tir.ir.PrimFunc.size_vars), and the simplifier bounds it by [lo, hi]. Identity-compared
+    like every Var: two SizeVars of one name are two variables."""
+
+    def __init__(self, name: str, lo: int, hi: int):
+        if isinstance(lo, bool) or isinstance(hi, bool) or int(lo) != lo or int(hi) != hi or not 0 <= lo <= hi:
+            raise ValueError(f"size variable {name}: bounds {lo}..{hi} must be integers with 0 <= lo <= hi")
+        super().__init__(name, INDEX)
+        self.lo, self.hi = int(lo), int(hi)
+
+
+def size_var(name: str, lo: int, hi: int) -> SizeVar:
+    """A SizeVar `name` in [lo, hi] (e.g. size_var("seq", 1, 512)); ValueError on bad bounds."""
+    return SizeVar(name, lo, hi)
+
+
+_INT_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+            "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max}
+
+
+def evaluate_int(e, values: dict) -> int:
+    """The value of an int64 expression of literals and Vars (an extent of SizeVars) with the Vars
+    set by `values` (Var -> int), floor division as in the loop IR. Raises ValueError for a Var
+    without a value or another kind of node."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        if e not in values:
+            raise ValueError(f"no value for {e.name} in {e!r}")
+        return int(values[e])
+    if isinstance(e, BinOp) and e.op in _INT_OPS:
+        a, b = evaluate_int(e.a, values), evaluate_int(e.b, values)
+        if e.op in ("floordiv", "floormod") and b == 0:
+            raise ValueError(f"division by zero in {e!r}")
+        return _INT_OPS[e.op](a, b)
+    raise ValueError(f"{e!r} is not an integer expression of size variables")
+
+
 BINOPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "and", "or", "fmod", "bitwise_and",
           "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
 
@@ -262,10 +305,13 @@ class TensorLoad(PrimExpr):
 
 
 class Reduce(PrimExpr):
-    """Commutative reduction `combiner` ('sum', 'prod', 'max', 'min') of `source` over `axes` (IterVars)."""
+    """Commutative reduction `combiner` ('sum', 'prod', 'max', 'min') of `source` over `axes`
+    (IterVars); with `condition` (a bool expression, TVM's `where`) only the points where it holds
+    are combined (Schedule.rfactor's tail of an extent its factor does not divide)."""
 
-    def __init__(self, combiner: str, source: PrimExpr, axes):
+    def __init__(self, combiner: str, source: PrimExpr, axes, condition: PrimExpr | None = None):
         self.combiner, self.source, self.axes = combiner, source, tuple(axes)
+        self.condition = condition
         self.dtype = source.dtype
 
     def identity(self) -> PrimExpr:
@@ -278,7 +324,8 @@ class Reduce(PrimExpr):
         return min_value(self.dtype) if self.combiner == "max" else max_value(self.dtype)
 
     def __repr__(self):
-        return f"{self.combiner}({self.source!r}, axes={[a.var for a in self.axes]})"
+        where = "" if self.condition is None else f", where={self.condition!r}"
+        return f"{self.combiner}({self.source!r}, axes={[a.var for a in self.axes]}{where})"
 
 
 class Load(PrimExpr):
@@ -438,7 +485,7 @@ def children(e: PrimExpr):
     if isinstance(e, TensorLoad):
         return e.indices
     if isinstance(e, Reduce):
-        return (e.source,)
+        return (e.source,) if e.condition is None else (e.source, e.condition)
     if isinstance(e, Load):
         return (e.index,)
     if isinstance(e, Let):
@@ -475,7 +522,7 @@ def transform(e: PrimExpr, fn, pre=None) -> PrimExpr:
         elif isinstance(x, TensorLoad):
             n = TensorLoad(x.tensor, [visit(i) for i in x.indices])
         elif isinstance(x, Reduce):
-            n = Reduce(x.combiner, visit(x.source), x.axes)
+            n = Reduce(x.combiner, visit(x.source), x.axes, None if x.condition is None else visit(x.condition))
         elif isinstance(x, Load):
             n = Load(x.buffer, visit(x.index))
         elif isinstance(x, Let):

@@ -9,6 +9,7 @@ computes it; `tvmc.tir.lower` turns it into loop IR (and `tvmc.tir.gpu` into a d
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
+from tvmc.te import extent as xt
 from tvmc.te.expr import Reduce, TensorLoad, substitute, transform
 from tvmc.te.tensor import ComputeOp, IterVar, Tensor
 
@@ -59,7 +60,9 @@ class Stage:
     'parallel', 'vectorize', 'unroll' or a thread tag ('blockIdx.x', ...: bound by `bind`);
     `attach` is 'root', 'inline' or (stage, IterVar); `scope` is the memory scope of the
     stage's buffer ('global', 'shared', 'local'), or None for the default (global at root,
-    local when attached).
+    local when attached); `min_parallel` maps a parallel leaf of symbolic extent to the fewest
+    iterations that run on threads (fewer run serially); `clamped` holds the root axes whose
+    overhang past the tensor's end is clamped (clamp_edges).
     """
 
     def __init__(self, tensor: Tensor):
@@ -72,6 +75,8 @@ class Stage:
         self.attach = "root"
         self.scope = None
         self.tensorized = None  # (leaf IterVar, intrinsic) set by tensorize
+        self.min_parallel: dict = {}
+        self.clamped: set = set()
 
     # --- loop transformations -----------------------------------------------------------
     def _check_leaf(self, iv, what):
@@ -80,10 +85,13 @@ class Stage:
 
     def split(self, iv: IterVar, factor: int):
         """Split `iv` into (outer, inner) with inner extent `factor`; returns (outer, inner).
-        A factor that does not divide the extent adds a bounds guard."""
+        A factor that does not divide the extent adds a bounds guard. A symbolic extent E
+        (tvmc.te.extent) gives an outer loop of ceil(E / factor) and the guard, which lowering's
+        loop partitioning (tvmc.tir.partition) lifts out of the iterations that need none; the
+        factor is capped at E's upper bound."""
         self._check_leaf(iv, "split")
-        factor = max(1, min(int(factor), iv.extent))
-        outer = IterVar(-(-iv.extent // factor), iv.name + "_outer", iv.kind)
+        factor = max(1, min(int(factor), xt.upper_bound(iv.extent)))
+        outer = IterVar(xt.ceildiv(iv.extent, factor), iv.name + "_outer", iv.kind)
         inner = IterVar(factor, iv.name + "_inner", iv.kind)
         k = self.leaf.index(iv)
         self.leaf[k:k + 1] = [outer, inner]
@@ -100,7 +108,7 @@ class Stage:
                 raise ScheduleError(f"fuse: {out.name} and {iv.name} are not adjacent in {self.tensor.name}")
             if out.kind != iv.kind:
                 raise ScheduleError("fuse: cannot fuse a reduce axis with a spatial axis")
-            fused = IterVar(out.extent * iv.extent, f"{out.name}.{iv.name}", out.kind)
+            fused = IterVar(xt.mul(out.extent, iv.extent), f"{out.name}.{iv.name}", out.kind)
             k = self.leaf.index(out)
             self.leaf[k:k + 2] = [fused]
             self.relations.append(Fuse(out, iv, fused))
@@ -119,9 +127,15 @@ class Stage:
         self._check_leaf(iv, "vectorize")
         self.annotations[iv] = "vectorize"
 
-    def parallel(self, iv: IterVar):
+    def parallel(self, iv: IterVar, min_extent=0):
+        """Run loop `iv`'s iterations on the library's threads. `min_extent` (an int, or an
+        expression of SizeVars): where the work is symbolic, the fewest iterations worth a
+        parallel launch; a run with fewer runs them on the calling thread (a launch costs
+        microseconds, DESIGN.md section 4)."""
         self._check_leaf(iv, "parallel")
         self.annotations[iv] = "parallel"
+        if not xt.is_static(min_extent) or (min_extent > 1 and not xt.is_static(iv.extent)):
+            self.min_parallel[iv] = min_extent
 
     def unroll(self, iv: IterVar):
         self._check_leaf(iv, "unroll")
@@ -159,6 +173,17 @@ class Stage:
         if scope not in SCOPES:
             raise ScheduleError(f"set_scope: unknown scope '{scope}'; known: {', '.join(SCOPES)}")
         self.scope = scope
+
+    def clamp_edges(self, *axes: IterVar):
+        """For a stage computed at a parent's loop (compute_at) whose region can pass the tensor's
+        end along `axes` (root spatial axes; a tile of rows over a symbolic M): compute the part
+        past the end at the last valid coordinate instead of skipping it under a guard, so its
+        loops hold no branch. Those values are never read: the consumer's own iterations past the
+        end are guarded. For accumulators of register tiles (tvmc/ops/cpu/tiling.py)."""
+        for iv in axes:
+            if iv not in self.op.axis:
+                raise ScheduleError(f"clamp_edges: {iv} is not a spatial axis of stage {self.tensor.name}")
+            self.clamped.add(iv)
 
     # --- placement ------------------------------------------------------------------------
     def compute_inline(self):
@@ -248,7 +273,10 @@ class Schedule:
         (vectorizable when k is the innermost, contiguous index of the source); `t` becomes the
         reduction of that stage over its last axis. TVM's rfactor, on one axis (a reduction over
         every axis of a tensor, e.g. DynamicQuantizeLinear's min and max, factors its innermost
-        one). Raises ScheduleError otherwise."""
+        one). A symbolic extent K (tvmc.te.extent) needs no divisibility: k_outer runs to
+        ceil(K / factor) and the partial reduction combines only k < K (a Reduce condition), which
+        loop partitioning lifts out of every k_outer step but the last. Raises ScheduleError
+        otherwise."""
         st = self[t]
         body = t.op.body
         if not isinstance(body, Reduce) or not body.axes:
@@ -256,15 +284,21 @@ class Schedule:
         if st.leaf != st.root or st.relations:
             raise ScheduleError("rfactor must come before other primitives on the stage")
         *others, k = body.axes
-        if factor < 1 or k.extent % factor:
+        symbolic = not xt.is_static(k.extent)
+        if factor < 1 or (not symbolic and k.extent % factor):
             raise ScheduleError(f"rfactor: factor {factor} does not divide {t.name}'s reduction of {k.extent}")
+        if body.condition is not None:
+            raise ScheduleError(f"rfactor: {t.name} is a reduction with a condition")
         axis = [IterVar(e, f"{t.name}_rf{n}") for n, e in enumerate(t.shape)] + [IterVar(factor, f"{t.name}_lane")]
-        ko = IterVar(k.extent // factor, k.name + "_outer", "reduce")
+        ko = IterVar(xt.ceildiv(k.extent, factor) if symbolic else k.extent // factor, k.name + "_outer", "reduce")
         mapping = {old.var: new.var for old, new in zip(t.op.axis, axis)}
         mapping[k.var] = ko.var * factor + axis[-1].var
+        condition = None
+        if symbolic and not xt.divides(factor, k.extent):
+            condition = mapping[k.var] < k.extent
         partial = Tensor(t.shape + (factor,), t.dtype, t.name + "_rf",
-                         ComputeOp(axis, Reduce(body.combiner, substitute(body.source, mapping), [*others, ko]),
-                                   t.op.tag))
+                         ComputeOp(axis, Reduce(body.combiner, substitute(body.source, mapping), [*others, ko],
+                                                condition), t.op.tag))
         lane = IterVar(factor, k.name + "_lane", "reduce")
         t.op = ComputeOp(t.op.axis, Reduce(body.combiner, TensorLoad(partial, [a.var for a in t.op.axis] + [lane.var]),
                                            [lane]), t.op.tag)

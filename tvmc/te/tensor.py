@@ -5,16 +5,18 @@ from __future__ import annotations
 import itertools
 
 from tvmc.te.expr import FLOAT16_DTYPES, Cast, PrimExpr, Reduce, TensorLoad, Var, _wrap
+from tvmc.te.extent import as_extent
 
 _uid = itertools.count()
 
 
 class IterVar:
-    """An iteration axis: `var` ranging over [0, extent). kind is 'spatial' or 'reduce'."""
+    """An iteration axis: `var` ranging over [0, extent). kind is 'spatial' or 'reduce'; `extent`
+    an int, or an int64 expression of SizeVars (a symbolic extent, tvmc.te.extent)."""
 
-    def __init__(self, extent: int, name: str, kind: str = "spatial"):
+    def __init__(self, extent, name: str, kind: str = "spatial"):
         self.var = Var(name)
-        self.extent = int(extent)
+        self.extent = as_extent(extent)
         self.kind = kind
         self.name = name
 
@@ -23,10 +25,11 @@ class IterVar:
 
 
 class Tensor:
-    """A tensor produced by a PlaceholderOp (input) or ComputeOp. `t[i, j]` builds a load."""
+    """A tensor produced by a PlaceholderOp (input) or ComputeOp. `t[i, j]` builds a load. A
+    dimension is an int or an int64 expression of SizeVars (tvmc.te.extent)."""
 
     def __init__(self, shape, dtype: str, name: str, op=None):
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(as_extent(s) for s in shape)
         self.dtype = dtype
         self.name = name
         self.op = op  # None for placeholders, else ComputeOp
@@ -70,22 +73,23 @@ class ComputeOp:
 
 
 def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Tensor:
-    """An input tensor of the given static shape and dtype."""
+    """An input tensor of the given shape (ints, or SizeVar expressions: te.size_var) and dtype."""
     return Tensor(shape, dtype, name)
 
 
-def reduce_axis(extent: int, name: str = "r") -> IterVar:
-    """A reduction axis over [0, extent)."""
+def reduce_axis(extent, name: str = "r") -> IterVar:
+    """A reduction axis over [0, extent) (an int or a SizeVar expression)."""
     return IterVar(extent, name, "reduce")
 
 
 def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs: dict | None = None) -> Tensor:
-    """`out[i0, .., ik] = fcompute(i0, .., ik)` for an output of static `shape`.
+    """`out[i0, .., ik] = fcompute(i0, .., ik)` for an output of `shape` (ints, or SizeVar
+    expressions for symbolic extents).
 
     The dtype is the body's. A body that is a Reduce makes this a reduction stage. `attrs` are
     kept on its ComputeOp for the schedules.
     """
-    shape = tuple(int(s) for s in shape)
+    shape = tuple(as_extent(s) for s in shape)
     axis = [IterVar(s, f"{name}_i{k}") for k, s in enumerate(shape)]
     body = _wrap(fcompute(*[a.var for a in axis]))
     if body.dtype in FLOAT16_DTYPES and not isinstance(body, Reduce):
@@ -97,12 +101,13 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs: dict |
 
 
 def _reducer(combiner):
-    def f(expr, axis):
+    def f(expr, axis, where=None):
         axes = axis if isinstance(axis, (list, tuple)) else [axis]
-        return Reduce(combiner, _wrap(expr), axes)
+        return Reduce(combiner, _wrap(expr), axes, where)
 
     f.__name__ = combiner
-    f.__doc__ = f"Commutative reduction '{combiner}' of `expr` over reduce axes `axis`."
+    f.__doc__ = (f"Commutative reduction '{combiner}' of `expr` over reduce axes `axis`, of the points where "
+                 "`where` (a bool expression) holds when given.")
     return f
 
 

@@ -81,9 +81,12 @@ def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFu
     (see the module docstring). A kernel written with its barriers in place (a template whose
     asynchronous copies the analysis cannot follow, tvmc/ops/gpu/tensorcore.py) passes
     `insert_barriers=False`: its barriers are still checked. Raises ScheduleError naming the
-    kernel and what is wrong."""
-    launch = launch_config(prim)
+    kernel and what is wrong (a kernel with symbolic extents, PrimFunc.size_vars: not yet on GPUs)."""
     where = f"kernel {prim.name}"
+    if prim.size_vars:
+        raise ScheduleError(f"{where}: symbolic extents ({', '.join(v.name for v in prim.size_vars)}) are not "
+                            f"lowered for GPU target {target.name} yet; compile a fixed shape")
+    launch = launch_config(prim)
     if target.max_threads_per_block and launch.threads_per_block > target.max_threads_per_block:
         raise ScheduleError(f"{where}: {launch.threads_per_block} threads per block {launch.block}, target "
                             f"{target.name} allows {target.max_threads_per_block}")

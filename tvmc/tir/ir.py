@@ -8,32 +8,60 @@ import copy
 
 import numpy as np
 
-from tvmc.te.expr import IntImm, PrimExpr, Var
+from tvmc.te.expr import IntImm, PrimExpr, Var, evaluate_int
+
+
+def _extent(x):
+    """An extent as the loop IR keeps it: an int, or an int64 expression of SizeVars (and, for a
+    loop, of enclosing loops' variables); tvmc.te.extent computes with both."""
+    if isinstance(x, IntImm):
+        return x.value
+    return x if isinstance(x, PrimExpr) else int(x)
+
+
+def _mul(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return (IntImm(a) if isinstance(a, int) else a) * b
 
 
 class Buffer:
     """A flat memory region of `shape` (row-major) and `dtype`; scope 'global', 'shared' (the
-    threads of a GPU block) or 'local' (one thread's registers or stack)."""
+    threads of a GPU block) or 'local' (one thread's registers or stack). A dimension may be an
+    int64 expression of SizeVars (tvmc.te.extent): its size and strides are then expressions too
+    (left for the simplifier)."""
 
     def __init__(self, name: str, shape, dtype: str, scope: str = "global"):
-        self.name, self.shape, self.dtype, self.scope = name, tuple(int(s) for s in shape), dtype, scope
+        self.name, self.shape, self.dtype, self.scope = name, tuple(_extent(s) for s in shape), dtype, scope
 
     @property
-    def size(self) -> int:
+    def static(self) -> bool:
+        """Whether every dimension is a constant."""
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def size(self):
+        """Elements: an int, or an expression of SizeVars for a symbolic shape."""
+        if not self.static:
+            out = 1
+            for d in self.shape:
+                out = _mul(out, d)
+            return out
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
-    def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+    def nbytes(self):
+        """Bytes: an int, or an expression of SizeVars for a symbolic shape."""
+        return _mul(self.size, np.dtype(self.dtype).itemsize)
 
     def flat_index(self, indices) -> PrimExpr:
         """Row-major flat index of multi-dimensional `indices`."""
         out = None
         stride = 1
         for idx, extent in zip(reversed(indices), reversed(self.shape)):
-            term = idx if stride == 1 else idx * stride
+            term = idx if isinstance(stride, int) and stride == 1 else idx * stride
             out = term if out is None else term + out
-            stride *= extent
+            stride = _mul(stride, extent)
         return out if out is not None else IntImm(0)
 
     def __repr__(self):
@@ -47,10 +75,14 @@ class Stmt:
 class For(Stmt):
     """`for var in [0, extent)`; kind is 'serial', 'parallel', 'vectorize', 'unroll', or a GPU
     thread tag ('blockIdx.x' .. 'threadIdx.z'): then `var` is that block or thread index, one
-    iteration per block or thread (tvmc.tir.gpu)."""
+    iteration per block or thread (tvmc.tir.gpu). `extent` is an int, or an int64 expression of
+    SizeVars and enclosing loops' variables (computed when the loop starts); `min_parallel` (an
+    int or such an expression, 0 for none): a parallel loop with fewer iterations than this at
+    run time runs them on the calling thread."""
 
-    def __init__(self, var: Var, extent: int, kind: str, body: Stmt):
-        self.var, self.extent, self.kind, self.body = var, int(extent), kind, body
+    def __init__(self, var: Var, extent, kind: str, body: Stmt, min_parallel=0):
+        self.var, self.extent, self.kind, self.body = var, _extent(extent), kind, body
+        self.min_parallel = _extent(min_parallel)
 
 
 class Store(Stmt):
@@ -269,13 +301,46 @@ class DotU8S8(Intrinsic):
 
 class PrimFunc:
     """A kernel: `params` (Buffers, inputs then output) and a loop-IR `body`. A GPU device kernel
-    also has `launch` (tvmc.tir.gpu.LaunchConfig: grid and block sizes, shared memory bytes)."""
+    also has `launch` (tvmc.tir.gpu.LaunchConfig: grid and block sizes, shared memory bytes).
+    `size_vars`: the SizeVars of a kernel with symbolic extents, its int64 arguments after the
+    buffers (TVM's shape variables as PrimFunc parameters); `size_args` derives their values from
+    the shapes of the arrays passed."""
 
-    def __init__(self, name: str, params, body: Stmt, launch=None):
+    def __init__(self, name: str, params, body: Stmt, launch=None, size_vars=()):
         self.name, self.params, self.body, self.launch = name, list(params), body, launch
+        self.size_vars = list(size_vars)
+
+    def size_args(self, shapes) -> list:
+        """The values of `size_vars` for buffers of `shapes` (one per param, in order): each read
+        from a dimension that is the bare SizeVar, then every dimension checked against its
+        expression and every value against its SizeVar's [lo, hi]. Raises ValueError naming the
+        kernel, the buffer, the dimension and the values."""
+        if len(shapes) != len(self.params):
+            raise ValueError(f"kernel {self.name}: {len(shapes)} arrays for {len(self.params)} buffers")
+        values = {}
+        for buf, shape in zip(self.params, shapes):
+            if len(shape) != len(buf.shape):
+                raise ValueError(f"kernel {self.name}: buffer {buf.name} has rank {len(buf.shape)}, got shape "
+                                 f"{list(shape)}")
+            for dim, n in zip(buf.shape, shape):
+                if dim in self.size_vars and dim not in values:
+                    if not dim.lo <= int(n) <= dim.hi:
+                        raise ValueError(f"kernel {self.name}: buffer {buf.name}: {dim.name} = {int(n)} is outside "
+                                         f"its range {dim.lo}..{dim.hi}")
+                    values[dim] = int(n)
+        missing = [v.name for v in self.size_vars if v not in values]
+        if missing:
+            raise ValueError(f"kernel {self.name}: no buffer dimension gives {', '.join(missing)}")
+        for buf, shape in zip(self.params, shapes):
+            for k, (dim, n) in enumerate(zip(buf.shape, shape)):
+                if evaluate_int(dim, values) != int(n):
+                    raise ValueError(f"kernel {self.name}: buffer {buf.name} dimension {k} is {dim!r} = "
+                                     f"{evaluate_int(dim, values)}, got {int(n)}")
+        return [values[v] for v in self.size_vars]
 
     def __str__(self):
-        lines = [f"primfn {self.name}(" + ", ".join(map(repr, self.params)) + ") {"]
+        args = list(map(repr, self.params)) + [f"{v.name}: int64 in {v.lo}..{v.hi}" for v in self.size_vars]
+        lines = [f"primfn {self.name}(" + ", ".join(args) + ") {"]
         if self.launch is not None:
             lines.append(f"  // launch {self.launch}")
         _print(self.body, 1, lines)
@@ -287,7 +352,9 @@ def _print(s: Stmt, depth: int, lines: list):
     pad = "  " * depth
     if isinstance(s, For):
         kind = "" if s.kind == "serial" else s.kind + " "
-        lines.append(f"{pad}{kind}for {s.var!r} in 0..{s.extent} {{")
+        if not (isinstance(s.min_parallel, int) and s.min_parallel == 0):
+            kind = f"{s.kind}(>= {s.min_parallel!r}) "
+        lines.append(f"{pad}{kind}for {s.var!r} in 0..{s.extent!r} {{")
         _print(s.body, depth + 1, lines)
         lines.append(pad + "}")
     elif isinstance(s, Store):

@@ -6,17 +6,25 @@ schedules, memory scopes, loops bound to thread axes and cross-thread reductions
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
+from tvmc.te import extent as xt
 from tvmc.te.expr import (FLOAT16_DTYPES, BinOp, Cast, IntImm, Load, Reduce, TensorLoad, Var, eq, logical_and,
-                          substitute, transform, walk)
+                          minimum, substitute, transform, walk)
 from tvmc.te.schedule import THREAD_AXES, THREAD_TAGS, Schedule, Split, Stage
 from tvmc.tir.ir import Allocate, Barrier, Buffer, For, IfThenElse, PrimFunc, Seq, Store
-from tvmc.tir.simplify import Linear, simplify, simplify_stmt
+from tvmc.tir.partition import partition_loops
+from tvmc.tir.simplify import Linear, expr_bounds, simplify, simplify_stmt, size_only
 
 
 def lower(sch: Schedule, args, name: str) -> PrimFunc:
     """Lower `sch` into a kernel whose parameters are the tensors `args` (inputs then output).
 
-    Raises ScheduleError when a compute_at region cannot be bounded to a constant size.
+    Symbolic extents (SizeVars in the tensors' shapes, tvmc.te.extent) make loops of symbolic
+    extent; the SizeVars become the kernel's int64 arguments after its buffers (PrimFunc.size_vars,
+    in the order they first appear in the arguments' shapes), and the guards of splits that may
+    not divide are lifted out of the iterations that need none (tvmc.tir.partition).
+
+    Raises ScheduleError when a compute_at region cannot be bounded to a constant size, or a
+    SizeVar of the kernel appears in no argument's shape.
     """
     return _Lowering(sch, args, name).run()
 
@@ -65,7 +73,14 @@ class _Lowering:
         body = Seq(nests)
         for buf in reversed(allocs):
             body = Allocate(buf, body)
-        return PrimFunc(self.name, params, simplify_stmt(body))
+        size_vars = xt.size_vars([t.shape for t in self.args])
+        used = xt.size_vars([(st.tensor.shape, [r.extent for r in st.op.reduce_axis]) for st in self.sch.stages])
+        unknown = [v.name for v in used if v not in size_vars]
+        if unknown:
+            raise ScheduleError(f"{self.name}: size variable(s) {', '.join(unknown)} appear in no argument's shape")
+        if not size_vars:
+            return PrimFunc(self.name, params, simplify_stmt(body))
+        return PrimFunc(self.name, params, partition_loops(simplify_stmt(body)), size_vars=size_vars)
 
     # --- inlining ---------------------------------------------------------------------------
     def _inline_bodies(self):
@@ -98,13 +113,19 @@ class _Lowering:
         for rel in st.relations:
             if isinstance(rel, Split):
                 pe = ext[rel.parent]
-                f = max(1, min(rel.factor, pe))  # (an empty tensor's axis has extent 0)
-                ext[rel.inner] = f
-                ext[rel.outer] = -(-pe // f)
-                if pe % f:
-                    guards.append(rel.parent)
+                if xt.is_static(pe):
+                    f = max(1, min(rel.factor, pe))  # (an empty tensor's axis has extent 0)
+                    ext[rel.inner] = f
+                    ext[rel.outer] = -(-pe // f)
+                    if pe % f:
+                        guards.append(rel.parent)
+                else:
+                    ext[rel.inner] = rel.factor
+                    ext[rel.outer] = xt.ceildiv(pe, rel.factor)
+                    if not xt.divides(rel.factor, pe):
+                        guards.append(rel.parent)
             else:
-                ext[rel.fused] = ext[rel.outer] * ext[rel.inner]
+                ext[rel.fused] = xt.mul(ext[rel.outer], ext[rel.inner])
         return ext, guards
 
     @staticmethod
@@ -112,15 +133,18 @@ class _Lowering:
         expr = {iv: iv.var for iv in st.leaf}
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
-                expr[rel.parent] = expr[rel.outer] * min(rel.factor, ext[rel.parent]) + expr[rel.inner]
+                factor = min(rel.factor, ext[rel.parent]) if xt.is_static(ext[rel.parent]) else rel.factor
+                expr[rel.parent] = expr[rel.outer] * factor + expr[rel.inner]
             else:
                 f = expr[rel.fused]
                 expr[rel.outer] = f // ext[rel.inner]
                 expr[rel.inner] = f % ext[rel.inner]
         return expr
 
-    def _stage_nest(self, st: Stage, region):
-        """Loop nest computing stage `st` over `region` [(base, extent)] of its spatial axes."""
+    def _stage_nest(self, st: Stage, region, outer_ranges=None):
+        """Loop nest computing stage `st` over `region` [(base, extent)] of its spatial axes;
+        `outer_ranges` (Var -> extent) bound the loops of the stage it is attached to."""
+        outer_ranges = outer_ranges or {}
         ext, guard_ivs = self._extents(st, region)
         for iv in st.leaf:
             if st.annotations.get(iv) in THREAD_AXES:
@@ -133,9 +157,19 @@ class _Lowering:
         for iv in st.op.reduce_axis:
             coord[iv.var] = simplify(local[iv], ranges)
         guards = [(rel_parent.kind, local[rel_parent] < ext[rel_parent]) for rel_parent in guard_ivs]
-        # An attached stage's region may run past the tensor's edge on the last tile.
+        # An attached stage's region may run past the tensor's edge on the last tile: guarded,
+        # or along clamped axes (Stage.clamp_edges) computed at the last index
+        value_coord = coord
         for iv, (base, e), size in zip(st.op.axis, region, st.tensor.shape):
-            if not (isinstance(base, IntImm) and base.value == 0 and e <= size):
+            if isinstance(base, IntImm) and base.value == 0 and xt.provably_le(e, size):
+                continue
+            if iv in st.clamped:
+                past = expr_bounds(base + (e - 1) - (size - 1), outer_ranges)
+                if past is not None and past[1] <= 0:  # inside the tensor wherever the parent's loops are
+                    continue
+                value_coord = dict(value_coord)
+                value_coord[iv.var] = minimum(coord[iv.var], size - 1)
+            else:
                 guards.append(("spatial", coord[iv.var] < size))
 
         # Children attached to our loops: bound inference, local buffers.
@@ -156,7 +190,7 @@ class _Lowering:
         out_idx = [local[iv] if bases is not None else coord[iv.var] for iv in st.op.axis]
         store_index = buf.flat_index(out_idx)
         body = self.bodies[st]
-        value = self._to_loads(substitute(body, coord))
+        value = self._to_loads(substitute(body, value_coord))
 
         def guarded(stmt, kinds):
             conds = [c for k, c in guards if k in kinds]
@@ -166,12 +200,12 @@ class _Lowering:
             for iv in reversed(leaves):
                 kids = attached.get(iv, [])
                 if kids:
-                    parts = [self._stage_nest(c, creg) for c, creg, _ in kids]
+                    parts = [self._stage_nest(c, creg, {**outer_ranges, **ranges}) for c, creg, _ in kids]
                     inner = Seq(parts + [inner])
                     for _, _, kbuf in kids:
                         inner = Allocate(kbuf, inner)
                 kind = st.annotations.get(iv, "serial")
-                inner = For(iv.var, ext[iv], kind, inner)
+                inner = For(iv.var, ext[iv], kind, inner, st.min_parallel.get(iv, 0))
             return inner
 
         if not isinstance(value, Reduce):
@@ -190,7 +224,12 @@ class _Lowering:
         acc_buf, acc_index = (acc, IntImm(0)) if acc is not None else (buf, store_index)
         init = Store(acc_buf, acc_index, value.identity())
         combined = _combine(value.combiner, Load(acc_buf, acc_index), value.source)
-        update = guarded(Store(acc_buf, acc_index, combined), ("spatial", "reduce"))
+        update = Store(acc_buf, acc_index, combined)
+        if value.condition is not None:  # a Reduce's `where`
+            if st.tensorized is not None:
+                raise ScheduleError(f"tensorize: {st.tensor.name} is a reduction with a condition")
+            update = IfThenElse(simplify(value.condition, ranges), update)
+        update = guarded(update, ("spatial", "reduce"))
         init_nest = self._plain_nest(st, init_loops, ext, guarded(init, ("spatial",)))
         if st.tensorized is not None:
             update_nest = self._tensorized(st, tail, ext, ranges, guard_ivs, guards, acc_buf, acc_index, value, nest)
@@ -260,7 +299,7 @@ class _Lowering:
     def _plain_nest(st, leaves, ext, inner):
         for iv in reversed(leaves):
             kind = st.annotations.get(iv, "serial")
-            inner = For(iv.var, ext[iv], kind, inner)
+            inner = For(iv.var, ext[iv], kind, inner, st.min_parallel.get(iv, 0))
         return inner
 
     def _to_loads(self, e):
@@ -299,7 +338,7 @@ class _Lowering:
         pos = st.leaf.index(at_iv)
         ranges = {}
         for iv in st.leaf[pos + 1:]:
-            ranges[iv.var] = (IntImm(0), IntImm(ext[iv] - 1))
+            ranges[iv.var] = (IntImm(0), _last(ext[iv]))
         if child.scope == "shared":  # one buffer for the block: relaxed over the threads of every enclosing stage
             for var, extent in self.thread_ranges.items():
                 ranges.setdefault(var, (IntImm(0), IntImm(extent - 1)))
@@ -308,7 +347,7 @@ class _Lowering:
             readers = []
             for sib, sreg in siblings:
                 sranges = {iv.var: (b, simplify(b + (e - 1))) for iv, (b, e) in zip(sib.op.axis, sreg)}
-                sranges.update({iv.var: (IntImm(0), IntImm(iv.extent - 1)) for iv in sib.op.reduce_axis})
+                sranges.update({iv.var: (IntImm(0), _last(iv.extent)) for iv in sib.op.reduce_axis})
                 readers.append((self.bodies[sib], {}, sranges))
         region = None
         for body, subst, rng in readers:
@@ -318,7 +357,7 @@ class _Lowering:
                     try:
                         lo, hi = _interval(substitute(idx, subst), rng)
                     except ScheduleError:  # an index read from data (a gather, a pivot row): the whole axis
-                        lo, hi = IntImm(0), IntImm(size - 1)
+                        lo, hi = IntImm(0), _last(size)
                     lo, hi = simplify(lo), simplify(hi)
                     d = simplify(hi - lo)
                     if not isinstance(d, IntImm):
@@ -330,6 +369,11 @@ class _Lowering:
         if region is None:  # read by nothing attached there: computed whole, once per iteration
             return [(IntImm(0), e) for e in child.tensor.shape]
         return region
+
+
+def _last(extent):
+    """extent - 1 as an expression (an IntImm when static)."""
+    return IntImm(extent - 1) if xt.is_static(extent) else simplify(extent - 1)
 
 
 def _combine(combiner: str, a, b):
@@ -362,6 +406,9 @@ def _interval(e, ranges):
             if isinstance(b, IntImm):
                 lo, hi = _interval(a, ranges)
                 return (lo * b, hi * b) if b.value >= 0 else (hi * b, lo * b)
+        if e.op in ("floordiv", "floormod") and size_only(e.b) and \
+                not any(isinstance(x, Var) and x in ranges for x in walk(e.a)):
+            return e, e  # a division by a symbolic extent of variables fixed here (a fused outer loop)
         if e.op == "floordiv" and isinstance(e.b, IntImm) and e.b.value > 0:
             lo, hi = _interval(e.a, ranges)
             return lo // e.b, hi // e.b

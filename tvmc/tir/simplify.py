@@ -1,11 +1,19 @@
 """Arithmetic simplification of loop-IR expressions: constant folding, linear index canonicalization,
 and range-aware floordiv/floormod elimination (TVM's arith::Analyzer, reduced to affine forms).
+
+Symbolic shapes: a SizeVar (te.SizeVar) is an atom bounded by its [lo, hi]; a loop whose extent
+is an expression of SizeVars bounds its variable symbolically (i < N is true for i in [0, N)),
+products with SizeVar factors are distributed over sums ((i*4 + j) * N = 4 (i*N) + j*N), and
+c * (X // c) is bounded as X - X % c. Every rule for them applies only where a SizeVar or a loop
+of symbolic extent occurs, so expressions without them simplify as before.
 """
 
 from __future__ import annotations
 
-from tvmc.te.expr import (INDEX, BinOp, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, Var,
-                          is_float, substitute, transform)
+import math
+
+from tvmc.te.expr import (INDEX, BinOp, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, SizeVar, Var,
+                          is_float, substitute, transform, walk)
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, Seq, Stmt, Store
 
 
@@ -44,7 +52,26 @@ class Linear:
                 return b.scale(a.const)
             if not b.terms:
                 return a.scale(b.const)
+            if e.dtype == INDEX and size_only(e.b) and not size_only(e.a):
+                return a.times(e.b)
+            if e.dtype == INDEX and size_only(e.a) and not size_only(e.b):
+                return b.times(e.a)
+            if e.dtype == INDEX and size_only(e.a) and size_only(e.b) and len(a.terms) == len(b.terms) == 1 \
+                    and a.const == b.const == 0:  # (c N) (d M) = c d (N M)
+                (xa, ca), = a.terms.values()
+                (xb, cb), = b.terms.values()
+                prod = BinOp("mul", xa, xb)
+                return Linear({_key(prod): (prod, ca * cb)})
         return Linear({_key(e): (e, 1)})
+
+    def times(self, factor: PrimExpr) -> "Linear":
+        """This form times `factor`, an expression of SizeVars, distributed over the terms: each
+        atom a becomes the atom a*factor, the constant c the form c * factor."""
+        out = Linear.of(factor).scale(self.const)
+        for atom, c in self.terms.values():
+            prod = BinOp("mul", atom, factor)
+            out = out.add(Linear({_key(prod): (prod, c)}))
+        return out
 
     def add(self, o: "Linear", sign=1) -> "Linear":
         t = dict(self.terms)
@@ -86,12 +113,42 @@ class Linear:
         return lo, hi
 
 
+def has_size_var(e: PrimExpr) -> bool:
+    """Whether a SizeVar occurs in `e`."""
+    return any(isinstance(x, SizeVar) for x in walk(e))
+
+
+def size_only(e: PrimExpr) -> bool:
+    """Whether `e` is an int64 expression of SizeVars and literals only (at least one SizeVar): a
+    symbolic extent, the same at every point of a kernel."""
+    seen = False
+    for x in walk(e):
+        if isinstance(x, SizeVar):
+            seen = True
+        elif isinstance(x, (Var, Load)) or not (isinstance(x, (IntImm, BinOp))):
+            return False
+    return seen and e.dtype == INDEX
+
+
+def _symbolic_extent(ext) -> bool:
+    return isinstance(ext, PrimExpr)
+
+
 def atom_bounds(atom: PrimExpr, ranges: dict):
-    """(lo, hi) of an int64 atom, else None: a loop Var in [0, extent); x // c and x % c (c > 0)
-    from the bounds of x (x % c is always in [0, c), floor semantics). Fused and split loop
-    indices are such atoms: ((i.j // 56) % 4) lies in [0, 3]."""
+    """(lo, hi) of an int64 atom, else None: a loop Var in [0, extent) (a symbolic extent by its
+    upper bound); a SizeVar in [lo, hi]; x // c and x % c (c > 0) from the bounds of x (x % c is
+    always in [0, c), floor semantics). Fused and split loop indices are such atoms: ((i.j // 56)
+    % 4) lies in [0, 3]. Products and min/max with a SizeVar in them: from their operands."""
+    if isinstance(atom, SizeVar):
+        return atom.lo, atom.hi
     if isinstance(atom, Var):
-        return (0, ranges[atom] - 1) if atom in ranges else None
+        if atom not in ranges:
+            return None
+        ext = ranges[atom]
+        if _symbolic_extent(ext):
+            top = Linear.of(ext).bounds(ranges)
+            return None if top is None else (0, max(0, top[1] - 1))
+        return 0, ext - 1
     if isinstance(atom, BinOp) and atom.op in ("floordiv", "floormod") and isinstance(atom.b, IntImm) \
             and atom.b.value > 0:
         c = atom.b.value
@@ -101,7 +158,99 @@ def atom_bounds(atom: PrimExpr, ranges: dict):
         if inner is not None and 0 <= inner[0] and inner[1] < c:
             return inner
         return 0, c - 1
+    if isinstance(atom, BinOp) and atom.op in ("mul", "min", "max") and atom.dtype == INDEX and has_size_var(atom):
+        ba, bb = Linear.of(atom.a).bounds(ranges), Linear.of(atom.b).bounds(ranges)
+        if ba is None or bb is None:
+            return None
+        if atom.op == "mul":
+            prods = [x * y for x in ba for y in bb]
+            return min(prods), max(prods)
+        f = min if atom.op == "min" else max
+        return f(ba[0], bb[0]), f(ba[1], bb[1])
     return None
+
+
+def _is_symbolic(lin: Linear, ranges: dict) -> bool:
+    """Whether a form has a SizeVar in it or a variable of a loop of symbolic extent."""
+    for atom, _ in lin.terms.values():
+        if has_size_var(atom) or any(isinstance(x, Var) and _symbolic_extent(ranges.get(x)) for x in walk(atom)):
+            return True
+    return False
+
+
+def _expanded_bounds(lin: Linear, ranges: dict):
+    """Bounds of `lin` with each atom X // c (c > 0, X with a SizeVar in it) replaced by
+    (X - X % c) / c: the form is scaled by the divisors' lcm L, bounded, and the bounds divided
+    by L (rounded inwards: the form is an integer). N - 8 (N // 8) is then bounded by [0, 7]."""
+    divs = [a.b.value for a, _ in lin.terms.values() if isinstance(a, BinOp) and a.op == "floordiv"
+            and isinstance(a.b, IntImm) and a.b.value > 0 and has_size_var(a.a)]
+    plain = lin.bounds(ranges)
+    if not divs:
+        return plain
+    scale = math.lcm(*divs)
+    out = Linear(const=lin.const * scale)
+    for key, (atom, c) in lin.terms.items():
+        if isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.b, IntImm) and atom.b.value in divs \
+                and has_size_var(atom.a):
+            k = c * scale // atom.b.value
+            mod = BinOp("floormod", atom.a, atom.b)
+            out = out.add(Linear.of(atom.a).scale(k)).add(Linear({_key(mod): (mod, -k)}))
+        else:
+            out = out.add(Linear({key: (atom, c * scale)}))
+    b = out.bounds(ranges)
+    if b is None:
+        return plain
+    b = (-(-b[0] // scale), b[1] // scale)
+    return b if plain is None else (max(b[0], plain[0]), min(b[1], plain[1]))
+
+
+def _symbolic_last(atom, ranges: dict):
+    """The largest value of `atom` as an expression when it is the variable of a loop of symbolic
+    extent E (E - 1) or such a variable divided by a constant c ((E - 1) // c); else None. Both
+    are at least 0."""
+    if isinstance(atom, Var) and _symbolic_extent(ranges.get(atom)):
+        return ranges[atom] - 1
+    if isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.a, Var) and isinstance(atom.b, IntImm) \
+            and atom.b.value > 0 and _symbolic_extent(ranges.get(atom.a)):
+        return (ranges[atom.a] - 1) // atom.b
+    return None
+
+
+def symbolic_bounds(lin: Linear, ranges: dict):
+    """(lo, hi) of an int64 form where SizeVars or loops of symbolic extent occur, or None: each
+    variable of such a loop (or such a variable // c) is replaced by 0 or by its largest value
+    (whichever bounds the form), so that i - N, i in [0, N), is at most -1 whatever N is; then
+    SizeVars by their bounds, after _expanded_bounds. Sound for any values of the SizeVars within their bounds."""
+    lo_l, hi_l = Linear(const=lin.const), Linear(const=lin.const)
+    for key, (atom, c) in lin.terms.items():
+        last = _symbolic_last(atom, ranges)
+        if last is not None:
+            top = Linear.of(simplify(last, ranges)).scale(c)
+            if c > 0:
+                hi_l = hi_l.add(top)
+            else:
+                lo_l = lo_l.add(top)
+        else:
+            term = Linear({key: (atom, c)})
+            lo_l, hi_l = lo_l.add(term), hi_l.add(term)
+    lo, hi = _expanded_bounds(lo_l, ranges), _expanded_bounds(hi_l, ranges)
+    if lo is None or hi is None:
+        return None
+    return lo[0], hi[1]
+
+
+def expr_bounds(e: PrimExpr, ranges: dict | None = None):
+    """(lo, hi) of int64 expression `e` (loop Vars bounded by `ranges`, Var -> extent, SizeVars by
+    their bounds), or None where an atom is unbounded (a load, a free variable)."""
+    ranges = ranges or {}
+    lin = Linear.of(simplify(e, ranges))
+    if not lin.terms:
+        return lin.const, lin.const
+    plain = lin.bounds(ranges)
+    sym = symbolic_bounds(lin, ranges) if _is_symbolic(lin, ranges) else None
+    if plain is None or sym is None:
+        return plain or sym
+    return max(plain[0], sym[0]), min(plain[1], sym[1])
 
 
 def fold_int(op, a, b):
@@ -185,10 +334,29 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
                 d = la.add(lb, -1)
                 if not d.terms:
                     return a if (d.const <= 0) == (x.op == "min") else b
+                bnd = None
+                if _is_symbolic(d, ranges):
+                    bnd, plain = symbolic_bounds(d, ranges), d.bounds(ranges)
+                    if plain is not None:
+                        bnd = plain if bnd is None else (max(bnd[0], plain[0]), min(bnd[1], plain[1]))
+                if bnd is not None and (bnd[1] <= 0 or bnd[0] >= 0):
+                    return a if (bnd[1] <= 0) == (x.op == "min") else b
+            if x.op in ("floordiv", "floormod") and not isinstance(b, IntImm) and size_only(b):
+                # x // N = 0 and x % N = x where 0 <= x < N (a fused loop of extent N inside)
+                la = Linear.of(a)
+                lo = symbolic_bounds(la, ranges) if _is_symbolic(la, ranges) else la.bounds(ranges)
+                gap = la.add(Linear.of(b), -1)
+                hi = symbolic_bounds(gap, ranges) if _is_symbolic(gap, ranges) else None
+                if lo is not None and hi is not None and lo[0] >= 0 and hi[1] < 0:
+                    return IntImm(0) if x.op == "floordiv" else a
             return None
         if isinstance(x, Cmp) and x.a.dtype == INDEX:
             d = Linear.of(x.a).add(Linear.of(x.b), -1)
             bnd = d.bounds(ranges) if d.terms else (d.const, d.const)
+            if d.terms and _is_symbolic(d, ranges):
+                sym = symbolic_bounds(d, ranges)
+                if sym is not None:
+                    bnd = sym if bnd is None else (max(bnd[0], sym[0]), min(bnd[1], sym[1]))
             if bnd is not None:
                 lo, hi = bnd
                 truth = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0), "gt": (lo > 0, hi <= 0),
@@ -232,8 +400,12 @@ def simplify_stmt(s: Stmt, ranges: dict | None = None) -> Stmt:
     statically true guards and statically false branches."""
     ranges = dict(ranges or {})
     if isinstance(s, For):
-        ranges[s.var] = s.extent
-        return For(s.var, s.extent, s.kind, simplify_stmt(s.body, ranges))
+        extent = s.extent
+        if isinstance(extent, PrimExpr):  # a symbolic extent: canonical, an int when it folds
+            extent = simplify(extent, ranges)
+            extent = extent.value if isinstance(extent, IntImm) else extent
+        ranges[s.var] = extent
+        return For(s.var, extent, s.kind, simplify_stmt(s.body, ranges), s.min_parallel)
     if isinstance(s, Store):
         return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
     if isinstance(s, Allocate):

@@ -155,6 +155,16 @@ def dense_pack_config(workload, target) -> ConfigSpace:
     return space
 
 
+def dense_pack_buckets(workload, target, rows) -> list:
+    """Where the size buckets of a dense_pack with symbolic rows start (tvmc.tir.buckets:
+    a specialization each, its tiles chosen for its own upper bound): for `rows` (the SizeVar M,
+    workload at M's upper bound) M = 1 (the fallback's one-row tile of 4 blocks, bound by reading
+    the weights), then 2 up to the upper bound's tile_m - 1 (one tile of as many rows), then
+    tile_m rows per tile; the starts that fall inside M's range."""
+    tile_m = dense_pack_config(workload, target).fallback_config()["tile_m"]
+    return [x for x in sorted({2, tile_m}) if rows.lo < x <= rows.hi]
+
+
 def schedule_dense_pack(s, out, anchor, cfg, target):
     """Packed dense + epilogue: per (tile of tile_m rows, tile of tile_nb*bn outputs), tile_m x
     tile_nb vector accumulators take tile_m broadcast data elements and tile_nb contiguous weight

@@ -3,7 +3,12 @@ fuse its loops, vectorize the innermost by the target's vector lanes, paralleliz
 
 from __future__ import annotations
 
+from tvmc.te import extent as xt
 from tvmc.te.schedule import Schedule
+
+# Rows of an elementwise stage of symbolic shape that its constant outer axes must hold to be its
+# parallel loop alone (a fused symbolic axis costs a division per row)
+MIN_PARALLEL_ROWS = 8
 
 
 def inline_injective(s: Schedule, out, keep=()):
@@ -21,6 +26,9 @@ def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int
     threads (num_cores 1) the outer loops stay nested: a fused loop would only recover each
     axis by a division and a remainder per vector (a wasm NCHW4c concatenate of [1,32,55,55,4]
     ran 3 divisions and a branch per 4 floats)."""
+    if not xt.is_static_shape(out.shape):
+        _symbolic_elementwise_loops(s, out, target, min_parallel_elems)
+        return
     st = s[out]
     lanes = target.vector_lanes(out.dtype)
     axes = list(st.op.axis)
@@ -56,6 +64,59 @@ def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int
             size *= e
         if size >= min_parallel_elems and fused.extent > 1:
             st.parallel(fused)
+
+
+def _symbolic_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int):
+    """schedule_elementwise_loops for an output of symbolic shape: the innermost axis split by the
+    vector lanes and vectorized (a symbolic one with a tail that loop partitioning keeps out of
+    the other vectors), or handled as a static one is; the outer axes fused into one parallel
+    loop of rows, which runs on threads only when a run has min_parallel_elems elements, or
+    where the constant outer axes hold MIN_PARALLEL_ROWS rows, those in parallel and the
+    symbolic ones serial inside (no division by a symbolic extent per row); the inner vector
+    loops stay per row (a symbolic extent fused into them would cost a division per vector)."""
+    st = s[out]
+    lanes = target.vector_lanes(out.dtype)
+    axes = list(st.op.axis)
+    units = [iv for iv in axes if xt.is_static(iv.extent) and iv.extent == 1]
+    axes = [iv for iv in axes if iv not in units]
+    if units:
+        st.reorder(*units, *axes)
+    if not axes:
+        return
+    inner, outer = axes[-1], axes[:-1]
+    rows_inner = None  # the loop of the innermost axis left outside its vectors
+    if not xt.is_static(inner.extent):
+        rows_inner, vec = st.split(inner, lanes)
+        st.vectorize(vec)
+    elif inner.extent % lanes == 0 and inner.extent >= lanes:
+        _, vec = st.split(inner, lanes)
+        st.vectorize(vec)
+    elif 1 < inner.extent <= 64:
+        st.vectorize(inner)
+    if not target.threaded:
+        return
+    if not outer:  # one (symbolic) row: its vectors in parallel
+        if rows_inner is not None:
+            st.parallel(rows_inner, min_extent=xt.ceildiv(min_parallel_elems, lanes))
+        return
+    static = [iv for iv in outer if xt.is_static(iv.extent)]
+    symbolic = [iv for iv in outer if not xt.is_static(iv.extent)]
+    if static and symbolic and xt.prod([iv.extent for iv in static]) >= MIN_PARALLEL_ROWS:
+        # rows in parallel over the constant axes, the symbolic ones a serial loop each inside: a
+        # fused symbolic extent would cost a division by it per row
+        st.reorder(*static, *symbolic)
+        outer, inner_rows = static, symbolic
+    else:
+        inner_rows = []
+    fused = st.fuse(*outer) if len(outer) > 1 else outer[0]
+    row = xt.prod([iv.extent for iv in inner_rows] + [inner.extent])  # elements of one parallel iteration
+    least = -(-min_parallel_elems // max(1, row)) if xt.is_static(row) else xt.as_extent(
+        (min_parallel_elems + row - 1) // row)
+    if xt.is_static(fused.extent) and xt.is_static(row):
+        if xt.mul(fused.extent, row) >= min_parallel_elems and fused.extent > 1:
+            st.parallel(fused)
+    elif not xt.is_static(fused.extent) or xt.upper_bound(xt.mul(fused.extent, row)) >= min_parallel_elems:
+        st.parallel(fused, min_extent=least)
 
 
 def schedule_blocked_loops(s: Schedule, t, target):

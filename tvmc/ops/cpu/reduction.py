@@ -1,21 +1,43 @@
 """x86 schedules for normalizations built from reductions (softmax, LRN) and reductions over axes:
 every reduction and the output at root, each with its outer spatial loops fused in parallel and
 the innermost axis vectorized where the axis fits a vector; reductions over a contiguous
-innermost axis are vectorized through rfactor (see _reduction_at_root)."""
+innermost axis are vectorized through rfactor (see _reduction_at_root). Symbolic extents
+(tvmc.te.extent): a symbolic reduction axis is factored by the vector lanes too (its last,
+partial vector guarded; loop partitioning keeps the others plain), and a parallel loop of
+symbolic extent runs on threads only when a run reads MIN_PARALLEL_ELEMS elements."""
 
 from __future__ import annotations
 
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
+from tvmc.ops.cpu.tiling import parallel_min_extent, schedule_window_reduction
+from tvmc.te import extent as xt
 from tvmc.te.expr import TensorLoad, Var, walk
-from tvmc.ops.cpu.tiling import schedule_window_reduction
+
+# Elements a symbolic reduction must read for its parallel loop to launch threads (as elementwise
+# loops: tvmc.ops.cpu.injective.schedule_elementwise_loops)
+MIN_PARALLEL_ELEMS = 4096
+
+
+def _unit(iv) -> bool:
+    return xt.is_static(iv.extent) and iv.extent == 1
+
+
+def _parallel(stage, iv):
+    """`iv` parallel; where the stage's extents are symbolic, from a run of MIN_PARALLEL_ELEMS
+    elements read on."""
+    work = xt.prod([a.extent for a in stage.op.axis] + [r.extent for r in stage.op.reduce_axis])
+    if xt.is_static(work):
+        stage.parallel(iv)
+        return
+    stage.parallel(iv, min_extent=parallel_min_extent(work, iv.extent, MIN_PARALLEL_ELEMS))
 
 
 def _root_reduction(stage):
     axes = list(stage.op.axis)
-    outer = [iv for iv in axes if iv.extent > 1]
+    outer = [iv for iv in axes if not _unit(iv)]
     if outer:
-        stage.reorder(*outer, *stage.op.reduce_axis, *[iv for iv in axes if iv.extent == 1])
-        stage.parallel(outer[0])
+        stage.reorder(*outer, *stage.op.reduce_axis, *[iv for iv in axes if _unit(iv)])
+        _parallel(stage, outer[0])
 
 
 def _contiguous_reduce_axis(t):
@@ -39,17 +61,27 @@ def _reduction_at_root(s, t, target):
     innermost one. Otherwise the reduction loop stays innermost and scalar."""
     lanes = target.vector_lanes(t.dtype)
     k = _contiguous_reduce_axis(t)
-    if k is not None and k.extent % lanes == 0 and k.extent >= 2 * lanes:
+    if k is not None and (k.extent % lanes == 0 and k.extent >= 2 * lanes if xt.is_static(k.extent)
+                          else xt.upper_bound(k.extent) >= 2 * lanes):
         partial = s.rfactor(t, lanes)
         ps = s[partial]
         *outer, lane = ps.op.axis
         *others, ko = ps.op.reduce_axis
-        rows = [iv for iv in outer if iv.extent > 1]
-        ps.reorder(*rows, *others, ko, *[iv for iv in outer if iv.extent == 1], lane)
+        rows = [iv for iv in outer if not _unit(iv)]
+        ps.reorder(*rows, *others, ko, *[iv for iv in outer if _unit(iv)], lane)
         ps.vectorize(lane)
         if rows:
-            ps.parallel(rows[0])
+            _parallel(ps, rows[0])
     _root_reduction(s[t])
+
+
+def softmax_buckets(length, target) -> list:
+    """Where the size buckets of a softmax (or a reduction) over a contiguous axis of symbolic
+    extent `length` (a SizeVar) start (tvmc.tir.buckets): below two vectors of lanes the
+    reduction stays a scalar loop, as a static kernel of that size does (_reduction_at_root),
+    from there on it is factored by the lanes."""
+    two_vectors = 2 * target.vector_lanes("float32")
+    return [two_vectors] if length.lo < two_vectors <= length.hi else []
 
 
 def schedule_softmax(s, out, anchor, cfg, target):

@@ -1,11 +1,19 @@
 """Shared CPU schedule skeleton for an anchor reduction with a fused elementwise epilogue:
 output tiles held in a register accumulator (cache_write + compute_at), epilogue applied on the
-tile, outer tile loops fused and parallel (TVM's x86 conv2d/dense schedule structure)."""
+tile, outer tile loops fused and parallel (TVM's x86 conv2d/dense schedule structure).
+
+Symbolic extents (tvmc.te.extent): tiles are the ones chosen for the range's upper bound; a tile
+past the end of a symbolic axis computes its accumulator rows on clamped coordinates
+(Stage.clamp_edges: no branch in the reduction) and stores only the rows inside; along the
+vector axis the accumulator is guarded, and loop partitioning (tvmc.tir.partition) leaves every
+tile but the last a plain vector loop; the parallel loop runs on threads only when a run has
+enough work for it (parallel_min_extent)."""
 
 from __future__ import annotations
 
 from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
+from tvmc.te import extent as xt
 
 # Launching and joining a parallel region through libgomp costs about 5 us (DESIGN.md section 4);
 # a reduction with fewer multiply-adds than this (about 5 us of one core at ~100 GFLOP/s) gains
@@ -16,13 +24,40 @@ MIN_PARALLEL_MACS = 1 << 18
 
 def worth_parallel(anchor) -> bool:
     """True when `anchor` (a te reduction) does at least MIN_PARALLEL_MACS multiply-adds: its output
-    elements times the product of its reduce extents."""
+    elements times the product of its reduce extents (with symbolic extents: at their upper
+    bound; parallel_min_extent then says from which size a run launches threads)."""
+    if not _static_work(anchor):
+        return xt.upper_bound(macs(anchor)) >= MIN_PARALLEL_MACS
     work = 1
     for e in anchor.shape:
         work *= e
     for r in anchor.op.reduce_axis:
         work *= r.extent
     return work >= MIN_PARALLEL_MACS
+
+
+def _static_work(anchor) -> bool:
+    return xt.is_static_shape(anchor.shape) and xt.is_static_shape([r.extent for r in anchor.op.reduce_axis])
+
+
+def macs(anchor):
+    """Multiply-adds of a te reduction: output elements times its reduce extents (an extent)."""
+    return xt.prod(list(anchor.shape) + [r.extent for r in anchor.op.reduce_axis])
+
+
+def parallel_min_extent(work, loop_extent, min_work: int = MIN_PARALLEL_MACS):
+    """The fewest iterations of a parallel loop over `work` (an extent: multiply-adds, or elements
+    for elementwise loops) that are worth a launch of the threads: min_work over the work of one
+    iteration. A loop of constant extent over symbolic work: an expression of the SizeVars (the
+    work of one iteration is work / loop_extent); a loop of symbolic extent: counted at the upper
+    bounds (its iterations are the symbolic part)."""
+    if xt.is_static(loop_extent) and not xt.is_static(work):
+        per_iteration = xt.as_extent(work // max(1, loop_extent))
+        if not xt.is_static(per_iteration):
+            return xt.as_extent((min_work + per_iteration - 1) // per_iteration)
+        return max(1, -(-min_work // max(1, per_iteration)))
+    per_iteration = max(1, xt.upper_bound(work) // max(1, xt.upper_bound(loop_extent)))
+    return max(1, -(-min_work // per_iteration))
 
 
 def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_axes=(),
@@ -54,6 +89,8 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_ax
     """
     _check_anchor_axes(anchor, tiles, vector_axis, unroll_axes, reduce_order, unroll_reduce, rolled_reduce)
     parallel = worth_parallel(anchor)  # before cache_write turns `anchor` into a copy
+    symbolic = not _static_work(anchor)
+    work = macs(anchor) if symbolic else None
     inline_injective(s, out, keep=[anchor, *keep])
     if tuple(out.shape) != tuple(anchor.shape) and not corner:
         # the epilogue changes the shape: keep the anchor at root, the rest elementwise
@@ -66,7 +103,7 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_ax
     st = s[out]
     outers, inners = [], []
     for axis, iv in zip(anchor_axes, st.op.axis):
-        if axis in tiles and tiles[axis] < iv.extent:
+        if axis in tiles and (not xt.is_static(iv.extent) or tiles[axis] < iv.extent):
             o, i = st.split(iv, tiles[axis])
             outers.append(o)
             inners.append((axis, i))
@@ -86,10 +123,15 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_ax
         return
     depth = max(1, min(parallel_depth, len(outers)))
     head = st.fuse(*outers[:depth]) if depth > 1 else outers[0]
-    if head.extent > 1 and parallel:
+    if not xt.is_static(head.extent):
+        if parallel:
+            st.parallel(head, min_extent=parallel_min_extent(work, head.extent))
+    elif head.extent > 1 and parallel:
         st.parallel(head)
     attach = outers[-1] if len(outers) > depth else head
     s[acc].compute_at(st, attach)
+    if symbolic:  # rows of a tile past a symbolic end: clamped; the vector axis guarded, then partitioned
+        s[acc].clamp_edges(*[iv for iv in s[acc].op.axis if iv is not vector_axis])
     _order_accumulator(s[acc], vector_axis, unroll_axes, reduce_order)
     for k in unroll_reduce:
         s[acc].unroll(k)
@@ -106,6 +148,7 @@ def schedule_gemm_tiles(s, out, anchor, padded, tile_m: int, block: int, tile_bl
     leading columns are the output) or else `anchor`'s, cache_write'n when `out` is `anchor`;
     they are computed at the tile and returned for the caller to order. `keep`: producer stages
     that stay materialized (a padded input)."""
+    work = macs(padded if padded is not None else anchor)
     if padded is not None:
         inline_injective(s, out, keep=list(keep))
         acc = padded
@@ -123,8 +166,10 @@ def schedule_gemm_tiles(s, out, anchor, padded, tile_m: int, block: int, tile_bl
     st.vectorize(n_lane)
     head = st.fuse(m_outer, n_outer)
     if parallel:
-        st.parallel(head)
+        st.parallel(head, min_extent=parallel_min_extent(work, head.extent) if not xt.is_static(head.extent) else 0)
     s[acc].compute_at(st, head)
+    if not xt.is_static_shape(out.shape):  # the rows of the last tile past a symbolic M: clamped
+        s[acc].clamp_edges(*s[acc].op.axis)
     return acc
 
 
@@ -191,7 +236,7 @@ def _schedule_root_reduction(s, anchor, vector_axis, reduce_order):
     outer = [iv for iv in st.op.axis if iv is not inner]
     red = list(reduce_order) if reduce_order else list(st.op.reduce_axis)
     st.reorder(*outer, *red, inner)
-    if inner.extent <= 64:
+    if xt.is_static(inner.extent) and inner.extent <= 64:
         st.vectorize(inner)
     if outer:
         st.parallel(outer[0])

@@ -1,0 +1,129 @@
+"""Extent arithmetic for symbolic shapes: a tensor dimension or loop extent is a Python int, or an
+int64 expression of SizeVars (te.SizeVar, bounded by [lo, hi]). Every helper keeps static extents
+plain ints, so a kernel without SizeVars is scheduled and lowered exactly as before; symbolic
+ones are kept simplified (tvmc.tir.simplify) and bounded by their SizeVars' ranges (TVM's
+arith::Analyzer on tir.SizeVar shapes).
+"""
+
+from __future__ import annotations
+
+from tvmc.te.expr import INDEX, IntImm, PrimExpr, SizeVar, evaluate_int, walk
+
+
+def _simplifier():
+    """tvmc.tir.simplify, imported when first needed (it imports the loop IR, which uses this module)."""
+    from tvmc.tir import simplify
+
+    return simplify
+
+
+def as_extent(x):
+    """`x` as an extent: an int (Python or numpy int, IntImm, or an expression that folds to a
+    constant), else the simplified int64 expression. Raises TypeError for another dtype."""
+    if isinstance(x, IntImm):
+        return x.value
+    if isinstance(x, PrimExpr):
+        if x.dtype != INDEX:
+            raise TypeError(f"extent {x!r} is {x.dtype}, not {INDEX}")
+        e = _simplifier().simplify(x)
+        return e.value if isinstance(e, IntImm) else e
+    return int(x)
+
+
+def is_static(x) -> bool:
+    """Whether extent `x` is a constant (an int)."""
+    return not isinstance(x, PrimExpr)
+
+
+def is_static_shape(shape) -> bool:
+    """Whether every dimension of `shape` is a constant."""
+    return all(is_static(d) for d in shape)
+
+
+def size_vars(*items) -> list:
+    """The SizeVars in `items` (extents, expressions, or nested lists and tuples of them), in the
+    order they first appear."""
+    out, seen = [], set()
+
+    def visit(x):
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                visit(y)
+        elif isinstance(x, PrimExpr):
+            for n in walk(x):
+                if isinstance(n, SizeVar) and n not in seen:
+                    seen.add(n)
+                    out.append(n)
+
+    visit(items)
+    return out
+
+
+def bounds(x) -> tuple:
+    """(lo, hi) of extent `x` over its SizeVars' ranges. Raises ValueError when an expression is
+    not bounded (it holds something other than SizeVars and literals)."""
+    if is_static(x):
+        return int(x), int(x)
+    b = _simplifier().expr_bounds(x)
+    if b is None:
+        raise ValueError(f"extent {x!r} is not bounded by its size variables")
+    return b
+
+
+def upper_bound(x) -> int:
+    """The largest value extent `x` takes (the extent itself when static)."""
+    return bounds(x)[1]
+
+
+def lower_bound(x) -> int:
+    """The smallest value extent `x` takes (the extent itself when static)."""
+    return bounds(x)[0]
+
+
+def upper_shape(shape) -> tuple:
+    """`shape` with every dimension at its upper bound: what a schedule's tiles are chosen for."""
+    return tuple(upper_bound(d) for d in shape)
+
+
+def ceildiv(x, f: int):
+    """ceil(x / f) for an extent x and a constant f > 0."""
+    if is_static(x):
+        return -(-int(x) // f)
+    return as_extent((x + (f - 1)) // f)
+
+
+def mul(a, b):
+    """a * b of two extents."""
+    if is_static(a) and is_static(b):
+        return int(a) * int(b)
+    return as_extent(IntImm(a) * b if is_static(a) else a * b)
+
+
+def prod(extents):
+    """The product of extents (1 for none)."""
+    out = 1
+    for e in extents:
+        out = mul(out, e)
+    return out
+
+
+def divides(f: int, x) -> bool:
+    """Whether the constant f divides extent x for every value of its SizeVars (an expression:
+    when every coefficient of its linear form and its constant are multiples of f)."""
+    if is_static(x):
+        return int(x) % f == 0
+    lin = _simplifier().Linear.of(x)
+    return lin.const % f == 0 and all(c % f == 0 for _, c in lin.terms.values())
+
+
+def provably_le(a, b) -> bool:
+    """Whether extent a <= extent b for every value of their SizeVars."""
+    if is_static(a) and is_static(b):
+        return int(a) <= int(b)
+    return lower_bound(as_extent(b - a if not is_static(b) else IntImm(b) - a)) >= 0
+
+
+def evaluate(x, values: dict) -> int:
+    """The value of extent `x` with SizeVars set by `values` (SizeVar -> int). Raises ValueError
+    when one is missing."""
+    return evaluate_int(x if not is_static(x) else int(x), values)
