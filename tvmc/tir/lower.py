@@ -321,7 +321,7 @@ class _Lowering:
             # to float16 or bfloat16 first would leave float32 accumulation within a lane only
             if isinstance(x, Reduce) and isinstance(x.source, TensorLoad):
                 return Reduce(x.combiner, load(x.source, [visit(i) for i in x.source.indices], rounded=False),
-                              x.axes)
+                              x.axes, None if x.condition is None else visit(x.condition))
             return None
 
         return transform(e, lambda x: load(x, x.indices) if isinstance(x, TensorLoad) else None, pre)
