@@ -192,15 +192,28 @@ def format_devices(devices: list, address: str) -> str:
 
 # ---- the device worker --------------------------------------------------------------------
 
-def check_device_host(target) -> bool:
+def check_device_host(target, emulate: bool = False) -> bool:
     """Whether this host measures `target` under an emulator (True) or natively (False), after
     the backend's checks (tvmc.backends: Backend.device_missing: architecture, CPU features, GPU
-    driver, emulator). Raises ClusterError with the reason when it cannot run the target."""
+    driver, emulator). A target this host runs only under its emulator (another CPU
+    architecture, qemu-user) needs `emulate`, the explicit opt-in of `tvmc device-worker
+    --emulate` (the device's times are then the emulator's: for trying the routing of a cluster,
+    not for tuning); `emulate` on a target this host runs natively is refused.
+
+    Raises ClusterError with the reason when it cannot run the target, or `emulate` does not fit."""
     from tvmc.backends import backend_for
+    from tvmc.target import host_arch
 
     why, emulated = backend_for(target).device_missing(target)
     if why:
         raise ClusterError(f"this host cannot be a device for target {target.name}: {why}")
+    if emulated and not emulate:
+        raise ClusterError(f"this {host_arch()} host runs target {target.name}'s {target.arch} code only under "
+                           f"emulation ({target.emulator[0]}): --emulate makes it a device whose times are the "
+                           f"emulator's (to try a cluster, not to tune)")
+    if emulate and not emulated:
+        raise ClusterError(f"--emulate: this host runs target {target.name} natively ({host_arch()}), no emulator "
+                           f"needed")
     return emulated
 
 
@@ -219,8 +232,9 @@ def device_worker_command(address: str, key: str, target, emulated: bool, num_cp
     return cmd + (["--block"] if block else [])
 
 
-def start_device_worker(address: str, key: str, target, num_cpus: int = 1, say=print) -> int:
-    """`tvmc device-worker`: check this host runs `target` (check_device_host), check the head at
+def start_device_worker(address: str, key: str, target, num_cpus: int = 1, say=print, emulate: bool = False) -> int:
+    """`tvmc device-worker`: check this host runs `target` (check_device_host; `emulate`: under
+    its emulator, the opt-in of --emulate), check the head at
     `address` answers (probe), then run the device_worker_command in the foreground until it ends
     (Ctrl-C or SIGTERM stop it, and Ray's node with it). Returns `ray start`'s exit code.
 
@@ -231,8 +245,8 @@ def start_device_worker(address: str, key: str, target, num_cpus: int = 1, say=p
 
     from tvmc.process import kill_group
 
+    emulated = check_device_host(target, emulate)
     ray_module()
-    emulated = check_device_host(target)
     if address.startswith("ray://"):
         raise ClusterError(f"cluster address {address}: a device joins through the head's GCS port "
                            f"(HOST:6379), not the Ray client's ray:// address")
@@ -240,8 +254,8 @@ def start_device_worker(address: str, key: str, target, num_cpus: int = 1, say=p
     cmd = device_worker_command(address, key, target, emulated, num_cpus)
     if not (os.path.exists(cmd[0]) or shutil.which(cmd[0])):
         raise ClusterError(f"the `ray` command is not installed beside {sys.executable}: pip install 'tvmc[cluster]'")
-    say(f"device {key}: target {target.name}, measured {'under emulation' if emulated else 'natively'}; "
-        f"joining the Ray cluster at {address}")
+    how = f"under emulation ({target.emulator[0]}: its times are not the device's)" if emulated else "natively"
+    say(f"device {key}: target {target.name}, measured {how}; joining the Ray cluster at {address}")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     # a session of its own: Ctrl-C and SIGTERM reach tvmc, which stops `ray start` (and so the
     # node's processes) with SIGTERM and waits for it

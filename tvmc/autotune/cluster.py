@@ -30,9 +30,9 @@ import shutil
 import tempfile
 import time
 
-from tvmc.autotune.measure import (MeasureError, MeasurementStopped, MeasureOptions, Measurer, MeasureResult, Runner,
-                                   build_candidate, candidate_request)
-from tvmc.cluster import (LABEL_KEY, device_nodes, device_resource, ray_module, unwrap_task_error)
+from tvmc.autotune.measure import (EmulatedRunner, MeasureError, MeasurementStopped, MeasureOptions, Measurer,
+                                   MeasureResult, Runner, build_candidate, candidate_request)
+from tvmc.cluster import LABEL_KEY, LABEL_MODE, device_nodes, device_resource, ray_module, unwrap_task_error
 from tvmc.errors import ClusterError
 
 # seconds a measurement may take beyond its run timeout before the tuner gives up on the device:
@@ -41,13 +41,14 @@ GRACE_S = 150.0
 _DEVICE_RUNNER = None
 
 
-def _build_on_node(build_fn, task, target, config: dict):
-    """On a builder node: build one candidate with `build_fn` (build_candidate) in a private folder;
+def _build_on_node(build_fn, task, target, config: dict, emulated: bool = False):
+    """On a builder node: build one candidate with `build_fn` (build_candidate; with `emulated`,
+    in the form of a device that measures under the target's emulator) in a private folder;
     returns ((MeasureError, msg, build_s), library bytes or b"")."""
     folder = tempfile.mkdtemp(prefix="tvmc-build-")
     try:
         path = os.path.join(folder, "cand.so")
-        err, msg, build_s = build_fn(task, target, config, path)
+        err, msg, build_s = build_fn(task, target, config, path, **({"emulated": True} if emulated else {}))
         data = b""
         if err == MeasureError.NO_ERROR:
             with open(path, "rb") as f:
@@ -57,36 +58,60 @@ def _build_on_node(build_fn, task, target, config: dict):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _measure_on_device(req: dict, library: bytes, ref, limit_s: float):
-    """On the device node: run candidate `library` (bytes) for request `req` in this worker's
-    runner process (started once, reused); returns Runner.run's tuple."""
+def _device_runner(target=None):
+    """This device worker's runner (started once, kept between tasks): a Runner, or for `target`
+    (a target measured under its emulator) an EmulatedRunner."""
     global _DEVICE_RUNNER
-    if _DEVICE_RUNNER is None:
-        _DEVICE_RUNNER = Runner()
+    want = ("emulated", target.name) if target is not None else ("native",)
+    if _DEVICE_RUNNER is None or _DEVICE_RUNNER[0] != want:
+        if _DEVICE_RUNNER is not None:
+            _DEVICE_RUNNER[1].stop()
+        _DEVICE_RUNNER = (want, EmulatedRunner(target) if target is not None else Runner())
+    return _DEVICE_RUNNER[1]
+
+
+def _measure_on_device(req: dict, library: bytes, ref, limit_s: float, emulated_target=None):
+    """On the device node: run candidate `library` (bytes) for request `req` in this worker's
+    runner (_device_runner; `emulated_target`: the target measured under its emulator, or None);
+    returns Runner.run's tuple."""
+    runner = _device_runner(emulated_target)
     fd, path = tempfile.mkstemp(prefix="tvmc-cand-", suffix=".so")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(library)
-        err, msg, costs, output = _DEVICE_RUNNER.run(dict(req, path=path), ref, limit_s)
+        err, msg, costs, output = runner.run(dict(req, path=path), ref, limit_s)
         return int(err), msg, costs, output
     finally:
         os.unlink(path)
 
 
 def _check_on_device(target, version: str):
-    """On the device node: (None or why it cannot measure `target`, emulated, tvmc's version, host)."""
+    """On the device node: (None or why it cannot measure `target`, emulated, tvmc's version, host).
+    A target of another architecture is measured under its emulator only on a node started with
+    `tvmc device-worker --emulate` (its label LABEL_MODE is "emulated"). When it can measure, the
+    worker's runner starts now (_device_runner), while the first candidates build."""
     import socket
+
+    import ray
 
     from tvmc.backends import backend_for
     from tvmc.constants import __version__
+    from tvmc.target import host_arch
 
     backend = backend_for(target)
     why, emulated = backend.device_missing(target)
-    if why is None:
-        why = backend.measure_missing(target) if not emulated else \
-            f"it runs {target.arch} code under emulation, and tuning measures device times"
+    if why is None and emulated:
+        labels = ray.get_runtime_context().get_node_labels() or {}
+        if labels.get(LABEL_MODE) != "emulated":
+            why = (f"this {host_arch()} host runs {target.arch} code only under emulation, and tuning measures "
+                   f"device times (a device started with tvmc device-worker --emulate measures there anyway, its "
+                   f"times marked emulated)")
+    elif why is None:
+        why = backend.measure_missing(target)
     if why is None and version != __version__:
         why = f"it runs tvmc {__version__}, this tuner tvmc {version}"
+    if why is None and not emulated:
+        _device_runner().start()
     return why, emulated, __version__, socket.gethostname()
 
 
@@ -123,24 +148,27 @@ class ClusterMeasurer(Measurer):
         if not device_nodes(device_key):
             raise ClusterError(f"no device with key {device_key} in the cluster (tvmc tune --cluster ADDRESS "
                                f"--list-devices lists them)")
-        check = ray.remote(_check_on_device).options(resources={self._resource: 1}, num_cpus=0, max_retries=1,
-                                                     name=f"tvmc-check:{device_key}")
-        try:
-            why, self.emulated, _, self.device_host = ray.get(check.remote(target, __version__), timeout=GRACE_S)
-        except Exception as e:
-            raise unwrap_task_error(e, f"checking device {device_key}") from None
-        if why:
-            raise ClusterError(f"device {device_key} ({self.device_host}) cannot measure target {target.name}: {why}")
         builders = self._builder_cpus()
         self.slots = builders or int(ray.cluster_resources().get("CPU", 1)) or 1
         build_opts = {"num_cpus": 1, "max_retries": 1, "num_returns": 2, "name": "tvmc-build"}
         if builders:  # builds stay off the device nodes when other nodes have CPUs
             build_opts["label_selector"] = {LABEL_KEY: f"!in({','.join(self._device_keys())})"}
         self._build_task = ray.remote(_build_on_node).options(**build_opts)
-        self._measure_task = ray.remote(_measure_on_device).options(
-            resources={self._resource: 1}, num_cpus=1, max_retries=0, name=f"tvmc-measure:{device_key}")
+        # the builders' workers start and import tvmc while the device is checked
         warm = ray.remote(_warm).options(**{k: v for k, v in build_opts.items() if k != "num_returns"})
         self._warming = [warm.remote(k) for k in range(self.slots)]
+        check = ray.remote(_check_on_device).options(resources={self._resource: 1}, num_cpus=0, max_retries=1,
+                                                     name=f"tvmc-check:{device_key}")
+        try:
+            why, self.emulated, _, self.device_host = ray.get(check.remote(target, __version__), timeout=GRACE_S)
+        except Exception as e:
+            self.close()
+            raise unwrap_task_error(e, f"checking device {device_key}") from None
+        if why:
+            self.close()
+            raise ClusterError(f"device {device_key} ({self.device_host}) cannot measure target {target.name}: {why}")
+        self._measure_task = ray.remote(_measure_on_device).options(
+            resources={self._resource: 1}, num_cpus=1, max_retries=0, name=f"tvmc-measure:{device_key}")
 
     def _device_keys(self) -> list:
         keys = set()
@@ -172,7 +200,8 @@ class ClusterMeasurer(Measurer):
         while queue or pending:
             while queue and len(pending) < self.slots:
                 i = queue.pop(0)
-                status, library = self._build_task.remote(self.build_fn, task, self.target, dict(configs[i]))
+                status, library = self._build_task.remote(self.build_fn, task, self.target, dict(configs[i]),
+                                                          self.emulated)
                 pending[status] = (i, library, time.perf_counter())
             first = min(t0 for _, _, t0 in pending.values())
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first + limit - time.perf_counter()))
@@ -218,7 +247,7 @@ class ClusterMeasurer(Measurer):
         ref = self._ref_objects.get(task.key)
         lost = ""
         for attempt in range(2):
-            fut = self._measure_task.remote(req, path, ref, limit_s)
+            fut = self._measure_task.remote(req, path, ref, limit_s, self.target if self.emulated else None)
             deadline = time.monotonic() + max(limit_s, 0.0) + GRACE_S
             while True:
                 ready, _ = ray.wait([fut], timeout=1.0)
@@ -260,9 +289,10 @@ class ClusterMeasurer(Measurer):
                 try:
                     err, msg, costs, output = self.run(task, path, self._run_limit(build_s), want_output=want)
                 except MeasurementStopped as e:
-                    results[k] = MeasureResult([], e.results[0].error, e.results[0].error_msg, build_s)
+                    results[k] = MeasureResult([], e.results[0].error, e.results[0].error_msg, build_s,
+                                               emulated=self.emulated)
                     raise MeasurementStopped(e.reason, results) from None
                 if want and err == MeasureError.NO_ERROR:
                     self.set_reference(task, output)
-            results[k] = MeasureResult(costs, err, msg[:500], build_s)
+            results[k] = MeasureResult(costs, err, msg[:500], build_s, emulated=self.emulated)
         return results
