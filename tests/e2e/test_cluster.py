@@ -18,6 +18,7 @@ import onnx
 import pytest
 
 from tests.e2e.builders import mlp
+from tests.targets import require
 
 ray = pytest.importorskip("ray", reason="the cluster tests need ray (pip install 'tvmc[cluster]')")
 
@@ -47,14 +48,20 @@ def _start(cmd, log: Path) -> subprocess.Popen:
 
 
 def _stop(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
-    """Stop a process started by _start and what it started in its session."""
+    """Stop a process started by _start, then what it left in its session. SIGTERM goes to the
+    process alone: `ray start` stops its node's processes itself, and a head whose GCS server
+    was signalled with it would wait 30 s to drain through the GCS it lost."""
     if proc.poll() is None:
-        os.killpg(proc.pid, sig)
+        (os.kill if sig == signal.SIGTERM else os.killpg)(proc.pid, sig)
         try:
-            proc.wait(30)
+            proc.wait(60)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _devices(address) -> list:
@@ -71,9 +78,9 @@ def _wait_for_device(address, key, timeout_s=60.0) -> None:
     raise AssertionError(f"device {key} did not join {address}")
 
 
-def _device_worker(address, key, log: Path) -> subprocess.Popen:
+def _device_worker(address, key, log: Path, *args) -> subprocess.Popen:
     return _start([sys.executable, "-m", "tvmc.cli", "device-worker", "--address", address, "--key", key,
-                   "--target", "x86"], log)
+                   *(args or ("--target", "x86"))], log)
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +252,33 @@ def test_killing_the_device_mid_tune_leaves_usable_records_and_a_summary(cluster
          *MEASURE, "--cluster", address, "--device-key", KEY)
     configs = [json.dumps(json.loads(line)["config"], sort_keys=True) for line in records.read_text().splitlines()]
     assert len(configs) == len(set(configs)) == 16
+
+
+def test_an_emulated_arm_device_measures_arm_code_and_says_so(cluster, model, tmp_path):
+    """A device started with --emulate --target arm on this x86-64 host (qemu-aarch64) is where an
+    arm tune's measurements go (the x86 device refuses them, above): the tune ends, every record
+    and the summary say the times are emulated, compile applies none of them, and tvmc run
+    --cluster gives the outputs of a local run under emulation."""
+    require("arm")
+    address, _ = cluster
+    worker = _device_worker(address, "armq", tmp_path / "armq.log", "--target", "arm", "--emulate")
+    try:
+        _wait_for_device(address, "armq")
+        listed = {d["key"]: d for d in _devices(address)}
+        assert (listed["armq"]["target"], listed["armq"]["measure"]) == ("arm", "emulated")
+        records = tmp_path / "arm.json"
+        res = tvmc("tune", model, "--target", "arm", "-o", records, "--tasks", "0", "--trials", "4", "--tuner", "grid",
+                   *MEASURE, "--cluster", address, "--device-key", "armq")
+        assert "measured under emulation" in res.stdout and "not the device's" in res.stdout
+        lines = [json.loads(line) for line in records.read_text().splitlines()]
+        assert len(lines) == 4 and all(r["error"] == 0 and r["measured"] == "emulated" for r in lines), lines
+        assert {r["target"]["name"] for r in lines} == {"arm"}
+        res = tvmc("compile", model, "--target", "arm", "-o", tmp_path / "arm.tar", "--tuning-records", records)
+        assert "4 records measured under emulation not applied" in res.stdout
+        tvmc("run", tmp_path / "arm.tar", "--outputs", tmp_path / "local.npz")
+        res = tvmc("run", tmp_path / "arm.tar", "--outputs", tmp_path / "remote.npz", "--cluster", address,
+                   "--device-key", "armq")
+        assert "device: armq" in res.stdout and "under emulation" in res.stdout
+        np.testing.assert_array_equal(np.load(tmp_path / "local.npz")["y"], np.load(tmp_path / "remote.npz")["y"])
+    finally:
+        _stop(worker)
