@@ -112,7 +112,9 @@ def connect(address: str, device_key: str | None = None, target=None, num_cpus: 
             resources[device_resource(device_key)] = 1
             labels = device_labels(device_key, target, emulated=False)
         try:
-            ray.init(num_cpus=num_cpus, resources=resources, labels=labels, include_dashboard=False, **common)
+            # address "local": a new instance, never one that RAY_ADDRESS or the last `ray start` names
+            ray.init(address="local", num_cpus=num_cpus, resources=resources, labels=labels, include_dashboard=False,
+                     **common)
         except Exception as e:
             raise ClusterError(f"cannot start a local Ray instance: {_first_line(e)}") from None
         return
@@ -279,6 +281,34 @@ def _first_line(e: BaseException) -> str:
     return text[0][:300] if text else type(e).__name__
 
 
+def _in_initial_environment(name: str) -> bool:
+    """Whether `name` was in this process's environment when it started (/proc/self/environ, on
+    Linux; elsewhere: True), not set since."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            return any(entry.startswith(name.encode() + b"=") for entry in f.read().split(b"\0"))
+    except OSError:
+        return True
+
+
+@contextlib.contextmanager
+def device_threads():
+    """In a Ray task on a device: OMP_NUM_THREADS as the device worker was started with, while
+    the with block runs. Ray sets OMP_NUM_THREADS to a task's CPUs (1 on a device node) when the
+    node's environment has none (ray._private.utils.set_omp_num_threads_if_unset); kernels run
+    under it would use one thread where tvmc run and local tuning use all the device's cores (an
+    OpenMP program's default). So a value Ray set is removed here, and put back after."""
+    value = os.environ.get("OMP_NUM_THREADS")
+    injected = value is not None and not _in_initial_environment("OMP_NUM_THREADS")
+    if injected:
+        del os.environ["OMP_NUM_THREADS"]
+    try:
+        yield
+    finally:
+        if injected:
+            os.environ["OMP_NUM_THREADS"] = value
+
+
 def _run_on_node(run, tar: bytes, name: str, inputs: dict, kwargs: dict):
     """On the device: write the artifact to a private folder and run it with `run` (tvmc.api.run,
     passed by the caller: this module does not import the API); returns (RunResult, this node's
@@ -291,7 +321,8 @@ def _run_on_node(run, tar: bytes, name: str, inputs: dict, kwargs: dict):
         with open(path, "wb") as f:
             f.write(tar)
         names = []
-        result = run(path, inputs, on_device=names.append, **kwargs)
+        with device_threads():
+            result = run(path, inputs, on_device=names.append, **kwargs)
         return result, {"host": socket.gethostname(), "arch": host_arch(), "device": names[0] if names else None}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
