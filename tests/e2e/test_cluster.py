@@ -221,6 +221,37 @@ def _ray_start_child(proc: subprocess.Popen) -> int | None:
     return None
 
 
+def test_a_builder_killed_mid_tune_costs_the_run_nothing(cluster, model, tmp_path):
+    """A second builder node (1 CPU) is killed (SIGKILL to its node's processes) once the tune has
+    recorded its first measurements: builds in flight there are built again on the head (Ray's
+    one retry), and the tune ends (exit 0) with all 16 configs recorded, once each."""
+    address, _ = cluster
+    builder = _start([str(Path(sys.executable).with_name("ray")), "start", "--address", address, "--num-cpus", "1",
+                      "--disable-usage-stats", "--block"], tmp_path / "builder.log")
+    try:
+        deadline = time.monotonic() + 60
+        while "Ray runtime started" not in (tmp_path / "builder.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        records = tmp_path / "r.json"
+        tune = subprocess.Popen([sys.executable, "-m", "tvmc.cli", "tune", model, "--target", "x86", "-o", records,
+                                 "--tasks", "0", "--trials", "16", "--tuner", "grid", *MEASURE,
+                                 "--cluster", address, "--device-key", KEY],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and tune.poll() is None:
+            if records.exists() and len(records.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.05)
+        _stop(builder, signal.SIGKILL)
+        out, err = tune.communicate(timeout=300)
+    finally:
+        _stop(builder, signal.SIGKILL)
+    assert tune.returncode == 0, err
+    assert "task  implementation" in out and f"records: {records}" in out
+    configs = [json.dumps(json.loads(line)["config"], sort_keys=True) for line in records.read_text().splitlines()]
+    assert len(configs) == len(set(configs)) == 16
+
+
 def test_killing_the_device_mid_tune_leaves_usable_records_and_a_summary(cluster, model, tmp_path):
     """A second device (key doomed) is killed (SIGKILL to its node's processes) after some
     measurements: the tune stops with its summary and one error line (exit 9), the records
