@@ -19,7 +19,7 @@ the cores slow tuning and builds down. Every Ray process is stopped with SIGTERM
 start` alone, the device worker and builders before the head (a node signalled after its head's
 GCS is gone waits 30 s to drain), and a watchdog ends the bench after --limit seconds.
 
-Usage: python bench/cluster_bench.py [--rounds 2] [--out bench/results/cluster_bench.md]
+Usage: python bench/cluster_bench.py [--rounds 2] [--builds-only] [--out bench/results/cluster.md]
 """
 
 from __future__ import annotations
@@ -249,13 +249,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="OMP_NUM_THREADS of the kernels, local and on the device (default 1: two-thread kernels "
                          "on cores other jobs share are timed mostly by those jobs)")
+    ap.add_argument("--builds-only", action="store_true", help="only part 2 (builds per second)")
     args = ap.parse_args()
     ENV["OMP_NUM_THREADS"] = str(args.threads)
     faulthandler.dump_traceback_later(args.limit, exit=True)  # a stuck bench prints where, then ends
     work = Path(tempfile.mkdtemp(prefix="tvmc-cluster-bench-"))
     cpus = os.cpu_count() or 1
     rows = []
-    tune_phase(work, args.rounds, rows)
+    if args.builds_only:
+        onnx.save(resnet_style_cnn(size=32), work / "cnn.onnx")
+    else:
+        tune_phase(work, args.rounds, rows)
     build_phase(work, rows)
     lines = [f"cluster bench on {socket.gethostname()} ({cpus} CPUs), {time.strftime('%Y-%m-%d %H:%M')}, kernels on "
              f"{args.threads} thread{'s' * (args.threads > 1)}", "",

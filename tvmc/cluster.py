@@ -11,7 +11,8 @@ emulator (qemu-user). Ray carries every message: no socket or RPC of tvmc's own.
 `local`: a Ray instance started in this process whose one node is both builder and device KEY.
 
 Here: connecting (connect, cluster_session), the device labels (list_devices), the device
-worker (device_worker_command, start_device_worker) and `tvmc run --cluster` (run_on_device).
+worker (device_worker_command, start_device_worker; --emulate: check_device_host), the device's
+thread count in its tasks (device_threads) and `tvmc run --cluster` (run_on_device).
 Tuning's measurer on a cluster is tvmc.autotune.cluster.ClusterMeasurer.
 """
 
