@@ -1,23 +1,36 @@
 """Tuning through a Ray cluster against tuning on this machine (issue 32), not a test.
 
-1. The same tune (an MLP's 1 MFLOP dense task, grid search over its 16 configs, then the same on
-   a conv2d task) locally and through a local two-process cluster: a head with this machine's
-   CPUs as builders and a `tvmc device-worker` process: wall time ratio (the issue wants <= 1.15x)
-   and whether the best configs agree.
-2. Builds per second of 32 conv2d candidates with one builder process (the head, 1 CPU) and with
-   two (a second `ray start` node with 1 CPU): the ratio (the issue wants >= 1.6x on a machine with
-   two free cores).
+1. The same `tvmc tune` command (grid search, so both measure the same configs) run as a user
+   runs it, a fresh process each time, locally and with `--cluster ADDRESS --device-key bench`
+   through a local two-process cluster: a head whose CPUs build (this machine's count) and a
+   `tvmc device-worker` process that measures. Two tunes: a small one (an MLP's dense task, its
+   16 configs: a few seconds, where Ray's start-up per tune shows) and one of tvmc tune's default
+   budget (three conv2d tasks of a small CNN, 200 trials). The runs
+   alternate local / cluster `--rounds` times; the table gives the median wall times, their ratio
+   (the issue wants <= 1.15x), whether the best configs agree, and how far the cluster's best of
+   each task is from the local best by the local records (1.00x: the same config). Kernels run
+   on --threads threads (OMP_NUM_THREADS, local and on the device; default 1).
+2. Builds per second of 40 conv2d candidates with one builder process (the head, 1 CPU) and with
+   two (a second `ray start` node with 1 CPU), the device worker apart: the ratio (the issue
+   wants >= 1.6x on a machine with two free cores).
 
-Usage: python bench/cluster_bench.py [--out bench/results/cluster_bench.md]
+The machine's load (`uptime`'s 1-minute average) is printed beside each number: other jobs on
+the cores slow tuning and builds down. Every Ray process is stopped with SIGTERM to its `ray
+start` alone, the device worker and builders before the head (a node signalled after its head's
+GCS is gone waits 30 s to drain), and a watchdog ends the bench after --limit seconds.
+
+Usage: python bench/cluster_bench.py [--rounds 2] [--builds-only] [--out bench/results/cluster.md]
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,8 +47,14 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 from tests.e2e.builders import mlp, resnet_style_cnn  # noqa: E402
 
-ENV = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0")
-MEASURE = dict(number=10, repeat=3, min_repeat_ms=2.0)
+ENV = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0")  # OMP_NUM_THREADS: main()
+MEASURE = ["--number", "10", "--repeat", "3", "--min-repeat-ms", "2"]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def load() -> float:
+    """The 1-minute load average (uptime's first number)."""
+    return os.getloadavg()[0]
 
 
 def _free_port() -> int:
@@ -49,12 +68,18 @@ def _start(cmd, log) -> subprocess.Popen:
 
 
 def _stop(proc) -> None:
+    """SIGTERM to the process alone (`ray start` stops its node), then what is left of its session."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(30)
+            proc.wait(60)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _wait(pred, what, timeout_s=90.0) -> None:
@@ -66,102 +91,180 @@ def _wait(pred, what, timeout_s=90.0) -> None:
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def _best(result) -> dict:
-    return result.results[0].best_config
+def _port_open(port) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _tune(path, task, records, **cluster):
-    from tvmc.api import tune
+class Cluster:
+    """A head (`cpus` CPUs) and a `tvmc device-worker --key bench` process on this machine;
+    `add_builder()` adds a `ray start` node with 1 CPU. stop() stops them, the head last."""
 
+    def __init__(self, work: Path, cpus: int, name: str):
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.work, self.name = work, name
+        self.procs = [_start([RAY, "start", "--head", "--port", str(self.port), "--node-ip-address", "127.0.0.1",
+                              "--num-cpus", str(cpus), "--include-dashboard", "false", "--disable-usage-stats",
+                              "--block"], work / f"{name}-head.log")]
+        _wait(lambda: _port_open(self.port), "the head")
+        self.procs.append(_start([sys.executable, "-m", "tvmc.cli", "device-worker", "--address", self.address,
+                                  "--key", "bench", "--target", "x86"], work / f"{name}-device.log"))
+
+    def wait_for_device(self, nodes) -> None:
+        _wait(lambda: any("tvmc-device:bench" in (n.get("Resources") or {}) for n in nodes() if n["Alive"]),
+              "the device")
+
+    def add_builder(self) -> None:
+        self.procs.append(_start([RAY, "start", "--address", self.address, "--num-cpus", "1", "--disable-usage-stats",
+                                  "--block"], self.work / f"{self.name}-builder2.log"))
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            _stop(p)
+        self.procs.clear()
+
+
+def _costs(records) -> dict:
+    """{(task name, workload, config): fastest round, s} of a records file's successful measurements."""
+    out = {}
+    for line in Path(records).read_text().splitlines():
+        r = json.loads(line)
+        if r["error"] == 0:
+            key = (r["task"]["name"], json.dumps(r["task"]["workload"]), json.dumps(r["config"], sort_keys=True))
+            out[key] = min(r["costs_s"])
+    return out
+
+
+def best_quality(local_records, cluster_records) -> float:
+    """The worst, over the tasks, of (the cluster's best config timed by the local tune) / (the
+    local tune's best): 1.00 when the cluster found each task's local best, 1.05 when one of its
+    bests is 5% slower by the local records (both tunes measured the same configs: grid)."""
+    local, remote = _costs(local_records), _costs(cluster_records)
+    worst = 1.0
+    for task in {k[:2] for k in local}:
+        mine = {k: v for k, v in local.items() if k[:2] == task}
+        theirs = {k: v for k, v in remote.items() if k[:2] == task}
+        if theirs:
+            worst = max(worst, mine.get(min(theirs, key=theirs.get), float("inf")) / min(mine.values()))
+    return worst
+
+
+def tvmc_tune(model, records, args, cluster=None) -> tuple:
+    """(wall seconds, {task index: best config}) of one `tvmc tune ... --json` process."""
+    cmd = [sys.executable, "-m", "tvmc.cli", "tune", str(model), "--target", "x86", "-o", str(records), "--tuner",
+           "grid", *MEASURE, *args, "--json"]
+    if cluster:
+        cmd += ["--cluster", cluster, "--device-key", "bench"]
     t0 = time.perf_counter()
-    res = tune(str(path), "x86", str(records), tasks=[task], trials=16, tuner="grid", **MEASURE, **cluster)
-    return time.perf_counter() - t0, res
+    res = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=900)
+    seconds = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr[-2000:]}")
+    doc = json.loads(res.stdout)
+    return seconds, {t["index"]: t["best_config"] for t in doc["tasks"]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="also write the table (markdown) here")
-    args = ap.parse_args()
+def tune_phase(work: Path, rounds: int, rows: list) -> None:
+    models = {"mlp": work / "mlp.onnx", "cnn": work / "cnn.onnx"}
+    onnx.save(mlp(seed=3, batch=8, sizes=(256, 256, 16, 8)), models["mlp"])
+    onnx.save(resnet_style_cnn(size=32), models["cnn"])
+    cases = [("mlp dense task 0, its 16 configs", "mlp", ["--tasks", "0", "--trials", "16"]),
+             ("cnn conv2d tasks 0,3,5, 200 trials (tvmc tune's default budget)", "cnn", ["--tasks", "0,3,5"])]
+    cluster = Cluster(work, os.cpu_count() or 1, "tune")
+    try:
+        import ray
+
+        from tvmc.cluster import cluster_session
+
+        with cluster_session(cluster.address):
+            cluster.wait_for_device(ray.nodes)
+        for title, name, args in cases:
+            walls = {"local": [], "cluster": []}
+            bests = {"local": [], "cluster": []}
+            loads = [load()]
+            for k in range(rounds):
+                for how in ("local", "cluster"):
+                    seconds, best = tvmc_tune(models[name], work / f"{name}-{how}-{k}.json", args,
+                                              cluster.address if how == "cluster" else None)
+                    walls[how].append(seconds)
+                    bests[how].append(best)
+                    loads.append(load())
+                    print(f"  {title}: {how} {seconds:.2f} s (load {loads[-1]:.2f})", file=sys.stderr, flush=True)
+            local, remote = statistics.median(walls["local"]), statistics.median(walls["cluster"])
+            same = sum(b == bests["local"][k] for k, b in enumerate(bests["cluster"]))
+            quality = max(best_quality(work / f"{name}-local-{k}.json", work / f"{name}-cluster-{k}.json")
+                          for k in range(rounds))
+            rows.append((f"tune {title} (grid)", f"{local:.2f} s local", f"{remote:.2f} s cluster",
+                         f"{remote / local:.2f}x", f"same best configs in {same}/{rounds} rounds; the cluster's "
+                         f"bests within {quality:.2f}x of the local bests", f"{min(loads):.2f}-{max(loads):.2f}"))
+    finally:
+        cluster.stop()
+
+
+def build_phase(work: Path, rows: list) -> None:
     import ray
 
     from tvmc.api import list_tasks
     from tvmc.autotune.cluster import ClusterMeasurer
     from tvmc.autotune.measure import MeasureOptions
-    from tvmc.cluster import connect, disconnect
+    from tvmc.cluster import cluster_session
 
+    tl = list_tasks(str(work / "cnn.onnx"), "x86")
+    build_task = tl.tasks[0]
+    space = build_task.config_space(tl.target)
+    configs = [dict(space.get(i)) for i in range(40)]
+    cluster = Cluster(work, 1, "builds")
+    rates = []
+    try:
+        with cluster_session(cluster.address):
+            cluster.wait_for_device(ray.nodes)
+            for builders in (1, 2):
+                if builders == 2:
+                    cluster.add_builder()
+                    _wait(lambda: sum(1 for n in ray.nodes() if n["Alive"]) >= 3, "the second builder")
+                with ClusterMeasurer(tl.target, MeasureOptions(), "bench") as m:
+                    assert m.slots == builders, m.slots
+                    m.build(build_task, configs[:builders * 2])   # the builders' workers start and import tvmc
+                    before = load()
+                    t0 = time.perf_counter()
+                    out = m.build(build_task, configs)
+                    seconds = time.perf_counter() - t0
+                ok = sum(1 for r in out if r[0] == 0)
+                rates.append(len(configs) / seconds)
+                rows.append((f"builds, {builders} builder process{'es' * (builders > 1)}",
+                             f"{len(configs)} candidates", f"{seconds:.2f} s", f"{rates[-1]:.2f} builds/s",
+                             f"{ok} built", f"{before:.2f}-{load():.2f}"))
+                print(f"  {rows[-1]}", file=sys.stderr, flush=True)
+        rows.append(("builds/s, two builders over one", "", "", f"{rates[1] / rates[0]:.2f}x", "", ""))
+    finally:
+        cluster.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=2, help="local / cluster runs of each tune (default 2)")
+    ap.add_argument("--out", default=None, help="also write the table (markdown) here")
+    ap.add_argument("--limit", type=float, default=1800, help="seconds before the watchdog ends the bench")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="OMP_NUM_THREADS of the kernels, local and on the device (default 1: two-thread kernels "
+                         "on cores other jobs share are timed mostly by those jobs)")
+    ap.add_argument("--builds-only", action="store_true", help="only part 2 (builds per second)")
+    args = ap.parse_args()
+    ENV["OMP_NUM_THREADS"] = str(args.threads)
+    faulthandler.dump_traceback_later(args.limit, exit=True)  # a stuck bench prints where, then ends
     work = Path(tempfile.mkdtemp(prefix="tvmc-cluster-bench-"))
-    models = {"mlp": work / "mlp.onnx", "cnn": work / "cnn.onnx"}
-    onnx.save(mlp(seed=3, batch=8, sizes=(256, 256, 16, 8)), models["mlp"])
-    onnx.save(resnet_style_cnn(size=32), models["cnn"])
-    cases = [("mlp", 0), ("cnn", 2)]
-    ray_cli = str(Path(sys.executable).with_name("ray"))
     cpus = os.cpu_count() or 1
     rows = []
-    local = {}
-    for name, task in cases:  # local first, before any Ray process runs on this machine
-        local[name] = _tune(models[name], task, work / f"{name}-local.json")
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    procs = [_start([ray_cli, "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--num-cpus",
-                     str(cpus), "--include-dashboard", "false", "--disable-usage-stats", "--block"], work / "head.log")]
-    try:
-        _wait(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, "the head")
-        procs.append(_start([sys.executable, "-m", "tvmc.cli", "device-worker", "--address", address, "--key", "bench",
-                             "--target", "x86"], work / "device.log"))
-        connect(address)
-        _wait(lambda: any("tvmc-device:bench" in (n.get("Resources") or {}) for n in ray.nodes() if n["Alive"]),
-              "the device")
-        for name, task in cases:
-            cluster_s, res = _tune(models[name], task, work / f"{name}-cluster.json", cluster=address,
-                                   device_key="bench")
-            local_s, local_res = local[name]
-            rows.append((f"tune {name} task {task} (16 configs, grid)", f"{local_s:.2f} s local",
-                         f"{cluster_s:.2f} s cluster", f"{cluster_s / local_s:.2f}x",
-                         "same best" if _best(res) == _best(local_res) else
-                         f"best {_best(local_res)} vs {_best(res)}"))
-        disconnect()
-        # builds per second: the head alone (1 CPU) against the head plus a second builder node
-        _stop(procs.pop(0))
-        for p in procs:
-            _stop(p)
-        procs.clear()
-        port = _free_port()
-        address = f"127.0.0.1:{port}"
-        procs.append(_start([ray_cli, "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
-                             "--num-cpus", "1", "--include-dashboard", "false", "--disable-usage-stats", "--block"],
-                            work / "head1.log"))
-        _wait(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, "the head")
-        procs.append(_start([sys.executable, "-m", "tvmc.cli", "device-worker", "--address", address, "--key", "bench",
-                             "--target", "x86"], work / "device1.log"))
-        connect(address)
-        _wait(lambda: any("tvmc-device:bench" in (n.get("Resources") or {}) for n in ray.nodes() if n["Alive"]),
-              "the device")
-        tl = list_tasks(str(models["cnn"]), "x86")
-        build_task = tl.tasks[2]
-        space = build_task.config_space(tl.target)
-        configs = [dict(space.get(i)) for i in range(min(32, len(space)))]
-        rates = []
-        for builders in (1, 2):
-            if builders == 2:
-                procs.append(_start([ray_cli, "start", "--address", address, "--num-cpus", "1",
-                                     "--disable-usage-stats", "--block"], work / "builder2.log"))
-                _wait(lambda: sum(1 for n in ray.nodes() if n["Alive"]) >= 3, "the second builder")
-            with ClusterMeasurer(tl.target, MeasureOptions(**MEASURE), "bench") as m:
-                m.build(build_task, configs[:builders * 2])   # the builders' workers start and import tvmc
-                t0 = time.perf_counter()
-                out = m.build(build_task, configs)
-                seconds = time.perf_counter() - t0
-            ok = sum(1 for r in out if r[0] == 0)
-            rates.append(len(configs) / seconds)
-            rows.append((f"builds, {builders} builder process{'es' * (builders > 1)}", f"{len(configs)} candidates",
-                         f"{seconds:.2f} s", f"{rates[-1]:.2f} builds/s", f"{ok} built"))
-        rows.append(("builds/s, two builders over one", "", "", f"{rates[1] / rates[0]:.2f}x", ""))
-        disconnect()
-    finally:
-        for p in procs:
-            _stop(p)
-    lines = [f"cluster bench on {socket.gethostname()} ({cpus} CPUs)", "", "| case | | | ratio / rate | |",
-             "| --- | --- | --- | --- | --- |"] + ["| " + " | ".join(r) + " |" for r in rows]
+    if args.builds_only:
+        onnx.save(resnet_style_cnn(size=32), work / "cnn.onnx")
+    else:
+        tune_phase(work, args.rounds, rows)
+    build_phase(work, rows)
+    lines = [f"cluster bench on {socket.gethostname()} ({cpus} CPUs), {time.strftime('%Y-%m-%d %H:%M')}, kernels on "
+             f"{args.threads} thread{'s' * (args.threads > 1)}", "",
+             "| case | | | ratio / rate | | load (1 min) |", "| --- | --- | --- | --- | --- | --- |"] + \
+        ["| " + " | ".join(r) + " |" for r in rows]
     text = "\n".join(lines)
     print(text)
     if args.out:

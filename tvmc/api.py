@@ -677,6 +677,12 @@ class TuneResult:
         """Why the tune stopped before its end (a cluster's device left), or None."""
         return next((r.stopped for r in self.results if r.stopped), None)
 
+    @property
+    def measured(self) -> str:
+        """"emulated" when the candidates were timed under an emulator (a cluster's device started
+        with `tvmc device-worker --emulate`: the times are the emulator's), else "native"."""
+        return "emulated" if any(r.emulated for r in self.results) else "native"
+
     def to_json(self) -> dict:
         """The `tvmc tune --json` document (docs/json.md): per tuned task its listing fields plus
         trials, best and fallback GFLOP/s, speed-up (null when not measured), best config."""
@@ -695,7 +701,7 @@ class TuneResult:
         return json_document("tune", {"model": self.tasks.model, "target": self.tasks.target.to_dict(),
                                       "records": self.records, "num_tasks": len(self.tasks.tasks),
                                       "num_workloads": self.tasks.num_workloads, "tasks": tasks,
-                                      "stopped": self.stopped})
+                                      "stopped": self.stopped, "measured": self.measured})
 
 
 def tune(model, target="native", records="records.json", options=None, *, compile_options=None, tasks=None,

@@ -1085,22 +1085,27 @@ def build_runner_cmd(artifact, output, target_spec, cross_compiler, cross_compil
               help="The target whose artifacts this host must run (checked before it joins).")
 @click.option("--num-cpus", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPUs this node offers the cluster: 1 keeps builds on the other nodes.")
+@click.option("--emulate", is_flag=True,
+              help="TARGET is of another CPU architecture: run and measure its code under the target's emulator "
+                   "(qemu-user). The times are the emulator's, marked so in the records: to try a cluster's "
+                   "routing, not to tune.")
 @verbose_option
 @_handle_errors
-def device_worker_cmd(address, key, target_spec, num_cpus, verbose):
+def device_worker_cmd(address, key, target_spec, num_cpus, emulate, verbose):
     """Make this host device KEY of the Ray cluster whose head is at ADDRESS, until interrupted.
 
     A wrapper of `ray start --address ADDRESS --num-cpus 1 --resources '{"tvmc-device:KEY": 1}'
     --labels tvmc-device-key=KEY,tvmc-target=TARGET,tvmc-measure=native|emulated --block`: first
     it checks this host can run TARGET's artifacts (architecture, CPU features, GPU driver; another
-    architecture under its emulator) and refuses with the reason otherwise. tvmc must be installed
-    here in the tuner's version; Ray's token (~/.ray/auth_token of the head) too.
+    architecture under its emulator, with --emulate only) and refuses with the reason otherwise.
+    tvmc must be installed here in the tuner's version; Ray's token (~/.ray/auth_token of the head)
+    too.
     """
     from tvmc.cluster import start_device_worker
     from tvmc.target import resolve_target
 
     target = resolve_target(target_spec)
-    code = start_device_worker(address, key, target, num_cpus, say=click.echo)
+    code = start_device_worker(address, key, target, num_cpus, say=click.echo, emulate=emulate)
     if code:
         raise errors.ClusterError(f"ray start --address {address} ended with exit code {code}")
 

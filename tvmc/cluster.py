@@ -11,7 +11,8 @@ emulator (qemu-user). Ray carries every message: no socket or RPC of tvmc's own.
 `local`: a Ray instance started in this process whose one node is both builder and device KEY.
 
 Here: connecting (connect, cluster_session), the device labels (list_devices), the device
-worker (device_worker_command, start_device_worker) and `tvmc run --cluster` (run_on_device).
+worker (device_worker_command, start_device_worker; --emulate: check_device_host), the device's
+thread count in its tasks (device_threads) and `tvmc run --cluster` (run_on_device).
 Tuning's measurer on a cluster is tvmc.autotune.cluster.ClusterMeasurer.
 """
 
@@ -112,7 +113,9 @@ def connect(address: str, device_key: str | None = None, target=None, num_cpus: 
             resources[device_resource(device_key)] = 1
             labels = device_labels(device_key, target, emulated=False)
         try:
-            ray.init(num_cpus=num_cpus, resources=resources, labels=labels, include_dashboard=False, **common)
+            # address "local": a new instance, never one that RAY_ADDRESS or the last `ray start` names
+            ray.init(address="local", num_cpus=num_cpus, resources=resources, labels=labels, include_dashboard=False,
+                     **common)
         except Exception as e:
             raise ClusterError(f"cannot start a local Ray instance: {_first_line(e)}") from None
         return
@@ -192,15 +195,28 @@ def format_devices(devices: list, address: str) -> str:
 
 # ---- the device worker --------------------------------------------------------------------
 
-def check_device_host(target) -> bool:
+def check_device_host(target, emulate: bool = False) -> bool:
     """Whether this host measures `target` under an emulator (True) or natively (False), after
     the backend's checks (tvmc.backends: Backend.device_missing: architecture, CPU features, GPU
-    driver, emulator). Raises ClusterError with the reason when it cannot run the target."""
+    driver, emulator). A target this host runs only under its emulator (another CPU
+    architecture, qemu-user) needs `emulate`, the explicit opt-in of `tvmc device-worker
+    --emulate` (the device's times are then the emulator's: for trying the routing of a cluster,
+    not for tuning); `emulate` on a target this host runs natively is refused.
+
+    Raises ClusterError with the reason when it cannot run the target, or `emulate` does not fit."""
     from tvmc.backends import backend_for
+    from tvmc.target import host_arch
 
     why, emulated = backend_for(target).device_missing(target)
     if why:
         raise ClusterError(f"this host cannot be a device for target {target.name}: {why}")
+    if emulated and not emulate:
+        raise ClusterError(f"this {host_arch()} host runs target {target.name}'s {target.arch} code only under "
+                           f"emulation ({target.emulator[0]}): --emulate makes it a device whose times are the "
+                           f"emulator's (to try a cluster, not to tune)")
+    if emulate and not emulated:
+        raise ClusterError(f"--emulate: this host runs target {target.name} natively ({host_arch()}), no emulator "
+                           f"needed")
     return emulated
 
 
@@ -219,8 +235,9 @@ def device_worker_command(address: str, key: str, target, emulated: bool, num_cp
     return cmd + (["--block"] if block else [])
 
 
-def start_device_worker(address: str, key: str, target, num_cpus: int = 1, say=print) -> int:
-    """`tvmc device-worker`: check this host runs `target` (check_device_host), check the head at
+def start_device_worker(address: str, key: str, target, num_cpus: int = 1, say=print, emulate: bool = False) -> int:
+    """`tvmc device-worker`: check this host runs `target` (check_device_host; `emulate`: under
+    its emulator, the opt-in of --emulate), check the head at
     `address` answers (probe), then run the device_worker_command in the foreground until it ends
     (Ctrl-C or SIGTERM stop it, and Ray's node with it). Returns `ray start`'s exit code.
 
@@ -231,8 +248,8 @@ def start_device_worker(address: str, key: str, target, num_cpus: int = 1, say=p
 
     from tvmc.process import kill_group
 
+    emulated = check_device_host(target, emulate)
     ray_module()
-    emulated = check_device_host(target)
     if address.startswith("ray://"):
         raise ClusterError(f"cluster address {address}: a device joins through the head's GCS port "
                            f"(HOST:6379), not the Ray client's ray:// address")
@@ -240,8 +257,8 @@ def start_device_worker(address: str, key: str, target, num_cpus: int = 1, say=p
     cmd = device_worker_command(address, key, target, emulated, num_cpus)
     if not (os.path.exists(cmd[0]) or shutil.which(cmd[0])):
         raise ClusterError(f"the `ray` command is not installed beside {sys.executable}: pip install 'tvmc[cluster]'")
-    say(f"device {key}: target {target.name}, measured {'under emulation' if emulated else 'natively'}; "
-        f"joining the Ray cluster at {address}")
+    how = f"under emulation ({target.emulator[0]}: its times are not the device's)" if emulated else "natively"
+    say(f"device {key}: target {target.name}, measured {how}; joining the Ray cluster at {address}")
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     # a session of its own: Ctrl-C and SIGTERM reach tvmc, which stops `ray start` (and so the
     # node's processes) with SIGTERM and waits for it
@@ -265,6 +282,34 @@ def _first_line(e: BaseException) -> str:
     return text[0][:300] if text else type(e).__name__
 
 
+def _in_initial_environment(name: str) -> bool:
+    """Whether `name` was in this process's environment when it started (/proc/self/environ, on
+    Linux; elsewhere: True), not set since."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            return any(entry.startswith(name.encode() + b"=") for entry in f.read().split(b"\0"))
+    except OSError:
+        return True
+
+
+@contextlib.contextmanager
+def device_threads():
+    """In a Ray task on a device: OMP_NUM_THREADS as the device worker was started with, while
+    the with block runs. Ray sets OMP_NUM_THREADS to a task's CPUs (1 on a device node) when the
+    node's environment has none (ray._private.utils.set_omp_num_threads_if_unset); kernels run
+    under it would use one thread where tvmc run and local tuning use all the device's cores (an
+    OpenMP program's default). So a value Ray set is removed here, and put back after."""
+    value = os.environ.get("OMP_NUM_THREADS")
+    injected = value is not None and not _in_initial_environment("OMP_NUM_THREADS")
+    if injected:
+        del os.environ["OMP_NUM_THREADS"]
+    try:
+        yield
+    finally:
+        if injected:
+            os.environ["OMP_NUM_THREADS"] = value
+
+
 def _run_on_node(run, tar: bytes, name: str, inputs: dict, kwargs: dict):
     """On the device: write the artifact to a private folder and run it with `run` (tvmc.api.run,
     passed by the caller: this module does not import the API); returns (RunResult, this node's
@@ -277,7 +322,8 @@ def _run_on_node(run, tar: bytes, name: str, inputs: dict, kwargs: dict):
         with open(path, "wb") as f:
             f.write(tar)
         names = []
-        result = run(path, inputs, on_device=names.append, **kwargs)
+        with device_threads():
+            result = run(path, inputs, on_device=names.append, **kwargs)
         return result, {"host": socket.gethostname(), "arch": host_arch(), "device": names[0] if names else None}
     finally:
         shutil.rmtree(folder, ignore_errors=True)

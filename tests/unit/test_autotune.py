@@ -520,6 +520,28 @@ def test_records_for_another_target_are_not_applicable(task, target, model_path,
     assert f"1 records for target x86 ({other.tuning_key}) not applicable" in text
 
 
+def test_records_measured_under_emulation_say_so_and_are_never_applied(task, target, model_path, tmp_path, capsys):
+    """A cluster's --emulate device times QEMU: its records carry "measured": "emulated", compile
+    counts them without applying them, and a tune measured natively does not resume from them."""
+    fallback = dict(task.config_space(target).fallback_config())
+    path = tmp_path / "r.json"
+    with RecordWriter(path) as w:
+        w.write(target, task, fallback, MeasureResult([1e-3], emulated=True))
+    line = json.loads(path.read_text())
+    assert line["measured"] == "emulated" and load_records(path)[0].emulated
+    assert "measured" not in json.loads(encode(target, task, fallback, MeasureResult([1e-3])))
+    lookup = ApplyHistoryBest.from_file(path, target)
+    assert lookup(task.impl, task.workload) is None and lookup.summary()["emulated_records"] == 1
+    assert main(["compile", model_path, "--target", "native", "-o", str(tmp_path / "m.tar"),
+                 "--tuning-records", str(path)]) == 0
+    assert "1 records measured under emulation not applied" in capsys.readouterr().out
+    (res,) = tune_tasks([task], target, str(path), TuneOptions(trials=1, tuner="grid", measure=FAST),
+                        Progress(live=False))
+    assert res.resumed == 0 and res.trials == 1 and not res.emulated
+    records = load_records(path)
+    assert [r.emulated for r in records] == [True, False] and records[1].config == fallback
+
+
 def _legacy_line(target, task, config, cost, impl=None) -> str:
     """A record line as tvmc wrote it before tuning keys (target hash only) and, with `impl`,
     before the CPU implementations were named *.cpu."""

@@ -5,6 +5,7 @@ errors (built for this host, run natively), and `tvmc run` of an ARM artifact un
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import numpy as np
@@ -188,3 +189,94 @@ def test_tuning_for_another_architecture_is_refused(tmp_path):
     onnx.save(two_in_two_out_model(), str(tmp_path / "m.onnx"))
     r = invoke("tune", tmp_path / "m.onnx", "--target", "arm", "-o", tmp_path / "rec.json", "--trials", "2")
     assert r.exit_code == 9 and "tune on an aarch64 machine" in r.stderr and not (tmp_path / "rec.json").exists()
+
+
+def test_min_repeat_ms_grows_number_until_a_measurement_lasts_that_long(native_runner):
+    """-m MS: the C runner's measurements last at least MS each (NUMBER grows, as tvmc tune's
+    runner does it: TVM's min_repeat_ms), or NUMBER reached its cap of 2^20 runs."""
+    res = _run(native_runner, "-p", "mod.params", "-r", "2", "-n", "1", "-m", "20")
+    assert res.returncode == 0, res.stderr
+    number = int(re.search(r"2 measurements x (\d+) runs", res.stdout).group(1))
+    samples = [float(s) for s in next(ln for ln in res.stdout.splitlines()
+                                      if ln.startswith("measurements_ms:")).split()[1:]]
+    assert len(samples) == 2
+    # each sample is ms per run printed to 1e-6 ms: a round of `number` runs lasted >= 20 ms
+    assert all(s * number >= 20 - 1e-6 * number for s in samples) or number == 1 << 20
+    bad = _run(native_runner, "-p", "mod.params", "-r", "2", "-m", "soon")
+    assert bad.returncode == 64 and "-m takes milliseconds" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def dense_task():
+    """(task, arm target): the dense task of a small MLP, for aarch64 (16 configs)."""
+    require("arm")
+    import tempfile
+
+    import onnx
+
+    from tests.e2e.builders import mlp
+    from tvmc.api import list_tasks
+
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save(mlp(seed=3, batch=4, sizes=(32, 32, 8, 4)), f"{tmp}/m.onnx")
+        tl = list_tasks(f"{tmp}/m.onnx", "arm")
+    return tl.tasks[0], tl.target
+
+
+def test_an_emulated_device_measures_arm_candidates_by_the_runners_protocol(dense_task, tmp_path):
+    """EmulatedRunner (a cluster's `tvmc device-worker --emulate` node): an arm candidate built in
+    the emulated form runs under qemu-aarch64 in the C runner, with the runner's seeded inputs, its
+    output is the x86 build's (the same kernel and config, through the local Runner), a wrong
+    reference is a WRONG_ANSWER, and a run past its limit a RUN_TIMEOUT."""
+    from tvmc.autotune.measure import (EmulatedRunner, MeasureError, MeasureOptions, Runner, build_candidate,
+                                       candidate_request)
+
+    task, arm = dense_task
+    x86 = resolve_target("native")
+    space = task.config_space(arm)
+    options = MeasureOptions(number=2, repeat=3, min_repeat_ms=1.0)
+    emulated, native = EmulatedRunner(arm), Runner()
+    try:
+        outputs = []
+        for k, cfg in enumerate([space.fallback_config(), space.get(len(space) - 1)]):
+            path = str(tmp_path / f"arm{k}.so")
+            assert build_candidate(task, arm, dict(cfg), path, emulated=True)[0] == MeasureError.NO_ERROR
+            req = candidate_request(task, path, options, "llvm", want_output=True)
+            err, msg, costs, out = emulated.run(req, outputs[0] if outputs else None, 60.0)
+            assert err == MeasureError.NO_ERROR, msg
+            assert len(costs) == 3 and all(c > 0 for c in costs)
+            outputs.append(out)
+        np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-5)
+        host = str(tmp_path / "x86.so")
+        assert build_candidate(task, x86, dict(space.fallback_config()), host)[0] == MeasureError.NO_ERROR
+        err, msg, _, host_out = native.run(candidate_request(task, host, options, "llvm", want_output=True), None, 60)
+        assert err == MeasureError.NO_ERROR, msg
+        np.testing.assert_allclose(outputs[0], host_out, rtol=1e-4, atol=1e-5 * float(np.abs(host_out).max()))
+        req = candidate_request(task, path, options, "llvm", want_output=False)
+        err, msg, costs, _ = emulated.run(req, outputs[0] + 1.0, 60.0)
+        assert err == MeasureError.WRONG_ANSWER and "against the fallback config's output" in msg and costs == []
+        err, msg, _, _ = emulated.run(dict(req, min_repeat_ms=60_000.0), None, 0.5)
+        assert err == MeasureError.RUN_TIMEOUT and "under emulation" in msg
+    finally:
+        emulated.stop()
+        native.stop()
+
+
+def test_a_device_worker_measures_under_emulation_only_when_asked():
+    """tvmc device-worker checks the host before it joins: an arm target on this x86-64 host needs
+    --emulate (its times are QEMU's), and --emulate on the host's own architecture is refused."""
+    require("arm")
+    from tvmc.cluster import check_device_host
+    from tvmc.errors import ClusterError
+    from tvmc.target import host_arch
+
+    if host_arch() == "aarch64":
+        pytest.skip("this host runs arm code natively")
+    arm = resolve_target("arm")
+    with pytest.raises(ClusterError, match="only under emulation .*--emulate makes it a device"):
+        check_device_host(arm)
+    assert check_device_host(arm, emulate=True) is True
+    with pytest.raises(ClusterError, match="--emulate: this host runs target x86 natively"):
+        check_device_host(resolve_target("x86"), emulate=True)
+    r = invoke("device-worker", "--address", "127.0.0.1:1", "--key", "armq", "--target", "arm")
+    assert r.exit_code == 10 and "--emulate" in r.stderr and r.stderr.count("\n") == 1, r.stderr

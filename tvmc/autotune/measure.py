@@ -118,6 +118,7 @@ class MeasureResult:
     error_msg: str = ""
     build_s: float = 0.0
     timestamp: float = field(default_factory=time.time)
+    emulated: bool = False   # timed under an emulator (qemu-user): not the device's times
 
     @property
     def ok(self) -> bool:
@@ -128,10 +129,12 @@ class MeasureResult:
         return sum(self.costs_s) / len(self.costs_s) if self.ok and self.costs_s else float("inf")
 
 
-def build_candidate(task, target, config: dict, path: str):
+def build_candidate(task, target, config: dict, path: str, emulated: bool = False):
     """Lower `task`'s anchor op with `config` and write it as a candidate of the target's backend
     to `path` (Backend.build_candidate: a shared library, or the kernel's OpenCL C or PTX and its
-    launch in a JSON file).
+    launch in a JSON file); with `emulated`, as a candidate for a device that measures under the
+    target's emulator (Backend.build_emulated_candidate: the kernel as a one-kernel graph, which
+    EmulatedRunner times with the C runner).
 
     Returns (MeasureError, message, build seconds); runs in a build worker."""
     t0 = time.perf_counter()
@@ -148,7 +151,10 @@ def build_candidate(task, target, config: dict, path: str):
         except Exception as e:  # any failure of the schedule for this config (e.g. beyond the GPU's limits)
             return MeasureError.INSTANTIATION_ERROR, f"{type(e).__name__}: {e}", time.perf_counter() - t0
         try:
-            backend_for(target).build_candidate(prim, target, path)
+            if emulated:
+                backend_for(target).build_emulated_candidate(prim, target, path, candidate_tensors(task))
+            else:
+                backend_for(target).build_candidate(prim, target, path)
         except CodegenError as e:
             return MeasureError.COMPILE_HOST, str(e), time.perf_counter() - t0
         return MeasureError.NO_ERROR, "", time.perf_counter() - t0
@@ -227,13 +233,7 @@ def _runner_main(conn):
         req = msg[1]
         key = req["key"]
         if key not in inputs:
-            rng = np.random.default_rng(req["seed"])
-            arrs = []
-            for shape, dtype in req["inputs"]:
-                dt = np.dtype(dtype)
-                a = rng.uniform(-1, 1, shape).astype(dt) if is_float(dt.name) else rng.integers(0, 10, shape).astype(dt)
-                arrs.append(np.ascontiguousarray(a))
-            inputs = {key: arrs}  # one task at a time
+            inputs = {key: candidate_inputs(req)}  # one task at a time
         arrs = inputs[key]
         out = np.zeros(req["out_shape"], req["out_dtype"])
         backend = backend_named(req["backend"])
@@ -253,16 +253,10 @@ def _runner_main(conn):
             if req["want_output"]:
                 check = out.copy()
             ref = refs.get(key)
-            if ref is not None and req["check"]:
-                # float16 / bfloat16 outputs: tiles sum in another order, then round to their
-                # ulp (2**-10, 2**-7 relative)
-                rtol = CHECK_RTOL.get(out.dtype.name, 1e-4)
-                got, want = out.astype(np.float64), ref.astype(np.float64)
-                atol = rtol / 10 * float(np.max(np.abs(want))) if ref.size else 0.0
-                if not np.allclose(got, want, rtol=rtol, atol=atol):
-                    err = float(np.max(np.abs(got - want)))
-                    conn.send(("wrong", f"max abs error {err:.3g} against the fallback config's output"))
-                    continue
+            wrong = output_mismatch(out, ref) if ref is not None and req["check"] else None
+            if wrong:
+                conn.send(("wrong", wrong))
+                continue
             if fresh:  # a new process times its first kernel slow (thread pool start-up): run 0.2 s first
                 t_end = time.perf_counter() + 0.2
                 while time.perf_counter() < t_end:
@@ -288,17 +282,55 @@ def _runner_main(conn):
             close()  # thousands of candidates: unload each one
 
 
+def candidate_inputs(req: dict) -> list:
+    """The inputs of a candidate request (candidate_request): arrays of its shapes and dtypes from
+    a generator seeded with req["seed"], floats uniform in [-1, 1), integers in [0, 10)."""
+    import numpy as np
+
+    rng = np.random.default_rng(req["seed"])
+    arrs = []
+    for shape, dtype in req["inputs"]:
+        dt = np.dtype(dtype)
+        a = rng.uniform(-1, 1, shape).astype(dt) if is_float(dt.name) else rng.integers(0, 10, shape).astype(dt)
+        arrs.append(np.ascontiguousarray(a))
+    return arrs
+
+
+def output_mismatch(out, ref) -> str | None:
+    """None when a candidate's output `out` matches the fallback config's `ref` (rtol 1e-4, atol
+    1e-5 x ref's largest magnitude; float16 and bfloat16: rtol CHECK_RTOL, atol rtol / 10 x);
+    else the message of a WRONG_ANSWER."""
+    import numpy as np
+
+    if out.shape != ref.shape:
+        return f"output shape {out.shape}, the fallback config's {ref.shape}"
+    # float16 / bfloat16 outputs: tiles sum in another order, then round to their ulp (2**-10,
+    # 2**-7 relative)
+    rtol = CHECK_RTOL.get(out.dtype.name, 1e-4)
+    got, want = out.astype(np.float64), ref.astype(np.float64)
+    atol = rtol / 10 * float(np.max(np.abs(want))) if ref.size else 0.0
+    if np.allclose(got, want, rtol=rtol, atol=atol):
+        return None
+    return f"max abs error {float(np.max(np.abs(got - want))):.3g} against the fallback config's output"
+
+
+def candidate_tensors(task) -> list:
+    """(shape, dtype name) of `task`'s kernel inputs, then of its output (from its workload)."""
+    import numpy as np
+
+    n_in = len(task.in_dtypes)
+    return [(tuple(s), np.dtype(d).name) for s, d in zip(task.workload[:n_in], task.in_dtypes)] + \
+        [(tuple(task.workload[n_in]), np.dtype(task.workload[n_in + 1]).name)]
+
+
 def candidate_request(task, path: str, options: MeasureOptions, backend_name: str, want_output: bool) -> dict:
     """The runner's request to run candidate `path` of `task` (the message the runner loop reads):
     seeded inputs of the task's shapes, the output's shape and dtype, and the timing protocol of
     `options` (number, repeat, min_repeat_ms, check). The same request serves the local runner
     and a device node's (tvmc.autotune.cluster)."""
-    import numpy as np
-
-    n_in = len(task.in_dtypes)
+    *inputs, (out_shape, out_dtype) = candidate_tensors(task)
     return {"key": task.key, "seed": 0, "path": path, "func": "tvmc_task",
-            "inputs": [(tuple(s), d) for s, d in zip(task.workload[:n_in], task.in_dtypes)],
-            "out_shape": tuple(task.workload[n_in]), "out_dtype": np.dtype(task.workload[n_in + 1]).name,
+            "inputs": inputs, "out_shape": out_shape, "out_dtype": out_dtype,
             "number": options.number, "repeat": options.repeat,
             "min_repeat_ms": options.min_repeat_ms, "check": options.check,
             "want_output": want_output, "backend": backend_name}
@@ -330,6 +362,11 @@ class Runner:
         if not self._conn.poll(120) or self._conn.recv() != ("ready",):
             raise RuntimeError("the measurement runner process did not start")
 
+    def start(self):
+        """Start the runner process now unless it runs (else the first run starts it)."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+
     def stop(self):
         """Kill the runner process (the next run starts a fresh one)."""
         if self._proc is not None:
@@ -343,8 +380,7 @@ class Runner:
         checked against `ref` (the reference output of req["key"], or None); returns
         (MeasureError, msg, costs_s, output or None). A runner that dies or passes the limit is
         killed: RUNTIME_DEVICE or RUN_TIMEOUT."""
-        if self._proc is None or self._proc.poll() is not None:
-            self._start()
+        self.start()
         key = req["key"]
         if ref is not None and key not in self._refs_sent:
             self._conn.send(("ref", key, ref))
@@ -368,6 +404,64 @@ class Runner:
         return MeasureError.NO_ERROR, "", reply[1], reply[2]
 
 
+class EmulatedRunner:
+    """Runner's interface (run) for a device that measures a CPU target of another architecture
+    under the target's emulator (`tvmc device-worker --emulate`, e.g. aarch64 code under
+    qemu-aarch64 on an x86-64 host; tvmc.runtime.emulated): each candidate (a one-kernel graph
+    library, build_candidate with emulated) runs in one emulated process of the C runner
+    (tvmc_run.c), linked once for the target and kept with each candidate's library beside it.
+
+    The protocol is the runner's: the same seeded inputs (candidate_inputs), one warm-up run,
+    `repeat` rounds of `number` runs that grow until a round lasts `min_repeat_ms` (the C
+    runner's -m), timed inside the emulated process (its start-up is not measured), the output
+    compared with the fallback's (output_mismatch) after the timed runs. The costs are seconds
+    per run under the emulator: they rank configs by the emulator's speed on this host, not the
+    device's (the records say so: MeasureResult.emulated).
+
+    Raises CodegenError (the target's C compiler is missing or fails to link the runner) and
+    ArtifactError (the emulator is missing) at the first run."""
+
+    def __init__(self, target):
+        from tvmc.backends import backend_for
+
+        self.target, self._backend = target, backend_for(target)
+        self._program = None
+
+    def stop(self):
+        """Remove the runner's folder (the next run links the runner again)."""
+        if self._program is not None:
+            self._program.close()
+            self._program = None
+
+    def run(self, req: dict, ref, limit_s: float):
+        """Run candidate request `req` (candidate_request; req["path"] the library) within
+        `limit_s` seconds; returns (MeasureError, msg, costs_s, output or None) as Runner.run:
+        RUN_TIMEOUT when the emulated process passes the limit, RUNTIME_DEVICE when it fails
+        (a crash, an error of the C API), WRONG_ANSWER when the output differs from `ref`."""
+        from tvmc.errors import ArtifactError, InputError
+        from tvmc.runtime.emulated import EmulatedProgram
+
+        with open(req["path"], "rb") as f:
+            library = f.read()
+        if self._program is None:
+            self._program = EmulatedProgram(self.target, library, None, "tuning candidate",
+                                            self._backend.link_runner)
+        else:
+            self._program.set_library(library)
+        try:
+            (out,), samples_ms = self._program.run(candidate_inputs(req), 1, req["repeat"], req["number"],
+                                                   min_repeat_ms=req["min_repeat_ms"], timeout_s=max(limit_s, 0.0))
+        except subprocess.TimeoutExpired:
+            return MeasureError.RUN_TIMEOUT, f"run took longer than {limit_s:.3g} s under emulation", [], None
+        except (ArtifactError, InputError) as e:
+            return MeasureError.RUNTIME_DEVICE, str(e), [], None
+        if ref is not None and req["check"]:
+            wrong = output_mismatch(out, ref)
+            if wrong:
+                return MeasureError.WRONG_ANSWER, wrong, [], None
+        return MeasureError.NO_ERROR, "", [ms / 1e3 for ms in samples_ms], out if req["want_output"] else None
+
+
 class Measurer:
     """Builds and runs candidates of tasks (see the module docstring). Use as a context manager.
 
@@ -376,7 +470,10 @@ class Measurer:
 
     The interface the tuner uses (tvmc.autotune.tune), which a cluster of builders and devices
     also serves (tvmc.autotune.cluster.ClusterMeasurer): measure, set_reference_from,
-    set_reference, close; build and run below them."""
+    set_reference, close; build and run below them; `emulated` (whether the times are an
+    emulator's: never here)."""
+
+    emulated = False
 
     def __init__(self, target, options: MeasureOptions = MeasureOptions(), build_fn=build_candidate):
         from tvmc.backends import backend_for

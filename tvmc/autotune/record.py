@@ -9,6 +9,11 @@ A line (format version 1):
      "config": {"tile_ow": 28, ...}, "costs_s": [0.0012, ...], "error": 0, "error_msg": "",
      "timestamp": 1700000000.0}
 
+A measurement timed under an emulator (a cluster's device started with `tvmc device-worker
+--emulate`, tvmc.autotune.cluster) adds "measured": "emulated": its costs are the emulator's on
+the host that ran it, not a device's. Such records resume only tunes measured under emulation
+(tvmc.autotune.tune), and `tvmc compile --tuning-records` never applies them (it counts them).
+
 Records key on the target's tuning key (Target.tuning_key: the facts that change generated
 code, not the toolchain), so records tuned on a device apply when cross-compiling for it. A line
 without "tuning_key" was written before it existed: it is of a target when its "hash" is that
@@ -70,6 +75,7 @@ RECORD_SCHEMA = {
         "error": {"type": "integer", "minimum": 0},
         "error_msg": _STR,
         "timestamp": _NUMBER,
+        "measured": {"enum": ["native", "emulated"]},
     },
 }
 _VALIDATOR = jsonschema.Draft202012Validator(RECORD_SCHEMA)
@@ -129,6 +135,7 @@ class Record:
         self.config = dict(data["config"])
         self.costs_s = list(data.get("costs_s") or [])
         self.error = int(data.get("error", 0))
+        self.emulated = data.get("measured") == "emulated"
 
     @property
     def key(self) -> tuple:
@@ -168,7 +175,7 @@ def config_key(config: dict) -> str:
 
 def encode(target, task: Task, config: dict, result) -> str:
     """One record line (no newline) for MeasureResult `result` of `config` on `task`."""
-    return json.dumps({
+    line = {
         "version": FORMAT_VERSION,
         "target": {"name": target.name, "hash": target.hash, "tuning_key": target.tuning_key},
         "task": {"name": task.impl, "op": task.op, "workload": workload_json(task.workload),
@@ -178,7 +185,10 @@ def encode(target, task: Task, config: dict, result) -> str:
         "error": int(result.error),
         "error_msg": result.error_msg,
         "timestamp": float(getattr(result, "timestamp", time.time())),
-    }, separators=(",", ":"))
+    }
+    if getattr(result, "emulated", False):
+        line["measured"] = "emulated"
+    return json.dumps(line, separators=(",", ":"))
 
 
 class RecordWriter:
@@ -260,10 +270,14 @@ class ApplyHistoryBest:
         self.target, self.sha256 = target, sha256
         self.best: dict = {}
         self.other_targets: dict = {}  # target name (tuning key, or hash) -> record count
+        self.emulated = 0               # records of this target timed under an emulator: not applied
         mine = of_target(target)
         for r in records:
             if not mine(r):
                 self.other_targets[r.target_label] = self.other_targets.get(r.target_label, 0) + 1
+                continue
+            if r.emulated:
+                self.emulated += 1
                 continue
             if r.ok and (r.key not in self.best or r.mean_s < self.best[r.key].mean_s):
                 self.best[r.key] = r
@@ -316,6 +330,7 @@ class ApplyHistoryBest:
             "workloads_fallback": len(by_workload) - len(chosen),
             "not_applicable_records": self.other_targets,
             "stale_records": len(self.stale),
+            "emulated_records": self.emulated,
             "applied": [r.data for r in chosen],
         }
 

@@ -107,6 +107,7 @@ class TaskResult:
     last_flops: float = 0.0                    # the latest measurement's FLOP/s
     speedup: float = float("nan")              # best config over fallback, measured side by side
     stopped: str | None = None                 # why the search stopped early (MeasurementStopped)
+    emulated: bool = False                     # measured under an emulator (a cluster's --emulate device)
 
 
 def split_budget(tasks, trials: int, target) -> list:
@@ -167,7 +168,6 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
     if os.path.exists(output) and os.path.getsize(output) > 0:
         previous += load_records(output)
     of_this_target = of_target(target)
-    mine = [r for r in previous if of_this_target(r)]
     budgets = budgets or split_budget(tasks, options.trials, target)
     progress = progress or Progress()
     results = []
@@ -176,6 +176,9 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
     try:
         make = measurer or (lambda: Measurer(target, options.measure, build_fn))
         with make() as measuring, RecordWriter(output) as writer:
+            # times under an emulator and a device's never mix: each resumes only its own kind
+            emulated = bool(getattr(measuring, "emulated", False))
+            mine = [r for r in previous if of_this_target(r) and r.emulated == emulated]
             weights = [t.flops * t.calls if b > 0 else 0 for t, b in zip(tasks, budgets)]
             spent = 0.0
             for k, (task, budget) in enumerate(zip(tasks, budgets), 1):
@@ -185,6 +188,7 @@ def tune_tasks(tasks, target, output, options: TuneOptions = TuneOptions(), prog
                     seconds = max(0.0, options.time_budget_s - spent) * weights[k - 1] / left_weight
                 res = _tune_one(task, target, budget, options, measuring, writer, mine, progress, k, len(tasks),
                                 seconds, features)
+                res.emulated = emulated
                 spent += res.seconds
                 results.append(res)
                 if res.stopped:
@@ -416,6 +420,9 @@ def format_summary(results, indices=None) -> str:
         speedup = f"{sp:>7.2f}x" if sp == sp else f"{'-':>8}"
         lines.append(f"{k:>4}  {name:<24} {wl:<52} {trials:>6} {best:>12.2f} {fb:>9.2f} {speedup}")
     lines.append("speed-up: the best config against the fallback, measured again side by side after the search")
+    if any(r.emulated for r in results):
+        lines.append("measured under emulation (a device started with tvmc device-worker --emulate): the GFLOP/s are "
+                     "the emulator's on its host, not the device's; compile does not apply these records")
     if any(row[1].endswith("*") for row in rows):
         lines.append("* the faster implementation of its workload: tvmc compile --tuning-records applies it")
     return "\n".join(lines)
@@ -436,6 +443,9 @@ def records_summary_lines(summary: dict, path) -> list:
              f"had records)"]
     for name, count in summary["not_applicable_records"].items():
         lines.append(f"  {count} records for target {name} not applicable to this target")
+    if summary.get("emulated_records"):
+        lines.append(f"  {summary['emulated_records']} records measured under emulation not applied (their times are "
+                     f"the emulator's, not the device's)")
     if summary["stale_records"]:
         lines.append(f"  {summary['stale_records']} tasks' best records do not fit the current config space "
                      f"(schedule changed); fallback used")

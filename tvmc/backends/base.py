@@ -48,6 +48,12 @@ class Backend:
         load_candidate reads. Raises CodegenError."""
         raise CodegenError(f"target {target.name}: {self.name} libraries are not tuned on this machine")
 
+    def build_emulated_candidate(self, prim, target, path: str, tensors) -> None:
+        """Write one kernel as a tuning candidate for a device that measures under the target's
+        emulator (`tvmc device-worker --emulate`); `tensors`: (shape, dtype) of the kernel's
+        inputs, then of its output. Raises CodegenError for a backend without an emulator."""
+        raise CodegenError(f"target {target.name}: {self.name} candidates are not measured under an emulator")
+
     # --- running ----------------------------------------------------------------------------
     def load_candidate(self, path: str, func: str, arrays, out, sizes=()):
         """In the tuner's runner process: (call, fetch, timed, close) for candidate `path`'s kernel

@@ -137,16 +137,10 @@ class SharedObjectBackend(Backend):
         return out
 
     def _run_emulated(self, prim, target, arrays, out):
-        from tvmc.codegen import description
-        from tvmc.codegen.entry import add_graph_entry
         from tvmc.runtime.emulated import EmulatedProgram
 
         args = [np.ascontiguousarray(a) for a in arrays] + [out]
-        cg = _module([prim], target)
-        graph = one_kernel_graph(bind_sizes(cg, prim, args), args)
-        add_graph_entry(cg, graph)
-        description.embed(cg.module, description.module_description(graph, {}))
-        library = link_shared(compile_ir(cg.ir_text(), target), target, [self.compile_runtime(target)])
+        library = self.kernel_graph_library(prim, target, [(a.shape, a.dtype) for a in args])
         program = EmulatedProgram(target, library, None, prim.name, self.link_runner)
         try:
             (result,), _ = program.run(args[:-1], 1)
@@ -154,6 +148,26 @@ class SharedObjectBackend(Backend):
             program.close()
         np.copyto(out, result)
         return out
+
+    def kernel_graph_library(self, prim, target, tensors) -> bytes:
+        """A mod.so whose graph is the one kernel `prim` (one_kernel_graph over `tensors`: (shape,
+        dtype) of its inputs, then of its output), with the graph entry, the module description
+        and the C API: what the C runner (tvmc_run.c) runs. Raises CodegenError."""
+        from tvmc.codegen import description
+        from tvmc.codegen.entry import add_graph_entry
+
+        cg = _module([prim], target)
+        graph = one_kernel_graph(bind_sizes(cg, prim, [shape for shape, _ in tensors]), tensors)
+        add_graph_entry(cg, graph)
+        description.embed(cg.module, description.module_description(graph, {}))
+        return link_shared(compile_ir(cg.ir_text(), target), target, [self.compile_runtime(target)])
+
+    def build_emulated_candidate(self, prim, target, path: str, tensors) -> None:
+        """A tuning candidate for a device that measures under the target's emulator (`tvmc
+        device-worker --emulate`): the kernel as a one-kernel graph library
+        (kernel_graph_library), which the C runner times there (tvmc.autotune.measure.EmulatedRunner)."""
+        with open(path, "wb") as f:
+            f.write(self.kernel_graph_library(prim, target, tensors))
 
     def check_device(self, device, origin) -> None:
         if device not in (None, "cpu"):
@@ -228,6 +242,9 @@ class WasmBackend(SharedObjectBackend):
     def build_candidate(self, prim, target, path: str) -> None:
         Backend.build_candidate(self, prim, target, path)
 
+    def build_emulated_candidate(self, prim, target, path: str, tensors) -> None:
+        Backend.build_emulated_candidate(self, prim, target, path, tensors)
+
     def device_requirements(self, library: bytes) -> dict | None:
         return None
 
@@ -287,11 +304,11 @@ def size_arguments(prim, arrays) -> list:
     return [ctypes.c_int64(v) for v in prim.size_args([a.shape for a in arrays])]
 
 
-def bind_sizes(cg: CodeGenLLVM, prim, arrays) -> str:
+def bind_sizes(cg: CodeGenLLVM, prim, shapes) -> str:
     """The name of a function of `cg`'s module that runs kernel `prim` on buffers alone: the
     kernel itself, or for a kernel with symbolic extents a wrapper `<name>_sized(ptr...)` that
-    passes the SizeVars' values for numpy `arrays` (inputs, then the output) as constants (a
-    graph entry calls kernels with buffers only: tvmc.codegen.entry)."""
+    passes the SizeVars' values for the buffers' `shapes` (inputs, then the output) as constants
+    (a graph entry calls kernels with buffers only: tvmc.codegen.entry)."""
     if not prim.size_vars:
         return prim.name
     from llvmlite import ir
@@ -302,20 +319,20 @@ def bind_sizes(cg: CodeGenLLVM, prim, arrays) -> str:
     name = f"{prim.name}_sized"
     fn = ir.Function(cg.module, ir.FunctionType(VOID, [PTR] * len(prim.params)), name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    b.call(kernel, list(fn.args) + [I64(v) for v in prim.size_args([a.shape for a in arrays])])
+    b.call(kernel, list(fn.args) + [I64(v) for v in prim.size_args(list(shapes))])
     b.ret_void()
     return name
 
 
-def one_kernel_graph(name: str, args) -> dict:
-    """Graph-executor JSON of one kernel `name` over `args` (arrays: its inputs, then its output),
-    each a graph input or output with a storage of its own."""
-    n = len(args)
+def one_kernel_graph(name: str, tensors) -> dict:
+    """Graph-executor JSON of one kernel `name` over `tensors` ((shape, dtype) of its inputs, then
+    of its output), each a graph input or output with a storage of its own."""
+    n = len(tensors)
     nodes = [{"op": "null", "name": f"arg{k}", "inputs": []} for k in range(n - 1)]
     nodes.append({"op": "tvm_op", "name": name, "inputs": [[k, 0, 0] for k in range(n - 1)],
                   "attrs": {"func_name": name, "num_inputs": n - 1, "num_outputs": 1}})
     return {"nodes": nodes, "arg_nodes": list(range(n - 1)), "node_row_ptr": list(range(n + 1)),
             "heads": [[n - 1, 0, 0]],
-            "attrs": {"shape": ["list_shape", [list(a.shape) for a in args]],
-                      "dltype": ["list_str", [a.dtype.name for a in args]],
+            "attrs": {"shape": ["list_shape", [[int(d) for d in shape] for shape, _ in tensors]],
+                      "dltype": ["list_str", [np.dtype(dtype).name for _, dtype in tensors]],
                       "storage_id": ["list_int", list(range(n))]}}

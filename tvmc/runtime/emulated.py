@@ -75,18 +75,28 @@ class EmulatedProgram:
     def close(self) -> None:
         self._cleanup()
 
-    def command(self, repeat: int = 0, number: int = 1) -> list:
+    def set_library(self, library: bytes) -> None:
+        """Replace mod.so with `library` (another library of the same target, e.g. the next tuning
+        candidate): the runner, linked against any mod.so of its target, loads it at its next run."""
+        Path(self.folder, "mod.so").write_bytes(library)
+
+    def command(self, repeat: int = 0, number: int = 1, min_repeat_ms: float = 0.0) -> list:
         """The command line run() starts, in self.folder."""
         cmd = [self.emulator, *self.target.emulator[1:], f"./{RUNNER}", "-I", ".", "-O", "."]
         if self.has_params:
             cmd += ["-p", "mod.params"]
+        if repeat and min_repeat_ms:
+            cmd += ["-m", repr(float(min_repeat_ms))]
         return cmd + (["-r", str(repeat), "-n", str(number)] if repeat else [])
 
-    def run(self, inputs: list, num_outputs: int, repeat: int = 0, number: int = 1, threads: int | None = None):
+    def run(self, inputs: list, num_outputs: int, repeat: int = 0, number: int = 1, threads: int | None = None,
+            min_repeat_ms: float = 0.0, timeout_s: float | None = None):
         """Run once (repeat = 0) or `repeat` timed measurements of `number` runs each (after a
-        warm-up run) on `inputs` (arrays in the C API's input order). Returns (outputs as arrays,
-        the measurements in ms per run). Raises InputError when the runner refuses an input,
-        ArtifactError when it fails otherwise (its first line of stderr)."""
+        warm-up run; `number` grows until a measurement lasts `min_repeat_ms`) on `inputs` (arrays
+        in the C API's input order). Returns (outputs as arrays, the measurements in ms per run).
+        Raises InputError when the runner refuses an input, ArtifactError when it fails otherwise
+        (its first line of stderr), subprocess.TimeoutExpired after `timeout_s` seconds (the
+        emulated process killed)."""
         for k, array in enumerate(inputs):
             np.save(Path(self.folder, f"input_{k}.npy"), np.asarray(array, order="C"), allow_pickle=False)
         outs = [Path(self.folder, f"output_{k}.npy") for k in range(num_outputs)]
@@ -95,8 +105,8 @@ class EmulatedProgram:
         env = dict(os.environ)
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
-        cmd = self.command(repeat, number)
-        res = run_tool(cmd, cwd=self.folder, env=env)
+        cmd = self.command(repeat, number, min_repeat_ms)
+        res = run_tool(cmd, cwd=self.folder, env=env, timeout_s=timeout_s)
         if res.returncode != 0:
             line = next((ln for ln in res.stderr.splitlines() if ln.strip()), "no message")[:300]
             why = f"signal {-res.returncode}" if res.returncode < 0 else f"exit code {res.returncode}"

@@ -9,7 +9,7 @@
  * one folder of the device. `tvmc run` runs it under user-mode emulation (qemu-user) for
  * artifacts of another architecture.
  *
- *   tvmc_run [-p mod.params] [-i NAME=IN.npy]... [-o NAME=OUT.npy]... [-r REPEAT] [-n NUMBER]
+ *   tvmc_run [-p mod.params] [-i NAME=IN.npy]... [-o NAME=OUT.npy]... [-r REPEAT] [-n NUMBER] [-m MS]
  *
  *   -p, --params FILE       the params blob (mod.params); leave it out for a model without params
  *   -i, --input NAME=FILE   input NAME from a .npy file (little-endian, C order, the input's dtype
@@ -19,10 +19,13 @@
  *   -O, --output-dir DIR    write output k to DIR/output_<k>.npy
  *   -r, --repeat N          time the run: N measurements (default 0: one untimed run)
  *   -n, --number N          runs per measurement (default 1)
+ *   -m, --min-repeat-ms MS  a measurement lasts at least MS milliseconds: NUMBER grows until one does
+ *                           (default 0; TVM's min_repeat_ms, as tvmc tune's runner does it)
  *   -h, --help
  *
  * It prints each input and output (name, dtype, shape) and, with --repeat, the time per run in
- * ms over the measurements (each the mean of NUMBER runs, after one untimed warm-up run) and a
+ * ms over the measurements (each the mean of NUMBER runs, after one untimed warm-up run; NUMBER
+ * as --min-repeat-ms grew it) and a
  * line "measurements_ms: t1 t2 ..." for programs that read it. Parallel loops use
  * OMP_NUM_THREADS threads.
  *
@@ -303,7 +306,7 @@ typedef struct {
 
 static void usage(FILE *out) {
   fputs("usage: tvmc_run [-p mod.params] [-i NAME=IN.npy]... [-I DIR] [-o NAME=OUT.npy]... [-O DIR]\n"
-        "                [-r REPEAT] [-n NUMBER]\n"
+        "                [-r REPEAT] [-n NUMBER] [-m MIN_REPEAT_MS]\n"
         "Runs mod.so (found beside this program) on .npy inputs; see tvmc/runtime/tvmc_run.c.\n",
         out);
 }
@@ -312,6 +315,13 @@ static long count_arg(const char *flag, const char *text) {
   char *end;
   long v = strtol(text, &end, 10);
   if (end == text || *end || v < 0 || v > 1000000000L) die(EXIT_USAGE, "%s takes a count, not '%s'", flag, text);
+  return v;
+}
+
+static double ms_arg(const char *flag, const char *text) {
+  char *end;
+  double v = strtod(text, &end);
+  if (end == text || *end || !(v >= 0) || v > 3.6e6) die(EXIT_USAGE, "%s takes milliseconds (0 to 3600000), not '%s'", flag, text);
   return v;
 }
 
@@ -367,16 +377,23 @@ static int compare_doubles(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void time_runs(tvmc_model *m, long repeat, long number) {
+static void time_runs(tvmc_model *m, long repeat, long number, double min_repeat_ms) {
   double *samples = (double *)malloc(sizeof(double) * (size_t)repeat), *sorted;
   double mean = 0, var = 0, median;
   long r, k;
   if (!samples) die(TVMC_ERR_MEMORY, "out of memory");
   check(tvmc_model_run(m), "run"); /* warm-up */
   for (r = 0; r < repeat; r++) {
-    double t0 = now_ms();
-    for (k = 0; k < number; k++) check(tvmc_model_run(m), "run");
-    samples[r] = (now_ms() - t0) / (double)number;
+    double dt;
+    for (;;) { /* a measurement shorter than min_repeat_ms is taken again with more runs */
+      double t0 = now_ms(), grown;
+      for (k = 0; k < number; k++) check(tvmc_model_run(m), "run");
+      dt = now_ms() - t0;
+      if (dt >= min_repeat_ms || number >= (1L << 20)) break;
+      grown = (double)number * min_repeat_ms / (dt > 1e-3 ? dt : 1e-3) + 1;
+      number = grown > (double)(number * 2) ? (grown < (double)(1L << 20) ? (long)grown : 1L << 20) : number * 2;
+    }
+    samples[r] = dt / (double)number;
     mean += samples[r] / (double)repeat;
   }
   for (r = 0; r < repeat; r++) var += (samples[r] - mean) * (samples[r] - mean) / (double)repeat;
@@ -399,6 +416,7 @@ int main(int argc, char **argv) {
   binding inputs[MAX_ARGS], outputs[MAX_ARGS];
   int n_inputs = 0, n_outputs = 0, i;
   long repeat = 0, number = 1;
+  double min_repeat_ms = 0;
   tvmc_model *m;
   int32_t k, ni, no;
   for (i = 1; i < argc; i++) {
@@ -418,6 +436,7 @@ int main(int argc, char **argv) {
     else if (IS("-O", "--output-dir")) output_dir = argv[++i];
     else if (IS("-r", "--repeat")) repeat = count_arg(a, argv[++i]);
     else if (IS("-n", "--number")) number = count_arg(a, argv[++i]);
+    else if (IS("-m", "--min-repeat-ms")) min_repeat_ms = ms_arg(a, argv[++i]);
     else if (IS("-i", "--input") && n_inputs < MAX_ARGS) inputs[n_inputs++] = split_binding(a, argv[++i]);
     else if (IS("-o", "--output") && n_outputs < MAX_ARGS) outputs[n_outputs++] = split_binding(a, argv[++i]);
     else {
@@ -469,7 +488,7 @@ int main(int argc, char **argv) {
     free(a.data);
     print_tensor("input", &info, " <-", inputs[i].path);
   }
-  if (repeat > 0) time_runs(m, repeat, number);
+  if (repeat > 0) time_runs(m, repeat, number, min_repeat_ms);
   else check(tvmc_model_run(m), "run");
   for (k = 0; k < no; k++) {
     tvmc_tensor_info info;
