@@ -547,6 +547,14 @@ CASES = [
     # issue 18, group B (misc ops): det
     Case("det_pivots_singular", "det", lambda r: [_det_matrices(r)]),
     Case("det_float64_single", "det", lambda r: [r.standard_normal((3, 3))]),
+    # issue 29: ONNX Range and shape values read as data, with static attributes (their symbolic
+    # forms take size variables as kernel arguments: tests/ops/test_symbolic_kernels.py); no
+    # inputs, so an add gives the kernel one
+    Case("arange_int64_negative_start_step3", "arange", lambda r: [],
+         dict(start=-4, step=3, length=10, dtype="int64"),
+         lambda r: [("add", {}, [r.integers(-5, 5, (10,)).astype(np.int64)])]),
+    Case("shape_to_tensor_int64", "shape_to_tensor", lambda r: [], dict(values=(2, 7, 5), shape=(3,), dtype="int64"),
+         lambda r: [("add", {}, [r.integers(-5, 5, (3,)).astype(np.int64)])]),
     Case("det_batch_2x3_7x7", "det", lambda r: [n(r, (2, 3, 7, 7))], slow="19 elimination stages per target"),
     # --- issue 15 point 6 (wasm speed): conv2d_nchwc register tiles of several output channel
     # blocks (tile_oc; wasm's fallback picks tile_oc = 4, tile_ow = 4 here)
