@@ -31,16 +31,7 @@ def _resolve_reshape(ctx, in_shape, shape, allowzero) -> tuple:
     """ONNX Reshape target: 0 copies the input dim (unless allowzero), -1 is inferred."""
     if any(symbolic.is_symbolic(d) for d in (*in_shape, *shape)):
         return _resolve_symbolic_reshape(ctx, in_shape, shape, allowzero)
-    out = []
-    for i, d in enumerate(int(s) for s in shape):
-        if d == 0 and not allowzero:
-            if i >= len(in_shape):
-                raise ctx.error(f"shape {list(shape)}: 0 at index {i} has no input dimension to copy")
-            out.append(int(in_shape[i]))
-        else:
-            out.append(d)
-    if out.count(-1) > 1:
-        raise ctx.error(f"shape {list(shape)} has more than one -1")
+    out = _copied_zeros(ctx, [int(d) for d in in_shape], [int(d) for d in shape], allowzero)
     total = prod(in_shape)
     if -1 in out:
         known = prod([d for d in out if d != -1])
@@ -52,21 +43,27 @@ def _resolve_reshape(ctx, in_shape, shape, allowzero) -> tuple:
     return tuple(out)
 
 
-def _resolve_symbolic_reshape(ctx, in_shape, shape, allowzero) -> tuple:
-    """_resolve_reshape where the input shape or the target holds symbolic dimensions: the -1 is
-    the element count divided by the product of the others, which must divide it exactly, and
-    the target's element count must be provably the input's (tvmc.graph.symbolic)."""
+def _copied_zeros(ctx, in_shape, shape, allowzero) -> list:
+    """The Reshape target `shape` with each 0 replaced by the input dimension at its index
+    (unless allowzero); raises ctx.error for a 0 past the input's rank or more than one -1."""
     out = []
     for i, d in enumerate(shape):
-        d = d if symbolic.is_symbolic(d) else int(d)
-        if d == 0 and not allowzero:
+        if not symbolic.is_symbolic(d) and d == 0 and not allowzero:
             if i >= len(in_shape):
                 raise ctx.error(f"shape {list(shape)}: 0 at index {i} has no input dimension to copy")
             out.append(in_shape[i])
         else:
             out.append(d)
-    if out.count(-1) > 1:
+    if sum(1 for d in out if not symbolic.is_symbolic(d) and d == -1) > 1:
         raise ctx.error(f"shape {list(shape)} has more than one -1")
+    return out
+
+
+def _resolve_symbolic_reshape(ctx, in_shape, shape, allowzero) -> tuple:
+    """_resolve_reshape where the input shape or the target holds symbolic dimensions: the -1 is
+    the element count divided by the product of the others, which must divide it exactly, and
+    the target's element count must be provably the input's (tvmc.graph.symbolic)."""
+    out = _copied_zeros(ctx, in_shape, [d if symbolic.is_symbolic(d) else int(d) for d in shape], allowzero)
     total = prod(in_shape)
     if -1 in out:
         known = prod([d for d in out if not (isinstance(d, int) and d == -1)])
