@@ -224,7 +224,10 @@ class _Rewriter:
 
     def matmul(self, e: Call):
         """nn.matmul with `padded` (tvmc.ops.cpu.dense.matmul_padding) where its M or N makes a
-        ragged register tile on this target; its operands keep their layout."""
+        ragged register tile on this target; its operands keep their layout. Symbolic M or N: not
+        padded (the symbolic matmul schedule tiles for the range and runs a tail)."""
+        if e.type.is_symbolic:
+            return None
         padded = matmul_padding(e.shape[-2], e.shape[-1], self.target) if e.dtype in _DTYPES else None
         if padded is None:
             return None

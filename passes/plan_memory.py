@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tvmc.errors import PassError
+from tvmc.graph import symbolic
 from tvmc.graph.ir import Call, Function, Graph
 from tvmc.ops.registry import OpPattern, get_op
 from tvmc.passes.pass_infra import graph_pass
@@ -12,8 +13,12 @@ from tvmc.passes.pass_infra import graph_pass
 _ELEMWISE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
 
 
-def _aligned(nbytes: int, alignment: int) -> int:
-    """Bytes rounded up to `alignment`; at least one aligned block so every storage has an address."""
+def _aligned(nbytes, alignment: int) -> int:
+    """Bytes rounded up to `alignment`; at least one aligned block so every storage has an address.
+    A symbolic size (a SymExpr of the graph's size variables) counts at its upper bound: the
+    storage holds the tensor at every size of the range, so a run allocates nothing."""
+    if symbolic.is_symbolic(nbytes):
+        nbytes = symbolic.upper_bound(nbytes)
     return max(alignment, -(-nbytes // alignment) * alignment)
 
 
@@ -76,7 +81,8 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     before the inputs are released, so kernels are not in place unless `inplace`). Graph inputs, constants and
     graph outputs get storages of their own, never shared. With the pass gated off (opt level
     0 or disabled) every tensor gets its own storage. Sizes are bytes rounded up to
-    `alignment_bytes` (64).
+    `alignment_bytes` (64); a tensor of symbolic shape is sized for the upper bound of its
+    expression (tvmc.graph.symbolic.upper_bound), and reuse compares those sizes.
 
     Option `inplace` (default False): an intermediate output of a fused function made only of
     ELEMWISE/BROADCAST ops takes the storage of an input of its own type (shape and dtype) that

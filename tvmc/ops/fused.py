@@ -63,7 +63,54 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     kernel exceeds the target's limits.
     """
     anchor = anchor_call(func)
-    impl, cfg = _choose_implementation(anchor, target, config_lookup)
+    graph_vars = _graph_size_vars(func)
+    if not graph_vars:
+        return _lower(func, anchor, target, config_lookup)
+    from tvmc.te.extent import bind_graph_vars
+
+    kernel_vars = {v.name: te.size_var(v.name, v.lo, v.hi) for v in graph_vars}
+    with bind_graph_vars(kernel_vars):
+        return _lower(func, anchor, target, None, symbolic=True)
+
+
+def _graph_size_vars(func) -> list:
+    """The graph's size variables (tvmc.graph.symbolic.SizeVar) in the types and attributes of
+    fused Function `func`; empty for a static function."""
+    from tvmc.graph import symbolic
+
+    items = [p.shape for p in func.params]
+    for e in post_order([func.body]):
+        if isinstance(e, Call):
+            items += [e.type.shape, list(e.attrs.values())]
+    return symbolic.free_vars(items)
+
+
+def upper_workload(call: Call) -> tuple:
+    """workload(call) with every size variable at its upper bound: what the config space and the
+    fallback config of a kernel with symbolic extents are chosen for (its tiles fit the largest
+    size of the range)."""
+    from tvmc.graph import symbolic
+
+    def up(x):
+        if isinstance(x, symbolic.SymExpr):
+            return symbolic.upper_bound(x)
+        if isinstance(x, tuple):
+            return tuple(up(y) for y in x)
+        if isinstance(x, list):
+            return [up(y) for y in x]
+        return x
+
+    return up(workload(call))
+
+
+def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimFunc:
+    """lower_fused's body; `symbolic`: the graph's size variables are bound (te.extent.bind_graph_vars),
+    the configs come from the fallback at the upper-bound workload (no tuning records: they were
+    measured for one size)."""
+    if symbolic and target.gpu:
+        raise ScheduleError(f"{func.name}: symbolic extents are compiled for CPU targets only, not "
+                            f"{target.name}")
+    impl, cfg = _choose_implementation(anchor, target, config_lookup, upper_workload(anchor) if symbolic else None)
     tensors = {}
     params = []
     for k, p in enumerate(func.params):
@@ -91,7 +138,7 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
         out = te.compute(out.shape, lambda *i: tensors[func.body][i], name="copy")
     anchor_t = tensors[anchor]
     if cfg is None and impl.config_space is not None:
-        cfg = impl.config_space(workload(anchor), target).fallback_config()
+        cfg = impl.config_space(upper_workload(anchor) if symbolic else workload(anchor), target).fallback_config()
     if impl.template is not None:  # a kernel written in loop IR, its barriers in place
         ctx = TemplateContext(func.name, params, out, anchor_t, [tensors[i] for i in anchor.inputs], dict(anchor.attrs))
         return lower_device(impl.template(ctx, cfg, target), target, insert_barriers=False)
@@ -103,9 +150,10 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     return prim
 
 
-def _choose_implementation(anchor, target, config_lookup):
-    """(Implementation, tuned ConfigEntity or None) for the anchor call (see lower_fused)."""
-    wl = workload(anchor)
+def _choose_implementation(anchor, target, config_lookup, wl=None):
+    """(Implementation, tuned ConfigEntity or None) for the anchor call (see lower_fused) on
+    workload `wl` (default: the anchor's)."""
+    wl = workload(anchor) if wl is None else wl
     impls = get_op(anchor.op).implementations(target.family, wl, target)
     if config_lookup is None:
         return impls[0], None
@@ -146,13 +194,13 @@ def task_flops(op: str, wl: tuple, in_dtypes: tuple) -> int:
 
 
 def function_flops(fn: Function) -> int | None:
-    """FLOPs of one call of a fused Function, counted on its anchor op (task_flops),
-    or None when the anchor has no reduce axes (elementwise, layout and other injective kernels,
-    whose FLOP rate says little)."""
+    """FLOPs of one call of a fused Function, counted on its anchor op (task_flops; at the upper
+    bounds of its size variables), or None when the anchor has no reduce axes (elementwise,
+    layout and other injective kernels, whose FLOP rate says little)."""
     anchor = anchor_call(fn)
     if not isinstance(anchor, Call) or isinstance(anchor.op, Function):
         return None
-    return _reduce_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
+    return _reduce_flops(anchor.op, upper_workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
 
 
 @dataclass(frozen=True)
@@ -184,7 +232,7 @@ def lower_functions(functions, target, config_lookup=None, progress=None) -> lis
             node = (anchor.name if anchor is not None else "") or "?"
             raise ScheduleError(f"kernel {f.name} (node '{node}'): lowering failed: "
                                 f"{type(e).__name__}: {str(e).strip()[:200]}") from e
-        flops = task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
+        flops = task_flops(anchor.op, upper_workload(anchor), tuple(i.dtype for i in anchor.inputs))
         out.append(LoweredKernel(prim, flops, anchor.name or "?"))
         progress("lower", len(out), len(functions))
     return out

@@ -33,6 +33,11 @@ def _wrap(x, like: "PrimExpr | None" = None) -> "PrimExpr":
         return x
     if hasattr(x, "var") and isinstance(x.var, PrimExpr):  # an IterVar stands for its variable
         return x.var
+    if type(x).__name__ == "SymExpr":  # a graph shape expression, inside extent.bind_graph_vars
+        from tvmc.te.extent import from_graph
+
+        x = from_graph(x)
+        return x if isinstance(x, PrimExpr) else IntImm(int(x), INDEX)
     if like is not None and isinstance(x, (int, float)) and not isinstance(x, bool):
         if is_float(like.dtype):
             return FloatImm(float(x), like.dtype)
