@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+
+import numpy as np
 
 from tvmc.errors import PassError
 from tvmc.graph import symbolic
@@ -13,12 +16,17 @@ from tvmc.passes.pass_infra import graph_pass
 _ELEMWISE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
 
 
-def _aligned(nbytes, alignment: int) -> int:
-    """Bytes rounded up to `alignment`; at least one aligned block so every storage has an address.
-    A symbolic size (a SymExpr of the graph's size variables) counts at its upper bound: the
-    storage holds the tensor at every size of the range, so a run allocates nothing."""
-    if symbolic.is_symbolic(nbytes):
-        nbytes = symbolic.upper_bound(nbytes)
+def _nbytes(t) -> int:
+    """Bytes of TensorType `t`; a symbolic shape at the upper bound of every dimension (the bound
+    shape the executor JSON records for it), so the storage holds the tensor at every size of the
+    range and a run allocates nothing."""
+    if not t.is_symbolic:
+        return t.nbytes
+    return math.prod(symbolic.upper_bound(d) for d in t.shape) * np.dtype(t.dtype).itemsize
+
+
+def _aligned(nbytes: int, alignment: int) -> int:
+    """Bytes rounded up to `alignment`; at least one aligned block so every storage has an address."""
     return max(alignment, -(-nbytes // alignment) * alignment)
 
 
@@ -81,8 +89,8 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     before the inputs are released, so kernels are not in place unless `inplace`). Graph inputs, constants and
     graph outputs get storages of their own, never shared. With the pass gated off (opt level
     0 or disabled) every tensor gets its own storage. Sizes are bytes rounded up to
-    `alignment_bytes` (64); a tensor of symbolic shape is sized for the upper bound of its
-    expression (tvmc.graph.symbolic.upper_bound), and reuse compares those sizes.
+    `alignment_bytes` (64); a tensor of symbolic shape is sized for the upper bound of each
+    dimension's expression upper bound (tvmc.graph.symbolic.upper_bound), and reuse compares those sizes.
 
     Option `inplace` (default False): an intermediate output of a fused function made only of
     ELEMWISE/BROADCAST ops takes the storage of an input of its own type (shape and dtype) that
@@ -120,7 +128,7 @@ def plan_memory(graph: Graph, ctx) -> Graph:
             loops.setdefault(e.attrs["body"], []).append(e)
 
     def allocate(e, src=None):
-        size = _aligned(e.type.nbytes, alignment)
+        size = _aligned(_nbytes(e.type), alignment)
         intermediate = isinstance(e, Call) and e not in outputs
         if src is not None:
             sid_of[e] = sid_of[src]
@@ -153,6 +161,6 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     meta["storage_id"] = sid_of
     meta["storage_bytes"] = list(table.nbytes)
     meta["planned_bytes"] = sum(table.nbytes[s] for s in {sid_of[e] for e in intermediates})
-    meta["unplanned_bytes"] = sum(_aligned(e.type.nbytes, alignment) for e in intermediates)
+    meta["unplanned_bytes"] = sum(_aligned(_nbytes(e.type), alignment) for e in intermediates)
     meta["inplace"] = inplace
     return graph.with_outputs(graph.outputs, meta)

@@ -230,6 +230,14 @@ def lower_functions(functions, target, config_lookup=None, progress=None) -> lis
             raise
         except Exception as e:  # a schedule's own bug or a workload it did not foresee: name the kernel
             node = (anchor.name if anchor is not None else "") or "?"
+            used = _graph_size_vars(f)
+            if used:  # an op whose compute or schedule does not take symbolic extents yet
+                from tvmc.graph import symbolic
+
+                raise ScheduleError(f"kernel {f.name} ({anchor.op_name if anchor is not None else '?'} of node "
+                                    f"'{node}') does not compile with symbolic extents "
+                                    f"({symbolic.describe_vars(used)}) yet: {type(e).__name__}: "
+                                    f"{str(e).strip()[:200]}; compile one size per artifact") from e
             raise ScheduleError(f"kernel {f.name} (node '{node}'): lowering failed: "
                                 f"{type(e).__name__}: {str(e).strip()[:200]}") from e
         flops = task_flops(anchor.op, upper_workload(anchor), tuple(i.dtype for i in anchor.inputs))
