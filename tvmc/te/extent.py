@@ -30,6 +30,11 @@ def bind_graph_vars(variables: dict):
         _GRAPH_VARS.reset(token)
 
 
+def graph_vars() -> dict | None:
+    """The binding of bind_graph_vars in force ({graph variable name: te.SizeVar}), or None."""
+    return _GRAPH_VARS.get()
+
+
 def from_graph(x):
     """The te form of graph dimension `x`: an int stays an int; a SymExpr (canonical polynomial
     over SizeVars and floordiv / floormod / min / max atoms) becomes the int64 expression over the
