@@ -296,7 +296,8 @@ def _meta_shape(shape) -> dict:
             "symbolic_shape": [str(d) if symbolic.is_symbolic(d) else d for d in shape]}
 
 
-def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False, target=None) -> None:
+def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False, target=None,
+                                  stage: str = "code generation") -> None:
     """Raise ScheduleError when `graph` (imported, not yet optimized) has symbolic dimensions: the
     graph passes of `pipeline` run and FuseOps groups the kernels, then the error names the first
     kernel whose extents are symbolic, its op and type, and the size variables it depends on, and
@@ -304,7 +305,9 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     --dim-range when `dim_ranges` says the compile had some). Symbolic shapes reach the graph IR but not yet
     PlanMemory, lowering and code generation (issue 29: kernels with symbolic extents, storage
     planned for the bounds); until they do, no artifact is built for a range and none is built
-    for one silently chosen size. A pass that fails on the symbolic graph is reported the same way."""
+    for one silently chosen size. A pass that fails on the symbolic graph is reported the same way.
+    Called for targets where symbolic_compiles_for is False (`target` named in the message) and
+    by extract_tasks (`stage` "tuning": tasks are not extracted per size bucket yet)."""
     from tvmc.errors import PassError, ScheduleError
     from tvmc.graph import symbolic
     from tvmc.graph.ir import Call, Function, post_order
@@ -316,7 +319,7 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     sizes = {v.name: v.hi for v in size_vars}
     one_size = " ".join(f"{v.name}:[{','.join(str(symbolic.substitute(d, sizes)) for d in v.shape)}]"
                         for v in graph.inputs)
-    where = "code generation yet" if target is None else f"code generation for target '{target.name}' yet (x86 only)"
+    where = f"{stage} yet" if target is None else f"{stage} for target '{target.name}' yet (x86 only)"
     why = (f"symbolic compilation reaches the graph IR but not {where}; compile one size per "
            f"artifact instead, e.g. --input-shapes \"{one_size}\"{' (without --dim-range)' if dim_ranges else ''}")
     note = ""
@@ -447,7 +450,7 @@ def extract_tasks(model, target, options=None) -> list:
     pipeline, pass_config = pass_pipeline(options)
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=pass_config, target=target)
-    stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges))
+    stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges), stage="tuning")
     graph = optimize(graph, ctx, pipeline)
     calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
              if isinstance(e, Call) and isinstance(e.op, Function)]

@@ -13,10 +13,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.frontend.test_symbolic_shapes import bert_model, cnn_model
-from tvmc.driver import CompileOptions, compile_model
+from tvmc.cli import cli
+from tvmc.driver import CompileOptions, compile_model, extract_tasks
 from tvmc.errors import InputError, ScheduleError
 from tvmc.package import load_artifact, save_artifact
 from tvmc.runtime.cpu import GraphExecutor
@@ -129,6 +131,17 @@ def test_metadata_and_description_show_the_ranges(encoder, cnn):
     # storage planned for the upper bound: no more than the static plan at N = 8
     static = compile_model(small_cnn(), resolve_target("native"), CompileOptions(input_shapes={"x": [8, 3, 16, 16]}))
     assert 0 < art.metadata["planned_activation_bytes"] <= static.metadata["planned_activation_bytes"]
+
+
+def test_inspect_shows_the_size_variables(encoder):
+    r = CliRunner().invoke(cli, ["inspect", str(encoder[1])])
+    assert r.exit_code == 0, r.output
+    assert "size variables seq in 1..64; inputs input_ids:[1,seq] attention_mask:[1,seq]" in r.output
+
+
+def test_tuning_a_range_stops_before_lowering():
+    with pytest.raises(ScheduleError, match=r"symbolic compilation reaches the graph IR but not tuning yet"):
+        extract_tasks(small_cnn(), resolve_target("native"), CompileOptions(dim_ranges={"N": (1, 8)}))
 
 
 def test_a_fixed_shape_artifact_says_so_and_how_to_compile_a_range(tmp_path):
