@@ -10,6 +10,9 @@ clear stops (another target, an op whose schedule does not take symbolic extents
 
 from __future__ import annotations
 
+import subprocess
+import tarfile
+
 import numpy as np
 import onnx
 import pytest
@@ -131,6 +134,26 @@ def test_metadata_and_description_show_the_ranges(encoder, cnn):
     # storage planned for the upper bound: no more than the static plan at N = 8
     static = compile_model(small_cnn(), resolve_target("native"), CompileOptions(input_shapes={"x": [8, 3, 16, 16]}))
     assert 0 < art.metadata["planned_activation_bytes"] <= static.metadata["planned_activation_bytes"]
+
+
+def test_the_c_runner_runs_a_size_of_the_range_and_refuses_one_outside(encoder, tmp_path):
+    model, path = encoder
+    r = CliRunner().invoke(cli, ["build-runner", str(path), "-o", str(tmp_path / "tvmc_run")])
+    assert r.exit_code == 0, r.output
+    with tarfile.open(path) as tf:
+        tf.extractall(tmp_path, members=[tf.getmember("mod.so"), tf.getmember("mod.params")])
+    feeds = encoder_feeds(9)
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    run = [str(tmp_path / "tvmc_run"), "-p", "mod.params", "-i", "input_ids=input_ids.npy",
+           "-i", "attention_mask=attention_mask.npy"]
+    subprocess.run(run + ["-o", "last_hidden=out.npy"], cwd=tmp_path, check=True, capture_output=True)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, **TOL)
+    np.save(tmp_path / "input_ids.npy", np.zeros((1, 65), np.int64))
+    res = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode != 0
+    assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64" in res.stderr
 
 
 def test_inspect_shows_the_size_variables(encoder):
