@@ -156,6 +156,17 @@ def test_the_c_runner_runs_a_size_of_the_range_and_refuses_one_outside(encoder, 
     assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64" in res.stderr
 
 
+def test_profile_runs_the_kernels_at_the_bound_sizes(encoder):
+    """profile calls the kernels one by one with the size arguments of the inputs set."""
+    model, path = encoder
+    ex, feeds = GraphExecutor(path), encoder_feeds(11)
+    for name, value in feeds.items():
+        ex.set_input(name, value)
+    assert len(ex.profile(2)) > 5
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(ex.get_output(0), want, **TOL)
+
+
 def test_inspect_shows_the_size_variables(encoder):
     r = CliRunner().invoke(cli, ["inspect", str(encoder[1])])
     assert r.exit_code == 0, r.output
