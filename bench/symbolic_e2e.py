@@ -7,8 +7,8 @@ encoder layer (tests/frontend/test_symbolic_shapes.bert_model, hidden 256, 4 hea
 dense head; batch 1..8). The goal (issue 29): at most 1.15x the static artifact at each size,
 geometric mean at most 1.05.
 
-`python bench/symbolic_e2e.py [--rounds 7]`; prints a Markdown table. Timings depend on the
-machine and its load.
+`python bench/symbolic_e2e.py [--rounds 7] [--write]`; prints a Markdown table (--write: also to
+bench/results/symbolic_e2e.md). Timings depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--write", action="store_true", help="write bench/results/symbolic_e2e.md")
     args = parser.parse_args()
     target = resolve_target("native")
     GraphExecutor.set_num_threads(1)
@@ -106,11 +107,18 @@ def main() -> None:
             ratio = best["range"] / best["static"]
             ratios.append(ratio)
             rows.append(f"| {name} | {size} | {best['range'] * 1e3:.3f} | {best['static'] * 1e3:.3f} | {ratio:.2f} |")
-    print("| model | size | range artifact (ms) | static artifact (ms) | range / static |")
-    print("|---|---|---|---|---|")
-    print("\n".join(rows))
-    print(f"\ngeometric mean range / static: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f} "
-          f"(max {max(ratios):.2f}); one thread, best of {args.rounds} rounds of the median of {args.runs} runs")
+    text = "\n".join(["| model | size | range artifact (ms) | static artifact (ms) | range / static |",
+                      "|---|---|---|---|---|", *rows, "",
+                      f"geometric mean range / static: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f} "
+                      f"(max {max(ratios):.2f}); one thread, best of {args.rounds} rounds of the median of "
+                      f"{args.runs} runs, target native ({target.cpu or 'host'})"])
+    print(text)
+    if args.write:
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "symbolic_e2e.md")
+        with open(out, "w") as f:
+            f.write("# Symbolic-shape artifacts against one artifact per size (bench/symbolic_e2e.py)\n\n"
+                    "Untuned (fallback configs), this machine, interleaved runs; timings vary with load.\n\n"
+                    + text + "\n")
 
 
 if __name__ == "__main__":
