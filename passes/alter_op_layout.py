@@ -224,7 +224,10 @@ class _Rewriter:
 
     def matmul(self, e: Call):
         """nn.matmul with `padded` (tvmc.ops.cpu.dense.matmul_padding) where its M or N makes a
-        ragged register tile on this target; its operands keep their layout."""
+        ragged register tile on this target; its operands keep their layout. Symbolic M or N: not
+        padded (the symbolic matmul schedule tiles for the range and runs a tail)."""
+        if e.type.is_symbolic:
+            return None
         padded = matmul_padding(e.shape[-2], e.shape[-1], self.target) if e.dtype in _DTYPES else None
         if padded is None:
             return None
@@ -399,11 +402,12 @@ def _plan_winograd(graph: Graph, target, min_block: int, override: int, size_bud
     """{nn.conv2d Call: Winograd tile} (tvmc.ops.cpu.conv2d_winograd.plan_winograd) for the
     float groups-1 convs with a Constant weight that the conv2d rule blocks, their transformed
     weights adding at most (size_budget - 1) x the bytes of the graph's constants (0 or inf: no
-    budget)."""
+    budget); convs of symbolic shape stay direct."""
     lanes = target.vector_lanes("float32")
     convs = [(e, e.inputs[0].shape, e.inputs[1].shape, e.attrs, e.inputs[1].value.itemsize) for e in graph.calls()
              if e.op == "nn.conv2d" and isinstance(e.inputs[1], Constant) and e.dtype in _DTYPES
-             and len(e.inputs[0].shape) == 4 and channel_block_for(e.shape[1], lanes) >= min(min_block, lanes)]
+             and len(e.inputs[0].shape) == 4 and channel_block_for(e.shape[1], lanes) >= min(min_block, lanes)
+             and not e.type.is_symbolic]  # symbolic shapes: direct NCHWc convolution (no Winograd schedule yet)
     if not size_budget or np.isinf(size_budget):
         return plan_winograd(convs, target, override)
     weight_bytes = sum(e.value.nbytes for e in graph.topo() if isinstance(e, Constant))

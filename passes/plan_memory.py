@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
+import numpy as np
+
 from tvmc.errors import PassError
+from tvmc.graph import symbolic
 from tvmc.graph.ir import Call, Function, Graph
 from tvmc.ops.registry import OpPattern, get_op
 from tvmc.passes.pass_infra import graph_pass
 
 _ELEMWISE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
+
+
+def _nbytes(t) -> int:
+    """Bytes of TensorType `t`; a symbolic shape at the upper bound of every dimension (the bound
+    shape the executor JSON records for it), so the storage holds the tensor at every size of the
+    range and a run allocates nothing."""
+    if not t.is_symbolic:
+        return t.nbytes
+    return math.prod(symbolic.upper_bound(d) for d in t.shape) * np.dtype(t.dtype).itemsize
 
 
 def _aligned(nbytes: int, alignment: int) -> int:
@@ -76,7 +89,8 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     before the inputs are released, so kernels are not in place unless `inplace`). Graph inputs, constants and
     graph outputs get storages of their own, never shared. With the pass gated off (opt level
     0 or disabled) every tensor gets its own storage. Sizes are bytes rounded up to
-    `alignment_bytes` (64).
+    `alignment_bytes` (64); a tensor of symbolic shape is sized for the upper bound of each
+    dimension's expression upper bound (tvmc.graph.symbolic.upper_bound), and reuse compares those sizes.
 
     Option `inplace` (default False): an intermediate output of a fused function made only of
     ELEMWISE/BROADCAST ops takes the storage of an input of its own type (shape and dtype) that
@@ -114,7 +128,7 @@ def plan_memory(graph: Graph, ctx) -> Graph:
             loops.setdefault(e.attrs["body"], []).append(e)
 
     def allocate(e, src=None):
-        size = _aligned(e.type.nbytes, alignment)
+        size = _aligned(_nbytes(e.type), alignment)
         intermediate = isinstance(e, Call) and e not in outputs
         if src is not None:
             sid_of[e] = sid_of[src]
@@ -147,6 +161,6 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     meta["storage_id"] = sid_of
     meta["storage_bytes"] = list(table.nbytes)
     meta["planned_bytes"] = sum(table.nbytes[s] for s in {sid_of[e] for e in intermediates})
-    meta["unplanned_bytes"] = sum(_aligned(e.type.nbytes, alignment) for e in intermediates)
+    meta["unplanned_bytes"] = sum(_aligned(_nbytes(e.type), alignment) for e in intermediates)
     meta["inplace"] = inplace
     return graph.with_outputs(graph.outputs, meta)

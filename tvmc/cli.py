@@ -1153,6 +1153,10 @@ def inspect_cmd(artifact, as_json, verbose):
                + (f", {storage_total} bytes" if storage_total is not None else ""))
     if activations:
         click.echo(f"memory         {activations}")
+    if art.metadata.get("size_vars"):  # symbolic shapes: one artifact for these ranges
+        click.echo("size variables " + ", ".join(f"{v['name']} in {v['range']}" for v in art.metadata["size_vars"])
+                   + "; inputs " + " ".join(f"{i['name']}:[{','.join(map(str, i.get('symbolic_shape', i['shape'])))}]"
+                                           for i in art.metadata["inputs"]))
     click.echo(f"library        {library}, {library_bytes} bytes; "
                f"its embedded description matches mod.json, mod.params and metadata.json, every member its sha256 "
                f"(not loaded)")

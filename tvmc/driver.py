@@ -277,7 +277,27 @@ def pass_pipeline(options: CompileOptions) -> tuple:
     return names, config
 
 
-def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False) -> None:
+def symbolic_compiles_for(target: Target) -> bool:
+    """Whether models with symbolic shapes compile for `target`: x86 CPUs (the C API binds the
+    size variables; the other targets' executors do not yet)."""
+    return target.runtime == "cpu" and target.triple.startswith("x86_64")
+
+
+def _meta_shape(shape) -> dict:
+    """A tensor's shape for metadata.json: {"shape": ints}, and for a symbolic shape "shape" at
+    the upper bounds (what its storage holds) with "symbolic_shape": ints and each symbolic
+    dimension as its expression's text ("seq", "(H + 1) // 2"); the variables' ranges are in
+    metadata "size_vars"."""
+    from tvmc.graph import symbolic
+
+    if not any(symbolic.is_symbolic(d) for d in shape):
+        return {"shape": list(shape)}
+    return {"shape": [symbolic.upper_bound(d) if symbolic.is_symbolic(d) else d for d in shape],
+            "symbolic_shape": [str(d) if symbolic.is_symbolic(d) else d for d in shape]}
+
+
+def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False, target=None,
+                                  stage: str = "code generation") -> None:
     """Raise ScheduleError when `graph` (imported, not yet optimized) has symbolic dimensions: the
     graph passes of `pipeline` run and FuseOps groups the kernels, then the error names the first
     kernel whose extents are symbolic, its op and type, and the size variables it depends on, and
@@ -285,7 +305,9 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     --dim-range when `dim_ranges` says the compile had some). Symbolic shapes reach the graph IR but not yet
     PlanMemory, lowering and code generation (issue 29: kernels with symbolic extents, storage
     planned for the bounds); until they do, no artifact is built for a range and none is built
-    for one silently chosen size. A pass that fails on the symbolic graph is reported the same way."""
+    for one silently chosen size. A pass that fails on the symbolic graph is reported the same way.
+    Called for targets where symbolic_compiles_for is False (`target` named in the message) and
+    by extract_tasks (`stage` "tuning": tasks are not extracted per size bucket yet)."""
     from tvmc.errors import PassError, ScheduleError
     from tvmc.graph import symbolic
     from tvmc.graph.ir import Call, Function, post_order
@@ -297,7 +319,8 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     sizes = {v.name: v.hi for v in size_vars}
     one_size = " ".join(f"{v.name}:[{','.join(str(symbolic.substitute(d, sizes)) for d in v.shape)}]"
                         for v in graph.inputs)
-    why = (f"symbolic compilation reaches the graph IR but not code generation yet; compile one size per "
+    where = f"{stage} yet" if target is None else f"{stage} for target '{target.name}' yet (x86 only)"
+    why = (f"symbolic compilation reaches the graph IR but not {where}; compile one size per "
            f"artifact instead, e.g. --input-shapes \"{one_size}\"{' (without --dim-range)' if dim_ranges else ''}")
     note = ""
     try:
@@ -345,7 +368,9 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=pass_config,
                       dump_dir=options.dump_dir if "graph" in options.dump_ir else None, target=target)
-    stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges))
+    symbolic_graph = bool(graph.size_vars())
+    if not symbolic_compiles_for(target):
+        stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges), target)
     graph = optimize(graph, ctx, pipeline)
     timings["passes"] = time.perf_counter() - t0
     for name, ms in ctx.pass_times:
@@ -368,6 +393,10 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     t0 = time.perf_counter()
     kernels = lower_functions(list(functions.values()), target, config_lookup, progress)
     timings["lower"] = time.perf_counter() - t0
+    if symbolic_graph:  # each kernel's int64 size arguments, as indices into the graph's size variables
+        index = {v["name"]: k for k, v in enumerate(graph_json["size_vars"])}
+        graph_json["size_args"] = {k.prim.name: [index[v.name] for v in k.prim.size_vars]
+                                   for k in kernels if k.prim.size_vars}
     t0 = time.perf_counter()
     device_binaries: dict = {}
     backend = backend_for(target)
@@ -381,8 +410,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "target": target.to_dict(),
         "target_hash": target.hash,
         "tuning_key": target.tuning_key,
-        "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype} for v in graph.inputs],
-        "outputs": [{"name": n, "shape": list(o.shape), "dtype": o.dtype,
+        "inputs": [{"name": v.name, **_meta_shape(v.shape), "dtype": v.dtype} for v in graph.inputs],
+        "outputs": [{"name": n, **_meta_shape(o.shape), "dtype": o.dtype,
                      **({"dynamic_axes": list(o.type.dynamic_axes)} if o.type.is_dynamic else {})}
                     for n, o in zip(graph.output_names, graph.outputs[:graph.num_model_outputs])],
         "options": metadata_options(options),
@@ -400,6 +429,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     }
     if device_binaries:
         metadata["device_binaries"] = sorted(device_binaries)
+    if symbolic_graph:
+        metadata["size_vars"] = [{"name": v.name, "range": f"{v.lo}..{v.hi}"} for v in graph.size_vars()]
     params = {k: np.require(v, requirements="C") for k, v in params.items()}
     return CompiledModule(library, graph_json, params, metadata, timings, device_binaries)
 
@@ -419,7 +450,7 @@ def extract_tasks(model, target, options=None) -> list:
     pipeline, pass_config = pass_pipeline(options)
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=pass_config, target=target)
-    stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges))
+    stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges), stage="tuning")
     graph = optimize(graph, ctx, pipeline)
     calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
              if isinstance(e, Call) and isinstance(e.op, Function)]

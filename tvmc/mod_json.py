@@ -60,8 +60,11 @@ def loop_entries(graph_json: dict, nid: int) -> dict:
 def program(graph_json: dict, order: list | None = None) -> list:
     """A run of the graph as data entries, in order: {"func", "args": [input entries..., output
     entries...]} per kernel and loop_entries(...) plus "calls" (the body's program) per run-time
-    loop. The module description embeds it and the graph entry is compiled from it."""
+    loop. The module description embeds it and the graph entry is compiled from it. A kernel with
+    int64 size arguments (graph_json "size_args") also has "sizes": the index into "size_vars" of
+    each of them, in order."""
     nodes, row_ptr = graph_json["nodes"], graph_json["node_row_ptr"]
+    size_args = graph_json.get("size_args") or {}
     out = []
     for item in run_order(graph_json) if order is None else order:
         if isinstance(item, tuple):
@@ -69,6 +72,8 @@ def program(graph_json: dict, order: list | None = None) -> list:
             continue
         node = nodes[item]
         outs = [int(row_ptr[item]) + k for k in range(int(node["attrs"].get("num_outputs", 1)))]
-        out.append({"func": str(node["attrs"]["func_name"]),
-                    "args": [int(row_ptr[int(i[0])]) + int(i[1]) for i in node["inputs"]] + outs})
+        func = str(node["attrs"]["func_name"])
+        out.append({"func": func, "args": [int(row_ptr[int(i[0])]) + int(i[1]) for i in node["inputs"]] + outs})
+        if size_args.get(func):
+            out[-1]["sizes"] = [int(k) for k in size_args[func]]
     return out

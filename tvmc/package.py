@@ -246,7 +246,13 @@ def _tagged(items: dict) -> dict:
 _TENSORS = {"type": "array", "items": {
     "type": "object", "required": ["name", "shape", "dtype"],
     "properties": {"name": {"type": "string"}, "dtype": {"type": "string"},
-                   "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}}
+                   "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                   "symbolic_shape": {"type": "array", "items": {"type": ["integer", "string"]}}}}}
+# symbolic shapes (docs/symbolic_shapes.md): the size variables and their ranges
+_SIZE_VARS = {"type": "array", "items": {"type": "object", "required": ["name", "lo", "hi"], "properties": {
+    "name": {"type": "string"}, "lo": {"type": "integer", "minimum": 0}, "hi": {"type": "integer", "minimum": 0}}}}
+_SHAPE_PROGRAM = {"anyOf": [{"type": "integer", "minimum": 0},
+                            {"type": "array", "items": {"type": ["integer", "string"]}}]}
 _OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
 _DIMS3 = {"type": "array", "minItems": 3, "maxItems": 3,
           "items": {"type": "integer", "minimum": 1, "maximum": (1 << 31) - 1}}
@@ -291,6 +297,8 @@ METADATA_SCHEMA = {
         "planned_activation_bytes": _OPTIONAL_INT,
         "unplanned_activation_bytes": _OPTIONAL_INT,
         "model_weight_bytes": _OPTIONAL_INT,
+        "size_vars": {"type": "array", "items": {"type": "object", "required": ["name", "range"], "properties": {
+            "name": {"type": "string"}, "range": {"type": "string", "pattern": "^[0-9]+\\.\\.[0-9]+$"}}}},
     },
 }
 GRAPH_SCHEMA = {
@@ -335,6 +343,11 @@ GRAPH_SCHEMA = {
                            "args": {"type": "array", "items": {"type": "object"}}}}},
         "input_names": {"type": "array", "items": {"type": "string"}},
         "output_names": {"type": "array", "items": {"type": "string"}},
+        "size_vars": _SIZE_VARS,
+        "symbolic_shapes": {"type": "array", "items": {"anyOf": [
+            {"type": "null"}, {"type": "array", "items": _SHAPE_PROGRAM}]}},
+        "size_args": {"type": "object", "additionalProperties": {"type": "array",
+                                                                 "items": {"type": "integer", "minimum": 0}}},
     },
 }
 

@@ -170,3 +170,16 @@ def test_outputs_of_one_run_time_loop_are_allocated_when_it_runs():
     fused_t = next(e for e in g.calls() if e not in loops and e.inputs == (x,))
     assert len(loops) == 2 and sid[fused_t] not in {sid[e] for e in loops}
     assert sid[loops[0]] != sid[loops[1]]
+
+
+def test_symbolic_shapes_are_planned_for_the_upper_bound():
+    """A tensor of symbolic shape gets a storage for every dimension at its upper bound (a run
+    allocates nothing); the plan equals the static plan at the upper bound."""
+    from tvmc.graph import symbolic
+
+    n = symbolic.size_var("N", 1, 8)
+    g = plan(relu_chain(shape=(n, 4, 8, 8)))
+    check_plan(g)
+    static = plan(relu_chain(shape=(8, 4, 8, 8)))
+    assert g.meta["storage_bytes"] == static.meta["storage_bytes"]
+    assert g.meta["planned_bytes"] == static.meta["planned_bytes"] == 2 * 8 * 4 * 8 * 8 * 4

@@ -120,3 +120,24 @@ def test_free_vars_and_printing():
     assert str((S + 1) // 2) == "(s + 1) // 2" and str(3 * S * T + 2) == "3*s*t + 2"
     assert str(-((S + 2) // 3)) == "-((s + 2) // 3)" and str(sym.min_(S, T)) == "min(s, t)"
     assert repr([1, S]) == "[1, s]"
+
+
+def test_postfix_programs_evaluate_like_the_expressions():
+    """to_postfix: the run-time form of a dimension (mod.json symbolic_shapes), evaluated by the C
+    API as eval_postfix does; every point of two small ranges."""
+    import itertools
+
+    from tvmc.graph import symbolic as s
+
+    a, b = s.size_var("a", 1, 9), s.size_var("b", 2, 7)
+    order = s.free_vars([a, b])
+    assert s.to_postfix((a + 3) // 4, order) == [3, "$0", "+", 4, "//"]
+    assert s.to_postfix(5, order) == 5
+    for e in [a, (a + 3) // 4, 2 * a * b - 5 * b + 7, a % 3 - a, s.min_(a, b) * 3, 5 - a * a, s.max_(a, 2 * b) // 3]:
+        program = s.to_postfix(e, order)
+        for va, vb in itertools.product(range(1, 10), range(2, 8)):
+            assert s.eval_postfix(program, [va, vb]) == s.substitute(e, {"a": va, "b": vb}), (e, program)
+    with pytest.raises(ValueError, match="malformed"):
+        s.eval_postfix(["$0", "+"], [1])
+    with pytest.raises(ValueError, match="is not one of"):
+        s.to_postfix(a, [order[1]])

@@ -70,19 +70,22 @@ class SharedObjectBackend(Backend):
         obj = compile_ir(cg.ir_text(), target, dumps)
         write_dumps(dump_dir, dump_ir, prims, dumps)
         progress("link", 0, 1)
-        return link_shared(obj, target, [self.compile_runtime(target)] if graph_json is not None else [])
+        runtime = [self.compile_runtime(target, bool(graph_json.get("size_vars")))] if graph_json is not None else []
+        return link_shared(obj, target, runtime)
 
-    def compile_runtime(self, target) -> bytes:
-        """Object file of the C API (tvmc/runtime/tvmc_runtime.c) for `target` (_compile_shipped)."""
-        return self._compile_shipped(RUNTIME_SOURCE, target)
+    def compile_runtime(self, target, symbolic: bool = False) -> bytes:
+        """Object file of the C API (tvmc/runtime/tvmc_runtime.c) for `target` (_compile_shipped);
+        `symbolic`: with the binding of size variables (-DTVMC_SYMBOLIC_SHAPES, models with
+        symbolic shapes), so a static model's C API is compiled from the code it always was."""
+        return self._compile_shipped(RUNTIME_SOURCE, target, ("-DTVMC_SYMBOLIC_SHAPES",) if symbolic else ())
 
-    def _compile_shipped(self, source: str, target) -> bytes:
+    def _compile_shipped(self, source: str, target, defines: tuple = ()) -> bytes:
         """Object file of tvmc/runtime/`source` for `target`, compiled by its linker command (a C
         compiler driver such as gcc, aarch64-linux-gnu-gcc or clang for wasm32, with its flags:
         -shared and linker flags are ignored with -c) and c_flags(target); memoized per command,
         flags and source, so a process compiling many models compiles it once."""
         sha = hashlib.sha256(resources.files("tvmc.runtime").joinpath(source).read_bytes()).hexdigest()
-        return _compile_c(source, tuple(target.linker), self.c_flags(target), sha, target)
+        return _compile_c(source, tuple(target.linker), self.c_flags(target) + tuple(defines), sha, target)
 
     def link_runner(self, library: bytes, target) -> bytes:
         """The C runner (tvmc/runtime/tvmc_run.c: .npy inputs and outputs, a timing loop) as an

@@ -19,6 +19,15 @@ Format version 2 (version 1 had no loop items in "calls"):
                 its int64[rank] shape tensor; "shape" is then its bound, docs/dynamic_shapes.md)
      "params":  [{"name": ..., "entry": e, "dtype": ..., "shape": [...], "nbytes": n}, ...],
      "calls":   [{"func": "fused_nn_conv2d_add", "args": [entry ids: inputs, then outputs]}, ...]}
+                (a kernel with symbolic extents also has "sizes": [index into "size_vars" of
+                each int64 argument after its buffers])
+
+A model with symbolic shapes (issue 29, docs/symbolic_shapes.md) also has "size_vars": [{"name",
+"lo", "hi"}, ...], and each entry of symbolic shape "sym_shape": its dimensions as ints or
+postfix programs over the variables (tvmc.graph.symbolic.to_postfix); its "shape" is the bound
+(every dimension at its upper bound) that its storage holds. The C API binds the variables from
+the inputs' shapes (each must be a variable or a constant), checks them against their ranges and
+evaluates every sym_shape before a run. Static models have neither key.
                 (a run-time loop is one item {"loop": name, "trip_count", "cond", "init",
                 "body_inputs", "body_outputs", "outputs", "output_index", "calls": its body's}, see
                 tvmc.mod_json.loop_entries)
@@ -78,6 +87,9 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
     row_ptr = graph_json["node_row_ptr"]
     entries = [{"storage_id": int(s), "dtype": str(d), "shape": [int(x) for x in shp]}
                for s, d, shp in zip(sids, dtypes, shapes)]
+    for entry, sym in zip(entries, graph_json.get("symbolic_shapes") or []):
+        if sym is not None:
+            entry["sym_shape"] = sym
     if not len(entries) == len(shapes) == len(dtypes) == len(sids):
         raise ValueError("attrs shape, dltype and storage_id differ in length")
     if input_names is None:
@@ -113,6 +125,9 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
     out = {"version": VERSION, "kernel_abi_version": KERNEL_ABI_VERSION,
            "storage_bytes": [int(b) for b in storage], "entries": entries, "inputs": inputs,
            "outputs": outputs, "params": descr_params, "calls": calls}
+    if graph_json.get("size_vars"):
+        out["size_vars"] = [{"name": str(v["name"]), "lo": int(v["lo"]), "hi": int(v["hi"])}
+                            for v in graph_json["size_vars"]]
     if "kernels" in graph_json:  # GPU libraries: each kernel's launch and arguments are part of the plan
         out["kernels"] = graph_json["kernels"]
     return out

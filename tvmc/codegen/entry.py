@@ -8,6 +8,11 @@ is one native call (no per-operator overhead from Python or any other host). A r
 and cond into the body's inputs, call the body's kernels, take the body's condition and copy its
 carried values back; then copy the final carried values to the loop's outputs. So the C API, the
 C runner and the wasm module built on this entry run such graphs with no interpreter of their own.
+
+A graph with symbolic shapes (mod.json "size_vars") takes one more pointer after the data
+entries: entries[num_entries] points at the int64 values of the size variables, which the C API
+binds from the inputs' shapes (tvmc_runtime.c); each kernel with symbolic extents gets the values
+its call lists ("sizes") as int64 arguments after its buffers (tvmc.tir.ir.PrimFunc.size_vars).
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ def add_graph_entry(cg: CodeGenLLVM, graph_json: dict) -> None:
     shapes, dtypes = graph_attr(graph_json, "shape"), graph_attr(graph_json, "dltype")
     memcpy = cg.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
     loaded = {}
+    size_values = []
+    if graph_json.get("size_vars"):  # the variables' values, loaded once in the entry block
+        sizes = pointers.load(pointers.gep(entries, [I64(len(shapes))], inbounds=True, source_etype=PTR),
+                              typ=PTR, name="sizes")
+        size_values = [pointers.load(pointers.gep(sizes, [I64(k)], inbounds=True, source_etype=I64), typ=I64,
+                                     name=f"size_{v['name']}") for k, v in enumerate(graph_json["size_vars"])]
 
     def pointer(eid):
         if eid not in loaded:
@@ -51,7 +62,8 @@ def add_graph_entry(cg: CodeGenLLVM, graph_json: dict) -> None:
             if "loop" in call:
                 loop(call)
             else:
-                b.call(cg.module.get_global(call["func"]), [pointer(e) for e in call["args"]])
+                b.call(cg.module.get_global(call["func"]), [pointer(e) for e in call["args"]] +
+                       [size_values[k] for k in call.get("sizes", ())])
 
     def loop(lp):
         ins, outs = lp["body_inputs"], lp["body_outputs"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tvmc.errors import PassError
+from tvmc.graph import symbolic
 from tvmc.graph.ir import Call, Constant, Function, Graph, Var
 
 
@@ -39,6 +40,15 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
                                    "storage_id": ["list_int", [...]]}, one entry per node
       graph_json["storage_bytes"]: bytes per storage id (from PlanMemory)
       graph_json["input_names"], graph_json["output_names"]
+      graph_json["size_vars"]:     only for symbolic shapes: [{"name", "lo", "hi"}] of the graph's
+                                   size variables (Graph.size_vars, by name); the "shape" of an
+                                   entry is then its bound, each dimension at its upper bound
+      graph_json["symbolic_shapes"]: with "size_vars": per entry null (static) or its shape, each
+                                   dimension an int or a postfix program over the variables
+                                   (tvmc.graph.symbolic.to_postfix: ["$0", 3, "+", 4, "//"]);
+                                   the executors evaluate them once the inputs bind the variables
+      graph_json["size_args"]:     added by the compile driver after lowering: {kernel: [index
+                                   into size_vars of each int64 argument after its buffers]}
       params:                      {param name: np.ndarray}, names unique (a clash with
                                    an input or another constant gets a `_1`, `_2` suffix)
 
@@ -59,12 +69,16 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
     if "storage_id" not in graph.meta:
         raise PassError("executor JSON needs a memory plan: run FuseOps and PlanMemory first")
     nodes, params, shapes, dltypes, sids, row_ptr = [], {}, [], [], [], [0]
+    size_vars = graph.size_vars()
+    sym_shapes = []
     storage_bytes = [int(b) for b in graph.meta["storage_bytes"]]
     taken = {v.name for v in graph.inputs}
 
     def add(node, exprs, plan, sid_base):
         for e in exprs:
-            shapes.append([int(d) for d in e.shape])
+            shapes.append([symbolic.upper_bound(d) if symbolic.is_symbolic(d) else int(d) for d in e.shape])
+            sym_shapes.append([symbolic.to_postfix(d, size_vars) for d in e.shape]
+                              if getattr(e.type, "is_symbolic", False) else None)
             dltypes.append(e.dtype)
             sids.append(sid_base + int(plan[e]))
         nodes.append(node)
@@ -139,6 +153,9 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
         "input_names": [v.name for v in graph.inputs],
         "output_names": list(graph.output_names[:n_model]),
     }
+    if size_vars:
+        graph_json["size_vars"] = [{"name": v.name, "lo": v.lo, "hi": v.hi} for v in size_vars]
+        graph_json["symbolic_shapes"] = sym_shapes
     if any(k is not None for k in graph.output_shapes):
         graph_json["output_shapes"] = [None if k is None else [*node_id[graph.outputs[k]], 0]
                                        for k in graph.output_shapes[:n_model]]

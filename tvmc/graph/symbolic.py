@@ -749,3 +749,83 @@ def _paren(x) -> str:
     simple = isinstance(x, int) or (len(x.terms) == 1 and x.terms[0][1] == 1 and len(x.terms[0][0]) == 1
                                     and isinstance(x.terms[0][0][0], SizeVar))
     return text if simple or (isinstance(x, int) and x >= 0) else f"({text})"
+
+
+# ---------------------------------------------------------------------------------------------
+# the run-time form: postfix programs the executors evaluate
+
+POSTFIX_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+               "//": lambda a, b: a // b, "%": lambda a, b: a % b, "min": min, "max": max}
+_POSTFIX_OF = {"floordiv": "//", "floormod": "%", "min": "min", "max": "max"}
+
+
+def to_postfix(x, order: list):
+    """Dimension `x` in the form artifacts carry (mod.json "symbolic_shapes", the module
+    description's "sym_shape"): an int stays an int; a SymExpr becomes a postfix program, a list
+    of tokens evaluated on a stack: a non-negative int pushes itself, "$k" pushes the value of
+    size variable k of `order` (a list of SizeVars), "+", "-", "*", "//" (floor division), "%"
+    (floor modulo), "min", "max" pop b, then a, and push a op b. E.g. (seq + 3) // 4 with order
+    [seq]: ["$0", 3, "+", 4, "//"]. Raises ValueError for a variable that is not in `order`."""
+    x = _canon(x)
+    if isinstance(x, int):
+        return x
+    index = {v: k for k, v in enumerate(order)}
+    out: list = []
+
+    def atom(a):
+        if isinstance(a, SizeVar):
+            if a not in index:
+                raise ValueError(f"size variable {a!r} is not one of {describe_vars(order)}")
+            out.append(f"${index[a]}")
+        else:
+            for arg in a.args:
+                emit(arg)
+            out.append(_POSTFIX_OF[a.op])
+
+    def emit(v):
+        if isinstance(v, int):
+            if v < 0:
+                out.extend([0, -v, "-"])
+            else:
+                out.append(v)
+            return
+        for k, (mono, c) in enumerate(v.terms):
+            if k == 0 and c < 0:
+                out.append(0)
+            if mono and abs(c) == 1:
+                atom(mono[0])
+                rest = mono[1:]
+            else:
+                out.append(abs(c))
+                rest = mono
+            for a in rest:
+                atom(a)
+                out.append("*")
+            if k > 0 or c < 0:
+                out.append("-" if c < 0 else "+")
+
+    emit(x)
+    return out
+
+
+def eval_postfix(program, values: list) -> int:
+    """The value of a dimension in the form of to_postfix, size variable k being values[k].
+    Raises ValueError on a malformed program or a division by zero."""
+    if isinstance(program, int):
+        return program
+    stack: list = []
+    for tok in program:
+        if isinstance(tok, int) and not isinstance(tok, bool) and tok >= 0:
+            stack.append(tok)
+        elif isinstance(tok, str) and tok.startswith("$") and tok[1:].isdigit() and int(tok[1:]) < len(values):
+            stack.append(int(values[int(tok[1:])]))
+        elif tok in POSTFIX_OPS and len(stack) >= 2:
+            b, a = stack.pop(), stack.pop()
+            if tok in ("//", "%") and b == 0:
+                raise ValueError(f"division by zero in {program}")
+            stack.append(POSTFIX_OPS[tok](a, b))
+        else:
+            raise ValueError(f"malformed shape program {program}")
+    if len(stack) != 1:
+        raise ValueError(f"malformed shape program {program}")
+    return stack[0]

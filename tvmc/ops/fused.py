@@ -63,7 +63,131 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     kernel exceeds the target's limits.
     """
     anchor = anchor_call(func)
-    impl, cfg = _choose_implementation(anchor, target, config_lookup)
+    graph_vars = _graph_size_vars(func)
+    if not graph_vars:
+        return _lower(func, anchor, target, config_lookup)
+    from tvmc.te.extent import bind_graph_vars
+
+    kernel_vars = {v.name: te.size_var(v.name, v.lo, v.hi) for v in graph_vars}
+    with bind_graph_vars(kernel_vars):
+        return _lower(func, anchor, target, None, symbolic=True)
+
+
+def _graph_size_vars(func) -> list:
+    """The graph's size variables (tvmc.graph.symbolic.SizeVar) in the types and attributes of
+    fused Function `func`; empty for a static function."""
+    from tvmc.graph import symbolic
+
+    items = [p.shape for p in func.params]
+    for e in post_order([func.body]):
+        if isinstance(e, Call):
+            items += [e.type.shape, list(e.attrs.values())]
+    return symbolic.free_vars(items)
+
+
+def upper_workload(call: Call, limits: dict | None = None) -> tuple:
+    """workload(call) with every size variable at its upper bound: what the config space and the
+    fallback config of a kernel with symbolic extents are chosen for (its tiles fit the largest
+    size of the range). `limits` ({variable name: (lo, hi)}) narrows variables first (a size
+    bucket's sub-range)."""
+    from tvmc.graph import symbolic
+
+    narrowed = {n: symbolic.size_var(n, lo, hi) for n, (lo, hi) in (limits or {}).items()}
+
+    def up(x):
+        if isinstance(x, symbolic.SymExpr):
+            return symbolic.upper_bound(symbolic.substitute(x, narrowed) if narrowed else x)
+        if isinstance(x, tuple):
+            return tuple(up(y) for y in x)
+        if isinstance(x, list):
+            return [up(y) for y in x]
+        return x
+
+    return up(workload(call))
+
+
+def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimFunc:
+    """lower_fused's body; `symbolic`: the graph's size variables are bound (te.extent.bind_graph_vars),
+    the configs come from the fallback at the upper-bound workload (no tuning records: they were
+    measured for one size)."""
+    if symbolic and target.gpu:
+        raise ScheduleError(f"{func.name}: symbolic extents are compiled for CPU targets only, not "
+                            f"{target.name}")
+    impl, cfg = _choose_implementation(anchor, target, config_lookup, upper_workload(anchor) if symbolic else None)
+    bucket = _size_buckets(anchor, target) if symbolic and impl.template is None else None
+    if bucket is not None:
+        return _lower_buckets(func, anchor, impl, target, *bucket)
+    params, out, anchor_t, tensors = _tensors(func, anchor, impl)
+    if cfg is None and impl.config_space is not None:
+        cfg = impl.config_space(upper_workload(anchor) if symbolic else workload(anchor), target).fallback_config()
+    if impl.template is not None:  # a kernel written in loop IR, its barriers in place
+        ctx = TemplateContext(func.name, params, out, anchor_t, [tensors[i] for i in anchor.inputs], dict(anchor.attrs))
+        return lower_device(impl.template(ctx, cfg, target), target, insert_barriers=False)
+    s = te.create_schedule(out)
+    impl.schedule(s, out, anchor_t, cfg, target)
+    prim = lower(s, params + [out], func.name)
+    if target.gpu:  # one device kernel: launch configuration, barriers, limits checked
+        prim = lower_device(prim, target)
+    return prim
+
+
+def _plain_var(d):
+    """The graph SizeVar that dimension `d` is (a SymExpr of one variable alone), else None."""
+    from tvmc.graph import symbolic
+
+    if symbolic.is_symbolic(d) and len(d.terms) == 1:
+        mono, c = d.terms[0]
+        if c == 1 and len(mono) == 1 and isinstance(mono[0], symbolic.SizeVar):
+            return mono[0]
+    return None
+
+
+def _size_buckets(anchor, target):
+    """(graph SizeVar, bucket starts) where a CPU schedule defines size buckets for the anchor
+    (tvmc.tir.buckets): nn.dense_pack over symbolic rows (dense_pack_buckets) and nn.softmax over
+    a symbolic last axis (softmax_buckets); None elsewhere or where no start falls in the range."""
+    from tvmc.ops.cpu.dense import dense_pack_buckets
+    from tvmc.ops.cpu.reduction import softmax_buckets
+
+    if target.gpu or not isinstance(anchor, Call) or not isinstance(anchor.op, str):
+        return None
+    if anchor.op == "nn.dense_pack" and len(anchor.inputs[0].shape) == 2:
+        var = _plain_var(anchor.inputs[0].shape[0])
+        starts = var and dense_pack_buckets(upper_workload(anchor), target, var)
+    elif anchor.op == "nn.softmax" and anchor.attrs.get("axis", -1) in (-1, len(anchor.shape) - 1):
+        var = _plain_var(anchor.shape[-1])
+        starts = var and softmax_buckets(var, target)
+    else:
+        return None
+    return (var, starts) if starts else None
+
+
+def _lower_buckets(func, anchor, impl, target, var, starts) -> PrimFunc:
+    """func lowered with one specialization per size bucket of graph variable `var` (tvmc.tir.buckets.
+    lower_buckets), each scheduled with the fallback config of its own upper bound."""
+    from tvmc.te.extent import bind_graph_vars, graph_vars
+    from tvmc.tir.buckets import lower_buckets
+
+    bound = graph_vars()
+
+    def build(sub):
+        with bind_graph_vars({**bound, var.name: sub}):
+            params, out, anchor_t, _ = _tensors(func, anchor, impl)
+            cfg = None
+            if impl.config_space is not None:
+                wl = upper_workload(anchor, {var.name: (sub.lo, sub.hi)})
+                cfg = impl.config_space(wl, target).fallback_config()
+            s = te.create_schedule(out)
+            impl.schedule(s, out, anchor_t, cfg, target)
+        return s, params + [out]
+
+    return lower_buckets(func.name, bound[var.name], starts, build)
+
+
+def _tensors(func, anchor, impl) -> tuple:
+    """(params, out, anchor tensor, {graph Expr: te.Tensor}) of fused Function `func`: a
+    placeholder per parameter, each call through its op's compute (the anchor's through `impl`'s,
+    when it has one), a copy stage when the output is a parameter."""
     tensors = {}
     params = []
     for k, p in enumerate(func.params):
@@ -89,23 +213,13 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
     out = tensors[func.body]
     if out.op is None:
         out = te.compute(out.shape, lambda *i: tensors[func.body][i], name="copy")
-    anchor_t = tensors[anchor]
-    if cfg is None and impl.config_space is not None:
-        cfg = impl.config_space(workload(anchor), target).fallback_config()
-    if impl.template is not None:  # a kernel written in loop IR, its barriers in place
-        ctx = TemplateContext(func.name, params, out, anchor_t, [tensors[i] for i in anchor.inputs], dict(anchor.attrs))
-        return lower_device(impl.template(ctx, cfg, target), target, insert_barriers=False)
-    s = te.create_schedule(out)
-    impl.schedule(s, out, anchor_t, cfg, target)
-    prim = lower(s, params + [out], func.name)
-    if target.gpu:  # one device kernel: launch configuration, barriers, limits checked
-        prim = lower_device(prim, target)
-    return prim
+    return params, out, tensors[anchor], tensors
 
 
-def _choose_implementation(anchor, target, config_lookup):
-    """(Implementation, tuned ConfigEntity or None) for the anchor call (see lower_fused)."""
-    wl = workload(anchor)
+def _choose_implementation(anchor, target, config_lookup, wl=None):
+    """(Implementation, tuned ConfigEntity or None) for the anchor call (see lower_fused) on
+    workload `wl` (default: the anchor's)."""
+    wl = workload(anchor) if wl is None else wl
     impls = get_op(anchor.op).implementations(target.family, wl, target)
     if config_lookup is None:
         return impls[0], None
@@ -146,13 +260,13 @@ def task_flops(op: str, wl: tuple, in_dtypes: tuple) -> int:
 
 
 def function_flops(fn: Function) -> int | None:
-    """FLOPs of one call of a fused Function, counted on its anchor op (task_flops),
-    or None when the anchor has no reduce axes (elementwise, layout and other injective kernels,
-    whose FLOP rate says little)."""
+    """FLOPs of one call of a fused Function, counted on its anchor op (task_flops; at the upper
+    bounds of its size variables), or None when the anchor has no reduce axes (elementwise,
+    layout and other injective kernels, whose FLOP rate says little)."""
     anchor = anchor_call(fn)
     if not isinstance(anchor, Call) or isinstance(anchor.op, Function):
         return None
-    return _reduce_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
+    return _reduce_flops(anchor.op, upper_workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
 
 
 @dataclass(frozen=True)
@@ -182,9 +296,17 @@ def lower_functions(functions, target, config_lookup=None, progress=None) -> lis
             raise
         except Exception as e:  # a schedule's own bug or a workload it did not foresee: name the kernel
             node = (anchor.name if anchor is not None else "") or "?"
+            used = _graph_size_vars(f)
+            if used:  # an op whose compute or schedule does not take symbolic extents yet
+                from tvmc.graph import symbolic
+
+                raise ScheduleError(f"kernel {f.name} ({anchor.op_name if anchor is not None else '?'} of node "
+                                    f"'{node}') does not compile with symbolic extents "
+                                    f"({symbolic.describe_vars(used)}) yet: {type(e).__name__}: "
+                                    f"{str(e).strip()[:200]}; compile one size per artifact") from e
             raise ScheduleError(f"kernel {f.name} (node '{node}'): lowering failed: "
                                 f"{type(e).__name__}: {str(e).strip()[:200]}") from e
-        flops = task_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))
+        flops = task_flops(anchor.op, upper_workload(anchor), tuple(i.dtype for i in anchor.inputs))
         out.append(LoweredKernel(prim, flops, anchor.name or "?"))
         progress("lower", len(out), len(functions))
     return out

@@ -228,8 +228,10 @@ def _global_compute(kind):
                               name="global_max_pool2d")
         total = te.compute(out_type.shape, lambda a, b, y, z, *c: te.sum(x[(a, b, rh, rw) + c], [rh, rw]),
                            name="global_sum")
-        return te.compute(out_type.shape,
-                          lambda a, b, y, z, *c: total[(a, b, y, z) + c] * te.const(1.0 / (h * w), x.dtype),
+        count = h * w
+        # symbolic H or W: the reciprocal of the run-time element count
+        scale = te.const(1.0 / count, x.dtype) if isinstance(count, int) else 1.0 / te.cast(x.dtype, count)
+        return te.compute(out_type.shape, lambda a, b, y, z, *c: total[(a, b, y, z) + c] * scale,
                           name="global_avg_pool2d")
 
     return compute

@@ -13,10 +13,15 @@ from tvmc.ops.registry import OpDef, OpPattern, register_op
 
 
 def unravel(flat, shape):
-    """Multi-dimensional index (row-major) of flat index expression `flat` in `shape`."""
+    """Multi-dimensional index (row-major) of flat index expression `flat` in `shape`, which
+    must lie in [0, prod(shape)). A symbolic extent with only 1s outside it takes no modulo (the
+    simplifier drops a static one from the bounds; a symbolic one it cannot, and its division
+    would run per element)."""
     idx = []
-    for d in reversed(shape):
-        idx.append(flat % d if d != 1 else te.const(0))
+    outer = next((k for k, d in enumerate(shape) if d != 1), None)
+    for k, d in zip(reversed(range(len(shape))), reversed(shape)):
+        outer_symbolic = k == outer and not isinstance(d, int)
+        idx.append(flat if outer_symbolic else flat % d if d != 1 else te.const(0))
         flat = flat // d
     return tuple(reversed(idx))
 

@@ -32,6 +32,7 @@ from tvmc.runtime.executor import (ALIGNMENT_BYTES, CApiExecutor, bind_calls, ch
                                    kernel_names, load_library, output_position, params_blob, profile_calls)
 
 GUARD_PAGES_ENV = "TVMC_GUARD_PAGES"
+TVMC_ERR_INPUT = 3  # tvmc_kernels.h
 
 _VOIDP = ctypes.c_void_p
 
@@ -136,11 +137,21 @@ class GraphExecutor(CApiExecutor):
                          for i in range(api["tvmc_model_num_outputs"](model))]  # (name, dtype, bound)
         self.output_names = [o[0] for o in self._outputs]
         self._entries = api["tvmc_model_entries"](model)
+        desc = artifact.description
+        # symbolic shapes: {input name: its sym_shape}; the C API binds the size variables
+        self._symbolic = {i["name"]: desc["entries"][i["entry"]]["sym_shape"] for i in desc["inputs"]
+                          if "sym_shape" in desc["entries"][i["entry"]]}
+        self.size_vars = [(v["name"], v["lo"], v["hi"]) for v in desc.get("size_vars", ())]
         self._guarded = self._move_between_guard_pages() if os.environ.get(GUARD_PAGES_ENV) == "1" else None
 
-    def _check(self, rc: int) -> None:
+    def _check(self, rc: int, inputs: bool = False) -> None:
+        """Raise ArtifactError for a failed C API call; InputError (its message alone) where
+        `inputs` and the inputs were refused (TVMC_ERR_INPUT: a shape outside the compiled range,
+        inputs that disagree on a size variable)."""
         if rc != 0:
             message = (self._api["tvmc_last_error"]() or b"").decode(errors="replace")
+            if inputs and rc == TVMC_ERR_INPUT:
+                raise InputError(message)
             raise ArtifactError(f"{self.artifact.path}: the C API says: {message} (code {rc})")
 
     def _tensor_info(self, function: str, index: int, info: TensorInfo) -> tuple:
@@ -169,8 +180,21 @@ class GraphExecutor(CApiExecutor):
         """Copy `array` into input `name` (tvmc_model_set_input).
 
         Raises InputError (one line naming the tensor, expected vs got) on an unknown name,
-        a different shape, or a different dtype; no implicit casts.
+        a different shape, or a different dtype; no implicit casts. An input of symbolic shape
+        takes any shape whose dimensions lie in the ranges it was compiled for (the C API checks
+        them and names the input, the dimension, its value and the range).
         """
+        if name in self._symbolic:
+            shape, dtype = self._inputs[name][:2]
+            src = np.ascontiguousarray(array)
+            if src.dtype != np.dtype(dtype) or src.ndim != len(shape):
+                raise InputError(f"input '{name}': expected {np.dtype(dtype).name} of {len(shape)} dimensions, got "
+                                 f"{src.dtype.name} of shape [{','.join(map(str, src.shape))}]")
+            name_c, dtype_c = self._inputs[name][2:4]
+            self._check(self._api["tvmc_model_set_input"](self._model, name_c, dtype_c,
+                                                          (ctypes.c_int64 * max(src.ndim, 1))(*src.shape), src.ndim,
+                                                          src.ctypes.data, src.nbytes), inputs=True)
+            return
         src = np.ascontiguousarray(checked_input(name, array, self.input_names,
                                                  {n: v[:2] for n, v in self._inputs.items()}))
         shape, _, name_c, dtype_c, shape_c = self._inputs[name]
@@ -179,7 +203,7 @@ class GraphExecutor(CApiExecutor):
 
     def run(self) -> None:
         """Run the graph once: one tvmc_model_run, i.e. the library's graph entry."""
-        self._check(self._api["tvmc_model_run"](self._model))
+        self._check(self._api["tvmc_model_run"](self._model), inputs=bool(self._symbolic))
 
     def _entry_array(self, entry: int) -> np.ndarray:
         """Data entry `entry` of the description as an ndarray over the model's storage (no copy)."""
@@ -210,8 +234,14 @@ class GraphExecutor(CApiExecutor):
         def write(entry, value):
             np.copyto(self._entry_array(entry), value)
 
-        entries = [_VOIDP(self.entry_address(e)) for e in range(len(self.artifact.description["entries"]))]
-        return profile_calls(bind_calls(self._calls, kernel, entries, self._entry_array, write), runs)
+        n_entries = len(self.artifact.description["entries"])
+        entries = [_VOIDP(self.entry_address(e)) for e in range(n_entries)]
+        sizes = []
+        if self.size_vars:  # a run binds the size variables (and checks the inputs) first
+            self.run()
+            values = ctypes.cast(self._entries[n_entries], ctypes.POINTER(ctypes.c_int64))
+            sizes = [ctypes.c_int64(values[k]) for k in range(len(self.size_vars))]
+        return profile_calls(bind_calls(self._calls, kernel, entries, self._entry_array, write, sizes), runs)
 
     def get_output(self, index) -> np.ndarray:
         """A copy of output `index` (position or output name), with its shape (an output whose shape

@@ -78,8 +78,13 @@ def checked_input(name: str, array, input_names, expected) -> np.ndarray:
     shape, dtype = expected[name]
     src = np.asarray(array)
     if tuple(src.shape) != tuple(shape) or src.dtype != np.dtype(dtype):
+        hint = ""
+        if src.ndim == len(shape) and src.dtype == np.dtype(dtype):  # another size of the same rank
+            ranged = [d if d == g else f"1..{max(d, g)}" for d, g in zip(shape, src.shape)]
+            hint = (f"; the artifact is fixed-shape: compile it for a range of sizes to run others, e.g. "
+                    f"--input-shapes \"{name}:[{','.join(map(str, ranged))}]\" (or --dim-range NAME=LO..HI)")
         raise InputError(f"input '{name}': expected shape {_fmt_shape(shape)} {np.dtype(dtype).name}, "
-                         f"got {_fmt_shape(src.shape)} {src.dtype.name}")
+                         f"got {_fmt_shape(src.shape)} {src.dtype.name}{hint}")
     return src
 
 
@@ -182,16 +187,17 @@ def kernel_names(calls) -> list:
     return [n for c in calls for n in (kernel_names(c["calls"]) if "loop" in c else [c["func"]])]
 
 
-def bind_calls(calls, kernel, entries, read, write) -> list:
+def bind_calls(calls, kernel, entries, read, write, sizes=()) -> list:
     """A module description's "calls" bound for run_calls and profile_calls: (callable, args,
     name) per item. `kernel(func)` is the callable of a kernel, `entries[e]` the address of data
     entry e as the kernel takes it (the C API's tvmc_model_entries table), `read(e) -> ndarray`
     and `write(e, array)` access an entry for a run-time loop, which becomes one call of its
-    interpreter (tvmc.runtime.control.run_loop) over its body's bound calls."""
+    interpreter (tvmc.runtime.control.run_loop) over its body's bound calls. `sizes`: the size
+    variables' values as the kernels take them (symbolic shapes: a call's "sizes" index it)."""
     return [(functools.partial(run_loop, c, functools.partial(run_calls, bind_calls(c["calls"], kernel, entries,
-                                                                                    read, write)), read, write),
+                                                                                    read, write, sizes)), read, write),
              (), f"tvmc_loop '{c['loop']}'") if "loop" in c else
-            (kernel(c["func"]), [entries[a] for a in c["args"]], c["func"])
+            (kernel(c["func"]), [entries[a] for a in c["args"]] + [sizes[k] for k in c.get("sizes", ())], c["func"])
             for c in calls]
 
 

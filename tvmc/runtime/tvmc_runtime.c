@@ -9,6 +9,16 @@
  * graph entry `tvmc_graph_run` touches a buffer. mod.json is not read: the description is the
  * plan the kernels were compiled for.
  *
+ * Symbolic shapes (a description with "size_vars"): each storage holds its tensor at the bound
+ * shape, so nothing is allocated at run time. tvmc_model_set_input binds the size variables from
+ * the input's shape (a dimension that is a variable takes its value after a check against the
+ * variable's range; a constant one must match); tvmc_model_run evaluates every entry's
+ * "sym_shape" (postfix programs, tvmc.graph.symbolic.to_postfix), checks that the inputs agree
+ * on the variables and that every shape fits its storage, and passes the variables' values to the
+ * graph entry after the data entries (pointers[num_entries]); outputs come at their run-time shape.
+ * This code is compiled only with -DTVMC_SYMBOLIC_SHAPES (the backends define it for such
+ * models), so the C API of a static model is compiled from the same code as before.
+ *
  * Platform: with libc (the default) memory comes from malloc/free and files from stdio. Define
  * TVMC_RUNTIME_NO_FILES for a libc without files (wasm32 with wasi-libc: malloc and string
  * functions, no stdio, so the module imports nothing), or TVMC_RUNTIME_NO_LIBC (no libc at all)
@@ -39,6 +49,9 @@ static void tvmc_platform_free(void *ptr) { free(ptr); }
 
 #define MAX_JSON_DEPTH 64
 #define MAX_NDIM 32
+#ifdef TVMC_SYMBOLIC_SHAPES
+#define MAX_SHAPE_STACK 64
+#endif
 
 /* ------------------------------------------------------------------------------------------
  * Errors: a code and one line of text (the message of the last failed call). */
@@ -405,13 +418,30 @@ typedef struct {
   int32_t ndim;
   int64_t *shape;
   uint64_t nbytes;
+#ifdef TVMC_SYMBOLIC_SHAPES
+  int64_t sym;      /* symbolic shapes: the token of its "sym_shape", else -1 */
+  int64_t *cur;     /* the shape at run time (the bound when static); `shape` is the bound */
+  uint64_t cur_nbytes;
+#endif
 } entry_t;
 
 typedef struct {
   char *name;
   int64_t entry;
   int64_t shape_entry; /* an output with a run-time shape: the entry of its int64[ndim] shape; else -1 */
+#ifdef TVMC_SYMBOLIC_SHAPES
+  int64_t *given;      /* an input of symbolic shape: the shape set_input took (the bound before) */
+#endif
 } tensor_t;
+
+#ifdef TVMC_SYMBOLIC_SHAPES
+typedef struct {
+  char *name;
+  int64_t lo, hi;
+  int32_t set_by; /* the input whose shape gave its value, or -1 */
+} size_var_t;
+#endif
+
 
 struct tvmc_model {
   block *blocks;
@@ -421,6 +451,13 @@ struct tvmc_model {
   entry_t *entries;
   void **pointers; /* pointers[e]: the storage of entry e, what tvmc_graph_run takes */
   tensor_t *inputs, *outputs, *params;
+#ifdef TVMC_SYMBOLIC_SHAPES
+  const char *desc; /* the description and its tokens (sym_shape programs are read at run time) */
+  jtok *toks;
+  int32_t num_vars;
+  size_var_t *vars;
+  int64_t *sizes; /* the variables' values: pointers[num_entries], what the kernels take */
+#endif
 };
 
 static int bad_description(const char *what) {
@@ -459,6 +496,9 @@ static int read_tensors(const char *s, const jtok *toks, int64_t root, const cha
         (*out)[i].entry >= m->num_entries)
       return bad_description(key);
     (*out)[i].shape_entry = -1;
+#ifdef TVMC_SYMBOLIC_SHAPES
+    (*out)[i].given = m->entries[(*out)[i].entry].cur;
+#endif
     if ((e = j_get(s, toks, k, "shape_entry")) >= 0) {
       const entry_t *data = &m->entries[(*out)[i].entry], *shape;
       if (!j_uint(s, &toks[e], &(*out)[i].shape_entry) || (*out)[i].shape_entry >= m->num_entries)
@@ -475,6 +515,82 @@ static int read_tensors(const char *s, const jtok *toks, int64_t root, const cha
   return TVMC_OK;
 }
 
+#ifdef TVMC_SYMBOLIC_SHAPES
+/* Dimension token `t` of a sym_shape (an int, or a postfix program: ints, "$k" and operators)
+ * with the variables' current values into *out; 0 when malformed or a division by zero. */
+static int eval_dim(const tvmc_model *m, int64_t t, int64_t *out) {
+  const char *s = m->desc;
+  const jtok *toks = m->toks;
+  int64_t stack[MAX_SHAPE_STACK], k, i;
+  int depth = 0;
+  if (toks[t].type == J_NUM) return j_uint(s, &toks[t], out);
+  if (toks[t].type != J_ARR) return 0;
+  for (i = 0, k = t + 1; i < toks[t].size; i++, k = toks[k].next) {
+    const char *w = s + toks[k].start;
+    size_t len = toks[k].end - toks[k].start;
+    if (toks[k].type == J_NUM) {
+      if (depth == MAX_SHAPE_STACK || !j_uint(s, &toks[k], &stack[depth])) return 0;
+      depth++;
+    } else if (toks[k].type == J_STR && len >= 2 && w[0] == '$') {
+      int64_t v = 0;
+      size_t c;
+      for (c = 1; c < len; c++) {
+        if (w[c] < '0' || w[c] > '9' || v > m->num_vars) return 0;
+        v = v * 10 + (w[c] - '0');
+      }
+      if (v >= m->num_vars || depth == MAX_SHAPE_STACK) return 0;
+      stack[depth++] = m->sizes[v];
+    } else if (toks[k].type == J_STR && depth >= 2) {
+      int64_t b = stack[--depth], a = stack[depth - 1], r;
+      if (len == 1 && w[0] == '+') r = a + b;
+      else if (len == 1 && w[0] == '-') r = a - b;
+      else if (len == 1 && w[0] == '*') r = a * b;
+      else if ((len == 2 && w[0] == '/' && w[1] == '/') || (len == 1 && w[0] == '%')) {
+        int64_t q;
+        if (b == 0) return 0;
+        q = a / b;
+        if ((a % b != 0) && ((a < 0) != (b < 0))) q--; /* floor division */
+        r = w[0] == '%' ? a - q * b : q;
+      } else if (len == 3 && bytes_equal(w, "min", 3)) r = a < b ? a : b;
+      else if (len == 3 && bytes_equal(w, "max", 3)) r = a > b ? a : b;
+      else return 0;
+      stack[depth - 1] = r;
+    } else {
+      return 0;
+    }
+  }
+  if (depth != 1) return 0;
+  *out = stack[0];
+  return 1;
+}
+
+/* Every symbolic entry's run-time shape (cur, cur_nbytes) from the variables' values, each
+ * dimension checked against its bound (so every tensor fits its storage). */
+static int eval_shapes(tvmc_model *m) {
+  int64_t i, k, t;
+  for (i = 0; i < m->num_entries; i++) {
+    entry_t *e = &m->entries[i];
+    uint64_t nbytes = dtypes[e->dtype].size;
+    if (e->sym < 0) continue;
+    for (k = 0, t = e->sym + 1; k < e->ndim; k++, t = m->toks[t].next) {
+      int64_t d;
+      if (!eval_dim(m, t, &d) || d < 0 || d > e->shape[k]) {
+        fail(TVMC_ERR_INPUT, "the shape of data entry ", NULL, NULL);
+        err_u64((uint64_t)i);
+        err_str(" is outside its bound ");
+        err_dims(e->ndim, e->shape);
+        err_str(" at these sizes (a malformed description?)");
+        return TVMC_ERR_INPUT;
+      }
+      e->cur[k] = d;
+      nbytes *= (uint64_t)d;
+    }
+    e->cur_nbytes = nbytes;
+  }
+  return TVMC_OK;
+}
+#endif
+
 static int read_description(tvmc_model *m) {
   const char *s = tvmc_module_description;
   jtok *toks;
@@ -482,6 +598,29 @@ static int read_description(tvmc_model *m) {
   int rc;
   if (n < 0) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
   if (n == 0 || toks[0].type != J_OBJ) return bad_description("not a JSON object");
+#ifdef TVMC_SYMBOLIC_SHAPES
+  m->desc = s;
+  m->toks = toks;
+  if ((arr = j_get(s, toks, root, "size_vars")) >= 0) {
+    if (toks[arr].type != J_ARR || toks[arr].size > 0x7FFFFFFF) return bad_description("size_vars");
+    m->num_vars = (int32_t)toks[arr].size;
+    m->vars = (size_var_t *)alloc_in(&m->blocks, sizeof(size_var_t) * (size_t)(m->num_vars + 1), 8);
+    m->sizes = (int64_t *)alloc_in(&m->blocks, sizeof(int64_t) * (size_t)(m->num_vars + 1), 8);
+    if (!m->vars || !m->sizes) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+    for (i = 0, k = arr + 1; i < m->num_vars; i++, k = toks[k].next) {
+      size_var_t *v = &m->vars[i];
+      int64_t name = j_get(s, toks, k, "name"), lo = j_get(s, toks, k, "lo"), hi = j_get(s, toks, k, "hi");
+      if (name < 0 || toks[name].type != J_STR || lo < 0 || !j_uint(s, &toks[lo], &v->lo) || hi < 0 ||
+          !j_uint(s, &toks[hi], &v->hi) || v->lo > v->hi)
+        return bad_description("size_vars");
+      v->name = (char *)alloc_in(&m->blocks, toks[name].end - toks[name].start + 1, 1);
+      if (!v->name) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+      if (j_decode(s, &toks[name], v->name) < 0) return bad_description("size_vars");
+      v->set_by = -1;
+      m->sizes[i] = v->hi;
+    }
+  }
+#endif
 
   arr = j_get(s, toks, root, "storage_bytes");
   if (arr < 0 || toks[arr].type != J_ARR) return bad_description("storage_bytes");
@@ -511,10 +650,33 @@ static int read_description(tvmc_model *m) {
                     &e->nbytes);
     if (rc < 0) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
     if (!rc || e->nbytes > m->storage_bytes[e->storage_id]) return bad_description("entries");
+#ifdef TVMC_SYMBOLIC_SHAPES
+    e->cur = e->shape;
+    e->cur_nbytes = e->nbytes;
+    e->sym = j_get(s, toks, k, "sym_shape");
+    if (e->sym >= 0) {
+      if (!m->num_vars || toks[e->sym].type != J_ARR || toks[e->sym].size != e->ndim) return bad_description("entries");
+      e->cur = (int64_t *)alloc_in(&m->blocks, sizeof(int64_t) * (size_t)(e->ndim + 1), sizeof(int64_t));
+      if (!e->cur) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+    }
+#endif
   }
   if ((rc = read_tensors(s, toks, root, "inputs", m, &m->inputs, &m->num_inputs)) != TVMC_OK) return rc;
   if ((rc = read_tensors(s, toks, root, "outputs", m, &m->outputs, &m->num_outputs)) != TVMC_OK) return rc;
+#ifndef TVMC_SYMBOLIC_SHAPES
   return read_tensors(s, toks, root, "params", m, &m->params, &m->num_params);
+#else
+  if ((rc = read_tensors(s, toks, root, "params", m, &m->params, &m->num_params)) != TVMC_OK) return rc;
+  for (i = 0; i < m->num_inputs; i++) {
+    entry_t *e = &m->entries[m->inputs[i].entry];
+    if (e->sym < 0) continue;
+    m->inputs[i].given = (int64_t *)alloc_in(&m->blocks, sizeof(int64_t) * (size_t)(e->ndim + 1), sizeof(int64_t));
+    if (!m->inputs[i].given) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+    for (k = 0; k < e->ndim; k++) m->inputs[i].given[k] = e->shape[k];
+  }
+  if (m->num_vars && (rc = eval_shapes(m)) != TVMC_OK) return bad_description("sym_shape");
+  return TVMC_OK;
+#endif
 }
 
 static int params_error(const char *name, const char *what) {
@@ -628,6 +790,9 @@ int tvmc_model_create(const void *params, size_t params_size, tvmc_model **out) 
       }
     }
     for (i = 0; rc == TVMC_OK && i < m->num_entries; i++) m->pointers[i] = storage[m->entries[i].storage_id];
+#ifdef TVMC_SYMBOLIC_SHAPES
+    if (rc == TVMC_OK) m->pointers[m->num_entries] = m->sizes; /* the size variables, after the data entries */
+#endif
   }
   if (rc == TVMC_OK) rc = load_params(m, (const unsigned char *)params, params_size);
   if (rc != TVMC_OK) {
@@ -706,6 +871,150 @@ int tvmc_model_output_info(const tvmc_model *model, int32_t index, tvmc_tensor_i
                      "tvmc_model_output_info");
 }
 
+#ifdef TVMC_SYMBOLIC_SHAPES
+/* The variable that dimension token `tok` of a sym_shape is (the program ["$k"]), else -1. */
+static int64_t dim_var(const tvmc_model *m, int64_t tok) {
+  const jtok *t = &m->toks[tok];
+  const char *w;
+  size_t n, p;
+  int64_t var = 0;
+  if (t->type != J_ARR || t->size != 1 || t[1].type != J_STR) return -1;
+  w = m->desc + t[1].start;
+  n = t[1].end - t[1].start;
+  if (n < 2 || w[0] != '$') return -1;
+  for (p = 1; p < n; p++) {
+    if (w[p] < '0' || w[p] > '9' || var > m->num_vars) return -1;
+    var = var * 10 + (w[p] - '0');
+  }
+  return var < m->num_vars ? var : -1;
+}
+
+static void err_var(const size_var_t *v) {
+  err_strn(v->name, 64);
+  err_str(" in ");
+  err_u64((uint64_t)v->lo);
+  err_str("..");
+  err_u64((uint64_t)v->hi);
+}
+
+/* set_input of input `i` whose shape is symbolic: dtype and rank as compiled, each dimension
+ * that is a variable within the variable's range (it binds the variable), a constant one equal,
+ * the bytes those of the shape; a dimension that is an expression is checked at run. */
+static int set_symbolic_input(tvmc_model *m, int32_t i, const char *dtype, const int64_t *shape, int32_t ndim,
+                              const void *data, size_t nbytes) {
+  tensor_t *t = &m->inputs[i];
+  const entry_t *e = &m->entries[t->entry];
+  const jtok *toks = m->toks;
+  uint64_t need = dtypes[e->dtype].size;
+  int64_t k, tok;
+  if (ndim != e->ndim || cstr_len(dtype) != cstr_len(dtypes[e->dtype].name) ||
+      !bytes_equal(dtype, dtypes[e->dtype].name, cstr_len(dtype))) {
+    fail(TVMC_ERR_INPUT, "input '", NULL, NULL);
+    err_strn(t->name, 64);
+    err_str("': expected ");
+    err_str(dtypes[e->dtype].name);
+    err_str(" of ");
+    err_u64((uint64_t)e->ndim);
+    err_str(" dimensions, got ");
+    err_strn(dtype, 16);
+    err_str(" of ");
+    err_u64((uint64_t)(ndim < 0 ? 0 : ndim));
+    return TVMC_ERR_INPUT;
+  }
+  for (k = 0, tok = e->sym + 1; k < ndim; k++, tok = toks[tok].next) {
+    int64_t d = shape[k], c = 0, var = dim_var(m, tok);
+    if (var >= 0) {
+      const size_var_t *v = &m->vars[var];
+      if (d < v->lo || d > v->hi) {
+        fail(TVMC_ERR_INPUT, "input '", NULL, NULL);
+        err_strn(t->name, 64);
+        err_str("': dimension ");
+        err_u64((uint64_t)k);
+        err_str(" is ");
+        if (d < 0) { err_str("-"); err_u64((uint64_t)(-(d + 1)) + 1); } else err_u64((uint64_t)d);
+        err_str(", outside the range of ");
+        err_var(v);
+        err_str(" the model was compiled for");
+        return TVMC_ERR_INPUT;
+      }
+    } else if (toks[tok].type == J_NUM && (!j_uint(m->desc, &toks[tok], &c) || d != c)) {
+      fail(TVMC_ERR_INPUT, "input '", NULL, NULL);
+      err_strn(t->name, 64);
+      err_str("': dimension ");
+      err_u64((uint64_t)k);
+      err_str(" must be ");
+      err_u64((uint64_t)c);
+      err_str(", got ");
+      err_dims(ndim, shape);
+      return TVMC_ERR_INPUT;
+    }
+    if (d < 0 || d > e->shape[k]) return fail(TVMC_ERR_INPUT, "input '", t->name, "': a dimension is outside its bound");
+    need *= (uint64_t)d;
+  }
+  if ((uint64_t)nbytes != need) {
+    fail(TVMC_ERR_INPUT, "input '", NULL, NULL);
+    err_strn(t->name, 64);
+    err_str("': shape ");
+    err_dims(ndim, shape);
+    err_str(" is ");
+    err_u64(need);
+    err_str(" bytes, got ");
+    err_u64((uint64_t)nbytes);
+    return TVMC_ERR_INPUT;
+  }
+  for (k = 0, tok = e->sym + 1; k < ndim; k++, tok = toks[tok].next) {
+    int64_t var = dim_var(m, tok);
+    t->given[k] = shape[k];
+    if (var >= 0) {
+      m->sizes[var] = shape[k];
+      m->vars[var].set_by = i;
+    }
+  }
+  if (nbytes) memcpy(m->pointers[t->entry], data, nbytes);
+  return TVMC_OK;
+}
+
+/* Before a run of a model with symbolic shapes: every shape evaluated at the variables' values,
+ * and each input's shape as set equal to its evaluated shape (inputs sharing a variable agree). */
+static int bind_shapes(tvmc_model *m) {
+  int32_t i;
+  int64_t k, tok;
+  int rc = eval_shapes(m);
+  if (rc != TVMC_OK) return rc;
+  for (i = 0; i < m->num_inputs; i++) {
+    const tensor_t *t = &m->inputs[i];
+    const entry_t *e = &m->entries[t->entry];
+    if (e->sym < 0) continue;
+    for (k = 0, tok = e->sym + 1; k < e->ndim; k++, tok = m->toks[tok].next) {
+      int64_t var = dim_var(m, tok);
+      if (t->given[k] == e->cur[k]) continue;
+      fail(TVMC_ERR_INPUT, "input '", NULL, NULL);
+      err_strn(t->name, 64);
+      err_str("': dimension ");
+      err_u64((uint64_t)k);
+      err_str(" is ");
+      err_u64((uint64_t)t->given[k]);
+      if (var >= 0) {
+        err_str(", but ");
+        err_strn(m->vars[var].name, 64);
+        err_str(" is ");
+        err_u64((uint64_t)m->sizes[var]);
+        if (m->vars[var].set_by >= 0) {
+          err_str(" (from input '");
+          err_strn(m->inputs[m->vars[var].set_by].name, 64);
+          err_str("')");
+        }
+      } else {
+        err_str(", but the other inputs' sizes make it ");
+        err_u64((uint64_t)e->cur[k]);
+      }
+      return TVMC_ERR_INPUT;
+    }
+  }
+  return TVMC_OK;
+}
+#endif
+
 int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype, const int64_t *shape,
                          int32_t ndim, const void *data, size_t nbytes) {
   int32_t i, k;
@@ -726,6 +1035,9 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
     err_str("'");
     return TVMC_ERR_ARGUMENT;
   }
+#ifdef TVMC_SYMBOLIC_SHAPES
+  if (e->sym >= 0) return set_symbolic_input(model, i, dtype, shape, ndim, data, nbytes);
+#endif
   ok = ndim == e->ndim && cstr_len(dtype) == cstr_len(dtypes[e->dtype].name) &&
        bytes_equal(dtype, dtypes[e->dtype].name, cstr_len(dtype)) && (uint64_t)nbytes == e->nbytes;
   for (k = 0; ok && k < ndim; k++) ok = shape[k] == e->shape[k];
@@ -749,6 +1061,12 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
 
 int tvmc_model_run(tvmc_model *model) {
   if (!model) return fail(TVMC_ERR_ARGUMENT, "tvmc_model_run: model is NULL", NULL, NULL);
+#ifdef TVMC_SYMBOLIC_SHAPES
+  if (model->num_vars) {
+    int rc = bind_shapes(model);
+    if (rc != TVMC_OK) return rc;
+  }
+#endif
   tvmc_graph_run((void *const *)model->pointers);
   return TVMC_OK;
 }
@@ -759,7 +1077,11 @@ void *const *tvmc_model_entries(const tvmc_model *model) { return model ? (void 
  * checked against the bound (a kernel wrote it). */
 static int run_time_shape(const tvmc_model *m, const tensor_t *t, int64_t *shape, uint64_t *nbytes) {
   const entry_t *e = &m->entries[t->entry];
+#ifdef TVMC_SYMBOLIC_SHAPES
+  const int64_t *dims = t->shape_entry < 0 ? e->cur : (const int64_t *)m->pointers[t->shape_entry];
+#else
   const int64_t *dims = t->shape_entry < 0 ? e->shape : (const int64_t *)m->pointers[t->shape_entry];
+#endif
   int32_t k;
   *nbytes = dtypes[e->dtype].size;
   for (k = 0; k < e->ndim; k++) {

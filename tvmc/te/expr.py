@@ -30,9 +30,18 @@ def const(value, dtype: str | None = None) -> "PrimExpr":
 
 def _wrap(x, like: "PrimExpr | None" = None) -> "PrimExpr":
     if isinstance(x, PrimExpr):
+        if like is not None and x.dtype == INDEX and is_float(like.dtype) and not isinstance(x, IntImm):
+            return Cast(like.dtype, x)  # a symbolic element count in float arithmetic (a mean's divisor)
         return x
     if hasattr(x, "var") and isinstance(x.var, PrimExpr):  # an IterVar stands for its variable
         return x.var
+    if type(x).__name__ == "SymExpr":  # a graph shape expression, inside extent.bind_graph_vars
+        from tvmc.te.extent import from_graph
+
+        x = from_graph(x)
+        x = x if isinstance(x, PrimExpr) else IntImm(int(x), INDEX)
+        # an element count in float arithmetic (a mean's divisor): the value as the other operand's type
+        return Cast(like.dtype, x) if like is not None and is_float(like.dtype) else x
     if like is not None and isinstance(x, (int, float)) and not isinstance(x, bool):
         if is_float(like.dtype):
             return FloatImm(float(x), like.dtype)

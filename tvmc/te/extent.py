@@ -7,7 +7,66 @@ arith::Analyzer on tir.SizeVar shapes).
 
 from __future__ import annotations
 
-from tvmc.te.expr import INDEX, IntImm, PrimExpr, SizeVar, evaluate_int, walk
+import contextlib
+import contextvars
+
+from tvmc.te.expr import INDEX, BinOp, IntImm, PrimExpr, SizeVar, evaluate_int, walk
+
+# {graph size variable name: te.SizeVar} while a fused function with symbolic shapes is lowered
+# (bind_graph_vars); graph SymExprs met as extents or operands become expressions of these
+_GRAPH_VARS: contextvars.ContextVar = contextvars.ContextVar("tvmc_graph_size_vars", default=None)
+
+
+@contextlib.contextmanager
+def bind_graph_vars(variables: dict):
+    """Within the block, a graph shape expression (tvmc.graph.symbolic.SymExpr) used as an extent
+    (te.placeholder / te.compute shapes, IterVar extents) or as an operand of a te expression is
+    the int64 te expression of the SizeVars `variables` ({graph variable name: te.SizeVar}), so
+    op computes written for static shapes take the graph's symbolic types unchanged."""
+    token = _GRAPH_VARS.set(dict(variables))
+    try:
+        yield
+    finally:
+        _GRAPH_VARS.reset(token)
+
+
+def graph_vars() -> dict | None:
+    """The binding of bind_graph_vars in force ({graph variable name: te.SizeVar}), or None."""
+    return _GRAPH_VARS.get()
+
+
+def from_graph(x):
+    """The te form of graph dimension `x`: an int stays an int; a SymExpr (canonical polynomial
+    over SizeVars and floordiv / floormod / min / max atoms) becomes the int64 expression over the
+    bound SizeVars (bind_graph_vars), simplified. Raises TypeError outside a binding or for a
+    variable the binding lacks."""
+    from tvmc.graph import symbolic
+
+    if not isinstance(x, symbolic.SymExpr):
+        return x
+    variables = _GRAPH_VARS.get()
+    if variables is None:
+        raise TypeError(f"symbolic extent {x} outside a binding of its size variables (bind_graph_vars)")
+
+    def conv(v):
+        if isinstance(v, int):
+            return IntImm(v)
+        total = None
+        for mono, c in v.terms:
+            term = IntImm(c) if (not mono or c != 1) else None
+            for atom in mono:
+                if isinstance(atom, symbolic.SizeVar):
+                    if atom.name not in variables:
+                        raise TypeError(f"symbolic extent {x}: no kernel variable for {atom.name}")
+                    f = variables[atom.name]
+                else:
+                    a, b = (conv(arg) for arg in atom.args)
+                    f = BinOp(atom.op, a, b)
+                term = f if term is None else term * f
+            total = term if total is None else total + term
+        return total
+
+    return as_extent(conv(x))
 
 
 def _simplifier():
@@ -22,6 +81,10 @@ def as_extent(x):
     constant), else the simplified int64 expression. Raises TypeError for another dtype."""
     if isinstance(x, IntImm):
         return x.value
+    if _GRAPH_VARS.get() is not None and type(x).__name__ == "SymExpr":
+        x = from_graph(x)
+        if not isinstance(x, PrimExpr):
+            return int(x)
     if isinstance(x, PrimExpr):
         if x.dtype != INDEX:
             raise TypeError(f"extent {x!r} is {x.dtype}, not {INDEX}")

@@ -1,0 +1,202 @@
+"""Symbolic shapes end to end on this host's x86 CPU (issue 29): a model is compiled once for a
+range of a dimension and run at five sizes in it (1, an odd size, one that is not a multiple of
+16, a multiple of 16, the upper bound), each matching onnxruntime: a BERT-style encoder layer
+(sequence 1..64: Gather, Slice of positions, MatMul, Add, Softmax, LayerNormalization, erf GELU,
+a pooler) and a small CNN (batch 1..8: Conv + Relu, strided Conv, GlobalAveragePool, Flatten,
+Gemm). Float32 outputs match within rtol 1e-4, atol 1e-5 (sums of at most 64 products of unit
+normal values). Also the range check at set_input, inputs that disagree on a variable, the
+metadata and module description of a range artifact, a fixed-shape artifact's hint, and the
+clear stops (another target, an op whose schedule does not take symbolic extents)."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.frontend.test_symbolic_shapes import bert_model, cnn_model
+from tvmc.cli import cli
+from tvmc.driver import CompileOptions, compile_model, extract_tasks
+from tvmc.errors import InputError, ScheduleError
+from tvmc.package import load_artifact, save_artifact
+from tvmc.runtime.cpu import GraphExecutor
+from tvmc.target import resolve_target
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+SEQ_SIZES = [1, 7, 17, 32, 64]
+BATCH_SIZES = [1, 2, 3, 5, 8]
+
+
+def small_cnn():
+    """[N, 3, 16, 16] -> Conv 8 + bias + Relu -> Conv 16 stride 2 + Relu -> GlobalAveragePool ->
+    Flatten -> Gemm 10."""
+    r = np.random.default_rng(29)
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+             n("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]), n("Relu", ["c2"], ["r2"]),
+             n("GlobalAveragePool", ["r2"], ["gp"]), n("Flatten", ["gp"], ["f"]),
+             n("Gemm", ["f", "wf", "bf"], ["y"], transB=1)]
+    inits = {"w1": (8, 3, 3, 3), "b1": (8,), "w2": (16, 8, 3, 3), "wf": (10, 16), "bf": (10,)}
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+                          [numpy_helper.from_array(r.standard_normal(s).astype(np.float32), k)
+                           for k, s in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    model = bert_model()
+    options = CompileOptions(input_shapes={"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]})
+    path = save_artifact(compile_model(model, resolve_target("native"), options),
+                         tmp_path_factory.mktemp("sym") / "encoder.tar")
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    model = small_cnn()
+    path = save_artifact(compile_model(model, resolve_target("native"), CompileOptions(dim_ranges={"N": (1, 8)})),
+                         tmp_path_factory.mktemp("sym") / "cnn.tar")
+    return model, path
+
+
+def encoder_feeds(seq: int) -> dict:
+    r = np.random.default_rng(seq)
+    mask = np.ones((1, seq), np.int64)
+    mask[0, seq // 2 + 1:] = 0  # padding at the end: the extended mask reaches the softmax
+    return {"input_ids": r.integers(0, 50, (1, seq)).astype(np.int64), "attention_mask": mask}
+
+
+def check_sizes(model, path, feeds_of, sizes):
+    ex = GraphExecutor(path)  # one executor, one artifact, every size
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for size in sizes:
+        feeds = feeds_of(size)
+        for name, value in feeds.items():
+            ex.set_input(name, value)
+        ex.run()
+        for k, ref in enumerate(session.run(None, feeds)):
+            got = ex.get_output(k)
+            assert got.shape == ref.shape, (size, k)
+            np.testing.assert_allclose(got, ref, err_msg=f"output {k} at size {size}", **TOL)
+
+
+def test_encoder_one_artifact_every_sequence_length(encoder):
+    check_sizes(*encoder, encoder_feeds, SEQ_SIZES)
+
+
+def test_cnn_one_artifact_every_batch(cnn):
+    r = np.random.default_rng(3)
+    check_sizes(*cnn, lambda n: {"x": r.standard_normal((n, 3, 16, 16)).astype(np.float32)}, BATCH_SIZES)
+
+
+@pytest.mark.parametrize("seq", [0, 65])
+def test_a_size_outside_the_range_is_refused_naming_input_dimension_value_and_range(encoder, seq):
+    ex = GraphExecutor(encoder[1])
+    with pytest.raises(InputError, match=rf"^input 'input_ids': dimension 1 is {seq}, outside the range of "
+                                         r"seq in 1\.\.64 the model was compiled for$"):
+        ex.set_input("input_ids", np.zeros((1, seq), np.int64))
+
+
+def test_inputs_that_disagree_on_a_variable_are_refused_at_run(encoder):
+    ex = GraphExecutor(encoder[1])
+    ex.set_input("input_ids", np.zeros((1, 7), np.int64))
+    ex.set_input("attention_mask", np.ones((1, 5), np.int64))
+    with pytest.raises(InputError, match=r"^input 'input_ids': dimension 1 is 7, but seq is 5 \(from input "
+                                         r"'attention_mask'\)$"):
+        ex.run()
+    with pytest.raises(InputError, match=r"expected int64 of 2 dimensions, got int64 of shape \[7\]"):
+        ex.set_input("input_ids", np.zeros(7, np.int64))
+
+
+def test_metadata_and_description_show_the_ranges(encoder, cnn):
+    art = load_artifact(encoder[1])
+    assert art.metadata["size_vars"] == [{"name": "seq", "range": "1..64"}]
+    ids = art.metadata["inputs"][0]
+    assert ids["symbolic_shape"] == [1, "seq"] and ids["shape"] == [1, 64]
+    assert art.metadata["outputs"][0]["symbolic_shape"] == [1, "seq", 16]
+    assert "symbolic_shape" not in art.metadata["outputs"][1]  # the pooled output is static
+    assert art.description["size_vars"] == [{"name": "seq", "lo": 1, "hi": 64}]
+    assert all(c.get("sizes") in (None, [0]) for c in art.description["calls"])
+    assert any(c.get("sizes") == [0] for c in art.description["calls"])
+    art = load_artifact(cnn[1])
+    assert art.metadata["size_vars"] == [{"name": "N", "range": "1..8"}]
+    # storage planned for the upper bound: no more than the static plan at N = 8
+    static = compile_model(small_cnn(), resolve_target("native"), CompileOptions(input_shapes={"x": [8, 3, 16, 16]}))
+    assert 0 < art.metadata["planned_activation_bytes"] <= static.metadata["planned_activation_bytes"]
+
+
+def test_the_c_runner_runs_a_size_of_the_range_and_refuses_one_outside(encoder, tmp_path):
+    model, path = encoder
+    r = CliRunner().invoke(cli, ["build-runner", str(path), "-o", str(tmp_path / "tvmc_run")])
+    assert r.exit_code == 0, r.output
+    with tarfile.open(path) as tf:
+        tf.extractall(tmp_path, members=[tf.getmember("mod.so"), tf.getmember("mod.params")])
+    feeds = encoder_feeds(9)
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    run = [str(tmp_path / "tvmc_run"), "-p", "mod.params", "-i", "input_ids=input_ids.npy",
+           "-i", "attention_mask=attention_mask.npy"]
+    subprocess.run(run + ["-o", "last_hidden=out.npy"], cwd=tmp_path, check=True, capture_output=True)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, **TOL)
+    np.save(tmp_path / "input_ids.npy", np.zeros((1, 65), np.int64))
+    res = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode != 0
+    assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64" in res.stderr
+
+
+def test_profile_runs_the_kernels_at_the_bound_sizes(encoder):
+    """profile calls the kernels one by one with the size arguments of the inputs set."""
+    model, path = encoder
+    ex, feeds = GraphExecutor(path), encoder_feeds(11)
+    for name, value in feeds.items():
+        ex.set_input(name, value)
+    assert len(ex.profile(2)) > 5
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(ex.get_output(0), want, **TOL)
+
+
+def test_inspect_shows_the_size_variables(encoder):
+    r = CliRunner().invoke(cli, ["inspect", str(encoder[1])])
+    assert r.exit_code == 0, r.output
+    assert "size variables seq in 1..64; inputs input_ids:[1,seq] attention_mask:[1,seq]" in r.output
+
+
+def test_tuning_a_range_stops_before_lowering():
+    with pytest.raises(ScheduleError, match=r"symbolic compilation reaches the graph IR but not tuning yet"):
+        extract_tasks(small_cnn(), resolve_target("native"), CompileOptions(dim_ranges={"N": (1, 8)}))
+
+
+def test_a_fixed_shape_artifact_says_so_and_how_to_compile_a_range(tmp_path):
+    model = small_cnn()
+    options = CompileOptions(input_shapes={"x": [2, 3, 16, 16]})
+    path = save_artifact(compile_model(model, resolve_target("native"), options), tmp_path / "fixed.tar")
+    ex = GraphExecutor(path)
+    with pytest.raises(InputError, match=r"expected shape \[2,3,16,16\] float32, got \[5,3,16,16\] float32; the "
+                                         r"artifact is fixed-shape: compile it for a range of sizes to run others, "
+                                         r"e\.g\. --input-shapes \"x:\[1\.\.5,3,16,16\]\""):
+        ex.set_input("x", np.zeros((5, 3, 16, 16), np.float32))
+
+
+def test_other_targets_stop_before_lowering_naming_the_target():
+    with pytest.raises(ScheduleError, match=r"not code generation for target 'arm' yet \(x86 only\)"):
+        compile_model(small_cnn(), resolve_target("arm"), CompileOptions(dim_ranges={"N": (1, 8)}))
+
+
+def test_an_op_without_a_symbolic_schedule_stops_naming_the_op():
+    with pytest.raises(ScheduleError, match=r"^kernel fused_nn_max_pool2d\w* \(nn\.max_pool2d of node 'p1'\) does not "
+                                           r"compile with symbolic extents \(.*H in 8\.\.32.*\) yet: .*compile one "
+                                           r"size per artifact$"):
+        compile_model(cnn_model(), resolve_target("native"), CompileOptions(dim_ranges={"N": (1, 4), "H": (8, 32),
+                                                                                        "W": (8, 32)}))
