@@ -278,9 +278,12 @@ def pass_pipeline(options: CompileOptions) -> tuple:
 
 
 def symbolic_compiles_for(target: Target) -> bool:
-    """Whether models with symbolic shapes compile for `target`: x86 CPUs (the C API binds the
-    size variables; the other targets' executors do not yet)."""
-    return target.runtime == "cpu" and target.triple.startswith("x86_64")
+    """Whether models with symbolic shapes compile for `target`: the CPU targets of the LLVM
+    backends (x86-64 and aarch64 shared objects, wasm32 modules), whose C API binds the size
+    variables (tvmc_runtime.c with -DTVMC_SYMBOLIC_SHAPES) for every executor that drives it
+    (ctypes, the C runner under an emulator, wasmtime, tvmc.js). OpenCL and CUDA do not yet: their
+    executors launch the kernels from the host and do not pass size arguments."""
+    return target.runtime in ("cpu", "wasm") and target.codegen == "llvm"
 
 
 def _meta_shape(shape) -> dict:
@@ -319,7 +322,7 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     sizes = {v.name: v.hi for v in size_vars}
     one_size = " ".join(f"{v.name}:[{','.join(str(symbolic.substitute(d, sizes)) for d in v.shape)}]"
                         for v in graph.inputs)
-    where = f"{stage} yet" if target is None else f"{stage} for target '{target.name}' yet (x86 only)"
+    where = f"{stage} yet" if target is None else f"{stage} for target '{target.name}' yet (CPU and wasm targets only)"
     why = (f"symbolic compilation reaches the graph IR but not {where}; compile one size per "
            f"artifact instead, e.g. --input-shapes \"{one_size}\"{' (without --dim-range)' if dim_ranges else ''}")
     note = ""

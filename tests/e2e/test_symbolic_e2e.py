@@ -1,12 +1,14 @@
-"""Symbolic shapes end to end on this host's x86 CPU (issue 29): a model is compiled once for a
-range of a dimension and run at five sizes in it (1, an odd size, one that is not a multiple of
+"""Symbolic shapes end to end (issue 29) on this host's x86 CPU, on arm (aarch64 under qemu-user,
+through the C runner) and on wasm (wasmtime): a model is compiled once for a range of a dimension
+and run at five sizes in it (1, an odd size, one that is not a multiple of
 16, a multiple of 16, the upper bound), each matching onnxruntime: a BERT-style encoder layer
 (sequence 1..64: Gather, Slice of positions, MatMul, Add, Softmax, LayerNormalization, erf GELU,
 a pooler) and a small CNN (batch 1..8: Conv + Relu, strided Conv, GlobalAveragePool, Flatten,
 Gemm). Float32 outputs match within rtol 1e-4, atol 1e-5 (sums of at most 64 products of unit
 normal values). Also the range check at set_input, inputs that disagree on a variable, the
 metadata and module description of a range artifact, a fixed-shape artifact's hint, and the
-clear stops (another target, an op whose schedule does not take symbolic extents)."""
+clear stops (OpenCL and CUDA, an op whose schedule does not take symbolic extents). The arm and
+wasm cases skip naming what is missing (qemu-user and the cross compiler; wasmtime and clang)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from tests.frontend.test_symbolic_shapes import bert_model, cnn_model
 from tvmc.cli import cli
 from tvmc.driver import CompileOptions, compile_model, extract_tasks
 from tvmc.errors import InputError, ScheduleError
+from tests.targets import require
 from tvmc.package import load_artifact, save_artifact
+from tvmc.runtime import create_executor
 from tvmc.runtime.cpu import GraphExecutor
 from tvmc.target import resolve_target
 
@@ -77,8 +81,8 @@ def encoder_feeds(seq: int) -> dict:
     return {"input_ids": r.integers(0, 50, (1, seq)).astype(np.int64), "attention_mask": mask}
 
 
-def check_sizes(model, path, feeds_of, sizes):
-    ex = GraphExecutor(path)  # one executor, one artifact, every size
+def check_sizes(model, path, feeds_of, sizes, executor=GraphExecutor):
+    ex = executor(path)  # one executor, one artifact, every size
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for size in sizes:
         feeds = feeds_of(size)
@@ -189,9 +193,13 @@ def test_a_fixed_shape_artifact_says_so_and_how_to_compile_a_range(tmp_path):
         ex.set_input("x", np.zeros((5, 3, 16, 16), np.float32))
 
 
-def test_other_targets_stop_before_lowering_naming_the_target():
-    with pytest.raises(ScheduleError, match=r"not code generation for target 'arm' yet \(x86 only\)"):
-        compile_model(small_cnn(), resolve_target("arm"), CompileOptions(dim_ranges={"N": (1, 8)}))
+@pytest.mark.parametrize("target", ["opencl", "cuda"])
+def test_gpu_targets_stop_before_lowering_naming_the_target(target):
+    """OpenCL and CUDA executors launch the kernels from the host without size arguments yet."""
+    with pytest.raises(ScheduleError, match=rf"not code generation for target '{target}' yet \(CPU and wasm targets "
+                                            r"only\); compile one size per artifact instead, e\.g\. "
+                                            r"--input-shapes \"x:\[8,3,16,16\]\" \(without --dim-range\)$"):
+        compile_model(small_cnn(), resolve_target(target), CompileOptions(dim_ranges={"N": (1, 8)}))
 
 
 def test_an_op_without_a_symbolic_schedule_stops_naming_the_op():
@@ -200,3 +208,73 @@ def test_an_op_without_a_symbolic_schedule_stops_naming_the_op():
                                            r"size per artifact$"):
         compile_model(cnn_model(), resolve_target("native"), CompileOptions(dim_ranges={"N": (1, 4), "H": (8, 32),
                                                                                         "W": (8, 32)}))
+
+
+# --- arm (aarch64 under qemu-user, the C runner) and wasm (wasmtime) -----------------------------
+
+@pytest.fixture(scope="module", params=["arm", "wasm"])
+def ported(request, tmp_path_factory):
+    """(target name, encoder (model, path), cnn (model, path)) compiled for arm or wasm; skips
+    naming the missing emulator, compiler or engine."""
+    target = require(request.param).target
+    folder = tmp_path_factory.mktemp(f"sym-{request.param}")
+    enc = bert_model()
+    options = CompileOptions(input_shapes={"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]})
+    enc_path = save_artifact(compile_model(enc, target, options), folder / "encoder.tar")
+    cnn = small_cnn()
+    cnn_path = save_artifact(compile_model(cnn, target, CompileOptions(dim_ranges={"N": (1, 8)})), folder / "cnn.tar")
+    return request.param, (enc, enc_path), (cnn, cnn_path)
+
+
+def test_ported_encoder_one_artifact_every_sequence_length(ported):
+    check_sizes(*ported[1], encoder_feeds, SEQ_SIZES, create_executor)
+
+
+def test_ported_cnn_one_artifact_every_batch(ported):
+    r = np.random.default_rng(3)
+    check_sizes(*ported[2], lambda n: {"x": r.standard_normal((n, 3, 16, 16)).astype(np.float32)}, BATCH_SIZES,
+                create_executor)
+
+
+@pytest.mark.parametrize("seq", [0, 65])
+def test_ported_size_outside_the_range_is_refused_naming_input_dimension_value_and_range(ported, seq):
+    """wasm refuses at set_input (the C API in the module); arm at run, where the C runner's
+    set_input refuses it (exit 3, an InputError)."""
+    ex = create_executor(ported[1][1])
+    with pytest.raises(InputError, match=rf"input 'input_ids': dimension 1 is {seq}, outside the range of seq in "
+                                         r"1\.\.64 the model was compiled for$"):
+        ex.set_input("input_ids", np.zeros((1, seq), np.int64))
+        ex.set_input("attention_mask", np.ones((1, 1), np.int64))
+        ex.run()
+    # a size in range still runs on the same executor afterwards
+    feeds = encoder_feeds(5)
+    for name, value in feeds.items():
+        ex.set_input(name, value)
+    ex.run()
+    assert ex.get_output(0).shape == (1, 5, 16)
+
+
+def test_ported_inputs_that_disagree_on_a_variable_are_refused_at_run(ported):
+    ex = create_executor(ported[1][1])
+    ex.set_input("input_ids", np.zeros((1, 7), np.int64))
+    ex.set_input("attention_mask", np.ones((1, 5), np.int64))
+    with pytest.raises(InputError, match=r"input 'input_ids': dimension 1 is 7, but seq is 5 \(from input "
+                                         r"'attention_mask'\)$"):
+        ex.run()
+    with pytest.raises(InputError, match=r"expected int64 of 2 dimensions, got int64 of shape \[7\]"):
+        ex.set_input("input_ids", np.zeros(7, np.int64))
+
+
+def test_wasm_profile_passes_the_kernels_their_size_arguments(tmp_path):
+    """profile calls the module's kernels one by one with the size arguments of the inputs set
+    (the C runner under emulation times whole runs only)."""
+    target = require("wasm").target
+    model = bert_model()
+    options = CompileOptions(input_shapes={"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]})
+    ex = create_executor(save_artifact(compile_model(model, target, options), tmp_path / "encoder.tar"))
+    feeds = encoder_feeds(11)
+    for name, value in feeds.items():
+        ex.set_input(name, value)
+    assert len(ex.profile(1)) > 5
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(ex.get_output(0), want, **TOL)

@@ -29,7 +29,8 @@ import numpy as np
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, load_artifact
 from tvmc.runtime.executor import (ALIGNMENT_BYTES, CApiExecutor, bind_calls, check_host, checked_input,
-                                   kernel_names, load_library, output_position, params_blob, profile_calls)
+                                   checked_symbolic_input, kernel_names, load_library, output_position,
+                                   params_blob, profile_calls, symbolic_inputs)
 
 GUARD_PAGES_ENV = "TVMC_GUARD_PAGES"
 TVMC_ERR_INPUT = 3  # tvmc_kernels.h
@@ -139,8 +140,7 @@ class GraphExecutor(CApiExecutor):
         self._entries = api["tvmc_model_entries"](model)
         desc = artifact.description
         # symbolic shapes: {input name: its sym_shape}; the C API binds the size variables
-        self._symbolic = {i["name"]: desc["entries"][i["entry"]]["sym_shape"] for i in desc["inputs"]
-                          if "sym_shape" in desc["entries"][i["entry"]]}
+        self._symbolic = symbolic_inputs(desc)
         self.size_vars = [(v["name"], v["lo"], v["hi"]) for v in desc.get("size_vars", ())]
         self._guarded = self._move_between_guard_pages() if os.environ.get(GUARD_PAGES_ENV) == "1" else None
 
@@ -185,11 +185,7 @@ class GraphExecutor(CApiExecutor):
         them and names the input, the dimension, its value and the range).
         """
         if name in self._symbolic:
-            shape, dtype = self._inputs[name][:2]
-            src = np.ascontiguousarray(array)
-            if src.dtype != np.dtype(dtype) or src.ndim != len(shape):
-                raise InputError(f"input '{name}': expected {np.dtype(dtype).name} of {len(shape)} dimensions, got "
-                                 f"{src.dtype.name} of shape [{','.join(map(str, src.shape))}]")
+            src = checked_symbolic_input(name, array, *self._inputs[name][:2])
             name_c, dtype_c = self._inputs[name][2:4]
             self._check(self._api["tvmc_model_set_input"](self._model, name_c, dtype_c,
                                                           (ctypes.c_int64 * max(src.ndim, 1))(*src.shape), src.ndim,

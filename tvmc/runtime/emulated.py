@@ -14,6 +14,7 @@ ordinary ctypes runtime (GraphExecutor) runs it instead (tvmc.runtime.create_exe
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -24,13 +25,16 @@ import numpy as np
 from tvmc.errors import ArtifactError, InputError, TVMCError
 from tvmc.package import Artifact, load_artifact
 from tvmc.process import run_tool
-from tvmc.runtime.executor import checked_input, output_position
+from tvmc.runtime.executor import checked_input, checked_symbolic_input, output_position, symbolic_inputs
 from tvmc.target import Target, artifact_target, host_arch
 from tvmc.toolchain import find_tool
 
 RUNNER = "tvmc_run"
 # the C API's TVMC_ERR_INPUT (tvmc_kernels.h): an input the runner was given does not fit
 RUNNER_INPUT_ERROR = 3
+# what the runner's message of a refused input starts with: "error: " and the step that failed
+# (the input's file, or "run" where the inputs disagree on a size variable), both internal here
+_RUNNER_STEP = re.compile(r"^error: (?:\./input_\d+\.npy|run): ")
 
 
 def emulation_missing(target: Target) -> str | None:
@@ -111,7 +115,7 @@ class EmulatedProgram:
             line = next((ln for ln in res.stderr.splitlines() if ln.strip()), "no message")[:300]
             why = f"signal {-res.returncode}" if res.returncode < 0 else f"exit code {res.returncode}"
             if res.returncode == RUNNER_INPUT_ERROR:
-                raise InputError(f"{self.origin}: {line.removeprefix('error: ')}")
+                raise InputError(f"{self.origin}: {_RUNNER_STEP.sub('', line).removeprefix('error: ')}")
             raise ArtifactError(f"{self.origin}: the C runner failed under {Path(self.emulator).name} ({why}): {line}")
         samples = []
         for ln in res.stdout.splitlines():
@@ -164,6 +168,8 @@ class EmulatedExecutor:
         self.input_names = list(self._inputs)
         self.output_names = [o["name"] for o in description["outputs"]]
         self._values = {name: np.zeros(shape, dtype) for name, (shape, dtype) in self._inputs.items()}
+        # symbolic shapes: the inputs the C API binds the size variables from, in the runner
+        self._symbolic = symbolic_inputs(description)
         self._outputs: list = []
         self._threads = None
 
@@ -178,7 +184,13 @@ class EmulatedExecutor:
 
     def set_input(self, name: str, array) -> None:
         """Keep a copy of `array` for input `name` (written for the runner at the next run).
-        Raises InputError on an unknown name, another shape or dtype (no implicit casts)."""
+        Raises InputError on an unknown name, another shape or dtype (no implicit casts). An input
+        of symbolic shape takes any shape of its rank and dtype here; the C API in the runner
+        checks its dimensions against the compiled ranges at the next run (InputError there,
+        naming the input, the dimension, its value and the range)."""
+        if name in self._symbolic:
+            self._values[name] = checked_symbolic_input(name, array, *self._inputs[name]).copy()
+            return
         self._values[name] = checked_input(name, array, self.input_names, self._inputs).copy()
 
     def _run(self, repeat: int = 0, number: int = 1) -> list:

@@ -88,6 +88,27 @@ def checked_input(name: str, array, input_names, expected) -> np.ndarray:
     return src
 
 
+def symbolic_inputs(description: dict) -> dict:
+    """{input name: its "sym_shape"} of the inputs of symbolic shape in a module description
+    (tvmc.codegen.description): those whose size the C API binds to the size variables at
+    set_input; empty for a static model."""
+    entries = description["entries"]
+    return {i["name"]: entries[i["entry"]]["sym_shape"] for i in description["inputs"]
+            if "sym_shape" in entries[i["entry"]]}
+
+
+def checked_symbolic_input(name: str, array, bound, dtype) -> np.ndarray:
+    """`array` as a C-contiguous ndarray for input `name` of symbolic shape (`bound`: its shape at
+    the variables' upper bounds, `dtype` its dtype): any shape of that rank and dtype passes here,
+    the C API then checks each dimension against its range (tvmc_runtime.c). Raises InputError
+    (one line naming the tensor) on another dtype or rank: no implicit casts."""
+    src = np.ascontiguousarray(array)
+    if src.dtype != np.dtype(dtype) or src.ndim != len(bound):
+        raise InputError(f"input '{name}': expected {np.dtype(dtype).name} of {len(bound)} dimensions, got "
+                         f"{src.dtype.name} of shape {_fmt_shape(src.shape)}")
+    return src
+
+
 def host_cpu_flags() -> set | None:
     """CPU feature flags of this host from /proc/cpuinfo ('flags' or 'Features'); None if unreadable."""
     try:

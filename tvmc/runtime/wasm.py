@@ -33,13 +33,14 @@ import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
 from tvmc.package import Artifact, load_artifact
-from tvmc.runtime.executor import (CApiExecutor, bind_calls, checked_input, kernel_names, output_position,
-                                   params_blob, profile_calls)
+from tvmc.runtime.executor import (CApiExecutor, bind_calls, checked_input, checked_symbolic_input, kernel_names,
+                                   output_position, params_blob, profile_calls, symbolic_inputs)
 
 ENGINE_HINT = "pip install wasmtime"
 # tvmc_tensor_info on wasm32: name, dtype (pointers), ndim (int32), shape (pointer), nbytes (uint64 at 16)
 TENSOR_INFO = struct.Struct("<IIiI Q")
 POINTER = struct.Struct("<I")
+TVMC_ERR_INPUT = 3  # tvmc_kernels.h
 
 
 def _wasmtime():
@@ -246,8 +247,12 @@ class WasmExecutor(CApiExecutor):
             name, dtype, shape, _ = self._tensor_info("tvmc_model_output_info", i)
             self._outputs.append((name, shape, dtype, mod.malloc(_nbytes(shape, dtype))))
         self.output_names = [o[0] for o in self._outputs]
-        self._shape_buf = mod.malloc(8 * max([len(o[1]) for o in self._outputs] + [1]))
         desc = artifact.description
+        # symbolic shapes: {input name: its sym_shape}; the C API binds the size variables
+        self._symbolic = symbolic_inputs(desc)
+        self.size_vars = [(v["name"], v["lo"], v["hi"]) for v in desc.get("size_vars", ())]
+        self._shape_buf = mod.malloc(8 * max([len(o[1]) for o in self._outputs] +
+                                             [len(v[0]) for v in self._inputs.values()] + [1]))
         self._calls = desc["calls"]
         for func in kernel_names(self._calls):
             try:
@@ -255,9 +260,14 @@ class WasmExecutor(CApiExecutor):
             except AttributeError:
                 raise ArtifactError(f"{origin}: kernel '{func}' is missing from {artifact.library_name}") from None
 
-    def _check(self, rc: int) -> None:
+    def _check(self, rc: int, inputs: bool = False) -> None:
+        """Raise ArtifactError for a failed C API call; InputError (its message alone) where
+        `inputs` and the inputs were refused (TVMC_ERR_INPUT: a shape outside the compiled range,
+        inputs that disagree on a size variable)."""
         if rc != 0:
             message = self.module.c_string(self.module.call("tvmc_last_error"))
+            if inputs and rc == TVMC_ERR_INPUT:
+                raise InputError(message)
             raise ArtifactError(f"{self.artifact.path}: the module's C API says: {message} (code {rc})")
 
     def _tensor_info(self, function: str, index: int):
@@ -270,7 +280,25 @@ class WasmExecutor(CApiExecutor):
 
     def set_input(self, name: str, array) -> None:
         """Copy `array` into input `name` (tvmc_model_set_input). Raises InputError (one line naming
-        the tensor, expected vs got) on an unknown name, another shape or dtype; no implicit casts."""
+        the tensor, expected vs got) on an unknown name, another shape or dtype; no implicit casts.
+        An input of symbolic shape takes any shape whose dimensions lie in the ranges it was
+        compiled for (the C API checks them and names the input, the dimension, its value and
+        the range); its buffer holds the bound, so any such shape fits."""
+        if name in self._symbolic:
+            shape, dtype, name_addr, dtype_addr, _, buf = self._inputs[name]
+            src = checked_symbolic_input(name, array, shape, dtype)
+            # a shape past the bound (which the C API refuses) is handed over from a buffer of its own
+            staged = self.module.malloc(src.nbytes) if src.nbytes > _nbytes(shape, dtype) else buf
+            try:
+                self.module.write(staged, src.tobytes())
+                if src.ndim:
+                    self.module.write(self._shape_buf, struct.pack(f"<{src.ndim}q", *src.shape))
+                self._check(self.module.call("tvmc_model_set_input", self._model, name_addr, dtype_addr,
+                                             self._shape_buf, src.ndim, staged, src.nbytes), inputs=True)
+            finally:
+                if staged != buf:
+                    self.module.call("free", staged)
+            return
         src = checked_input(name, array, self.input_names, {n: v[:2] for n, v in self._inputs.items()})
         shape, dtype, name_addr, dtype_addr, shape_addr, buf = self._inputs[name]
         self.module.write(buf, np.ascontiguousarray(src).tobytes())
@@ -279,7 +307,7 @@ class WasmExecutor(CApiExecutor):
 
     def run(self) -> None:
         """Run the graph once: one tvmc_model_run, i.e. the module's graph entry."""
-        self._check(self.module.call("tvmc_model_run", self._model))
+        self._check(self.module.call("tvmc_model_run", self._model), inputs=bool(self._symbolic))
 
     def profile(self, runs: int = 1) -> list:
         """Run the graph `runs` times kernel by kernel (the entry table of tvmc_model_entries and the
@@ -305,7 +333,12 @@ class WasmExecutor(CApiExecutor):
         def kernel(func):
             return functools.partial(mod.function(func), mod.store)
 
-        return profile_calls(bind_calls(self._calls, kernel, entries, read, write), runs)
+        sizes = []
+        if self.size_vars:  # a run binds the size variables (and checks the inputs) first
+            self.run()      # entries[count] points at their int64 values (tvmc.codegen.entry)
+            at = POINTER.unpack(mod.read(table + 4 * count, 4))[0]
+            sizes = list(struct.unpack(f"<{len(self.size_vars)}q", mod.read(at, 8 * len(self.size_vars))))
+        return profile_calls(bind_calls(self._calls, kernel, entries, read, write, sizes), runs)
 
     def get_output(self, index) -> np.ndarray:
         """A copy of output `index` (position or output name), with its shape."""
