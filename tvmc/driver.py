@@ -278,12 +278,13 @@ def pass_pipeline(options: CompileOptions) -> tuple:
 
 
 def symbolic_compiles_for(target: Target) -> bool:
-    """Whether models with symbolic shapes compile for `target`: the CPU targets of the LLVM
-    backends (x86-64 and aarch64 shared objects, wasm32 modules), whose C API binds the size
-    variables (tvmc_runtime.c with -DTVMC_SYMBOLIC_SHAPES) for every executor that drives it
-    (ctypes, the C runner under an emulator, wasmtime, tvmc.js). OpenCL and CUDA do not yet: their
-    executors launch the kernels from the host and do not pass size arguments."""
-    return target.runtime in ("cpu", "wasm") and target.codegen == "llvm"
+    """Whether models with symbolic shapes compile for `target`: its backend's symbolic_shapes,
+    true for the LLVM CPU backends (x86-64 and aarch64 shared objects, wasm32 modules), whose C
+    API binds the size variables. OpenCL and CUDA not yet: their executors launch the kernels
+    from the host and pass no size arguments."""
+    from tvmc.backends import backend_for
+
+    return backend_for(target).symbolic_shapes
 
 
 def _meta_shape(shape) -> dict:

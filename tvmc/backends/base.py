@@ -24,11 +24,14 @@ class Backend:
     library_format: the library's file suffix and metadata `library_format` (so, wasm, cl, ptx)
     device_kernels: the library holds GPU device kernels, each launched with the grid and block
                     that mod.json "kernels" records (tvmc.tir.gpu.lower_device ran in lowering)
+    symbolic_shapes: models with symbolic shapes (issue 29) compile for it: its library's C API
+                    binds the size variables and its graph entry passes them to the kernels
     """
 
     name = ""
     library_format = ""
     device_kernels = False
+    symbolic_shapes = False
 
     # --- building ---------------------------------------------------------------------------
     def build(self, kernels, target, graph_json=None, params=None, dump_ir=(), dump_dir=None, progress=None,
