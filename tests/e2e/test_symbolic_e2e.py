@@ -278,3 +278,22 @@ def test_wasm_profile_passes_the_kernels_their_size_arguments(tmp_path):
     assert len(ex.profile(1)) > 5
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(ex.get_output(0), want, **TOL)
+
+
+def test_ported_tvmc_run_takes_a_size_of_the_range_and_exits_8_outside(ported, tmp_path):
+    """`tvmc run` of the range artifact: a size in range runs and its outputs match onnxruntime at
+    that size; one past the bound exits 8 naming the input, the dimension, its value and the range."""
+    model, path = ported[1]
+    feeds = encoder_feeds(9)
+    np.savez(tmp_path / "in.npz", **feeds)
+    r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--outputs",
+                                 str(tmp_path / "out.npz")])
+    assert r.exit_code == 0, r.output
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    with np.load(tmp_path / "out.npz") as got:
+        np.testing.assert_allclose(got["last_hidden"], want[0], **TOL)
+    np.savez(tmp_path / "in.npz", input_ids=np.zeros((1, 65), np.int64), attention_mask=np.ones((1, 65), np.int64))
+    r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz")])
+    assert r.exit_code == 8, r.output
+    assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64 the model was compiled for" \
+        in r.output
