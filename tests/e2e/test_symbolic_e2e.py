@@ -297,3 +297,43 @@ def test_ported_tvmc_run_takes_a_size_of_the_range_and_exits_8_outside(ported, t
     assert r.exit_code == 8, r.output
     assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64 the model was compiled for" \
         in r.output
+
+
+def test_node_runs_one_web_output_at_every_sequence_length(tmp_path):
+    """tvmc.js in Node: the web output of a range artifact takes each size with setInput(name,
+    array, shape), its outputs come at the run-time shape and match onnxruntime; a size past the
+    bound throws the C API's range error."""
+    import tvmc
+    from tests.e2e.test_web import run_node_module
+
+    target = require("wasm").target
+    model = bert_model()
+    tvmc.compile(model, target=target, output=tmp_path / "site", output_format="web",
+                 input_shapes={"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]})
+    feeds = {seq: encoder_feeds(seq) for seq in SEQ_SIZES}
+    script = ['import { loadModel } from "./site/tvmc.js";',
+              'const m = await loadModel(new URL("./site/", import.meta.url));',
+              "const got = {};"]
+    for seq, f in feeds.items():
+        for name, value in f.items():
+            script.append(f'm.setInput("{name}", BigInt64Array.from({value.ravel().tolist()}, BigInt), [1, {seq}]);')
+        script.append(f"m.run(); got[{seq}] = m.outputs.map((t, i) => "
+                      "({ shape: m.outputShape(i), data: Array.from(m.getOutput(i), Number) }));")
+    script += ["let error = null;",
+               'try { m.setInput("input_ids", new BigInt64Array(65), [1, 65]); } catch (e) { error = e.message; }',
+               "const info = { sizeVars: m.sizeVars, symbolicShape: m.inputs[0].symbolicShape, "
+               "bound: m.inputs[0].shape };",
+               "m.destroy();",
+               "console.log(JSON.stringify({ got, error, info }));"]
+    out = run_node_module(tmp_path, "\n".join(script) + "\n")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for seq, f in feeds.items():
+        for k, ref in enumerate(session.run(None, f)):
+            got = out["got"][str(seq)][k]
+            assert tuple(got["shape"]) == ref.shape, (seq, k)
+            np.testing.assert_allclose(np.array(got["data"], np.float32).reshape(ref.shape), ref,
+                                       err_msg=f"output {k} at size {seq}", **TOL)
+    assert out["error"] == ("tvmc: input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64 the model "
+                            "was compiled for (code 3)")
+    assert out["info"] == {"sizeVars": [{"name": "seq", "range": "1..64"}], "symbolicShape": [1, "seq"],
+                           "bound": [1, 64]}

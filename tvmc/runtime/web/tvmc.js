@@ -5,6 +5,7 @@
 //   const model = await loadModel("./");           // a folder (URL or path) with mod.wasm, mod.params, metadata.json
 //   model.inputs                                    // [{name, dtype, shape, nbytes}], likewise model.outputs
 //   model.setInput("data", new Float32Array(...));  // a typed array of the input's dtype and size
+//   model.setInput("ids", ids, [1, 9]);             // symbolic shapes: any shape in the compiled ranges
 //   model.run();                                    // the whole graph: one call into the module
 //   const y = model.getOutput(0);                   // a typed array (a copy), by index or name
 //   const t = model.time({ runs: 20, warmup: 2 });  // {medianMs, meanMs, minMs, maxMs, runs}
@@ -19,6 +20,13 @@
 // byte offsets into the module's memory; views of it are made anew after every call, since a
 // memory.grow (inside malloc) detaches earlier views. Errors are thrown as Error("tvmc: ...")
 // with the C API's message (tvmc_last_error).
+//
+// Symbolic shapes (an artifact compiled for a range, metadata.json "size_vars"): model.sizeVars
+// lists the variables [{name, range: "lo..hi"}], an input's `symbolicShape` gives each dimension
+// as a number or the variable's expression, and its `shape` is the upper bound its staging buffer
+// holds. setInput(name, array, shape) takes any shape in the ranges (the C API checks each
+// dimension and names the input, the dimension, its value and the range); outputs come at their
+// run-time shape (outputShape, getOutput).
 
 const TYPED_ARRAYS = {
   float32: Float32Array, float64: Float64Array, float16: Uint16Array, bfloat16: Uint16Array, int64: BigInt64Array,
@@ -150,6 +158,13 @@ export class Model {
     this.info = this.#malloc(TENSOR_INFO_BYTES);
     this.inputs = this.#tensors(exports.tvmc_model_num_inputs(this.handle), exports.tvmc_model_input_info);
     this.outputs = this.#tensors(exports.tvmc_model_num_outputs(this.handle), exports.tvmc_model_output_info);
+    this.sizeVars = Array.isArray(metadata.size_vars) ? metadata.size_vars : [];
+    for (const [list, described] of [[this.inputs, metadata.inputs], [this.outputs, metadata.outputs]]) {
+      for (const t of list) {
+        const meta = Array.isArray(described) ? described.find((m) => m && m.name === t.name) : undefined;
+        if (meta && Array.isArray(meta.symbolic_shape)) t.symbolicShape = meta.symbolic_shape;
+      }
+    }
   }
 
   #bytes() { return new Uint8Array(this.exports.memory.buffer); }
@@ -193,17 +208,36 @@ export class Model {
     return t;
   }
 
-  /** Copy `array` (a typed array of the input's dtype and element count) into input `name`. */
-  setInput(name, array) {
+  /** Copy `array` (a typed array of the input's dtype, row-major in `shape`) into input `name`.
+   * `shape` defaults to the input's shape (its upper bound for an input of symbolic shape); an input
+   * of symbolic shape takes any shape of its rank within the compiled ranges, which the C API checks. */
+  setInput(name, array, shape = undefined) {
     const t = this.#find(this.inputs, name, "input");
     const Typed = TYPED_ARRAYS[t.dtype];
-    if (!(array instanceof Typed) || array.byteLength !== t.nbytes) {
-      throw new Error(`tvmc: input '${t.name}': expected a ${Typed.name} of ${t.nbytes} bytes ` +
-                      `(${t.dtype} [${t.shape.join(",")}]), got ${array.constructor.name} of ${array.byteLength} bytes`);
+    const dims = shape === undefined ? t.shape : Array.from(shape, Number);
+    if (dims.length !== t.shape.length || !dims.every((d) => Number.isSafeInteger(d) && d >= 0)) {
+      throw new Error(`tvmc: input '${t.name}': expected a shape of ${t.shape.length} dimensions, got [${dims.join(",")}]`);
     }
-    this.#bytes().set(new Uint8Array(array.buffer, array.byteOffset, array.byteLength), t.buffer);
-    this.#check(this.exports.tvmc_model_set_input(this.handle, t.nameAddr, t.dtypeAddr, t.shapeAddr,
-                                                  t.shape.length, t.buffer, t.nbytes));
+    const nbytes = dims.reduce((a, d) => a * d, Typed.BYTES_PER_ELEMENT);
+    if (!(array instanceof Typed) || array.byteLength !== nbytes) {
+      throw new Error(`tvmc: input '${t.name}': expected a ${Typed.name} of ${nbytes} bytes ` +
+                      `(${t.dtype} [${dims.join(",")}]), got ${array.constructor.name} of ${array.byteLength} bytes`);
+    }
+    // a shape past the bound (which the C API refuses) is handed over from buffers of its own
+    const staged = nbytes > t.nbytes ? this.#malloc(nbytes) : t.buffer;
+    const shapeAddr = shape === undefined ? t.shapeAddr : this.#malloc(8 * Math.max(dims.length, 1));
+    try {
+      this.#bytes().set(new Uint8Array(array.buffer, array.byteOffset, array.byteLength), staged);
+      if (shapeAddr !== t.shapeAddr) {
+        const view = this.#view();
+        dims.forEach((d, k) => view.setBigInt64(shapeAddr + 8 * k, BigInt(d), true));
+      }
+      this.#check(this.exports.tvmc_model_set_input(this.handle, t.nameAddr, t.dtypeAddr, shapeAddr,
+                                                    dims.length, staged, nbytes));
+    } finally {
+      if (staged !== t.buffer) this.exports.free(staged);
+      if (shapeAddr !== t.shapeAddr) this.exports.free(shapeAddr);
+    }
   }
 
   /** Run the whole graph once (tvmc_model_run: the module's graph entry). */
