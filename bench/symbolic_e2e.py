@@ -1,14 +1,16 @@
-"""Symbolic-shape artifacts against static ones, whole models (issue 29): each model is compiled
-once for a range of a dimension and once for each measured size alone (untuned: fallback configs
-both), then both run here through GraphExecutor (the C API in mod.so) on the same inputs,
-interleaved, one thread, best of several rounds of the median of a few runs. Models: a BERT-style
-encoder layer (tests/frontend/test_symbolic_shapes.bert_model, hidden 256, 4 heads, sequence
-1..128) and a CNN (3x3 convolutions of 32 and 64 channels on 32x32 images, global pooling, a
-dense head; batch 1..8). The goal (issue 29): at most 1.15x the static artifact at each size,
-geometric mean at most 1.05.
+"""Symbolic-shape artifacts against static ones, whole models (issue 29): each model is compiled once
+for a range of a dimension and once for each measured size alone (untuned: fallback configs both),
+then both run here through the target's executor (`--target`, default native: GraphExecutor, the C
+API in mod.so; wasm: WasmExecutor in wasmtime) on the same inputs, interleaved, one thread, best of
+several rounds of the median of a few runs. Models: a BERT-style encoder layer
+(tests/frontend/test_symbolic_shapes.bert_model, hidden 256, 4 heads, sequence 1..128) and a CNN
+(3x3 convolutions of 32 and 64 channels on 32x32 images, global pooling, a dense head; batch 1..8).
+The goal (issue 29): at most 1.15x the static artifact at each size, geometric mean at most 1.05.
 
-`python bench/symbolic_e2e.py [--rounds 7] [--write]`; prints a Markdown table (--write: also to
-bench/results/symbolic_e2e.md). Timings depend on the machine and its load.
+`python bench/symbolic_e2e.py [--target wasm] [--rounds 7] [--write]`; prints a Markdown table
+(--write: also to bench/results/symbolic_e2e.md, or symbolic_e2e_<target>.md for another target).
+Timings depend on the machine and its load; a target of another architecture (arm) would run under
+qemu-user, whose times are the emulator's, not the device's.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from tests.frontend.test_symbolic_shapes import bert_model  # noqa: E402
 from tvmc.driver import CompileOptions, compile_model  # noqa: E402
 from tvmc.package import save_artifact  # noqa: E402
-from tvmc.runtime.cpu import GraphExecutor  # noqa: E402
+from tvmc.runtime import create_executor  # noqa: E402
 from tvmc.target import resolve_target  # noqa: E402
 
 
@@ -67,7 +69,7 @@ CASES = [  # name, model, range options, options for one size, feeds, sizes
 ]
 
 
-def timed(ex: GraphExecutor, runs: int) -> float:
+def timed(ex, runs: int) -> float:
     """Median seconds of `runs` runs."""
     times = []
     for _ in range(runs):
@@ -79,21 +81,23 @@ def timed(ex: GraphExecutor, runs: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="native", help="a --target spec whose artifacts run here (native, wasm)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--write", action="store_true", help="write bench/results/symbolic_e2e.md")
     args = parser.parse_args()
-    target = resolve_target("native")
-    GraphExecutor.set_num_threads(1)
+    target = resolve_target(args.target)
     tmp = tempfile.mkdtemp(prefix="tvmc-symbolic-e2e-")
     rows, ratios = [], []
     for name, build, range_opts, size_opts, feeds_of, sizes in CASES:
         model = build()
-        ranged = GraphExecutor(save_artifact(compile_model(model, target, CompileOptions(**range_opts)),
-                                             os.path.join(tmp, "range.tar")))
+        ranged = create_executor(save_artifact(compile_model(model, target, CompileOptions(**range_opts)),
+                                               os.path.join(tmp, "range.tar")))
+        ranged.set_num_threads(1)
         for size in sizes:
-            static = GraphExecutor(save_artifact(compile_model(model, target, CompileOptions(**size_opts(size))),
-                                                 os.path.join(tmp, f"static_{size}.tar")))
+            static = create_executor(save_artifact(compile_model(model, target, CompileOptions(**size_opts(size))),
+                                                   os.path.join(tmp, f"static_{size}.tar")))
+            static.set_num_threads(1)
             feeds = feeds_of(size)
             for ex in (ranged, static):
                 for k, v in feeds.items():
@@ -111,10 +115,11 @@ def main() -> None:
                       "|---|---|---|---|---|", *rows, "",
                       f"geometric mean range / static: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f} "
                       f"(max {max(ratios):.2f}); one thread, best of {args.rounds} rounds of the median of "
-                      f"{args.runs} runs, target native ({target.cpu or 'host'})"])
+                      f"{args.runs} runs, target {args.target} ({target.cpu or 'host'})"])
     print(text)
     if args.write:
-        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "symbolic_e2e.md")
+        name = "symbolic_e2e.md" if args.target == "native" else f"symbolic_e2e_{args.target}.md"
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", name)
         with open(out, "w") as f:
             f.write("# Symbolic-shape artifacts against one artifact per size (bench/symbolic_e2e.py)\n\n"
                     "Untuned (fallback configs), this machine, interleaved runs; timings vary with load.\n\n"
