@@ -28,6 +28,19 @@ def const(value, dtype: str | None = None) -> "PrimExpr":
     return FloatImm(float(value), "float32")
 
 
+# The converter of graph shape expressions (tvmc.graph.symbolic.SymExpr) to te expressions over
+# bound SizeVars: tvmc.te.extent.from_graph, registered by that module when it is imported (it
+# imports this one, so this one does not import it back).
+_graph_extent = None
+
+
+def register_graph_extent(convert) -> None:
+    """Set the converter _wrap applies to graph shape expressions (tvmc.te.extent registers
+    from_graph)."""
+    global _graph_extent
+    _graph_extent = convert
+
+
 def _wrap(x, like: "PrimExpr | None" = None) -> "PrimExpr":
     if isinstance(x, PrimExpr):
         if like is not None and x.dtype == INDEX and is_float(like.dtype) and not isinstance(x, IntImm):
@@ -36,9 +49,9 @@ def _wrap(x, like: "PrimExpr | None" = None) -> "PrimExpr":
     if hasattr(x, "var") and isinstance(x.var, PrimExpr):  # an IterVar stands for its variable
         return x.var
     if type(x).__name__ == "SymExpr":  # a graph shape expression, inside extent.bind_graph_vars
-        from tvmc.te.extent import from_graph
-
-        x = from_graph(x)
+        if _graph_extent is None:
+            raise TypeError(f"symbolic extent {x} outside a binding of its size variables (bind_graph_vars)")
+        x = _graph_extent(x)
         x = x if isinstance(x, PrimExpr) else IntImm(int(x), INDEX)
         # an element count in float arithmetic (a mean's divisor): the value as the other operand's type
         return Cast(like.dtype, x) if like is not None and is_float(like.dtype) else x

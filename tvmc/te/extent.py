@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
-from tvmc.te.expr import INDEX, BinOp, IntImm, PrimExpr, SizeVar, evaluate_int, walk
+from tvmc.te.expr import INDEX, BinOp, IntImm, PrimExpr, SizeVar, evaluate_int, register_graph_extent, walk
 
 # {graph size variable name: te.SizeVar} while a fused function with symbolic shapes is lowered
 # (bind_graph_vars); graph SymExprs met as extents or operands become expressions of these
@@ -67,6 +67,9 @@ def from_graph(x):
         return total
 
     return as_extent(conv(x))
+
+
+register_graph_extent(from_graph)
 
 
 def _simplifier():
