@@ -179,9 +179,11 @@ class _Rewriter:
             return self.group_conv2d(e) if self.grouped else None
         oc_bn = self.block_of(o)
         if self.pad_channels and not depthwise and oc_bn < self.max_block and e not in self.winograd:
-            padded = -(-o // self.max_block) * self.max_block
-            if (padded - o) * self.pad_channels <= o:
-                return self.padded_conv2d(e, padded)
+            # an even number of blocks where the bound allows: the x86 fallback tiles two blocks
+            for step in (2 * self.max_block, self.max_block):
+                padded = -(-o // step) * step
+                if (padded - o) * self.pad_channels <= o:
+                    return self.padded_conv2d(e, padded)
         if oc_bn < self.min_block:
             return None
         if depthwise:
@@ -202,8 +204,8 @@ class _Rewriter:
 
     def padded_conv2d(self, e: Call, padded: int):
         """A groups-1 nn.conv2d whose O no full vector block divides (a classifier's 1000 classes:
-        blocks of 8, half of an AVX-512 register idle) computes `padded` (O rounded up to the
-        vector lanes) output channels with zero weights in the extra ones, as nn.conv2d_nchwc
+        blocks of 8, half of an AVX-512 register idle) computes `padded` (O rounded up to a
+        multiple of the vector lanes) output channels with zero weights in the extra ones, as nn.conv2d_nchwc
         producing NCHW[lanes]c with the padded channels (self.padded). Elementwise ops, pooling and
         broadcasts against Constants (zero-padded to `padded` channels) keep them; any other use
         goes back to NCHW and keeps the first O channels (as_layout: layout_transform +
@@ -516,13 +518,15 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     the rule on C/g (group_conv2d); option `grouped` 0 keeps every grouped conv NCHW on the
     generic kernel (the behaviour before grouped convs were blocked, for comparisons).
     A groups-1 nn.conv2d (not Winograd) whose O the vector lanes do not divide, where rounding O up
-    to the lanes adds at most O / `pad_channels` (option, 16; 0: never) channels, computes the
-    rounded-up channels in NCHW[lanes]c with zero weights in the extra ones (padded_conv2d): the
-    padding flows through elementwise ops, pooling and broadcasts against Constants (padded with
-    zeros) and is sliced off (strided_slice) where the tensor goes back to NCHW or meets another
-    op. SqueezeNet's 512 -> 1000 1x1 classifier conv at 13x13 (a third of the model's time at 1
-    thread on AVX-512) ran at 78-86 GFLOP/s in blocks of 8 (half of each register idle) and
-    116-121 in blocks of 16 over 1008 channels; its model time fell 6.5 -> 5.9 ms.
+    to twice the lanes, else to the lanes, adds at most O / `pad_channels` (option, 16; 0: never)
+    channels, computes the rounded-up channels in NCHW[lanes]c with zero weights in the extra ones
+    (padded_conv2d): the padding flows through elementwise ops, pooling and broadcasts against
+    Constants (padded with zeros) and is sliced off (strided_slice) where the tensor goes back to
+    NCHW or meets another op. SqueezeNet's 512 -> 1000 1x1 classifier conv at 13x13 (a third of
+    the model's time at 1 thread on AVX-512, interleaved runs, 1 other core busy) ran at 78-86
+    GFLOP/s in blocks of 8 (half of each register idle), 116-121 in 63 blocks of 16 (1008
+    channels: an odd count, so the x86 fallback's one-block tile (1, 13)) and ~135 in 64 blocks
+    (1024: the two-block tile (2, 13); 1686 -> 1311 us in one run).
     A 3x3 stride-1 groups-1 conv that tvmc.ops.cpu.conv2d_winograd.winograd_tile_size selects
     for the target (option `winograd_tile_size`: -1 that rule, 0 never, 2 or 4 every eligible
     conv with that output tile) becomes nn.conv2d_winograd_nchwc instead, its weight transformed

@@ -275,10 +275,10 @@ def test_conv_with_channels_the_lanes_do_not_divide_computes_padded_channels():
     """O = 248 (blocks of 8 only): 256 channels in NCHW16c with zero weights in the last 8, kept
     through bias, relu and global pooling, sliced off where the tensor goes back to NCHW; a conv
     reading the padded tensor gets it sliced and blocked by its own channels (NCHW8c). SqueezeNet's
-    1000-class 1x1 conv ran at 78-86 GFLOP/s in blocks of 8, 116-121 padded to 1008 in blocks of 16
-    (AVX-512, 1 thread)."""
+    1000-class 1x1 conv ran at 78-86 GFLOP/s in blocks of 8, 116-121 padded to 1008 (63 blocks of
+    16: one-block register tiles), ~135 padded to 1024 (two-block tiles) (AVX-512, 1 thread)."""
     x = var("x", (1, 16, 6, 6))
-    head = bias_relu(conv(x, 248, "cls", k=1), "cls")
+    head = bias_relu(conv(x, 248, "cls", k=1), "cls")            # 256 = 8 x 32: an even block count
     before = Graph([x], [call("reshape", call("nn.global_avg_pool2d", head), newshape=(1, 248))])
     after = alter(before)
     assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "add", "nn.relu", "nn.global_avg_pool2d",
