@@ -265,6 +265,11 @@ CASES = [
          lambda r: [n(r, (1, 3, 5, 5)), n(r, (1, 5, 5, 5)), n(r, (1, 1, 5, 5))], dict(axis=1)),
     Case("concatenate_3_last_axis", "concatenate",
          lambda r: [n(r, (2, 3)), n(r, (2, 16)), n(r, (2, 5))], dict(axis=1)),
+    # channel blocks of NCHW8c / NCHW16c tensors (schedule_blocked_loops: rows of one input each)
+    Case("concatenate_blocked_channels", "concatenate",
+         lambda r: [n(r, (2, 1, 3, 5, 8)), n(r, (2, 3, 3, 5, 8)), n(r, (2, 2, 3, 5, 8))], dict(axis=1)),
+    Case("concatenate_blocked_width", "concatenate",
+         lambda r: [n(r, (1, 2, 3, 5, 16)), n(r, (1, 2, 3, 2, 16))], dict(axis=3)),
     Case("concatenate_3_axis0", "concatenate",
          lambda r: [n(r, (1, 4, 33)), n(r, (2, 4, 33)), n(r, (3, 4, 33))], dict(axis=0)),
     Case("layout_transform_nchw_to_nchw16c", "layout_transform", lambda r: [n(r, (2, 32, 5, 7))],

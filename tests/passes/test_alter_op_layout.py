@@ -271,6 +271,31 @@ def test_non_constant_weight_small_channels_and_other_dtypes_stay_nchw():
     check(Graph([x], [small]), after4)
 
 
+def test_conv_with_channels_the_lanes_do_not_divide_computes_padded_channels():
+    """O = 248 (blocks of 8 only): 256 channels in NCHW16c with zero weights in the last 8, kept
+    through bias, relu and global pooling, sliced off where the tensor goes back to NCHW; a conv
+    reading the padded tensor gets it sliced and blocked by its own channels (NCHW8c). SqueezeNet's
+    1000-class 1x1 conv ran at 78-86 GFLOP/s in blocks of 8, 116-121 padded to 1008 (63 blocks of
+    16: one-block register tiles), ~135 padded to 1024 (two-block tiles) (AVX-512, 1 thread)."""
+    x = var("x", (1, 16, 6, 6))
+    head = bias_relu(conv(x, 248, "cls", k=1), "cls")            # 256 = 8 x 32: an even block count
+    before = Graph([x], [call("reshape", call("nn.global_avg_pool2d", head), newshape=(1, 248))])
+    after = alter(before)
+    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "add", "nn.relu", "nn.global_avg_pool2d",
+                               "layout_transform", "strided_slice", "reshape"]
+    (c,) = [c for c in after.calls() if c.op == "nn.conv2d_nchwc"]
+    assert c.inputs[1].shape == (16, 1, 1, 1, 16, 16) and not c.inputs[1].value[15, ..., 8:].any()
+    assert [c for c in after.calls() if c.op == "add"][0].inputs[1].shape == (16, 1, 1, 16)
+    check(before, after)
+    chained = Graph([x], [bias_relu(conv(head, 16, "next", k=1), "next")])
+    after = alter(chained)
+    assert ("NCHW", "NCHW8c") in transforms(after) and "strided_slice" in op_names(after)
+    check(chained, after)
+    off = alter(before, **{"AlterOpLayout.pad_channels": 0})
+    assert "strided_slice" not in op_names(off)
+    assert [c for c in off.calls() if c.op == "nn.conv2d_nchwc"][0].inputs[1].shape == (31, 1, 1, 1, 16, 8)
+
+
 def test_dense_with_constant_weight_becomes_dense_pack():
     """[N, K] weights packed to [N//bn, K, bn] at compile time (N=1000 -> bn 8); the bias add and
     relu stay after it; N=20 (no block of at least min_block divides it) is packed to blocks of the
@@ -349,7 +374,7 @@ def blocked_graphs(draw):
                                      "concat", "lrn"]))
         ch = cur.shape[1]
         if kind == "conv":
-            oc = draw(st.sampled_from([4, 8, 16, 32, 48]))
+            oc = draw(st.sampled_from([4, 8, 16, 32, 48, 56]))
             cur = conv(cur, oc, f"c{k}", k=draw(st.sampled_from([1, 3])), stride=draw(st.sampled_from([1, 2])),
                        seed=k)
         elif kind == "dw":
@@ -388,6 +413,9 @@ def blocked_graphs(draw):
 def test_random_graphs_keep_their_meaning(before):
     after = alter(before)
     check(before, after)
+    # padded channels (56 -> 64 with pad_channels 4) through every rule
+    padded = alter(before, **{"AlterOpLayout.pad_channels": 4})
+    check(before, padded)
     # no transform feeds another transform, and none converts a layout to itself
     for c in after.calls():
         if c.op == "layout_transform":

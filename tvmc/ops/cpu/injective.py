@@ -133,6 +133,15 @@ def schedule_blocked_loops(s: Schedule, t, target):
 
 
 def schedule_injective(s: Schedule, out, anchor, cfg, target):
-    """Implementation schedule for injective/elementwise ops (no knobs)."""
+    """Implementation schedule for injective/elementwise ops (no knobs): a 5-D concatenate output
+    (channel blocks of NCHW[x]c) by schedule_blocked_loops, the others by
+    schedule_elementwise_loops."""
     inline_injective(s, out)
+    if out.name == "concatenate" and len(out.shape) == 5 and xt.is_static_shape(out.shape):
+        # a concatenation of NCHW[x]c tensors (on the channel blocks): the rows (n, c_outer, h) in
+        # parallel, each copied from one input, instead of the fused loop, which recovers c_outer
+        # by divisions and picks the input by a select per vector. SqueezeNet's fire concatenations
+        # at 1 thread (AVX-512): [1,8,55,55,16] 215-245 -> 175 us, [1,32,13,13,16] 27 -> 19 us
+        schedule_blocked_loops(s, out, target)
+        return
     schedule_elementwise_loops(s, out, target)
