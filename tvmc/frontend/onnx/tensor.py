@@ -397,24 +397,6 @@ def _slice_attrs(shape, starts, ends, axes, steps):
     symbolic dimensions, starts or ends, clamped by symbolic min/max (a negative start or end must
     be provably negative or provably not: SymbolicError otherwise)."""
     rank = len(shape)
-    if any(symbolic.is_symbolic(v) for v in (*shape, *starts, *ends)):
-        return _symbolic_slice_attrs(shape, starts, ends, axes, steps)
-    begin, end, strides = [0] * rank, list(shape), [1] * rank
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        d = shape[a]
-        s, e, st = int(s), int(e), int(st)
-        s = s + d if s < 0 else s
-        e = e + d if e < 0 else e
-        if st > 0:
-            s, e = min(max(s, 0), d), min(max(e, 0), d)
-        else:
-            s, e = min(max(s, -1), d - 1), min(max(e, -1), d - 1)
-        begin[a], end[a], strides[a] = s, e, st
-    return tuple(begin), tuple(end), tuple(strides)
-
-
-def _symbolic_slice_attrs(shape, starts, ends, axes, steps):
-    rank = len(shape)
     begin, end, strides = [0] * rank, list(shape), [1] * rank
     lo_, hi_ = symbolic.min_, symbolic.max_
     for s, e, a, st in zip(starts, ends, axes, steps):
