@@ -643,23 +643,42 @@ class TaskList:
                                        "tasks": self.rows()})
 
 
-def list_tasks(model, target="native", options=None, *, target_options=None, **fields) -> TaskList:
+def list_tasks(model, target="native", options=None, *, target_options=None, dim_sizes=None, **fields) -> TaskList:
     """The tuning tasks of a model, as `tvmc tune --list-tasks`: one per (implementation, kernel
     workload) after the graph passes that a compile with `options` (a tvmc.CompileOptions, or
     None for its defaults; **fields replace its fields, as for tvmc.compile) runs
     (tvmc.autotune.task). Use the options of the compile that will apply the records: the opt
     level, passes, input shapes, value ranges and mixed precision decide the tasks.
+    dim_sizes: {size variable: [sizes]} (`--dim-sizes seq=32,128,512`), needed when the options
+    give size ranges: the tasks of the static graphs at those sizes (driver.extract_tasks).
 
-    Raises TypeError, ValueError (bad arguments), ModelError (2), TargetError (3), PassError (4).
+    Raises TypeError, ValueError (bad arguments), ModelError (2), TargetError (3), PassError (4),
+    TuningError (9: size ranges without dim_sizes).
     """
     from tvmc.driver import CompileOptions, extract_tasks
 
     model = _model(model)
     options = _options(CompileOptions, options, fields, "list_tasks")
     resolved = _resolve(target, target_options)
-    tasks = extract_tasks(model, resolved, options)
+    tasks = extract_tasks(model, resolved, options, _dim_sizes(dim_sizes))
     return TaskList(model if isinstance(model, str) else "<ModelProto>", resolved, tasks,
                     [len(t.config_space(resolved)) for t in tasks], options)
+
+
+def _dim_sizes(value) -> dict:
+    """{size variable: [sizes]} checked: names are strings, sizes lists of non-negative ints."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"dim_sizes must be a dict {{size variable: [sizes]}}, got {type(value).__name__}")
+    out = {}
+    for name, sizes in value.items():
+        sizes = [sizes] if isinstance(sizes, int) else sizes
+        if not isinstance(name, str) or not isinstance(sizes, (list, tuple)) or not sizes or any(
+                not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in sizes):
+            raise ValueError(f"dim_sizes[{name!r}] must be a non-empty list of non-negative ints, got {sizes!r}")
+        out[name] = sorted(set(sizes))
+    return out
 
 
 @dataclass
@@ -706,7 +725,7 @@ class TuneResult:
 
 def tune(model, target="native", records="records.json", options=None, *, compile_options=None, tasks=None,
          target_options=None, task_list=None, progress=None, cluster=None, device_key=None, device_wait_s=60.0,
-         **fields) -> TuneResult:
+         dim_sizes=None, **fields) -> TuneResult:
     """Tune a model's kernels on this machine, as `tvmc tune`, appending records to `records`
     (resumed when it exists).
 
@@ -725,6 +744,8 @@ def tune(model, target="native", records="records.json", options=None, *, compil
                      None for all
     task_list:       a TaskList of this model and target from list_tasks, not to extract again
                      (compile_options are then its options)
+    dim_sizes:       {size variable: [sizes]}: the sizes to tune a compile with size ranges at
+                     (list_tasks)
     progress:        a tvmc.autotune.tune.Progress (default: the progress line on stdout)
     cluster:         a Ray cluster's address (`ray://HOST:10001`, `HOST:6379` or `local`; tvmc.cluster):
                      candidates are built on its nodes and measured on its device `device_key`
@@ -753,7 +774,7 @@ def tune(model, target="native", records="records.json", options=None, *, compil
         options = dataclasses.replace(options, measure=dataclasses.replace(options.measure, **measure_fields))
     compile_options = _options(CompileOptions, compile_options, compile_fields, "tune")
     if task_list is None:
-        task_list = list_tasks(model, target, compile_options, target_options=target_options)
+        task_list = list_tasks(model, target, compile_options, target_options=target_options, dim_sizes=dim_sizes)
     n = len(task_list.tasks)
     if tasks is None:
         indices = tuple(range(n))

@@ -375,6 +375,26 @@ def parse_dim_ranges(items) -> dict:
     return out
 
 
+def parse_dim_sizes(ctx, param, items) -> dict:
+    """('seq=32,128,512', 'batch=1,16') -> {'seq': [32, 128, 512], 'batch': [1, 16]} for tvmc tune's
+    --dim-sizes (the last '=' separates the size variable's name and its sizes). Raises
+    click.BadParameter on syntax errors, sizes below 0 or repeated names."""
+    out = {}
+    for item in items or ():
+        name, _, text = item.rpartition("=")
+        try:
+            sizes = [int(s) for s in text.split(",")] if name else None
+        except ValueError:
+            sizes = None
+        if not sizes or any(s < 0 for s in sizes):
+            raise click.BadParameter(f"cannot parse '{item}'; expected NAME=SIZE,SIZE,..., e.g. seq=32,128,512",
+                                     param_hint="--dim-sizes")
+        if name in out:
+            raise click.BadParameter(f"size variable '{name}' given twice", param_hint="--dim-sizes")
+        out[name] = sorted(set(sizes))
+    return out
+
+
 def parse_value_ranges(items) -> dict:
     """('n=1:64', 'len=0:512') -> {'n': (1.0, 64.0), 'len': (0.0, 512.0)} for --value-range
     (the last '=' separates name and range). Raises click.BadParameter on syntax errors, non-finite
@@ -805,6 +825,10 @@ device_key_option = click.option("--device-key", metavar="KEY", callback=_device
 @cluster_option
 @device_key_option
 @click.option("--list-devices", is_flag=True, help="With --cluster: print its devices (key, target) and exit.")
+@click.option("--dim-sizes", "dim_sizes", multiple=True, metavar="NAME=S1,S2,...", callback=parse_dim_sizes,
+              help="With size ranges (--dim-range, LO..HI in --input-shapes): tune the kernels of these sizes of "
+                   "the size variable NAME (repeatable; every combination; a variable not named is tuned at its "
+                   "upper bound). A compile of the range applies the records per size bucket.")
 @click.option("--device-wait", "device_wait_s", type=click.FloatRange(min=0), default=60.0, show_default=True,
               metavar="SECONDS", help="With --cluster: how long to wait for the device to come back when it leaves "
                                       "mid-tune; then the tune stops with what it recorded.")
@@ -816,13 +840,14 @@ device_key_option = click.option("--device-key", metavar="KEY", callback=_device
 @verbose_option
 @_handle_errors
 def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices, cluster, device_key, list_devices,
-             device_wait_s, as_json, verbose, **flags):
+             device_wait_s, dim_sizes, as_json, verbose, **flags):
     """Tune the kernels of an ONNX MODEL on this machine; write measurement records.
 
     The graph flags (-O, --input-shapes, --mixed-precision, ...) are the compile's: the tasks are
     taken after its passes. --list-tasks prints the tasks without tuning; --tasks tunes a subset.
     --cluster ADDRESS --device-key KEY builds candidates on a Ray cluster's nodes and measures them
     on its device KEY (tvmc device-worker); --cluster ADDRESS --list-devices lists its devices.
+    A compile of size ranges is tuned at representative sizes: --dim-sizes seq=1,64,512.
     """
     from tvmc.api import list_tasks as list_model_tasks
     from tvmc.api import tune
@@ -860,7 +885,7 @@ def tune_cmd(model, target_spec, target_option, output, list_tasks, task_indices
         check_output_path(output, TuningError, "tuning records",
                           [model] + ([options.prior_records] if options.prior_records else []))
     target = resolve_target(target_spec, _parse_pairs(target_option, "--target-option"))
-    task_list = list_model_tasks(model, target, compile_options)
+    task_list = list_model_tasks(model, target, compile_options, dim_sizes=dim_sizes)
     if list_tasks:
         if as_json:
             _echo_json(task_list.to_json())

@@ -310,8 +310,7 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     PlanMemory, lowering and code generation (issue 29: kernels with symbolic extents, storage
     planned for the bounds); until they do, no artifact is built for a range and none is built
     for one silently chosen size. A pass that fails on the symbolic graph is reported the same way.
-    Called for targets where symbolic_compiles_for is False (`target` named in the message) and
-    by extract_tasks (`stage` "tuning": tasks are not extracted per size bucket yet)."""
+    Called for targets where symbolic_compiles_for is False (`target` named in the message)."""
     from tvmc.errors import PassError, ScheduleError
     from tvmc.graph import symbolic
     from tvmc.graph.ir import Call, Function, post_order
@@ -439,22 +438,68 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     return CompiledModule(library, graph_json, params, metadata, timings, device_binaries)
 
 
-def extract_tasks(model, target, options=None) -> list:
+def extract_tasks(model, target, options=None, dim_sizes=None) -> list:
     """Tasks of an ONNX model (path or ModelProto) compiled with CompileOptions `options`:
     the frontend and the graph passes of options.opt_level run, then every kernel call of the
     optimized graph and of its run-time loop bodies is counted (a fused function called twice
-    counts twice; a body's kernels once, whatever the trip count)."""
+    counts twice; a body's kernels once, whatever the trip count).
+
+    A compile with size variables (--dim-range, ranges in --input-shapes) has kernels of
+    symbolic extents, which tuning cannot time: `dim_sizes` ({variable: [sizes]}, `tvmc tune
+    --dim-sizes seq=32,128,512`) names representative sizes, and the tasks are those of the static
+    graphs of every combination of them (size_combinations), each once, in first-seen order; the
+    records then apply per size bucket of the range (tvmc.ops.fused: a kernel tuned at sizes
+    s1 < s2 < ... runs s1's config up to s1, s2's up to s2, ..., the largest's above it).
+    Raises TuningError for a symbolic compile without `dim_sizes`, naming its variables."""
+    from tvmc.autotune.task import workload_key
+
+    options = options or CompileOptions()
+    combos = size_combinations(model, options, dim_sizes or {})
+    found: dict = {}
+    for sizes in combos:
+        for task in _tasks_of_graph(model, target, options, sizes):
+            found.setdefault((task.impl, workload_key(task.workload)), task)
+    return list(found.values())
+
+
+def size_combinations(model, options, dim_sizes: dict) -> list:
+    """[{variable: size}] for extract_tasks: every combination of the `dim_sizes` lists
+    ({variable: [sizes]}); a size variable of the compile not in `dim_sizes` is fixed at its upper
+    bound (the size untuned symbolic kernels choose their tiles for). [{}] for a static compile.
+    Raises TuningError for a symbolic compile without `dim_sizes`, ModelError for a name that
+    is no size variable or a size outside its range (frontend.onnx.from_onnx)."""
+    import itertools
+
+    from tvmc.errors import TuningError
+    from tvmc.frontend.onnx import from_onnx
+    from tvmc.graph import symbolic
+
+    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges))
+    variables = graph.size_vars()
+    if not variables and not dim_sizes:
+        return [{}]
+    if not dim_sizes:
+        example = " ".join(f"{v.name}={v.lo},{(v.lo + v.hi) // 2},{v.hi}" for v in variables)
+        raise TuningError(f"the compile has symbolic dimensions ({symbolic.describe_vars(variables)}) and tuning times "
+                          f"kernels of one size: give representative sizes, e.g. --dim-sizes {example}; compile "
+                          "the range with the records, and each kernel picks the config tuned for its size bucket")
+    names = list(dim_sizes)
+    rest = {v.name: v.hi for v in variables if v.name not in dim_sizes}
+    return [{**rest, **dict(zip(names, combo))} for combo in itertools.product(*(dim_sizes[n] for n in names))]
+
+
+def _tasks_of_graph(model, target, options, sizes: dict) -> list:
+    """extract_tasks for one size combination (the graph imported with `sizes` fixed)."""
     from tvmc.autotune.task import tasks_of_functions
     from tvmc.frontend.onnx import from_onnx
     from tvmc.graph.ir import Call, Function
     from tvmc.passes import PassContext, optimize
 
-    options = options or CompileOptions()
-    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges))
+    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges),
+                      dim_sizes=sizes)
     pipeline, pass_config = pass_pipeline(options)
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                       config=pass_config, target=target)
-    stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges), stage="tuning")
     graph = optimize(graph, ctx, pipeline)
     calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
              if isinstance(e, Call) and isinstance(e.op, Function)]

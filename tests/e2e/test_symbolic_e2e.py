@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.frontend.test_symbolic_shapes import bert_model, cnn_model
 from tvmc.cli import cli
 from tvmc.driver import CompileOptions, compile_model, extract_tasks
-from tvmc.errors import InputError, ScheduleError
+from tvmc.errors import InputError, ScheduleError, TuningError
 from tests.targets import require
 from tvmc.package import load_artifact, save_artifact
 from tvmc.runtime import create_executor
@@ -177,9 +177,12 @@ def test_inspect_shows_the_size_variables(encoder):
     assert "size variables seq in 1..64; inputs input_ids:[1,seq] attention_mask:[1,seq]" in r.output
 
 
-def test_tuning_a_range_stops_before_lowering():
-    with pytest.raises(ScheduleError, match=r"symbolic compilation reaches the graph IR but not tuning yet"):
+def test_tuning_a_range_asks_for_sizes_to_tune_at():
+    with pytest.raises(TuningError, match=r"tuning times kernels of one size: give representative sizes, e\.g\. "
+                                          r"--dim-sizes N=1,4,8"):
         extract_tasks(small_cnn(), resolve_target("native"), CompileOptions(dim_ranges={"N": (1, 8)}))
+    tasks = extract_tasks(small_cnn(), resolve_target("native"), CompileOptions(dim_ranges={"N": (1, 8)}), {"N": [2]})
+    assert tasks and all(t.workload[0][0] == 2 for t in tasks)
 
 
 def test_a_fixed_shape_artifact_says_so_and_how_to_compile_a_range(tmp_path):

@@ -295,6 +295,12 @@ class ApplyHistoryBest:
     def not_applicable(self) -> int:
         return sum(self.other_targets.values())
 
+    def workloads(self, impl_name: str) -> list:
+        """The workloads of implementation `impl_name` that the best records hold (nested tuples of
+        ints, strings and attribute pairs), without counting them as queried: the sizes a kernel
+        with symbolic extents was tuned at (tvmc.ops.fused._tuned_buckets)."""
+        return [r.task().workload for (impl, _), r in self.best.items() if impl == impl_name]
+
     def __call__(self, impl_name: str, wl) -> ConfigEntity | None:
         key = (impl_name, workload_key(wl))
         self.queried[key] = wl
@@ -366,6 +372,10 @@ class LayeredLookup:
 
     def __init__(self, first, second):
         self.first, self.second = first, second
+
+    def workloads(self, impl_name: str) -> list:
+        """Both layers' ApplyHistoryBest.workloads."""
+        return [w for layer in (self.first, self.second) if layer is not None for w in layer.workloads(impl_name)]
 
     def __call__(self, impl_name: str, wl):
         cfg = self.first(impl_name, wl) if self.first is not None else None

@@ -70,7 +70,7 @@ def lower_fused(func, target, config_lookup=None) -> PrimFunc:
 
     kernel_vars = {v.name: te.size_var(v.name, v.lo, v.hi) for v in graph_vars}
     with bind_graph_vars(kernel_vars):
-        return _lower(func, anchor, target, None, symbolic=True)
+        return _lower(func, anchor, target, config_lookup, symbolic=True)
 
 
 def _graph_size_vars(func) -> list:
@@ -107,16 +107,26 @@ def upper_workload(call: Call, limits: dict | None = None) -> tuple:
 
 
 def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimFunc:
-    """lower_fused's body; `symbolic`: the graph's size variables are bound (te.extent.bind_graph_vars),
-    the configs come from the fallback at the upper-bound workload (no tuning records: they were
-    measured for one size)."""
+    """lower_fused's body; `symbolic`: the graph's size variables are bound (te.extent.bind_graph_vars);
+    the configs are the records of the sizes `tvmc tune --dim-sizes` measured, one per size bucket
+    (_tuned_buckets), else the fallback at the upper-bound workload."""
     if symbolic and target.gpu:
         raise ScheduleError(f"{func.name}: symbolic extents are compiled for CPU targets only, not "
                             f"{target.name}")
+    if symbolic:
+        tuned = _tuned_buckets(anchor, target, config_lookup)
+        if tuned is not None:
+            return _lower_buckets(func, anchor, target, *tuned)
+        config_lookup = None  # records of one size do not apply to a range
     impl, cfg = _choose_implementation(anchor, target, config_lookup, upper_workload(anchor) if symbolic else None)
     bucket = _size_buckets(anchor, target) if symbolic and impl.template is None else None
     if bucket is not None:
-        return _lower_buckets(func, anchor, impl, target, *bucket)
+        var, starts = bucket
+
+        def fallback(sub):
+            wl = upper_workload(anchor, {var.name: (sub.lo, sub.hi)})
+            return impl, impl.config_space(wl, target).fallback_config() if impl.config_space else None
+        return _lower_buckets(func, anchor, target, var, starts, fallback)
     params, out, anchor_t, tensors = _tensors(func, anchor, impl)
     if cfg is None and impl.config_space is not None:
         cfg = impl.config_space(upper_workload(anchor) if symbolic else workload(anchor), target).fallback_config()
@@ -162,26 +172,88 @@ def _size_buckets(anchor, target):
     return (var, starts) if starts else None
 
 
-def _lower_buckets(func, anchor, impl, target, var, starts) -> PrimFunc:
+def _lower_buckets(func, anchor, target, var, starts, choose) -> PrimFunc:
     """func lowered with one specialization per size bucket of graph variable `var` (tvmc.tir.buckets.
-    lower_buckets), each scheduled with the fallback config of its own upper bound."""
+    lower_buckets); `choose(sub)` gives the (Implementation, config or None) of the bucket whose
+    kernel SizeVar is `sub` (sub.lo..sub.hi)."""
     from tvmc.te.extent import bind_graph_vars, graph_vars
     from tvmc.tir.buckets import lower_buckets
 
     bound = graph_vars()
 
     def build(sub):
+        impl, cfg = choose(sub)
         with bind_graph_vars({**bound, var.name: sub}):
             params, out, anchor_t, _ = _tensors(func, anchor, impl)
-            cfg = None
-            if impl.config_space is not None:
-                wl = upper_workload(anchor, {var.name: (sub.lo, sub.hi)})
-                cfg = impl.config_space(wl, target).fallback_config()
             s = te.create_schedule(out)
             impl.schedule(s, out, anchor_t, cfg, target)
         return s, params + [out]
 
     return lower_buckets(func.name, bound[var.name], starts, build)
+
+
+def _tuned_buckets(anchor, target, config_lookup):
+    """(graph SizeVar, bucket starts, choose) for _lower_buckets where `config_lookup` holds records
+    of the anchor at sizes of its one size variable (`tvmc tune --dim-sizes`): tuned at sizes
+    s1 < s2 < ... < sn, the kernel runs s1's config up to s1, s2's on s1+1..s2, ..., and sn's from
+    s(n-1)+1 to the range's upper bound (each bucket's implementation and config as
+    _choose_implementation picks them for its size's workload: the lowest cost). None where the
+    anchor's workload has no or several size variables, or no record matches it at a size in
+    range."""
+    from tvmc.autotune.task import workload_key
+    from tvmc.graph import symbolic
+
+    if config_lookup is None or not hasattr(config_lookup, "workloads") or not isinstance(anchor, Call) \
+            or not isinstance(anchor.op, str):
+        return None
+    pattern = workload(anchor)
+    variables = symbolic.free_vars([pattern])
+    if len(variables) != 1:
+        return None
+    var = variables[0]
+    sizes = set()
+    for impl in get_op(anchor.op).implementations(target.family, upper_workload(anchor), target):
+        if impl.config_space is None or impl.template is not None:
+            continue
+        for wl in config_lookup.workloads(impl.name):
+            s = _size_at(pattern, wl, var)
+            if s is not None and var.lo <= s <= var.hi and s not in sizes and \
+                    workload_key(upper_workload(anchor, {var.name: (s, s)})) == workload_key(wl):
+                sizes.add(s)
+    if not sizes:
+        return None
+    sizes = sorted(sizes)
+
+    def choose(sub):
+        size = next((s for s in sizes if s >= sub.hi), sizes[-1])
+        tuned_wl = upper_workload(anchor, {var.name: (size, size)})
+        impl, cfg = _choose_implementation(anchor, target, config_lookup, tuned_wl)
+        if cfg is None and impl.config_space is not None:
+            cfg = impl.config_space(upper_workload(anchor, {var.name: (sub.lo, sub.hi)}), target).fallback_config()
+        return impl, cfg
+
+    return var, [s + 1 for s in sizes[:-1]], choose
+
+
+def _size_at(pattern, wl, var):
+    """The value that record workload `wl` has where symbolic workload `pattern` has the plain
+    variable `var` (the first such place), or None when the two differ in structure or `var`
+    stands alone nowhere."""
+    def leaves(x):
+        if isinstance(x, (tuple, list)):
+            for y in x:
+                yield from leaves(y)
+        else:
+            yield x
+
+    a, b = list(leaves(pattern)), list(leaves(wl))
+    if len(a) != len(b):
+        return None
+    for x, y in zip(a, b):
+        v = _plain_var(x)
+        if v is not None and v.name == var.name and isinstance(y, int):
+            return y
+    return None
 
 
 def _tensors(func, anchor, impl) -> tuple:

@@ -28,7 +28,7 @@ _FOLD_AT_IMPORT_MAX = 4096  # elements: a float call on constants up to this siz
 
 
 def from_onnx(model, input_shapes: dict | None = None, value_ranges: dict | None = None,
-              dim_ranges: dict | None = None) -> Graph:
+              dim_ranges: dict | None = None, dim_sizes: dict | None = None) -> Graph:
     """Import an ONNX model into the graph IR.
 
     model:        path (str / os.PathLike) of a .onnx file, or an `onnx.ModelProto`.
@@ -42,6 +42,10 @@ def from_onnx(model, input_shapes: dict | None = None, value_ranges: dict | None
                   ConstantOfShape whose shape inputs are computed from it (docs/dynamic_shapes.md).
     dim_ranges:   {dim_param: (lo, hi)} (`--dim-range seq=1..512`): the model's symbolic dimension
                   of that name, in every input where it appears, is one size variable in lo..hi.
+    dim_sizes:    {size variable name: int} (`tvmc tune --dim-sizes seq=32,128`): each of these
+                  variables (a dim_param given a range, or `<input>_<axis>`) is fixed at that size,
+                  which must lie in its range: the static graph of one representative size, whose
+                  kernels tuning measures.
 
     Returns a Graph whose inputs are the ONNX graph inputs that are not initializers
     (Var with a static or symbolic shape, dtype float32/int64/int32/bool), whose constants are the
@@ -52,7 +56,8 @@ def from_onnx(model, input_shapes: dict | None = None, value_ranges: dict | None
 
     Raises:
       ModelError           unreadable file, onnx.checker failure, bad `input_shapes`, `value_ranges`
-                           or `dim_ranges`, unresolved symbolic dimensions (one error naming them
+                           or `dim_ranges`, a `dim_sizes` name that is no size variable or a
+                           size outside its range, unresolved symbolic dimensions (one error naming them
                            all, the inputs where each appears and an example command), unsupported
                            dtype on a non-constant path, unsupported attribute values, shape
                            inconsistencies, a symbolic shape that the bounds do not prove valid.
@@ -64,7 +69,7 @@ def from_onnx(model, input_shapes: dict | None = None, value_ranges: dict | None
     """
     proto, label = _load(model)
     _check(proto, label)
-    return _Importer(proto, label, value_ranges or {}, dim_ranges or {}).run(input_shapes or {})
+    return _Importer(proto, label, value_ranges or {}, dim_ranges or {}, dim_sizes or {}).run(input_shapes or {})
 
 
 def _load(model):
@@ -118,9 +123,10 @@ class _Importer:
     """Converts one checked ModelProto; `label` (the file path) prefixes every error."""
 
     def __init__(self, proto: onnx.ModelProto, label: str, value_ranges: dict | None = None,
-                 dim_ranges: dict | None = None):
+                 dim_ranges: dict | None = None, dim_sizes: dict | None = None):
         self.proto = proto
         self.dim_ranges = dict(dim_ranges or {})  # dim_param -> (lo, hi)
+        self.dim_sizes = dict(dim_sizes or {})  # size variable name -> the size it is fixed at
         self.materialized: dict = {}  # SymbolicValue -> its shape_to_tensor call
         self.value_ranges = dict(value_ranges or {})  # graph input name -> (lo, hi), see value_range.py
         self.label = label
@@ -249,7 +255,15 @@ class _Importer:
                 size, where = next(iter(given.items()))
                 raise self.error(f"dimension '{param}' is given the size {size} by {where} and the range "
                                  f"{ranges[param][0][0]}..{ranges[param][0][1]} by {ranges[param][1]}; give one")
-        variables = {param: symbolic.size_var(param, *rng) for param, (rng, _) in ranges.items()}
+        variables = {param: self._size_var(param, *rng) for param, (rng, _) in ranges.items()}
+        unnamed = {f"{name}_{axis}": (name, axis) for name, shape in input_shapes.items()
+                   for axis, d in enumerate(shape) if _is_range(d)
+                   and not (declared.get(name) is not None and isinstance(declared[name][axis], str))}
+        stray = [n for n in self.dim_sizes if n not in variables and n not in unnamed]
+        if stray:
+            known = ", ".join(f"'{n}'" for n in [*variables, *unnamed]) or "none (the model compiles for one size)"
+            raise self.error(f"--dim-sizes names {', '.join(repr(n) for n in stray)}, not a size variable of the "
+                             f"compile; its size variables are: {known}")
 
         shapes, unresolved = {}, []
         for vi in real_inputs:
@@ -259,7 +273,7 @@ class _Importer:
             if vi.name in input_shapes:
                 shapes[vi.name] = tuple(
                     (variables[dims[axis]] if dims is not None and isinstance(dims[axis], str)
-                     else symbolic.size_var(f"{vi.name}_{axis}", int(d[0]), int(d[1]))) if _is_range(d) else int(d)
+                     else self._size_var(f"{vi.name}_{axis}", int(d[0]), int(d[1]))) if _is_range(d) else int(d)
                     for axis, d in enumerate(input_shapes[vi.name]))
                 continue
             if dims is None:
@@ -284,6 +298,16 @@ class _Importer:
         if unresolved:
             raise self._unresolved_error(real_inputs, input_shapes, declared, unresolved)
         return shapes
+
+    def _size_var(self, name: str, lo: int, hi: int):
+        """The size variable `name` in lo..hi, or the int of dim_sizes that fixes it (checked to lie
+        in lo..hi)."""
+        if name not in self.dim_sizes:
+            return symbolic.size_var(name, lo, hi)
+        size = self.dim_sizes[name]
+        if not isinstance(size, int) or not lo <= size <= hi:
+            raise self.error(f"--dim-sizes gives '{name}' the size {size!r}, outside its range {lo}..{hi}")
+        return size
 
     def _unresolved_error(self, real_inputs, input_shapes, declared, unresolved) -> ModelError:
         """One error naming every unresolved input dimension, grouped by dim_param with the inputs
