@@ -6,7 +6,7 @@ import numpy as np
 
 from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
-from tvmc.ops.cpu.conv2d_winograd import plan_winograd
+from tvmc.ops.cpu.conv2d_winograd import WINOGRAD_IMPL_TILES, plan_winograd, winograd_eligible
 from tvmc.ops.cpu.dense import matmul_padding
 from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight, pairs_in_int16
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
@@ -83,6 +83,7 @@ class _Rewriter:
         self.memo: dict = {}        # old Expr -> (new Expr, layout)
         self.converted: dict = {}   # (new Expr, layout) -> new Expr in that layout
         self.padded: dict = {}      # new blocked Expr -> its logical channel count (fewer: padded_conv2d)
+        self.conv_blocks: dict = {}  # groups-1 nn.conv2d Call -> (blocked data, ic_bn, oc_bn) it was given
 
     # --- conversions ------------------------------------------------------------------------
     def plain(self, old: Expr) -> Expr:
@@ -191,16 +192,23 @@ class _Rewriter:
         else:
             ic_bn = self.data_block(data) or self.block_of(c)
         x = self.as_layout(data, blocked_layout(ic_bn))
-        m = self.winograd.get(e, 0)
+        if not depthwise:
+            self.conv_blocks[e] = (x, ic_bn, oc_bn)
+        return self.conv_form(e, x, ic_bn, oc_bn, self.winograd.get(e, 0), weight.value), blocked_layout(oc_bn)
+
+    def conv_form(self, e: Call, x: Expr, ic_bn: int, oc_bn: int, m: int, weight: np.ndarray) -> Call:
+        """nn.conv2d `e` on blocked data `x` as nn.conv2d_winograd_nchwc with output tile `m`, or
+        (m = 0) as nn.conv2d_nchwc, its OIHW `weight` transformed or packed here."""
+        name = e.inputs[1].name or "weight"
         if m:
-            w = Constant(winograd_weight_transform(weight.value, m, ic_bn, oc_bn),
-                         f"{weight.name or 'weight'}_winograd{m}_{ic_bn}i{oc_bn}o")
+            w = Constant(winograd_weight_transform(weight, m, ic_bn, oc_bn), f"{name}_winograd{m}_{ic_bn}i{oc_bn}o")
             attrs = {"padding": e.attrs["padding"], "tile_size": m, "out_layout": blocked_layout(oc_bn)}
-            return make_call("nn.conv2d_winograd_nchwc", [x, w], attrs, name=e.name), blocked_layout(oc_bn)
-        w = Constant(pack_weight(weight.value, ic_bn, oc_bn, depthwise),
-                     f"{weight.name or 'weight'}_OIHW{1 if depthwise else ic_bn}i{oc_bn}o")
-        attrs = dict(e.attrs, groups=groups, out_layout=blocked_layout(oc_bn))
-        return make_call("nn.conv2d_nchwc", [x, w], attrs, name=e.name), blocked_layout(oc_bn)
+            return make_call("nn.conv2d_winograd_nchwc", [x, w], attrs, name=e.name)
+        groups = e.attrs.get("groups", 1)
+        depthwise = groups > 1
+        w = Constant(pack_weight(weight, ic_bn, oc_bn, depthwise), f"{name}_OIHW{1 if depthwise else ic_bn}i{oc_bn}o")
+        return make_call("nn.conv2d_nchwc", [x, w], dict(e.attrs, groups=groups, out_layout=blocked_layout(oc_bn)),
+                         name=e.name)
 
     def padded_conv2d(self, e: Call, padded: int):
         """A groups-1 nn.conv2d whose O no full vector block divides (a classifier's 1000 classes:
@@ -481,20 +489,49 @@ def _cancel_transforms(graph: Graph) -> Graph:
     return rewrite(graph, fn)
 
 
-def _plan_winograd(graph: Graph, target, min_block: int, override: int, size_budget: float) -> dict:
+def _plan_winograd(graph: Graph, target, min_block: int, override: int, size_budget: float,
+                   measured: dict | None = None) -> dict:
     """{nn.conv2d Call: Winograd tile} (tvmc.ops.cpu.conv2d_winograd.plan_winograd) for the
     float groups-1 convs with a Constant weight that the conv2d rule blocks, their transformed
     weights adding at most (size_budget - 1) x the bytes of the graph's constants (0 or inf: no
-    budget); convs of symbolic shape stay direct."""
+    budget); convs of symbolic shape stay direct. `measured`: plan_winograd's measured costs."""
     lanes = target.vector_lanes("float32")
     convs = [(e, e.inputs[0].shape, e.inputs[1].shape, e.attrs, e.inputs[1].value.itemsize) for e in graph.calls()
              if e.op == "nn.conv2d" and isinstance(e.inputs[1], Constant) and e.dtype in _DTYPES
              and len(e.inputs[0].shape) == 4 and channel_block_for(e.shape[1], lanes) >= min(min_block, lanes)
              and not e.type.is_symbolic]  # symbolic shapes: direct NCHWc convolution (no Winograd schedule yet)
     if not size_budget or np.isinf(size_budget):
-        return plan_winograd(convs, target, override)
+        return plan_winograd(convs, target, override, measured=measured)
     weight_bytes = sum(e.value.nbytes for e in graph.topo() if isinstance(e, Constant))
-    return plan_winograd(convs, target, override, max(0.0, (size_budget - 1) * weight_bytes))
+    return plan_winograd(convs, target, override, max(0.0, (size_budget - 1) * weight_bytes), measured)
+
+
+def _measured_forms(graph: Graph, probe: "_Rewriter", lookup) -> dict:
+    """{nn.conv2d Call: {m: seconds}} of the Winograd-eligible convs that `probe` (a _Rewriter
+    walked over `graph`) blocked: the best record's cost (lookup.cost_s, over the op's
+    implementations) of each form the records hold, m = 0 nn.conv2d_nchwc, 2 and 4
+    nn.conv2d_winograd_nchwc, with the blocks the walk gave the conv (a form is built on zero
+    weights of the conv's shape to learn its workload)."""
+    from tvmc.ops.fused import workload
+
+    target = probe.target
+    out: dict = {}
+    for e, (x, ic_bn, oc_bn) in probe.conv_blocks.items():
+        weight = e.inputs[1]
+        if not winograd_eligible(e.inputs[0].shape, weight.shape, e.attrs):
+            continue
+        zeros = np.zeros(weight.shape, weight.value.dtype)
+        times = {}
+        for m in (0, *WINOGRAD_IMPL_TILES):
+            call = probe.conv_form(e, x, ic_bn, oc_bn, m, zeros)
+            wl = workload(call)
+            costs = [c for impl in get_op(call.op).implementations(target.family, wl, target)
+                     if (c := lookup.cost_s(impl.name, wl)) is not None]
+            if costs:
+                times[m] = min(costs)
+        if len(times) > 1 and 0 in times:
+            out[e] = times
+    return out
 
 
 @graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1, "size_budget": 1.25,
@@ -572,10 +609,18 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     if target is None or getattr(target, "family", None) != "cpu":
         return graph
     min_block = ctx.option("AlterOpLayout", "min_block")
-    winograd = _plan_winograd(graph, target, min_block, ctx.option("AlterOpLayout", "winograd_tile_size"),
-                              ctx.option("AlterOpLayout", "size_budget"))
-    rw = _Rewriter(target, min_block, winograd, bool(ctx.option("AlterOpLayout", "grouped")),
-                   ctx.option("AlterOpLayout", "pad_channels"))
+    override, budget = ctx.option("AlterOpLayout", "winograd_tile_size"), ctx.option("AlterOpLayout", "size_budget")
+    grouped, pad = bool(ctx.option("AlterOpLayout", "grouped")), ctx.option("AlterOpLayout", "pad_channels")
+    winograd = _plan_winograd(graph, target, min_block, override, budget)
+    lookup = ctx.config_lookup
+    if override < 0 and lookup is not None and lookup.workloads("conv2d_winograd_nchwc.cpu"):
+        probe = _Rewriter(target, min_block, winograd, grouped, pad)  # the blocks each conv is given
+        for e in graph.topo():
+            probe.visit(e)
+        measured = _measured_forms(graph, probe, lookup)
+        if measured:
+            winograd = _plan_winograd(graph, target, min_block, override, budget, measured)
+    rw = _Rewriter(target, min_block, winograd, grouped, pad)
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:

@@ -103,6 +103,9 @@ class PassContext:
                       `run_after_pass(name, graph)` methods (TVM's PassInstrument).
     target:           the tvmc.target.Target being compiled for, or None (target-independent
                       run): target-specific passes such as AlterOpLayout skip themselves without one.
+    config_lookup:    the tuning records the compile applies (tvmc.autotune.record.ApplyHistoryBest
+                      or LayeredLookup), or None: AlterOpLayout chooses between Winograd and the
+                      direct convolution by their measured costs (cost_s) where they hold both.
     pass_times:       filled while running: [(pass name, wall time in ms)], in run order.
 
     Raises PassError on an unknown pass name, unknown option key or wrongly typed option value.
@@ -114,6 +117,7 @@ class PassContext:
     dump_dir: str | None = None
     instruments: tuple = ()
     target: object = None
+    config_lookup: object = None
     pass_times: list = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self):

@@ -366,11 +366,17 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     timings["import"] = time.perf_counter() - t0
     model_weight_bytes = sum(int(e.value.nbytes) for e in graph.topo() if isinstance(e, Constant))
 
+    from tvmc.autotune.record import ApplyHistoryBest, LayeredLookup, shipped_records, shipped_records_path
+
+    user = ApplyHistoryBest.from_file(options.tuning_records, target) if options.tuning_records else None
+    shipped = shipped_records(target) if options.shipped_records else None
+    config_lookup = LayeredLookup(user, shipped) if user is not None or shipped is not None else None
+
     t0 = time.perf_counter()
     pipeline, pass_config = pass_pipeline(options)
     ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
-                      config=pass_config,
-                      dump_dir=options.dump_dir if "graph" in options.dump_ir else None, target=target)
+                      config=pass_config, dump_dir=options.dump_dir if "graph" in options.dump_ir else None,
+                      target=target, config_lookup=config_lookup)
     symbolic_graph = bool(graph.size_vars())
     if not symbolic_compiles_for(target):
         stop_before_symbolic_lowering(graph, ctx, pipeline, bool(options.dim_ranges), target)
@@ -388,11 +394,6 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
             if isinstance(e, Call) and isinstance(e.op, Function):
                 functions.setdefault(e.op.name, e.op)
 
-    from tvmc.autotune.record import ApplyHistoryBest, LayeredLookup, shipped_records, shipped_records_path
-
-    user = ApplyHistoryBest.from_file(options.tuning_records, target) if options.tuning_records else None
-    shipped = shipped_records(target) if options.shipped_records else None
-    config_lookup = LayeredLookup(user, shipped) if user is not None or shipped is not None else None
     t0 = time.perf_counter()
     kernels = lower_functions(list(functions.values()), target, config_lookup, progress)
     timings["lower"] = time.perf_counter() - t0
@@ -489,18 +490,40 @@ def size_combinations(model, options, dim_sizes: dict) -> list:
 
 
 def _tasks_of_graph(model, target, options, sizes: dict) -> list:
-    """extract_tasks for one size combination (the graph imported with `sizes` fixed)."""
-    from tvmc.autotune.task import tasks_of_functions
+    """extract_tasks for one size combination (the graph imported with `sizes` fixed), over the
+    form graphs of _conv_form_configs."""
+    from tvmc.autotune.task import tasks_of_functions, workload_key
     from tvmc.frontend.onnx import from_onnx
     from tvmc.graph.ir import Call, Function
     from tvmc.passes import PassContext, optimize
 
-    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges),
-                      dim_sizes=sizes)
     pipeline, pass_config = pass_pipeline(options)
-    ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
-                      config=pass_config, target=target)
-    graph = optimize(graph, ctx, pipeline)
-    calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
-             if isinstance(e, Call) and isinstance(e.op, Function)]
-    return tasks_of_functions(calls, target)
+    found: dict = {}  # (implementation, workload key) -> Task; a task in several form graphs: most calls
+    for forms in _conv_form_configs(target, options, pass_config, pipeline):
+        graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges),
+                          dim_sizes=sizes)
+        ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
+                          config={**pass_config, **forms}, target=target)
+        graph = optimize(graph, ctx, pipeline)
+        calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
+                 if isinstance(e, Call) and isinstance(e.op, Function)]
+        for task in tasks_of_functions(calls, target):
+            key = (task.impl, workload_key(task.workload))
+            if key not in found or task.calls > found[key].calls:
+                found[key] = task
+    return list(found.values())
+
+
+def _conv_form_configs(target, options, pass_config: dict, pipeline) -> list:
+    """The pass configs whose graphs tuning takes tasks from: where AlterOpLayout runs on a CPU
+    target and its pass config leaves the Winograd choice to it, one graph per form of the 3x3
+    convolutions (direct, F(2x2, 3x3), F(4x4, 3x3), no size budget), so that the records hold
+    each form's cost and the compile that applies them chooses by measurement (AlterOpLayout's
+    config_lookup); else the pass config as given."""
+    from tvmc.ops.cpu.conv2d_winograd import WINOGRAD_IMPL_TILES
+
+    if (target.family != "cpu" or "AlterOpLayout" not in pipeline or "AlterOpLayout" in options.disabled_passes
+            or options.opt_level < 3 or "AlterOpLayout.winograd_tile_size" in pass_config):
+        return [{}]
+    return [{"AlterOpLayout.winograd_tile_size": m, "AlterOpLayout.size_budget": 0.0}
+            for m in (0, *WINOGRAD_IMPL_TILES)]

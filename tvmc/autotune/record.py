@@ -295,6 +295,20 @@ class ApplyHistoryBest:
     def not_applicable(self) -> int:
         return sum(self.other_targets.values())
 
+    def cost_s(self, impl_name: str, wl) -> float | None:
+        """Mean seconds of the best valid record of (impl_name, workload `wl`), or None; not
+        counted as queried or applied (a pass comparing forms it may not build:
+        AlterOpLayout's Winograd choice)."""
+        r = self.best.get((impl_name, workload_key(wl)))
+        return r.mean_s if r is not None and self._fits(r, impl_name, wl) else None
+
+    def _fits(self, r, impl_name: str, wl) -> bool:
+        """Whether record `r`'s config is a point of the config space of (impl_name, wl) today
+        (else it is stale: the space changed since it was measured)."""
+        space = _space_of(impl_name, wl, self.target)
+        return space is None or (set(r.config) == set(space.knobs)
+                                 and all(v in space.knobs[k] for k, v in r.config.items()))
+
     def workloads(self, impl_name: str) -> list:
         """The workloads of implementation `impl_name` that the best records hold (nested tuples of
         ints, strings and attribute pairs), without counting them as queried: the sizes a kernel
@@ -307,9 +321,7 @@ class ApplyHistoryBest:
         r = self.best.get(key)
         if r is None:
             return None
-        space = _space_of(impl_name, wl, self.target)
-        if space is not None and (set(r.config) != set(space.knobs)
-                                  or any(v not in space.knobs[k] for k, v in r.config.items())):
+        if not self._fits(r, impl_name, wl):
             self.stale[key] = r
             return None
         self.applied[key] = r
@@ -372,6 +384,14 @@ class LayeredLookup:
 
     def __init__(self, first, second):
         self.first, self.second = first, second
+
+    def cost_s(self, impl_name: str, wl) -> float | None:
+        """The first layer's ApplyHistoryBest.cost_s, else the second's."""
+        for layer in (self.first, self.second):
+            cost = layer.cost_s(impl_name, wl) if layer is not None else None
+            if cost is not None:
+                return cost
+        return None
 
     def workloads(self, impl_name: str) -> list:
         """Both layers' ApplyHistoryBest.workloads."""

@@ -71,6 +71,7 @@ MIN_WINOGRAD_CHANNELS = 16
 COST_TABLE_FOLDER = "winograd"
 # The forms a cost table times (bench/winograd_table.py) and the Winograd tile each stands for.
 FORM_TILE_SIZE = {"direct": 0, "im2col": 0, "winograd2": 2, "winograd4": 4}
+WINOGRAD_IMPL_TILES = (2, 4)  # the output tiles m of nn.conv2d_winograd_nchwc: F(2x2, 3x3), F(4x4, 3x3)
 
 
 @functools.lru_cache(maxsize=None)
@@ -101,7 +102,9 @@ def estimated_times_ms(data_shape, weight_shape, table: dict) -> dict:
     return {form: t * scale for form, t in entry["times_ms"].items()}
 
 
-def _eligible(data_shape, weight_shape, attrs) -> bool:
+def winograd_eligible(data_shape, weight_shape, attrs) -> bool:
+    """Whether an NCHW conv2d (data [N, C, H, W], OIHW weight) has a Winograd form: 3x3, stride 1,
+    dilation 1, groups 1 (and the channel conditions below)."""
     c, o = data_shape[1], weight_shape[0]
     return (tuple(weight_shape[2:]) == (3, 3) and tuple(attrs["strides"]) == (1, 1)
             and tuple(attrs["dilation"]) == (1, 1) and attrs.get("groups", 1) == 1
@@ -114,7 +117,7 @@ def winograd_tile_size(data_shape, weight_shape, attrs, target, override: int = 
     where tvmc ships one (load_cost_table), else the register rule (see the module docstring);
     `override` (AlterOpLayout's option winograd_tile_size) >= 0 replaces both: 0 never, 2 or 4
     that tile for every eligible conv."""
-    if not _eligible(data_shape, weight_shape, attrs):
+    if not winograd_eligible(data_shape, weight_shape, attrs):
         return 0
     if override >= 0:
         return override
@@ -147,13 +150,28 @@ def _gains_ms(data_shape, weight_shape, target, override: int) -> dict:
         return {m: g for m, g in nominal.items() if m <= preferred}
     times = estimated_times_ms(data_shape, weight_shape, table)
     direct = min(times["direct"], times.get("im2col", math.inf))
-    return {m: direct - times[f"winograd{m}"] for m in (2, 4) if m <= preferred and times[f"winograd{m}"] < direct}
+    return {m: direct - times[f"winograd{m}"] for m in WINOGRAD_IMPL_TILES
+            if m <= preferred and times[f"winograd{m}"] < direct}
 
 
-def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: float = math.inf) -> dict:
+def _measured_gains_ms(times: dict | None, override: int) -> dict | None:
+    """{m: ms saved against the direct form} from measured `times` ({m: seconds}, m = 0 direct),
+    None where they do not hold the direct form and a Winograd tile, or an override is given."""
+    if override >= 0 or not times or 0 not in times or len(times) < 2:
+        return None
+    return {m: (times[0] - s) * 1e3 for m, s in times.items() if m and s < times[0]}
+
+
+def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: float = math.inf,
+                  measured: dict | None = None) -> dict:
     """{key: m} for every conv of `convs` that takes Winograd tile m (absent: the direct form).
 
     convs: [(key, data_shape [N, C, H, W], weight_shape OIHW, attrs, weight itemsize in bytes)].
+    measured: {key: {m: seconds}} (m = 0 the direct form, 2 and 4 the Winograd tiles): the tuning
+    records' costs of a conv's forms (AlterOpLayout with records). Where the direct form and a
+    Winograd tile are both measured (and no override is given), the measured savings replace the
+    cost table's estimates, the tiles the table would not choose included; a conv whose measured
+    Winograd tiles are all slower stays direct.
     Without a budget (inf), each conv takes winograd_tile_size's choice. With one, the transformed
     weights ((m+2)^2 instead of 9 values per C x O pair) may add at most `extra_bytes_budget`
     bytes in all: starting from the direct form everywhere, the step (a conv to F(2x2) or F(4x4),
@@ -163,14 +181,16 @@ def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: f
     """
     options, sizes = {}, {}
     for key, data_shape, weight_shape, attrs, itemsize in convs:
-        if not _eligible(data_shape, weight_shape, attrs):
+        if not winograd_eligible(data_shape, weight_shape, attrs):
             continue
-        gains = _gains_ms(tuple(data_shape), tuple(weight_shape), target, override)
+        gains = _measured_gains_ms((measured or {}).get(key), override)
+        if gains is None:
+            gains = _gains_ms(tuple(data_shape), tuple(weight_shape), target, override)
         if gains:
             options[key] = gains
             sizes[key] = data_shape[1] * weight_shape[0] * itemsize
     if math.isinf(extra_bytes_budget):
-        return {key: max(g) for key, g in options.items()}
+        return {key: max(g, key=g.get) for key, g in options.items()}  # the tile that saves most
     chosen: dict = {}
     left = extra_bytes_budget
     while True:
