@@ -154,7 +154,8 @@ class Target:
         x86 ("vpdpbusd", 512) with AVX512-VNNI, ("vpdpbusd", 256) with AVX-VNNI, ("pmaddubsw", 512
         or 256) with AVX512-BW or AVX2; aarch64 ("usdot", 128) with +i8mm, ("udot", 128) with
         +dotprod; wasm32 ("relaxed_dot", 128) with +relaxed-simd, ("dot_i16x8", 128) with
-        +simd128; None: widening multiplies (tvmc.tir.ir.DotU8S8)."""
+        +simd128; nvptx64 ("dp4a", 32) on every cpu (the GPU int8 kernels, tvmc/ops/gpu/int8.py);
+        None: widening multiplies (tvmc.tir.ir.DotU8S8)."""
         return _dot_u8s8(self.arch, self.cpu, self.features)
 
     @property
@@ -400,6 +401,7 @@ def _dot_u8s8(arch: str, cpu: str, features: tuple) -> tuple | None:
     if isa is None:
         return None
     enabled = isa.enabled_features(cpu, features, arch)
+    enabled = set().union(*(isa._closure_up(f) for f in enabled))  # with what they imply (ptx80: ptx63)
     entry = next((e for e in isa.dot_u8s8 if e["feature"] in enabled), None)
     return (entry["form"], int(entry["width_bits"])) if entry is not None else None
 
