@@ -9,6 +9,7 @@ from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.cpu.conv2d_winograd import plan_winograd
 from tvmc.ops.cpu.dense import matmul_padding
 from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight, pairs_in_int16
+from tvmc.ops.gpu.int8 import gpu_int8_dot
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import pack_dense_weight
@@ -73,8 +74,10 @@ class _Rewriter:
     layout), so a tensor that several consumers need in one layout is transformed once.
     """
 
-    def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True, pad_channels: int = 0):
+    def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True, pad_channels: int = 0,
+                 qnn_only: bool = False):
         self.target = target
+        self.qnn_only = qnn_only    # GPU targets: the int8 rewrites and the layout flow of their outputs only
         self.pad_channels = pad_channels  # option pad_channels: pad O when the padding is <= O / this (0: never)
         self.winograd = winograd    # nn.conv2d Call -> Winograd tile (plan_winograd)
         self.grouped = grouped
@@ -137,7 +140,20 @@ class _Rewriter:
             self.memo[e] = (e, NCHW)
             return
         out = None
-        if isinstance(e.op, str):
+        if isinstance(e.op, str) and self.qnn_only:
+            if e.op == "qnn.dense":
+                out = self.qnn_dense(e)
+            elif e.op == "qnn.conv2d":
+                out = self.qnn_conv2d(e)
+            elif e.op == "qnn.requantize":
+                out = self.qnn_requantize(e)
+            else:
+                pattern = get_op(e.op).pattern
+                if pattern == OpPattern.ELEMWISE and len(e.inputs) == 1:
+                    out = self.unary(e)
+                elif pattern == OpPattern.BROADCAST and (len(e.inputs) == 2 or e.op in _RESCALES):
+                    out = self.binary(e)
+        elif isinstance(e.op, str):
             if e.op == "nn.conv2d":
                 out = self.conv2d(e)
             elif e.op == "nn.dense":
@@ -565,17 +581,25 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     other consumer and every graph output gets a layout_transform back to NCHW, once per
     tensor; then adjacent layout_transforms compose and inverse pairs cancel.
 
-    Runs only with a CPU target in the PassContext (`ctx.target`); without one, or for other
-    target families, the graph is returned unchanged.
+    GPU targets with a 4 x int8 dot product (tvmc.ops.gpu.int8.gpu_int8_dot: CUDA's dp4a, OpenCL)
+    take the qnn.dense and qnn.conv2d rewrites alone (onto the GPU kernels of
+    tvmc/ops/gpu/int8.py), their blocked outputs flowing through qnn.requantize, elementwise and
+    broadcast ops as above; pooling, concatenate and every float op keep NCHW there.
+
+    Runs only with a CPU target, or such a GPU target, in the PassContext (`ctx.target`);
+    without one, or for other targets, the graph is returned unchanged.
     """
     target = ctx.target
-    if target is None or getattr(target, "family", None) != "cpu":
+    family = getattr(target, "family", None)
+    if target is None or not (family == "cpu" or gpu_int8_dot(target)):
         return graph
     min_block = ctx.option("AlterOpLayout", "min_block")
-    winograd = _plan_winograd(graph, target, min_block, ctx.option("AlterOpLayout", "winograd_tile_size"),
-                              ctx.option("AlterOpLayout", "size_budget"))
+    qnn_only = family != "cpu"
+    winograd = {} if qnn_only else _plan_winograd(graph, target, min_block,
+                                                   ctx.option("AlterOpLayout", "winograd_tile_size"),
+                                                   ctx.option("AlterOpLayout", "size_budget"))
     rw = _Rewriter(target, min_block, winograd, bool(ctx.option("AlterOpLayout", "grouped")),
-                   ctx.option("AlterOpLayout", "pad_channels"))
+                   ctx.option("AlterOpLayout", "pad_channels"), qnn_only)
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:
