@@ -61,8 +61,8 @@ CASES = {
     "dense_padded_requantize": _dense(9, 36, 40, chain=True),
     # N = 64, K = 20 (5 quads): weights staged in shared memory where a tile holds whole blocks
     "dense_blocks": _dense(5, 20, 64),
-    # 16 input channels in one block of 16, 3 x 3, padding 1, 32 output channels, requantized
-    "conv_3x3_pad": _conv(1, 16, 5, 32, 3, 16, 1, 1, chain=True),
+    # 8 input channels in one block of 8, 3 x 3, padding 1, 32 output channels, requantized
+    "conv_3x3_pad": _conv(1, 8, 4, 32, 3, 8, 1, 1, chain=True),
     # a 3-channel image (its block padded to 4 in the kernel with pad_value), stride 2, batch 2
     "conv_rgb_stride2": _conv(2, 3, 7, 16, 3, 3, 2, 1),
 }
