@@ -65,11 +65,17 @@ CONV_REGISTER_TILE = (4, 1)
 
 
 def gpu_int8_dot(target) -> bool:
-    """Whether `target` (a GPU descriptor) runs qnn.dense / qnn.conv2d on these kernels: CUDA
-    where its ISA table gives a dot-product form (Target.dot_u8s8: dp4a), OpenCL always."""
+    """Whether `target` (a GPU descriptor) runs qnn.dense / qnn.conv2d on these kernels: OpenCL
+    always; an LLVM GPU triple (CUDA) where its ISA table gives a dot-product form
+    (Target.dot_u8s8: dp4a) that its device table spells (tvmc.codegen.llvm.DEVICE_TABLES)."""
+    from tvmc.codegen.llvm import DEVICE_TABLES
+
     if getattr(target, "family", None) != "gpu":
         return False
-    return target.codegen == "opencl" or target.dot_u8s8 is not None
+    if target.codegen == "opencl":
+        return True
+    device, form = DEVICE_TABLES.get(target.arch), target.dot_u8s8
+    return device is not None and form is not None and form[0] in (device.dot_u8s8 or {})
 
 
 def _fetch(s, cache, threads_x: int, threads_y: int):
