@@ -212,6 +212,22 @@ def test_quantize_static_cnn_on_opencl_matches_onnxruntime(fmt, per_channel):
     assert len(convs) == 2 and all("qnn_conv2d_nchwc_u8s8" in k for k in convs), convs
 
 
+def test_quantize_static_cnn_compiles_for_cuda_with_dp4a():
+    """Without a GPU: the QDQ CNN compiled for cuda-sm90, its three int8 kernels (two convs, the
+    MatMul) in the PTX with dp4a, assembled by ptxas into the cubin where ptxas is found."""
+    pytest.importorskip("onnxruntime.quantization")
+    t8, model, qmodel, _ = _int8_cnn("QDQ", True)
+    module = t8._compile(qmodel, SM90)
+    ptx = module.library.decode()
+    int8 = [k for k in t8.kernel_names(module) if "u8s8" in k]
+    assert len(int8) == 3
+    for name in int8:
+        body = ptx[ptx.index(f".entry {name}("):]
+        body = body[:body.index("\n}\n")]
+        assert "dp4a.u32.s32" in body, name
+    assert ("mod.cubin" in module.device_binaries) == (assembler_missing(SM90) is None)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", list(CASES))
 def test_kernel_matches_reference_on_cuda(name):
