@@ -9,7 +9,6 @@ from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.cpu.conv2d_winograd import plan_winograd
 from tvmc.ops.cpu.dense import matmul_padding
 from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight, pairs_in_int16
-from tvmc.ops.gpu.int8 import gpu_int8_dot
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import pack_dense_weight
@@ -581,7 +580,7 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     other consumer and every graph output gets a layout_transform back to NCHW, once per
     tensor; then adjacent layout_transforms compose and inverse pairs cancel.
 
-    GPU targets with a 4 x int8 dot product (tvmc.ops.gpu.int8.gpu_int8_dot: CUDA's dp4a, OpenCL)
+    GPU targets with a 4 x int8 dot product (Target.gpu_int8_dot: CUDA's dp4a, OpenCL)
     take the qnn.dense and qnn.conv2d rewrites alone (onto the GPU kernels of
     tvmc/ops/gpu/int8.py), their blocked outputs flowing through qnn.requantize, elementwise and
     broadcast ops as above; pooling, concatenate and every float op keep NCHW there.
@@ -591,7 +590,7 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     """
     target = ctx.target
     family = getattr(target, "family", None)
-    if target is None or not (family == "cpu" or gpu_int8_dot(target)):
+    if target is None or not (family == "cpu" or target.gpu_int8_dot):
         return graph
     min_block = ctx.option("AlterOpLayout", "min_block")
     qnn_only = family != "cpu"

@@ -159,6 +159,18 @@ class Target:
         return _dot_u8s8(self.arch, self.cpu, self.features)
 
     @property
+    def gpu_int8_dot(self) -> bool:
+        """Whether this GPU target runs qnn.dense / qnn.conv2d on the int8 kernels of
+        tvmc/ops/gpu/int8.py, whose step is a 4 x int8 dot product on one 32-bit word: OpenCL
+        always (OpenCL C's uchar4 / char4 arithmetic, cl_khr_integer_dot_product's dot where the
+        device has it); an LLVM GPU triple where its ISA table gives a one-word dot_u8s8 form
+        (nvptx64: dp4a). False for CPU targets (their own int8 kernels, tvmc/ops/cpu/int8.py)."""
+        if self.kind != "gpu":
+            return False
+        form = self.dot_u8s8
+        return self.codegen == "opencl" or (form is not None and form[1] == 32)
+
+    @property
     def async_copy(self) -> bool:
         """Whether this GPU target's cpu copies global to shared memory asynchronously (cp.async;
         targets/isa/<arch>.yaml `async_copy`)."""

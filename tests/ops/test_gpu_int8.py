@@ -24,7 +24,6 @@ from tvmc.codegen.nvptx import assembler_missing, kernel_resources
 from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
 from tvmc.ops.fused import lower_fused
-from tvmc.ops.gpu.int8 import gpu_int8_dot
 from tvmc.ops.layout import blocked_layout, to_layout
 from tvmc.target import known_targets, resolve_target
 from tvmc.tir.simt import run_kernel
@@ -167,11 +166,11 @@ def test_the_descriptor_fact_selects_the_kernels():
     the generic kernel (AlterOpLayout leaves it)."""
     for name in CUDA_TARGETS:
         assert resolve_target(name).dot_u8s8 == ("dp4a", 32)
-        assert gpu_int8_dot(resolve_target(name))
-    assert gpu_int8_dot(resolve_target("opencl")) and gpu_int8_dot(resolve_target("mali-g76"))
-    assert not gpu_int8_dot(resolve_target("x86"))
+        assert resolve_target(name).gpu_int8_dot
+    assert resolve_target("opencl").gpu_int8_dot and resolve_target("mali-g76").gpu_int8_dot
+    assert not resolve_target("x86").gpu_int8_dot
     no_dot = replace(resolve_target("opencl"), codegen="llvm")  # a GPU triple without an ISA table
-    assert not gpu_int8_dot(no_dot)
+    assert not no_dot.gpu_int8_dot
     for target, op in ((resolve_target("cuda"), "qnn.dense_u8s8"), (no_dot, "qnn.dense")):
         assert op in _altered_ops(target), target.name
 

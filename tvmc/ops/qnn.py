@@ -22,7 +22,7 @@ generic kernels, not tuned int8 ones. On CPU targets AlterOpLayout turns a qnn.d
 constant int8 weight into qnn.dense_u8s8, and a groups-1 qnn.conv2d with one into
 qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, NCHW16c int32 out), the raw u8 x s8 products on the
 target's dot-product instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPU targets
-with a 4 x int8 dot product (tvmc.ops.gpu.int8.gpu_int8_dot: CUDA dp4a, OpenCL) take the same
+with a 4 x int8 dot product (Target.gpu_int8_dot: CUDA dp4a, OpenCL) take the same
 rewrite, onto tiled GPU kernels of that step (tvmc/ops/gpu/int8.py); the other qnn ops, and all of
 them on other GPUs, run one output element per thread (tvmc/ops/gpu/injective.py's generic
 schedule).

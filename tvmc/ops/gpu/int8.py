@@ -42,7 +42,7 @@ the float GEMM; conv2d: 4 channels x 1 column as the float direct conv); tile_k:
 divisor of K/4 <= TILE_K_QUADS (32 k values per step), conv2d the largest divisor of C/ib <=
 TILE_K_BLOCKS whose two shared tiles fit half of max_shared_memory_per_block.
 
-Applies where gpu_int8_dot(target) holds: a CUDA descriptor whose ISA table has the dp4a form,
+Applies where Target.gpu_int8_dot holds: a CUDA descriptor whose ISA table has the dp4a form,
 or an OpenCL one (OpenCL C always has char4 / uchar4 arithmetic); on other GPU targets
 AlterOpLayout leaves qnn.dense and qnn.conv2d as they are, on the generic per-thread kernels.
 """
@@ -62,20 +62,6 @@ TILE_K_QUADS = 8         # dense fallback: quads per shared-memory step (32 k va
 TILE_K_BLOCKS = 4        # conv2d fallback: input channel blocks per step at most
 DENSE_REGISTER_TILE = (4, 4)
 CONV_REGISTER_TILE = (4, 1)
-
-
-def gpu_int8_dot(target) -> bool:
-    """Whether `target` (a GPU descriptor) runs qnn.dense / qnn.conv2d on these kernels: OpenCL
-    always; an LLVM GPU triple (CUDA) where its ISA table gives a dot-product form
-    (Target.dot_u8s8: dp4a) that its device table spells (tvmc.codegen.llvm.DEVICE_TABLES)."""
-    from tvmc.codegen.llvm import DEVICE_TABLES
-
-    if getattr(target, "family", None) != "gpu":
-        return False
-    if target.codegen == "opencl":
-        return True
-    device, form = DEVICE_TABLES.get(target.arch), target.dot_u8s8
-    return device is not None and form is not None and form[0] in (device.dot_u8s8 or {})
 
 
 def _fetch(s, cache, threads_x: int, threads_y: int):
