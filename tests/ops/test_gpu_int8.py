@@ -60,6 +60,8 @@ CASES = {
     "dense_padded_requantize": _dense(9, 36, 40, chain=True),
     # N = 64, K = 20 (5 quads): weights staged in shared memory where a tile holds whole blocks
     "dense_blocks": _dense(5, 20, 64),
+    # K = 30: the data padded with zeros to 32 (data_pad, inlined into the shared-memory copy); M = 1
+    "dense_k_ragged": _dense(1, 30, 32, seed=1),
     # 8 input channels in one block of 8, 3 x 3, padding 1, 32 output channels, requantized
     "conv_3x3_pad": _conv(1, 8, 4, 32, 3, 8, 1, 1, chain=True),
     # a 3-channel image (its block padded to 4 in the kernel with pad_value), stride 2, batch 2
@@ -147,7 +149,7 @@ def test_ptx_uses_dp4a_and_is_accepted_by_ptxas(target_name):
     reason = assembler_missing(target)
     if reason:
         pytest.skip(reason)
-    for name in ("dense_blocks", "conv_3x3_pad"):
+    for name in ("dense_blocks", "conv_3x3_pad", "dense_padded_requantize"):
         *_, prim = _lower(name, target, None)
         cg = CodeGenLLVM(target)
         cg.add_function(prim)
@@ -155,8 +157,12 @@ def test_ptx_uses_dp4a_and_is_accepted_by_ptxas(target_name):
         text = ptx.decode()
         dots = text.count("dp4a.u32.s32")
         assert dots > 0
-        # both operands of every step are 32-bit words from shared memory (aligned quads)
-        assert len(re.findall(r"ld\.shared\.b32", text)) >= dots
+        # every operand a 32-bit word (aligned quads), never 4 byte loads: both from shared memory
+        # where the weights are staged, the data from shared and the weights from global otherwise
+        words = len(re.findall(r"ld\.shared\.b32", text))
+        assert words >= (dots if name != "dense_padded_requantize" else dots // 2)
+        assert words + len(re.findall(r"ld\.global(?:\.nc)?\.b32", text)) >= 2 * dots
+        assert not re.search(r"ld\.(?:shared|global)(?:\.nc)?\.[us]8", text), "a quad loaded byte by byte"
         assert kernel_resources(ptx, target)[prim.name]["spill_bytes"] == 0
 
 
