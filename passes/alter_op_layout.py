@@ -73,8 +73,10 @@ class _Rewriter:
     layout), so a tensor that several consumers need in one layout is transformed once.
     """
 
-    def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True, pad_channels: int = 0):
+    def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True, pad_channels: int = 0,
+                 qnn_only: bool = False):
         self.target = target
+        self.qnn_only = qnn_only    # GPU targets: the int8 rewrites and the layout flow of their outputs only
         self.pad_channels = pad_channels  # option pad_channels: pad O when the padding is <= O / this (0: never)
         self.winograd = winograd    # nn.conv2d Call -> Winograd tile (plan_winograd)
         self.grouped = grouped
@@ -138,7 +140,20 @@ class _Rewriter:
             self.memo[e] = (e, NCHW)
             return
         out = None
-        if isinstance(e.op, str):
+        if isinstance(e.op, str) and self.qnn_only:
+            if e.op == "qnn.dense":
+                out = self.qnn_dense(e)
+            elif e.op == "qnn.conv2d":
+                out = self.qnn_conv2d(e)
+            elif e.op == "qnn.requantize":
+                out = self.qnn_requantize(e)
+            else:
+                pattern = get_op(e.op).pattern
+                if pattern == OpPattern.ELEMWISE and len(e.inputs) == 1:
+                    out = self.unary(e)
+                elif pattern == OpPattern.BROADCAST and (len(e.inputs) == 2 or e.op in _RESCALES):
+                    out = self.binary(e)
+        elif isinstance(e.op, str):
             if e.op == "nn.conv2d":
                 out = self.conv2d(e)
             elif e.op == "nn.dense":
@@ -602,25 +617,32 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     other consumer and every graph output gets a layout_transform back to NCHW, once per
     tensor; then adjacent layout_transforms compose and inverse pairs cancel.
 
-    Runs only with a CPU target in the PassContext (`ctx.target`); without one, or for other
-    target families, the graph is returned unchanged.
+    GPU targets with a 4 x int8 dot product (Target.gpu_int8_dot: CUDA's dp4a, OpenCL)
+    take the qnn.dense and qnn.conv2d rewrites alone (onto the GPU kernels of
+    tvmc/ops/gpu/int8.py), their blocked outputs flowing through qnn.requantize, elementwise and
+    broadcast ops as above; pooling, concatenate and every float op keep NCHW there.
+
+    Runs only with a CPU target, or such a GPU target, in the PassContext (`ctx.target`);
+    without one, or for other targets, the graph is returned unchanged.
     """
     target = ctx.target
-    if target is None or getattr(target, "family", None) != "cpu":
+    family = getattr(target, "family", None)
+    if target is None or not (family == "cpu" or target.gpu_int8_dot):
         return graph
     min_block = ctx.option("AlterOpLayout", "min_block")
     override, budget = ctx.option("AlterOpLayout", "winograd_tile_size"), ctx.option("AlterOpLayout", "size_budget")
     grouped, pad = bool(ctx.option("AlterOpLayout", "grouped")), ctx.option("AlterOpLayout", "pad_channels")
-    winograd = _plan_winograd(graph, target, min_block, override, budget)
+    qnn_only = family != "cpu"
+    winograd = {} if qnn_only else _plan_winograd(graph, target, min_block, override, budget)
     lookup = ctx.config_lookup
-    if override < 0 and lookup is not None and lookup.workloads("conv2d_winograd_nchwc.cpu"):
+    if not qnn_only and override < 0 and lookup is not None and lookup.workloads("conv2d_winograd_nchwc.cpu"):
         probe = _Rewriter(target, min_block, winograd, grouped, pad)  # the blocks each conv is given
         for e in graph.topo():
             probe.visit(e)
         measured = _measured_forms(graph, probe, lookup)
         if measured:
             winograd = _plan_winograd(graph, target, min_block, override, budget, measured)
-    rw = _Rewriter(target, min_block, winograd, grouped, pad)
+    rw = _Rewriter(target, min_block, winograd, grouped, pad, qnn_only)
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:

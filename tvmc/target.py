@@ -154,8 +154,21 @@ class Target:
         x86 ("vpdpbusd", 512) with AVX512-VNNI, ("vpdpbusd", 256) with AVX-VNNI, ("pmaddubsw", 512
         or 256) with AVX512-BW or AVX2; aarch64 ("usdot", 128) with +i8mm, ("udot", 128) with
         +dotprod; wasm32 ("relaxed_dot", 128) with +relaxed-simd, ("dot_i16x8", 128) with
-        +simd128; None: widening multiplies (tvmc.tir.ir.DotU8S8)."""
+        +simd128; nvptx64 ("dp4a", 32) on every cpu (the GPU int8 kernels, tvmc/ops/gpu/int8.py);
+        None: widening multiplies (tvmc.tir.ir.DotU8S8)."""
         return _dot_u8s8(self.arch, self.cpu, self.features)
+
+    @property
+    def gpu_int8_dot(self) -> bool:
+        """Whether this GPU target runs qnn.dense / qnn.conv2d on the int8 kernels of
+        tvmc/ops/gpu/int8.py, whose step is a 4 x int8 dot product on one 32-bit word: OpenCL
+        always (OpenCL C's uchar4 / char4 arithmetic, cl_khr_integer_dot_product's dot where the
+        device has it); an LLVM GPU triple where its ISA table gives a one-word dot_u8s8 form
+        (nvptx64: dp4a). False for CPU targets (their own int8 kernels, tvmc/ops/cpu/int8.py)."""
+        if self.kind != "gpu":
+            return False
+        form = self.dot_u8s8
+        return self.codegen == "opencl" or (form is not None and form[1] == 32)
 
     @property
     def async_copy(self) -> bool:
@@ -400,6 +413,7 @@ def _dot_u8s8(arch: str, cpu: str, features: tuple) -> tuple | None:
     if isa is None:
         return None
     enabled = isa.enabled_features(cpu, features, arch)
+    enabled = set().union(*(isa._closure_up(f) for f in enabled))  # with what they imply (ptx80: ptx63)
     entry = next((e for e in isa.dot_u8s8 if e["feature"] in enabled), None)
     return (entry["form"], int(entry["width_bits"])) if entry is not None else None
 

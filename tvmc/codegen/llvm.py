@@ -74,6 +74,8 @@ class DeviceTable:
                       what a float32 operand of tir.MMA m16n8k8 goes through
     async_copy:       intrinsic of tir.AsyncCopy (shared dst, global src, source bytes: 0 fills zeros)
     async_commit, async_wait: intrinsics of tir.AsyncCopyCommit and AsyncCopyWait
+    dot_u8s8:         form (Target.dot_u8s8) -> intrinsic of a one-lane tir.DotU8S8 step,
+                      (a i32, b i32, acc i32) -> acc + the 4 u8 x s8 byte products of a and b
     """
 
     thread_index: dict
@@ -92,6 +94,7 @@ class DeviceTable:
     async_copy: str = ""
     async_commit: str = ""
     async_wait: str = ""
+    dot_u8s8: dict = None
 
 
 # NVVM IR (LLVM's NVPTX backend; NVIDIA's NVVM IR specification): special registers %ctaid/%tid,
@@ -122,6 +125,8 @@ NVPTX = DeviceTable(
     async_copy="llvm.nvvm.cp.async.cg.shared.global.16.s",
     async_commit="llvm.nvvm.cp.async.commit.group",
     async_wait="llvm.nvvm.cp.async.wait.group",
+    # dp4a.u32.s32 (sm_61 on): a's bytes unsigned, b's signed, the int32 sum exact, added to acc
+    dot_u8s8={"dp4a": "llvm.nvvm.idp4a.u.s"},
 )
 DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
 
@@ -491,7 +496,11 @@ class CodeGenLLVM:
         if vec is not None:
             raise CodegenError("codegen: a DotU8S8 step cannot sit inside a vectorized loop")
         b = st.builder
-        form = self.target.dot_u8s8 if self.device is None else None
+        form = self.target.dot_u8s8
+        if self.device is not None and form is not None and (self.device.dot_u8s8 or {}).get(form[0]):
+            self._dot_u8s8_device(st, s, self.device.dot_u8s8[form[0]])
+            return
+        form = form if self.device is None else None
         names = DOT_U8S8_INTRINSICS.get(form)
         per = form[1] // 32 if names else s.lanes
         if s.lanes % per:
@@ -517,6 +526,24 @@ class CodeGenLLVM:
                 fn = self._dot_pairs if names is not None else self._dot_widen
                 out = b.add(acc, fn(st, names, quad, w, per, s.pairs_in_int16, st.dot_rows > 1))
             b.store(out, acc_c, align=4)
+
+    def _dot_u8s8_device(self, st, s: DotU8S8, intrinsic: str):
+        """tir.DotU8S8 on a GPU with a one-word dot product (the device table's dot_u8s8: PTX
+        dp4a.u32.s32): per lane, the data quad and the lane's 4 weights each loaded as one 32-bit
+        word (aligned as far as their indices prove: a word at a multiple of 4 bytes is one
+        ld.b32; else LLVM splits it into byte loads), one instruction adds their 4 products."""
+        b = st.builder
+        fn = self.declare(intrinsic, I32, [I32, I32, I32])
+
+        def word(buf, index):
+            ptr = self._addr_of(st, buf, index)
+            return b.load(ptr, typ=I32, align=min(4, self._vector_align(simplify(index), "int8")))
+
+        quad = word(s.a, s.a_index)
+        for c in range(s.lanes):
+            w = word(s.b, s.b_index + IntImm(4 * c) if c else s.b_index)
+            acc_c = self._addr_of(st, s.acc, s.acc_index + IntImm(c) if c else s.acc_index)
+            b.store(b.call(fn, [quad, w, b.load(acc_c, typ=I32, align=4)]), acc_c, align=4)
 
     # The AArch64 and wasm32 forms: `_dot_<kind>(st, intrinsic, quad)` emits what a step computes once from
     # its data quad (i32: 4 uint8) and returns `(acc <4 x i32>, w <16 x i8>) -> acc + the 4 lanes'

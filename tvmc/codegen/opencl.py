@@ -37,7 +37,7 @@ from tvmc.te.expr import (FLOAT16_DTYPES, BinOp, Call, Cast, Cmp, FloatImm, IntI
                           Var, is_float, literal_value, walk)
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.gpu import shared_buffers
-from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, PrimFunc, Seq, Stmt, Store
+from tvmc.tir.ir import Allocate, Barrier, DotU8S8, For, IfThenElse, PrimFunc, Seq, Stmt, Store
 from tvmc.tir.simplify import Linear
 
 # ---- spelling tables ----------------------------------------------------------------------------
@@ -97,6 +97,17 @@ HELPERS = {
                  "return (ushort)((b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u "
                  ": (b + 0x7fffu + ((b >> 16) & 1u)) >> 16); }}",
     "bf16_from_bits": "inline {T} tvmc_bf16_from_bits_{T}(ushort h) {{ return as_float((uint)h << 16); }}",
+    # tir.DotU8S8's step on one int32 ({T} is int): acc + the 4 u8 x s8 products of a and b, exact
+    # (a product fits 16 bits, their sum 18), added with wrapping (uint) arithmetic; the dot() of
+    # cl_khr_integer_dot_product (OpenCL C 3.0 feature macro) where the device compiler has it,
+    # else widening multiplies of char4 / uchar4 lanes
+    "dot_u8s8": "inline {T} tvmc_dot_u8s8_{T}(uchar4 a, char4 b, {T} acc) {{\n"
+                "#ifdef __opencl_c_integer_dot_product_input_4x8bit\n"
+                "  return as_int(as_uint(acc) + as_uint(dot(a, b)));\n"
+                "#else\n"
+                "  int4 p = convert_int4(a) * convert_int4(b);\n"
+                "  return as_int(as_uint(acc) + as_uint(p.x + p.y + p.z + p.w));\n"
+                "#endif\n}}",
 }
 
 
@@ -209,6 +220,8 @@ class CodeGenOpenCL:
                 self._block("else", s.otherwise)
         elif isinstance(s, Barrier):
             self._emit(BARRIERS[s.scope])
+        elif isinstance(s, DotU8S8):
+            self._dot_u8s8(s)
         else:
             raise CodegenError(f"OpenCL codegen: unsupported statement {type(s).__name__}")
 
@@ -247,6 +260,17 @@ class CodeGenOpenCL:
         if s.kind in ("unroll", "vectorize"):
             self._emit("#pragma unroll")
         self._block(f"for (long {name} = 0; {name} < {s.extent}; ++{name})", s.body)
+
+    def _dot_u8s8(self, s: DotU8S8):
+        """tir.DotU8S8: per lane, the uchar4 data quad and the lane's char4 weights (vload4: no
+        alignment beyond the element's) into the tvmc_dot_u8s8 helper (HELPERS)."""
+        helper = self._helper("dot_u8s8", "int32")
+        acc, a, b = (self._var_name(x) for x in (s.acc, s.a, s.b))
+        quad = f"vload4(0, {a} + {self._expr(s.a_index)})"
+        for c in range(s.lanes):
+            w = f"vload4(0, {b} + {self._expr(s.b_index)} + {4 * c})"
+            slot = f"{acc}[{self._expr(s.acc_index)} + {c}]"
+            self._emit(f"{slot} = {helper}({quad}, {w}, {slot});")
 
     # --- vectorized loops ------------------------------------------------------------------------
     def _vector_store(self, s: For) -> bool:

@@ -36,7 +36,7 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | qnn.dense | data[M,K], weight[N,K] (int8/uint8), input_zero_point int32[], kernel_zero_point int32[] or [N] -> int32 [M,N] | - | OUT_ELEMWISE_FUSABLE |
 | qnn.matmul | a[...,M,K], b[...,K,N] (int8/uint8; nn.matmul's broadcasting), a_zero_point int32[] or [M], b_zero_point int32[] or [N] -> int32 | - | OUT_ELEMWISE_FUSABLE |
 | qnn.requantize | x int32, scale float16/32/64 [] or [x.shape[axis]] (layout NCHW[x]c: [C], channel i[1]*x + i[4]), output_zero_point int32[] -> out_dtype (round half to even, saturated; tvmc/ops/qnn.py) | out_dtype (int8/uint8), axis, compute_dtype (float64: ONNX reference; float32: onnxruntime), layout (NCHW, or NCHW[x]c for a blocked x and a per-channel scale) | BROADCAST |
-| qnn.conv2d_nchwc_u8s8 | data uint8 [N,C/ib,H,W,ib], weight int8 [O/16,C/ib,KH,KW,ceil(ib/4),16,4] -> int32 [N,O/16,OH,OW,16] (the raw u8 x s8 product, no zero points; CPU dot-product kernels) | strides, padding, dilation, pad_value (uint8), pairs_in_int16, out_layout (NCHW16c) | OUT_ELEMWISE_FUSABLE |
+| qnn.conv2d_nchwc_u8s8 | data uint8 [N,C/ib,H,W,ib], weight int8 [O/16,C/ib,KH,KW,ceil(ib/4),16,4] -> int32 [N,O/16,OH,OW,16] (the raw u8 x s8 product, no zero points; CPU dot-product kernels, GPU dp4a / OpenCL packed-dot kernels) | strides, padding, dilation, pad_value (uint8), pairs_in_int16, out_layout (NCHW16c) | OUT_ELEMWISE_FUSABLE |
 | control.loop | M int64[], cond bool[], initial carried..., captured... -> final carried value `index` | body (LoopBody: a graph of its own), index | OPAQUE, no kernel: interpreted by the executors (tvmc/ops/control.py) |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):

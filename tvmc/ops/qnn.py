@@ -21,8 +21,11 @@ and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (
 generic kernels, not tuned int8 ones. On CPU targets AlterOpLayout turns a qnn.dense with a
 constant int8 weight into qnn.dense_u8s8, and a groups-1 qnn.conv2d with one into
 qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, NCHW16c int32 out), the raw u8 x s8 products on the
-target's dot-product instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPUs: one
-output element per thread (tvmc/ops/gpu/injective.py's generic schedule).
+target's dot-product instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPU targets
+with a 4 x int8 dot product (Target.gpu_int8_dot: CUDA dp4a, OpenCL) take the same
+rewrite, onto tiled GPU kernels of that step (tvmc/ops/gpu/int8.py); the other qnn ops, and all of
+them on other GPUs, run one output element per thread (tvmc/ops/gpu/injective.py's generic
+schedule).
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ from tvmc.ops.cpu.int8 import (
 )
 from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
+from tvmc.ops.gpu.int8 import (
+    conv2d_u8s8_gpu_config,
+    dense_u8s8_gpu_config,
+    schedule_conv2d_nchwc_u8s8_gpu,
+    schedule_dense_u8s8_gpu,
+)
 from tvmc.ops.nn_conv2d import _reference as _float_conv2d_reference
 from tvmc.ops.nn_conv2d import _type as _float_conv2d_type
 from tvmc.ops.nn_conv2d import conv2d_out_hw
@@ -206,7 +215,8 @@ register_op(OpDef("qnn.conv2d_nchwc_u8s8", _conv2d_u8s8_type, _conv2d_u8s8_refer
                   _conv2d_u8s8_compute, {
                       "cpu": [Implementation("conv2d_nchwc_u8s8.cpu", schedule_conv2d_nchwc_u8s8,
                                              config_space=conv2d_u8s8_config)],
-                      "gpu": [Implementation("conv2d_nchwc_u8s8.gpu", schedule_generic, config_space=generic_config)]},
+                      "gpu": [Implementation("conv2d_nchwc_u8s8.gpu", schedule_conv2d_nchwc_u8s8_gpu,
+                                             config_space=conv2d_u8s8_gpu_config)]},
                   flops=_conv2d_u8s8_flops))
 
 
@@ -274,7 +284,8 @@ register_op(OpDef("qnn.dense_u8s8", _dense_u8s8_type, _dense_u8s8_reference, OpP
                   lambda inputs, attrs, out_type: dense_u8s8(*inputs, attrs.get("units"),
                                                              attrs.get("pairs_in_int16", False)), {
                       "cpu": [Implementation("dense_u8s8.cpu", schedule_dense_u8s8, config_space=dense_u8s8_config)],
-                      "gpu": [Implementation("dense_u8s8.gpu", schedule_generic, config_space=generic_config)]},
+                      "gpu": [Implementation("dense_u8s8.gpu", schedule_dense_u8s8_gpu,
+                                             config_space=dense_u8s8_gpu_config)]},
                   flops=lambda wl: 2 * wl[2][0] * wl[2][1] * wl[0][1]))  # 2 M N K: padding not counted
 
 

@@ -1,7 +1,8 @@
 """A SIMT interpreter of GPU device kernels, for tests only: it runs the loop IR of a kernel that
-tvmc.tir.gpu.lower_device produced on numpy arrays, so that a kernel's index arithmetic, guards and
-warp-level matrix instructions (tir.MatrixLoad, tir.MMA, tir.AsyncCopy) are checked on a machine
-without a GPU, against a numpy reference. It never runs a compiled model.
+tvmc.tir.gpu.lower_device produced on numpy arrays, so that a kernel's index arithmetic, guards,
+warp-level matrix instructions (tir.MatrixLoad, tir.MMA, tir.AsyncCopy) and int8 dot-product steps
+(tir.DotU8S8) are checked on a machine without a GPU, against a numpy reference. It never runs a
+compiled model.
 
 Execution model: the blocks of the grid one after another; the threads of a block in lockstep,
 one numpy lane per thread (thread id = x + X (y + Y z), warps of 32 consecutive ids, as CUDA
@@ -27,8 +28,8 @@ import numpy as np
 
 from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, Select, Var, literal_value,
                           register_dtype)
-from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, For, IfThenElse,
-                         MatrixLoad, PrimFunc, Seq, Store)
+from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, DotU8S8, For,
+                         IfThenElse, MatrixLoad, PrimFunc, Seq, Store)
 
 WARP = 32
 
@@ -194,8 +195,22 @@ class _Block:
             self.matrix_load(s, self.warps(mask, s))
         elif isinstance(s, MMA):
             self.mma(s, self.warps(mask, s))
+        elif isinstance(s, DotU8S8):
+            self.dot_u8s8(s, mask)
         else:
             raise NotImplementedError(f"simt: statement {type(s).__name__}")
+
+    def dot_u8s8(self, s: DotU8S8, mask):
+        """tir.DotU8S8 per active thread: each lane's int32 += the sum of the 4 uint8 x int8
+        products (exact in int64), wrapped to int32 as the instruction (dp4a) adds."""
+        a_index, b_index, acc_index = (self.value(x, mask) for x in (s.a_index, s.b_index, s.acc_index))
+        quad = [self.load(s.a, a_index + j, mask) for j in range(4)]
+        for c in range(s.lanes):
+            total = self.load(s.acc, acc_index + c, mask)
+            for j in range(4):
+                total = total + quad[j] * self.load(s.b, b_index + 4 * c + j, mask)
+            wrapped = ((np.asarray(total, np.int64) + 2**31) % 2**32 - 2**31).astype(np.int32)
+            self.store(s.acc, acc_index + c, wrapped, mask)
 
     def commit(self):
         self.groups.append(self.uncommitted)

@@ -24,6 +24,8 @@ class DotU8S8Intrin:
     loop of `lanes` and an inner reduce loop of 4 into tir.DotU8S8 (TVM's
     dot_16x1x16_uint8_int8_int32): along the lane loop the accumulator index steps by 1, the
     uint8 operand's by 0 and the int8 operand's by 4; along the reduce loop by 0, 1 and 1.
+    With lanes = 1 (the GPU kernels' step, one int32 += 4 u8 x s8 products: dp4a) there is no
+    lane loop: the inner loops are the reduce loop of 4 alone.
     `pairs_in_int16`: passed to DotU8S8 (the weights' pairs cannot saturate vpmaddubsw)."""
 
     lanes: int = 16
@@ -35,17 +37,21 @@ class DotU8S8Intrin:
         extent) bounds every loop variable of the stage. Raises ScheduleError on a mismatch."""
         spatial = [(v, e) for v, e, kind in inner if kind == "spatial"]
         reduce = [(v, e) for v, e, kind in inner if kind == "reduce"]
-        if [e for _, e in spatial] != [self.lanes] or [e for _, e in reduce] != [4]:
-            raise ScheduleError(f"tensorize dot_u8s8: the inner loops must be one spatial loop of {self.lanes} and "
-                                f"one reduce loop of 4, got {[(v.name, e) for v, e, _ in inner]}")
-        lane, k = spatial[0][0], reduce[0][0]
+        want = [] if self.lanes == 1 else [self.lanes]
+        if [e for _, e in spatial] != want or [e for _, e in reduce] != [4]:
+            lanes = "" if self.lanes == 1 else f"one spatial loop of {self.lanes} and "
+            raise ScheduleError(f"tensorize dot_u8s8: the inner loops must be {lanes}one reduce loop of 4, got "
+                                f"{[(v.name, e) for v, e, _ in inner]}")
+        # lanes = 1: a stand-in lane variable, absent from every index (its steps are all 0)
+        lane, k = (spatial[0][0] if spatial else Var("lane")), reduce[0][0]
         loads = _u8s8_product(source)
         if loads is None or acc.dtype != "int32":
             raise ScheduleError("tensorize dot_u8s8: the update must be int32 += int32(uint8 load) * int32(int8 load), "
                                 f"got {acc.dtype} += {source!r}")
         a, b = loads
-        for what, index, want in (("accumulator", acc_index, (1, 0)), ("uint8 operand", a.index, (0, 1)),
-                                  ("int8 operand", b.index, (4, 1))):
+        steps = ((1, 0), (0, 1), (4, 1)) if spatial else ((0, 0), (0, 1), (0, 1))
+        for what, index, want in zip(("accumulator", "uint8 operand", "int8 operand"), (acc_index, a.index, b.index),
+                                     steps):
             got = _strides(simplify(index, ranges), (lane, k))
             if got != want:
                 raise ScheduleError(f"tensorize dot_u8s8: the {what}'s index {index!r} steps by {got} along "
