@@ -1,0 +1,158 @@
+"""onnxruntime's composite `com.microsoft` quantized operators (tvmc/frontend/onnx/microsoft_nn.py):
+MatMulNBits, DynamicQuantizeLSTM, QAttention. A tiny model per case, compiled by tvmc for this
+host's CPU and compared with onnxruntime's CPU outputs of the same model; the packed 4-bit weight's
+size in mod.params; one-line model errors naming the node for what is refused.
+
+Tolerances: MatMulNBits is float32 on both sides (onnxruntime's accuracy_level 0): rtol 1e-4 with
+an absolute floor of 1e-4 of the output's scale (summation order). DynamicQuantizeLSTM and
+QAttention quantize float tensors at run time; the float32 rounding of a value onnxruntime and we
+compute in another order can move its quantized code by one, so their outputs are compared within
+one quantization step of the output's integer product (stated per test).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tvmc.errors import ModelError
+from tvmc.frontend.onnx import from_onnx
+
+pytest.importorskip("onnxruntime")
+from tests.e2e.models import onnxruntime_outputs  # noqa: E402
+from tests.e2e.test_int8 import _compile, _run  # noqa: E402
+
+MS = "com.microsoft"
+U8, I8, I32, F, F16 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32, TensorProto.FLOAT, TensorProto.FLOAT16
+
+
+def _model(nodes, inputs, outputs, inits=None) -> onnx.ModelProto:
+    """com.microsoft node(s); inputs / outputs: [(name, elem type, shape)]; inits: {name: array}."""
+    nodes = nodes if isinstance(nodes, list) else [nodes]
+    graph = helper.make_graph(nodes, "ms", [helper.make_tensor_value_info(*i) for i in inputs],
+                              [helper.make_tensor_value_info(*o) for o in outputs],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)],
+                             ir_version=8)
+
+
+def _compare(model, inputs: dict, atol: float, rtol: float = 1e-4):
+    """Compile and run `model`; every output against onnxruntime's. Returns (max abs error per
+    output, params bytes)."""
+    got, params_bytes = _run(_compile(model), inputs)
+    ref = onnxruntime_outputs(model, inputs)
+    errors = {}
+    for name, r in ref.items():
+        assert got[name].dtype == r.dtype and got[name].shape == r.shape, (name, got[name].dtype, got[name].shape)
+        np.testing.assert_allclose(got[name].astype(np.float64), r.astype(np.float64), rtol=rtol, atol=atol,
+                                   err_msg=name)
+        errors[name] = float(np.abs(got[name].astype(np.float64) - r).max())
+    return errors, params_bytes
+
+
+# --- MatMulNBits ------------------------------------------------------------------------------
+
+def _nbits_inits(rng, n, k, bits, bs, zero_points):
+    blocks = -(-k // bs)
+    inits = {"B": rng.integers(0, 256, (n, blocks, bs * bits // 8)).astype(np.uint8),
+             "S": (rng.random(n * blocks) * 0.1 + 0.01).astype(np.float32)}
+    if zero_points == "packed":
+        inits["Z"] = rng.integers(0, 256, n * -(-blocks * bits // 8)).astype(np.uint8)
+    elif zero_points == "float":
+        inits["Z"] = (rng.random(n * blocks) * (1 << bits)).astype(np.float32)
+    return inits
+
+
+def _nbits_node(n, k, bits, bs, inits, g_idx=False, bias=False, name="mnb"):
+    ins = ["A", "B", "S", "Z" if "Z" in inits else "", "G" if g_idx else "", "bias" if bias else ""]
+    while not ins[-1]:
+        ins.pop()
+    return helper.make_node("MatMulNBits", ins, ["Y"], domain=MS, name=name, K=k, N=n, bits=bits, block_size=bs)
+
+
+@pytest.mark.parametrize("bits,bs,zero_points", [(4, 32, "absent"), (4, 16, "packed"), (4, 64, "float"),
+                                                 (2, 16, "packed"), (8, 32, "packed")],
+                         ids=["4b-bs32", "4b-bs16-zp", "4b-bs64-floatzp", "2b-zp", "8b-zp"])
+def test_matmul_nbits(bits, bs, zero_points):
+    """A [2, 3, K] with K = 80 (a partial last block for block_size 32 and 64), N = 24, bias."""
+    rng = np.random.default_rng(bits * 100 + bs)
+    n, k = 24, 80
+    inits = _nbits_inits(rng, n, k, bits, bs, zero_points)
+    inits["bias"] = rng.standard_normal(n).astype(np.float32)
+    model = _model(_nbits_node(n, k, bits, bs, inits, bias=True), [("A", F, [2, 3, k])], [("Y", F, [2, 3, n])],
+                   inits)
+    a = rng.standard_normal((2, 3, k)).astype(np.float32)
+    errors, _ = _compare(model, {"A": a}, atol=1e-4 * (1 << bits))
+    print("MatMulNBits", bits, bs, zero_points, "max abs error", errors)
+
+
+def test_matmul_nbits_g_idx():
+    """An act-order g_idx (a permutation of the blocks over K), no zero points (2^(bits-1))."""
+    rng = np.random.default_rng(7)
+    n, k, bs = 16, 64, 16
+    inits = _nbits_inits(rng, n, k, 4, bs, "absent")
+    inits["G"] = rng.permutation(np.arange(k) // bs).astype(np.int32)
+    model = _model(_nbits_node(n, k, 4, bs, inits, g_idx=True), [("A", F, [5, k])], [("Y", F, [5, n])], inits)
+    _compare(model, {"A": rng.standard_normal((5, k)).astype(np.float32)}, atol=1e-3)
+
+
+def test_matmul_nbits_params_stay_packed():
+    """K = N = 256, block 32, 4 bits: mod.params holds the packed bytes (N K / 2), the scales and
+    packed zero points, about 1/8 of the float32 weight plus the scales; no float weight."""
+    rng = np.random.default_rng(3)
+    n = k = 256
+    inits = _nbits_inits(rng, n, k, 4, 32, "packed")
+    model = _model(_nbits_node(n, k, 4, 32, inits), [("A", F, [1, k])], [("Y", F, [1, n])], inits)
+    _, params_bytes = _compare(model, {"A": rng.standard_normal((1, k)).astype(np.float32)}, atol=1e-3)
+    packed = n * k // 2 + inits["S"].nbytes + inits["Z"].nbytes
+    float_weight = n * k * 4
+    print(f"MatMulNBits params {params_bytes} B, float32 weight {float_weight} B: ratio "
+          f"{params_bytes / float_weight:.3f}")
+    assert params_bytes <= packed * 1.05 + 4096, (params_bytes, packed)
+    assert params_bytes < float_weight / 8 + inits["S"].nbytes + inits["Z"].nbytes + 4096
+
+
+def test_matmul_nbits_unpacks_at_run_time():
+    """The imported graph keeps B as a uint8 constant feeding qnn.dequantize_blockwise, and
+    FoldConstant leaves that call to run time."""
+    from tvmc.passes import PassContext, run_passes
+
+    rng = np.random.default_rng(4)
+    inits = _nbits_inits(rng, 8, 32, 4, 16, "absent")
+    model = _model(_nbits_node(8, 32, 4, 16, inits), [("A", F, [2, 32])], [("Y", F, [2, 8])], inits)
+    graph = run_passes(from_onnx(model), ["FoldConstant"], PassContext())
+    calls = [e for e in graph.topo() if getattr(e, "op", None) == "qnn.dequantize_blockwise"]
+    assert len(calls) == 1 and calls[0].inputs[0].dtype == "uint8"
+    assert calls[0].inputs[0].value.nbytes == 8 * 32 // 2
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"bits": 3}, "bits=3 is not supported"),
+    ({"block_size": 24}, "block_size=24 must be a power of two"),
+])
+def test_matmul_nbits_refused_attributes(change, message):
+    rng = np.random.default_rng(5)
+    inits = _nbits_inits(rng, 8, 32, 4, 16, "absent")
+    node = _nbits_node(8, 32, 4, 16, inits, name="w4")
+    for key, v in change.items():
+        next(a for a in node.attribute if a.name == key).i = v
+    model = _model(node, [("A", F, [2, 32])], [("Y", F, [2, 8])], inits)
+    with pytest.raises(ModelError, match=f"node 'w4' \\(MatMulNBits\\): {message}") as info:
+        from_onnx(model)
+    assert "\n" not in str(info.value)
+
+
+def test_matmul_nbits_refused_inputs():
+    """Scales of the wrong length; g_idx with packed zero points (onnxruntime's CPU kernel ignores
+    the zero points there)."""
+    rng = np.random.default_rng(6)
+    inits = _nbits_inits(rng, 8, 32, 4, 16, "packed")
+    bad = dict(inits, S=inits["S"][:-1])
+    with pytest.raises(ModelError, match=r"node 'w4' \(MatMulNBits\): scales .* must have 16 elements"):
+        from_onnx(_model(_nbits_node(8, 32, 4, 16, bad, name="w4"), [("A", F, [2, 32])], [("Y", F, [2, 8])], bad))
+    g = dict(inits, G=(np.arange(32) // 16).astype(np.int32))
+    with pytest.raises(ModelError, match=r"node 'w4' \(MatMulNBits\): g_idx with uint8 zero_points"):
+        from_onnx(_model(_nbits_node(8, 32, 4, 16, g, g_idx=True, name="w4"), [("A", F, [2, 32])],
+                         [("Y", F, [2, 8])], g))
