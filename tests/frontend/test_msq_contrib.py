@@ -38,11 +38,23 @@ def _model(nodes, inputs, outputs, inits=None) -> onnx.ModelProto:
                              ir_version=8)
 
 
-def _compare(model, inputs: dict, atol: float, rtol: float = 1e-4):
-    """Compile and run `model`; every output against onnxruntime's. Returns (max abs error per
-    output, params bytes)."""
+def _onnxruntime_one_thread(model, inputs: dict) -> dict:
+    """onnxruntime's CPU outputs with one intra-op thread (its quantized LSTM quantizes the hidden
+    state per thread's share of the batch, so its result depends on the thread count)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, inputs)))
+
+
+def _compare(model, inputs: dict, atol: float, rtol: float = 1e-4, one_thread: bool = False):
+    """Compile and run `model`; every output against onnxruntime's (with one intra-op thread where
+    `one_thread`). Returns (max abs error per output, params bytes)."""
     got, params_bytes = _run(_compile(model), inputs)
-    ref = onnxruntime_outputs(model, inputs)
+    ref = (_onnxruntime_one_thread if one_thread else onnxruntime_outputs)(model, inputs)
     errors = {}
     for name, r in ref.items():
         assert got[name].dtype == r.dtype and got[name].shape == r.shape, (name, got[name].dtype, got[name].shape)
@@ -156,3 +168,62 @@ def test_matmul_nbits_refused_inputs():
     with pytest.raises(ModelError, match=r"node 'w4' \(MatMulNBits\): g_idx with uint8 zero_points"):
         from_onnx(_model(_nbits_node(8, 32, 4, 16, g, g_idx=True, name="w4"), [("A", F, [2, 32])],
                          [("Y", F, [2, 8])], g))
+
+
+# --- DynamicQuantizeLSTM -------------------------------------------------------------------------
+
+def _quantized(rng, shape, elem, per_column: bool, num_dir: int):
+    """(8-bit weights, float32 scale, zero point) of a float weight [num_dir, rows, cols] quantized
+    per tensor (per direction: [num_dir]) or per column ([num_dir, cols])."""
+    w = rng.standard_normal(shape).astype(np.float32) * 0.4
+    axes = (1,) if per_column else (1, 2)
+    span = np.abs(w).max(axis=axes)
+    if elem == I8:
+        scale, zp = span / 127, np.zeros_like(span, np.int8)
+        q = np.clip(np.rint(w / scale.reshape(num_dir, 1, -1)), -127, 127).astype(np.int8)
+    else:
+        scale, zp = 2 * span / 255, np.full(span.shape, 128, np.uint8)
+        q = np.clip(np.rint(w / scale.reshape(num_dir, 1, -1)) + 128, 0, 255).astype(np.uint8)
+    return q, scale.astype(np.float32), zp
+
+
+@pytest.mark.parametrize("direction,elem,per_column,extras", [
+    ("forward", I8, False, False), ("bidirectional", U8, True, True), ("reverse", I8, True, True)],
+    ids=["forward-int8-per-tensor", "bidirectional-uint8-per-column-bias-states", "reverse-int8-per-column"])
+def test_dynamic_quantize_lstm(direction, elem, per_column, extras):
+    """seq 5, batch 3, input 6, hidden 4 against onnxruntime with one thread: Y, Y_h, Y_c. Tolerance
+    1e-4 (outputs in (-1, 1)): the same integer products; a hidden state's uint8 code rounded the
+    other way (float32 order of the gate sums) would move the next gates by one step of h times a
+    weight, ~1e-3, so the tolerance also says no code differs here."""
+    rng = np.random.default_rng(11)
+    seq, batch, inp, hid = 5, 3, 6, 4
+    nd = 2 if direction == "bidirectional" else 1
+    w, ws, wz = _quantized(rng, (nd, inp, 4 * hid), elem, per_column, nd)
+    r, rs, rz = _quantized(rng, (nd, hid, 4 * hid), elem, per_column, nd)
+    inits = {"W": w, "R": r, "ws": ws, "wz": wz, "rs": rs, "rz": rz}
+    names = ["X", "W", "R", "", "", "", "", "", "ws", "wz", "rs", "rz"]
+    if extras:
+        inits.update(B=(rng.standard_normal((nd, 8 * hid)) * 0.3).astype(np.float32),
+                     h0=(rng.standard_normal((nd, batch, hid)) * 0.5).astype(np.float32),
+                     c0=(rng.standard_normal((nd, batch, hid)) * 0.5).astype(np.float32))
+        names[3], names[5], names[6] = "B", "h0", "c0"
+    node = helper.make_node("DynamicQuantizeLSTM", names, ["Y", "Y_h", "Y_c"], domain=MS, name="qlstm",
+                            hidden_size=hid, direction=direction)
+    model = _model(node, [("X", F, [seq, batch, inp])],
+                   [("Y", F, [seq, nd, batch, hid]), ("Y_h", F, [nd, batch, hid]), ("Y_c", F, [nd, batch, hid])],
+                   inits)
+    x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+    errors, _ = _compare(model, {"X": x}, atol=1e-4, rtol=0, one_thread=True)
+    print("DynamicQuantizeLSTM", direction, "max abs error", errors)
+
+
+def test_dynamic_quantize_lstm_refuses_bad_scale():
+    rng = np.random.default_rng(12)
+    w, ws, wz = _quantized(rng, (1, 6, 16), I8, False, 1)
+    r, rs, rz = _quantized(rng, (1, 4, 16), I8, False, 1)
+    inits = {"W": w, "R": r, "ws": np.ones(3, np.float32), "wz": wz, "rs": rs, "rz": rz}
+    node = helper.make_node("DynamicQuantizeLSTM", ["X", "W", "R", "", "", "", "", "", "ws", "wz", "rs", "rz"],
+                            ["Y"], domain=MS, name="qlstm", hidden_size=4)
+    model = _model(node, [("X", F, [2, 1, 6])], [("Y", F, [2, 1, 1, 4])], inits)
+    with pytest.raises(ModelError, match=r"node 'qlstm' \(DynamicQuantizeLSTM\): W_scale .* must be \[1\] or"):
+        from_onnx(model)

@@ -13,7 +13,7 @@ and the converter's docstring says so.
   onnxruntime) gets the float32 result, within that quantization of onnxruntime's.
 - DynamicQuantizeLSTM: the LSTM unrolling of recurrent.py with each of its matmuls a
   DynamicQuantizeMatMul (the float operand quantized to uint8 over its whole range at run time:
-  X once for all steps, H at each step, as onnxruntime's quantized LSTM does).
+  X once for all steps, H at each step, as onnxruntime's quantized LSTM does with one thread).
 - QAttention: MatMulIntegerToFloat for the Q, K, V projection, then the float attention
   softmax(scale Q K^T + mask) V per head, with onnxruntime's mask value -10000.
 """
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 
 from tvmc.frontend.onnx.common import is_const, prod, reshape
-from tvmc.frontend.onnx.microsoft import DOMAIN, VERSIONS, _f32, _needs, _opt
+from tvmc.frontend.onnx.microsoft import DOMAIN, VERSIONS, _f32, _matmul_to_float, _needs, _opt, dynamic_quantize
+from tvmc.frontend.onnx.recurrent import _Unroll, lstm
 from tvmc.frontend.onnx.registry import domain_converter
 from tvmc.ops.qnn_blockwise import BITS
 
@@ -104,3 +105,65 @@ def MatMulNBits(ctx, node, inputs, attrs, opset):
         y = ctx.call("add", [y, _f32(ctx, bias)])
     y = reshape(ctx, y, tuple(a.shape[:-1]) + (n,))
     return y if a.dtype == "float32" else ctx.call("cast", [y], {"dtype": a.dtype})
+
+
+class _QuantizedUnroll(_Unroll):
+    """DynamicQuantizeLSTM's operands on the LSTM unrolling: W [num_dir, input, 4 hidden] and R
+    [num_dir, hidden, 4 hidden] 8-bit (already transposed, as onnxruntime stores them), each
+    product a DynamicQuantizeMatMul with the direction's scale and zero point (per tensor [] or
+    per column [4 hidden])."""
+
+    def __init__(self, ctx, inputs, attrs):
+        self.scales = {"W": (inputs[8], _opt(inputs, 9)), "R": (inputs[10], _opt(inputs, 11))}
+        super().__init__(ctx, inputs, attrs, 4, ["Sigmoid", "Tanh", "Tanh"])
+
+    def check_weights(self, w, r):
+        num_dir, n = self.num_dir, self.gates * self.hidden
+        for name, t, rows in (("W", w, self.input), ("R", r, self.hidden)):
+            if t.dtype not in ("int8", "uint8") or tuple(t.shape) != (num_dir, rows, n):
+                raise self.ctx.error(f"{name} {t.type} must be int8 or uint8 [{num_dir}, {rows}, {n}]")
+            scale, zp = self.scales[name]
+            for what, p in ((f"{name}_scale", scale), (f"{name}_zero_point", zp)):
+                if p is not None and tuple(p.shape) not in ((num_dir,), (num_dir, n)):
+                    raise self.ctx.error(f"{what} {p.type} must be [{num_dir}] or [{num_dir}, {n}]")
+            if zp is not None and zp.dtype != t.dtype:
+                raise self.ctx.error(f"{name}_zero_point {zp.type} must have {name}'s type {t.dtype}")
+            if scale.dtype != "float32":
+                raise self.ctx.error(f"{name}_scale {scale.type} must be float32")
+
+    def project(self, a, which: str, d):
+        """DynamicQuantizeMatMul(a, W[d] or R[d]): a quantized to uint8 over its whole range (for W
+        the inputs of every step at once, for R this step's hidden state), the int32 product
+        scaled by a_scale * w_scale (float32)."""
+        scale, zp = self.scales[which]
+        qa, a_scale, a_zp = dynamic_quantize(self.ctx, a)
+        w = self.of_direction(self.w if which == "W" else self.r, d)
+        return _matmul_to_float(self.ctx, qa, w, a_zp, None if zp is None else self.of_direction(zp, d), a_scale,
+                                self.of_direction(scale, d), None)
+
+
+@domain_converter(DOMAIN, *VERSIONS)
+def DynamicQuantizeLSTM(ctx, node, inputs, attrs, opset):
+    """com.microsoft DynamicQuantizeLSTM(X, W, R, B, sequence_lens, initial_h, initial_c, P, W_scale,
+    W_zero_point, R_scale, R_zero_point; the attributes of ONNX LSTM-7 but layout): ONNX LSTM with
+    W [num_dir, input, 4 hidden] and R [num_dir, hidden, 4 hidden] int8 or uint8 (the transposes
+    of LSTM's), scales float32 and zero points [num_dir] (per tensor) or [num_dir, 4 hidden] (per
+    column). Each gate product is onnxruntime's: the float operand dynamically quantized to uint8
+    (microsoft.dynamic_quantize; X once over all steps, H at every step), an int32 product, scaled
+    by a_scale * w_scale in float32; the gates' float math is LSTM's (recurrent.lstm). Outputs
+    float32 Y, Y_h, Y_c. Where onnxruntime's CPU kernel parts from this: it quantizes H per
+    thread's share of the batch (equal to this with one intra-op thread, which the tests use),
+    and it reads only the first of per-column zero points (equal where they are one value, as
+    onnxruntime.quantization writes them). With sequence_lens, a finished sequence's kept H still
+    enters the next step's quantization range here (onnxruntime: zeros). ContribOperators.md,
+    com.microsoft.DynamicQuantizeLSTM."""
+    _needs(ctx, inputs, ["X", "W", "R", "", "", "", "", "", "W_scale", "", "R_scale"])
+    if inputs[0].dtype != "float32":
+        raise ctx.error(f"X {inputs[0].type} must be float32")
+    if "layout" in attrs:
+        raise ctx.error("attribute 'layout' is not defined for DynamicQuantizeLSTM")
+    r = inputs[2]
+    if len(r.shape) != 3:
+        raise ctx.error(f"R {r.type} must be [num_directions, hidden_size, 4 hidden_size]")
+    attrs = {"hidden_size": r.shape[1], **attrs}
+    return lstm(ctx, node, _QuantizedUnroll(ctx, inputs, attrs), attrs)
