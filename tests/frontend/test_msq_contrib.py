@@ -227,3 +227,57 @@ def test_dynamic_quantize_lstm_refuses_bad_scale():
     model = _model(node, [("X", F, [2, 1, 6])], [("Y", F, [2, 1, 1, 4])], inits)
     with pytest.raises(ModelError, match=r"node 'qlstm' \(DynamicQuantizeLSTM\): W_scale .* must be \[1\] or"):
         from_onnx(model)
+
+
+# --- QAttention ----------------------------------------------------------------------------------
+
+def _qattention_model(rng, batch, seq, d, hidden, heads, elem_w=I8, per_column=False, mask_shape=None,
+                      name="qatt", **attrs):
+    w_dtype = np.int8 if elem_w == I8 else np.uint8
+    info = np.iinfo(w_dtype)
+    inits = {"w": rng.integers(info.min, info.max + 1, (d, 3 * hidden)).astype(w_dtype),
+             "bias": (rng.standard_normal(3 * hidden) * 0.1).astype(np.float32),
+             "x_s": np.float32(0.02), "x_z": np.uint8(120)}
+    n = 3 * hidden if per_column else 1
+    inits["w_s"] = (rng.random(n) * 0.004 + 0.002).astype(np.float32) if per_column else np.float32(0.003)
+    inits["w_z"] = np.full(n, 0 if elem_w == I8 else 128, w_dtype) if per_column else w_dtype(
+        0 if elem_w == I8 else 128)
+    ins = ["x", "w", "bias", "x_s", "w_s", "mask" if mask_shape else "", "x_z", "w_z"]
+    node = helper.make_node("QAttention", ins, ["y"], domain=MS, name=name, num_heads=heads, **attrs)
+    graph_inputs = [("x", U8, [batch, seq, d])] + ([("mask", I32, list(mask_shape))] if mask_shape else [])
+    return _model(node, graph_inputs, [("y", F, [batch, seq, hidden])], inits), inits
+
+
+@pytest.mark.parametrize("case", ["plain", "per-column-uint8-weight", "mask-1d", "mask-2d", "unidirectional"])
+def test_qattention(case):
+    """batch 2, seq 5, input hidden 8, hidden 12 in 3 heads against onnxruntime. The integer
+    projection is exact on both sides; the float attention differs by float32 rounding (exp, sum
+    order): atol 1e-4 of outputs of magnitude ~0.3."""
+    rng = np.random.default_rng(21)
+    batch, seq, d, hidden, heads = 2, 5, 8, 12, 3
+    kw = {"per-column-uint8-weight": dict(elem_w=U8, per_column=True), "mask-1d": dict(mask_shape=(batch,)),
+          "mask-2d": dict(mask_shape=(batch, seq)), "unidirectional": dict(unidirectional=1)}.get(case, {})
+    model, _ = _qattention_model(rng, batch, seq, d, hidden, heads, **kw)
+    inputs = {"x": rng.integers(0, 256, (batch, seq, d)).astype(np.uint8)}
+    if case == "mask-1d":
+        inputs["mask"] = np.array([3, 5], np.int32)
+    elif case == "mask-2d":
+        inputs["mask"] = np.array([[1, 1, 0, 1, 1], [1, 1, 1, 1, 0]], np.int32)
+    errors, _ = _compare(model, inputs, atol=1e-4)
+    print("QAttention", case, "max abs error", errors)
+
+
+def test_qattention_refuses_past_and_bad_scale():
+    rng = np.random.default_rng(22)
+    model, _ = _qattention_model(rng, 1, 4, 8, 12, 3)
+    node = model.graph.node[0]
+    node.input.append("past")
+    model.graph.input.append(helper.make_tensor_value_info("past", F, [2, 1, 3, 0, 4]))
+    with pytest.raises(ModelError, match=r"node 'qatt' \(QAttention\): past / present .* not supported") as info:
+        from_onnx(model)
+    assert "\n" not in str(info.value)
+    model, inits = _qattention_model(rng, 1, 4, 8, 12, 3)
+    model.graph.initializer[[t.name for t in model.graph.initializer].index("x_s")].CopyFrom(
+        numpy_helper.from_array(np.array([0.02, 0.03], np.float32), "x_s"))
+    with pytest.raises(ModelError, match=r"node 'qatt' \(QAttention\): input_scale .* must be a scalar"):
+        from_onnx(model)

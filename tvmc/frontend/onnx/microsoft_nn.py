@@ -20,7 +20,9 @@ and the converter's docstring says so.
 
 from __future__ import annotations
 
+import math
 
+import numpy as np
 
 from tvmc.frontend.onnx.common import is_const, prod, reshape
 from tvmc.frontend.onnx.microsoft import DOMAIN, VERSIONS, _f32, _matmul_to_float, _needs, _opt, dynamic_quantize
@@ -167,3 +169,91 @@ def DynamicQuantizeLSTM(ctx, node, inputs, attrs, opset):
         raise ctx.error(f"R {r.type} must be [num_directions, hidden_size, 4 hidden_size]")
     attrs = {"hidden_size": r.shape[1], **attrs}
     return lstm(ctx, node, _QuantizedUnroll(ctx, inputs, attrs), attrs)
+
+
+def _slice(ctx, x, axis: int, begin: int, end: int):
+    rank = len(x.shape)
+    return ctx.call("strided_slice", [x], {"begin": tuple(begin if a == axis else 0 for a in range(rank)),
+                                           "end": tuple(end if a == axis else x.shape[a] for a in range(rank)),
+                                           "strides": (1,) * rank})
+
+
+def _attention_mask(ctx, mask, batch: int, seq: int, fill: float):
+    """The additive mask [batch, 1, seq or 1, seq] of mask_index (onnxruntime's Attention
+    formats): [batch] end positions (keys j >= end masked), [2 batch] end then start positions
+    (j >= end or j < start), [batch, seq] or [batch, seq, seq] 1 = attend, 0 = masked; a masked
+    score gets `fill` added (mask_filter_value), the others 0."""
+    if mask.dtype != "int32":
+        raise ctx.error(f"mask_index {mask.type} must be int32")
+    shape = tuple(mask.shape)
+    keys = ctx.const(np.arange(seq, dtype=np.int32).reshape(1, seq), "key_positions")
+    if shape in ((batch,), (2 * batch,)):
+        end = reshape(ctx, _slice(ctx, mask, 0, 0, batch), (batch, 1))
+        masked = ctx.call("greater_equal", [keys, end])
+        if shape == (2 * batch,):
+            start = reshape(ctx, _slice(ctx, mask, 0, batch, 2 * batch), (batch, 1))
+            masked = ctx.call("logical_or", [masked, ctx.call("less", [keys, start])])
+        masked = reshape(ctx, masked, (batch, 1, 1, seq))
+    elif shape in ((batch, seq), (batch, seq, seq)):
+        masked = ctx.call("equal", [mask, ctx.const(np.int32(0), "zero")])
+        masked = reshape(ctx, masked, (batch, 1, 1 if len(shape) == 2 else seq, seq))
+    else:
+        raise ctx.error(f"mask_index {mask.type} must be [{batch}], [{2 * batch}], [{batch}, {seq}] or "
+                        f"[{batch}, {seq}, {seq}]")
+    zero = ctx.const(np.float32(0.0), "zero_f")
+    return ctx.call("where", [masked, ctx.const(np.float32(fill), "mask_filter_value"), zero])
+
+
+@domain_converter(DOMAIN, *VERSIONS)
+def QAttention(ctx, node, inputs, attrs, opset):
+    """com.microsoft QAttention(input, weight, bias, input_scale, weight_scale, mask_index,
+    input_zero_point, weight_zero_point, past; num_heads, unidirectional = 0, scale,
+    mask_filter_value = -10000, do_rotary = 0): multi-head self-attention of an 8-bit input
+    [batch, seq, input_hidden] with an 8-bit weight [input_hidden, 3 hidden]: QKV =
+    (input - zp) (weight - w_zp) * input_scale weight_scale + bias (MatMulIntegerToFloat; weight
+    scale and zero point per tensor or per column), split into Q, K, V [batch, num_heads, seq,
+    hidden / num_heads], then softmax(scale Q K^T + mask) V (scale default 1 / sqrt(head size);
+    mask: mask_index as _attention_mask reads it, and with unidirectional keys after the query
+    masked; each masked score gets mask_filter_value added, as onnxruntime's CPU kernel does),
+    heads merged: float32 [batch, seq, hidden]. `past` / `present` (incremental decoding) and
+    do_rotary are refused. ContribOperators.md, com.microsoft.QAttention."""
+    _needs(ctx, inputs, ["input", "weight", "bias", "input_scale", "weight_scale"])
+    if _opt(inputs, 8) is not None or len(node.output) > 1 and node.output[1]:
+        raise ctx.error("past / present (incremental decoding) are not supported")
+    if int(attrs.get("do_rotary", 0)):
+        raise ctx.error("do_rotary=1 is not supported")
+    heads = _attr_int(ctx, attrs, "num_heads")
+    x, w, bias = inputs[0], inputs[1], inputs[2]
+    if len(x.shape) != 3 or len(w.shape) != 2 or w.shape[0] != x.shape[2] or w.shape[1] % 3:
+        raise ctx.error(f"input {x.type} and weight {w.type} must be [batch, seq, D] and [D, 3 hidden]")
+    batch, seq, _ = x.shape
+    hidden = w.shape[1] // 3
+    if hidden % heads:
+        raise ctx.error(f"hidden size {hidden} is not a multiple of num_heads={heads}")
+    size = hidden // heads
+    if x.dtype not in ("int8", "uint8"):
+        raise ctx.error(f"input {x.type} must be uint8 or int8")
+    if inputs[3].type.size != 1:
+        raise ctx.error(f"input_scale {inputs[3].type} must be a scalar")
+    if inputs[4].type.size not in (1, 3 * hidden):
+        raise ctx.error(f"weight_scale {inputs[4].type} must be a scalar or [{3 * hidden}] (per column)")
+    qkv = _matmul_to_float(ctx, x, w, _opt(inputs, 6), _opt(inputs, 7), inputs[3], inputs[4], bias)
+
+    def heads_of(k):  # [batch, heads, seq, size]
+        part = reshape(ctx, _slice(ctx, qkv, 2, k * hidden, (k + 1) * hidden), (batch, seq, heads, size))
+        return ctx.call("transpose", [part], {"axes": (0, 2, 1, 3)})
+
+    q, k, v = heads_of(0), heads_of(1), heads_of(2)
+    alpha = float(attrs["scale"]) if float(attrs.get("scale", 0.0)) else 1.0 / math.sqrt(size)
+    scores = ctx.call("nn.matmul", [q, ctx.call("transpose", [k], {"axes": (0, 1, 3, 2)})])
+    scores = ctx.call("multiply", [scores, ctx.const(np.float32(alpha), "scale")])
+    fill = float(attrs.get("mask_filter_value", -10000.0))
+    mask = _opt(inputs, 5)
+    if mask is not None:
+        scores = ctx.call("add", [scores, _attention_mask(ctx, mask, batch, seq, fill)])
+    if int(attrs.get("unidirectional", 0)):
+        future = np.triu(np.full((seq, seq), fill, np.float32), 1).reshape(1, 1, seq, seq)
+        scores = ctx.call("add", [scores, ctx.const(future, "causal_mask")])
+    probs = ctx.call("nn.softmax", [scores], {"axis": 3})
+    out = ctx.call("transpose", [ctx.call("nn.matmul", [probs, v])], {"axes": (0, 2, 1, 3)})
+    return reshape(ctx, out, (batch, seq, hidden))
