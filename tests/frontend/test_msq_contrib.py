@@ -281,3 +281,87 @@ def test_qattention_refuses_past_and_bad_scale():
         numpy_helper.from_array(np.array([0.02, 0.03], np.float32), "x_s"))
     with pytest.raises(ModelError, match=r"node 'qatt' \(QAttention\): input_scale .* must be a scalar"):
         from_onnx(model)
+
+
+# --- models written by onnxruntime.quantization --------------------------------------------------
+
+def _quantize_dynamic(model, tmp_path, **kw):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    onnx.save(model, tmp_path / "float.onnx")
+    quantize_dynamic(tmp_path / "float.onnx", tmp_path / "q.onnx", weight_type=QuantType.QInt8, **kw)
+    return onnx.load(tmp_path / "q.onnx")
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric", "asymmetric"])
+def test_matmul_nbits_quantizer_model(symmetric):
+    """A float MatMul [3, 96] x [96, 40] through onnxruntime's MatMulNBitsQuantizer (4 bits, block
+    32; asymmetric: packed zero points) against onnxruntime."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    rng = np.random.default_rng(31)
+    k, n = 96, 40
+    graph = helper.make_graph([helper.make_node("MatMul", ["A", "W"], ["Y"])], "mm", [
+        helper.make_tensor_value_info("A", F, [3, k])], [helper.make_tensor_value_info("Y", F, [3, n])],
+        [numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=symmetric)
+    quantizer.process()
+    qmodel = quantizer.model.model
+    assert [nd.op_type for nd in qmodel.graph.node] == ["MatMulNBits"]
+    assert any(t.name.endswith("zero_points") for t in qmodel.graph.initializer) != symmetric
+    errors, _ = _compare(qmodel, {"A": rng.standard_normal((3, k)).astype(np.float32)}, atol=1e-4)
+    print("MatMulNBitsQuantizer", "symmetric" if symmetric else "asymmetric", "max abs error", errors)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_quantize_dynamic_lstm_model(per_channel, tmp_path):
+    """A float LSTM (seq 4, batch 2, input 8, hidden 6, bias) through quantize_dynamic ->
+    DynamicQuantizeLSTM with int8 weights, against onnxruntime with one thread (1e-4)."""
+    rng = np.random.default_rng(32)
+    seq, batch, inp, hid = 4, 2, 8, 6
+    inits = {"W": (rng.standard_normal((1, 4 * hid, inp)) * 0.3).astype(np.float32),
+             "R": (rng.standard_normal((1, 4 * hid, hid)) * 0.3).astype(np.float32),
+             "B": (rng.standard_normal((1, 8 * hid)) * 0.1).astype(np.float32)}
+    node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"], hidden_size=hid)
+    graph = helper.make_graph([node], "lstm", [helper.make_tensor_value_info("X", F, [seq, batch, inp])],
+                              [helper.make_tensor_value_info("Y", F, [seq, 1, batch, hid]),
+                               helper.make_tensor_value_info("Y_h", F, [1, batch, hid]),
+                               helper.make_tensor_value_info("Y_c", F, [1, batch, hid])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    qmodel = _quantize_dynamic(model, tmp_path, op_types_to_quantize=["LSTM"], per_channel=per_channel)
+    assert [nd.op_type for nd in qmodel.graph.node] == ["DynamicQuantizeLSTM"]
+    errors, _ = _compare(qmodel, {"X": rng.standard_normal((seq, batch, inp)).astype(np.float32)}, atol=1e-4,
+                         rtol=0, one_thread=True)
+    print("quantize_dynamic LSTM", per_channel, "max abs error", errors)
+
+
+def test_quantize_dynamic_attention_model(tmp_path):
+    """A com.microsoft Attention (batch 2, seq 6, hidden 16, 4 heads, [batch] mask) through
+    quantize_dynamic -> DynamicQuantizeLinear + QAttention, against onnxruntime (atol 1e-4)."""
+    rng = np.random.default_rng(33)
+    batch, seq, hidden, heads = 2, 6, 16, 4
+    inits = {"w": (rng.standard_normal((hidden, 3 * hidden)) * 0.3).astype(np.float32),
+             "bias": (rng.standard_normal(3 * hidden) * 0.1).astype(np.float32)}
+    node = helper.make_node("Attention", ["x", "w", "bias", "mask"], ["y"], domain=MS, num_heads=heads)
+    model = _model(node, [("x", F, [batch, seq, hidden]), ("mask", I32, [batch])], [("y", F, [batch, seq, hidden])],
+                   inits)
+    qmodel = _quantize_dynamic(model, tmp_path, op_types_to_quantize=["Attention"])
+    assert "QAttention" in [nd.op_type for nd in qmodel.graph.node]
+    inputs = {"x": rng.standard_normal((batch, seq, hidden)).astype(np.float32), "mask": np.array([4, 6], np.int32)}
+    errors, _ = _compare(qmodel, inputs, atol=1e-4)
+    print("quantize_dynamic Attention max abs error", errors)
+
+
+def test_matmul_nbits_float16():
+    """float16 A, scales and bias (computed in float32 here, cast back): within 2 float16 ulps of
+    onnxruntime's (rtol 2e-3)."""
+    rng = np.random.default_rng(8)
+    n, k, bs = 16, 64, 32
+    inits = _nbits_inits(rng, n, k, 4, bs, "packed")
+    inits["S"] = inits["S"].astype(np.float16)
+    inits["bias"] = rng.standard_normal(n).astype(np.float16)
+    model = _model(_nbits_node(n, k, 4, bs, inits, bias=True), [("A", F16, [4, k])], [("Y", F16, [4, n])], inits)
+    errors, _ = _compare(model, {"A": rng.standard_normal((4, k)).astype(np.float16)}, atol=2e-3, rtol=2e-3)
+    print("MatMulNBits float16 max abs error", errors)
