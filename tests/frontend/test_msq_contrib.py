@@ -365,3 +365,15 @@ def test_matmul_nbits_float16():
     model = _model(_nbits_node(n, k, 4, bs, inits, bias=True), [("A", F16, [4, k])], [("Y", F16, [4, n])], inits)
     errors, _ = _compare(model, {"A": rng.standard_normal((4, k)).astype(np.float16)}, atol=2e-3, rtol=2e-3)
     print("MatMulNBits float16 max abs error", errors)
+
+
+def test_matmul_nbits_run_time_scales():
+    """The scales a graph input (not a constant): the unpacking kernel reads them at run time,
+    so nothing needs them constant; matches onnxruntime."""
+    rng = np.random.default_rng(9)
+    n, k, bs = 8, 32, 16
+    inits = _nbits_inits(rng, n, k, 4, bs, "packed")
+    scales = inits.pop("S")
+    model = _model(_nbits_node(n, k, 4, bs, dict(inits, S=scales)), [("A", F, [2, k]), ("S", F, [n * 2])],
+                   [("Y", F, [2, n])], inits)
+    _compare(model, {"A": rng.standard_normal((2, k)).astype(np.float32), "S": scales}, atol=1e-4)
