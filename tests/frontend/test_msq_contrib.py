@@ -22,7 +22,7 @@ from tvmc.frontend.onnx import from_onnx
 
 pytest.importorskip("onnxruntime")
 from tests.e2e.models import onnxruntime_outputs  # noqa: E402
-from tests.e2e.test_int8 import _compile, _run  # noqa: E402
+from tests.e2e.test_int8 import _compile, _run, kernel_names  # noqa: E402
 
 MS = "com.microsoft"
 U8, I8, I32, F, F16 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32, TensorProto.FLOAT, TensorProto.FLOAT16
@@ -112,12 +112,17 @@ def test_matmul_nbits_g_idx():
 
 def test_matmul_nbits_params_stay_packed():
     """K = N = 256, block 32, 4 bits: mod.params holds the packed bytes (N K / 2), the scales and
-    packed zero points, about 1/8 of the float32 weight plus the scales; no float weight."""
+    packed zero points, about 1/8 of the float32 weight plus the scales; no float weight. The
+    weight is unpacked at run time by its own kernel before the dense."""
     rng = np.random.default_rng(3)
     n = k = 256
     inits = _nbits_inits(rng, n, k, 4, 32, "packed")
     model = _model(_nbits_node(n, k, 4, 32, inits), [("A", F, [1, k])], [("Y", F, [1, n])], inits)
     _, params_bytes = _compare(model, {"A": rng.standard_normal((1, k)).astype(np.float32)}, atol=1e-3)
+    module = _compile(model)
+    assert kernel_names(module) == ["fused_qnn_dequantize_blockwise", "fused_nn_dense"]
+    assert module.params["B"].dtype == np.uint8 and module.params["B"].shape == (n, k // 32, 16)
+    assert all(v.size < n * k for v in module.params.values())  # no unpacked [N, K] weight
     packed = n * k // 2 + inits["S"].nbytes + inits["Z"].nbytes
     float_weight = n * k * 4
     print(f"MatMulNBits params {params_bytes} B, float32 weight {float_weight} B: ratio "
