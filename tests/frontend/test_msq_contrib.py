@@ -382,3 +382,26 @@ def test_matmul_nbits_run_time_scales():
     model = _model(_nbits_node(n, k, 4, bs, dict(inits, S=scales)), [("A", F, [2, k]), ("S", F, [n * 2])],
                    [("Y", F, [2, n])], inits)
     _compare(model, {"A": rng.standard_normal((2, k)).astype(np.float32), "S": scales}, atol=1e-4)
+
+
+@pytest.mark.parametrize("spec", ["arm-neoverse-n1", "wasm"])
+def test_matmul_nbits_and_qattention_on_other_targets(spec):
+    """MatMulNBits (4 bits, packed zero points) and QAttention compiled for AArch64 and wasm32,
+    run under qemu-user / wasmtime, against onnxruntime (host CPU): as on x86."""
+    from tvmc.runtime import device_missing
+    from tvmc.target import resolve_target
+
+    target = resolve_target(spec)
+    reason = device_missing(target)
+    if reason:
+        pytest.skip(f"target {target.name}: {reason}")
+    rng = np.random.default_rng(41)
+    inits = _nbits_inits(rng, 16, 48, 4, 16, "packed")
+    nbits = _model(_nbits_node(16, 48, 4, 16, inits), [("A", F, [3, 48])], [("Y", F, [3, 16])], inits)
+    qatt, _ = _qattention_model(rng, 2, 4, 8, 12, 3, mask_shape=(2,))
+    for model, inputs in ((nbits, {"A": rng.standard_normal((3, 48)).astype(np.float32)}),
+                          (qatt, {"x": rng.integers(0, 256, (2, 4, 8)).astype(np.uint8),
+                                  "mask": np.array([2, 4], np.int32)})):
+        got, _ = _run(_compile(model, target), inputs)
+        for name, r in onnxruntime_outputs(model, inputs).items():
+            np.testing.assert_allclose(got[name], r, rtol=1e-4, atol=1e-4, err_msg=f"{spec} {name}")
