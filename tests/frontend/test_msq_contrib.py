@@ -405,3 +405,44 @@ def test_matmul_nbits_and_qattention_on_other_targets(spec):
         got, _ = _run(_compile(model, target), inputs)
         for name, r in onnxruntime_outputs(model, inputs).items():
             np.testing.assert_allclose(got[name], r, rtol=1e-4, atol=1e-4, err_msg=f"{spec} {name}")
+
+
+@pytest.mark.parametrize("bits,zero_points", [(4, "packed"), (4, "absent"), (2, "packed"), (8, "absent")],
+                         ids=["4b-zp", "4b", "2b-zp", "8b"])
+def test_matmul_nbits_accuracy_level_4(bits, zero_points):
+    """accuracy_level 4: A quantized to int8 per block, int32 products (as onnxruntime's CPU
+    kernel): K = 80 (a partial last block of 32), A [2, 3, 80]; rtol 1e-4 (the float32 sum over
+    blocks in another order). The float32 path would be ~0.5% away (checked: not within it)."""
+    rng = np.random.default_rng(50 + bits)
+    n, k, bs = 24, 80, 32
+    inits = _nbits_inits(rng, n, k, bits, bs, zero_points)
+    node = _nbits_node(n, k, bits, bs, inits)
+    node.attribute.append(helper.make_attribute("accuracy_level", 4))
+    model = _model(node, [("A", F, [2, 3, k])], [("Y", F, [2, 3, n])], inits)
+    a = rng.standard_normal((2, 3, k)).astype(np.float32)
+    scale = float(np.abs(onnxruntime_outputs(model, {"A": a})["Y"]).max())
+    errors, _ = _compare(model, {"A": a}, atol=1e-5 * scale)
+    print("MatMulNBits accuracy_level 4", bits, zero_points, "max abs error", errors, "output scale", scale)
+    float_model = _model(_nbits_node(n, k, bits, bs, inits), [("A", F, [2, 3, k])], [("Y", F, [2, 3, n])], inits)
+    gap = np.abs(onnxruntime_outputs(float_model, {"A": a})["Y"] - onnxruntime_outputs(model, {"A": a})["Y"]).max()
+    assert gap > 100 * max(errors["Y"], 1e-6 * scale)
+
+
+@pytest.mark.parametrize("case", ["float-zero-points", "g_idx", "float16"])
+def test_matmul_nbits_accuracy_level_4_other_forms(case):
+    """accuracy_level 4 with float zero points or a g_idx: onnxruntime's CPU kernel stays float32
+    (so does tvmc); with float16 A it takes the int8 path through float32 (so does tvmc)."""
+    rng = np.random.default_rng(60)
+    n, k, bs = 24, 96, 32
+    inits = _nbits_inits(rng, n, k, 4, bs, "float" if case == "float-zero-points" else "packed")
+    if case == "g_idx":
+        inits.pop("Z")
+        inits["G"] = rng.permutation(np.arange(k) // bs).astype(np.int32)
+    elem, dtype = (F16, np.float16) if case == "float16" else (F, np.float32)
+    if case == "float16":
+        inits["S"] = inits["S"].astype(np.float16)
+    node = _nbits_node(n, k, 4, bs, inits, g_idx=case == "g_idx")
+    node.attribute.append(helper.make_attribute("accuracy_level", 4))
+    model = _model(node, [("A", elem, [5, k])], [("Y", elem, [5, n])], inits)
+    atol, rtol = (2e-3, 2e-3) if case == "float16" else (1e-4, 1e-4)
+    _compare(model, {"A": rng.standard_normal((5, k)).astype(dtype)}, atol=atol, rtol=rtol)

@@ -704,6 +704,7 @@ CASES = [
          lambda r: [qi(r, (5, 4, 4), "uint8"), (r.random((5, 4)) * 0.1).astype(np.float32),
                     (r.random((5, 4)) * 4).astype(np.float32), r.permutation(np.arange(64) // 16).astype(np.int32)],
          dict(k=64, bits=2, block_size=16, zero_points="float", g_idx=1)),
+    Case("qnn_unpack_bits_4bit", "qnn.unpack_bits", lambda r: [qi(r, (3, 5, 7), "uint8")], dict(bits=4, count=13)),
 ]
 
 

@@ -1,8 +1,9 @@
 """qnn.dequantize_blockwise: n-bit weights packed several to a byte, dequantized by block scales at
-run time (onnxruntime's com.microsoft MatMulNBits weight format).
+run time (onnxruntime's com.microsoft MatMulNBits weight format); qnn.unpack_bits: the codes
+alone, uint8 (for the integer product of MatMulNBits' accuracy_level 4).
 
 The packed weight stays a uint8 constant in mod.params (4-bit: two weights per byte, 1/8 of
-float32), so this operator is not folded at compile time (OpDef.foldable False): the generated
+float32), so these operators are not folded at compile time (OpDef.foldable False): the generated
 kernel unpacks each weight with a shift and a mask and scales it, writing the float [N, K]
 matrix that the following nn.dense reads (a fused stage before the matmul).
 
@@ -112,4 +113,40 @@ def _reference(b, scales, *rest, k, bits, block_size, zero_points, g_idx=0):
 
 
 register_op(OpDef("qnn.dequantize_blockwise", _type, _reference, OpPattern.INJECTIVE, _compute, INJECTIVE,
+                  foldable=False))
+
+
+# --- qnn.unpack_bits: the codes themselves (MatMulNBits with accuracy_level 4) ----------------------
+
+def _unpack_type(in_types, attrs):
+    bits, count = int(attrs["bits"]), int(attrs["count"])
+    x = in_types[0]
+    if bits not in BITS:
+        raise ValueError(f"bits must be one of {BITS}, got {bits}")
+    if x.dtype != "uint8" or not x.shape or count > x.shape[-1] * (8 // bits):
+        raise ValueError(f"x must be uint8 [..., >= {-(-count * bits // 8)}], got {x.dtype} {list(x.shape)}")
+    return TensorType(tuple(x.shape[:-1]) + (count,), "uint8")
+
+
+def _unpack_compute(inputs, attrs, out_type):
+    """out[..., j] = (x[..., j // per] >> ((j % per) * bits)) & (2^bits - 1), per = 8 / bits."""
+    bits = int(attrs["bits"])
+    per, mask = 8 // bits, (1 << bits) - 1
+    x = inputs[0]
+
+    def f(*i):
+        j = i[-1]
+        byte = te.cast("int32", x[tuple(i[:-1]) + (j // per,)])
+        code = te.bitwise_and(te.right_shift(byte, te.cast("int32", (j % per) * bits)), te.const(mask, "int32"))
+        return te.cast("uint8", code)
+
+    return te.compute(tuple(out_type.shape), f, name="unpack_bits")
+
+
+def _unpack_reference(x, bits, count):
+    shape = x.shape
+    return unpack_codes(x.reshape(-1, 1, shape[-1]), count, bits).astype(np.uint8).reshape(shape[:-1] + (count,))
+
+
+register_op(OpDef("qnn.unpack_bits", _unpack_type, _unpack_reference, OpPattern.INJECTIVE, _unpack_compute, INJECTIVE,
                   foldable=False))

@@ -8,9 +8,9 @@ and the converter's docstring says so.
 
 - MatMulNBits: the packed codes stay uint8 in mod.params (two 4-bit weights a byte) and are
   unpacked and scaled at run time by qnn.dequantize_blockwise (tvmc/ops/qnn_blockwise.py) into the
-  float weight of an nn.dense; float32 throughout, as onnxruntime's accuracy_level 0 (the
-  default): a model asking for accuracy_level 4 (activations quantized to int8 blocks by
-  onnxruntime) gets the float32 result, within that quantization of onnxruntime's.
+  float weight of an nn.dense, float32 as onnxruntime's accuracy_level 0 (the default); with
+  accuracy_level 4 A is quantized to int8 per block and multiplied in int32 with the codes
+  (qnn.unpack_bits, qnn.matmul), as onnxruntime's CPU kernel does.
 - DynamicQuantizeLSTM: the LSTM unrolling of recurrent.py with each of its matmuls a
   DynamicQuantizeMatMul (the float operand quantized to uint8 over its whole range at run time:
   X once for all steps, H at each step, as onnxruntime's quantized LSTM does with one thread).
@@ -58,8 +58,9 @@ def MatMulNBits(ctx, node, inputs, attrs, opset):
     each block g = k // block_size or g_idx[k]. bits 2, 4 or 8 (onnxruntime's CPU kernels);
     block_size a power of two >= 16. g_idx with uint8 zero points is refused: onnxruntime's CPU
     kernel then ignores the zero points (uses 2^(bits - 1)), against its documented semantics.
-    The lowering is qnn.dequantize_blockwise (B stays packed in mod.params) then nn.dense.
-    ContribOperators.md, com.microsoft.MatMulNBits."""
+    The lowering is qnn.dequantize_blockwise (B stays packed in mod.params) then nn.dense, or with
+    accuracy_level 4 (and no float zero points, no g_idx, where onnxruntime's CPU kernel stays
+    float32 too) the int8 product of _nbits_int8. ContribOperators.md, com.microsoft.MatMulNBits."""
     _needs(ctx, inputs, ["A", "B", "scales"])
     k, n = _attr_int(ctx, attrs, "K"), _attr_int(ctx, attrs, "N")
     bits, bs = _attr_int(ctx, attrs, "bits", 4), _attr_int(ctx, attrs, "block_size")
@@ -97,16 +98,61 @@ def MatMulNBits(ctx, node, inputs, attrs, opset):
         if is_const(g_idx) and g_idx.value.size and not (0 <= g_idx.value.min() and g_idx.value.max() < blocks):
             raise ctx.error(f"g_idx values must lie in [0, {blocks})")
         ops.append(g_idx)
-    w = ctx.call("qnn.dequantize_blockwise", ops, {"k": k, "bits": bits, "block_size": bs, "zero_points": kind,
-                                                   "g_idx": int(g_idx is not None)}, fold=False)
     rows = reshape(ctx, _f32(ctx, a), (prod(a.shape[:-1]), k))
-    y = ctx.call("nn.dense", [rows, w])
+    if int(attrs.get("accuracy_level", 0)) == 4 and kind != "float" and g_idx is None:
+        y = _nbits_int8(ctx, rows, ops, bits, bs, kind)
+    else:
+        w = ctx.call("qnn.dequantize_blockwise", ops, {"k": k, "bits": bits, "block_size": bs, "zero_points": kind,
+                                                       "g_idx": int(g_idx is not None)}, fold=False)
+        y = ctx.call("nn.dense", [rows, w])
     if bias is not None:
         if bias.dtype not in _FLOATS or tuple(bias.shape) != (n,):
             raise ctx.error(f"bias {bias.type} must be float [{n}]")
         y = ctx.call("add", [y, _f32(ctx, bias)])
     y = reshape(ctx, y, tuple(a.shape[:-1]) + (n,))
     return y if a.dtype == "float32" else ctx.call("cast", [y], {"dtype": a.dtype})
+
+
+def _nbits_int8(ctx, rows, ops, bits: int, bs: int, kind: str):
+    """MatMulNBits at accuracy_level 4 as onnxruntime's CPU kernel computes it (MLAS CompInt8):
+    each block of bs values of a row of A quantized symmetrically to int8, qa = round half to even
+    of a * (127 / amax) with a_scale = amax / 127 (amax the block's largest magnitude; 0 for an
+    all-zero block); per block the int32 product qa . (q - zp) (the codes unpacked at run time by
+    qnn.unpack_bits, the zero point's term subtracted as zp * sum(qa)), times a_scale * scale in
+    float32, summed over the blocks. rows [M, K] float32 -> [M, N] float32."""
+    b, scales = ops[0], ops[1]
+    n, blocks = scales.shape
+    m, k = rows.shape
+    padded = blocks * bs
+    if padded != k:  # a partial last block: zeros add nothing to amax or the products
+        rows = ctx.call("pad", [rows], {"pad_width": ((0, 0), (0, padded - k)), "pad_value": 0.0})
+    a3 = reshape(ctx, rows, (m, blocks, bs))
+    amax = ctx.call("max", [ctx.call("abs", [a3])], {"axis": (2,), "keepdims": 1})  # [M, blocks, 1]
+    zero = ctx.const(np.float32(0.0), "zero")
+    inverse = ctx.call("where", [ctx.call("equal", [amax, zero]), zero,
+                                 ctx.call("divide", [ctx.const(np.float32(127.0), "int8_max"), amax])])
+    qa = ctx.call("qnn.quantize", [ctx.call("multiply", [a3, inverse]), ctx.const(np.float32(1.0), "one"),
+                                   ctx.const(np.int32(0), "zero_point")], {"out_dtype": "int8"})
+    qa = ctx.call("transpose", [qa], {"axes": (1, 0, 2)})  # [blocks, M, bs]
+    codes = ctx.call("qnn.unpack_bits", [reshape(ctx, b, (n, b.type.size // n))], {"bits": bits, "count": padded},
+                     fold=False)
+    codes = ctx.call("transpose", [reshape(ctx, codes, (n, blocks, bs))], {"axes": (1, 2, 0)})  # [blocks, bs, N]
+    none = ctx.const(np.zeros((), np.int32), "zero_point")
+    acc = ctx.call("qnn.matmul", [qa, codes, none, none])  # [blocks, M, N]
+    if kind == "packed":
+        zp = ctx.call("qnn.unpack_bits", [ops[2]], {"bits": bits, "count": blocks}, fold=False)
+        zp = ctx.call("transpose", [ctx.call("cast", [zp], {"dtype": "int32"})], {"axes": (1, 0)})
+        zp = reshape(ctx, zp, (blocks, 1, n))
+    else:
+        zp = ctx.const(np.int32(1 << (bits - 1)), "default_zero_point")
+    row_sums = ctx.call("sum", [ctx.call("cast", [qa], {"dtype": "int32"})], {"axis": (2,), "keepdims": 1})
+    acc = ctx.call("subtract", [acc, ctx.call("multiply", [row_sums, zp])])
+    a_scale = ctx.call("transpose", [ctx.call("divide", [amax, ctx.const(np.float32(127.0), "int8_max")])],
+                       {"axes": (1, 0, 2)})  # [blocks, M, 1]
+    w_scale = reshape(ctx, ctx.call("transpose", [_f32(ctx, scales)], {"axes": (1, 0)}), (blocks, 1, n))
+    parts = ctx.call("multiply", [ctx.call("cast", [acc], {"dtype": "float32"}),
+                                  ctx.call("multiply", [a_scale, w_scale])])
+    return ctx.call("sum", [parts], {"axis": (0,), "keepdims": 0})
 
 
 class _QuantizedUnroll(_Unroll):
