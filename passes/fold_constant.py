@@ -32,12 +32,14 @@ def fold_constant(graph: Graph, ctx) -> Graph:
     the call's declared dtype. A call whose value would take more than MAX_CONSTANT_BYTES
     (tvmc.graph.ir; exactly that many bytes are folded) is left to run time, so compile time
     never materializes more; so is a call with a symbolic type or attribute (its value depends on
-    the size variables). Raises PassError when a reference disagrees with the call's shape.
+    the size variables), and a call of an op that is not `foldable` (OpDef: it unpacks compact
+    constant storage at run time). Raises PassError when a reference disagrees with the call's shape.
     """
 
     def fn(e, new_inputs):
         if isinstance(e, Call) and isinstance(e.op, str) and all(isinstance(i, Constant) for i in new_inputs) \
-                and not e.is_symbolic and constant_bytes(e.shape, e.dtype) <= ir.MAX_CONSTANT_BYTES:
+                and get_op(e.op).foldable and not e.is_symbolic \
+                and constant_bytes(e.shape, e.dtype) <= ir.MAX_CONSTANT_BYTES:
             return _evaluate(e, new_inputs)
         return None
 

@@ -696,6 +696,15 @@ CASES = [
     Case("qnn_requantize_uint8_per_channel_float32", "qnn.requantize",
          lambda r: [r.integers(-40000, 40000, (2, 6, 5, 5)).astype(np.int32), (r.random(6) * 0.01).astype(np.float32),
                     zp(128)], dict(out_dtype="uint8", axis=1, compute_dtype="float32")),
+    # MatMulNBits' weight: K = 40 (a partial last block of 16), codes packed low bits first
+    Case("qnn_dequantize_blockwise_4bit_packed_zero_points", "qnn.dequantize_blockwise",
+         lambda r: [qi(r, (6, 3, 8), "uint8"), (r.random((6, 3)) * 0.1).astype(np.float32), qi(r, (6, 2), "uint8")],
+         dict(k=40, bits=4, block_size=16, zero_points="packed", g_idx=0)),
+    Case("qnn_dequantize_blockwise_2bit_float_zero_points_g_idx", "qnn.dequantize_blockwise",
+         lambda r: [qi(r, (5, 4, 4), "uint8"), (r.random((5, 4)) * 0.1).astype(np.float32),
+                    (r.random((5, 4)) * 4).astype(np.float32), r.permutation(np.arange(64) // 16).astype(np.int32)],
+         dict(k=64, bits=2, block_size=16, zero_points="float", g_idx=1)),
+    Case("qnn_unpack_bits_4bit", "qnn.unpack_bits", lambda r: [qi(r, (3, 5, 7), "uint8")], dict(bits=4, count=13)),
 ]
 
 

@@ -37,6 +37,8 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | qnn.matmul | a[...,M,K], b[...,K,N] (int8/uint8; nn.matmul's broadcasting), a_zero_point int32[] or [M], b_zero_point int32[] or [N] -> int32 | - | OUT_ELEMWISE_FUSABLE |
 | qnn.requantize | x int32, scale float16/32/64 [] or [x.shape[axis]] (layout NCHW[x]c: [C], channel i[1]*x + i[4]), output_zero_point int32[] -> out_dtype (round half to even, saturated; tvmc/ops/qnn.py) | out_dtype (int8/uint8), axis, compute_dtype (float64: ONNX reference; float32: onnxruntime), layout (NCHW, or NCHW[x]c for a blocked x and a per-channel scale) | BROADCAST |
 | qnn.conv2d_nchwc_u8s8 | data uint8 [N,C/ib,H,W,ib], weight int8 [O/16,C/ib,KH,KW,ceil(ib/4),16,4] -> int32 [N,O/16,OH,OW,16] (the raw u8 x s8 product, no zero points; CPU dot-product kernels, GPU dp4a / OpenCL packed-dot kernels) | strides, padding, dilation, pad_value (uint8), pairs_in_int16, out_layout (NCHW16c) | OUT_ELEMWISE_FUSABLE |
+| qnn.dequantize_blockwise | b uint8 [N,blocks,block_size*bits/8] (n-bit codes packed low bits first), scales float [N,blocks], optional zero points (uint8 packed [N,ceil(blocks*bits/8)] or float [N,blocks]), optional g_idx int32 [K] -> float [N,K] (never folded: the packed weight stays in mod.params) | k, bits (2/4/8), block_size, zero_points (absent/packed/float), g_idx (0/1) | INJECTIVE |
+| qnn.unpack_bits | x uint8 [..., bytes] -> uint8 [..., count]: the n-bit codes, low bits first (never folded) | bits (2/4/8), count | INJECTIVE |
 | control.loop | M int64[], cond bool[], initial carried..., captured... -> final carried value `index` | body (LoopBody: a graph of its own), index | OPAQUE, no kernel: interpreted by the executors (tvmc/ops/control.py) |
 
 Channel-blocked operators that only AlterOpLayout emits (CPU targets, opt level 3):
@@ -62,3 +64,4 @@ from tvmc.ops import dynamic  # noqa: F401,E402  (registration: nonzero, compres
 from tvmc.ops import control  # noqa: F401,E402  (registration: control.loop, interpreted by the executors)
 from tvmc.ops import nn_conv2d_winograd  # noqa: F401,E402  (registration: nn.conv2d_winograd_nchwc)
 from tvmc.ops import qnn  # noqa: F401,E402  (registration: qnn.conv2d, qnn.dense, qnn.matmul, qnn.requantize)
+from tvmc.ops import qnn_blockwise  # noqa: F401,E402  (registration: qnn.dequantize_blockwise, qnn.unpack_bits)

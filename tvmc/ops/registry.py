@@ -74,6 +74,9 @@ class OpDef:
     strategy:  {"cpu": [Implementation, ...], "gpu": [...]}: first entry is the default.
     flops(workload) -> int, optional: FLOPs of one call where the compute's reduce axes would
                not count them as the field does (tvmc.autotune.task's module docstring).
+    foldable:  False for an op that expands compact constant storage at run time (4-bit weights
+               unpacked by qnn.dequantize_blockwise): FoldConstant and import-time folding leave
+               its calls on constants to run time, so the compact constant is what mod.params holds.
     """
 
     name: str
@@ -83,6 +86,7 @@ class OpDef:
     compute: Callable | None = None
     strategy: dict = field(default_factory=dict)
     flops: Callable | None = None
+    foldable: bool = True
 
     def type_of(self, in_types: list, attrs: dict, node_name: str = ""):
         """Output TensorType; a ValueError from the rule becomes ModelError naming the node."""

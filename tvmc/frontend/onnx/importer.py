@@ -19,7 +19,7 @@ from tvmc.frontend.onnx.registry import CONVERTERS, find_domain_converter, has_c
 from tvmc.frontend.onnx.value_range import Unbounded, value_range
 from tvmc.graph import ir, symbolic
 from tvmc.graph.ir import Call, Expr, Graph, TensorType, Var
-from tvmc.ops.registry import make_call
+from tvmc.ops.registry import get_op, make_call
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # ops whose result is computed from their input's run-time shape, not its data (tensor.py)
@@ -712,14 +712,13 @@ class _NodeContext:
             source = next((e for e in inputs if e in shapes), None)
             if source is not None:
                 shapes[call] = shapes[source] if call.shape == source.shape else self._reduced_shape(call, source)
-        if fold and inputs and all(is_const(e) for e in inputs) and not call.is_symbolic and (
+        if fold and inputs and all(is_const(e) for e in inputs) and not call.is_symbolic \
+                and get_op(op).foldable and (
                 all(e.value.dtype.kind in "biu" for e in inputs) or call.type.size <= _FOLD_AT_IMPORT_MAX) \
                 and ir.constant_bytes(call.shape, call.dtype) <= ir.MAX_CONSTANT_BYTES:
             # shape arithmetic on constants (Neg of an axis, Equal of shapes, a window length
             # through Cast and Sub, ...) is folded at import, so later shape-determining inputs
             # stay constant; larger float constants are left to the FoldConstant pass
-            from tvmc.ops.registry import get_op
-
             with np.errstate(all="ignore"):
                 value = np.asarray(get_op(op).reference(*[e.value for e in inputs], **(attrs or {})))
             return self.const(value.astype(call.dtype, copy=False), "folded")

@@ -2,8 +2,9 @@
 onnxruntime.quantization writes in the QOperator format and with quantize_dynamic): QLinearAdd,
 QLinearMul, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool, QLinearLeakyRelu,
 QLinearSigmoid, QLinearSoftmax, QGemm, DynamicQuantizeMatMul, MatMulIntegerToFloat (operator set
-com.microsoft 1). Any other operator of the domain is refused by the importer with the one-line
-UnsupportedOpError naming it and its nodes.
+com.microsoft 1; MatMulNBits, DynamicQuantizeLSTM and QAttention, built from several of these
+and our float ops, are in microsoft_nn.py). Any other operator of the domain is refused by the
+importer with the one-line UnsupportedOpError naming it and its nodes.
 
 Source: onnxruntime docs/ContribOperators.md (each converter names its section), and for the
 rounding onnxruntime's CPU kernels (MLAS), which define what the operators compute beyond the
@@ -386,6 +387,15 @@ def DynamicQuantizeMatMul(ctx, node, inputs, attrs, opset):
     a = inputs[0]
     if a.dtype != "float32":
         raise ctx.error(f"A {a.type} must be float32")
+    qa, scale, zp = dynamic_quantize(ctx, a)
+    return _matmul_to_float(ctx, qa, inputs[1], zp, _opt(inputs, 3), scale, inputs[2], _opt(inputs, 4))
+
+
+def dynamic_quantize(ctx, a):
+    """(uint8 qa, float32 [] scale, uint8 [] zero point) of the float32 tensor `a` quantized at run
+    time as onnxruntime does (DynamicQuantizeLinear, MLAS's GetQuantizationParameter): range
+    [min(0, min a), max(0, max a)] over the whole tensor, scale = range / 255 (1 for an all-zero
+    a), zero point = round half to even of clamp(-min / scale, 0, 255), qa = QuantizeLinear."""
     axes = tuple(range(len(a.shape)))
     zero = ctx.const(np.float32(0.0), "zero")
     lo = ctx.call("minimum", [ctx.call("min", [a], {"axis": axes, "keepdims": 0}), zero])
@@ -396,6 +406,4 @@ def DynamicQuantizeMatMul(ctx, node, inputs, attrs, opset):
     zp = ctx.call("round", [ctx.call("clip", [ctx.call("negative", [ctx.call("divide", [lo, scale])])],
                                      {"a_min": 0.0, "a_max": 255.0})])
     zp = ctx.call("cast", [zp], {"dtype": "uint8"})
-    qa = _quantize(ctx, a, scale, zp, "uint8")
-    return _matmul_to_float(ctx, qa, inputs[1], zp, _opt(inputs, 3), scale, inputs[2], _opt(inputs, 4))
-
+    return _quantize(ctx, a, scale, zp, "uint8"), scale, zp

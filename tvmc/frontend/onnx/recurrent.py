@@ -77,14 +77,23 @@ class _Unroll:
             raise ctx.error(f"unknown direction '{direction}'")
         self.num_dir = 2 if direction == "bidirectional" else 1
         self.reverse = [direction == "reverse" or d == 1 for d in range(self.num_dir)]
-        if tuple(w.shape) != (self.num_dir, gates * self.hidden, self.input):
-            raise ctx.error(f"W {w.type} must be [{self.num_dir}, {gates * self.hidden}, {self.input}]")
+        self.check_weights(w, r)
         self.w, self.r = w, r
         opt = [inputs[k] if len(inputs) > k and inputs[k] is not None else None for k in range(8)]
         self.b, self.lens, self.init_h = opt[3], opt[4], opt[5]
         self.opt = opt  # LSTM reads initial_c (6) and P (7)
         self.clip = float(attrs["clip"]) if "clip" in attrs else None
         self.fns = _activations(ctx, attrs, defaults, self.num_dir)
+
+    def check_weights(self, w, r):
+        """Raise the node's ModelError unless W is [num_dir, gates*hidden, input]."""
+        if tuple(w.shape) != (self.num_dir, self.gates * self.hidden, self.input):
+            raise self.ctx.error(f"W {w.type} must be [{self.num_dir}, {self.gates * self.hidden}, {self.input}]")
+
+    def project(self, a, which: str, d):
+        """a [m, input] @ W[d]^T (which "W") or a [m, hidden] @ R[d]^T (which "R"): [m, gates*hidden]
+        float (a subclass computes it otherwise: com.microsoft.DynamicQuantizeLSTM's integer matmuls)."""
+        return self.matmul_t(a, self.of_direction(self.w if which == "W" else self.r, d))
 
     def of_direction(self, t, d):
         """t[d] of a [num_dir, ...] tensor (W, R, B, initial states), shaped t.shape[1:]."""
@@ -130,7 +139,7 @@ class _Unroll:
             x = self.x
             if self.reverse[d]:
                 x = self._reverse(x)
-            xw = self.matmul_t(reshape(ctx, x, (self.seq * self.batch, self.input)), self.of_direction(self.w, d))
+            xw = self.project(reshape(ctx, x, (self.seq * self.batch, self.input)), "W", d)
             wb = self.bias(d, 0)
             if wb is not None:
                 xw = ctx.call("add", [xw, wb])
@@ -233,7 +242,12 @@ def LSTM(ctx, node, inputs, attrs, opset):
     """ONNX LSTM (gates i, o, f, c; f = Sigmoid, g = h = Tanh; peepholes P = [Pi, Po, Pf]):
     i = f(G_i + Pi * C), f = f(G_f + Pf * C) (1 - i with input_forget), C' = f * C + i * g(G_c),
     o = f(G_o + Po * C'), H = o * h(C'), where G = X W^T + H R^T + biases."""
-    u = _Unroll(ctx, inputs, attrs, 4, ["Sigmoid", "Tanh", "Tanh"])
+    return lstm(ctx, node, _Unroll(ctx, inputs, attrs, 4, ["Sigmoid", "Tanh", "Tanh"]), attrs)
+
+
+def lstm(ctx, node, u: _Unroll, attrs):
+    """The LSTM recurrence of LSTM's docstring over `u` (an _Unroll with 4 gates, whose `project`
+    gives the X and H products): the node's outputs (Y, Y_h, Y_c)."""
     init_c, peep = u.opt[6], u.opt[7]
     coupled = int(attrs.get("input_forget", 0))
 
@@ -245,7 +259,7 @@ def LSTM(ctx, node, inputs, attrs, opset):
     def step(d, xw_t, states):
         h, c = states
         f, g, hf = u.fns[d]
-        gates = ctx.call("add", [xw_t, u.matmul_t(h, u.of_direction(u.r, d))])
+        gates = ctx.call("add", [xw_t, u.project(h, "R", d)])
         rb = u.bias(d, 1)
         if rb is not None:
             gates = ctx.call("add", [gates, rb])

@@ -17,7 +17,7 @@ import onnx.defs
 CONVERTERS: dict[str, Callable] = {}
 
 # Converters of operators outside the default domain (onnxruntime's `com.microsoft` quantized
-# operators, microsoft.py): DOMAIN_CONVERTERS[(domain, op_type)], same signature; `fn.versions`
+# operators, microsoft.py and microsoft_nn.py): DOMAIN_CONVERTERS[(domain, op_type)], same signature; `fn.versions`
 # lists the versions of that domain's operator set it implements.
 DOMAIN_CONVERTERS: dict[tuple, Callable] = {}
 
@@ -110,7 +110,8 @@ def operator_table() -> str:
                 lines.append(f"| {f'{domain}.' if domain else ''}{op} | {', '.join(map(str, versions))} |")
     lines += ["", "## Operators of other domains", "",
               "Converted by DOMAIN_CONVERTERS (onnxruntime's `com.microsoft` quantized operators: "
-              "tvmc/frontend/onnx/microsoft.py); any other operator of those domains is refused.", "",
+              "tvmc/frontend/onnx/microsoft.py, microsoft_nn.py); any other operator of those domains is refused.",
+              "",
               "| operator | group | versions of its domain's operator set |", "| --- | --- | --- |"]
     for (domain, op), fn in sorted(DOMAIN_CONVERTERS.items()):
         versions = ", ".join(map(str, sorted(fn.versions)))
