@@ -200,7 +200,6 @@ def _tuned_buckets(anchor, target, config_lookup):
     _choose_implementation picks them for its size's workload: the lowest cost). None where the
     anchor's workload has no or several size variables, or no record matches it at a size in
     range."""
-    from tvmc.autotune.task import workload_key
     from tvmc.graph import symbolic
 
     if config_lookup is None or not hasattr(config_lookup, "workloads") or not isinstance(anchor, Call) \
@@ -218,7 +217,7 @@ def _tuned_buckets(anchor, target, config_lookup):
         for wl in config_lookup.workloads(impl.name):
             s = _size_at(pattern, wl, var)
             if s is not None and var.lo <= s <= var.hi and s not in sizes and \
-                    workload_key(upper_workload(anchor, {var.name: (s, s)})) == workload_key(wl):
+                    config_lookup.cost_s(impl.name, upper_workload(anchor, {var.name: (s, s)})) is not None:
                 sizes.add(s)
     if not sizes:
         return None
