@@ -21,6 +21,11 @@ _DTYPES = ("float32", "float64")
 # quantize / dequantize / rescale / add: tensors (add: two) and the scales, shifts and zero points that
 # broadcast against them (per channel: [C, 1, 1])
 _RESCALES = ("qnn.quantize", "qnn.dequantize", "qnn.rescale", "qnn.add")
+# op -> the _Rewriter rule (method) that rewrites it; elementwise and broadcast ops follow their
+# operands' layout (_Rewriter.unary, .binary); GPU targets take the int8 rules alone
+_QNN_RULES = {"qnn.dense": "qnn_dense", "qnn.conv2d": "qnn_conv2d", "qnn.requantize": "qnn_requantize"}
+_RULES = {"nn.conv2d": "conv2d", "nn.dense": "dense", "nn.matmul": "matmul", **_QNN_RULES,
+          **{pool: "pool" for pool in _POOLS}, "concatenate": "concatenate", "reshape": "channel_shuffle"}
 
 
 def channel_block_for(channels: int, max_block: int) -> int:
@@ -140,38 +145,10 @@ class _Rewriter:
             self.memo[e] = (e, NCHW)
             return
         out = None
-        if isinstance(e.op, str) and self.qnn_only:
-            if e.op == "qnn.dense":
-                out = self.qnn_dense(e)
-            elif e.op == "qnn.conv2d":
-                out = self.qnn_conv2d(e)
-            elif e.op == "qnn.requantize":
-                out = self.qnn_requantize(e)
-            else:
-                pattern = get_op(e.op).pattern
-                if pattern == OpPattern.ELEMWISE and len(e.inputs) == 1:
-                    out = self.unary(e)
-                elif pattern == OpPattern.BROADCAST and (len(e.inputs) == 2 or e.op in _RESCALES):
-                    out = self.binary(e)
-        elif isinstance(e.op, str):
-            if e.op == "nn.conv2d":
-                out = self.conv2d(e)
-            elif e.op == "nn.dense":
-                out = self.dense(e)
-            elif e.op == "nn.matmul":
-                out = self.matmul(e)
-            elif e.op == "qnn.dense":
-                out = self.qnn_dense(e)
-            elif e.op == "qnn.conv2d":
-                out = self.qnn_conv2d(e)
-            elif e.op == "qnn.requantize":
-                out = self.qnn_requantize(e)
-            elif e.op in _POOLS:
-                out = self.pool(e)
-            elif e.op == "concatenate":
-                out = self.concatenate(e)
-            elif e.op == "reshape":
-                out = self.channel_shuffle(e)
+        if isinstance(e.op, str):
+            rule = (_QNN_RULES if self.qnn_only else _RULES).get(e.op)
+            if rule is not None:
+                out = getattr(self, rule)(e)
             else:
                 pattern = get_op(e.op).pattern
                 if pattern == OpPattern.ELEMWISE and len(e.inputs) == 1:

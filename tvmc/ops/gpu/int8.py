@@ -51,9 +51,8 @@ from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
 from tvmc.errors import ScheduleError
-from tvmc.ops.cpu.injective import inline_injective
 from tvmc.ops.cpu.int8 import BLOCK_N
-from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_per_thread
+from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_per_thread, tile_gemm_output
 from tvmc.te.schedule import thread_axis
 from tvmc.tir.tensorize import DotU8S8Intrin
 
@@ -87,33 +86,8 @@ def _gemm_tile_dot(s, out, product, cfg, row_axis, col_axis, split_reduce, order
     (split_reduce outer, split_reduce inner, *order, row, col, quad) and the quad tensorized into
     the one-lane dot step. Operands in `global_operands` are read from global memory, not
     staged. Returns the accumulator."""
-    ty, tx, vy, vx = cfg["tile_y"], cfg["tile_x"], cfg["reg_y"], cfg["reg_x"]
-    inline_injective(s, out, keep=[product])
-    operands = product.op.input_tensors()
-    spatial = list(product.op.axis)
-    if out is product:
-        acc = s.cache_write(out, "local")
-    else:
-        acc = product
-        s[acc].set_scope("local")
-    st = s[out]
-    out_axis = dict(zip(spatial, st.op.axis))
-    others = [out_axis[a] for a in spatial if a is not row_axis and a is not col_axis]
-    yo, yi = st.split(out_axis[row_axis], ty * vy)
-    yt, yv = st.split(yi, vy)
-    xo, xi = st.split(out_axis[col_axis], tx * vx)
-    xt, xv = st.split(xi, vx)
-    st.reorder(*others, yo, xo, yt, xt, yv, xv)
-    if others:
-        st.bind(st.fuse(*others) if len(others) > 1 else others[0], thread_axis("blockIdx.z"))
-    st.bind(yo, thread_axis("blockIdx.y"))
-    st.bind(xo, thread_axis("blockIdx.x"))
-    st.bind(yt, thread_axis("threadIdx.y"))
-    st.bind(xt, thread_axis("threadIdx.x"))
-    st.unroll(yv)
-    st.unroll(xv)
+    acc, xt, yt, operands = tile_gemm_output(s, out, product, cfg, row_axis, col_axis, vector_x=False)
     ast = s[acc]
-    ast.compute_at(st, xt)
     *_, quad = ast.op.reduce_axis
     k_outer, k_inner = ast.split(split_reduce, cfg["tile_k"])
     ast.reorder(k_outer, k_inner, *order, *ast.op.axis, quad)

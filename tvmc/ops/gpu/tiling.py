@@ -203,25 +203,15 @@ def define_gemm_tile(space: ConfigSpace, target, rows: int, cols: int, reg_rows:
     space.define_knob("reg_y", regs, fallback=fb["reg_y"])
 
 
-def schedule_gemm_tile(s, out, anchor, cfg, row_axis, col_axis, split_reduce, order=None):
-    """The shared-memory tiled GEMM skeleton (TVM's CUDA dense/conv2d schedules) for a reduction
-    `anchor` with an elementwise epilogue `out` of the same shape; axes are the anchor's own
-    IterVars, named by the caller (`n, oc, oh, ow = anchor.op.axis`).
-
-    The anchor's axes `row_axis` and `col_axis` are tiled: a block computes (tile_y * reg_y) x
-    (tile_x * reg_x) outputs, each thread a reg_y x reg_x register tile (contiguous, so the
-    epilogue stores reg_x consecutive values: one vector store); every other output axis is a
-    block axis (blockIdx.z, fused). The accumulator lives in registers; the anchor's reduce axis
-    `split_reduce` is split by cfg["tile_k"] and, per step of its outer loop, every operand the
-    reduction reads is copied into a shared-memory tile by the whole block (cooperative_fetch),
-    then read from there (barriers inserted by tvmc.tir.gpu). `order` gives the remaining reduce
-    axes in their order inside a step (default: as declared). Returns the accumulator tensor.
-    Raises ScheduleError when an axis is not one of the anchor's."""
-    spatial, red = list(anchor.op.axis), list(anchor.op.reduce_axis)
-    for what, axis, axes in (("row_axis", row_axis, spatial), ("col_axis", col_axis, spatial),
-                             ("split_reduce", split_reduce, red), *(("order", k, red) for k in order or ())):
-        if not any(axis is a for a in axes):
-            raise ScheduleError(f"schedule_gemm_tile: {what} names {axis!r}, not an axis of {anchor.name}")
+def tile_gemm_output(s, out, anchor, cfg, row_axis, col_axis, vector_x: bool = True) -> tuple:
+    """The output side of the tiled GEMM skeleton (schedule_gemm_tile): injective stages inlined
+    into `out` (the anchor kept), the anchor's accumulator in registers ("local"), `out`'s
+    `row_axis` / `col_axis` (the anchor's IterVars) split into blocks of (tile_y * reg_y) x
+    (tile_x * reg_x) outputs, reg_y x reg_x per thread (the columns vectorized when `vector_x`,
+    else unrolled), every other output axis fused into blockIdx.z; the accumulator computed at
+    the thread's loop. Returns (accumulator, threadIdx.x loop, threadIdx.y loop, the anchor's
+    operands: its input tensors once the injective stages are inlined, before cache_write)."""
+    spatial = list(anchor.op.axis)
     ty, tx, vy, vx = cfg["tile_y"], cfg["tile_x"], cfg["reg_y"], cfg["reg_x"]
     inline_injective(s, out, keep=[anchor])
     operands = anchor.op.input_tensors()
@@ -246,9 +236,35 @@ def schedule_gemm_tile(s, out, anchor, cfg, row_axis, col_axis, split_reduce, or
     st.bind(yt, thread_axis("threadIdx.y"))
     st.bind(xt, thread_axis("threadIdx.x"))
     st.unroll(yv)
-    st.vectorize(xv)
+    if vector_x:
+        st.vectorize(xv)
+    else:
+        st.unroll(xv)
+    s[acc].compute_at(st, xt)
+    return acc, xt, yt, operands
+
+
+def schedule_gemm_tile(s, out, anchor, cfg, row_axis, col_axis, split_reduce, order=None):
+    """The shared-memory tiled GEMM skeleton (TVM's CUDA dense/conv2d schedules) for a reduction
+    `anchor` with an elementwise epilogue `out` of the same shape; axes are the anchor's own
+    IterVars, named by the caller (`n, oc, oh, ow = anchor.op.axis`).
+
+    The anchor's axes `row_axis` and `col_axis` are tiled: a block computes (tile_y * reg_y) x
+    (tile_x * reg_x) outputs, each thread a reg_y x reg_x register tile (contiguous, so the
+    epilogue stores reg_x consecutive values: one vector store); every other output axis is a
+    block axis (blockIdx.z, fused). The accumulator lives in registers; the anchor's reduce axis
+    `split_reduce` is split by cfg["tile_k"] and, per step of its outer loop, every operand the
+    reduction reads is copied into a shared-memory tile by the whole block (cooperative_fetch),
+    then read from there (barriers inserted by tvmc.tir.gpu). `order` gives the remaining reduce
+    axes in their order inside a step (default: as declared). Returns the accumulator tensor.
+    Raises ScheduleError when an axis is not one of the anchor's."""
+    spatial, red = list(anchor.op.axis), list(anchor.op.reduce_axis)
+    for what, axis, axes in (("row_axis", row_axis, spatial), ("col_axis", col_axis, spatial),
+                             ("split_reduce", split_reduce, red), *(("order", k, red) for k in order or ())):
+        if not any(axis is a for a in axes):
+            raise ScheduleError(f"schedule_gemm_tile: {what} names {axis!r}, not an axis of {anchor.name}")
+    acc, xt, yt, operands = tile_gemm_output(s, out, anchor, cfg, row_axis, col_axis)
     ast = s[acc]
-    ast.compute_at(st, xt)
     k_outer, k_inner = ast.split(split_reduce, cfg["tile_k"])
     rest = [k for k in (order or red) if k is not split_reduce]
     ast.reorder(k_outer, *rest, k_inner, *ast.op.axis)
