@@ -110,9 +110,6 @@ def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimF
     """lower_fused's body; `symbolic`: the graph's size variables are bound (te.extent.bind_graph_vars),
     the configs come from the fallback at the upper-bound workload (no tuning records: they were
     measured for one size)."""
-    if symbolic and target.gpu:
-        raise ScheduleError(f"{func.name}: symbolic extents are compiled for CPU targets only, not "
-                            f"{target.name}")
     impl, cfg = _choose_implementation(anchor, target, config_lookup, upper_workload(anchor) if symbolic else None)
     bucket = _size_buckets(anchor, target) if symbolic and impl.template is None else None
     if bucket is not None:
@@ -125,7 +122,7 @@ def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimF
         return lower_device(impl.template(ctx, cfg, target), target, insert_barriers=False)
     s = te.create_schedule(out)
     impl.schedule(s, out, anchor_t, cfg, target)
-    prim = lower(s, params + [out], func.name)
+    prim = lower(s, params + [out], func.name, partition=not target.gpu)
     if target.gpu:  # one device kernel: launch configuration, barriers, limits checked
         prim = lower_device(prim, target)
     return prim
