@@ -33,7 +33,7 @@ import numpy as np
 
 from tvmc.errors import ScheduleError
 from tvmc.te import extent as xt
-from tvmc.te.expr import BinOp, IntImm, Load, PrimExpr, SizeVar, Var, evaluate_int, maximum, walk
+from tvmc.te.expr import BinOp, IntImm, Load, SizeVar, Var, maximum, walk
 from tvmc.te.schedule import BLOCK_AXES, THREAD_AXES, THREAD_TAGS
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, PrimFunc, Seq, Stmt, Store, stmt_children
 
@@ -381,4 +381,5 @@ def shared_buffers(prim: PrimFunc) -> list:
     return out
 
 
-__all__ = ["LaunchConfig", "global_traffic_bytes", "launch_config", "launch_dims", "lower_device", "narrower", "shared_buffers"]
+__all__ = ["LaunchConfig", "global_traffic_bytes", "launch_config", "launch_dims", "lower_device", "narrower",
+           "shared_buffers"]
