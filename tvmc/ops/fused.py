@@ -117,6 +117,17 @@ def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimF
     params, out, anchor_t, tensors = _tensors(func, anchor, impl)
     if cfg is None and impl.config_space is not None:
         cfg = impl.config_space(upper_workload(anchor) if symbolic else workload(anchor), target).fallback_config()
+    if symbolic and target.gpu:
+        try:
+            return _lower_scheduled(func, anchor, impl, cfg, target, params, out, anchor_t, tensors)
+        except Exception:  # a GPU schedule that does not take these symbolic extents: the generic one
+            return _lower_per_thread(func, anchor, impl, target)
+    return _lower_scheduled(func, anchor, impl, cfg, target, params, out, anchor_t, tensors)
+
+
+def _lower_scheduled(func, anchor, impl, cfg, target, params, out, anchor_t, tensors) -> PrimFunc:
+    """The kernel of `func` through implementation `impl` with config `cfg` (a device kernel for
+    a GPU target: launch configuration, barriers, limits checked)."""
     if impl.template is not None:  # a kernel written in loop IR, its barriers in place
         ctx = TemplateContext(func.name, params, out, anchor_t, [tensors[i] for i in anchor.inputs], dict(anchor.attrs))
         return lower_device(impl.template(ctx, cfg, target), target, insert_barriers=False)
@@ -126,6 +137,21 @@ def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimF
     if target.gpu:  # one device kernel: launch configuration, barriers, limits checked
         prim = lower_device(prim, target)
     return prim
+
+
+def _lower_per_thread(func, anchor, impl, target) -> PrimFunc:
+    """`func` as a GPU kernel of the generic per-thread schedule (tvmc.ops.gpu.injective.
+    schedule_generic: one output element per thread, reductions per thread, the guards of its
+    symbolic tails kept), its thread count chosen for the upper bounds: the fallback of a GPU
+    schedule that does not take a function's symbolic extents (it raised, or its kernel broke
+    the checks of lower_device), correct for any operator."""
+    from tvmc.ops.gpu.injective import generic_config, schedule_generic
+
+    params, out, anchor_t, _ = _tensors(func, anchor, impl)  # impl's compute, its own schedule aside
+    cfg = generic_config(upper_workload(anchor), target).fallback_config()
+    s = te.create_schedule(out)
+    schedule_generic(s, out, anchor_t, cfg, target)
+    return lower_device(lower(s, params + [out], func.name, partition=False), target)
 
 
 def _plain_var(d):
