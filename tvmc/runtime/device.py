@@ -193,7 +193,7 @@ class DeviceExecutor:
             launch = sized_launch(launch, sizes)
             if launch is None:  # no threads at these sizes
                 continue
-            handle = self.program.launch(kernel, launch, bufs, timed, sizes)
+            handle = self.program.launch(kernel, launch, bufs, timed, **({"scalars": sizes} if sizes else {}))
             if timed:
                 handles.append((name, handle))
         return handles
