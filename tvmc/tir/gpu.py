@@ -133,20 +133,12 @@ def launch_dims(launch: dict, sizes) -> tuple:
             tuple(eval_postfix(e, sizes) for e in launch["block"]))
 
 
-def _same_extent(a, b) -> bool:
-    """Whether extents a and b are equal for every value of their SizeVars."""
-    if xt.is_static(a) and xt.is_static(b):
-        return int(a) == int(b)
-    d = xt.as_extent((IntImm(a) if xt.is_static(a) else a) - b)
-    return xt.is_static(d) and d == 0
-
-
 def narrower(extent, launch_extent) -> bool:
     """Whether a loop of `extent` bound to a tag runs fewer iterations than the launch's extent
     for that tag for some value of the SizeVars (it then runs under a guard)."""
     if xt.is_static(extent) and xt.is_static(launch_extent):
         return int(extent) < int(launch_extent)
-    return not _same_extent(extent, launch_extent)
+    return not xt.same(extent, launch_extent)
 
 
 def _max_extent(extents: list):
@@ -155,7 +147,7 @@ def _max_extent(extents: list):
     static = [int(e) for e in extents if xt.is_static(e)]
     dynamic = []
     for e in extents:
-        if not xt.is_static(e) and not any(_same_extent(e, d) for d in dynamic):
+        if not xt.is_static(e) and not any(xt.same(e, d) for d in dynamic):
             dynamic.append(e)
     if not dynamic:
         return max(static, default=1)
