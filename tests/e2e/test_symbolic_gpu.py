@@ -29,7 +29,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.e2e.test_symbolic_e2e import BATCH_SIZES, SEQ_SIZES, check_sizes, encoder_feeds, small_cnn
-from tests.frontend.test_symbolic_shapes import bert_model
+from tests.frontend.test_symbolic_shapes import bert_model, cnn_model
 from tests.targets import require
 from tvmc import te
 from tvmc.backends import backend_for
@@ -45,10 +45,12 @@ from tvmc.ops.gpu.reduction import reduce_config, schedule_reduce, schedule_soft
 from tvmc.ops.nn_dense import dense, matmul
 from tvmc.ops.nn_misc import softmax
 from tvmc.ops.registry import get_op
+from tvmc.graph.symbolic import postfix_text
 from tvmc.package import load_artifact, save_artifact
 from tvmc.target import resolve_target
+from tvmc.te.extent import same, same_shape
 from tvmc.tir.gpu import lower_device
-from tvmc.tir.ir import For, IfThenElse
+from tvmc.tir.ir import IfThenElse
 from tvmc.tir.lower import lower
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
@@ -159,6 +161,47 @@ def test_opencl_profile_runs_the_kernels_at_the_bound_sizes(opencl_encoder):
     rows = ex.profile(runs=1)
     assert len(rows) == len(load_artifact(opencl_encoder[1]).graph_json["kernels"])
     assert all(r["calls"] >= 1 and r["total_ms"] >= 0 for r in rows)
+
+
+def test_opencl_image_sizes_one_artifact_every_batch_height_and_width(tmp_path):
+    """The CNN of tests/frontend/test_symbolic_shapes.py (strided conv, max pool, a residual block,
+    ceil-mode average pool, global pool, Gemm, softmax) for N in 1..4, H and W in 8..32: both
+    convolutions keep the tiled shared-memory schedule (their epilogues' shapes, (H + 1) // 2 from
+    the graph and (H - 1) // 2 + 1 from the convolution, compared over the range), and five
+    shapes, odd and unequal sides among them, match onnxruntime."""
+    require("opencl")
+    import onnxruntime as ort
+
+    model = cnn_model()
+    art = compile_model(model, resolve_target("opencl"), CompileOptions(dim_ranges={"N": (1, 4), "H": (8, 32),
+                                                                                    "W": (8, 32)}))
+    convs = {k: v for k, v in art.graph_json["kernels"].items() if "conv2d" in k}
+    assert len(convs) == 2 and all(v["shared_bytes"] > 0 for v in convs.values())
+    ex = _executor("opencl")(save_artifact(art, tmp_path / "cnn_hw.tar"))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n, h, w in [(1, 8, 8), (2, 9, 13), (3, 17, 31), (1, 24, 11), (4, 32, 32)]:
+        x = np.random.default_rng(h * w).standard_normal((n, 3, h, w)).astype(np.float32)
+        ex.set_input("x", x)
+        ex.run()
+        (want,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(ex.get_output(0), want, rtol=1e-4, atol=1e-5, err_msg=f"{(n, h, w)}")
+
+
+def test_tvmc_inspect_shows_launch_extents_as_expressions_of_the_size_variables(opencl_encoder):
+    r = CliRunner().invoke(cli, ["inspect", str(opencl_encoder[1])])
+    assert r.exit_code == 0, r.output
+    rows = r.output.split("device kernels")[1]
+    assert re.search(r"fused_nn_softmax\s+1\s+\(seq\*2\)x1x1\s+64x1x1\s+64\s", rows), rows
+    assert "((seq + 31) // 32)x1x1" in rows
+    assert postfix_text(["$0", 4, "*", 255, "+", 256, "//", "$1", "max"], ["seq", "n"]) == \
+        "max((seq*4 + 255) // 256, n)"
+
+
+def test_extents_equal_over_the_range_compare_equal():
+    h, w = te.size_var("H", 8, 32), te.size_var("W", 1, 5000)
+    assert same((h - 1) // 2 + 1, (h + 1) // 2) and same_shape((1, h * 2), (1, h + h))
+    assert not same((h - 1) // 2, (h + 1) // 2) and not same_shape((h,), (h, 1))
+    assert not same((w - 1) // 2 + 1, (w + 1) // 2 + 0 * h)  # too many points to check: not proven
 
 
 # ---- OpenCL: op cases through the GPU schedules -------------------------------------------------

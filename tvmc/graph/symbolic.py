@@ -844,13 +844,17 @@ def postfix_text(program, names: list) -> str:
             stack.append(str(names[int(tok[1:])]))
         elif tok in POSTFIX_OPS and len(stack) >= 2:
             b, a = stack.pop(), stack.pop()
-            stack.append(f"{tok}({a}, {b})" if tok in ("min", "max") else
+            stack.append(f"{tok}({_bare(a)}, {_bare(b)})" if tok in ("min", "max") else
                          f"{a}*{b}" if tok == "*" else f"({a} {tok} {b})")
         else:
             raise ValueError(f"malformed shape program {program}")
     if len(stack) != 1:
         raise ValueError(f"malformed shape program {program}")
-    text = stack[0]
+    return _bare(stack[0])
+
+
+def _bare(text: str) -> str:
+    """`text` without parentheses around the whole of it."""
     return text[1:-1] if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]) else text
 
 
