@@ -391,6 +391,58 @@ def test_cuda_range_artifact_is_accepted_by_ptxas_and_kernels_take_the_sizes(tar
     assert any(isinstance(d, list) for v in g["kernels"].values() for d in v["grid"])
 
 
+def _symbolic_matmul_kernel(target, hi=200, k=64, n=48):
+    """The kernel of an ONNX MatMul x[M, k] (float16, M in 1..hi) x w[k, n] (a float16
+    initializer) lowered for `target` through the frontend, the graph passes and lower_fused;
+    (prim, w)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tvmc.driver import pass_pipeline
+    from tvmc.frontend.onnx import from_onnx
+    from tvmc.graph.ir import Call, Function
+    from tvmc.passes import PassContext, optimize
+
+    w = np.random.default_rng(6).standard_normal((k, n)).astype(np.float16)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["M", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["M", n])],
+                          [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    options = CompileOptions(dim_ranges={"M": (1, hi)})
+    pipeline, config = pass_pipeline(options)
+    graph = optimize(from_onnx(model, {}, {}, dict(options.dim_ranges)),
+                     PassContext(opt_level=options.opt_level, config=config, target=target), pipeline)
+    (func,) = {e.op for e in graph.topo() if isinstance(e, Call) and isinstance(e.op, Function)}
+    return fused.lower_fused(func, target), w
+
+
+def test_cuda_sm90_tensor_core_matmul_over_symbolic_rows_in_the_simt_interpreter():
+    """float16 MatMul with M in 1..200 on cuda-sm90: the tensor-core template (mma, ldmatrix,
+    cp.async) takes M as its size argument, its row blocks ceil(M / BM); run by the SIMT
+    interpreter (tvmc/tir/simt.py) at five M it matches the float32 product within float16
+    rounding of the outputs (one float16 ulp where |ref| < 64: 2^-5), and ptxas accepts its PTX."""
+    from tvmc.codegen.build import compile_ir
+    from tvmc.codegen.llvm import CodeGenLLVM
+    from tvmc.tir import simt
+
+    target = resolve_target("cuda-sm90")
+    prim, w = _symbolic_matmul_kernel(target)
+    assert "mma" in str(prim) and [v.name for v in prim.size_vars] == ["M"]
+    assert prim.launch.symbolic and prim.launch.evaluate({prim.size_vars[0]: 129}).grid[1] >= 2
+    r = np.random.default_rng(7)
+    for m in [1, 7, 64, 129, 200]:
+        x = r.standard_normal((m, w.shape[0])).astype(np.float16)
+        out = np.zeros((m, w.shape[1]), np.float16)
+        simt.run_kernel(prim, [x, w, out])
+        np.testing.assert_allclose(out.astype(np.float32), x.astype(np.float32) @ w.astype(np.float32),
+                                   rtol=0, atol=2 ** -5, err_msg=f"M = {m}")
+    if assembler_missing(target) is None:
+        cg = CodeGenLLVM(target)
+        cg.add_function(prim)
+        ptx = compile_ir(cg.ir_text(), target, assembly=True)
+        assert prim.name in kernel_resources(ptx, target) and b"mma.sync" in ptx
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("model", ["encoder", "cnn"])
 def test_cuda_one_artifact_every_size(model, tmp_path):

@@ -189,10 +189,15 @@ def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFu
     (see the module docstring). A kernel written with its barriers in place (a template whose
     asynchronous copies the analysis cannot follow, tvmc/ops/gpu/tensorcore.py) passes
     `insert_barriers=False`: its barriers are still checked. Raises ScheduleError naming the
-    kernel and what is wrong. A kernel with symbolic extents keeps its size_vars; its launch may
-    depend on them (the limits are checked at their upper bounds)."""
+    kernel and what is wrong. A kernel with symbolic extents keeps its size_vars (a template that
+    names none gets the SizeVars of its buffers' shapes, in the order lower gives them); its launch
+    may depend on them (the limits are checked at their upper bounds)."""
     where = f"kernel {prim.name}"
+    size_vars = prim.size_vars or xt.size_vars([b.shape for b in prim.params])
     launch = launch_config(prim)
+    unknown = [v.name for v in xt.size_vars([*launch.grid, *launch.block]) if v not in size_vars]
+    if unknown:
+        raise ScheduleError(f"{where}: the launch depends on {', '.join(unknown)}, which no buffer's shape gives")
     if target.max_threads_per_block and launch.threads_per_block > target.max_threads_per_block:
         raise ScheduleError(f"{where}: {launch.threads_per_block} threads per block {launch.block}, target "
                             f"{target.name} allows {target.max_threads_per_block}")
@@ -207,7 +212,7 @@ def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFu
     _check_coverage(prim, launch, where)
     body = _sync(prim.body) if insert_barriers else prim.body
     _check_barriers(body, launch, where, _thread_vars(body), divergent=False)
-    return PrimFunc(prim.name, prim.params, body, launch, size_vars=prim.size_vars)
+    return PrimFunc(prim.name, prim.params, body, launch, size_vars=size_vars)
 
 
 # ---- checks -----------------------------------------------------------------------------------
