@@ -443,6 +443,73 @@ def test_cuda_sm90_tensor_core_matmul_over_symbolic_rows_in_the_simt_interpreter
         assert prim.name in kernel_resources(ptx, target) and b"mma.sync" in ptx
 
 
+class _SimtModule:
+    """tvmc.runtime.cuda.KernelModule with the SIMT interpreter (tvmc/tir/simt.py) for a GPU: host
+    byte buffers, each launch run by simt.run_launch on the kernel's loop IR (`prims`, {name:
+    device PrimFunc} of the compile) with the grid, block and size arguments the executor gives."""
+
+    def __init__(self, prims):
+        self.prims, self.device_name, self.image = prims, "SIMT interpreter", "ptx"
+
+    def buffer(self, nbytes):
+        return np.zeros(-(-max(nbytes, 1) // 8) * 8, np.uint8)
+
+    def upload(self, buf, array):
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        buf[:data.size] = data
+
+    def download(self, buf, array):
+        array.reshape(-1).view(np.uint8)[:] = buf[:array.nbytes]
+
+    def kernel(self, name):
+        return self.prims[name]
+
+    def launch(self, prim, launch, buffers, timed=False, scalars=()):
+        from tvmc.tir import simt
+        from tvmc.tir.gpu import LaunchConfig
+
+        simt.run_launch(prim, [b.view(np.dtype(p.dtype)) for p, b in zip(prim.params, buffers)],
+                        dict(zip(prim.size_vars, scalars)),
+                        LaunchConfig(tuple(launch["grid"]), tuple(launch["block"]), prim.launch.shared_bytes))
+        return 0.0 if timed else None
+
+    @staticmethod
+    def elapsed_ms(handle):
+        return handle
+
+    def finish(self):
+        pass
+
+
+@pytest.mark.parametrize("model", ["encoder", pytest.param("cnn", marks=pytest.mark.slow)])
+def test_cuda_executor_runs_every_size_with_the_simt_interpreter_for_a_gpu(model, monkeypatch, tmp_path):
+    """The CUDA executor's binding, size arguments and launch evaluation without a GPU: the range
+    artifact for `cuda` (sm_75, the plain GPU schedules) run by tvmc.runtime.cuda.CUDAExecutor
+    over a KernelModule whose launches the SIMT interpreter runs on the kernels' loop IR, matching
+    onnxruntime at three sizes; no CUDA graph is captured for a range artifact."""
+    import tvmc.runtime.cuda as runtime
+
+    prims: dict = {}
+    lower_functions = fused.lower_functions
+
+    def recording(*args, **kwargs):
+        kernels = lower_functions(*args, **kwargs)
+        prims.update({k.prim.name: k.prim for k in kernels})
+        return kernels
+
+    monkeypatch.setattr(fused, "lower_functions", recording)
+    monkeypatch.setattr(runtime, "KernelModule", lambda *args, **kwargs: _SimtModule(prims))
+    monkeypatch.setattr(runtime, "cuda_device", lambda spec=None: 0)
+    if model == "encoder":
+        path = save_artifact(compile_encoder("cuda"), tmp_path / "encoder.tar")
+        check_sizes(bert_model(), path, encoder_feeds, [1, 9, 20], executor=runtime.CUDAExecutor)
+    else:
+        path = save_artifact(compile_cnn("cuda"), tmp_path / "cnn.tar")
+        check_sizes(small_cnn(), path, cnn_feeds, [1, 3, 8], executor=runtime.CUDAExecutor)
+    ex = runtime.CUDAExecutor(path)
+    assert not ex.cuda_graph and "symbolic shapes" in ex.launch_mode
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("model", ["encoder", "cnn"])
 def test_cuda_one_artifact_every_size(model, tmp_path):

@@ -295,16 +295,23 @@ def run_kernel(prim: PrimFunc, arrays) -> None:
     if len(arrays) != len(prim.params):
         raise ValueError(f"simt: {prim.name} takes {len(prim.params)} arrays, got {len(arrays)}")
     sizes = dict(zip(prim.size_vars, prim.size_args([a.shape for a in arrays]))) if prim.size_vars else {}
-    launch = prim.launch.evaluate(sizes)
-    memory = {}
     for buf, a in zip(prim.params, arrays):
         size = buf.size if buf.static else evaluate_int(buf.size, sizes)
         if a.dtype != np.dtype(buf.dtype) or a.size != size or not a.flags.c_contiguous:
             raise ValueError(f"simt: array for {buf.name} must be C-contiguous {buf.dtype}[{size}], got "
                              f"{a.dtype}{list(a.shape)}")
-        memory[buf] = a.reshape(-1)
+    run_launch(prim, [a.reshape(-1) for a in arrays], sizes, prim.launch.evaluate(sizes))
+
+
+def run_launch(prim: PrimFunc, buffers, sizes: dict, launch) -> None:
+    """One launch of device kernel `prim` as an executor makes it: `buffers` 1-D numpy arrays of
+    the parameters' dtypes (at least the elements the launch touches; a run-time shape's tensor
+    packed at the start of its bound buffer), `sizes` the values of its size variables (SizeVar
+    -> int), `launch` the LaunchConfig evaluated at them (nothing runs where an extent is 0 or
+    less). Raises as run_kernel."""
     if min(*launch.grid, *launch.block) <= 0:
         return
+    memory = dict(zip(prim.params, buffers))
     gx, gy, gz = launch.grid
     for z in range(gz):
         for y in range(gy):
