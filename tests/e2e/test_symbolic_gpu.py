@@ -50,7 +50,7 @@ from tvmc.package import load_artifact, save_artifact
 from tvmc.target import resolve_target
 from tvmc.te.extent import same, same_shape
 from tvmc.tir.gpu import lower_device
-from tvmc.tir.ir import IfThenElse
+from tvmc.tir.ir import For, IfThenElse
 from tvmc.tir.lower import lower
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
@@ -251,6 +251,36 @@ def test_opencl_elementwise_over_symbolic_rows_keeps_the_tail_guard():
         return [xs], xs * 2 + 1
 
     _run(prim, t, arrays, [1, 7, 85, 256, 300])
+
+
+def test_opencl_block_of_symbolic_threads_guards_the_narrower_loop():
+    """Two loops bound to threadIdx.x, over S and 2 S threads: the block is 2 S threads (an
+    expression evaluated per launch), the loop over S runs under `if (i < S)`; at S = 0 nothing
+    is launched."""
+    from tvmc.te.expr import INDEX, Cast, Load, Var, eq
+    from tvmc.tir.ir import Buffer, PrimFunc, Seq, Store
+
+    t = require("opencl").target
+    s_var = te.size_var("S", 0, 64)
+    x, y = Buffer("x", (s_var,), "float32"), Buffer("y", (s_var, 2), "float32")
+    i, j = Var("i", INDEX), Var("j", INDEX)
+    # y[2 i] = 2 x[i]; spelled so that a thread i >= S (the guard missing) would overwrite y[2 (i - S)]
+    # with 100 more
+    value = Load(x, i % s_var) * 2.0 + Cast("float32", i // s_var) * 100.0
+    body = Seq([For(i, s_var, "threadIdx.x", Store(y, (i * 2) % (s_var * 2), value)),
+                For(j, s_var * 2, "threadIdx.x", IfThenElse(eq(j % 2, 1), Store(y, j, te.const(1.0, "float32"))))])
+    prim = lower_device(PrimFunc("two_thread_loops", [x, y], body, size_vars=[s_var]), t)
+    assert xt_symbolic(prim.launch.block[0]) and prim.launch.evaluate({s_var: 5}).block == (10, 1, 1)
+    assert prim.launch.upper.block == (128, 1, 1) and prim.launch.evaluate({s_var: 0}).block[0] == 0
+    cl = CodeGenOpenCL(t)
+    cl.add_function(prim)
+    assert "if (i < S) {" in cl.source()
+
+    def arrays(n):
+        xs = np.arange(n, dtype=np.float32)
+        return [xs], np.stack([xs * 2, np.ones(n, np.float32)], axis=1)
+
+    _run(prim, t, arrays, [0, 1, 5, 64])
 
 
 def test_opencl_softmax_over_a_symbolic_axis():
