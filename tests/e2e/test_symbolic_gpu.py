@@ -227,7 +227,7 @@ def _stmts(s):
         yield from _stmts(c)
 
 
-def test_opencl_elementwise_over_symbolic_rows_keeps_the_tail_guard():
+def test_opencl_elementwise_over_symbolic_rows_keeps_the_tail_guard(tmp_path):
     """[S, 3] * 2 + 1 (an element count no block size divides): the grid is ceil(3 S / threads)
     blocks, the last block's threads past 3 S are guarded off."""
     t = require("opencl").target
@@ -251,6 +251,18 @@ def test_opencl_elementwise_over_symbolic_rows_keeps_the_tail_guard():
         return [xs], xs * 2 + 1
 
     _run(prim, t, arrays, [1, 7, 85, 256, 300])
+    # a tuning candidate of the kernel (the runner process's form) launches at the sizes it is given
+    backend = backend_for(t)
+    backend.build_candidate(prim, t, str(tmp_path / "candidate.json"))
+    xs = r.standard_normal((85, 3)).astype(np.float32)
+    out = np.zeros_like(xs)
+    call, fetch, timed, close = backend.load_candidate(str(tmp_path / "candidate.json"), prim.name, [xs], out,
+                                                       sizes=prim.size_args([xs.shape, out.shape]))
+    call()
+    fetch()
+    assert timed(2) >= 0
+    close()
+    np.testing.assert_allclose(out, xs * 2 + 1, **OP_TOL)
 
 
 def test_opencl_block_of_symbolic_threads_guards_the_narrower_loop():
