@@ -374,7 +374,7 @@ class CodeGenOpenCL:
         elif e.op in ("floordiv", "floormod", "div") and not is_float(dtype):
             # div on integers is floor division, as in the LLVM codegen; unsigned ones are C's
             c_op = "%" if e.op == "floormod" else "/"
-            if is_unsigned(dtype) or self._nonnegative(e.a) and isinstance(e.b, IntImm) and e.b.value > 0:
+            if is_unsigned(dtype) or self._nonnegative(e.a) and self._positive(e.b):
                 text = f"({a} {c_op} {b})"
             else:
                 text = f"{self._helper('floormod' if e.op == 'floormod' else 'floordiv', dtype)}({a}, {b})"
@@ -389,6 +389,15 @@ class CodeGenOpenCL:
     def _nonnegative(self, e) -> bool:
         bounds = Linear.of(e).bounds(self._ranges)
         return bounds is not None and bounds[0] >= 0
+
+    def _positive(self, e) -> bool:
+        """Whether integer divisor `e` is at least 1: a positive literal, or an expression of size
+        variables bounded by their ranges (C's / and % are then floor division and modulo of a
+        non-negative dividend)."""
+        if isinstance(e, IntImm):
+            return e.value > 0
+        bounds = Linear.of(e).bounds(self._ranges)
+        return bounds is not None and bounds[0] >= 1
 
     def _call(self, e: Call) -> str:
         args = [self._expr(a) for a in e.args]

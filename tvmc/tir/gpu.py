@@ -211,8 +211,31 @@ def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFu
                                 "compute it inline or with compute_at into the kernel's loops")
     _check_coverage(prim, launch, where)
     body = _sync(prim.body) if insert_barriers else prim.body
+    if size_vars:
+        body = hoist_guards(body)
     _check_barriers(body, launch, where, _thread_vars(body), divergent=False)
     return PrimFunc(prim.name, prim.params, body, launch, size_vars=size_vars)
+
+
+def hoist_guards(s: Stmt) -> Stmt:
+    """`s` with each guard that is the whole body of a serial, unrolled or vectorized loop and does
+    not depend on the loop's variable taken out of the loop: `for v: if c: B` becomes
+    `if c: for v: B` (TVM's HoistIfThenElse). A split tail's guard then sits outside the vector
+    loop of the elements a thread stores, which stays a vector store (OpenCL vstoreN, LLVM
+    vectors) for symbolic extents as for static ones."""
+    if isinstance(s, For):
+        body = hoist_guards(s.body)
+        if (s.kind in ("serial", "unroll", "vectorize") and isinstance(body, IfThenElse) and body.otherwise is None
+                and not any(x is s.var for x in walk(body.cond))):
+            return IfThenElse(body.cond, hoist_guards(For(s.var, s.extent, s.kind, body.then, s.min_parallel)))
+        return For(s.var, s.extent, s.kind, body, s.min_parallel)
+    if isinstance(s, Seq):
+        return Seq([hoist_guards(x) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, hoist_guards(s.body))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, hoist_guards(s.then), hoist_guards(s.otherwise) if s.otherwise is not None else None)
+    return s
 
 
 # ---- checks -----------------------------------------------------------------------------------

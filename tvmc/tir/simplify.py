@@ -138,7 +138,9 @@ def atom_bounds(atom: PrimExpr, ranges: dict):
     """(lo, hi) of an int64 atom, else None: a loop Var in [0, extent) (a symbolic extent by its
     upper bound); a SizeVar in [lo, hi]; x // c and x % c (c > 0) from the bounds of x (x % c is
     always in [0, c), floor semantics). Fused and split loop indices are such atoms: ((i.j // 56)
-    % 4) lies in [0, 3]. Products and min/max with a SizeVar in them: from their operands."""
+    % 4) lies in [0, 3]. Products and min/max with a SizeVar in them: from their operands; x // b
+    and x % b of a non-negative x by a symbolic b >= 1: [lo(x) // hi(b), hi(x) // lo(b)] and
+    [0, min(hi(x), hi(b) - 1)]."""
     if isinstance(atom, SizeVar):
         return atom.lo, atom.hi
     if isinstance(atom, Var):
@@ -167,6 +169,12 @@ def atom_bounds(atom: PrimExpr, ranges: dict):
             return min(prods), max(prods)
         f = min if atom.op == "min" else max
         return f(ba[0], bb[0]), f(ba[1], bb[1])
+    if isinstance(atom, BinOp) and atom.op in ("floordiv", "floormod") and atom.dtype == INDEX and has_size_var(atom.b):
+        # by a symbolic divisor b >= 1 (a SizeVar's range): x // b and x % b of a non-negative x
+        ba, bb = Linear.of(atom.a).bounds(ranges), Linear.of(atom.b).bounds(ranges)
+        if ba is None or bb is None or ba[0] < 0 or bb[0] < 1:
+            return None
+        return (ba[0] // bb[1], ba[1] // bb[0]) if atom.op == "floordiv" else (0, min(ba[1], bb[1] - 1))
     return None
 
 
