@@ -36,7 +36,7 @@ from tvmc.te.extent import upper_shape
 from tvmc.tir.buckets import lower_buckets
 from tvmc.tir.ir import For, IfThenElse, Seq, Store
 from tvmc.tir.lower import lower
-from tvmc.tir.simplify import simplify
+from tvmc.tir.simplify import expr_bounds, simplify
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 CPU_TARGETS = ["native", "wasm", pytest.param("arm", marks=pytest.mark.slow)]
@@ -493,6 +493,14 @@ def test_simplifier_bounds_symbolic_extents():
     assert repr(simplify((i * 4 + 2) * n_var)) == "(((i * N) * 4) + (N * 2))"  # distributed over the sum
     assert repr(simplify(te.minimum(i, n_var - 1), ranges)) == "i"
     assert not isinstance(simplify(i + 1 < n_var, ranges), IntImm)  # i = N - 1 fails it
+    # a fused loop f over 2 N rows (a GPU block index): f // N // 2 is 0, f % N below N, and a
+    # division by N of a non-negative value bounded by N's range
+    f, j = Var("f"), Var("j")
+    rows = {f: n_var * 2, j: 8}
+    assert simplify((f // n_var) // 2 < 1, rows).value == 1
+    assert simplify(f % n_var + 0 * j < n_var, rows).value == 1
+    assert not isinstance(simplify(f % n_var + 1 < n_var, rows), IntImm)
+    assert expr_bounds(j // n_var, rows) == (0, 7) and expr_bounds(j % n_var, rows) == (0, 7)
 
 
 def test_small_runs_of_symbolic_parallel_loops_stay_on_the_calling_thread():
