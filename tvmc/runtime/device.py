@@ -120,6 +120,7 @@ class DeviceExecutor:
         self.input_names = [n for n in names if n in self._inputs] + [n for n in self._inputs if n not in names]
         self._sizes = SizeBinding(g, self._inputs)
         self._values: list = []  # the size variables' values of the current run
+        self._launches: dict = {}  # (kernel, its size arguments...) -> its launch at them (None: none)
         size_args = g.get("size_args") or {}
 
         def calls(order):
@@ -190,7 +191,11 @@ class DeviceExecutor:
                 continue
             name, kernel, launch, bufs, size_args = call
             sizes = [self._values[k] for k in size_args]
-            launch = sized_launch(launch, sizes)
+            if sizes:  # the grid at these sizes, evaluated once per kernel and sizes
+                key = (name, *sizes)
+                if key not in self._launches:
+                    self._launches[key] = sized_launch(launch, sizes)
+                launch = self._launches[key]
             if launch is None:  # no threads at these sizes
                 continue
             handle = self.program.launch(kernel, launch, bufs, timed, **({"scalars": sizes} if sizes else {}))
