@@ -568,3 +568,25 @@ def test_cuda_one_artifact_every_size(model, tmp_path):
         check_sizes(small_cnn(), path, cnn_feeds, BATCH_SIZES, executor=CUDAExecutor)
     ex = CUDAExecutor(path)
     assert not ex.cuda_graph and "symbolic shapes" in ex.launch_mode
+
+
+@pytest.mark.cuda
+def test_cuda_tensor_core_matmul_over_symbolic_rows_on_the_gpu():
+    """On a GPU with float16 tensor cores: the symbolic-row MatMul kernel of the SIMT test,
+    compiled for this GPU's architecture, launched at five M by the CUDA backend's kernel runner
+    (its size argument and grid from the arrays' shapes), against the float32 product."""
+    from tvmc.ops.gpu.tensorcore import tensorcore_supports
+    from tvmc.runtime.cuda import gpu_info
+
+    require("cuda")
+    target = resolve_target(f"cuda -mcpu={gpu_info()[1]}")
+    if not tensorcore_supports(target, ((), (), (), "float16", ())):
+        pytest.skip(f"{target.cpu} has no float16 tensor-core mma that tvmc uses")
+    prim, w = _symbolic_matmul_kernel(target)
+    assert "mma" in str(prim)
+    r = np.random.default_rng(8)
+    for m in [1, 7, 64, 129, 200]:
+        x = r.standard_normal((m, w.shape[0])).astype(np.float16)
+        out = backend_for(target).run_kernel(prim, target, [x, w], np.zeros((m, w.shape[1]), np.float16))
+        np.testing.assert_allclose(out.astype(np.float32), x.astype(np.float32) @ w.astype(np.float32),
+                                   rtol=0, atol=2 ** -5, err_msg=f"M = {m}")
