@@ -1191,19 +1191,35 @@ def inspect_cmd(artifact, as_json, verbose):
 
 def print_kernel_table(graph_json: dict) -> None:
     """The device kernels of a GPU artifact (mod.json "kernels"): calls, launch grid and block,
-    threads and shared memory per block, MFLOP, global memory bytes per FLOP."""
+    threads and shared memory per block, MFLOP, global memory bytes per FLOP. An artifact compiled
+    for ranges shows a grid or block extent that follows the size variables as its expression of
+    them (the threads of such a block at the variables' upper bounds, marked <=); its FLOPs and
+    bytes are those at the upper bounds."""
+    from tvmc.graph.symbolic import eval_postfix, postfix_text
+
     calls: dict = {}
     for node in graph_json["nodes"]:
         if node.get("op") == "tvm_op":
             name = node["attrs"]["func_name"]
             calls[name] = calls.get(name, 0) + 1
+    size_vars = graph_json.get("size_vars") or []
     click.echo("device kernels")
     click.echo(f"  {'kernel':<44} {'calls':>5} {'grid':>14} {'block':>12} {'threads':>7} {'shared B':>8} "
                f"{'MFLOP':>9} {'B/FLOP':>7}")
     for name, k in graph_json["kernels"].items():
+        args = (graph_json.get("size_args") or {}).get(name, [])
+        names = [size_vars[i]["name"] for i in args]
+        upper = [size_vars[i]["hi"] for i in args]
+
+        def dims(extents, names=names):
+            return "x".join(postfix_text(e, names) if isinstance(e, int) else f"({postfix_text(e, names)})"
+                            for e in extents)
+
+        threads = math.prod(eval_postfix(e, upper) for e in k["block"])
+        symbolic_block = any(isinstance(e, list) for e in k["block"])
         per_flop = f"{k['global_bytes'] / k['flops']:.3f}" if k.get("flops") else "-"
-        click.echo(f"  {name[:44]:<44} {calls.get(name, 0):>5} {'x'.join(map(str, k['grid'])):>14} "
-                   f"{'x'.join(map(str, k['block'])):>12} {k['block'][0] * k['block'][1] * k['block'][2]:>7} "
+        click.echo(f"  {name[:44]:<44} {calls.get(name, 0):>5} {dims(k['grid']):>14} {dims(k['block']):>12} "
+                   f"{('<=' if symbolic_block else '') + str(threads):>7} "
                    f"{k['shared_bytes']:>8} {k.get('flops', 0) / 1e6:>9.2f} {per_flop:>7}")
 
 

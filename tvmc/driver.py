@@ -280,8 +280,8 @@ def pass_pipeline(options: CompileOptions) -> tuple:
 def symbolic_compiles_for(target: Target) -> bool:
     """Whether models with symbolic shapes compile for `target`: its backend's symbolic_shapes,
     true for the LLVM CPU backends (x86-64 and aarch64 shared objects, wasm32 modules), whose C
-    API binds the size variables. OpenCL and CUDA not yet: their executors launch the kernels
-    from the host and pass no size arguments."""
+    API binds the size variables, and for the GPU backends (OpenCL, CUDA), whose executors bind
+    them in tvmc.runtime.device and pass each kernel its size arguments."""
     from tvmc.backends import backend_for
 
     return backend_for(target).symbolic_shapes
@@ -322,7 +322,7 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     sizes = {v.name: v.hi for v in size_vars}
     one_size = " ".join(f"{v.name}:[{','.join(str(symbolic.substitute(d, sizes)) for d in v.shape)}]"
                         for v in graph.inputs)
-    where = f"{stage} yet" if target is None else f"{stage} for target '{target.name}' yet (CPU and wasm targets only)"
+    where = f"{stage} yet" if target is None else f"{stage} for target '{target.name}' yet"
     why = (f"symbolic compilation reaches the graph IR but not {where}; compile one size per "
            f"artifact instead, e.g. --input-shapes \"{one_size}\"{' (without --dim-range)' if dim_ranges else ''}")
     note = ""

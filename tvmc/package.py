@@ -256,6 +256,11 @@ _SHAPE_PROGRAM = {"anyOf": [{"type": "integer", "minimum": 0},
 _OPTIONAL_INT = {"type": ["integer", "null"], "minimum": 0}
 _DIMS3 = {"type": "array", "minItems": 3, "maxItems": 3,
           "items": {"type": "integer", "minimum": 1, "maximum": (1 << 31) - 1}}
+# a GPU launch of a kernel with symbolic extents: an extent may be a postfix program over the
+# kernel's size arguments (tvmc.tir.gpu.LaunchConfig.to_dict)
+_LAUNCH3 = {"type": "array", "minItems": 3, "maxItems": 3,
+            "items": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": (1 << 31) - 1},
+                                {"type": "array", "items": {"type": ["integer", "string"]}}]}}
 
 def _metadata_target_schema() -> dict:
     """metadata.json "target": a resolved descriptor as Target.to_dict writes it, checked with the
@@ -336,7 +341,7 @@ GRAPH_SCHEMA = {
         "storage_bytes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "kernels": {"type": "object", "additionalProperties": {   # GPU artifacts: launch per kernel
             "type": "object", "required": ["grid", "block", "shared_bytes"],
-            "properties": {"grid": _DIMS3, "block": _DIMS3,
+            "properties": {"grid": _LAUNCH3, "block": _LAUNCH3,
                            "shared_bytes": {"type": "integer", "minimum": 0, "maximum": 1 << 31},
                            "flops": {"type": "integer", "minimum": 0},
                            "global_bytes": {"type": "integer", "minimum": 0},

@@ -6,8 +6,9 @@ and run at five sizes in it (1, an odd size, one that is not a multiple of
 a pooler) and a small CNN (batch 1..8: Conv + Relu, strided Conv, GlobalAveragePool, Flatten,
 Gemm). Float32 outputs match within rtol 1e-4, atol 1e-5 (sums of at most 64 products of unit
 normal values). Also the range check at set_input, inputs that disagree on a variable, the
-metadata and module description of a range artifact, a fixed-shape artifact's hint, and the
-clear stops (OpenCL and CUDA, an op whose schedule does not take symbolic extents). The arm and
+metadata and module description of a range artifact, a fixed-shape artifact's hint, tuning a
+range at representative sizes, and the clear stop of an op whose schedule does not take symbolic
+extents (OpenCL and CUDA: tests/e2e/test_symbolic_gpu.py). The arm and
 wasm cases skip naming what is missing (qemu-user and the cross compiler; wasmtime and clang)."""
 
 from __future__ import annotations
@@ -194,15 +195,6 @@ def test_a_fixed_shape_artifact_says_so_and_how_to_compile_a_range(tmp_path):
                                          r"artifact is fixed-shape: compile it for a range of sizes to run others, "
                                          r"e\.g\. --input-shapes \"x:\[1\.\.5,3,16,16\]\""):
         ex.set_input("x", np.zeros((5, 3, 16, 16), np.float32))
-
-
-@pytest.mark.parametrize("target", ["opencl", "cuda"])
-def test_gpu_targets_stop_before_lowering_naming_the_target(target):
-    """OpenCL and CUDA executors launch the kernels from the host without size arguments yet."""
-    with pytest.raises(ScheduleError, match=rf"not code generation for target '{target}' yet \(CPU and wasm targets "
-                                            r"only\); compile one size per artifact instead, e\.g\. "
-                                            r"--input-shapes \"x:\[8,3,16,16\]\" \(without --dim-range\)$"):
-        compile_model(small_cnn(), resolve_target(target), CompileOptions(dim_ranges={"N": (1, 8)}))
 
 
 def test_an_op_without_a_symbolic_schedule_stops_naming_the_op():

@@ -36,7 +36,7 @@ from tvmc.te.extent import upper_shape
 from tvmc.tir.buckets import lower_buckets
 from tvmc.tir.ir import For, IfThenElse, Seq, Store
 from tvmc.tir.lower import lower
-from tvmc.tir.simplify import simplify
+from tvmc.tir.simplify import expr_bounds, simplify
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 CPU_TARGETS = ["native", "wasm", pytest.param("arm", marks=pytest.mark.slow)]
@@ -461,15 +461,23 @@ def test_a_size_var_needs_bounds_and_an_argument_that_carries_it():
         lower(te.create_schedule(out), [x, out], "hidden_size")
 
 
-def test_gpu_targets_refuse_symbolic_extents_with_one_line():
-    from tvmc.tir.gpu import lower_device
+def test_gpu_kernels_take_symbolic_extents_as_size_arguments_and_launch_by_them():
+    """On a GPU target the SizeVars stay the kernel's arguments and the grid becomes a program of
+    them (mod.json's postfix form), evaluated per launch; tests/e2e/test_symbolic_gpu.py runs them."""
+    from tvmc.ops.gpu.tiling import bind_threads
+    from tvmc.tir.gpu import launch_dims, lower_device
 
     n_var = te.size_var("N", 1, 64)
     x = te.placeholder((n_var,), name="x")
     y = te.compute(x.shape, lambda i: x[i] + 1.0, name="y")
-    prim = lower(te.create_schedule(y), [x, y], "plus_one")
-    with pytest.raises(ScheduleError, match=r"kernel plus_one: symbolic extents \(N\) are not lowered for GPU"):
-        lower_device(prim, resolve_target("opencl"))
+    s = te.create_schedule(y)
+    bind_threads(s, y, 16)
+    prim = lower_device(lower(s, [x, y], "plus_one", partition=False), resolve_target("opencl"))
+    assert prim.size_vars == [n_var]
+    launch = prim.launch.to_dict(prim.size_vars)
+    assert launch["grid"] == [["$0", 15, "+", 16, "//"], 1, 1] and launch["block"] == [16, 1, 1]
+    assert launch_dims(launch, [33]) == ((3, 1, 1), (16, 1, 1))
+    assert prim.launch.upper.grid == (4, 1, 1)
 
 
 def test_simplifier_bounds_symbolic_extents():
@@ -485,6 +493,14 @@ def test_simplifier_bounds_symbolic_extents():
     assert repr(simplify((i * 4 + 2) * n_var)) == "(((i * N) * 4) + (N * 2))"  # distributed over the sum
     assert repr(simplify(te.minimum(i, n_var - 1), ranges)) == "i"
     assert not isinstance(simplify(i + 1 < n_var, ranges), IntImm)  # i = N - 1 fails it
+    # a fused loop f over 2 N rows (a GPU block index): f // N // 2 is 0, f % N below N, and a
+    # division by N of a non-negative value bounded by N's range
+    f, j = Var("f"), Var("j")
+    rows = {f: n_var * 2, j: 8}
+    assert simplify((f // n_var) // 2 < 1, rows).value == 1
+    assert simplify(f % n_var + 0 * j < n_var, rows).value == 1
+    assert not isinstance(simplify(f % n_var + 1 < n_var, rows), IntImm)
+    assert expr_bounds(j // n_var, rows) == (0, 7) and expr_bounds(j % n_var, rows) == (0, 7)
 
 
 def test_small_runs_of_symbolic_parallel_loops_stay_on_the_calling_thread():

@@ -25,7 +25,8 @@ class Backend:
     device_kernels: the library holds GPU device kernels, each launched with the grid and block
                     that mod.json "kernels" records (tvmc.tir.gpu.lower_device ran in lowering)
     symbolic_shapes: models with symbolic shapes (issue 29) compile for it: its library's C API
-                    binds the size variables and its graph entry passes them to the kernels
+                    binds the size variables and its graph entry passes them to the kernels (GPU
+                    backends: tvmc.runtime.device binds them and passes them at each launch)
     """
 
     name = ""

@@ -15,19 +15,21 @@ import json
 import numpy as np
 
 from tvmc.backends.base import Backend, described, write_dumps
-from tvmc.errors import CodegenError
 
 
 def kernel_info(kernel) -> dict:
     """What mod.json records of a device kernel (a LoweredKernel): its launch (grid, block, shared
     bytes), its arguments in call order (inputs, then the output; name, shape, dtype), its FLOPs
     (the anchor op's, tvmc.autotune.task.task_flops) and the global memory bytes it loads and
-    stores (tvmc.tir.gpu.global_traffic_bytes)."""
+    stores (tvmc.tir.gpu.global_traffic_bytes). A kernel with symbolic extents: its grid and block
+    entries may be postfix programs over its size arguments (LaunchConfig.to_dict), its arguments'
+    shapes and traffic at the upper bounds."""
+    from tvmc.te.extent import upper_shape
     from tvmc.tir.gpu import global_traffic_bytes
 
     prim = kernel.prim
-    return dict(prim.launch.to_dict(), args=[{"name": b.name, "shape": list(b.shape), "dtype": b.dtype}
-                                             for b in prim.params],
+    return dict(prim.launch.to_dict(prim.size_vars),
+                args=[{"name": b.name, "shape": list(upper_shape(b.shape)), "dtype": b.dtype} for b in prim.params],
                 flops=kernel.flops, global_bytes=global_traffic_bytes(prim))
 
 
@@ -36,6 +38,7 @@ class DeviceBackend(Backend):
     candidates' JSON form and their timing."""
 
     device_kernels = True
+    symbolic_shapes = True  # kernels take their size arguments; tvmc.runtime.device binds them
 
     def source(self, prims, target, dumps: dict, device_binaries) -> str:
         """The library text of `prims` (and device binaries assembled from it)."""
@@ -63,13 +66,15 @@ class DeviceBackend(Backend):
     def build_candidate(self, prim, target, path: str) -> None:
         text = self.source([prim], target, {}, None)
         with open(path, "w") as f:
-            json.dump({"library": text, "launch": prim.launch.to_dict()}, f)
+            json.dump({"library": text, "launch": prim.launch.to_dict(prim.size_vars)}, f)
 
     def load_candidate(self, path: str, func: str, arrays, out, sizes=()):
-        if sizes:
-            raise CodegenError(f"{path}: GPU kernels with symbolic extents are not built yet")
+        from tvmc.runtime.device import sized_launch
+
         with open(path) as f:
             built = json.load(f)
+        sizes = [int(v) for v in sizes]
+        launch = sized_launch(built["launch"], sizes)
         program = self.program(built["library"])
         kernel = program.kernel(func)
         bufs = []
@@ -78,11 +83,14 @@ class DeviceBackend(Backend):
             program.upload(bufs[-1], a)
 
         def call():
-            program.launch(kernel, built["launch"], bufs)
+            if launch is not None:
+                program.launch(kernel, launch, bufs, scalars=sizes)
             program.finish()
 
         def timed(n):
-            handles = [program.launch(kernel, built["launch"], bufs, timed=True) for _ in range(n)]
+            if launch is None:
+                return 0.0
+            handles = [program.launch(kernel, launch, bufs, timed=True, scalars=sizes) for _ in range(n)]
             return sum(program.elapsed_ms(h) for h in handles) / 1e3
 
         close = getattr(program, "close", lambda: None)
@@ -92,7 +100,9 @@ class DeviceBackend(Backend):
         from tvmc.runtime.device import run_kernel
 
         program = self.program(self.source([prim], target, {}, None), target.cpu)
-        return run_kernel(program, prim.name, prim.launch.to_dict(), [np.ascontiguousarray(a) for a in arrays], out)
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        sizes = prim.size_args([a.shape for a in [*arrays, out]]) if prim.size_vars else []
+        return run_kernel(program, prim.name, prim.launch.to_dict(prim.size_vars), arrays, out, sizes)
 
 
 class OpenCLBackend(DeviceBackend):

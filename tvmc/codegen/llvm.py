@@ -28,6 +28,7 @@ from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, N
                           is_float, literal_value, substitute, walk)
 from tvmc.te.extent import as_extent, upper_bound
 from tvmc.te.schedule import THREAD_TAGS
+from tvmc.tir.gpu import narrower
 from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
                          DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
 from tvmc.tir.simplify import Linear, simplify
@@ -265,17 +266,13 @@ class CodeGenLLVM:
         """Emit `void name(ptr arg0, ..., ptr argN)` for a PrimFunc (for a GPU triple, a kernel
         entry point with its launch bounds); a kernel with symbolic extents takes its SizeVars
         after the buffers, `void name(ptr arg0, ..., ptr argN, i64 size0, ...)`. Raises
-        CodegenError when a device kernel meets a triple without a DeviceTable or the reverse,
-        or a kernel with symbolic extents a GPU triple."""
+        CodegenError when a device kernel meets a triple without a DeviceTable or the reverse."""
         if f.launch is not None and self.device is None:
             raise CodegenError(f"kernel {f.name}: a GPU device kernel, but target {self.target.name} "
                                f"({self.target.triple}) has no GPU codegen")
         if f.launch is None and self.device is not None:
             raise CodegenError(f"kernel {f.name}: not lowered for the GPU target {self.target.name} "
                                "(no launch configuration)")
-        if f.size_vars and self.device is not None:
-            raise CodegenError(f"kernel {f.name}: symbolic extents ({', '.join(v.name for v in f.size_vars)}) are "
-                               f"not compiled for GPU target {self.target.name} yet")
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR] * len(f.params) + [I64] * len(f.size_vars)), f.name)
         for arg, buf in zip(fn.args, f.params):
             arg.name = buf.name
@@ -301,7 +298,7 @@ class CodeGenLLVM:
         d = self.device
         fn.calling_convention = d.kernel_cc
         md = self.module.add_named_metadata(d.annotations)
-        bounds = list(zip(d.block_keys, launch.block))
+        bounds = list(zip(d.block_keys, launch.upper.block))  # a symbolic block: bounded by its upper bound
         limit = self.target.max_registers_per_thread
         if limit and limit < block_register_bound(self.target, launch.threads_per_block, d.register_unit):
             bounds.append((d.registers_key, limit))
@@ -671,12 +668,13 @@ class CodeGenLLVM:
 
     def _thread_loop(self, st, s: For, vec):
         """A loop bound to a thread tag: its variable is that block or thread index (one
-        iteration per block or thread); a loop narrower than the launch runs under a guard."""
+        iteration per block or thread); a loop narrower than the launch (for some values of the
+        size variables, where extents are symbolic) runs under a guard."""
         b = st.builder
         index = b.call(self.declare(self.device.thread_index[s.kind], I32, []), [])
         st.env[s.var] = b.zext(index, I64, name=s.var.name)
-        if s.extent < st.launch.extent(s.kind):
-            with b.if_then(b.icmp_signed("<", st.env[s.var], I64(s.extent))):
+        if narrower(s.extent, st.launch.extent(s.kind)):
+            with b.if_then(b.icmp_signed("<", st.env[s.var], self._extent(st, s.extent))):
                 self._stmt(st, s.body, vec)
         else:
             self._stmt(st, s.body, vec)

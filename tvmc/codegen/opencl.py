@@ -36,7 +36,8 @@ from tvmc.errors import CodegenError
 from tvmc.te.expr import (FLOAT16_DTYPES, BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select,
                           Var, is_float, literal_value, walk)
 from tvmc.te.schedule import THREAD_TAGS
-from tvmc.tir.gpu import shared_buffers
+from tvmc.te.extent import upper_bound
+from tvmc.tir.gpu import narrower, shared_buffers
 from tvmc.tir.ir import Allocate, Barrier, DotU8S8, For, IfThenElse, PrimFunc, Seq, Stmt, Store
 from tvmc.tir.simplify import Linear
 
@@ -142,15 +143,18 @@ class CodeGenOpenCL:
         self.fp64 = False
 
     def add_function(self, prim: PrimFunc):
-        """Print `prim` (a kernel after lower_device) as `__kernel void <name>(__global T* restrict ...)`."""
+        """Print `prim` (a kernel after lower_device) as `__kernel void <name>(__global T* restrict ...)`;
+        a kernel with symbolic extents takes its SizeVars after the buffers, `const long N` each
+        (PrimFunc.size_vars), and sizes its local and shared arrays for their upper bounds."""
         if prim.launch is None:
             raise CodegenError(f"kernel {prim.name}: not lowered for a GPU (no launch configuration)")
         self._lines, self._depth, self._ranges, self._launch = [], 1, {}, prim.launch
         self._names, self._used = {}, set()
-        args = ", ".join(f"__global {self._mem_type(b.dtype)}* restrict {self._var_name(b)}" for b in prim.params)
-        lines = [f"__kernel void {prim.name}({args}) {{"]
+        args = [f"__global {self._mem_type(b.dtype)}* restrict {self._var_name(b)}" for b in prim.params]
+        args += [f"const long {self._var_name(v)}" for v in prim.size_vars]
+        lines = [f"__kernel void {prim.name}({', '.join(args)}) {{"]
         for buf in shared_buffers(prim):
-            lines.append(f"  __local {self._array_type(buf.dtype)} {self._var_name(buf)}[{buf.size}];")
+            lines.append(f"  __local {self._array_type(buf.dtype)} {self._var_name(buf)}[{_array_size(buf)}];")
         self._stmt(prim.body)
         self.kernels.append("\n".join(lines + self._lines + ["}"]))
 
@@ -212,7 +216,7 @@ class CodeGenOpenCL:
             self._store(s)
         elif isinstance(s, Allocate):
             if s.buffer.scope == "local":
-                self._emit(f"{self._array_type(s.buffer.dtype)} {self._var_name(s.buffer)}[{s.buffer.size}];")
+                self._emit(f"{self._array_type(s.buffer.dtype)} {self._var_name(s.buffer)}[{_array_size(s.buffer)}];")
             self._stmt(s.body)  # shared buffers are declared at kernel scope (OpenCL requires it)
         elif isinstance(s, IfThenElse):
             self._block(f"if ({self._expr(s.cond)})", s.then)
@@ -248,8 +252,8 @@ class CodeGenOpenCL:
             self._emit("{")
             self._depth += 1
             self._emit(f"const long {name} = (long){THREAD_INDEX[s.kind]};")
-            if s.extent < self._launch.extent(s.kind):
-                self._block(f"if ({name} < {s.extent})", s.body)
+            if narrower(s.extent, self._launch.extent(s.kind)):
+                self._block(f"if ({name} < {self._extent(s.extent)})", s.body)
             else:
                 self._stmt(s.body)
             self._depth -= 1
@@ -259,7 +263,11 @@ class CodeGenOpenCL:
             return
         if s.kind in ("unroll", "vectorize"):
             self._emit("#pragma unroll")
-        self._block(f"for (long {name} = 0; {name} < {s.extent}; ++{name})", s.body)
+        self._block(f"for (long {name} = 0; {name} < {self._extent(s.extent)}; ++{name})", s.body)
+
+    def _extent(self, extent) -> str:
+        """A loop extent in C: a literal, or its expression of the kernel's size arguments."""
+        return str(extent) if isinstance(extent, int) else self._expr(extent)
 
     def _dot_u8s8(self, s: DotU8S8):
         """tir.DotU8S8: per lane, the uchar4 data quad and the lane's char4 weights (vload4: no
@@ -390,7 +398,7 @@ class CodeGenOpenCL:
         elif e.op in ("floordiv", "floormod", "div") and not is_float(dtype):
             # div on integers is floor division, as in the LLVM codegen; unsigned ones are C's
             c_op = "%" if e.op == "floormod" else "/"
-            if is_unsigned(dtype) or self._nonnegative(e.a) and isinstance(e.b, IntImm) and e.b.value > 0:
+            if is_unsigned(dtype) or self._nonnegative(e.a) and self._positive(e.b):
                 text = f"({a} {c_op} {b})"
             else:
                 text = f"{self._helper('floormod' if e.op == 'floormod' else 'floordiv', dtype)}({a}, {b})"
@@ -405,6 +413,15 @@ class CodeGenOpenCL:
     def _nonnegative(self, e) -> bool:
         bounds = Linear.of(e).bounds(self._ranges)
         return bounds is not None and bounds[0] >= 0
+
+    def _positive(self, e) -> bool:
+        """Whether integer divisor `e` is at least 1: a positive literal, or an expression of size
+        variables bounded by their ranges (C's / and % are then floor division and modulo of a
+        non-negative dividend)."""
+        if isinstance(e, IntImm):
+            return e.value > 0
+        bounds = Linear.of(e).bounds(self._ranges)
+        return bounds is not None and bounds[0] >= 1
 
     def _call(self, e: Call) -> str:
         args = [self._expr(a) for a in e.args]
@@ -427,6 +444,12 @@ class CodeGenOpenCL:
             if dst == dtype:
                 return f"{self._helper(from_bits, 'float32')}((ushort){x})"
         return f"as_{self._type(dst)}({x})"
+
+
+def _array_size(buf) -> int:
+    """Elements of the C array holding local or shared buffer `buf` (at its upper bound when its
+    shape is symbolic)."""
+    return buf.size if buf.static else upper_bound(buf.size)
 
 
 def _contiguous_base(index: PrimExpr, var: Var):

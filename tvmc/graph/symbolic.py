@@ -829,3 +829,40 @@ def eval_postfix(program, values: list) -> int:
     if len(stack) != 1:
         raise ValueError(f"malformed shape program {program}")
     return stack[0]
+
+
+def postfix_text(program, names: list) -> str:
+    """A dimension in the form of to_postfix as infix text for people ("(16*seq + 255) // 256"),
+    size variable k named names[k]. Raises ValueError on a malformed program."""
+    if isinstance(program, int):
+        return str(program)
+    stack: list = []
+    for tok in program:
+        if isinstance(tok, int) and not isinstance(tok, bool) and tok >= 0:
+            stack.append(str(tok))
+        elif isinstance(tok, str) and tok.startswith("$") and tok[1:].isdigit() and int(tok[1:]) < len(names):
+            stack.append(str(names[int(tok[1:])]))
+        elif tok in POSTFIX_OPS and len(stack) >= 2:
+            b, a = stack.pop(), stack.pop()
+            stack.append(f"{tok}({_bare(a)}, {_bare(b)})" if tok in ("min", "max") else
+                         f"{a}*{b}" if tok == "*" else f"({a} {tok} {b})")
+        else:
+            raise ValueError(f"malformed shape program {program}")
+    if len(stack) != 1:
+        raise ValueError(f"malformed shape program {program}")
+    return _bare(stack[0])
+
+
+def _bare(text: str) -> str:
+    """`text` without parentheses around the whole of it."""
+    return text[1:-1] if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]) else text
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for c in text:
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+

@@ -108,15 +108,13 @@ def upper_workload(call: Call, limits: dict | None = None) -> tuple:
 
 def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimFunc:
     """lower_fused's body; `symbolic`: the graph's size variables are bound (te.extent.bind_graph_vars);
-    the configs are the records of the sizes `tvmc tune --dim-sizes` measured, one per size bucket
-    (_tuned_buckets), else the fallback at the upper-bound workload."""
-    if symbolic and target.gpu:
-        raise ScheduleError(f"{func.name}: symbolic extents are compiled for CPU targets only, not "
-                            f"{target.name}")
-    if symbolic:
+    on CPU targets the configs are the records of the sizes `tvmc tune --dim-sizes` measured, one
+    per size bucket (_tuned_buckets), else (and on GPUs) the fallback at the upper-bound workload."""
+    if symbolic and not target.gpu:
         tuned = _tuned_buckets(anchor, target, config_lookup)
         if tuned is not None:
             return _lower_buckets(func, anchor, target, *tuned)
+    if symbolic:
         config_lookup = None  # records of one size do not apply to a range
     impl, cfg = _choose_implementation(anchor, target, config_lookup, upper_workload(anchor) if symbolic else None)
     bucket = _size_buckets(anchor, target) if symbolic and impl.template is None else None
@@ -130,15 +128,41 @@ def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimF
     params, out, anchor_t, tensors = _tensors(func, anchor, impl)
     if cfg is None and impl.config_space is not None:
         cfg = impl.config_space(upper_workload(anchor) if symbolic else workload(anchor), target).fallback_config()
+    if symbolic and target.gpu:
+        try:
+            return _lower_scheduled(func, anchor, impl, cfg, target, params, out, anchor_t, tensors)
+        except Exception:  # a GPU schedule that does not take these symbolic extents: the generic one
+            return _lower_per_thread(func, anchor, impl, target)
+    return _lower_scheduled(func, anchor, impl, cfg, target, params, out, anchor_t, tensors)
+
+
+def _lower_scheduled(func, anchor, impl, cfg, target, params, out, anchor_t, tensors) -> PrimFunc:
+    """The kernel of `func` through implementation `impl` with config `cfg` (a device kernel for
+    a GPU target: launch configuration, barriers, limits checked)."""
     if impl.template is not None:  # a kernel written in loop IR, its barriers in place
         ctx = TemplateContext(func.name, params, out, anchor_t, [tensors[i] for i in anchor.inputs], dict(anchor.attrs))
         return lower_device(impl.template(ctx, cfg, target), target, insert_barriers=False)
     s = te.create_schedule(out)
     impl.schedule(s, out, anchor_t, cfg, target)
-    prim = lower(s, params + [out], func.name)
+    prim = lower(s, params + [out], func.name, partition=not target.gpu)
     if target.gpu:  # one device kernel: launch configuration, barriers, limits checked
         prim = lower_device(prim, target)
     return prim
+
+
+def _lower_per_thread(func, anchor, impl, target) -> PrimFunc:
+    """`func` as a GPU kernel of the generic per-thread schedule (tvmc.ops.gpu.injective.
+    schedule_generic: one output element per thread, reductions per thread, the guards of its
+    symbolic tails kept), its thread count chosen for the upper bounds: the fallback of a GPU
+    schedule that does not take a function's symbolic extents (it raised, or its kernel broke
+    the checks of lower_device), correct for any operator."""
+    from tvmc.ops.gpu.injective import generic_config, schedule_generic
+
+    params, out, anchor_t, _ = _tensors(func, anchor, impl)  # impl's compute, its own schedule aside
+    cfg = generic_config(upper_workload(anchor), target).fallback_config()
+    s = te.create_schedule(out)
+    schedule_generic(s, out, anchor_t, cfg, target)
+    return lower_device(lower(s, params + [out], func.name, partition=False), target)
 
 
 def _plain_var(d):

@@ -141,11 +141,15 @@ def cuda_graph_blocker(graph_json: dict) -> str | None:
     """Why the run of mod.json `graph_json` cannot be captured as one CUDA graph, as a phrase for
     the user; None when it can. A run-time loop (`tvmc_loop`) cannot: the host reads its trip count
     and condition between launches (tvmc.runtime.control.run_loop), which a replayed graph would
-    skip. Nor can a graph without kernels: there is nothing to capture."""
+    skip. Nor can a graph without kernels: there is nothing to capture; nor one compiled for ranges
+    of sizes (mod.json "size_vars"): each run launches with the grids and size arguments of its
+    inputs' sizes, which a replay would keep from the capture."""
     order = run_order(graph_json)
     for item in order:
         if isinstance(item, tuple):
             return f"run-time loop '{graph_json['nodes'][item[0]]['name']}' is driven from the host"
+    if graph_json.get("size_vars"):
+        return "symbolic shapes: each run's grids and size arguments follow its input sizes"
     if not order:
         return "no kernels to launch"
     return None
@@ -247,12 +251,14 @@ class KernelModule:
         _call("cuEventRecord", self.cu.cuEventRecord, ev, self.stream)
         return ev
 
-    def launch(self, kernel, launch: dict, buffers, timed: bool = False):
-        """Launch `kernel` over `buffers` (device pointers, in argument order) on the stream with
-        launch {"grid": [x,y,z], "block": [x,y,z]}; with `timed`, returns (start, end) events."""
+    def launch(self, kernel, launch: dict, buffers, timed: bool = False, scalars=()):
+        """Launch `kernel` over `buffers` (device pointers, in argument order), then the int64
+        `scalars` (a kernel's size arguments), on the stream with launch {"grid": [x,y,z],
+        "block": [x,y,z]}; with `timed`, returns (start, end) events."""
         start = self._event() if timed else None
-        # kernelParams: an array of pointers, each to one argument's value (a device pointer)
-        values = np.array([int(b) for b in buffers], dtype=np.uint64)
+        # kernelParams: an array of pointers, each to one argument's value (a device pointer, or
+        # an int64 size argument: both 8 bytes, the size's two's complement bits)
+        values = np.array([int(b) for b in buffers] + [int(v) % 2**64 for v in scalars], dtype=np.uint64)
         params = np.array([values.ctypes.data + k * values.itemsize for k in range(len(values))], dtype=np.uint64)
         _call("cuLaunchKernel", self.cu.cuLaunchKernel, kernel, *(int(g) for g in launch["grid"]),
               *(int(b) for b in launch["block"]), 0, self.stream, params.ctypes.data, 0)

@@ -7,9 +7,10 @@ A device runtime supplies a program: the artifact's kernels loaded on one device
     buffer(nbytes)                    a device buffer
     upload(buffer, array) / download(buffer, array)
     kernel(name)                      a kernel handle (AttributeError when the library lacks it)
-    launch(kernel, launch, buffers, timed=False)
-                                      enqueue one launch ({"grid": [x,y,z], "block": [x,y,z]});
-                                      with `timed`, returns a handle for elapsed_ms
+    launch(kernel, launch, buffers, timed=False, scalars=())
+                                      enqueue one launch ({"grid": [x,y,z], "block": [x,y,z]},
+                                      ints) over the buffers, then the int64 `scalars` (a kernel's
+                                      size arguments); with `timed`, returns a handle for elapsed_ms
     elapsed_ms(handle)                the launch's device time in milliseconds (waits for it)
     finish()                          wait until every enqueued launch is done
     close()                           (optional) free the device resources now
@@ -18,6 +19,14 @@ DeviceExecutor keeps the executor contract of tvmc.runtime over it, from mod.jso
 buffer per storage id, params uploaded once, kernels launched in graph order with the launch
 configurations of mod.json "kernels", a per-kernel profile timed with device events. numpy only
 holds tensors on the host side: every operator runs in the device's kernels.
+
+Symbolic shapes (mod.json "size_vars"): each storage buffer holds its tensor at the bound shape;
+set_input binds the size variables from the input's shape (tvmc.runtime.executor.SizeBinding, the
+C API's rule and messages: a dimension outside its range is an InputError, which `tvmc run` exits
+8 on), a run checks that the inputs agree, then launches each kernel with its size arguments
+(mod.json "size_args") after its buffers and its grid and block evaluated at them
+(tvmc.tir.gpu.launch_dims; a launch with no threads is skipped), and the outputs come back at
+their run-time shapes (their tensors are packed at those shapes in the leading bytes).
 """
 
 from __future__ import annotations
@@ -30,18 +39,33 @@ from tvmc.errors import ArtifactError, InputError
 from tvmc.mod_json import loop_entries, run_order
 from tvmc.package import Artifact, graph_attr, library_name, load_artifact
 from tvmc.runtime.control import run_loop
-from tvmc.runtime.executor import checked_input, output_position, run_time_heads, sliced_output
+from tvmc.runtime.executor import SizeBinding, checked_input, output_position, run_time_heads, sliced_output
+from tvmc.tir.gpu import launch_dims
 
 
-def run_kernel(program, name: str, launch: dict, arrays, out: np.ndarray) -> np.ndarray:
+def sized_launch(launch: dict, sizes) -> dict | None:
+    """Launch {"grid", "block"} of mod.json's form (symbolic extents as postfix programs over the
+    kernel's size arguments, tvmc.tir.gpu.LaunchConfig.to_dict) as ints for the size argument
+    values `sizes`; None when an extent is 0 or less: the kernel has nothing to do."""
+    if not sizes:
+        return launch
+    grid, block = launch_dims(launch, list(sizes))
+    if min(grid + block) <= 0:
+        return None
+    return {"grid": list(grid), "block": list(block)}
+
+
+def run_kernel(program, name: str, launch: dict, arrays, out: np.ndarray, sizes=()) -> np.ndarray:
     """Run kernel `name` of `program` once on numpy `arrays` (inputs) and `out` (output, filled
-    in); returns `out`."""
+    in); returns `out`. A kernel with symbolic extents takes `sizes`, its size arguments' values."""
     bufs = []
     for a in list(arrays) + [out]:
         b = program.buffer(a.nbytes)
         program.upload(b, a)
         bufs.append(b)
-    program.launch(program.kernel(name), launch, bufs)
+    launch = sized_launch(launch, sizes)
+    if launch is not None:
+        program.launch(program.kernel(name), launch, bufs, scalars=sizes)
     program.finish()
     program.download(bufs[-1], out)
     return out
@@ -94,10 +118,14 @@ class DeviceExecutor:
                 self._inputs[node["name"]] = eid
         names = [i["name"] for i in artifact.metadata.get("inputs", [])]
         self.input_names = [n for n in names if n in self._inputs] + [n for n in self._inputs if n not in names]
+        self._sizes = SizeBinding(g, self._inputs)
+        self._values: list = []  # the size variables' values of the current run
+        self._launches: dict = {}  # (kernel, its size arguments...) -> its launch at them (None: none)
+        size_args = g.get("size_args") or {}
 
         def calls(order):
-            """One (func, kernel, launch, buffers) per kernel; (loop_entries, calls of its body) per
-            run-time loop."""
+            """One (func, kernel, launch, buffers, size argument indices) per kernel; (loop_entries,
+            calls of its body) per run-time loop."""
             out = []
             for item in order:
                 if isinstance(item, tuple):
@@ -112,7 +140,8 @@ class DeviceExecutor:
                 except AttributeError:
                     raise ArtifactError(f"{origin}: kernel '{func}' is missing from {library}") from None
                 eids = [row_ptr[i[0]] + i[1] for i in node["inputs"]] + [row_ptr[item]]
-                out.append((func, kernel, kernels[func], [self._buffers[sids[e]] for e in eids]))
+                out.append((func, kernel, kernels[func], [self._buffers[sids[e]] for e in eids],
+                            size_args.get(func, ())))
             return out
 
         library = library_name(artifact.metadata)
@@ -136,7 +165,12 @@ class DeviceExecutor:
         return shape, dtype.name
 
     def set_input(self, name: str, array) -> None:
-        """Copy `array` to the device; InputError on an unknown name, another shape or dtype."""
+        """Copy `array` to the device; InputError on an unknown name, another shape or dtype (an
+        input of symbolic shape: another rank or dtype, or a dimension outside its range)."""
+        if name in self._sizes.inputs:
+            sid, bound, dtype = self._entries[self._inputs[name]]
+            self.program.upload(self._buffers[sid], self._sizes.set_input(name, array, bound, dtype))
+            return
         src = checked_input(name, array, self.input_names,
                             {n: self._entries[e][1:] for n, e in self._inputs.items()})
         self.program.upload(self._buffers[self._entries[self._inputs[name]][0]], src)
@@ -147,14 +181,24 @@ class DeviceExecutor:
         body's kernels launched once per iteration. With `timed`, returns (kernel name, handle for
         program.elapsed_ms) per launch, loop bodies' launches included, in launch order."""
         handles = [] if handles is None else handles
+        if calls is None and self._sizes:
+            self._values = self._sizes.bind({n: self._entries[e][1] for n, e in self._sizes.inputs.items()})
         for call in self._calls if calls is None else calls:
             if len(call) == 2:
                 loop, body = call
                 run_loop(loop, lambda body=body: self._launch_all(timed, body, handles), self._download,
                          self._write_entry)
                 continue
-            name, kernel, launch, bufs = call
-            handle = self.program.launch(kernel, launch, bufs, timed)
+            name, kernel, launch, bufs, size_args = call
+            sizes = [self._values[k] for k in size_args]
+            if sizes:  # the grid at these sizes, evaluated once per kernel and sizes
+                key = (name, *sizes)
+                if key not in self._launches:
+                    self._launches[key] = sized_launch(launch, sizes)
+                launch = self._launches[key]
+            if launch is None:  # no threads at these sizes
+                continue
+            handle = self.program.launch(kernel, launch, bufs, timed, **({"scalars": sizes} if sizes else {}))
             if timed:
                 handles.append((name, handle))
         return handles
@@ -202,6 +246,8 @@ class DeviceExecutor:
 
     def _download(self, entry: int) -> np.ndarray:
         sid, shape, dtype = self._entries[entry]
+        if self._sizes:  # its tensor at the run-time shape, packed at the buffer's start
+            shape = self._sizes.shape(entry, shape)
         out = np.empty(shape, dtype)
         self.program.download(self._buffers[sid], out)
         return out

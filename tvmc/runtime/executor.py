@@ -109,6 +109,90 @@ def checked_symbolic_input(name: str, array, bound, dtype) -> np.ndarray:
     return src
 
 
+class SizeBinding:
+    """The size variables of a mod.json compiled for ranges (graph_json "size_vars", "symbolic_shapes",
+    tvmc.graph.executor_json), bound from the input shapes for the executors that launch kernels
+    from Python (tvmc.runtime.device: OpenCL, CUDA) by the rule of the C API (tvmc_runtime.c):
+    set_input of an input of symbolic shape checks its dtype and rank, each dimension that is a
+    variable within that variable's range (it binds the variable), each constant one equal; a run
+    then evaluates every entry's shape and checks that each input's shape equals its evaluated one
+    (inputs sharing a variable agree). The messages are the C API's, word for word.
+
+    `input_entries` maps each input name to its data entry."""
+
+    def __init__(self, graph_json: dict, input_entries: dict):
+        self.vars = [(v["name"], int(v["lo"]), int(v["hi"])) for v in graph_json.get("size_vars", ())]
+        self.programs = graph_json.get("symbolic_shapes") or []
+        self.inputs = {n: e for n, e in input_entries.items()
+                       if e < len(self.programs) and self.programs[e] is not None}
+        self.values = [hi for _, _, hi in self.vars]   # the variables' values; the bounds until bound
+        self.set_by = [None] * len(self.vars)          # the input that bound each variable
+        self.given: dict = {}                          # input name -> its shape as last set
+
+    def __bool__(self):
+        return bool(self.vars)
+
+    def _var(self, dim) -> int | None:
+        """The variable that a dimension program is (["$k"]), else None."""
+        if isinstance(dim, list) and len(dim) == 1 and isinstance(dim[0], str) and dim[0][1:].isdigit():
+            k = int(dim[0][1:])
+            return k if k < len(self.vars) else None
+        return None
+
+    def _range(self, k: int) -> str:
+        name, lo, hi = self.vars[k]
+        return f"{name} in {lo}..{hi}"
+
+    def set_input(self, name: str, array, bound, dtype) -> np.ndarray:
+        """Check `array` for input `name` of symbolic shape (`bound`: its shape at the upper
+        bounds) and bind the variables its dimensions are; returns it C-contiguous. Raises
+        InputError (one line: the input, the dimension, its value and the range)."""
+        src = checked_symbolic_input(name, array, bound, dtype)
+        for k, (dim, d) in enumerate(zip(self.programs[self.inputs[name]], src.shape)):
+            var = self._var(dim)
+            if var is not None:
+                _, lo, hi = self.vars[var]
+                if not lo <= d <= hi:
+                    raise InputError(f"input '{name}': dimension {k} is {d}, outside the range of {self._range(var)} "
+                                     "the model was compiled for")
+            elif isinstance(dim, int) and d != dim:
+                raise InputError(f"input '{name}': dimension {k} must be {dim}, got {_fmt_shape(src.shape)}")
+            if d > bound[k]:
+                raise InputError(f"input '{name}': a dimension is outside its bound")
+        for dim, d in zip(self.programs[self.inputs[name]], src.shape):
+            var = self._var(dim)
+            if var is not None:
+                self.values[var] = int(d)
+                self.set_by[var] = name
+        self.given[name] = tuple(src.shape)
+        return src
+
+    def shape(self, entry: int, bound) -> tuple:
+        """Data entry `entry`'s shape at the variables' current values (`bound` when static)."""
+        from tvmc.graph.symbolic import eval_postfix
+
+        dims = self.programs[entry] if entry < len(self.programs) else None
+        return tuple(bound) if dims is None else tuple(eval_postfix(d, self.values) for d in dims)
+
+    def bind(self, bounds: dict) -> list:
+        """Before a run: the variables' values, once every input of symbolic shape set so far
+        agrees with its shape evaluated at them (`bounds`: {input name: its bound shape}).
+        Raises InputError naming the input, the dimension and the variable's source."""
+        for name, entry in self.inputs.items():
+            given = self.given.get(name, tuple(bounds[name]))
+            want = self.shape(entry, bounds[name])
+            for k, (g, w) in enumerate(zip(given, want)):
+                if g == w:
+                    continue
+                var = self._var(self.programs[entry][k])
+                if var is None:
+                    raise InputError(f"input '{name}': dimension {k} is {g}, but the other inputs' sizes make it {w}")
+                source = f" (from input '{self.set_by[var]}')" if self.set_by[var] is not None else ""
+                raise InputError(f"input '{name}': dimension {k} is {g}, but {self.vars[var][0]} is "
+                                 f"{self.values[var]}{source}")
+        return list(self.values)
+
+
 def host_cpu_flags() -> set | None:
     """CPU feature flags of this host from /proc/cpuinfo ('flags' or 'Features'); None if unreadable."""
     try:

@@ -131,12 +131,13 @@ class KernelProgram:
             self._kernels[name] = self.cl.Kernel(self.program, name)
         return self._kernels[name]
 
-    def launch(self, kernel, launch: dict, buffers, timed: bool = False):
-        """Enqueue `kernel` over `buffers` with launch {"grid": [x,y,z], "block": [x,y,z]};
-        returns the event (every launch has one: the queue profiles)."""
+    def launch(self, kernel, launch: dict, buffers, timed: bool = False, scalars=()):
+        """Enqueue `kernel` over `buffers`, then the int64 `scalars` (a kernel's size arguments,
+        `long` in OpenCL C), with launch {"grid": [x,y,z], "block": [x,y,z]}; returns the event
+        (every launch has one: the queue profiles)."""
         block = tuple(int(b) for b in launch["block"])
         size = tuple(int(g) * b for g, b in zip(launch["grid"], block))
-        kernel.set_args(*buffers)
+        kernel.set_args(*buffers, *(np.int64(v) for v in scalars))
         return self.cl.enqueue_nd_range_kernel(self.queue, kernel, size, block)
 
     @staticmethod

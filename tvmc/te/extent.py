@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 
 from tvmc.te.expr import INDEX, BinOp, IntImm, PrimExpr, SizeVar, evaluate_int, register_graph_extent, walk
 
@@ -187,6 +188,35 @@ def provably_le(a, b) -> bool:
     if is_static(a) and is_static(b):
         return int(a) <= int(b)
     return lower_bound(as_extent(b - a if not is_static(b) else IntImm(b) - a)) >= 0
+
+
+# the most points (tuples of SizeVar values) `same` evaluates an expression at to compare it
+SAME_CHECK_POINTS = 4096
+
+
+def same(a, b) -> bool:
+    """Whether extents a and b are equal for every value of their SizeVars: their difference
+    simplifies to 0, or (forms the simplifier does not bring together, such as a convolution's
+    (H - 1) // 2 + 1 and the graph's (H + 1) // 2) it is 0 at every point of the variables' ranges
+    where those hold at most SAME_CHECK_POINTS points."""
+    if is_static(a) and is_static(b):
+        return int(a) == int(b)
+    d = as_extent((IntImm(a) if is_static(a) else a) - b)
+    if is_static(d):
+        return d == 0
+    variables = size_vars(d)
+    points = 1
+    for v in variables:
+        points *= v.hi - v.lo + 1
+    if points > SAME_CHECK_POINTS:
+        return False
+    return all(evaluate_int(d, dict(zip(variables, p))) == 0
+               for p in itertools.product(*(range(v.lo, v.hi + 1) for v in variables)))
+
+
+def same_shape(a, b) -> bool:
+    """Whether shapes a and b (sequences of extents) are equal for every value of their SizeVars."""
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
 def evaluate(x, values: dict) -> int:

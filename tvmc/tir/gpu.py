@@ -6,8 +6,12 @@ per-thread values in `local` buffers and block-wide tiles in `shared` buffers. `
 turns such a PrimFunc into a kernel that one launch runs:
 
 - launch configuration: the grid (blockIdx extents) and the block (threadIdx extents) from the
-  static loop extents; a loop bound to a tag with a smaller extent than the launch's runs
-  under a guard;
+  loop extents; a loop bound to a tag with a smaller extent than the launch's runs under a
+  guard. A kernel with symbolic extents (PrimFunc.size_vars, its int64 arguments after the
+  buffers) has a launch whose extents may be int64 expressions of those variables, evaluated
+  when the executor launches it (LaunchConfig.evaluate); the limits below are checked at the
+  variables' upper bounds, the guards of split tails stay in the kernel (no loop partitioning
+  on GPUs: a partition point could differ between the threads of a block);
 - barriers: inserted where a shared buffer written by some threads is then read by others
   (read after write), or rewritten while others may still read it (write after read, also
   across iterations of a loop);
@@ -25,8 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import Load, Var, walk
+from tvmc.te import extent as xt
+from tvmc.te.expr import BinOp, IntImm, Load, SizeVar, Var, maximum, walk
 from tvmc.te.schedule import BLOCK_AXES, THREAD_AXES, THREAD_TAGS
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, PrimFunc, Seq, Stmt, Store, stmt_children
 
@@ -34,26 +41,126 @@ from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, PrimFunc,
 @dataclass(frozen=True)
 class LaunchConfig:
     """How a device kernel is launched: grid (blocks along x, y, z), block (threads along x, y,
-    z), shared_bytes (shared memory per block, bytes)."""
+    z), shared_bytes (shared memory per block, bytes). For a kernel with symbolic extents an entry
+    of grid or block may be an int64 expression of its SizeVars (tvmc.te.extent), evaluated per
+    launch (`evaluate`); `upper` is the launch at the variables' upper bounds."""
 
     grid: tuple
     block: tuple
     shared_bytes: int = 0
 
     @property
-    def threads_per_block(self) -> int:
-        return self.block[0] * self.block[1] * self.block[2]
+    def symbolic(self) -> bool:
+        """Whether an extent of the grid or the block depends on size variables."""
+        return not all(xt.is_static(e) for e in (*self.grid, *self.block))
 
-    def extent(self, tag: str) -> int:
-        """Launch extent of thread tag `tag`."""
+    @property
+    def upper(self) -> "LaunchConfig":
+        """This launch with every extent at its upper bound (itself when static): what the limits
+        of the target and the launch bounds of the kernel are checked against."""
+        if not self.symbolic:
+            return self
+        return LaunchConfig(tuple(xt.upper_bound(e) for e in self.grid), tuple(xt.upper_bound(e) for e in self.block),
+                            self.shared_bytes)
+
+    @property
+    def threads_per_block(self) -> int:
+        """Threads per block (at the upper bounds for a symbolic block)."""
+        b = self.upper.block
+        return b[0] * b[1] * b[2]
+
+    def extent(self, tag: str):
+        """Launch extent of thread tag `tag` (an int, or an int64 expression of SizeVars)."""
         axes = BLOCK_AXES if tag in BLOCK_AXES else THREAD_AXES
         return (self.grid if tag in BLOCK_AXES else self.block)[axes.index(tag)]
 
-    def to_dict(self) -> dict:
-        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+    def evaluate(self, values: dict) -> "LaunchConfig":
+        """The launch for SizeVar values `values` (SizeVar -> int): every extent an int (0 or less
+        where the kernel has nothing to do: the executors do not launch it). Raises ValueError
+        when a variable has no value."""
+        if not self.symbolic:
+            return self
+        return LaunchConfig(tuple(xt.evaluate(e, values) for e in self.grid),
+                            tuple(xt.evaluate(e, values) for e in self.block), self.shared_bytes)
+
+    def to_dict(self, size_vars=()) -> dict:
+        """mod.json's form: {"grid": [x, y, z], "block": [x, y, z], "shared_bytes"}; a symbolic
+        extent is a postfix program over the kernel's size arguments `size_vars` (its
+        PrimFunc.size_vars: "$k" is the k-th; tvmc.graph.symbolic.to_postfix's tokens, evaluated
+        by launch_dims)."""
+        return {"grid": [_postfix(e, size_vars) for e in self.grid],
+                "block": [_postfix(e, size_vars) for e in self.block], "shared_bytes": self.shared_bytes}
 
     def __str__(self):
         return f"grid={self.grid} block={self.block} shared={self.shared_bytes}B"
+
+
+_POSTFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "min": "min", "max": "max"}
+
+
+def _postfix(e, size_vars) -> int | list:
+    """Extent `e` (an int, or an int64 expression of the SizeVars `size_vars`) as an int or a
+    postfix program (tvmc.graph.symbolic.to_postfix's tokens, "$k" the k-th of `size_vars`).
+    Raises ScheduleError for a node a launch extent cannot hold."""
+    if xt.is_static(e):
+        return int(e)
+    index = {v: k for k, v in enumerate(size_vars)}
+    out: list = []
+
+    def emit(x):
+        if isinstance(x, IntImm):
+            out.extend([x.value] if x.value >= 0 else [0, -x.value, "-"])
+        elif isinstance(x, SizeVar) and x in index:
+            out.append(f"${index[x]}")
+        elif isinstance(x, BinOp) and x.op in _POSTFIX_OPS:
+            emit(x.a)
+            emit(x.b)
+            out.append(_POSTFIX_OPS[x.op])
+        else:
+            raise ScheduleError(f"launch extent {e!r}: {x!r} is not an expression of the kernel's size variables")
+
+    emit(e)
+    return out
+
+
+def launch_dims(launch: dict, sizes) -> tuple:
+    """(grid, block) as int tuples of a launch in mod.json's form (LaunchConfig.to_dict) for the
+    kernel's size argument values `sizes` (in its PrimFunc.size_vars order); an extent of 0 or
+    less means nothing to launch. Raises ValueError on a malformed program."""
+    from tvmc.graph.symbolic import eval_postfix
+
+    return (tuple(eval_postfix(e, sizes) for e in launch["grid"]),
+            tuple(eval_postfix(e, sizes) for e in launch["block"]))
+
+
+def narrower(extent, launch_extent) -> bool:
+    """Whether a loop of `extent` bound to a tag runs fewer iterations than the launch's extent
+    for that tag for some value of the SizeVars (it then runs under a guard)."""
+    if xt.is_static(extent) and xt.is_static(launch_extent):
+        return int(extent) < int(launch_extent)
+    return not xt.same(extent, launch_extent)
+
+
+def _max_extent(extents: list):
+    """The largest of `extents` (ints or int64 expressions): an int when all are static, else the
+    simplified max expression over the distinct ones (static ones folded)."""
+    static = [int(e) for e in extents if xt.is_static(e)]
+    dynamic = []
+    for e in extents:
+        if not xt.is_static(e) and not any(xt.same(e, d) for d in dynamic):
+            dynamic.append(e)
+    if not dynamic:
+        return max(static, default=1)
+    top = max(static, default=0)
+    dynamic = [d for d in dynamic if xt.upper_bound(d) > top]  # ones never above a static extent drop out
+    if not dynamic:
+        return top
+    out = dynamic[0]
+    for d in dynamic[1:]:
+        out = maximum(out, d)
+    if top > 1 or (top == 1 and any(xt.lower_bound(d) < 1 for d in dynamic)):
+        out = maximum(out, IntImm(top))
+    return xt.as_extent(out)
 
 
 def _stmts(s: Stmt):
@@ -63,17 +170,18 @@ def _stmts(s: Stmt):
 
 
 def launch_config(prim: PrimFunc) -> LaunchConfig:
-    """The launch of `prim`: per tag, the largest extent of a loop bound to it (1 if none), and
-    the bytes of its distinct shared buffers."""
-    extents = dict.fromkeys(THREAD_TAGS, 1)
+    """The launch of `prim`: per tag, the largest extent of a loop bound to it (1 if none; an
+    expression of SizeVars where extents are symbolic), and the bytes of its distinct shared
+    buffers (a shared buffer of symbolic size at its upper bound)."""
+    extents = {t: [] for t in THREAD_TAGS}
     shared = {}
     for s in _stmts(prim.body):
         if isinstance(s, For) and s.kind in THREAD_TAGS:
-            extents[s.kind] = max(extents[s.kind], s.extent)
+            extents[s.kind].append(s.extent)
         elif isinstance(s, Allocate) and s.buffer.scope == "shared":
-            shared[id(s.buffer)] = s.buffer.nbytes
-    return LaunchConfig(tuple(extents[t] for t in BLOCK_AXES), tuple(extents[t] for t in THREAD_AXES),
-                        sum(shared.values()))
+            shared[id(s.buffer)] = s.buffer.nbytes if s.buffer.static else xt.upper_bound(s.buffer.nbytes)
+    return LaunchConfig(tuple(_max_extent(extents[t]) for t in BLOCK_AXES),
+                        tuple(_max_extent(extents[t]) for t in THREAD_AXES), sum(shared.values()))
 
 
 def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFunc:
@@ -81,12 +189,15 @@ def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFu
     (see the module docstring). A kernel written with its barriers in place (a template whose
     asynchronous copies the analysis cannot follow, tvmc/ops/gpu/tensorcore.py) passes
     `insert_barriers=False`: its barriers are still checked. Raises ScheduleError naming the
-    kernel and what is wrong (a kernel with symbolic extents, PrimFunc.size_vars: not yet on GPUs)."""
+    kernel and what is wrong. A kernel with symbolic extents keeps its size_vars (a template that
+    names none gets the SizeVars of its buffers' shapes, in the order lower gives them); its launch
+    may depend on them (the limits are checked at their upper bounds)."""
     where = f"kernel {prim.name}"
-    if prim.size_vars:
-        raise ScheduleError(f"{where}: symbolic extents ({', '.join(v.name for v in prim.size_vars)}) are not "
-                            f"lowered for GPU target {target.name} yet; compile a fixed shape")
+    size_vars = prim.size_vars or xt.size_vars([b.shape for b in prim.params])
     launch = launch_config(prim)
+    unknown = [v.name for v in xt.size_vars([*launch.grid, *launch.block]) if v not in size_vars]
+    if unknown:
+        raise ScheduleError(f"{where}: the launch depends on {', '.join(unknown)}, which no buffer's shape gives")
     if target.max_threads_per_block and launch.threads_per_block > target.max_threads_per_block:
         raise ScheduleError(f"{where}: {launch.threads_per_block} threads per block {launch.block}, target "
                             f"{target.name} allows {target.max_threads_per_block}")
@@ -100,8 +211,31 @@ def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFu
                                 "compute it inline or with compute_at into the kernel's loops")
     _check_coverage(prim, launch, where)
     body = _sync(prim.body) if insert_barriers else prim.body
+    if size_vars:
+        body = hoist_guards(body)
     _check_barriers(body, launch, where, _thread_vars(body), divergent=False)
-    return PrimFunc(prim.name, prim.params, body, launch)
+    return PrimFunc(prim.name, prim.params, body, launch, size_vars=size_vars)
+
+
+def hoist_guards(s: Stmt) -> Stmt:
+    """`s` with each guard that is the whole body of a serial, unrolled or vectorized loop and does
+    not depend on the loop's variable taken out of the loop: `for v: if c: B` becomes
+    `if c: for v: B` (TVM's HoistIfThenElse). A split tail's guard then sits outside the vector
+    loop of the elements a thread stores, which stays a vector store (OpenCL vstoreN, LLVM
+    vectors) for symbolic extents as for static ones."""
+    if isinstance(s, For):
+        body = hoist_guards(s.body)
+        if (s.kind in ("serial", "unroll", "vectorize") and isinstance(body, IfThenElse) and body.otherwise is None
+                and not any(x is s.var for x in walk(body.cond))):
+            return IfThenElse(body.cond, hoist_guards(For(s.var, s.extent, s.kind, body.then, s.min_parallel)))
+        return For(s.var, s.extent, s.kind, body, s.min_parallel)
+    if isinstance(s, Seq):
+        return Seq([hoist_guards(x) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, hoist_guards(s.body))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, hoist_guards(s.then), hoist_guards(s.otherwise) if s.otherwise is not None else None)
+    return s
 
 
 # ---- checks -----------------------------------------------------------------------------------
@@ -109,8 +243,8 @@ def lower_device(prim: PrimFunc, target, insert_barriers: bool = True) -> PrimFu
 def _check_coverage(prim, launch, where):
     """Every store to global or shared memory lies inside loops bound to each launch axis wider
     than 1 (thread axes only, for shared memory: one block owns it)."""
-    wide = [t for t in THREAD_TAGS if launch.extent(t) > 1]
-    if not wide and prim.params and prim.params[-1].size > 1:
+    wide = [t for t in THREAD_TAGS if xt.upper_bound(launch.extent(t)) > 1]
+    if not wide and prim.params and xt.upper_bound(prim.params[-1].size) > 1:
         raise ScheduleError(f"{where}: no loop is bound to blockIdx/threadIdx, one thread would compute "
                             f"{prim.params[-1].size} outputs (bind the output's loops)")
 
@@ -139,7 +273,7 @@ def _check_barriers(s, launch, where, tvars, divergent):
     if isinstance(s, Barrier) and divergent:
         raise ScheduleError(f"{where}: a barrier is reached by only some threads of the block (it sits under "
                             "a thread-dependent condition); give every thread-bound loop the launch's extent")
-    if isinstance(s, For) and s.kind in THREAD_TAGS and s.extent < launch.extent(s.kind):
+    if isinstance(s, For) and s.kind in THREAD_TAGS and narrower(s.extent, launch.extent(s.kind)):
         divergent = True
     if isinstance(s, IfThenElse) and any(isinstance(x, Var) and x in tvars for x in walk(s.cond)):
         divergent = True
@@ -232,22 +366,24 @@ def global_traffic_bytes(prim: PrimFunc) -> int:
     """Bytes of global memory a launch of device kernel `prim` loads and stores: every load and
     store of a global buffer counted once per execution (loop trip counts times the threads of
     every block and the blocks of the grid; guards taken as true, no cache). The traffic the
-    kernel asks of the memory system, an upper bound of what DRAM sees behind caches."""
+    kernel asks of the memory system, an upper bound of what DRAM sees behind caches. Symbolic
+    extents count at their upper bounds."""
     total = 0
 
     def visit(s, trips, active):
         nonlocal total
+        extent = xt.upper_bound(s.extent) if isinstance(s, For) else 1
         if isinstance(s, For) and s.kind in THREAD_TAGS and s.kind in active:
             # the same threads again (a nested loop bound to the same axis): only its extent of them
-            trips = trips // active[s.kind] * s.extent
-            active = dict(active, **{s.kind: s.extent})
+            trips = trips // max(1, active[s.kind]) * extent
+            active = dict(active, **{s.kind: extent})
         elif isinstance(s, For):
-            trips *= s.extent
+            trips *= extent
             if s.kind in THREAD_TAGS:
-                active = dict(active, **{s.kind: s.extent})
+                active = dict(active, **{s.kind: extent})
         for buf, _ in _accesses(s):
             if buf.scope == "global":
-                total += trips * buf.nbytes // max(1, buf.size)
+                total += trips * np.dtype(buf.dtype).itemsize
         for c in stmt_children(s):
             visit(c, trips, active)
 
@@ -265,4 +401,5 @@ def shared_buffers(prim: PrimFunc) -> list:
     return out
 
 
-__all__ = ["LaunchConfig", "global_traffic_bytes", "launch_config", "lower_device", "shared_buffers"]
+__all__ = ["LaunchConfig", "global_traffic_bytes", "launch_config", "launch_dims", "lower_device", "narrower",
+           "shared_buffers"]

@@ -15,23 +15,24 @@ from tvmc.tir.partition import partition_loops
 from tvmc.tir.simplify import Linear, expr_bounds, simplify, simplify_stmt, size_only
 
 
-def lower(sch: Schedule, args, name: str) -> PrimFunc:
+def lower(sch: Schedule, args, name: str, partition: bool = True) -> PrimFunc:
     """Lower `sch` into a kernel whose parameters are the tensors `args` (inputs then output).
 
     Symbolic extents (SizeVars in the tensors' shapes, tvmc.te.extent) make loops of symbolic
     extent; the SizeVars become the kernel's int64 arguments after its buffers (PrimFunc.size_vars,
     in the order they first appear in the arguments' shapes), and the guards of splits that may
-    not divide are lifted out of the iterations that need none (tvmc.tir.partition).
+    not divide are lifted out of the iterations that need none (tvmc.tir.partition), unless
+    `partition` is False (GPU kernels: the guards stay where they are, tvmc.tir.gpu).
 
     Raises ScheduleError when a compute_at region cannot be bounded to a constant size, or a
     SizeVar of the kernel appears in no argument's shape.
     """
-    return _Lowering(sch, args, name).run()
+    return _Lowering(sch, args, name, partition).run()
 
 
 class _Lowering:
-    def __init__(self, sch, args, name):
-        self.sch, self.args, self.name = sch, list(args), name
+    def __init__(self, sch, args, name, partition=True):
+        self.sch, self.args, self.name, self.partition = sch, list(args), name, partition
         self.buffers = {}      # tensor uid -> (Buffer, [base exprs] or None)
         self.bodies = {}       # stage -> body expr with inline stages substituted
         self.children = {}     # (id(stage), id(iv)) -> [Stage]
@@ -80,7 +81,8 @@ class _Lowering:
             raise ScheduleError(f"{self.name}: size variable(s) {', '.join(unknown)} appear in no argument's shape")
         if not size_vars:
             return PrimFunc(self.name, params, simplify_stmt(body))
-        return PrimFunc(self.name, params, partition_loops(simplify_stmt(body)), size_vars=size_vars)
+        body = simplify_stmt(body)
+        return PrimFunc(self.name, params, partition_loops(body) if self.partition else body, size_vars=size_vars)
 
     # --- inlining ---------------------------------------------------------------------------
     def _inline_bodies(self):

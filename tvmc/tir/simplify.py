@@ -138,7 +138,9 @@ def atom_bounds(atom: PrimExpr, ranges: dict):
     """(lo, hi) of an int64 atom, else None: a loop Var in [0, extent) (a symbolic extent by its
     upper bound); a SizeVar in [lo, hi]; x // c and x % c (c > 0) from the bounds of x (x % c is
     always in [0, c), floor semantics). Fused and split loop indices are such atoms: ((i.j // 56)
-    % 4) lies in [0, 3]. Products and min/max with a SizeVar in them: from their operands."""
+    % 4) lies in [0, 3]. Products and min/max with a SizeVar in them: from their operands; x // b
+    and x % b of a non-negative x by a symbolic b >= 1: [lo(x) // hi(b), hi(x) // lo(b)] and
+    [0, min(hi(x), hi(b) - 1)]."""
     if isinstance(atom, SizeVar):
         return atom.lo, atom.hi
     if isinstance(atom, Var):
@@ -167,6 +169,12 @@ def atom_bounds(atom: PrimExpr, ranges: dict):
             return min(prods), max(prods)
         f = min if atom.op == "min" else max
         return f(ba[0], bb[0]), f(ba[1], bb[1])
+    if isinstance(atom, BinOp) and atom.op in ("floordiv", "floormod") and atom.dtype == INDEX and has_size_var(atom.b):
+        # by a symbolic divisor b >= 1 (a SizeVar's range): x // b and x % b of a non-negative x
+        ba, bb = Linear.of(atom.a).bounds(ranges), Linear.of(atom.b).bounds(ranges)
+        if ba is None or bb is None or ba[0] < 0 or bb[0] < 1:
+            return None
+        return (ba[0] // bb[1], ba[1] // bb[0]) if atom.op == "floordiv" else (0, min(ba[1], bb[1] - 1))
     return None
 
 
@@ -205,15 +213,42 @@ def _expanded_bounds(lin: Linear, ranges: dict):
 
 
 def _symbolic_last(atom, ranges: dict):
-    """The largest value of `atom` as an expression when it is the variable of a loop of symbolic
-    extent E (E - 1) or such a variable divided by a constant c ((E - 1) // c); else None. Both
-    are at least 0."""
+    """The largest value of `atom` as an expression, where it is the variable v of a loop of
+    symbolic extent E (E - 1), such an atom divided by a constant c (its largest // c), v // b
+    for a symbolic b that E is a constant multiple q of (q - 1: a fused loop's outer index), or
+    x % b of a non-negative x by a symbolic b >= 1 (b - 1); else None. All are at least 0."""
     if isinstance(atom, Var) and _symbolic_extent(ranges.get(atom)):
         return ranges[atom] - 1
-    if isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.a, Var) and isinstance(atom.b, IntImm) \
-            and atom.b.value > 0 and _symbolic_extent(ranges.get(atom.a)):
-        return (ranges[atom.a] - 1) // atom.b
+    if not isinstance(atom, BinOp) or atom.op not in ("floordiv", "floormod"):
+        return None
+    if atom.op == "floordiv" and isinstance(atom.b, IntImm) and atom.b.value > 0:
+        inner = _symbolic_last(atom.a, ranges)
+        return None if inner is None else inner // atom.b
+    if not has_size_var(atom.b) or atom.b.dtype != INDEX:
+        return None
+    divisor = Linear.of(atom.b).bounds(ranges)
+    if divisor is None or divisor[0] < 1:
+        return None
+    if atom.op == "floormod":
+        x = Linear.of(atom.a).bounds(ranges)
+        return atom.b - 1 if x is not None and x[0] >= 0 else None
+    if isinstance(atom.a, Var) and _symbolic_extent(ranges.get(atom.a)):
+        q = _multiple(Linear.of(ranges[atom.a]), Linear.of(atom.b))
+        if q is not None and q >= 1:
+            return IntImm(q - 1)
     return None
+
+
+def _multiple(e: Linear, b: Linear):
+    """The constant q with e = q * b as forms (2 * seq of seq: 2), else None."""
+    if not b.terms or b.const:
+        return None
+    key, (_, cb) = next(iter(b.terms.items()))
+    if key not in e.terms or e.terms[key][1] % cb:
+        return None
+    q = e.terms[key][1] // cb
+    rest = e.add(b, -q)
+    return q if rest.const == 0 and not any(c for _, c in rest.terms.values()) else None
 
 
 def symbolic_bounds(lin: Linear, ranges: dict):

@@ -26,8 +26,9 @@ import math
 
 import numpy as np
 
-from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, Select, Var, literal_value,
-                          register_dtype)
+from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, Select, Var, evaluate_int,
+                          literal_value, register_dtype)
+from tvmc.te.extent import upper_bound
 from tvmc.tir.ir import (MMA, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, DotU8S8, For,
                          IfThenElse, MatrixLoad, PrimFunc, Seq, Store)
 
@@ -63,8 +64,8 @@ def _tf32(x: np.ndarray) -> np.ndarray:
 class _Block:
     """One block's run: thread indices, the memories, the active mask."""
 
-    def __init__(self, prim: PrimFunc, memory: dict, block_index: tuple):
-        launch = prim.launch
+    def __init__(self, prim: PrimFunc, memory: dict, block_index: tuple, launch=None, sizes=None):
+        launch = launch or prim.launch
         self.threads = launch.threads_per_block
         ids = np.arange(self.threads)
         bx, by, _ = launch.block
@@ -72,7 +73,7 @@ class _Block:
         self.block_index = dict(zip(("blockIdx.x", "blockIdx.y", "blockIdx.z"), block_index))
         self.launch = launch
         self.memory = dict(memory)  # Buffer -> storage: 1-D (global, shared) or [threads, size] (local)
-        self.env: dict = {}
+        self.env: dict = {v: np.int64(n) for v, n in (sizes or {}).items()}  # the size arguments
         self.uncommitted: list = []  # asynchronous copies issued since the last commit: (buffer, start, data)
         self.groups: list = []       # committed groups not yet waited for, oldest first
 
@@ -133,7 +134,7 @@ class _Block:
     # --- memory --------------------------------------------------------------------------------
     def load(self, buf, index, mask):
         mem = self.memory[buf]
-        idx = np.clip(np.broadcast_to(np.asarray(index, np.int64), (self.threads,)), 0, buf.size - 1)
+        idx = np.clip(np.broadcast_to(np.asarray(index, np.int64), (self.threads,)), 0, mem.shape[-1] - 1)
         out = mem[np.arange(self.threads), idx] if buf.scope == "local" else mem[idx]
         return out.astype(_register(buf.dtype))
 
@@ -141,9 +142,9 @@ class _Block:
         mem = self.memory[buf]
         idx = np.broadcast_to(np.asarray(index, np.int64), (self.threads,))[mask]
         val = np.broadcast_to(np.asarray(value), (self.threads,))[mask]
-        if idx.size and (idx.min() < 0 or idx.max() >= buf.size):
+        if idx.size and (idx.min() < 0 or idx.max() >= mem.shape[-1]):  # the elements it holds at this run
             raise IndexError(f"simt: store to {buf.name}[{int(idx.min())}..{int(idx.max())}] outside its "
-                             f"{buf.size} elements")
+                             f"{mem.shape[-1]} elements")
         if buf.scope == "local":
             mem[np.nonzero(mask)[0], idx] = val
         else:
@@ -157,23 +158,25 @@ class _Block:
             for x in s.stmts:
                 self.run(x, mask)
         elif isinstance(s, For):
+            extent = s.extent if isinstance(s.extent, int) else int(self.value(s.extent, mask))
             if s.kind in self.thread_index:
                 idx = self.thread_index[s.kind]
                 self.env[s.var] = idx
-                self.run(s.body, mask & (idx < s.extent))
+                self.run(s.body, mask & (idx < extent))
             elif s.kind in self.block_index:
-                if self.block_index[s.kind] < s.extent:
+                if self.block_index[s.kind] < extent:
                     self.env[s.var] = np.int64(self.block_index[s.kind])
                     self.run(s.body, mask)
             else:
-                for k in range(s.extent):
+                for k in range(extent):
                     self.env[s.var] = np.int64(k)
                     self.run(s.body, mask)
         elif isinstance(s, Store):
             self.store(s.buffer, self.value(s.index, mask), self.value(s.value, mask), mask)
         elif isinstance(s, Allocate):
             buf = s.buffer
-            shape = (self.threads, buf.size) if buf.scope == "local" else (buf.size,)
+            size = buf.size if buf.static else upper_bound(buf.size)  # symbolic: its upper bound, as codegen
+            shape = (self.threads, size) if buf.scope == "local" else (size,)
             self.memory[buf] = np.zeros(shape, np.dtype(buf.dtype))
             self.run(s.body, mask)
             del self.memory[buf]
@@ -297,23 +300,37 @@ class _Block:
 
 def run_kernel(prim: PrimFunc, arrays) -> None:
     """Run device kernel `prim` (with `launch`) once on numpy `arrays`, one per parameter in order,
-    C-contiguous and of the parameters' dtypes; the kernel's stores land in them. Raises
-    ValueError on a launch-less kernel, mismatched arrays or a warp-collective instruction reached
-    by part of a warp; IndexError on a store outside a buffer."""
+    C-contiguous and of the parameters' dtypes; the kernel's stores land in them. A kernel with
+    symbolic extents takes its size arguments from the arrays' shapes (PrimFunc.size_args) and
+    launches with its grid and block at them (none where an extent is 0). Raises ValueError on a
+    launch-less kernel, mismatched arrays or a warp-collective instruction reached by part of a
+    warp; IndexError on a store outside a buffer."""
     if prim.launch is None:
         raise ValueError(f"simt: {prim.name} is not a device kernel (no launch configuration)")
     if len(arrays) != len(prim.params):
         raise ValueError(f"simt: {prim.name} takes {len(prim.params)} arrays, got {len(arrays)}")
-    memory = {}
+    sizes = dict(zip(prim.size_vars, prim.size_args([a.shape for a in arrays]))) if prim.size_vars else {}
     for buf, a in zip(prim.params, arrays):
-        if a.dtype != np.dtype(buf.dtype) or a.size != buf.size or not a.flags.c_contiguous:
-            raise ValueError(f"simt: array for {buf.name} must be C-contiguous {buf.dtype}[{buf.size}], got "
+        size = buf.size if buf.static else evaluate_int(buf.size, sizes)
+        if a.dtype != np.dtype(buf.dtype) or a.size != size or not a.flags.c_contiguous:
+            raise ValueError(f"simt: array for {buf.name} must be C-contiguous {buf.dtype}[{size}], got "
                              f"{a.dtype}{list(a.shape)}")
-        memory[buf] = a.reshape(-1)
-    gx, gy, gz = prim.launch.grid
+    run_launch(prim, [a.reshape(-1) for a in arrays], sizes, prim.launch.evaluate(sizes))
+
+
+def run_launch(prim: PrimFunc, buffers, sizes: dict, launch) -> None:
+    """One launch of device kernel `prim` as an executor makes it: `buffers` 1-D numpy arrays of
+    the parameters' dtypes (at least the elements the launch touches; a run-time shape's tensor
+    packed at the start of its bound buffer), `sizes` the values of its size variables (SizeVar
+    -> int), `launch` the LaunchConfig evaluated at them (nothing runs where an extent is 0 or
+    less). Raises as run_kernel."""
+    if min(*launch.grid, *launch.block) <= 0:
+        return
+    memory = dict(zip(prim.params, buffers))
+    gx, gy, gz = launch.grid
     for z in range(gz):
         for y in range(gy):
             for x in range(gx):
-                block = _Block(prim, memory, (x, y, z))
+                block = _Block(prim, memory, (x, y, z), launch, sizes)
                 block.run(prim.body, np.ones(block.threads, bool))
                 block.finish()

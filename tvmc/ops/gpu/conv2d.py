@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_gemm_tile, schedule_per_thread
+from tvmc.te.extent import same_shape
 
 TILE_K_MAX = 8
 # register tile per thread the fallback starts from: 4 output channels x 1 output column (one
@@ -86,7 +87,7 @@ def conv2d_im2col_config(workload, target) -> ConfigSpace:
 
 def schedule_conv2d_direct(s, out, anchor, cfg, target):
     """Fused conv2d (groups 1) + epilogue: the direct form (module docstring)."""
-    if tuple(out.shape) != tuple(anchor.shape):
+    if not same_shape(out.shape, anchor.shape):
         schedule_per_thread(s, out, target.max_threads_per_block)
         return
     n, oc, oh, ow = anchor.op.axis

@@ -29,6 +29,7 @@ import math
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.gpu.reduction import schedule_reduce
 from tvmc.ops.gpu.tiling import define_gemm_tile, pow2_at_least, schedule_gemm_tile, schedule_per_thread, thread_counts
+from tvmc.te.extent import same_shape
 
 TILE_K_FALLBACK = 8
 SMALL_BATCH = 16           # rows (M) up to which dense runs as one cross-thread reduction per output
@@ -50,7 +51,7 @@ def gemm_config(workload, target) -> ConfigSpace:
 
 def schedule_gemm(s, out, anchor, cfg, target):
     """Fused dense / matmul + epilogue as a tiled GEMM over the last two output axes."""
-    if tuple(out.shape) != tuple(anchor.shape):
+    if not same_shape(out.shape, anchor.shape):
         schedule_per_thread(s, out, target.max_threads_per_block)
         return
     *batch, i, j = anchor.op.axis

@@ -25,6 +25,7 @@ from tvmc.ops.cpu.injective import inline_injective
 from tvmc.ops.gpu.tiling import define_num_threads, schedule_per_thread
 from tvmc.te.expr import TensorLoad, walk
 from tvmc.te.schedule import thread_axis
+from tvmc.te.extent import same_shape
 
 
 def _reduce_length(workload) -> int:
@@ -50,7 +51,7 @@ def _single_reduction(s, out):
     """The one reduction stage of a function whose other stages are elementwise over its shape,
     else None."""
     reds = [st.tensor for st in s.stages if st.op.reduce_axis]
-    if len(reds) != 1 or tuple(reds[0].shape) != tuple(out.shape):
+    if len(reds) != 1 or not same_shape(reds[0].shape, out.shape):
         return None
     return reds[0]
 
