@@ -11,7 +11,10 @@
 #      $OUT/cuda.md and the tuning records in $OUT/records/;
 #   5. when GPU_CHECK_FULL_S > 0, every other test marked cuda (all of tests/ but GPU_CHECK_TESTS),
 #      log in $OUT/pytest_all.log;
-#   6. when GPU_CHECK_OPENCL_S > 0, the NVIDIA OpenCL driver: libnvidia-opencl.so.1 registered by an
+#   6. when GPU_CHECK_INT8_S > 0, bench/int8_gpu.py: the dp4a int8 kernels against the generic int8
+#      and the float32 kernels of the same shapes (device ms) for GPU_CHECK_INT8_TARGET (cuda-sm90),
+#      report in $OUT/int8_gpu.txt;
+#   7. when GPU_CHECK_OPENCL_S > 0, the NVIDIA OpenCL driver: libnvidia-opencl.so.1 registered by an
 #      nvidia.icd in a folder named by OCL_ICD_VENDORS (the machine registers only PoCL), its
 #      platform, device and extensions (cl_khr_fp16?) in $OUT/opencl.txt, then GPU_CHECK_OPENCL_TESTS
 #      (the OpenCL schedule, dtype and CLI tests) on that GPU, log in $OUT/pytest_opencl.log.
@@ -57,6 +60,12 @@ if [ "$FULL_S" -gt 0 ]; then
     >"$OUT/pytest_all.log" 2>&1
   say "pytest exit $?: $(grep -c PASSED "$OUT/pytest_all.log") passed; $(tail -1 "$OUT/pytest_all.log")"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest_all.log" | head -30
+fi
+INT8_S=${GPU_CHECK_INT8_S:-0}
+if [ "$INT8_S" -gt 0 ]; then
+  say "int8 kernels (limit ${INT8_S}s)"
+  timeout "$INT8_S" $PY bench/int8_gpu.py --target "${GPU_CHECK_INT8_TARGET:-cuda-sm90}" --repeat 50 2>&1 \
+    | tee "$OUT/int8_gpu.txt" | tail -20
 fi
 OPENCL_S=${GPU_CHECK_OPENCL_S:-0}
 OPENCL_TESTS=${GPU_CHECK_OPENCL_TESTS:-tests/ops/test_gpu_schedules.py tests/unit/test_opencl_dtypes.py tests/e2e/test_opencl_cli.py}
