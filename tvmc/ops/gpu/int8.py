@@ -52,8 +52,7 @@ from __future__ import annotations
 from tvmc.autotune.space import ConfigSpace
 from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.int8 import BLOCK_N
-from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_per_thread, tile_gemm_output
-from tvmc.te.schedule import thread_axis
+from tvmc.ops.gpu.tiling import cooperative_fetch, define_gemm_tile, schedule_per_thread, tile_gemm_output
 from tvmc.tir.tensorize import DotU8S8Intrin
 
 QUAD = 4                 # int8 values per dot-product step (one 32-bit word)
@@ -61,22 +60,6 @@ TILE_K_QUADS = 8         # dense fallback: quads per shared-memory step (32 k va
 TILE_K_BLOCKS = 4        # conv2d fallback: input channel blocks per step at most
 DENSE_REGISTER_TILE = (4, 4)
 CONV_REGISTER_TILE = (4, 1)
-
-
-def _fetch(s, cache, threads_x: int, threads_y: int):
-    """Cooperative copy of a shared-memory tile: its innermost axis (4 bytes: a quad) split off
-    and vectorized, the rest fused and spread over the block's threads (consecutive threads on
-    consecutive words: coalesced), the remainder a serial loop."""
-    st = s[cache]
-    axes = list(st.op.axis)
-    axes[-1], lanes = st.split(axes[-1], QUAD)
-    st.vectorize(lanes)
-    fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
-    rest, tx = st.split(fused, threads_x)
-    st.bind(tx, thread_axis("threadIdx.x"))
-    if threads_y > 1:
-        rest, ty = st.split(rest, threads_y)
-        st.bind(ty, thread_axis("threadIdx.y"))
 
 
 def _gemm_tile_dot(s, out, product, cfg, row_axis, col_axis, split_reduce, order, global_operands=()):
@@ -99,7 +82,7 @@ def _gemm_tile_dot(s, out, product, cfg, row_axis, col_axis, split_reduce, order
             continue
         cache = s.cache_read(t, "shared", [acc])
         s[cache].compute_at(ast, k_outer)
-        _fetch(s, cache, xt.extent, yt.extent)
+        cooperative_fetch(s, cache, xt.extent, yt.extent, vector_lanes=QUAD)
     return acc
 
 

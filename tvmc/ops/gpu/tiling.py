@@ -107,12 +107,16 @@ def schedule_per_thread(s, out, num_threads: int, keep=()):
     attach_reductions_per_thread(s, out, tx)
 
 
-def cooperative_fetch(s, cache, threads_x: int, threads_y: int = 1):
+def cooperative_fetch(s, cache, threads_x: int, threads_y: int = 1, vector_lanes: int = 1):
     """Loops of a shared-memory tile stage `cache` (attached into a block): its elements fused,
     spread over the block's threadIdx.x (consecutive threads on consecutive elements) and
-    threadIdx.y, the rest a serial loop."""
+    threadIdx.y, the rest a serial loop; with `vector_lanes` > 1 (dividing the innermost axis)
+    each thread copies that many consecutive elements as one vector (int8 quads: one word)."""
     st = s[cache]
     axes = list(st.op.axis)
+    if vector_lanes > 1:
+        axes[-1], lanes = st.split(axes[-1], vector_lanes)
+        st.vectorize(lanes)
     fused = st.fuse(*axes) if len(axes) > 1 else axes[0]
     rest, tx = st.split(fused, threads_x)
     st.bind(tx, thread_axis("threadIdx.x"))
