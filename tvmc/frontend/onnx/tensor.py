@@ -62,12 +62,25 @@ def _copied_zeros(ctx, in_shape, shape, allowzero) -> list:
 def _resolve_symbolic_reshape(ctx, in_shape, shape, allowzero) -> tuple:
     """_resolve_reshape where the input shape or the target holds symbolic dimensions: the -1 is
     the element count divided by the product of the others, which must divide it exactly, and
-    the target's element count must be provably the input's (tvmc.graph.symbolic)."""
+    the target's element count must be provably the input's (tvmc.graph.symbolic). Dimensions
+    the target shares with the input (a copied 0, the same expression) cancel before dividing, so
+    [t, 1, 2, 32] -> [0, 0, -1] gives 64 with t = w // 4 - 1."""
     out = _copied_zeros(ctx, in_shape, [d if symbolic.is_symbolic(d) else int(d) for d in shape], allowzero)
     total = prod(in_shape)
     if -1 in out:
+        rest, others = list(in_shape), []
+        for d in out:
+            if isinstance(d, int) and d == -1:
+                continue
+            same = next((k for k, e in enumerate(rest) if symbolic.is_symbolic(d) and symbolic.can_prove_equal(d, e)),
+                        None)
+            if same is None:
+                others.append(d)
+            else:
+                rest.pop(same)
+        known = prod(others)
+        inferred = symbolic.floordiv(prod(rest), known) if known != 0 else None
         known = prod([d for d in out if not (isinstance(d, int) and d == -1)])
-        inferred = symbolic.floordiv(total, known) if known != 0 else None
         if inferred is None or not symbolic.can_prove_equal(inferred * known, total):
             raise ctx.error(f"cannot reshape {fmt_dims(in_shape)} to {list(shape)}: {known} does not provably divide "
                             f"the element count {total} ({symbolic.describe_vars((total, known))})")
