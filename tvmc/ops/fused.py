@@ -280,6 +280,18 @@ class LoweredKernel:
     node: str
 
 
+def _stop_symbolic(f, anchor, e):
+    """Raise the ScheduleError of fused Function `f` (anchor call `anchor`) whose compute or schedule
+    failed with `e` on its symbolic extents: the kernel, the op, the node and the variables."""
+    from tvmc.graph import symbolic
+
+    node = (anchor.name if anchor is not None else "") or "?"
+    raise ScheduleError(f"kernel {f.name} ({anchor.op_name if anchor is not None else '?'} of node "
+                        f"'{node}') does not compile with symbolic extents "
+                        f"({symbolic.describe_vars(_graph_size_vars(f))}) yet: {type(e).__name__}: "
+                        f"{str(e).strip()[:200]}; compile one size per artifact") from e
+
+
 def lower_functions(functions, target, config_lookup=None, progress=None) -> list:
     """The compile pipeline's lower stage: every fused Function through lower_fused, in order
     ([LoweredKernel]). `progress(stage, done, total)` is called after each ("lower"). Raises
@@ -292,18 +304,15 @@ def lower_functions(functions, target, config_lookup=None, progress=None) -> lis
         try:
             anchor = anchor_call(f)
             prim = lower_fused(f, target, config_lookup)
-        except (TVMCError, RecursionError):
-            raise
+        except (TVMCError, RecursionError) as e:
+            # a schedule step's own ScheduleError (compute_at's unbounded region) names no kernel
+            if not isinstance(e, ScheduleError) or f.name in str(e) or not _graph_size_vars(f):
+                raise
+            _stop_symbolic(f, anchor, e)
         except Exception as e:  # a schedule's own bug or a workload it did not foresee: name the kernel
             node = (anchor.name if anchor is not None else "") or "?"
-            used = _graph_size_vars(f)
-            if used:  # an op whose compute or schedule does not take symbolic extents yet
-                from tvmc.graph import symbolic
-
-                raise ScheduleError(f"kernel {f.name} ({anchor.op_name if anchor is not None else '?'} of node "
-                                    f"'{node}') does not compile with symbolic extents "
-                                    f"({symbolic.describe_vars(used)}) yet: {type(e).__name__}: "
-                                    f"{str(e).strip()[:200]}; compile one size per artifact") from e
+            if _graph_size_vars(f):  # an op whose compute or schedule does not take symbolic extents yet
+                _stop_symbolic(f, anchor, e)
             raise ScheduleError(f"kernel {f.name} (node '{node}'): lowering failed: "
                                 f"{type(e).__name__}: {str(e).strip()[:200]}") from e
         flops = task_flops(anchor.op, upper_workload(anchor), tuple(i.dtype for i in anchor.inputs))
