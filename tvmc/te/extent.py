@@ -189,6 +189,22 @@ def provably_le(a, b) -> bool:
     return lower_bound(as_extent(b - a if not is_static(b) else IntImm(b) - a)) >= 0
 
 
+def same_shape(a, b) -> bool:
+    """Whether shapes `a` and `b` (extents: ints or int64 expressions of SizeVars) are equal for
+    every value of their SizeVars: same rank, each pair of dimensions equal ints or with a
+    difference that simplifies to 0. (PrimExpr `==` compares identity, so two computations of
+    width // 2 are different objects.)"""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if is_static(x) and is_static(y):
+            if int(x) != int(y):
+                return False
+        elif x is not y and as_extent((IntImm(x) if is_static(x) else x) - y) != 0:
+            return False
+    return True
+
+
 def evaluate(x, values: dict) -> int:
     """The value of extent `x` with SizeVars set by `values` (SizeVar -> int). Raises ValueError
     when one is missing."""
