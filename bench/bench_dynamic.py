@@ -133,7 +133,7 @@ def main() -> None:
                 np.testing.assert_allclose(ex.get_output(0), want, rtol=1e-3, atol=1e-4,
                                            err_msg=f"{key} at {size}")
             fns = {"range": _tvmc_run(ranged, feeds), "static": _tvmc_run(static, feeds),
-                   "ort": lambda feeds=feeds: session.run(None, feeds)}
+                   "ort": lambda feeds=feeds, session=session: session.run(None, feeds)}
             per = {k: [] for k in fns}
             for _ in range(args.rounds):  # alternating: the machine's load falls on all three
                 for k, fn in fns.items():

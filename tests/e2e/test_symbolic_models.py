@@ -117,6 +117,21 @@ def test_gpt2_memory_plan_at_the_bound(gpt2):
     assert 0 < planned <= static.metadata["planned_activation_bytes"] + 256 * 256
 
 
+def test_pooling_over_symbolic_height_and_width(tmp_path_factory):
+    """tests/frontend/test_symbolic_shapes.cnn_model with batch, height and width symbolic: a padded
+    3x3/2 max pool and a ceil-mode 2x2 average pool over symbolic extents, at sizes that are not
+    multiples of the vector width."""
+    from tests.frontend.test_symbolic_shapes import cnn_model
+
+    model = cnn_model()
+    path = compiled(model, resolve_target("native"), tmp_path_factory, "cnn_hw",
+                    dim_ranges={"N": (1, 4), "H": (8, 64), "W": (8, 64)})
+    r = np.random.default_rng(11)
+    shapes = {1: (1, 8, 8), 2: (2, 37, 19), 3: (4, 64, 64), 4: (3, 21, 50)}
+    check_sizes(model, path, lambda k: {"x": r.standard_normal((shapes[k][0], 3) + shapes[k][1:]).astype(np.float32)},
+                list(shapes))
+
+
 # --- recurrent ops over a symbolic number of steps -----------------------------------------------
 
 def recurrent_model(op: str, direction: str, hidden: int = 8, inputs: int = 5, batch: int = 3,
