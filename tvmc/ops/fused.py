@@ -144,8 +144,11 @@ def _plain_var(d):
 
 def _size_buckets(anchor, target):
     """(graph SizeVar, bucket starts) where a CPU schedule defines size buckets for the anchor
-    (tvmc.tir.buckets): nn.dense_pack over symbolic rows (dense_pack_buckets) and nn.softmax over
-    a symbolic last axis (softmax_buckets); None elsewhere or where no start falls in the range."""
+    (tvmc.tir.buckets): nn.dense_pack over symbolic rows (dense_pack_buckets), nn.softmax over
+    a symbolic last axis (softmax_buckets) and nn.conv2d_nchwc over a symbolic output width of one
+    variable (conv2d_nchwc_buckets); None elsewhere or where no start falls in the range."""
+    from tvmc.graph import symbolic
+    from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_buckets
     from tvmc.ops.cpu.dense import dense_pack_buckets
     from tvmc.ops.cpu.reduction import softmax_buckets
 
@@ -157,6 +160,9 @@ def _size_buckets(anchor, target):
     elif anchor.op == "nn.softmax" and anchor.attrs.get("axis", -1) in (-1, len(anchor.shape) - 1):
         var = _plain_var(anchor.shape[-1])
         starts = var and softmax_buckets(var, target)
+    elif anchor.op == "nn.conv2d_nchwc" and len(symbolic.free_vars([anchor.shape[3]])) == 1:
+        (var,) = symbolic.free_vars([anchor.shape[3]])
+        starts = conv2d_nchwc_buckets(upper_workload(anchor), target, var, anchor.shape[3])
     else:
         return None
     return (var, starts) if starts else None
