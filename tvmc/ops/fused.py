@@ -144,12 +144,13 @@ def _plain_var(d):
 
 def _size_buckets(anchor, target):
     """(graph SizeVar, bucket starts) where a CPU schedule defines size buckets for the anchor
-    (tvmc.tir.buckets): nn.dense_pack over symbolic rows (dense_pack_buckets), nn.softmax over
+    (tvmc.tir.buckets): nn.dense_pack and nn.matmul over symbolic rows (dense_pack_buckets,
+    matmul_buckets), nn.softmax over
     a symbolic last axis (softmax_buckets) and nn.conv2d_nchwc over a symbolic output width of one
     variable (conv2d_nchwc_buckets); None elsewhere or where no start falls in the range."""
     from tvmc.graph import symbolic
     from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_buckets
-    from tvmc.ops.cpu.dense import dense_pack_buckets
+    from tvmc.ops.cpu.dense import dense_pack_buckets, matmul_buckets
     from tvmc.ops.cpu.reduction import softmax_buckets
 
     if target.gpu or not isinstance(anchor, Call) or not isinstance(anchor.op, str):
@@ -160,6 +161,9 @@ def _size_buckets(anchor, target):
     elif anchor.op == "nn.softmax" and anchor.attrs.get("axis", -1) in (-1, len(anchor.shape) - 1):
         var = _plain_var(anchor.shape[-1])
         starts = var and softmax_buckets(var, target)
+    elif anchor.op == "nn.matmul" and not anchor.attrs.get("padded"):
+        var = _plain_var(anchor.shape[-2])
+        starts = var and matmul_buckets(upper_workload(anchor), target, var)
     elif anchor.op == "nn.conv2d_nchwc" and len(symbolic.free_vars([anchor.shape[3]])) == 1:
         (var,) = symbolic.free_vars([anchor.shape[3]])
         starts = conv2d_nchwc_buckets(upper_workload(anchor), target, var, anchor.shape[3])

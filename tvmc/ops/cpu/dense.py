@@ -104,6 +104,15 @@ def matmul_config(workload, target) -> ConfigSpace:
     return space
 
 
+def matmul_buckets(workload, target, rows) -> list:
+    """Where the size buckets of an nn.matmul with symbolic rows M start (tvmc.tir.buckets), as
+    dense_pack_buckets: M = 1, then 2 up to the upper bound's tile_i - 1 (one tile of as many
+    rows), then tile_i rows per tile; the starts inside M's range (below the bound's tile, every
+    row would otherwise compute a whole tile: the LM head of a prefill at one token did 8)."""
+    tile_i = matmul_config(workload, target).fallback_config()["tile_i"]
+    return [x for x in sorted({2, tile_i}) if rows.lo < x <= rows.hi]
+
+
 def schedule_matmul(s, out, anchor, cfg, target):
     """Fused matmul + epilogue: (i, j) register tiles of tile_i rows (unrolled) x tile_j columns
     (vectorized); the batch axes and the row tiles fused into the parallel loop. A padded matmul
