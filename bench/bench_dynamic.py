@@ -15,8 +15,10 @@ Models (random weights, fixed seeds):
 
 Untuned (fallback configs) on the host CPU (target native), one thread everywhere (tvmc's
 set_num_threads(1), onnxruntime intra- and inter-op threads 1, sequential execution); the three
-run alternately, `--runs` runs each per round; each time is the median over `--rounds` rounds of
-the per-round medians. Outputs of the two artifacts are checked against onnxruntime first.
+run in turn, one run each, `--rounds` x `--runs` times (so a burst of load on the shared machine
+falls on all three), and each time is the median of its runs (set_input included for tvmc, the
+feeds' conversion for onnxruntime). Outputs of the two artifacts are checked against onnxruntime
+first.
 The issue's goals: range / static at most 1.15 at each size, geometric mean at most 1.05, and
 range at or below onnxruntime.
 
@@ -136,10 +138,12 @@ def main() -> None:
                                            err_msg=f"{key} at {size}")
             fns = {"range": _tvmc_run(ranged, feeds), "static": _tvmc_run(static, feeds),
                    "ort": lambda feeds=feeds, session=session: session.run(None, feeds)}
+            for fn in fns.values():  # warm-up
+                fn()
             per = {k: [] for k in fns}
-            for _ in range(args.rounds):  # alternating: the machine's load falls on all three
+            for _ in range(args.rounds * args.runs):  # one run of each in turn: a burst of load falls on all three
                 for k, fn in fns.items():
-                    per[k].append(_median_s(fn, args.runs))
+                    per[k].append(_median_s(fn, 1))
             t = {k: float(np.median(v)) for k, v in per.items()}
             vs_static.append(t["range"] / t["static"])
             vs_ort.append(t["range"] / t["ort"])
@@ -153,7 +157,7 @@ def main() -> None:
         f"geometric mean range / static: {_geomean(vs_static):.3f} (max {max(vs_static):.2f}); "
         f"range / onnxruntime: {_geomean(vs_ort):.3f} (max {max(vs_ort):.2f})",
         "",
-        f"One thread each; median over {args.rounds} alternating rounds of the median of {args.runs} runs; "
+        f"One thread each; median of {args.rounds * args.runs} runs taken in turn; "
         f"target native ({target.cpu or 'host'}), {platform.machine()}, {os.cpu_count()} CPUs, "
         f"onnxruntime {ort.__version__}."])
     print(text)
