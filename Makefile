@@ -19,6 +19,7 @@
 # measures every config of its 56x56 task (~40 min, once) and replays (b)'s tuners on it for 40 seeds;
 # `make bench-kernels [GPU_TARGET=opencl]` writes the per-kernel table (launch, shared memory, bytes per
 # FLOP) of ResNet-18 and the BERT-style encoder for a GPU target (bench/kernels.py);
+# `make bench-dynamic` times range artifacts against one artifact per size and onnxruntime (bench/bench_dynamic.py, bench/results/symbolic_dynamic.md);
 # `make bench TARGET=wasm` times the wasm build in Node with tvmc.js beside onnxruntime-web
 # (bench/web_bench.py, bench/web/bench.mjs; writes bench/results/web_bench.md);
 # `make fuzz` runs tests/unit/test_fuzz.py with FUZZ_EXAMPLES random examples per fuzz test (the
@@ -32,7 +33,7 @@ CUDA_TUNE_TRIALS ?= 400
 
 FUZZ_EXAMPLES ?= 400
 
-.PHONY: install test-deps demo lint test test-all test-cuda gpu-check fuzz bench bench-int8 bench-layers winograd-table bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
+.PHONY: install test-deps demo lint test test-all test-cuda gpu-check fuzz bench bench-int8 bench-dynamic bench-layers winograd-table bench-vector bench-kernels e2e-report conformance tune-demo tune-replay
 
 # pip installs tvmc and its Python dependencies; tvmc.toolchain installs the Debian packages the
 # shipped target descriptors name (cross linker, emulator, wasm toolchain, browser) where apt-get
@@ -101,6 +102,9 @@ endif
 # VNNI and on x86-avx2 (bench/int8_models.py); writes bench/results/int8.md.
 bench-int8: install
 	$(PYTHON) bench/int8_models.py --sizes 32,64 --bert --out bench/results/int8.md
+
+bench-dynamic: install
+	$(PYTHON) bench/bench_dynamic.py --write
 
 bench-layers: install
 	$(PYTHON) bench/layers.py

@@ -43,9 +43,11 @@ def run_order(graph_json: dict, begin: int = 0, end: int | None = None) -> list:
 def loop_entries(graph_json: dict, nid: int) -> dict:
     """The `tvmc_loop` node `nid` as data entries (entry = node_row_ptr[node] + output index):
     {"loop": name, "trip_count": e, "cond": e, "init": [initial carried...], "body_inputs":
-    [iteration, cond, carried...], "body_outputs": [cond, carried...], "outputs": [e per loop
-    output], "output_index": [carried value k of each output]}; what tvmc.runtime.control.run_loop
-    and the graph entry read."""
+    [iteration, cond, carried...], "body_outputs": [cond, carried..., scan outputs...], "outputs": [e per
+    loop output], "output_index": [carried value k of each output, or num_carried + j for scan
+    output j], "num_carried"}; what tvmc.runtime.control.run_loop and the graph entry read. A scan
+    output's iteration i lands at row i of its loop output (the leading axis, so the bound's
+    layout holds the run-time one)."""
     row_ptr, node = graph_json["node_row_ptr"], graph_json["nodes"][nid]
     attrs, n = node["attrs"], int(node["attrs"]["num_carried"])
     entry = lambda ref: int(row_ptr[int(ref[0])]) + int(ref[1])  # noqa: E731
@@ -54,7 +56,7 @@ def loop_entries(graph_json: dict, nid: int) -> dict:
             "body_inputs": [entry(r) for r in attrs["body_inputs"]],
             "body_outputs": [entry(r) for r in attrs["body_outputs"]],
             "outputs": [int(row_ptr[nid]) + j for j in range(len(attrs["output_index"]))],
-            "output_index": [int(k) for k in attrs["output_index"]]}
+            "output_index": [int(k) for k in attrs["output_index"]], "num_carried": n}
 
 
 def program(graph_json: dict, order: list | None = None) -> list:

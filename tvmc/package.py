@@ -506,14 +506,21 @@ def _check_plan(origin: str, g: dict) -> None:
 def _check_loop(nid: int, node: dict, check_ref, type_of, num_nodes: int, bad) -> None:
     """A `tvmc_loop` node (tvmc.graph.executor_json): its body after it, and the types the
     executors copy between match (trip count int64 scalar, conditions bool scalars, each carried
-    value one type from the initial value through the body)."""
+    value one type from the initial value through the body; a scan output, body output 1 + k for
+    output index k >= num_carried, is the body's per-iteration type with a leading axis)."""
     attrs, what = node["attrs"], f"loop node {nid} ('{_short(node['name'], 40)}')"
     n = int(attrs["num_carried"])
     begin, end = attrs["body_nodes"]
+    scans = len(attrs["body_outputs"]) - 1 - n
     if not nid < begin <= end <= num_nodes or len(node["inputs"]) < 2 + n or len(attrs["body_inputs"]) != 2 + n \
-            or len(attrs["body_outputs"]) != 1 + n or len(attrs["output_index"]) != int(attrs["num_outputs"]) \
-            or any(k >= n for k in attrs["output_index"]):
+            or scans < 0 or len(attrs["output_index"]) != int(attrs["num_outputs"]) \
+            or any(k >= n + scans for k in attrs["output_index"]):
         bad(f"{what} has an inconsistent body")
+    for j, k in enumerate(attrs["output_index"]):
+        if k >= n:
+            (shape, dtype), (per, per_dtype) = type_of([nid, j]), type_of(attrs["body_outputs"][1 + k])
+            if list(shape[1:]) != list(per) or dtype != per_dtype:
+                bad(f"{what}: scan output {k - n} is {dtype}{shape}, not its body value {per_dtype}{per} stacked")
     for ref in attrs["body_inputs"] + attrs["body_outputs"]:
         check_ref(ref, num_nodes, what)
     scalars = [type_of(r) for r in node["inputs"][:2] + attrs["body_inputs"][:2] + attrs["body_outputs"][:1]]
@@ -521,9 +528,9 @@ def _check_loop(nid: int, node: dict, check_ref, type_of, num_nodes: int, bad) -
         bad(f"{what}: trip count and conditions must be int64 and bool scalars")
     carried = [type_of(r) for r in node["inputs"][2:2 + n]]
     if [type_of(r) for r in attrs["body_inputs"][2:]] != carried or \
-            [type_of(r) for r in attrs["body_outputs"][1:]] != carried or \
-            [type_of([nid, j]) for j in range(len(attrs["output_index"]))] != \
-            [carried[k] for k in attrs["output_index"]]:
+            [type_of(r) for r in attrs["body_outputs"][1:1 + n]] != carried or \
+            [type_of([nid, j]) for j, k in enumerate(attrs["output_index"]) if k < n] != \
+            [carried[k] for k in attrs["output_index"] if k < n]:
         bad(f"{what}: a loop-carried value changes type")
 
 

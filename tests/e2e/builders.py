@@ -219,3 +219,136 @@ def shufflenet_style(seed: int = 0, size: int = 32, stages=((64, 2), (128, 2)), 
     b.nodes[-1].output[0] = "logits"
     return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
                    [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], "shufflenet_style")
+
+
+def _i64(b: _Builder, arr, prefix: str = "i") -> str:
+    """An int64 initializer of `b` (shapes, axes, indices)."""
+    nm = b.name(prefix)
+    b.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=np.int64), nm))
+    return nm
+
+
+def gpt2_prefill(seed: int = 0, hidden: int = 64, heads: int = 4, layers: int = 2, vocab: int = 256,
+                 max_pos: int = 256, mask: str = "slice") -> onnx.ModelProto:
+    """A GPT-2-style decoder prefill (opset 17) as Hugging Face exports it, over a symbolic
+    sequence length: input 'input_ids' int64 [1, 'seq'] (dim_param seq, at most `max_pos`); output
+    'logits' float32 [1, seq, vocab].
+
+    Token embeddings Gather(wte, ids); positions Range(0, seq, 1) from Shape(input_ids), then
+    Gather(wpe, positions); per layer (pre-norm): LayerNormalization, one fused QKV MatMul + Add
+    split into three, heads by Reshape to [1, seq, heads, hidden / heads] (shape computed from Shape)
+    and Transpose, scores Q K^T / sqrt(head dim), the causal mask (mask='slice': Slice of the constant
+    lower-triangular [max_pos, max_pos] bool buffer to [seq, seq], as GPT-2's `bias` buffer;
+    mask='trilu': Trilu(upper=0) of a ConstantOfShape([seq, seq]) of ones), Where(mask, scores,
+    -3.4e38), Softmax, context MatMul, merge, projection, residual; LayerNormalization, the tanh GELU
+    MLP of 4 * hidden (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))), residual; final
+    LayerNormalization and the LM head tied to wte (MatMul with wte^T)."""
+    b = _Builder(seed)
+    dh = hidden // heads
+
+    def ln(x):
+        return b.node("LayerNormalization", [x, b.const(b.rng.uniform(0.8, 1.2, hidden)),
+                                             b.const(b.rng.standard_normal(hidden) * 0.05)], axis=-1, epsilon=1e-5)
+
+    def dense(x, cin, cout):
+        w = b.const(b.rng.standard_normal((cin, cout)) * 0.02 * np.sqrt(768 / cin))
+        return b.node("Add", [b.node("MatMul", [x, w]), b.const(b.rng.standard_normal(cout) * 0.02)])
+
+    wte = b.const(b.rng.standard_normal((vocab, hidden)) * 0.1)
+    shape = b.node("Shape", ["input_ids"])
+    seq = b.node("Gather", [shape, _i64(b, 1)], axis=0)  # scalar
+    seq1 = b.node("Unsqueeze", [seq, _i64(b, [0])])
+    pos = b.node("Range", [_i64(b, 0), seq, _i64(b, 1)])
+    pos = b.node("Unsqueeze", [pos, _i64(b, [0])])
+    x = b.node("Add", [b.node("Gather", [wte, "input_ids"]),
+                       b.node("Gather", [b.const(b.rng.standard_normal((max_pos, hidden)) * 0.05), pos])])
+    if mask == "slice":
+        tril = b.name("bias")
+        b.inits.append(numpy_helper.from_array(np.tril(np.ones((max_pos, max_pos), bool)), tril))
+        causal = b.node("Slice", [tril, _i64(b, [0, 0]), b.node("Concat", [seq1, seq1], axis=0), _i64(b, [0, 1])])
+    elif mask == "trilu":
+        ones = b.node("ConstantOfShape", [b.node("Concat", [seq1, seq1], axis=0)],
+                      value=numpy_helper.from_array(np.array([1], np.int64)))
+        causal = b.node("Cast", [b.node("Trilu", [ones], upper=0)], to=TensorProto.BOOL)
+    else:
+        raise ValueError(f"mask must be 'slice' or 'trilu', got {mask!r}")
+    split = b.node("Concat", [_i64(b, [1]), seq1, _i64(b, [heads, dh])], axis=0)
+    merge = b.node("Concat", [_i64(b, [1]), seq1, _i64(b, [hidden])], axis=0)
+    neg = b.const(np.float32(-3.4e38))
+    for _ in range(layers):
+        qkv = dense(ln(x), hidden, 3 * hidden)
+        q, k, v = (b.name("qkv") for _ in range(3))
+        b.nodes.append(helper.make_node("Split", [qkv, _i64(b, [hidden] * 3)], [q, k, v], axis=-1))
+        q, k, v = (b.node("Transpose", [b.node("Reshape", [t, split])], perm=p)
+                   for t, p in ((q, [0, 2, 1, 3]), (k, [0, 2, 3, 1]), (v, [0, 2, 1, 3])))
+        scores = b.node("Div", [b.node("MatMul", [q, k]), b.const(np.float32(np.sqrt(dh)))])
+        probs = b.node("Softmax", [b.node("Where", [causal, scores, neg])], axis=-1)
+        ctx = b.node("Reshape", [b.node("Transpose", [b.node("MatMul", [probs, v])], perm=[0, 2, 1, 3]), merge])
+        x = b.node("Add", [x, dense(ctx, hidden, hidden)])
+        h = dense(ln(x), hidden, 4 * hidden)
+        inner = b.node("Mul", [b.node("Add", [h, b.node("Mul", [b.node("Pow", [h, b.const(np.float32(3.0))]),
+                                                                 b.const(np.float32(0.044715))])]),
+                               b.const(np.float32(np.sqrt(2 / np.pi)))])
+        gelu = b.node("Mul", [b.node("Mul", [h, b.const(np.float32(0.5))]),
+                              b.node("Add", [b.const(np.float32(1.0)), b.node("Tanh", [inner])])])
+        x = b.node("Add", [x, dense(gelu, 4 * hidden, hidden)])
+    b.node("MatMul", [ln(x), b.node("Transpose", [wte], perm=[1, 0])])
+    b.nodes[-1].output[0] = "logits"
+    return b.model([helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seq", vocab])],
+                   "gpt2_prefill", opset=17)
+
+
+def crnn(seed: int = 0, channels=(16, 32, 48, 64), hidden: int = 32, classes: int = 37,
+         lstm_layers: int = 2) -> onnx.ModelProto:
+    """A CRNN text recognizer (Shi, Bai and Yao 2015, "An End-to-End Trainable Neural Network for
+    Image-based Sequence Recognition"), narrowed, opset 14: input 'image' float32 [1, 1, 32,
+    'width'] (dim_param width); output 'logits' float32 ['steps', 1, classes] with steps = width / 4 - 1
+    per the stack below.
+
+    Conv 3x3 c0 + ReLU, MaxPool 2x2 (H 16); Conv 3x3 c1 + ReLU, MaxPool 2x2 (H 8); Conv 3x3 c2 +
+    BN + ReLU, Conv 3x3 c2 + ReLU, MaxPool (2, 1) stride (2, 1) (H 4); Conv 3x3 c3 + BN + ReLU,
+    MaxPool (2, 1) (H 2); Conv 2x2 valid c3 + BN + ReLU (H 1, W / 4 - 1). Squeeze the height,
+    Transpose to [T, 1, c3]; `lstm_layers` bidirectional LSTMs of `hidden` (Y [T, 2, 1, hidden]
+    -> Transpose -> Reshape [T, 1, 2 hidden] with shape [0, 0, -1]), a Linear (MatMul + Add) to
+    `hidden` between them and to `classes` after the last, per time step (the CTC logits)."""
+    b = _Builder(seed)
+    c0, c1, c2, c3 = channels
+
+    def conv(x, cin, cout, k=3, pad=1, bn=False):
+        w = b.const(b.rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k)))
+        y = b.node("Conv", [x, w, b.const(b.rng.standard_normal(cout) * 0.1)], kernel_shape=[k, k], pads=[pad] * 4)
+        if bn:
+            y = b.node("BatchNormalization", [y, b.const(b.rng.uniform(0.5, 1.5, cout)),
+                                              b.const(b.rng.standard_normal(cout) * 0.1),
+                                              b.const(b.rng.standard_normal(cout) * 0.1),
+                                              b.const(b.rng.uniform(0.5, 1.5, cout))], epsilon=1e-5)
+        return b.node("Relu", [y])
+
+    def pool(x, kh, kw):
+        return b.node("MaxPool", [x], kernel_shape=[kh, kw], strides=[kh, kw])
+
+    x = pool(conv("image", 1, c0), 2, 2)
+    x = pool(conv(x, c0, c1), 2, 2)
+    x = pool(conv(conv(x, c1, c2, bn=True), c2, c2), 2, 1)
+    x = pool(conv(x, c2, c3, bn=True), 2, 1)
+    x = conv(x, c3, c3, k=2, pad=0, bn=True)
+    x = b.node("Transpose", [b.node("Squeeze", [x, _i64(b, [2])])], perm=[2, 0, 1])  # [T, 1, c3]
+    cin = c3
+    for layer in range(lstm_layers):
+        s = 1.0 / np.sqrt(hidden)
+        w = b.const(b.rng.uniform(-s, s, (2, 4 * hidden, cin)))
+        r = b.const(b.rng.uniform(-s, s, (2, 4 * hidden, hidden)))
+        bias = b.const(b.rng.uniform(-s, s, (2, 8 * hidden)))
+        y = b.name("lstm")
+        b.nodes.append(helper.make_node("LSTM", [x, w, r, bias], [y], name=y, hidden_size=hidden,
+                                        direction="bidirectional"))
+        y = b.node("Reshape", [b.node("Transpose", [y], perm=[0, 2, 1, 3]), _i64(b, [0, 0, -1])])
+        cout = classes if layer == lstm_layers - 1 else hidden
+        w = b.const(b.rng.standard_normal((2 * hidden, cout)) / np.sqrt(2 * hidden))
+        x = b.node("Add", [b.node("MatMul", [y, w]), b.const(b.rng.standard_normal(cout) * 0.1)])
+        cin = cout
+    b.nodes[-1].output[0] = "logits"
+    return b.model([helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 32, "width"])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["steps", 1, classes])],
+                   "crnn", opset=14)

@@ -6,7 +6,8 @@ plan assigns to each intermediate. It calls the kernels in node order, so a whol
 is one native call (no per-operator overhead from Python or any other host). A run-time loop
 (`tvmc_loop` node, tvmc.graph.executor_json) becomes a loop here: while i < M and cond, store i
 and cond into the body's inputs, call the body's kernels, take the body's condition and copy its
-carried values back; then copy the final carried values to the loop's outputs. So the C API, the
+carried values back (a scan output's value to row i of its loop output); then copy the final
+carried values to the loop's outputs. So the C API, the
 C runner and the wasm module built on this entry run such graphs with no interpreter of their own.
 
 A graph with symbolic shapes (mod.json "size_vars") takes one more pointer after the data
@@ -85,14 +86,22 @@ def add_graph_entry(cg: CodeGenLLVM, graph_json: dict) -> None:
         b.store(cond, pointer(ins[1]))
         run(lp["calls"])
         nxt = b.load(pointer(outs[0]), typ=I8)
-        for dst, src in zip(ins[2:], outs[1:]):
+        n = lp.get("num_carried", len(ins) - 2)
+        for dst, src in zip(ins[2:], outs[1:1 + n]):
             copy(dst, src)
+        for dst, k in zip(lp["outputs"], lp["output_index"]):
+            if k >= n:  # a scan output: this iteration's value to row i of the loop output
+                src = outs[1 + k]
+                nbytes = math.prod(shapes[src]) * np.dtype(dtypes[src]).itemsize
+                row = b.gep(pointer(dst), [b.mul(i, I64(nbytes))], inbounds=True, source_etype=I8)
+                b.call(memcpy, [row, pointer(src), I64(nbytes), I1(0)])
         i.add_incoming(b.add(i, I64(1)), b.block)
         cond.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(done)
         for dst, k in zip(lp["outputs"], lp["output_index"]):
-            copy(dst, ins[2 + k])
+            if k < n:
+                copy(dst, ins[2 + k])
 
     run(program(graph_json))
     b.ret_void()

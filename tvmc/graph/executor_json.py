@@ -56,7 +56,7 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
     its body Graph after FuseOps + PlanMemory}. Each loop is one node {"op": "tvmc_loop", "inputs":
     [trip count, cond, initial carried..., captured...], "attrs": {"num_outputs", "num_carried",
     "output_index": [carried value k of each output], "body_nodes": [begin, end), "body_inputs":
-    [iteration, cond, carried...], "body_outputs": [cond, carried...]}} (entries as [node, index,
+    [iteration, cond, carried...], "body_outputs": [cond, carried..., scan outputs...]}} (entries as [node, index,
     0]); its body's nodes come after the main graph's (the body's iteration, condition and carried
     inputs are {"op": "tvmc_loop_var"} nodes; the captured tensors are read where the main graph
     keeps them), their storage ids after the main graph's. The executors run a node range with

@@ -203,16 +203,21 @@ class LoopBody:
     graph.inputs:  iteration (int64 scalar), condition (bool scalar), the `num_carried`
                    loop-carried values, then the captured outer-scope tensors (read only)
     graph.outputs: the next condition (bool scalar), then the next loop-carried values (each of
-                   its input's type)
+                   its input's type), then the `num_scan` scan outputs (one static-shaped value per
+                   iteration, stacked on a new axis 0)
     The `control.loop` calls of the main graph take (trip count int64 scalar, condition bool
     scalar, initial carried values..., captured tensors...) and hold the body in attrs["body"];
-    attrs["index"] k says which final carried value a call gives (all of one body are one loop).
-    Compared and hashed by identity.
+    attrs["index"] k says which final carried value a call gives (all of one body are one loop),
+    k >= num_carried scan output k - num_carried, whose length attrs["length"] is the trip count
+    as an int or a symbolic expression of the graph's size variables (tvmc.graph.symbolic: a
+    loop over a symbolic sequence, whose stacked output is planned at the bound). Compared and
+    hashed by identity.
     """
 
-    def __init__(self, graph: "Graph", num_carried: int, name: str):
+    def __init__(self, graph: "Graph", num_carried: int, name: str, num_scan: int = 0):
         self.graph = graph
         self.num_carried = num_carried
+        self.num_scan = num_scan
         self.name = name
 
     def __repr__(self):

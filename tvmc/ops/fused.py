@@ -178,9 +178,13 @@ def _plain_var(d):
 
 def _size_buckets(anchor, target):
     """(graph SizeVar, bucket starts) where a CPU schedule defines size buckets for the anchor
-    (tvmc.tir.buckets): nn.dense_pack over symbolic rows (dense_pack_buckets) and nn.softmax over
-    a symbolic last axis (softmax_buckets); None elsewhere or where no start falls in the range."""
-    from tvmc.ops.cpu.dense import dense_pack_buckets
+    (tvmc.tir.buckets): nn.dense_pack and nn.matmul over symbolic rows (dense_pack_buckets,
+    matmul_buckets), nn.softmax over
+    a symbolic last axis (softmax_buckets) and nn.conv2d_nchwc over a symbolic output width of one
+    variable (conv2d_nchwc_buckets); None elsewhere or where no start falls in the range."""
+    from tvmc.graph import symbolic
+    from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_buckets
+    from tvmc.ops.cpu.dense import dense_pack_buckets, matmul_buckets
     from tvmc.ops.cpu.reduction import softmax_buckets
 
     if target.gpu or not isinstance(anchor, Call) or not isinstance(anchor.op, str):
@@ -191,6 +195,12 @@ def _size_buckets(anchor, target):
     elif anchor.op == "nn.softmax" and anchor.attrs.get("axis", -1) in (-1, len(anchor.shape) - 1):
         var = _plain_var(anchor.shape[-1])
         starts = var and softmax_buckets(var, target)
+    elif anchor.op == "nn.matmul" and not anchor.attrs.get("padded"):
+        var = _plain_var(anchor.shape[-2])
+        starts = var and matmul_buckets(upper_workload(anchor), target, var)
+    elif anchor.op == "nn.conv2d_nchwc" and len(symbolic.free_vars([anchor.shape[3]])) == 1:
+        (var,) = symbolic.free_vars([anchor.shape[3]])
+        starts = conv2d_nchwc_buckets(upper_workload(anchor), target, var, anchor.shape[3])
     else:
         return None
     return (var, starts) if starts else None
@@ -375,6 +385,18 @@ class LoweredKernel:
     node: str
 
 
+def _stop_symbolic(f, anchor, e):
+    """Raise the ScheduleError of fused Function `f` (anchor call `anchor`) whose compute or schedule
+    failed with `e` on its symbolic extents: the kernel, the op, the node and the variables."""
+    from tvmc.graph import symbolic
+
+    node = (anchor.name if anchor is not None else "") or "?"
+    raise ScheduleError(f"kernel {f.name} ({anchor.op_name if anchor is not None else '?'} of node "
+                        f"'{node}') does not compile with symbolic extents "
+                        f"({symbolic.describe_vars(_graph_size_vars(f))}) yet: {type(e).__name__}: "
+                        f"{str(e).strip()[:200]}; compile one size per artifact") from e
+
+
 def lower_functions(functions, target, config_lookup=None, progress=None) -> list:
     """The compile pipeline's lower stage: every fused Function through lower_fused, in order
     ([LoweredKernel]). `progress(stage, done, total)` is called after each ("lower"). Raises
@@ -387,18 +409,15 @@ def lower_functions(functions, target, config_lookup=None, progress=None) -> lis
         try:
             anchor = anchor_call(f)
             prim = lower_fused(f, target, config_lookup)
-        except (TVMCError, RecursionError):
-            raise
+        except (TVMCError, RecursionError) as e:
+            # a schedule step's own ScheduleError (compute_at's unbounded region) names no kernel
+            if not isinstance(e, ScheduleError) or f.name in str(e) or not _graph_size_vars(f):
+                raise
+            _stop_symbolic(f, anchor, e)
         except Exception as e:  # a schedule's own bug or a workload it did not foresee: name the kernel
             node = (anchor.name if anchor is not None else "") or "?"
-            used = _graph_size_vars(f)
-            if used:  # an op whose compute or schedule does not take symbolic extents yet
-                from tvmc.graph import symbolic
-
-                raise ScheduleError(f"kernel {f.name} ({anchor.op_name if anchor is not None else '?'} of node "
-                                    f"'{node}') does not compile with symbolic extents "
-                                    f"({symbolic.describe_vars(used)}) yet: {type(e).__name__}: "
-                                    f"{str(e).strip()[:200]}; compile one size per artifact") from e
+            if _graph_size_vars(f):  # an op whose compute or schedule does not take symbolic extents yet
+                _stop_symbolic(f, anchor, e)
             raise ScheduleError(f"kernel {f.name} (node '{node}'): lowering failed: "
                                 f"{type(e).__name__}: {str(e).strip()[:200]}") from e
         flops = task_flops(anchor.op, upper_workload(anchor), tuple(i.dtype for i in anchor.inputs))

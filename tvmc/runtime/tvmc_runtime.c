@@ -457,6 +457,8 @@ struct tvmc_model {
   int32_t num_vars;
   size_var_t *vars;
   int64_t *sizes; /* the variables' values: pointers[num_entries], what the kernels take */
+  int64_t *shaped_at; /* the values the entries' run-time shapes were last evaluated at */
+  int shaped;         /* whether shaped_at holds them (runs at the same sizes skip eval_shapes) */
 #endif
 };
 
@@ -565,9 +567,16 @@ static int eval_dim(const tvmc_model *m, int64_t t, int64_t *out) {
 }
 
 /* Every symbolic entry's run-time shape (cur, cur_nbytes) from the variables' values, each
- * dimension checked against its bound (so every tensor fits its storage). */
+ * dimension checked against its bound (so every tensor fits its storage); nothing to do when the
+ * values are those of the last evaluation (the programs are read from the description's text). */
 static int eval_shapes(tvmc_model *m) {
   int64_t i, k, t;
+  int32_t v;
+  if (m->shaped) {
+    for (v = 0; v < m->num_vars && m->shaped_at[v] == m->sizes[v]; v++) {}
+    if (v == m->num_vars) return TVMC_OK;
+  }
+  m->shaped = 0;
   for (i = 0; i < m->num_entries; i++) {
     entry_t *e = &m->entries[i];
     uint64_t nbytes = dtypes[e->dtype].size;
@@ -587,6 +596,8 @@ static int eval_shapes(tvmc_model *m) {
     }
     e->cur_nbytes = nbytes;
   }
+  for (v = 0; v < m->num_vars; v++) m->shaped_at[v] = m->sizes[v];
+  m->shaped = 1;
   return TVMC_OK;
 }
 #endif
@@ -606,7 +617,8 @@ static int read_description(tvmc_model *m) {
     m->num_vars = (int32_t)toks[arr].size;
     m->vars = (size_var_t *)alloc_in(&m->blocks, sizeof(size_var_t) * (size_t)(m->num_vars + 1), 8);
     m->sizes = (int64_t *)alloc_in(&m->blocks, sizeof(int64_t) * (size_t)(m->num_vars + 1), 8);
-    if (!m->vars || !m->sizes) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
+    m->shaped_at = (int64_t *)alloc_in(&m->blocks, sizeof(int64_t) * (size_t)(m->num_vars + 1), 8);
+    if (!m->vars || !m->sizes || !m->shaped_at) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
     for (i = 0, k = arr + 1; i < m->num_vars; i++, k = toks[k].next) {
       size_var_t *v = &m->vars[i];
       int64_t name = j_get(s, toks, k, "name"), lo = j_get(s, toks, k, "lo"), hi = j_get(s, toks, k, "hi");

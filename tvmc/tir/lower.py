@@ -20,7 +20,8 @@ def lower(sch: Schedule, args, name: str, partition: bool = True) -> PrimFunc:
 
     Symbolic extents (SizeVars in the tensors' shapes, tvmc.te.extent) make loops of symbolic
     extent; the SizeVars become the kernel's int64 arguments after its buffers (PrimFunc.size_vars,
-    in the order they first appear in the arguments' shapes), and the guards of splits that may
+    in the order they first appear in the arguments' shapes, then those that only the computes read,
+    e.g. a value computed from a size), and the guards of splits that may
     not divide are lifted out of the iterations that need none (tvmc.tir.partition), unless
     `partition` is False (GPU kernels: the guards stay where they are, tvmc.tir.gpu).
 
@@ -79,6 +80,9 @@ class _Lowering:
         unknown = [v.name for v in used if v not in size_vars]
         if unknown:
             raise ScheduleError(f"{self.name}: size variable(s) {', '.join(unknown)} appear in no argument's shape")
+        # a value computed from a size variable (shape_to_tensor, arange's start) reads it in a body only
+        values = xt.size_vars([getattr(st.op, "body", None) for st in self.sch.stages])
+        size_vars += [v for v in values if v not in size_vars]
         if not size_vars:
             return PrimFunc(self.name, params, simplify_stmt(body))
         body = simplify_stmt(body)

@@ -213,12 +213,35 @@ def _run_time_loop(ctx, inputs, body, opset):
               Var(importer.unique_name(f"{ctx.name}:{names[1]}"), TensorType((), "bool"))]
     params += [Var(importer.unique_name(f"{ctx.name}:{n}"), v.type) for n, v in zip(names[2:], carried)]
     outs = importer.convert_graph(body, opset, dict(zip(names, params)), f"Loop '{ctx.name}' body")
+    trip = reshape(ctx, inputs[0], ()) if inputs and inputs[0] is not None \
+        else ctx.const(np.array(np.iinfo(np.int64).max, np.int64), "M")
+    if trip.dtype != "int64":
+        raise ctx.error(f"trip count M has dtype {trip.dtype}, expected int64")
+    cond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
+    first = _flag(ctx, cond) if cond is not None else True
+    first = ctx.const(np.array(first), "cond") if isinstance(first, bool) else first
+    return run_time_loop(ctx, params, outs, trip, first, carried)
+
+
+def run_time_loop(ctx, params, outs, trip, first, carried, num_scan: int = 0, length=None) -> tuple:
+    """`control.loop` calls of a body built by a converter: `params` its Vars (iteration int64,
+    condition bool, one per carried value), `outs` its results (condition, next carried values,
+    then `num_scan` per-iteration scan values of static shapes), `trip` and `first` the trip count
+    (int64 scalar) and initial condition (bool scalar) exprs, `carried` the initial values;
+    `length`: the trip count as an int or symbolic expression, the scan outputs' first axis. The
+    outer-scope tensors the body reads (those that depend on none of its Vars, constants aside)
+    become captured inputs. Returns the final carried values, then the stacked scan outputs."""
+    n_carried = len(carried)
     go = _flag(ctx, outs[0])
     outs = [ctx.const(np.array(go), "cond") if isinstance(go, bool) else go] + list(outs[1:])
-    for k, (a, b) in enumerate(zip(outs[1:], carried)):
+    for k, (a, b) in enumerate(zip(outs[1:1 + n_carried], carried)):
         if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype or a.type.is_dynamic:
             raise ctx.error(f"loop-carried value {k} changes from {b.type} to {a.type}; a run-time trip count "
                             f"needs one static type per carried value")
+    for k, s in enumerate(outs[1 + n_carried:]):
+        if s.type.is_dynamic or getattr(s.type, "is_symbolic", False):
+            raise ctx.error(f"scan output {k} ({s.type}) of a run-time loop needs a static type per iteration")
+    importer = ctx.importer
     # what the body reads from outside: tensors that depend on none of its inputs, except constants
     inner = set(params)
     for e in post_order(outs):
@@ -235,18 +258,12 @@ def _run_time_loop(ctx, inputs, body, opset):
                             f"not supported in a run-time Loop")
     holes = {e: Var(importer.unique_name(f"{ctx.name}:captured"), e.type) for e in captured}
     graph = rewrite(Graph(params, outs), lambda e, _: holes.get(e))
-    loop_body = LoopBody(Graph(params + list(holes.values()), graph.outputs), n_carried, ctx.name)
-    trip = reshape(ctx, inputs[0], ()) if inputs and inputs[0] is not None \
-        else ctx.const(np.array(np.iinfo(np.int64).max, np.int64), "M")
-    if trip.dtype != "int64":
-        raise ctx.error(f"trip count M has dtype {trip.dtype}, expected int64")
-    cond = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
-    first = _flag(ctx, cond) if cond is not None else True
-    first = ctx.const(np.array(first), "cond") if isinstance(first, bool) else first
-    args = [trip, first] + carried + captured
+    loop_body = LoopBody(Graph(params + list(holes.values()), graph.outputs), n_carried, ctx.name, num_scan)
+    args = [trip, first] + list(carried) + captured
+    extra = {} if not num_scan else {"length": length}
     try:
-        return tuple(make_call("control.loop", args, {"body": loop_body, "index": k}, name=ctx.name)
-                     for k in range(n_carried))
+        return tuple(make_call("control.loop", args, {"body": loop_body, "index": k, **extra}, name=ctx.name)
+                     for k in range(n_carried + num_scan))
     except ModelError as e:
         raise importer.error(str(e)) from None
 

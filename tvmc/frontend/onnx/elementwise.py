@@ -264,7 +264,7 @@ def Pow(ctx, node, inputs, attrs, opset):
     if y.dtype != x.dtype:
         y = ctx.derived(y, "as_" + x.dtype, lambda v: v.astype(x.dtype)) if is_const(y) \
             else ctx.call("cast", [y], {"dtype": x.dtype})
-    if is_const(y) and y.value.size == 1 and np.broadcast_shapes(x.shape, y.shape) == tuple(x.shape):
+    if is_const(y) and y.value.size == 1 and len(y.shape) <= len(x.shape):  # x's shape is the result's
         e = float(y.value.reshape(()))
         if e in (1.0, 2.0, 3.0, 4.0):  # small integer exponents as products: exact, and defined for x < 0
             out = x

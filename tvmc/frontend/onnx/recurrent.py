@@ -1,8 +1,13 @@
 """ONNX converters, sequence and recurrent group: RNN, GRU and LSTM unrolled over their static
-sequence length onto our own matmul and elementwise kernels.
+sequence length onto our own matmul and elementwise kernels, or over a symbolic sequence length
+(tvmc.graph.symbolic: a CRNN's width, a sentence's length) run as a loop at run time.
 
 The input projection X W^T + Wb runs as one matmul over all steps; each step adds H R^T + Rb
 (a matmul) and applies the gates' elementwise math, which FuseOps fuses into one kernel per step.
+With a symbolic sequence length the step is the body of a run-time loop (`control.loop`, trip
+count the length, tvmc.frontend.onnx.control_flow.run_time_loop): the states are its carried
+values, its step reads row i of the projected input and its output H is a scan output stacked
+into Y [seq, batch, hidden], planned at the bound.
 Directions forward, reverse and bidirectional; sequence_lens (steps past a sequence's length
 keep its state and output 0; reverse runs over each sequence's own length); initial states;
 LSTM peepholes and input_forget; clip; every activation the ONNX spec lists, with
@@ -15,6 +20,8 @@ import numpy as np
 
 from tvmc.frontend.onnx.common import reshape, scalar
 from tvmc.frontend.onnx.registry import converter
+from tvmc.graph import symbolic
+from tvmc.graph.ir import TensorType, Var
 
 # activation -> (our ops builder, default alpha, default beta); builders take (ctx, x, alpha, beta)
 _ACTIVATIONS = {
@@ -144,6 +151,14 @@ class _Unroll:
             if wb is not None:
                 xw = ctx.call("add", [xw, wb])
             states = [self.state0(self.init_h, d)] + [self.state0(s, d) for s in extra_states]
+            if symbolic.is_symbolic(self.seq):
+                y, states = self._loop(step, d, xw, states)
+                if self.reverse[d]:
+                    y = self._reverse(y)
+                ys.append(reshape(ctx, y, (self.seq, 1, self.batch, self.hidden)))
+                for k, s in enumerate(states):
+                    finals[k].append(reshape(ctx, s, (1, self.batch, self.hidden)))
+                continue
             outs = []
             for t in range(self.seq):
                 xw_t = ctx.call("strided_slice", [xw], {"begin": (t * self.batch, 0),
@@ -172,6 +187,31 @@ class _Unroll:
             y = ctx.call("transpose", [y], {"axes": (2, 0, 1, 3)})
             finals = [ctx.call("transpose", [f], {"axes": (1, 0, 2)}) for f in finals]
         return y, finals
+
+    def _loop(self, step, d, xw, states):
+        """Direction d over a symbolic sequence: a run-time loop of seq iterations whose body reads
+        row i of the projected input xw [seq * batch, gates * hidden], runs `step` on the carried
+        states and gives H (0 past a sequence's length) as its scan output. Returns (Y [seq, batch,
+        hidden], final states)."""
+        ctx = self.ctx
+        from tvmc.frontend.onnx.control_flow import run_time_loop
+
+        name = ctx.importer.unique_name
+        i = Var(name(f"{ctx.name}:step"), TensorType((), "int64"))
+        cond = Var(name(f"{ctx.name}:cond"), TensorType((), "bool"))
+        carried = [Var(name(f"{ctx.name}:state"), s.type) for s in states]
+        rows = reshape(ctx, xw, (self.seq, self.batch, xw.shape[1]))
+        new = step(d, ctx.call("take", [rows, i], {"axis": 0}), carried)
+        out = new[0]
+        if self.lens is not None:
+            live = reshape(ctx, ctx.call("less", [i, ctx.call("cast", [self.lens], {"dtype": "int64"})]),
+                           (self.batch, 1))
+            out = ctx.call("where", [live, new[0], scalar(ctx, new[0], 0, "zero")])
+            new = [ctx.call("where", [live, n, s]) for n, s in zip(new, carried)]
+        trip = ctx.call("shape_to_tensor", [], {"values": (self.seq,), "shape": (), "dtype": "int64"})
+        results = run_time_loop(ctx, [i, cond] + carried, [cond] + list(new) + [out], trip,
+                                ctx.const(np.array(True), "cond"), states, num_scan=1, length=self.seq)
+        return results[-1], list(results[:-1])
 
     def _reverse(self, x):
         """x [seq, batch, ...] reversed in time (each sequence within its own length when given)."""

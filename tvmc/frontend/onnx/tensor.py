@@ -62,12 +62,25 @@ def _copied_zeros(ctx, in_shape, shape, allowzero) -> list:
 def _resolve_symbolic_reshape(ctx, in_shape, shape, allowzero) -> tuple:
     """_resolve_reshape where the input shape or the target holds symbolic dimensions: the -1 is
     the element count divided by the product of the others, which must divide it exactly, and
-    the target's element count must be provably the input's (tvmc.graph.symbolic)."""
+    the target's element count must be provably the input's (tvmc.graph.symbolic). Dimensions
+    the target shares with the input (a copied 0, the same expression) cancel before dividing, so
+    [t, 1, 2, 32] -> [0, 0, -1] gives 64 with t = w // 4 - 1."""
     out = _copied_zeros(ctx, in_shape, [d if symbolic.is_symbolic(d) else int(d) for d in shape], allowzero)
     total = prod(in_shape)
     if -1 in out:
+        rest, others = list(in_shape), []
+        for d in out:
+            if isinstance(d, int) and d == -1:
+                continue
+            same = next((k for k, e in enumerate(rest) if symbolic.is_symbolic(d) and symbolic.can_prove_equal(d, e)),
+                        None)
+            if same is None:
+                others.append(d)
+            else:
+                rest.pop(same)
+        known = prod(others)
+        inferred = symbolic.floordiv(prod(rest), known) if known != 0 else None
         known = prod([d for d in out if not (isinstance(d, int) and d == -1)])
-        inferred = symbolic.floordiv(total, known) if known != 0 else None
         if inferred is None or not symbolic.can_prove_equal(inferred * known, total):
             raise ctx.error(f"cannot reshape {fmt_dims(in_shape)} to {list(shape)}: {known} does not provably divide "
                             f"the element count {total} ({symbolic.describe_vars((total, known))})")
@@ -710,15 +723,22 @@ def SpaceToDepth(ctx, node, inputs, attrs, opset):
 @converter(14)
 def Trilu(ctx, node, inputs, attrs, opset):
     """ONNX Trilu(x[..., N, M], k = 0; upper = 1) -> where(mask, x, 0) with the constant [N, M]
-    mask j - i >= k (upper) or j - i <= k (lower)."""
+    mask j - i >= k (upper) or j - i <= k (lower). With a symbolic N or M (tvmc.graph.symbolic) the
+    mask is computed: arange(M)[None, :] - arange(N)[:, None] compared with k."""
     x = inputs[0]
     if len(x.shape) < 2:
         raise ctx.error(f"input '{ctx.input_name(0)}' {x.type} must have rank >= 2")
     k = int(ctx.constant(inputs, 1, "k").reshape(())) if len(inputs) > 1 and inputs[1] is not None else 0
     n, m = x.shape[-2:]
+    upper = int(attrs.get("upper", 1))
+    if symbolic.is_symbolic(n) or symbolic.is_symbolic(m):
+        rows, cols = (ctx.call("arange", [], {"start": 0, "step": 1, "length": d, "dtype": "int64"}) for d in (n, m))
+        diff = ctx.call("subtract", [reshape(ctx, cols, (1, m)), reshape(ctx, rows, (n, 1))])
+        mask = ctx.call("greater_equal" if upper else "less_equal", [diff, ctx.const(np.array(k, np.int64), "k")])
+        return ctx.call("where", [mask, x, scalar(ctx, x, 0, "zero")])
     ctx.check_constant(x.shape if is_const(x) else (n, m), x.dtype if is_const(x) else "bool", "its mask")
     diff = np.arange(m)[None, :] - np.arange(n)[:, None]
-    mask = diff >= k if int(attrs.get("upper", 1)) else diff <= k
+    mask = diff >= k if upper else diff <= k
     if is_const(x):
         return np.where(mask, x.value, np.zeros((), x.dtype))
     return ctx.call("where", [ctx.const(mask, "mask"), x, scalar(ctx, x, 0, "zero")])

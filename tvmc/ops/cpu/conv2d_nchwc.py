@@ -153,6 +153,29 @@ def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple
     return best
 
 
+def conv2d_nchwc_buckets(workload, target, var, ow) -> list:
+    """Where the size buckets (tvmc.tir.buckets) of a conv2d_nchwc whose output width `ow` (an
+    expression of graph SizeVar `var` alone, nondecreasing in it) is symbolic start, as values of
+    `var`: where OW reaches each width from 2 to 8 and the fallback tile_ow of the upper-bound
+    `workload`. Below the bound's tile every column would fall in the guarded partial tile; each
+    bucket takes the fallback of its own upper bound instead (OW itself up to R columns), so the
+    narrow widths of a CRNN's last layers run a tile of exactly their width (conv stack at width
+    16, one thread: no buckets 97 us, buckets at 8 and the tile 58, these 48; static 38 with
+    Winograd). The starts that fall inside var's range."""
+    from tvmc.graph import symbolic
+
+    grouped = dict(workload[-1]).get("groups", 1) != 1
+    _, weight, out = workload[:3]
+    tile_ow = conv2d_nchwc_config(workload, target).fallback_config()["tile_ow"] if not grouped else \
+        group_conv2d_nchwc_config(workload, target).fallback_config()["tile_ow"]
+    starts = []
+    for width in sorted({2, 3, 4, 5, 6, 7, 8, tile_ow}):
+        first = next((v for v in range(var.lo, var.hi + 1) if symbolic.substitute(ow, {var.name: v}) >= width), None)
+        if first is not None and var.lo < first <= var.hi:
+            starts.append(first)
+    return sorted(set(starts))
+
+
 def conv2d_nchwc_config(workload, target) -> ConfigSpace:
     """Config space of nn.conv2d_nchwc for workload (data shape, weight shape, out shape, dtype, attrs):
     tile_ow among the divisors of OW up to num_vector_registers and every width in [R/2, R]

@@ -57,6 +57,7 @@ from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile, rolls_ic_inner
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
+from tvmc.te.extent import same_shape
 
 # Most vector registers of a target where Winograd is the default, and its output tile (see the
 # module docstring).
@@ -239,7 +240,7 @@ def schedule_conv2d_winograd(s, out, anchor, cfg, target):
     pad = next((t for t in tile.op.input_tensors() if t.op is not None), None)
     parallel = worth_parallel(gemm)  # the transforms too: each is a pass over a GEMM operand
     keep = [gemm, tile] + ([pad] if pad is not None else [])
-    reshaped = tuple(out.shape) != tuple(anchor.shape)
+    reshaped = not same_shape(out.shape, anchor.shape)
     inline_injective(s, out, keep=keep + ([anchor] if reshaped else []))
     if pad is not None:
         schedule_blocked_loops(s, pad, target)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_gemm_tiles, schedule_tiled_reduction, worth_parallel
+from tvmc.te.extent import same_shape
 
 
 def dense_config(workload, target) -> ConfigSpace:
@@ -39,7 +40,7 @@ def schedule_dense(s, out, anchor, cfg, target):
     tile_n vector partial sums over k (tile_k lanes) reduced across the lanes and stored
     through the epilogue; with tile_k = 1 each output is a scalar dot product, tile_n of them
     unrolled."""
-    if cfg["tile_k"] == 1 or tuple(out.shape) != tuple(anchor.shape):
+    if cfg["tile_k"] == 1 or not same_shape(out.shape, anchor.shape):
         m, n = anchor.op.axis
         schedule_tiled_reduction(s, out, anchor, tiles={n: cfg["tile_n"]}, vector_axis=None, unroll_axes=(n,),
                                  parallel_depth=2, target=target)
@@ -101,6 +102,15 @@ def matmul_config(workload, target) -> ConfigSpace:
     space.define_split("tile_j", n, fallback=tile_j, max_factor=64)
     space.define_split("tile_i", m, fallback=tile_i, max_factor=16)
     return space
+
+
+def matmul_buckets(workload, target, rows) -> list:
+    """Where the size buckets of an nn.matmul with symbolic rows M start (tvmc.tir.buckets), as
+    dense_pack_buckets: M = 1, then 2 up to the upper bound's tile_i - 1 (one tile of as many
+    rows), then tile_i rows per tile; the starts inside M's range (below the bound's tile, every
+    row would otherwise compute a whole tile: the LM head of a prefill at one token did 8)."""
+    tile_i = matmul_config(workload, target).fallback_config()["tile_i"]
+    return [x for x in sorted({2, tile_i}) if rows.lo < x <= rows.hi]
 
 
 def schedule_matmul(s, out, anchor, cfg, target):
@@ -172,7 +182,7 @@ def schedule_dense_pack(s, out, anchor, cfg, target):
     epilogue is applied to the tile as it is stored."""
     padded = next((t for t in anchor.op.input_tensors() if t.op is not None and t.op.reduce_axis), None)
     bn = next(t for t in (padded or anchor).op.input_tensors() if t.ndim == 3).shape[2]  # the packed weight
-    if tuple(out.shape) != tuple(anchor.shape):  # an epilogue that reshapes: anchor kept at root
+    if not same_shape(out.shape, anchor.shape):  # an epilogue that reshapes: anchor kept at root
         m, n = anchor.op.axis
         schedule_tiled_reduction(s, out, anchor, tiles={n: bn}, vector_axis=n, parallel_depth=1, target=target)
         return

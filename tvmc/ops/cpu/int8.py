@@ -42,6 +42,7 @@ from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_gemm_tiles, worth_parallel
 from tvmc.tir.tensorize import DotU8S8Intrin
+from tvmc.te.extent import same_shape
 
 BLOCK_N = 16  # int32 lanes of one dot-product step: the output channels of a packed weight block
 BLOCK_K = 4   # u8 x s8 products summed into each lane per step
@@ -172,7 +173,7 @@ def schedule_dense_u8s8(s, out, anchor, cfg, target):
         schedule_elementwise_loops(s, pad, target)
     # an epilogue that reshapes, or fewer columns than one tile (the split would clamp the tile
     # below whole blocks of 16, e.g. a classifier of 10): the product at root
-    if tuple(out.shape) != tuple(anchor.shape) or (product is not anchor and
+    if not same_shape(out.shape, anchor.shape) or (product is not anchor and
                                                    anchor.shape[1] < BLOCK_N * cfg["tile_nb"]):
         inline_injective(s, out, keep=[product, *keep])
         st = s[product]
@@ -331,7 +332,7 @@ def schedule_conv2d_nchwc_u8s8(s, out, anchor, cfg, target):
     keep = [pad] if pad is not None else []
     if pad is not None:
         schedule_blocked_loops(s, pad, target)
-    if tuple(out.shape) != tuple(anchor.shape):
+    if not same_shape(out.shape, anchor.shape):
         inline_injective(s, out, keep=[anchor, *keep])
         st = s[anchor]
         n, oco, oh, ow, oci = st.op.axis

@@ -92,7 +92,7 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_ax
     symbolic = not _static_work(anchor)
     work = macs(anchor) if symbolic else None
     inline_injective(s, out, keep=[anchor, *keep])
-    if tuple(out.shape) != tuple(anchor.shape) and not corner:
+    if not xt.same_shape(out.shape, anchor.shape) and not corner:
         # the epilogue changes the shape: keep the anchor at root, the rest elementwise
         _schedule_root_reduction(s, anchor, vector_axis, reduce_order)
         schedule_elementwise_loops(s, out, target)
@@ -188,7 +188,8 @@ def _check_anchor_axes(anchor, tiles, vector_axis, unroll_axes, reduce_order, un
 
 def schedule_window_reduction(s, out, red, target):
     """NCHW window reductions (pooling, LRN): the padded input materialized once, output rows
-    tiled along W by the largest divisor of OW that fits a vector, (n, c) rows in parallel."""
+    tiled along W by the largest divisor of OW that fits a vector (a symbolic OW: a vector's
+    lanes, the last tile partial), (n, c) rows in parallel."""
     from tvmc.ops.cpu.injective import schedule_elementwise_loops
 
     pad = next((t for t in red.op.input_tensors() if t.op is not None), None)
@@ -196,7 +197,10 @@ def schedule_window_reduction(s, out, red, target):
         schedule_elementwise_loops(s, pad, target)
     n, c, oh, ow = red.op.axis
     lanes = target.vector_lanes(out.dtype)
-    tile_ow = max(f for f in range(1, min(ow.extent, lanes) + 1) if ow.extent % f == 0)
+    if isinstance(ow.extent, int):
+        tile_ow = max(f for f in range(1, min(ow.extent, lanes) + 1) if ow.extent % f == 0)
+    else:  # a symbolic width (tvmc.te.extent): vectors of `lanes` columns and a guarded tail
+        tile_ow = lanes
     schedule_tiled_reduction(s, out, red, tiles={ow: tile_ow}, vector_axis=ow, parallel_depth=2, target=target,
                              keep=[pad] if pad is not None else ())
 
