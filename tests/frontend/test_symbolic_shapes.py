@@ -353,17 +353,20 @@ def test_unnamed_dimension_takes_a_range_from_input_shapes():
     assert g.outputs[0].shape == (1, sym.size_var("x_1", 1, 256))
 
 
-def test_symbolic_compile_stops_before_lowering_for_other_targets():
-    """The CPU and wasm targets compile symbolic shapes (tests/e2e/test_symbolic_e2e.py); OpenCL
-    and CUDA stop here."""
+def test_a_backend_without_symbolic_shapes_stops_before_lowering(monkeypatch):
+    """Every shipped backend compiles symbolic shapes (OpenCL and CUDA too:
+    tests/e2e/test_symbolic_gpu.py); one whose `symbolic_shapes` is False stops here, naming the
+    first symbolic kernel, the target and the --input-shapes of one size."""
+    from tvmc.backends import backend_for
     from tvmc.driver import CompileOptions, compile_model
     from tvmc.target import resolve_target
 
+    target = resolve_target("opencl")
+    monkeypatch.setattr(type(backend_for(target)), "symbolic_shapes", False)
     options = CompileOptions(opt_level=3, dim_ranges={"batch": (1, 8), "seq": "1..64"})
     with pytest.raises(ScheduleError, match=r"^kernel fused_\w+ \(\w+ of node '\w+', \w+\[.*seq.*\]\) has extents that "
                                            r"depend on .*seq in 1..64.*: symbolic compilation reaches the graph IR but "
-                                           r"not code generation for target 'opencl' yet \(CPU and wasm targets "
-                                           r"only\); compile one size per artifact instead, e.g. "
-                                           r"--input-shapes \"input_ids:\[8,64\] attention_mask:\[8,64\]\" \(without "
-                                           r"--dim-range\)$"):
-        compile_model(bert_model(), resolve_target("opencl"), options)
+                                           r"not code generation for target 'opencl' yet; compile one size per "
+                                           r"artifact instead, e.g. --input-shapes \"input_ids:\[8,64\] "
+                                           r"attention_mask:\[8,64\]\" \(without --dim-range\)$"):
+        compile_model(bert_model(), target, options)
