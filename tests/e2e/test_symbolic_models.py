@@ -229,11 +229,40 @@ def test_crnn_memory_plan_at_most_the_static_plan_at_the_bound(tmp_path_factory)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["arm", "wasm"])
+@pytest.mark.parametrize("target", ["arm", "wasm", "opencl"])
 def test_ported_models_one_artifact_every_size(target, tmp_path_factory):
     """GPT-2 prefill (seq 1, 33, 256) and CRNN (width 16, 37, 301) on arm under qemu-user (the C
-    runner) and on wasm (wasmtime), one artifact per model."""
+    runner), on wasm (wasmtime) and on OpenCL (PoCL), one artifact per model."""
     t = require(target).target
+    model = gpt2_prefill(layers=1)
+    check_sizes(model, compiled(model, t, tmp_path_factory, "gpt2", dim_ranges=GPT_RANGE), gpt_feeds, [1, 33, 256],
+                create_executor, tol=dict(rtol=1e-4, atol=1e-4))
+    model = crnn(lstm_layers=1)
+    check_sizes(model, compiled(model, t, tmp_path_factory, "crnn", dim_ranges=CRNN_RANGE), crnn_feeds, [16, 37, 301],
+                create_executor)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target_name", ["cuda", "cuda-sm90"])
+def test_ported_models_compile_for_cuda_and_ptxas_accepts_them(target_name):
+    """GPT-2 prefill and CRNN (one layer each) compiled over their ranges for CUDA: ptxas
+    assembles every kernel (mod.cubin) and the kernels that need the sizes take them."""
+    from tvmc.codegen.nvptx import assembler_missing
+
+    target = resolve_target(target_name)
+    reason = assembler_missing(target)
+    if reason:
+        pytest.skip(reason)
+    for model, ranges in ((gpt2_prefill(layers=1), GPT_RANGE), (crnn(lstm_layers=1), CRNN_RANGE)):
+        art = compile_model(model, target, CompileOptions(dim_ranges=ranges))
+        assert "mod.cubin" in art.device_binaries and art.graph_json["size_args"]
+
+
+@pytest.mark.cuda
+def test_ported_models_on_the_gpu(tmp_path_factory):
+    """GPT-2 prefill (seq 1, 33, 256) and CRNN (width 16, 37, 301) on the CUDA executor, one
+    artifact per model (runs where an NVIDIA GPU is lent)."""
+    t = require("cuda").target
     model = gpt2_prefill(layers=1)
     check_sizes(model, compiled(model, t, tmp_path_factory, "gpt2", dim_ranges=GPT_RANGE), gpt_feeds, [1, 33, 256],
                 create_executor, tol=dict(rtol=1e-4, atol=1e-4))
