@@ -33,6 +33,33 @@ const timed = async (fn) => {
   return performance.now() - t0;
 };
 
+// Does this engine compute i32x4.relaxed_dot_i8x16_i7x16_add_s as the relaxed-SIMD proposal says
+// (lane i: c[i] + the sum of a[4i + j] b[4i + j], b in [0, 127], where no engine may differ)?
+// A module of one function: v128 at 48 = relaxed_dot(v128 at 0, v128 at 16, v128 at 32).
+// null: the engine refuses relaxed SIMD; else {ok, got, expected}.
+const probeRelaxedDot = async () => {
+  const bytes = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0, 5, 3, 1, 0, 1, 7, 13, 2,
+    3, 114, 117, 110, 0, 0, 3, 109, 101, 109, 2, 0, 10, 31, 1, 29, 0, 65, 48, 65, 0, 253, 0, 4, 0, 65, 16, 253, 0, 4,
+    0, 65, 32, 253, 0, 4, 0, 253, 147, 2, 253, 11, 4, 0, 11]);
+  let instance;
+  try {
+    ({ instance } = await WebAssembly.instantiate(bytes));
+  } catch {
+    return null;
+  }
+  const buf = instance.exports.mem.buffer;
+  const a = [-128, 127, -5, 100, 3, -77, 60, -1, 127, 127, -128, -128, 9, 8, 7, 6];
+  const b = [127, 127, 1, 0, 5, 9, 100, 127, 127, 127, 127, 127, 0, 1, 2, 3];
+  const c = [1000, -7, 0, 5];
+  new Int8Array(buf, 0, 16).set(a);
+  new Int8Array(buf, 16, 16).set(b);
+  new Int32Array(buf, 32, 4).set(c);
+  instance.exports.run();
+  const got = Array.from(new Int32Array(buf, 48, 4));
+  const expected = c.map((ci, l) => ci + [0, 1, 2, 3].reduce((s, j) => s + a[4 * l + j] * b[4 * l + j], 0));
+  return { ok: got.every((g, l) => g === expected[l]), got, expected };
+};
+
 const results = [];
 for (const m of manifest.models) {
   const inputs = {};
@@ -73,4 +100,5 @@ for (const m of manifest.models) {
     ort_outputs: ortOutputs, sites: bySite });
   await session.release();
 }
-console.log(JSON.stringify({ node: process.version, onnxruntime_web: ort.env.versions.web, results }));
+console.log(JSON.stringify({ node: process.version, v8: process.versions.v8, onnxruntime_web: ort.env.versions.web,
+  relaxed_dot: await probeRelaxedDot(), results }));
