@@ -9,6 +9,7 @@ packages, onnxruntime)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import tempfile
 from pathlib import Path
 
@@ -100,3 +101,26 @@ def test_bench_mjs_runs_int8_builds_beside_onnxruntime_web(bench_model, tmp_path
     err = float(np.abs(np.asarray(r["sites"]["int8"]["outputs"]["logits"]) - ref).max())
     assert err <= step * 1.0001, err
     assert len(r["sites"]["float"]["outputs"]["logits"]) == 10
+
+
+def test_wasm_graph_entry_calls_its_kernels(bench_model, tmp_path):
+    """On wasm the kernels stay functions of their own that tvmc_graph_run calls (WasmBackend.
+    kernels_noinline: V8 compiles one function holding the whole graph worse): the entry's
+    assembly calls every kernel of the int8 CNN (inlined, LLVM merges the small ones into it)."""
+    from tvmc.driver import CompileOptions
+
+    _, _, qmodel, _ = bench_model
+    module = _compile_wasm(qmodel, CompileOptions(opt_level=3, dump_ir=("asm",), dump_dir=str(tmp_path)))
+    kernels = {n["attrs"]["func_name"] for n in module.graph_json["nodes"] if n["op"] == "tvm_op"}
+    asm = (tmp_path / "mod.s").read_text()
+    entry = asm[asm.index("tvmc_graph_run:"):]
+    entry = entry[:entry.index("end_function")]
+    called = set(re.findall(r"^\s+call\s+(\S+)", entry, re.M))
+    assert kernels <= called, f"not called from tvmc_graph_run: {sorted(kernels - called)}"
+
+
+def _compile_wasm(model, options):
+    from tvmc.driver import compile_model
+    from tvmc.target import resolve_target
+
+    return compile_model(model, resolve_target("wasm"), options)
