@@ -106,7 +106,9 @@ def test_bench_mjs_runs_int8_builds_beside_onnxruntime_web(bench_model, tmp_path
 def test_wasm_graph_entry_calls_its_kernels(bench_model, tmp_path):
     """On wasm the kernels stay functions of their own that tvmc_graph_run calls (WasmBackend.
     kernels_noinline: V8 compiles one function holding the whole graph worse): the entry's
-    assembly calls every kernel of the int8 CNN (inlined, LLVM merges the small ones into it)."""
+    assembly calls every kernel of the int8 CNN (inlined, LLVM merges the small ones into it). And
+    the requantize epilogues' uint8 -> float32 conversions stay vector operations
+    (codegen.llvm.UINT_TO_FLOAT_BY_BITS: no f32.convert_i32_u of one extracted lane at a time)."""
     from tvmc.driver import CompileOptions
 
     _, _, qmodel, _ = bench_model
@@ -117,6 +119,7 @@ def test_wasm_graph_entry_calls_its_kernels(bench_model, tmp_path):
     entry = entry[:entry.index("end_function")]
     called = set(re.findall(r"^\s+call\s+(\S+)", entry, re.M))
     assert kernels <= called, f"not called from tvmc_graph_run: {sorted(kernels - called)}"
+    assert not re.search(r"extract_lane_u\s+\d+\s+f32\.convert_i32_u", asm), "a uint8 -> float conversion per lane"
 
 
 def _compile_wasm(model, options):
@@ -124,3 +127,31 @@ def _compile_wasm(model, options):
     from tvmc.target import resolve_target
 
     return compile_model(model, resolve_target("wasm"), options)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16"])
+def test_wasm_unsigned_to_float_cast_is_exact_and_vectorized(dtype, tmp_path):
+    """Vector uint8 / uint16 -> float32 casts on wasm (the requantize epilogues' float32(uint8(...)))
+    by the mantissa trick (codegen.llvm.uint_to_float_by_bits): every value of the type exactly,
+    under wasmtime."""
+    from onnx import TensorProto, helper
+
+    from tvmc.driver import CompileOptions
+    from tvmc.runtime import create_executor, device_missing
+    from tvmc.package import save_artifact
+
+    reason = device_missing("wasm")
+    if reason:
+        pytest.skip(f"target wasm: {reason}")
+    x = np.arange(np.iinfo(dtype).max + 1).astype(dtype).reshape(-1, 256)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], "cast",
+        [helper.make_tensor_value_info("x", elem, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    module = _compile_wasm(model, CompileOptions(opt_level=3))
+    ex = create_executor(save_artifact(module, tmp_path / "mod.tar"))
+    ex.set_input("x", x)
+    ex.run()
+    np.testing.assert_array_equal(ex.get_output(0), x.astype(np.float32))

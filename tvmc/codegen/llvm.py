@@ -48,6 +48,11 @@ SIZE_T_BITS = {"wasm32": 32}
 # a compare of <N x half> vectors, on which the wasm32 backend of llvmlite's LLVM never returns
 # (instruction selection loops), and the vector `llvm.convert.from.fp16` fails an assertion there.
 HALF_BY_BITS = ("wasm32",)
+# Architectures whose vector uint8 / uint16 -> float conversions are spelled by the mantissa trick
+# (uint_to_float_by_bits) instead of `uitofp`: LLVM folds uitofp(zext x) into a uitofp of the
+# narrow vector, which llvmlite's LLVM 22 scalarizes on wasm32 (an extract_lane and an
+# f32.convert_i32_u per lane: the requantize epilogues of the int8 kernels).
+UINT_TO_FLOAT_BY_BITS = ("wasm32",)
 MAX_UNROLL = 64
 # Largest stack array for a local buffer of symbolic size (sized for its upper bound)
 MAX_SYMBOLIC_STACK_BYTES = 1 << 16
@@ -249,6 +254,7 @@ class CodeGenLLVM:
         self.module.triple = target.triple
         self.size_t = ir.IntType(SIZE_T_BITS.get(target.arch, 64))
         self.half_by_bits = target.arch in HALF_BY_BITS
+        self.uint_to_float_by_bits = target.arch in UINT_TO_FLOAT_BY_BITS
         self.device = DEVICE_TABLES.get(target.arch)
         self._outlined = 0
         self._rolled = 0
@@ -1042,6 +1048,9 @@ class CodeGenLLVM:
         if isinstance(e, Not):
             return b.not_(args[0])
         if isinstance(e, Cast):
+            if self.uint_to_float_by_bits and e.value.dtype in ("uint8", "uint16") and \
+                    e.dtype in ("float32", "float64") and isinstance(args[0].type, ir.VectorType):
+                return _cast(b, uint_to_float_by_bits(b, args[0]), "float32", e.dtype)
             return _cast(b, args[0], e.value.dtype, e.dtype, self.half_by_bits)
         if isinstance(e, Call) and e.name == "reinterpret":
             return _reinterpret(b, args[0], e.args[0].dtype, e.dtype, self.half_by_bits)
@@ -1176,6 +1185,15 @@ def _operands(e):
 def _like(ty, element):
     """`element`, or a vector of it with as many lanes as `ty` when `ty` is a vector type."""
     return ir.VectorType(element, ty.count) if isinstance(ty, ir.VectorType) else element
+
+
+def uint_to_float_by_bits(b, v):
+    """<N x i8> or <N x i16> `v` (unsigned) -> <N x float>, exactly, in integer operations: x
+    zero-extended to int32 and or-ed into the mantissa of 2^23 (the bits 0x4B000000 | x are the
+    float 2^23 + x for x < 2^23), minus 2^23 (UINT_TO_FLOAT_BY_BITS)."""
+    i32v, f32v = ir.VectorType(I32, v.type.count), ir.VectorType(ir.FloatType(), v.type.count)
+    bits = b.or_(b.zext(v, i32v), ir.Constant(i32v, [0x4B000000] * v.type.count))
+    return b.fsub(b.bitcast(bits, f32v), ir.Constant(f32v, [float(1 << 23)] * v.type.count))
 
 
 def _cast(b, v, src: str, dst: str, half_by_bits: bool = False):
