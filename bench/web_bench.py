@@ -3,7 +3,7 @@
 For each model (ResNet-18, MobileNetV2, the BERT-style encoder, SqueezeNet, Inception v1, an MLP),
 compile it for the wasm target with `--output-format web`, then bench/web/bench.mjs runs it with
 tvmc.js and with onnxruntime-web (npm, bench/web: wasm backend, SIMD, one thread, graph
-optimization 'all') on the same inputs: 3 warm-up runs each, then `--repeat` timed runs
+optimization 'all') on the same inputs: warm-up runs each (bench.mjs's WARMUP), then `--repeat` timed runs
 interleaved, medians. For reference the same model compiled for this host (`native`) runs one
 thread in this process. Prints a Markdown table (ratio = tvmc-wasm / onnxruntime-web, geometric
 mean of the ratios), whether the outputs agree, the sizes of mod.wasm, tvmc.js and
@@ -179,7 +179,7 @@ def main_int8(args, node: str) -> int:
              "`wasm` + features=+relaxed-simd (i32x4.relaxed_dot_i8x16_i7x16_add_s, Node flag "
              f"{args.node_flags}), `float` = the float model for `wasm`. onnxruntime-web: the int8 model, wasm "
              "backend, SIMD, numThreads 1, graphOptimizationLevel all. One Node process; each round runs each "
-             f"once, interleaved; medians of {args.repeat} rounds after 3 warm-up runs. Load average "
+             f"once, interleaved; medians of {args.repeat} rounds after {doc['warmup']} warm-up runs. Load average "
              f"{load_before[0]:.2f} before, {load_after[0]:.2f} after: this 2-core machine is shared with "
              "other jobs and loaded, so compare the ratios (measured side by side), not the times.", "",
              "| model | tvmc int8 ms | tvmc relaxed ms | tvmc float ms | ort-web int8 ms | int8 / ort | "
@@ -288,8 +288,9 @@ def main(argv=None) -> int:
     lines = [f"# tvmc wasm vs onnxruntime-web (Node {doc['node']}, onnxruntime-web {doc['onnxruntime_web']})", "",
              f"target `{args.target}` (features {' '.join(target.get('features', []))}), one thread; "
              f"onnxruntime-web: wasm backend, SIMD, numThreads 1, graphOptimizationLevel all; "
-             f"medians of {args.repeat} interleaved runs after 3 warm-up runs; native = this host's build "
-             f"(`native`, 1 thread, median of {NATIVE_RUNS}). Load average {load_before[0]:.2f} before, "
+             f"medians of {args.repeat} interleaved runs after {doc['warmup']} warm-up runs; "
+             f"native = this host's build (`native`, 1 thread, median of {NATIVE_RUNS}). "
+             f"Load average {load_before[0]:.2f} before, "
              f"{load_after[0]:.2f} after (other processes share this 2-core machine).", "",
              "| model | tvmc wasm ms | onnxruntime-web ms | ratio | tvmc native ms | mod.wasm KiB | outputs agree |",
              "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]

@@ -14,7 +14,10 @@ import { readFile } from "node:fs/promises";
 import { pathToFileURL } from "node:url";
 import * as ort from "onnxruntime-web";
 
-const WARMUP = 3;
+// untimed runs first: V8 starts each wasm function in its baseline compiler (Liftoff) and
+// compiles the hot ones with TurboFan in the background; with 3 the medians of onnxruntime-web's
+// large module still caught baseline code in some runs (resnet_style_64 int8: 2.0 to 6.6 ms)
+const WARMUP = 10;
 const TYPED = { float32: Float32Array, int64: BigInt64Array, int32: Int32Array, bool: Uint8Array, uint8: Uint8Array,
   int8: Int8Array };
 
@@ -101,4 +104,5 @@ for (const m of manifest.models) {
   await session.release();
 }
 console.log(JSON.stringify({ node: process.version, v8: process.versions.v8, onnxruntime_web: ort.env.versions.web,
+  warmup: WARMUP,
   relaxed_dot: await probeRelaxedDot(), results }));
