@@ -21,7 +21,8 @@
 # FLOP) of ResNet-18 and the BERT-style encoder for a GPU target (bench/kernels.py);
 # `make bench-dynamic` times range artifacts against one artifact per size and onnxruntime (bench/bench_dynamic.py, bench/results/symbolic_dynamic.md);
 # `make bench TARGET=wasm` times the wasm build in Node with tvmc.js beside onnxruntime-web
-# (bench/web_bench.py, bench/web/bench.mjs; writes bench/results/web_bench.md);
+# (bench/web_bench.py, bench/web/bench.mjs; writes bench/results/web_bench.md), with INT8=1 the int8
+# models against onnxruntime-web's int8 (bench/web_bench.py --int8; bench/results/web_bench_int8.md);
 # `make fuzz` runs tests/unit/test_fuzz.py with FUZZ_EXAMPLES random examples per fuzz test (the
 # fast derandomized sample runs in `make test`), the runtime's buffers between guard pages and
 # the C API's parsers under AddressSanitizer.
@@ -88,7 +89,9 @@ gpu-check:
 # TARGET=cuda: torch and onnx2torch come with the cuda-bench extra; onnxruntime's CUDA provider needs
 # onnxruntime-gpu in place of onnxruntime (pip uninstall onnxruntime; pip install onnxruntime-gpu).
 bench: install
-ifeq ($(TARGET),wasm)
+ifeq ($(TARGET)$(INT8),wasm1)
+	$(PYTHON) bench/web_bench.py --int8 --out bench/results/web_bench_int8.md
+else ifeq ($(TARGET),wasm)
 	$(PYTHON) bench/web_bench.py --out bench/results/web_bench.md
 else ifeq ($(TARGET),cuda)
 	$(PYTHON) -m pip install -e ".[cuda-bench]"

@@ -50,6 +50,8 @@ class SharedObjectBackend(Backend):
     symbolic_shapes = True
     # flags compiling the shipped C sources (the C API, the C runner): position-independent code
     cflags = ("-std=c99", "-O2", "-fPIC")
+    # whether the graph entry calls every kernel rather than letting LLVM inline them into it
+    kernels_noinline = False
 
     def c_flags(self, target) -> tuple:
         """The flags the C API and the C runner are compiled with for `target`."""
@@ -64,6 +66,9 @@ class SharedObjectBackend(Backend):
         progress = progress or (lambda stage, done, total: None)
         prims = [k.prim for k in kernels]
         cg = _module(prims, target)
+        if self.kernels_noinline:
+            for p in prims:
+                cg.module.get_global(p.name).attributes.add("noinline")
         progress("llvm", 0, 1)
         if graph_json is not None:
             info = described(graph_json, params)
@@ -230,6 +235,11 @@ class WasmBackend(SharedObjectBackend):
     # libc without files (wasi-libc's malloc and string functions, no stdio: a module that imports
     # nothing), its functions exported (clang hides wasm symbols by default)
     cflags = ("-std=c99", "-O2", "-DTVMC_RUNTIME_NO_FILES", "-fvisibility=default")
+    # Kernels inlined into tvmc_graph_run make one function of the whole graph, which V8 compiles
+    # worse (TurboFan, Node 20 --no-liftoff: the BERT-style int8 encoder 31 ms inlined, 23 ms as
+    # calls) and tiers up late (its first optimized run comes after many Liftoff runs of the
+    # graph); a call per kernel costs nothing measurable, and V8's CPU profiles name the kernels.
+    kernels_noinline = True
 
     def c_flags(self, target) -> tuple:
         """cflags plus the target's cpu and clang's -m<feature> / -mno-<feature> spellings of its
