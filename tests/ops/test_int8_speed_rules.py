@@ -157,3 +157,29 @@ def test_float_conv_fallback_tile_counts_the_registers_of_a_wide_block():
         narrow = conv2d_nchwc_config(((1, 1, 66, 66, ic_bn), (2, 1, 3, 3, ic_bn, 8), (1, 2, 64, 64, 8), "float32",
                                       attrs), AVX2).fallback
         assert narrow["tile_oc"] * narrow["tile_ow"] > accumulator_registers(AVX2, ic_bn) // 2
+
+
+def test_simplify_drops_the_exact_round_trip_of_a_clamped_integer_through_uint8():
+    """float32(uint8(v)) -> v where v is provably an integer in [0, 255] (a requantize's
+    min(max(round(y) + float32(zp), 0), 255) read back by the rescale fused after it), and only
+    there: without the round, with an int8 target range that 255 leaves, or through int32 from an
+    int32 cast (float32(2^31 - 1) rounds to 2^31, outside int32), the casts stay. Evaluated on the
+    edge values with numpy: the dropped round trip changes no value."""
+    from tvmc.te.expr import BinOp, Call, Cast, FloatImm, Var
+    from tvmc.tir.simplify import integral_bounds, simplify
+
+    y, zp = Var("y", "float32"), Var("zp", "int32")
+    clamped = BinOp("min", BinOp("max", BinOp("add", Call("round", [y], "float32"), Cast("float32", zp)),
+                                 FloatImm(0.0)), FloatImm(255.0))
+    assert integral_bounds(clamped) == (0.0, 255.0)
+    assert repr(simplify(Cast("float32", Cast("uint8", clamped)))) == repr(clamped)
+    kept = [Cast("float32", Cast("uint8", BinOp("min", BinOp("max", y, FloatImm(0.0)), FloatImm(255.0)))),
+            Cast("float32", Cast("int8", clamped)),
+            Cast("float32", Cast("int32", Cast("float32", zp)))]
+    for e in kept:
+        out = simplify(e)
+        assert isinstance(out, Cast) and isinstance(out.value, Cast), out
+    for v in (-3.5, -0.5, 0.5, 1.5, 2.5, 127.5, 254.5, 255.5, 1e9):
+        for z in (0, 7, 128):
+            exact = float(np.float32(np.clip(np.round(np.float32(v)) + np.float32(z), 0, 255)))
+            assert float(np.float32(np.uint8(exact))) == exact
