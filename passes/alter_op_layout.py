@@ -16,6 +16,7 @@ from tvmc.ops.registry import OpPattern, get_op, make_call
 from tvmc.passes.pass_infra import graph_pass
 
 NCHW = "NCHW"
+FLOAT32_EXACT_INT = 2 ** 24  # float32 holds every integer of magnitude below this (24-bit significand)
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 _DTYPES = ("float32", "float64")
 # quantize / dequantize / rescale / add: tensors (add: two) and the scales, shifts and zero points that
@@ -79,8 +80,9 @@ class _Rewriter:
     """
 
     def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True, pad_channels: int = 0,
-                 qnn_only: bool = False):
+                 qnn_only: bool = False, float_narrow_int8: bool = True):
         self.target = target
+        self.float_narrow_int8 = float_narrow_int8  # option float_narrow_int8 (qnn_conv2d_float)
         self.qnn_only = qnn_only    # GPU targets: the int8 rewrites and the layout flow of their outputs only
         self.pad_channels = pad_channels  # option pad_channels: pad O when the padding is <= O / this (0: never)
         self.winograd = winograd    # nn.conv2d Call -> Winograd tile (plan_winograd)
@@ -353,6 +355,10 @@ class _Rewriter:
         if not 0 <= pad_value <= 255:
             return None
         c = data.shape[1]
+        if c % BLOCK_K and self.float_narrow_int8 and not self.qnn_only:
+            out = self.qnn_conv2d_float(e)
+            if out is not None:
+                return out
         ib = self.data_block(data)
         if ib is None or ib % BLOCK_K:
             ib = next((b for b in (16, 8, 4) if c % b == 0), c)
@@ -375,6 +381,51 @@ class _Rewriter:
         corr = Constant(blocked_constant(term.astype(np.int32).reshape(-1, 1, 1), e.shape[1], BLOCK_N),
                         f"{name}_zero_point_term")
         return make_call("subtract", [product, corr]), out_layout
+
+    def qnn_conv2d_float(self, e: Call):
+        """A qnn.conv2d (groups 1, constant int8 weight, zero weight and constant input zero
+        points) whose input channels C are not a multiple of 4, where its products are exact in
+        float32 -> the float direct convolution nn.conv2d_nchwc on the integer values, cast back:
+
+            cast<int32>(conv2d_nchwc(float32(x) - x_zp, float32(w)))
+
+        The rule (AlterOpLayout option `float_narrow_int8`, 1; 0: off, the u8s8 kernel): a conv
+        with C % 4 != 0 (an image stem, C = 3) fills 3 of the 4 u8 x s8 products of every
+        dot-product step (the kernel pads each channel quad with a zero weight) and reads its data
+        in 3-byte groups; measured (resnet_style_cnn, 64 x 64 input, 3 -> 16 channels, 3x3, one
+        thread, a loaded machine) the u8s8 stem took 49 us on the AVX-512 VNNI build and 110 us on
+        x86-avx2 where the float stem took 25 and 40 us. The issue's rule for ops that do not win in
+        integers: they stay float between a dequantize and a quantize; here the float conv runs on
+        the dequantize's integer part (x - x_zp) and the int8 weights, so its output is the int32
+        accumulator of the integer conv, bit for bit, and what follows (bias add, requantize) is
+        unchanged. Exact because every partial sum is an integer of magnitude at most
+        max_o sum_{ic,kh,kw} |w[o]| x max |x - x_zp| < 2^24 (checked here on the constant weight;
+        float32 holds every integer below 2^24 and an FMA rounds once), whatever the summation
+        order; the direct form only (Winograd's transforms are not integer-exact). The padding
+        that nn.conv2d_nchwc adds is 0 = x_zp - x_zp, as the integer conv's. The output is NCHW16c,
+        as the u8s8 kernel's (its consumers read either without a layout_transform). None where
+        the bound fails (then the u8s8 kernel)."""
+        data, weight, x_zp, _ = e.inputs
+        zp = int(x_zp.value)
+        lo, hi = (0, 255) if data.dtype == "uint8" else (-128, 127)
+        reach = max(abs(lo - zp), abs(hi - zp))
+        w = weight.value.astype(np.int64)
+        if reach * int(np.abs(w).sum(axis=(1, 2, 3)).max()) >= FLOAT32_EXACT_INT:
+            return None
+        c = data.shape[1]
+        oc_bn = BLOCK_N  # the u8s8 kernels' output block (qnn_conv2d: O % 16 == 0): no layout_transform between
+        ic_bn = self.data_block(data) or self.block_of(c)
+        name = weight.name or "weight"
+        x = self.as_layout(data, blocked_layout(ic_bn))
+        xf = make_call("subtract", [make_call("cast", [x], {"dtype": "float32"}),
+                                    Constant(np.array(zp, np.float32), f"{name}_input_zero_point_f32")])
+        # the packed weight stays int8 in the params; a cast kernel widens it at run time (C x KH x KW x O elements)
+        packed = Constant(pack_weight(weight.value, ic_bn, oc_bn, False), f"{name}_OIHW{ic_bn}i{oc_bn}o")
+        packed = make_call("cast", [packed], {"dtype": "float32"})
+        attrs = {k: e.attrs[k] for k in ("strides", "padding", "dilation")}
+        attrs.update(groups=1, out_layout=blocked_layout(oc_bn))
+        conv = make_call("nn.conv2d_nchwc", [xf, packed], attrs, name=e.name)
+        return make_call("cast", [conv], {"dtype": "int32"}), blocked_layout(oc_bn)
 
     def qnn_requantize(self, e: Call):
         """qnn.requantize of a blocked accumulator keeps its layout: a scalar scale as is, a
@@ -527,7 +578,7 @@ def _measured_forms(graph: Graph, probe: "_Rewriter", lookup) -> dict:
 
 
 @graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1, "size_budget": 1.25,
-                                                       "grouped": 1, "pad_channels": 16})
+                                                       "grouped": 1, "pad_channels": 16, "float_narrow_int8": 1})
 def alter_op_layout(graph: Graph, ctx) -> Graph:
     """Store convolution activations channel-blocked and dense weights column-blocked on CPU
     targets (TVM's AlterOpLayout with topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc,
@@ -575,7 +626,10 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     zero point and O a multiple of 16 becomes qnn.conv2d_nchwc_u8s8 on NCHW[ib]c uint8 data (padded
     with the shifted input zero point), producing NCHW16c, minus its zero-point term (qnn_conv2d);
     qnn.requantize keeps the blocked layout (a per-channel scale through its `layout` attribute),
-    and qnn.quantize / qnn.dequantize pass it on as the binary ops do. Other qnn.conv2d (depthwise,
+    and qnn.quantize / qnn.dequantize pass it on as the binary ops do. Such a qnn.conv2d whose C is
+    not a multiple of 4 (an image stem) becomes instead, where its products are exact in float32,
+    the float nn.conv2d_nchwc on the integer values (x - x_zp, w), cast to int32
+    (qnn_conv2d_float; option `float_narrow_int8` 1, 0: the u8s8 kernel). Other qnn.conv2d (depthwise,
     grouped, asymmetric weights) stay NCHW on the generic kernels.
 
     Each nn.dense with a Constant [N, K] weight becomes nn.dense_pack with the weight packed
@@ -619,7 +673,8 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
         measured = _measured_forms(graph, probe, lookup)
         if measured:
             winograd = _plan_winograd(graph, target, min_block, override, budget, measured)
-    rw = _Rewriter(target, min_block, winograd, grouped, pad, qnn_only)
+    rw = _Rewriter(target, min_block, winograd, grouped, pad, qnn_only,
+                   bool(ctx.option("AlterOpLayout", "float_narrow_int8")))
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:

@@ -28,6 +28,9 @@ quantization = pytest.importorskip("onnxruntime.quantization", reason="quantize_
 
 # mod.params of an int8 model against its float original (issue 28: at most 0.3x)
 MAX_PARAMS_RATIO = 0.3
+# the kernel of a qnn.conv2d that AlterOpLayout's float_narrow_int8 rule runs as a float conv on its
+# integer values (x - x_zp, w; exact), its sums cast to int32 and requantized: a 3-channel stem
+INTEGER_VALUED_FLOAT_CONV = "nn_conv2d_nchwc_cast_"
 CNN_INPUT = (1, 3, 16, 16)
 
 
@@ -155,7 +158,9 @@ def _check_int8_model(qmodel, float_model, inputs: dict, expect_kernels: tuple, 
     """Compile (for `target` with `options`, default this host) and run `qmodel`: outputs within
     one quantization step of onnxruntime's (see the module docstring), mod.params at most
     MAX_PARAMS_RATIO of the float model's initializers, and the integer ops compiled as qnn
-    kernels (no float conv/dense/matmul kernel left)."""
+    kernels (no float conv/dense/matmul kernel left but a float conv on integer values, AlterOpLayout's
+    float_narrow_int8 rule for a conv of fewer than 4 / not a multiple of 4 input channels: its
+    kernel casts the exact sums to int32 and requantizes, `nn_conv2d_nchwc_cast_`)."""
     module = _compile(qmodel, target, options)
     got, params_bytes = _run(module, inputs)
     ref = onnxruntime_outputs(qmodel, inputs)
@@ -173,7 +178,8 @@ def _check_int8_model(qmodel, float_model, inputs: dict, expect_kernels: tuple, 
     names = kernel_names(module)
     for op in expect_kernels:
         assert any(op in k for k in names), f"no {op} kernel in {names}"
-    float_anchors = [k for k in names if any(f in k.replace(f"qnn_{f}", "") for f in ("conv2d", "dense", "matmul"))]
+    float_anchors = [k for k in names if any(f in k.replace(f"qnn_{f}", "") for f in ("conv2d", "dense", "matmul"))
+                     and INTEGER_VALUED_FLOAT_CONV not in k]
     assert not float_anchors, f"float kernels left: {float_anchors}"
     return module
 
@@ -185,9 +191,10 @@ def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
     MaxPool, QLinearMatMul, then DequantizeLinear and the float Add. QDQ: the same chains as
     DequantizeLinear -> Conv / MatMul -> QuantizeLinear (an int32 bias through DequantizeLinear),
     which FakeQuantizationToInteger turns into qnn ops (the MatMul into qnn.dense); MaxPool stays
-    float between a dequantize and a quantize. Both convs (symmetric int8 weights, 16 and 32 output
-    channels) run on the dot-product kernel (qnn.conv2d_nchwc_u8s8, AlterOpLayout), none on the
-    generic qnn.conv2d, and both formats' MatMul (a constant 2-D weight) on qnn.dense_u8s8."""
+    float between a dequantize and a quantize. The 16 -> 32 channel conv (symmetric int8 weights)
+    runs on the dot-product kernel (qnn.conv2d_nchwc_u8s8, AlterOpLayout), the 3-channel stem as a
+    float conv on its integer values (the float_narrow_int8 rule), none on the generic qnn.conv2d,
+    and both formats' MatMul (a constant 2-D weight) on qnn.dense_u8s8."""
     model = _cnn(seed=3)
     qmodel = expose_quantized(_quantize_static(model, fmt, per_channel))
     ops = {n.op_type for n in qmodel.graph.node}
@@ -195,7 +202,8 @@ def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
     x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
     module = _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d_nchwc_u8s8", "qnn_dense_u8s8"))
     convs = [k for k in kernel_names(module) if "qnn_conv2d" in k]
-    assert len(convs) == 2 and all("qnn_conv2d_nchwc_u8s8" in k for k in convs), convs
+    assert len(convs) == 1 and all("qnn_conv2d_nchwc_u8s8" in k for k in convs), convs
+    assert sum(INTEGER_VALUED_FLOAT_CONV in k for k in kernel_names(module)) == 1
 
 
 def test_quantize_static_resnet_style_has_no_float_chains_between_convs():
@@ -225,7 +233,7 @@ def test_quantize_static_resnet_style_has_no_float_chains_between_convs():
     ref = onnxruntime_outputs(qmodel, {"input": x})["logits"]
     assert np.abs(got["logits"] - ref).max() <= _dequantized_step(qmodel, "logits") * 1.0001
     names = kernel_names(module)
-    convs = [k for k in names if "qnn_conv2d" in k]
+    convs = [k for k in names if "qnn_conv2d" in k or INTEGER_VALUED_FLOAT_CONV in k]
     assert len(convs) == 6 and all("qnn_rescale" in k for k in convs), convs
     assert not any("qnn_dequantize" in k or "multiply" in k for k in convs[:-1]), convs
     pools = [k for k in names if "max_pool2d" in k]

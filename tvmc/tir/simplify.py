@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 
-from tvmc.te.expr import (INDEX, BinOp, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, SizeVar, Var,
-                          is_float, substitute, transform, walk)
+from tvmc.te.expr import (INDEX, BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, Not, PrimExpr, Select, SizeVar,
+                          Var, is_float, substitute, transform, walk)
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, Seq, Stmt, Store
 
 
@@ -323,6 +323,34 @@ def _divmod_linear(lin: Linear, c: int, ranges: dict):
     return q, r
 
 
+_INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
+               "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def integral_bounds(e: PrimExpr):
+    """(lo, hi) where the float expression `e` is provably an integer in [lo, hi] (or a NaN),
+    else None: round / floor / ceil of anything (unbounded), a float literal that is an integer,
+    and min / max of such expressions (a requantize's clamp: min(max(round(y), 0.0), 255.0) is an
+    integer in [0, 255])."""
+    if isinstance(e, FloatImm):
+        return (e.value, e.value) if math.isfinite(e.value) and e.value == int(e.value) else None
+    if isinstance(e, Call) and e.name in ("round", "floor", "ceil") and is_float(e.dtype):
+        return (-math.inf, math.inf)
+    if isinstance(e, Cast) and is_float(e.dtype) and e.value.dtype in _INT_RANGES:
+        lo, hi = _INT_RANGES[e.value.dtype]
+        return (lo, hi) if hi <= 2 ** 24 else (lo, hi + 1)  # float32(2^31 - 1) rounds up to 2^31
+    if isinstance(e, BinOp) and e.op in ("min", "max", "add", "sub") and is_float(e.dtype):
+        a, b = integral_bounds(e.a), integral_bounds(e.b)
+        if a is None or b is None:
+            return None
+        if e.op in ("add", "sub"):  # a float sum of integers rounds to an integer (past 2^24 all floats are)
+            lo, hi = (a[0] + b[0], a[1] + b[1]) if e.op == "add" else (a[0] - b[1], a[1] - b[0])
+            return (-math.inf, math.inf) if math.isnan(lo) or math.isnan(hi) else (lo, hi)
+        pick = min if e.op == "min" else max
+        return pick(a[0], b[0]), pick(a[1], b[1])
+    return None
+
+
 def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
     """Fold constants and canonicalize int64 index arithmetic.
 
@@ -410,6 +438,14 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
             return x.t if x.cond.value else x.f
         if isinstance(x, Let) and isinstance(x.value, (IntImm, FloatImm, Var)):  # nothing left to bind
             return simplify(substitute(x.body, {x.var: x.value}), ranges)
+        if isinstance(x, Cast) and isinstance(x.value, Cast) and x.dtype == x.value.value.dtype and \
+                is_float(x.dtype) and x.value.dtype in _INT_RANGES:
+            # float(int(v)) -> v where v is provably an integer within the int type's range: the
+            # round trip through the integer is exact (a requantize's uint8 result read back as
+            # float32 by the rescale fused after it: cvttps2dq, two packs, vpmovzxbd, cvtdq2ps)
+            bounds, (lo, hi) = integral_bounds(x.value.value), _INT_RANGES[x.value.dtype]
+            if bounds is not None and lo <= bounds[0] and bounds[1] <= hi:
+                return x.value.value
         if isinstance(x, Cast) and isinstance(x.value, (IntImm, FloatImm)):
             if is_float(x.dtype):
                 return FloatImm(float(x.value.value), x.dtype)

@@ -116,7 +116,7 @@ def rolls_ic_inner(target) -> bool:
     return target.fma_scalar_operand == "splat"
 
 
-def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple:
+def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int, vectors_per_block: int = 1) -> tuple:
     """(tile_oc, tile_ow), the fallback register tile for OW output columns, `oc_blocks` output
     channel blocks (O // oc_bn) and an input channel block of `ic_bn` (see the module docstring).
     Where the ISA's fma_scalar_operand is "splat", among tile_oc in the divisors of oc_blocks and
@@ -126,9 +126,14 @@ def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple
     tile_ow) (ties: the first, fewest blocks), and for one block (1, fallback_tile_ow(OW,
     num_vector_registers)); where it is "memory" or "register" (x86), of (1, fallback_tile_ow(OW,
     R)) and, for an even oc_blocks, (2, fallback_tile_ow(OW, R // 2)) where that tile divides OW,
-    the one with more multiply-adds per loaded operand; elsewhere (1, fallback_tile_ow(OW, R))."""
+    the one with more multiply-adds per loaded operand; elsewhere (1, fallback_tile_ow(OW, R)).
+    `vectors_per_block`: the vector registers one accumulator (oc_bn lanes) takes, oc_bn / the
+    target's lanes where the block is wider than a register (the float stem of an int8 model,
+    AlterOpLayout's qnn_conv2d_float, writes NCHW16c on AVX2: 16 accumulators of (1, 8) took
+    all 16 ymm and spilled, 101 us against 70 us for (1, 4) at 64 x 64); R is divided by it
+    on x86 and in the last case."""
     if target.fma_scalar_operand in ("memory", "register"):
-        regs = accumulator_registers(target, ic_bn)
+        regs = max(1, accumulator_registers(target, ic_bn) // vectors_per_block)
 
         def score(tile):  # multiply-adds per loaded operand, counting the guarded tile's useful columns
             tile_oc, tile_ow = tile
@@ -140,7 +145,7 @@ def fallback_register_tile(ow: int, oc_blocks: int, target, ic_bn: int) -> tuple
         # pair ran 15% slower than one block's (1, 7)
         return max((tile for tile in tiles if tile[0] == 1 or ow % tile[1] == 0), key=score)
     if target.fma_scalar_operand != "splat":
-        return 1, fallback_tile_ow(ow, accumulator_registers(target, ic_bn))
+        return 1, fallback_tile_ow(ow, max(1, accumulator_registers(target, ic_bn) // vectors_per_block))
     if oc_blocks == 1:  # (depthwise: its input is a vector load, not a splat) the accumulators alone
         return 1, fallback_tile_ow(ow, target.num_vector_registers)
     budget = target.num_vector_registers - target.reserved_vector_registers
@@ -184,9 +189,10 @@ def conv2d_nchwc_config(workload, target) -> ConfigSpace:
     larger than 1x1, `reorder_kernel_first`; fallbacks by fallback_register_tile."""
     _, weight, out = workload[:3]
     _, oc_chunk, oh, ow, _ = out
-    _, _, kh, kw, ic_bn, _ = weight
+    _, _, kh, kw, ic_bn, oc_bn = weight
     grouped = dict(workload[-1]).get("groups", 1) != 1
-    tile_oc, tile_ow = fallback_register_tile(ow, 1 if grouped else oc_chunk, target, ic_bn)
+    vectors = max(1, oc_bn // target.vector_lanes(workload[3]))
+    tile_oc, tile_ow = fallback_register_tile(ow, 1 if grouped else oc_chunk, target, ic_bn, vectors)
     space = _register_tile_knobs(ow, oh, tile_ow, target, ic_bn)
     if not grouped:
         space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_chunk % f == 0], fallback=tile_oc)
