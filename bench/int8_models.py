@@ -45,7 +45,8 @@ DEFAULT_TARGETS = "x86:features=+avx512vnni,x86-avx2"
 
 
 def parse_target(spec: str):
-    """"name" or "name:key=value[;key=value]" -> (name, target options)."""
+    """"name" or "name:key=value[;key=value]" -> (name, options): target options, and pass options
+    where the key names one ("Pass.option", e.g. x86-avx2:AlterOpLayout.int8_saturate=1)."""
     name, _, opts = spec.partition(":")
     return name, dict(o.split("=", 1) for o in opts.split(";") if o)
 
@@ -86,7 +87,9 @@ def build_tvmc(model, tmp: str, tag: str, target: str, target_options: dict, thr
     from tvmc.runtime import GraphExecutor
 
     t0 = time.perf_counter()
-    result = tvmc.compile(model, target, Path(tmp, f"{tag}.tar"), target_options=target_options, opt_level=3)
+    passes = {k: int(v) for k, v in target_options.items() if "." in k}  # Pass.option keys: --pass-config
+    result = tvmc.compile(model, target, Path(tmp, f"{tag}.tar"), opt_level=3, pass_config=passes,
+                          target_options={k: v for k, v in target_options.items() if "." not in k})
     compile_s = time.perf_counter() - t0
     ex = GraphExecutor(result.output)
     ex.set_num_threads(threads)

@@ -80,8 +80,9 @@ class _Rewriter:
     """
 
     def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True, pad_channels: int = 0,
-                 qnn_only: bool = False, float_narrow_int8: bool = True):
+                 qnn_only: bool = False, float_narrow_int8: bool = True, int8_saturate: bool = False):
         self.target = target
+        self.int8_saturate = int8_saturate  # option int8_saturate: vpmaddubsw pairs saturate (MLAS)
         self.float_narrow_int8 = float_narrow_int8  # option float_narrow_int8 (qnn_conv2d_float)
         self.qnn_only = qnn_only    # GPU targets: the int8 rewrites and the layout flow of their outputs only
         self.pad_channels = pad_channels  # option pad_channels: pad O when the padding is <= O / this (0: never)
@@ -125,6 +126,11 @@ class _Rewriter:
                 self.converted[key] = make_call("layout_transform", [new], {"src_layout": cur, "dst_layout": layout},
                                                 name=f"{getattr(old, 'name', '') or 'tensor'}_{layout}")
         return self.converted[key]
+
+    def pairs_in_int16(self, packed: np.ndarray) -> bool:
+        """The u8s8 kernels' pairs_in_int16 for packed int8 weights: tvmc.ops.cpu.int8.pairs_in_int16
+        (exact), or True under option int8_saturate."""
+        return self.int8_saturate or pairs_in_int16(packed)
 
     def block_of(self, channels: int) -> int:
         return channel_block_for(channels, self.max_block)
@@ -313,7 +319,7 @@ class _Rewriter:
         packed = pack_dense_u8s8_weight(weight.value)
         n = weight.shape[0]
         product = make_call("qnn.dense_u8s8", [x, Constant(packed, f"{weight.name or 'weight'}_u8s8")],
-                            {"units": n, "pairs_in_int16": pairs_in_int16(packed)}, name=e.name)
+                            {"units": n, "pairs_in_int16": self.pairs_in_int16(packed)}, name=e.name)
         colsum = weight.value.astype(np.int32).sum(axis=1)
         if isinstance(x_zp, Constant):
             term = (shift + int(x_zp.value)) * colsum
@@ -371,7 +377,8 @@ class _Rewriter:
         packed = pack_conv2d_u8s8_weight(weight.value, ib)
         name = weight.name or "weight"
         attrs = {k: e.attrs[k] for k in ("strides", "padding", "dilation")}
-        attrs.update(pad_value=pad_value, pairs_in_int16=pairs_in_int16(packed), out_layout=blocked_layout(BLOCK_N))
+        attrs.update(pad_value=pad_value, pairs_in_int16=self.pairs_in_int16(packed),
+                     out_layout=blocked_layout(BLOCK_N))
         product = make_call("qnn.conv2d_nchwc_u8s8", [x, Constant(packed, f"{name}_OIHW{ib}i16o_u8s8")], attrs,
                             name=e.name)
         term = pad_value * weight.value.astype(np.int32).sum(axis=(1, 2, 3))
@@ -578,7 +585,8 @@ def _measured_forms(graph: Graph, probe: "_Rewriter", lookup) -> dict:
 
 
 @graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1, "size_budget": 1.25,
-                                                       "grouped": 1, "pad_channels": 16, "float_narrow_int8": 1})
+                                                       "grouped": 1, "pad_channels": 16, "float_narrow_int8": 1,
+                                                       "int8_saturate": 0})
 def alter_op_layout(graph: Graph, ctx) -> Graph:
     """Store convolution activations channel-blocked and dense weights column-blocked on CPU
     targets (TVM's AlterOpLayout with topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc,
@@ -630,7 +638,12 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     not a multiple of 4 (an image stem) becomes instead, where its products are exact in float32,
     the float nn.conv2d_nchwc on the integer values (x - x_zp, w), cast to int32
     (qnn_conv2d_float; option `float_narrow_int8` 1, 0: the u8s8 kernel). Other qnn.conv2d (depthwise,
-    grouped, asymmetric weights) stay NCHW on the generic kernels.
+    grouped, asymmetric weights) stay NCHW on the generic kernels. Option `int8_saturate` (0): 1
+    lets the u8 x s8 pairs of vpmaddubsw (AVX2, AVX-512BW without VNNI) saturate to int16, one
+    vpmaddubsw per step whatever the weights, as onnxruntime's MLAS u8s8 kernels do on those CPUs
+    (their outputs then differ from the exact product where two large weights of one sign meet
+    large data; 7-bit weights, onnxruntime's reduce_range, never saturate); 0 keeps every form
+    exact (tvmc/ops/cpu/int8.py). VNNI, ARM, wasm and GPU forms are exact either way.
 
     Each nn.dense with a Constant [N, K] weight becomes nn.dense_pack with the weight packed
     here to [N//bn, K, bn] (TVM's dense_alter_op: dense -> dense_pack), bn chosen like oc_bn
@@ -674,7 +687,8 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
         if measured:
             winograd = _plan_winograd(graph, target, min_block, override, budget, measured)
     rw = _Rewriter(target, min_block, winograd, grouped, pad, qnn_only,
-                   bool(ctx.option("AlterOpLayout", "float_narrow_int8")))
+                   bool(ctx.option("AlterOpLayout", "float_narrow_int8")),
+                   bool(ctx.option("AlterOpLayout", "int8_saturate")))
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:

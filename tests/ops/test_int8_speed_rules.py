@@ -183,3 +183,22 @@ def test_simplify_drops_the_exact_round_trip_of_a_clamped_integer_through_uint8(
         for z in (0, 7, 128):
             exact = float(np.float32(np.clip(np.round(np.float32(v)) + np.float32(z), 0, 255)))
             assert float(np.float32(np.uint8(exact))) == exact
+
+
+def test_int8_saturate_lets_vpmaddubsw_pairs_saturate_as_mlas_does():
+    """AlterOpLayout.int8_saturate 1 marks every u8s8 kernel pairs_in_int16 (one vpmaddubsw per
+    step, saturating as onnxruntime's MLAS on AVX2), 0 (default) only where no pair can saturate;
+    with data that cannot saturate (|x| <= 1) both give the exact sums."""
+    rng = np.random.default_rng(4)
+    x = var("x", (1, 16, 6, 6), "uint8")
+    w = Constant(np.full((16, 16, 3, 3), 127, np.int8), "w")  # every pair 127 + 127: can saturate
+    before = Graph([x], [_qconv(x, w, 0)])
+
+    def marks(graph):
+        return [c.attrs["pairs_in_int16"] for c in graph.calls() if c.op == "qnn.conv2d_nchwc_u8s8"]
+
+    exact, saturating = _alter(before, AVX2), _alter(before, AVX2, **{"AlterOpLayout.int8_saturate": 1})
+    assert marks(exact) == [False] and marks(saturating) == [True]
+    feeds = {"x": rng.integers(0, 2, (1, 16, 6, 6)).astype(np.uint8)}
+    want = run_graph(before, feeds)[0]
+    np.testing.assert_array_equal(run_graph(saturating, feeds)[0], want)
