@@ -82,8 +82,10 @@ def encoder_feeds(seq: int) -> dict:
     return {"input_ids": r.integers(0, 50, (1, seq)).astype(np.int64), "attention_mask": mask}
 
 
-def check_sizes(model, path, feeds_of, sizes, executor=GraphExecutor):
-    ex = executor(path)  # one executor, one artifact, every size
+def check_sizes(model, path, feeds_of, sizes, executor=GraphExecutor, tol=TOL):
+    """One executor of the range artifact `path` runs every size; its outputs match
+    onnxruntime's in shape and values (within `tol`)."""
+    ex = executor(path)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for size in sizes:
         feeds = feeds_of(size)
@@ -93,7 +95,7 @@ def check_sizes(model, path, feeds_of, sizes, executor=GraphExecutor):
         for k, ref in enumerate(session.run(None, feeds)):
             got = ex.get_output(k)
             assert got.shape == ref.shape, (size, k)
-            np.testing.assert_allclose(got, ref, err_msg=f"output {k} at size {size}", **TOL)
+            np.testing.assert_allclose(got, ref, err_msg=f"output {k} at size {size}", **tol)
 
 
 def test_encoder_one_artifact_every_sequence_length(encoder):

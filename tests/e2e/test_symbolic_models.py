@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.e2e.builders import crnn, gpt2_prefill
+from tests.e2e.test_symbolic_e2e import check_sizes
 from tests.targets import require
 from tvmc.driver import CompileOptions, compile_model
 from tvmc.errors import InputError
@@ -43,22 +44,6 @@ def gpt_feeds(seq: int, vocab: int = 256) -> dict:
 
 def crnn_feeds(width: int) -> dict:
     return {"image": np.random.default_rng(width).uniform(0, 1, (1, 1, 32, width)).astype(np.float32)}
-
-
-def check_sizes(model, path, feeds_of, sizes, executor=GraphExecutor, tol=TOL):
-    """One executor of the range artifact `path` runs every size; outputs match onnxruntime's in
-    shape and values."""
-    ex = executor(path)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for size in sizes:
-        feeds = feeds_of(size)
-        for name, value in feeds.items():
-            ex.set_input(name, value)
-        ex.run()
-        for k, ref in enumerate(session.run(None, feeds)):
-            got = ex.get_output(k)
-            assert got.shape == ref.shape, (size, k)
-            np.testing.assert_allclose(got, ref, err_msg=f"output {k} at size {size}", **tol)
 
 
 def compiled(model, target, tmp_path_factory, name, **options):
@@ -229,10 +214,11 @@ def test_crnn_memory_plan_at_most_the_static_plan_at_the_bound(tmp_path_factory)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["arm", "wasm", "opencl"])
+@pytest.mark.parametrize("target", ["arm", "wasm", "opencl", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_ported_models_one_artifact_every_size(target, tmp_path_factory):
     """GPT-2 prefill (seq 1, 33, 256) and CRNN (width 16, 37, 301) on arm under qemu-user (the C
-    runner), on wasm (wasmtime) and on OpenCL (PoCL), one artifact per model."""
+    runner), on wasm (wasmtime), on OpenCL (PoCL) and on CUDA (where an NVIDIA GPU is lent), one
+    artifact per model."""
     t = require(target).target
     model = gpt2_prefill(layers=1)
     check_sizes(model, compiled(model, t, tmp_path_factory, "gpt2", dim_ranges=GPT_RANGE), gpt_feeds, [1, 33, 256],
@@ -256,16 +242,3 @@ def test_ported_models_compile_for_cuda_and_ptxas_accepts_them(target_name):
     for model, ranges in ((gpt2_prefill(layers=1), GPT_RANGE), (crnn(lstm_layers=1), CRNN_RANGE)):
         art = compile_model(model, target, CompileOptions(dim_ranges=ranges))
         assert "mod.cubin" in art.device_binaries and art.graph_json["size_args"]
-
-
-@pytest.mark.cuda
-def test_ported_models_on_the_gpu(tmp_path_factory):
-    """GPT-2 prefill (seq 1, 33, 256) and CRNN (width 16, 37, 301) on the CUDA executor, one
-    artifact per model (runs where an NVIDIA GPU is lent)."""
-    t = require("cuda").target
-    model = gpt2_prefill(layers=1)
-    check_sizes(model, compiled(model, t, tmp_path_factory, "gpt2", dim_ranges=GPT_RANGE), gpt_feeds, [1, 33, 256],
-                create_executor, tol=dict(rtol=1e-4, atol=1e-4))
-    model = crnn(lstm_layers=1)
-    check_sizes(model, compiled(model, t, tmp_path_factory, "crnn", dim_ranges=CRNN_RANGE), crnn_feeds, [16, 37, 301],
-                create_executor)
