@@ -107,23 +107,53 @@ def test_cnn_one_artifact_every_batch(cnn):
     check_sizes(*cnn, lambda n: {"x": r.standard_normal((n, 3, 16, 16)).astype(np.float32)}, BATCH_SIZES)
 
 
-@pytest.mark.parametrize("seq", [0, 65])
-def test_a_size_outside_the_range_is_refused_naming_input_dimension_value_and_range(encoder, seq):
-    ex = GraphExecutor(encoder[1])
+def check_size_outside_the_range_is_refused(ex, seq: int):
+    """The encoder's executor `ex` refuses input_ids of sequence length `seq` (outside 1..64) at
+    set_input, naming the input, the dimension, its value and the range."""
     with pytest.raises(InputError, match=rf"^input 'input_ids': dimension 1 is {seq}, outside the range of "
                                          r"seq in 1\.\.64 the model was compiled for$"):
         ex.set_input("input_ids", np.zeros((1, seq), np.int64))
 
 
-def test_inputs_that_disagree_on_a_variable_are_refused_at_run(encoder):
-    ex = GraphExecutor(encoder[1])
+@pytest.mark.parametrize("seq", [0, 65])
+def test_a_size_outside_the_range_is_refused_naming_input_dimension_value_and_range(encoder, seq):
+    check_size_outside_the_range_is_refused(GraphExecutor(encoder[1]), seq)
+
+
+def check_inputs_that_disagree_are_refused(ex, anchor: str = "^"):
+    """The encoder's executor `ex` given input_ids of seq 7 and an attention_mask of seq 5: run()
+    refuses naming both (the message starts the error where `anchor` is "^"); an input of the
+    wrong rank is refused at set_input."""
     ex.set_input("input_ids", np.zeros((1, 7), np.int64))
     ex.set_input("attention_mask", np.ones((1, 5), np.int64))
-    with pytest.raises(InputError, match=r"^input 'input_ids': dimension 1 is 7, but seq is 5 \(from input "
-                                         r"'attention_mask'\)$"):
+    with pytest.raises(InputError, match=anchor + r"input 'input_ids': dimension 1 is 7, but seq is 5 \(from input "
+                                                  r"'attention_mask'\)$"):
         ex.run()
     with pytest.raises(InputError, match=r"expected int64 of 2 dimensions, got int64 of shape \[7\]"):
         ex.set_input("input_ids", np.zeros(7, np.int64))
+
+
+def check_tvmc_run_in_and_out_of_range(model, path, tmp_path):
+    """`tvmc run` of the encoder's range artifact `path`: a size in range runs and its outputs
+    match onnxruntime at that size; one past the bound exits 8 naming the input, the dimension,
+    its value and the range."""
+    feeds = encoder_feeds(9)
+    np.savez(tmp_path / "in.npz", **feeds)
+    r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--outputs",
+                                 str(tmp_path / "out.npz")])
+    assert r.exit_code == 0, r.output
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    with np.load(tmp_path / "out.npz") as got:
+        np.testing.assert_allclose(got["last_hidden"], want[0], **TOL)
+    np.savez(tmp_path / "in.npz", input_ids=np.zeros((1, 65), np.int64), attention_mask=np.ones((1, 65), np.int64))
+    r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz")])
+    assert r.exit_code == 8, r.output
+    assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64 the model was compiled for" \
+        in r.output
+
+
+def test_inputs_that_disagree_on_a_variable_are_refused_at_run(encoder):
+    check_inputs_that_disagree_are_refused(GraphExecutor(encoder[1]))
 
 
 def test_metadata_and_description_show_the_ranges(encoder, cnn):
@@ -265,14 +295,7 @@ def test_ported_size_outside_the_range_is_refused_naming_input_dimension_value_a
 
 
 def test_ported_inputs_that_disagree_on_a_variable_are_refused_at_run(ported):
-    ex = create_executor(ported[1][1])
-    ex.set_input("input_ids", np.zeros((1, 7), np.int64))
-    ex.set_input("attention_mask", np.ones((1, 5), np.int64))
-    with pytest.raises(InputError, match=r"input 'input_ids': dimension 1 is 7, but seq is 5 \(from input "
-                                         r"'attention_mask'\)$"):
-        ex.run()
-    with pytest.raises(InputError, match=r"expected int64 of 2 dimensions, got int64 of shape \[7\]"):
-        ex.set_input("input_ids", np.zeros(7, np.int64))
+    check_inputs_that_disagree_are_refused(create_executor(ported[1][1]), anchor="")
 
 
 def test_wasm_profile_passes_the_kernels_their_size_arguments(tmp_path):
@@ -291,22 +314,7 @@ def test_wasm_profile_passes_the_kernels_their_size_arguments(tmp_path):
 
 
 def test_ported_tvmc_run_takes_a_size_of_the_range_and_exits_8_outside(ported, tmp_path):
-    """`tvmc run` of the range artifact: a size in range runs and its outputs match onnxruntime at
-    that size; one past the bound exits 8 naming the input, the dimension, its value and the range."""
-    model, path = ported[1]
-    feeds = encoder_feeds(9)
-    np.savez(tmp_path / "in.npz", **feeds)
-    r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--outputs",
-                                 str(tmp_path / "out.npz")])
-    assert r.exit_code == 0, r.output
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    with np.load(tmp_path / "out.npz") as got:
-        np.testing.assert_allclose(got["last_hidden"], want[0], **TOL)
-    np.savez(tmp_path / "in.npz", input_ids=np.zeros((1, 65), np.int64), attention_mask=np.ones((1, 65), np.int64))
-    r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz")])
-    assert r.exit_code == 8, r.output
-    assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64 the model was compiled for" \
-        in r.output
+    check_tvmc_run_in_and_out_of_range(*ported[1], tmp_path)
 
 
 def test_node_runs_one_web_output_at_every_sequence_length(tmp_path):

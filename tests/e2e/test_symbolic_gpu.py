@@ -28,7 +28,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.e2e.test_symbolic_e2e import BATCH_SIZES, SEQ_SIZES, check_sizes, encoder_feeds, small_cnn
+from tests.e2e.test_symbolic_e2e import (BATCH_SIZES, SEQ_SIZES, check_inputs_that_disagree_are_refused,
+                                         check_size_outside_the_range_is_refused, check_sizes,
+                                         check_tvmc_run_in_and_out_of_range, encoder_feeds, small_cnn)
 from tests.frontend.test_symbolic_shapes import bert_model, cnn_model
 from tests.targets import require
 from tvmc import te
@@ -37,7 +39,6 @@ from tvmc.cli import cli
 from tvmc.codegen.nvptx import assembler_missing, kernel_resources
 from tvmc.codegen.opencl import CodeGenOpenCL
 from tvmc.driver import CompileOptions, compile_model
-from tvmc.errors import InputError
 from tvmc.ops import fused
 from tvmc.ops.gpu.dense import gemm_config, schedule_gemm
 from tvmc.ops.gpu.injective import injective_config, schedule_injective
@@ -118,40 +119,15 @@ def test_opencl_artifact_kernels_take_the_size_variables_and_launch_by_them(open
 
 @pytest.mark.parametrize("seq", [0, 65])
 def test_opencl_size_outside_the_range_is_refused_naming_input_dimension_value_and_range(opencl_encoder, seq):
-    ex = _executor("opencl")(opencl_encoder[1])
-    with pytest.raises(InputError, match=rf"^input 'input_ids': dimension 1 is {seq}, outside the range of "
-                                         r"seq in 1\.\.64 the model was compiled for$"):
-        ex.set_input("input_ids", np.zeros((1, seq), np.int64))
+    check_size_outside_the_range_is_refused(_executor("opencl")(opencl_encoder[1]), seq)
 
 
 def test_opencl_inputs_that_disagree_on_a_variable_are_refused_at_run(opencl_encoder):
-    ex = _executor("opencl")(opencl_encoder[1])
-    ex.set_input("input_ids", np.zeros((1, 7), np.int64))
-    ex.set_input("attention_mask", np.ones((1, 5), np.int64))
-    with pytest.raises(InputError, match=r"^input 'input_ids': dimension 1 is 7, but seq is 5 \(from input "
-                                         r"'attention_mask'\)$"):
-        ex.run()
-    with pytest.raises(InputError, match=r"expected int64 of 2 dimensions, got int64 of shape \[7\]"):
-        ex.set_input("input_ids", np.zeros(7, np.int64))
+    check_inputs_that_disagree_are_refused(_executor("opencl")(opencl_encoder[1]))
 
 
 def test_opencl_tvmc_run_takes_a_size_of_the_range_and_exits_8_outside(opencl_encoder, tmp_path):
-    model, path = opencl_encoder
-    import onnxruntime as ort
-
-    feeds = encoder_feeds(9)
-    np.savez(tmp_path / "in.npz", **feeds)
-    r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz"), "--outputs",
-                                 str(tmp_path / "out.npz")])
-    assert r.exit_code == 0, r.output
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    with np.load(tmp_path / "out.npz") as got:
-        np.testing.assert_allclose(got["last_hidden"], want[0], rtol=1e-4, atol=1e-5)
-    np.savez(tmp_path / "in.npz", input_ids=np.zeros((1, 65), np.int64), attention_mask=np.ones((1, 65), np.int64))
-    r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz")])
-    assert r.exit_code == 8, r.output
-    assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64 the model was compiled for" \
-        in r.output
+    check_tvmc_run_in_and_out_of_range(*opencl_encoder, tmp_path)
 
 
 def test_opencl_profile_runs_the_kernels_at_the_bound_sizes(opencl_encoder):
