@@ -28,7 +28,6 @@ import argparse
 import faulthandler
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -46,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 from tests.e2e.builders import mlp, resnet_style_cnn  # noqa: E402
+from tests.e2e.ray_processes import free_port, start, stop  # noqa: E402
 
 ENV = dict(os.environ, RAY_AUTH_MODE="token", RAY_USAGE_STATS_ENABLED="0")  # OMP_NUM_THREADS: main()
 MEASURE = ["--number", "10", "--repeat", "3", "--min-repeat-ms", "2"]
@@ -57,29 +57,8 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(cmd, log) -> subprocess.Popen:
-    return subprocess.Popen(cmd, env=ENV, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop(proc) -> None:
-    """SIGTERM to the process alone (`ray start` stops its node), then what is left of its session."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    return start(cmd, log, ENV)
 
 
 def _wait(pred, what, timeout_s=90.0) -> None:
@@ -101,7 +80,7 @@ class Cluster:
     `add_builder()` adds a `ray start` node with 1 CPU. stop() stops them, the head last."""
 
     def __init__(self, work: Path, cpus: int, name: str):
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.work, self.name = work, name
         self.procs = [_start([RAY, "start", "--head", "--port", str(self.port), "--node-ip-address", "127.0.0.1",
@@ -121,7 +100,7 @@ class Cluster:
 
     def stop(self) -> None:
         for p in reversed(self.procs):
-            _stop(p)
+            stop(p)
         self.procs.clear()
 
 

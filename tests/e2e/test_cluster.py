@@ -18,6 +18,7 @@ import onnx
 import pytest
 
 from tests.e2e.builders import mlp
+from tests.e2e.ray_processes import free_port, start, stop
 from tests.targets import require
 
 ray = pytest.importorskip("ray", reason="the cluster tests need ray (pip install 'tvmc[cluster]')")
@@ -39,31 +40,8 @@ def tvmc(*args, check=True, timeout=300):
     return res
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(cmd, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(cmd, env=ENV, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
-    """Stop a process started by _start, then what it left in its session. SIGTERM goes to the
-    process alone: `ray start` stops its node's processes itself, and a head whose GCS server
-    was signalled with it would wait 30 s to drain through the GCS it lost."""
-    if proc.poll() is None:
-        (os.kill if sig == signal.SIGTERM else os.killpg)(proc.pid, sig)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    return start(cmd, log, ENV)
 
 
 def _devices(address) -> list:
@@ -89,7 +67,7 @@ def _device_worker(address, key, log: Path, *args) -> subprocess.Popen:
 def cluster(tmp_path_factory):
     """(head address, folder): a head with 1 CPU (the builder) and device worker KEY (1 CPU)."""
     d = tmp_path_factory.mktemp("cluster")
-    port = _free_port()
+    port = free_port()
     ray_cli = str(Path(sys.executable).with_name("ray"))
     head = _start([ray_cli, "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
                    "--num-cpus", "1", "--include-dashboard", "false", "--disable-usage-stats", "--block"],
@@ -108,8 +86,8 @@ def cluster(tmp_path_factory):
         yield address, d
     finally:
         if worker is not None:
-            _stop(worker)
-        _stop(head)
+            stop(worker)
+        stop(head)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +111,7 @@ def _records(path) -> dict:
 
 
 def test_an_unreachable_cluster_is_one_line_naming_the_address(model, tmp_path):
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     res = tvmc("tune", model, "--target", "x86", "-o", tmp_path / "r.json", "--cluster", address, "--device-key", KEY,
                check=False)
     lines = res.stderr.strip().splitlines()
@@ -242,10 +220,10 @@ def test_a_builder_killed_mid_tune_costs_the_run_nothing(cluster, model, tmp_pat
             if records.exists() and len(records.read_text().splitlines()) >= 2:
                 break
             time.sleep(0.05)
-        _stop(builder, signal.SIGKILL)
+        stop(builder, signal.SIGKILL)
         out, err = tune.communicate(timeout=300)
     finally:
-        _stop(builder, signal.SIGKILL)
+        stop(builder, signal.SIGKILL)
     assert tune.returncode == 0, err
     assert "task  implementation" in out and f"records: {records}" in out
     configs = [json.dumps(json.loads(line)["config"], sort_keys=True) for line in records.read_text().splitlines()]
@@ -276,7 +254,7 @@ def test_killing_the_device_mid_tune_leaves_usable_records_and_a_summary(cluster
         os.killpg(pid, signal.SIGKILL)
         out, err = tune.communicate(timeout=180)
     finally:
-        _stop(doomed, signal.SIGKILL)
+        stop(doomed, signal.SIGKILL)
     assert tune.returncode == 9, err
     assert "task  implementation" in out and f"records: {records}" in out
     last = err.strip().splitlines()[-1]
@@ -317,7 +295,7 @@ def test_an_emulated_arm_device_measures_arm_code_and_says_so(cluster, model, tm
         assert "device: armq" in res.stdout and "under emulation" in res.stdout
         np.testing.assert_array_equal(np.load(tmp_path / "local.npz")["y"], np.load(tmp_path / "remote.npz")["y"])
     finally:
-        _stop(worker)
+        stop(worker)
 
 
 OVERLAP = """
