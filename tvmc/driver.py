@@ -300,8 +300,7 @@ def _meta_shape(shape) -> dict:
             "symbolic_shape": [str(d) if symbolic.is_symbolic(d) else d for d in shape]}
 
 
-def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False, target=None,
-                                  stage: str = "code generation") -> None:
+def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False, target=None) -> None:
     """Raise ScheduleError when `graph` (imported, not yet optimized) has symbolic dimensions: the
     graph passes of `pipeline` run and FuseOps groups the kernels, then the error names the first
     kernel whose extents are symbolic, its op and type, and the size variables it depends on, and
@@ -322,7 +321,7 @@ def stop_before_symbolic_lowering(graph, ctx, pipeline, dim_ranges: bool = False
     sizes = {v.name: v.hi for v in size_vars}
     one_size = " ".join(f"{v.name}:[{','.join(str(symbolic.substitute(d, sizes)) for d in v.shape)}]"
                         for v in graph.inputs)
-    where = f"{stage} yet" if target is None else f"{stage} for target '{target.name}' yet"
+    where = "code generation yet" if target is None else f"code generation for target '{target.name}' yet"
     why = (f"symbolic compilation reaches the graph IR but not {where}; compile one size per "
            f"artifact instead, e.g. --input-shapes \"{one_size}\"{' (without --dim-range)' if dim_ranges else ''}")
     note = ""
@@ -453,29 +452,31 @@ def extract_tasks(model, target, options=None, dim_sizes=None) -> list:
     s1 < s2 < ... runs s1's config up to s1, s2's up to s2, ..., the largest's above it).
     Raises TuningError for a symbolic compile without `dim_sizes`, naming its variables."""
     from tvmc.autotune.task import workload_key
+    from tvmc.frontend.onnx import from_onnx
 
     options = options or CompileOptions()
-    combos = size_combinations(model, options, dim_sizes or {})
+    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges))
     found: dict = {}
-    for sizes in combos:
-        for task in _tasks_of_graph(model, target, options, sizes):
+    for sizes in size_combinations(graph, dim_sizes or {}):
+        sized = graph if not sizes else from_onnx(model, dict(options.input_shapes), dict(options.value_ranges),
+                                                  dict(options.dim_ranges), dim_sizes=sizes)
+        for task in _tasks_of_graph(sized, target, options):
             found.setdefault((task.impl, workload_key(task.workload)), task)
     return list(found.values())
 
 
-def size_combinations(model, options, dim_sizes: dict) -> list:
+def size_combinations(graph, dim_sizes: dict) -> list:
     """[{variable: size}] for extract_tasks: every combination of the `dim_sizes` lists
-    ({variable: [sizes]}); a size variable of the compile not in `dim_sizes` is fixed at its upper
-    bound (the size untuned symbolic kernels choose their tiles for). [{}] for a static compile.
-    Raises TuningError for a symbolic compile without `dim_sizes`, ModelError for a name that
-    is no size variable or a size outside its range (frontend.onnx.from_onnx)."""
+    ({variable: [sizes]}) for the imported `graph`; a size variable of the graph not in
+    `dim_sizes` is fixed at its upper bound (the size untuned symbolic kernels choose their tiles
+    for). [{}] for a static graph without `dim_sizes`. Raises TuningError for a symbolic graph
+    without `dim_sizes` (a name that is no size variable, or a size outside its range, is the
+    ModelError of frontend.onnx.from_onnx's dim_sizes)."""
     import itertools
 
     from tvmc.errors import TuningError
-    from tvmc.frontend.onnx import from_onnx
     from tvmc.graph import symbolic
 
-    graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges))
     variables = graph.size_vars()
     if not variables and not dim_sizes:
         return [{}]
@@ -489,23 +490,20 @@ def size_combinations(model, options, dim_sizes: dict) -> list:
     return [{**rest, **dict(zip(names, combo))} for combo in itertools.product(*(dim_sizes[n] for n in names))]
 
 
-def _tasks_of_graph(model, target, options, sizes: dict) -> list:
-    """extract_tasks for one size combination (the graph imported with `sizes` fixed), over the
-    form graphs of _conv_form_configs."""
+def _tasks_of_graph(graph, target, options) -> list:
+    """extract_tasks for one imported (static) graph: the tasks of the graph passes' results
+    under each pass config of _conv_form_configs (the passes leave `graph` itself as it was)."""
     from tvmc.autotune.task import tasks_of_functions, workload_key
-    from tvmc.frontend.onnx import from_onnx
     from tvmc.graph.ir import Call, Function
     from tvmc.passes import PassContext, optimize
 
     pipeline, pass_config = pass_pipeline(options)
     found: dict = {}  # (implementation, workload key) -> Task; a task in several form graphs: most calls
     for forms in _conv_form_configs(target, options, pass_config, pipeline):
-        graph = from_onnx(model, dict(options.input_shapes), dict(options.value_ranges), dict(options.dim_ranges),
-                          dim_sizes=sizes)
         ctx = PassContext(opt_level=options.opt_level, disabled_passes=frozenset(options.disabled_passes),
                           config={**pass_config, **forms}, target=target)
-        graph = optimize(graph, ctx, pipeline)
-        calls = [e.op for g in (graph, *optimize_loop_bodies(graph, ctx, {}).values()) for e in g.topo()
+        optimized = optimize(graph, ctx, pipeline)
+        calls = [e.op for g in (optimized, *optimize_loop_bodies(optimized, ctx, {}).values()) for e in g.topo()
                  if isinstance(e, Call) and isinstance(e.op, Function)]
         for task in tasks_of_functions(calls, target):
             key = (task.impl, workload_key(task.workload))
