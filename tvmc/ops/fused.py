@@ -120,11 +120,8 @@ def _lower(func, anchor, target, config_lookup, symbolic: bool = False) -> PrimF
     bucket = _size_buckets(anchor, target) if symbolic and impl.template is None else None
     if bucket is not None:
         var, starts = bucket
-
-        def fallback(sub):
-            wl = upper_workload(anchor, {var.name: (sub.lo, sub.hi)})
-            return impl, impl.config_space(wl, target).fallback_config() if impl.config_space else None
-        return _lower_buckets(func, anchor, target, var, starts, fallback)
+        return _lower_buckets(func, anchor, target, var, starts,
+                              lambda sub: (impl, _bucket_fallback(anchor, impl, target, var, sub)))
     params, out, anchor_t, tensors = _tensors(func, anchor, impl)
     if cfg is None and impl.config_space is not None:
         cfg = impl.config_space(upper_workload(anchor) if symbolic else workload(anchor), target).fallback_config()
@@ -226,6 +223,14 @@ def _lower_buckets(func, anchor, target, var, starts, choose) -> PrimFunc:
     return lower_buckets(func.name, bound[var.name], starts, build)
 
 
+def _bucket_fallback(anchor, impl, target, var, sub):
+    """The fallback config of `impl` for the size bucket `sub` (a kernel SizeVar) of graph variable
+    `var`: the one of the anchor's workload at the bucket's upper bound; None without a space."""
+    if impl.config_space is None:
+        return None
+    return impl.config_space(upper_workload(anchor, {var.name: (sub.lo, sub.hi)}), target).fallback_config()
+
+
 def _tuned_buckets(anchor, target, config_lookup):
     """(graph SizeVar, bucket starts, choose) for _lower_buckets where `config_lookup` holds records
     of the anchor at sizes of its one size variable (`tvmc tune --dim-sizes`): tuned at sizes
@@ -244,12 +249,17 @@ def _tuned_buckets(anchor, target, config_lookup):
     if len(variables) != 1:
         return None
     var = variables[0]
+    leaves = _leaves(pattern)
+    at = next((k for k, x in enumerate(leaves) if (v := _plain_var(x)) is not None and v.name == var.name), None)
+    if at is None:  # the variable stands alone nowhere in the workload: no size to read off a record
+        return None
     sizes = set()
     for impl in get_op(anchor.op).implementations(target.family, upper_workload(anchor), target):
         if impl.config_space is None or impl.template is not None:
             continue
         for wl in config_lookup.workloads(impl.name):
-            s = _size_at(pattern, wl, var)
+            values = _leaves(wl)
+            s = values[at] if len(values) == len(leaves) and isinstance(values[at], int) else None
             if s is not None and var.lo <= s <= var.hi and s not in sizes and \
                     config_lookup.cost_s(impl.name, upper_workload(anchor, {var.name: (s, s)})) is not None:
                 sizes.add(s)
@@ -261,32 +271,16 @@ def _tuned_buckets(anchor, target, config_lookup):
         size = next((s for s in sizes if s >= sub.hi), sizes[-1])
         tuned_wl = upper_workload(anchor, {var.name: (size, size)})
         impl, cfg = _choose_implementation(anchor, target, config_lookup, tuned_wl)
-        if cfg is None and impl.config_space is not None:
-            cfg = impl.config_space(upper_workload(anchor, {var.name: (sub.lo, sub.hi)}), target).fallback_config()
-        return impl, cfg
+        return impl, cfg if cfg is not None else _bucket_fallback(anchor, impl, target, var, sub)
 
     return var, [s + 1 for s in sizes[:-1]], choose
 
 
-def _size_at(pattern, wl, var):
-    """The value that record workload `wl` has where symbolic workload `pattern` has the plain
-    variable `var` (the first such place), or None when the two differ in structure or `var`
-    stands alone nowhere."""
-    def leaves(x):
-        if isinstance(x, (tuple, list)):
-            for y in x:
-                yield from leaves(y)
-        else:
-            yield x
-
-    a, b = list(leaves(pattern)), list(leaves(wl))
-    if len(a) != len(b):
-        return None
-    for x, y in zip(a, b):
-        v = _plain_var(x)
-        if v is not None and v.name == var.name and isinstance(y, int):
-            return y
-    return None
+def _leaves(x) -> list:
+    """The leaves of a workload (nested tuples and lists of dims, dtypes and attribute pairs), in order."""
+    if isinstance(x, (tuple, list)):
+        return [leaf for y in x for leaf in _leaves(y)]
+    return [x]
 
 
 def _tensors(func, anchor, impl) -> tuple:
