@@ -556,9 +556,9 @@ def _plan_winograd(graph: Graph, target, min_block: int, override: int, size_bud
     return plan_winograd(convs, target, override, max(0.0, (size_budget - 1) * weight_bytes), measured)
 
 
-def _measured_forms(graph: Graph, probe: "_Rewriter", lookup) -> dict:
+def _measured_forms(probe: "_Rewriter", lookup) -> dict:
     """{nn.conv2d Call: {m: seconds}} of the Winograd-eligible convs that `probe` (a _Rewriter
-    walked over `graph`) blocked: the best record's cost (lookup.cost_s, over the op's
+    walked over the graph) blocked: the best record's cost (lookup.cost_s, over the op's
     implementations) of each form the records hold, m = 0 nn.conv2d_nchwc, 2 and 4
     nn.conv2d_winograd_nchwc, with the blocks the walk gave the conv (a form is built on zero
     weights of the conv's shape to learn its workload)."""
@@ -579,7 +579,7 @@ def _measured_forms(graph: Graph, probe: "_Rewriter", lookup) -> dict:
                      if (c := lookup.cost_s(impl.name, wl)) is not None]
             if costs:
                 times[m] = min(costs)
-        if len(times) > 1 and 0 in times:
+        if times:  # plan_winograd uses them where they hold the direct form and a tile
             out[e] = times
     return out
 
@@ -683,7 +683,7 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
         probe = _Rewriter(target, min_block, winograd, grouped, pad)  # the blocks each conv is given
         for e in graph.topo():
             probe.visit(e)
-        measured = _measured_forms(graph, probe, lookup)
+        measured = _measured_forms(probe, lookup)
         if measured:
             winograd = _plan_winograd(graph, target, min_block, override, budget, measured)
     rw = _Rewriter(target, min_block, winograd, grouped, pad, qnn_only,
