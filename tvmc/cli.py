@@ -391,7 +391,7 @@ def parse_dim_sizes(ctx, param, items) -> dict:
                                      param_hint="--dim-sizes")
         if name in out:
             raise click.BadParameter(f"size variable '{name}' given twice", param_hint="--dim-sizes")
-        out[name] = sorted(set(sizes))
+        out[name] = sizes  # sorted and deduplicated by tvmc.api (list_tasks)
     return out
 
 
