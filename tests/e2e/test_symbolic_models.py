@@ -216,16 +216,16 @@ def test_crnn_memory_plan_at_most_the_static_plan_at_the_bound(tmp_path_factory)
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["arm", "wasm", "opencl", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_ported_models_one_artifact_every_size(target, tmp_path_factory):
-    """GPT-2 prefill (seq 1, 33, 256) and CRNN (width 16, 37, 301) on arm under qemu-user (the C
+    """GPT-2 prefill (seq 1, 17, 33, 100, 256) and CRNN (width 16, 17, 37, 301, 2048) on arm under qemu-user (the C
     runner), on wasm (wasmtime), on OpenCL (PoCL) and on CUDA (where an NVIDIA GPU is lent), one
     artifact per model."""
     t = require(target).target
     model = gpt2_prefill(layers=1)
-    check_sizes(model, compiled(model, t, tmp_path_factory, "gpt2", dim_ranges=GPT_RANGE), gpt_feeds, [1, 33, 256],
+    check_sizes(model, compiled(model, t, tmp_path_factory, "gpt2", dim_ranges=GPT_RANGE), gpt_feeds, [1, 17, 33, 100, 256],
                 create_executor, tol=dict(rtol=1e-4, atol=1e-4))
     model = crnn(lstm_layers=1)
-    check_sizes(model, compiled(model, t, tmp_path_factory, "crnn", dim_ranges=CRNN_RANGE), crnn_feeds, [16, 37, 301],
-                create_executor)
+    check_sizes(model, compiled(model, t, tmp_path_factory, "crnn", dim_ranges=CRNN_RANGE), crnn_feeds,
+                [16, 17, 37, 301, 2048], create_executor)
 
 
 @pytest.mark.slow
