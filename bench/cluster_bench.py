@@ -57,6 +57,33 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+def cpu_seconds() -> dict:
+    """{pid: (process name, CPU seconds so far)} of the processes here (/proc/PID/stat's comm;
+    utime, stime and the cutime, cstime of its waited-for children: a builder's linker runs
+    count as the builder's): where the cores went during a phase."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        out[int(pid)] = (name.split("-")[0] if name.startswith("kworker") else name,
+                         sum(int(v) for v in rest[11:15]) / tick)
+    return out
+
+
+def cpu_use(before: dict, after: dict, seconds: float) -> str:
+    """The process names that used the most CPU between two cpu_seconds() snapshots (a process
+    started between them counts whole), in cores (CPU seconds per wall second), largest first."""
+    used = {}
+    for pid, (name, cpu) in after.items():
+        used[name] = used.get(name, 0.0) + cpu - before.get(pid, (name, 0.0))[1]
+    top = sorted(((v, k) for k, v in used.items()), reverse=True)
+    return ", ".join(f"{k} {v / seconds:.2f}" for v, k in top[:5] if v > 0.01 * seconds)
+
+
 def _start(cmd, log) -> subprocess.Popen:
     return start(cmd, log, ENV)
 
@@ -174,9 +201,15 @@ def tune_phase(work: Path, rounds: int, rows: list) -> None:
             same = sum(b == bests["local"][k] for k, b in enumerate(bests["cluster"]))
             quality = max(best_quality(work / f"{name}-local-{k}.json", work / f"{name}-cluster-{k}.json")
                           for k in range(rounds))
+            # the baseline: how far two local tunes of the same configs are from each other
+            pairs = [(k, (k + 1) % rounds) for k in range(rounds)] if rounds > 1 else []
+            alike = sum(bests["local"][a] == bests["local"][b] for a, b in pairs)
+            apart = max((best_quality(work / f"{name}-local-{a}.json", work / f"{name}-local-{b}.json")
+                         for a, b in pairs), default=1.0)
             rows.append((f"tune {title} (grid)", f"{local:.2f} s local", f"{remote:.2f} s cluster",
                          f"{remote / local:.2f}x", f"same best configs in {same}/{rounds} rounds; the cluster's "
-                         f"bests within {quality:.2f}x of the local bests", f"{min(loads):.2f}-{max(loads):.2f}"))
+                         f"bests within {quality:.2f}x of the local bests (two local tunes: the same in "
+                         f"{alike}/{len(pairs)} pairs, within {apart:.2f}x)", f"{min(loads):.2f}-{max(loads):.2f}"))
     finally:
         cluster.stop()
 
@@ -205,15 +238,18 @@ def build_phase(work: Path, rows: list) -> None:
                 with ClusterMeasurer(tl.target, MeasureOptions(), "bench") as m:
                     assert m.slots == builders, m.slots
                     m.build(build_task, configs[:builders * 2])   # the builders' workers start and import tvmc
-                    before = load()
+                    before, cpu = load(), cpu_seconds()
                     t0 = time.perf_counter()
                     out = m.build(build_task, configs)
                     seconds = time.perf_counter() - t0
+                    cores = cpu_use(cpu, cpu_seconds(), seconds)
                 ok = sum(1 for r in out if r[0] == 0)
                 rates.append(len(configs) / seconds)
+                inside = statistics.mean(r[2] for r in out) * 1e3
                 rows.append((f"builds, {builders} builder process{'es' * (builders > 1)}",
                              f"{len(configs)} candidates", f"{seconds:.2f} s", f"{rates[-1]:.2f} builds/s",
-                             f"{ok} built", f"{before:.2f}-{load():.2f}"))
+                             f"{ok} built, {inside:.0f} ms a build in the builder; cores used: {cores}",
+                             f"{before:.2f}-{load():.2f}"))
                 print(f"  {rows[-1]}", file=sys.stderr, flush=True)
         rows.append(("builds/s, two builders over one", "", "", f"{rates[1] / rates[0]:.2f}x", "", ""))
     finally:

@@ -331,3 +331,44 @@ def test_measurements_overlapping_builds_record_every_config(cluster, model, tmp
     lines = [json.loads(line) for line in (tmp_path / "r.json").read_text().splitlines()]
     assert len({json.dumps(r["config"], sort_keys=True) for r in lines}) == 16
     assert all(r["error"] == 0 and len(r["costs_s"]) == 2 for r in lines)
+
+
+BUILD_TIMEOUT = """
+import sys, time
+from tvmc.api import list_tasks
+from tvmc.autotune.cluster import ClusterMeasurer
+from tvmc.autotune.measure import MeasureOptions, build_candidate
+from tvmc.cluster import cluster_session
+
+address, key, model = sys.argv[1:]
+tl = list_tasks(model, "x86")
+space = tl.tasks[0].config_space(tl.target)
+configs = [dict(space.get(i)) for i in range(4)]
+hang = configs[1]
+
+
+def hanging_build(task, target, config, path, **kw):
+    if config == hang:
+        time.sleep(600)
+    return build_candidate(task, target, config, path, **kw)
+
+
+with cluster_session(address):
+    with ClusterMeasurer(tl.target, MeasureOptions(build_timeout_s=20.0), key, build_fn=hanging_build) as m:
+        results = m.build(tl.tasks[0], configs)
+print(m.slots, [int(r[0]) for r in results])
+"""
+
+
+def test_a_build_queued_behind_a_hanging_one_is_not_timed_while_it_waits(cluster, model, tmp_path):
+    """Two builds per builder CPU are in flight (BUILD_QUEUE_DEPTH): with the one builder of the
+    test cluster, the build queued behind a hanging one starts when that one is cancelled at its
+    20 s timeout, and builds: the timeout counts from when a build is queued behind none."""
+    from tvmc.autotune.measure import MeasureError
+
+    address, _ = cluster
+    res = subprocess.run([sys.executable, "-c", BUILD_TIMEOUT, address, KEY, str(model)],
+                         capture_output=True, text=True, env=ENV, timeout=300)
+    assert res.returncode == 0, res.stderr
+    ok, late = int(MeasureError.NO_ERROR), int(MeasureError.BUILD_TIMEOUT)
+    assert res.stdout.split("\n")[-2] == f"1 {[ok, late, ok, ok]}", res.stdout

@@ -4,9 +4,13 @@ interface (tvmc.autotune.measure), served by builder nodes and a device.
 Build: each candidate is a Ray task (one CPU) on a node with CPUs, outside the device nodes when
 the cluster has any others; as many at a time as those nodes have CPUs. It runs the same build
 function as local tuning (build_candidate) into a private folder and returns the library's
-bytes, which Ray hands to the measurement without passing through the tuner. A build that passes
-its timeout is cancelled (its worker killed); a builder that dies is retried once by Ray
-elsewhere (max_retries=1), then recorded as COMPILE_HOST.
+bytes, which Ray hands to the measurement without passing through the tuner. BUILD_QUEUE_DEPTH
+builds per builder CPU are in flight, so a builder that ends one starts the next without waiting
+for the tuner to hear of it and submit another (one in flight per CPU left the two builders of
+bench/cluster_bench.py idle a third of the time); a build's timeout counts from when it is among
+the oldest `slots` in flight (queued behind none). A build that passes its timeout is cancelled
+(its worker killed); a builder that dies is retried once by Ray elsewhere (max_retries=1), then
+recorded as COMPILE_HOST.
 
 Measure: each candidate is a Ray task that requires the resource `tvmc-device:KEY` (one unit per
 device node, so one measurement at a time there) and the node's CPU. On the device it hands the
@@ -50,6 +54,8 @@ from tvmc.errors import ClusterError
 # seconds a measurement may take beyond its run timeout before the tuner gives up on the device:
 # the object transfer, scheduling, and a fresh runner's start (the runner's own 120 s bound)
 GRACE_S = 150.0
+# builds in flight per builder CPU (the module docstring)
+BUILD_QUEUE_DEPTH = 2
 _DEVICE_RUNNER = None
 
 
@@ -224,7 +230,7 @@ class ClusterMeasurer(Measurer):
         ray = self.ray
         results = [None] * len(configs)
         queue = list(range(len(configs)))
-        pending = {}
+        pending = {}   # status ref -> [index, library ref, start of its timeout clock or None], in submit order
         limit = self.options.build_timeout_s or self.options.timeout_s
 
         def done(i, result):
@@ -233,13 +239,16 @@ class ClusterMeasurer(Measurer):
                 on_built(i, result)
 
         while queue or pending:
-            while queue and len(pending) < self.slots:
+            while queue and len(pending) < self.slots * BUILD_QUEUE_DEPTH:
                 i = queue.pop(0)
                 status, library = self._build_task.remote(self.build_fn, task, self.target, dict(configs[i]),
                                                           self.emulated)
-                pending[status] = (i, library, time.perf_counter())
-            first = min(t0 for _, _, t0 in pending.values())
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first + limit - time.perf_counter()))
+                pending[status] = [i, library, None]
+            now = time.perf_counter()
+            for entry in list(pending.values())[:self.slots]:   # queued behind none: their clocks run
+                entry[2] = now if entry[2] is None else entry[2]
+            first = min(t0 for _, _, t0 in pending.values() if t0 is not None)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, first + limit - now))
             for ref in ready:
                 i, library, _ = pending.pop(ref)
                 try:
@@ -249,7 +258,7 @@ class ClusterMeasurer(Measurer):
                 ok = err == MeasureError.NO_ERROR
                 done(i, (MeasureError(err), msg, build_s, library if ok else None))
             now = time.perf_counter()
-            for ref in [r for r, (_, _, t0) in pending.items() if now - t0 >= limit]:
+            for ref in [r for r, (_, _, t0) in pending.items() if t0 is not None and now - t0 >= limit]:
                 i, _, t0 = pending.pop(ref)
                 ray.cancel(ref, force=True)
                 done(i, (MeasureError.BUILD_TIMEOUT, f"build took longer than {limit:g} s", now - t0, None))
