@@ -437,15 +437,23 @@ class RunResult:
         return json_document("run", doc)
 
 
-def profile_rows(raw: list, kernel_flops: dict) -> list:
+def profile_rows(raw: list, kernel_flops: dict, flops_programs: dict | None = None, sizes: list | None = None) -> list:
     """Per-kernel profile rows from GraphExecutor.profile's `raw` rows and metadata's
     kernel_flops: name, calls (per run), total_ms (per run), mean_ms (per call), share (of the
     kernels' total), flops (one call; None when unknown) and gflop_s (None when unknown), sorted
-    by total time, largest first."""
+    by total time, largest first. A kernel with symbolic extents counts the FLOPs of its program
+    in `flops_programs` (metadata kernel_flops_programs) at the profiled runs' `sizes` (the
+    executor's profile_sizes), never those of the upper bounds: unknown without the sizes."""
+    from tvmc.graph.symbolic import eval_postfix
+
     total = sum(r["total_ms"] for r in raw) or 1.0
     rows = []
     for r in raw:
-        flops = kernel_flops.get(r["name"])
+        program = (flops_programs or {}).get(r["name"])
+        if program is not None:
+            flops = eval_postfix(program, sizes) if sizes is not None else None
+        else:
+            flops = kernel_flops.get(r["name"])
         seconds = r["total_ms"] / 1e3
         rows.append({**r, "mean_ms": r["total_ms"] / r["calls"], "share": r["total_ms"] / total, "flops": flops,
                      "gflop_s": flops * r["calls"] / seconds / 1e9 if flops and seconds > 0 else None})
@@ -574,8 +582,10 @@ def run(artifact, inputs=None, *, fill_mode="random", seed=0, repeat=None, numbe
             executor.run()
         if profile:
             result.profile_runs = repeat * number
-            kernel_flops = executor.artifact.metadata.get("kernel_flops") or {}
-            result.profile = profile_rows(executor.profile(result.profile_runs), kernel_flops)
+            meta = executor.artifact.metadata
+            raw = executor.profile(result.profile_runs)
+            result.profile = profile_rows(raw, meta.get("kernel_flops") or {}, meta.get("kernel_flops_programs"),
+                                          getattr(executor, "profile_sizes", None))
             result.profile_clock = getattr(executor, "profile_clock", result.profile_clock)
         result.outputs = {name: executor.get_output(i) for i, name in enumerate(executor.output_names)}
         return result

@@ -211,7 +211,9 @@ class CompiledModule:
     graph_json: dict in TVM's graph-executor JSON schema (mod.json)
     params:     {name: np.ndarray} constants after folding (mod.params, safetensors)
     metadata:   dict (metadata.json): version, target, inputs/outputs, options, ABI version,
-                kernel_flops ({kernel name: FLOPs of one call}, for kernels with a reduction),
+                kernel_flops ({kernel name: FLOPs of one call}, for kernels with a reduction; at the
+                upper bounds of symbolic extents), kernel_flops_programs ({kernel name: its FLOPs
+                as a postfix program over "size_vars"}, kernels with symbolic extents),
                 model_weight_bytes (the imported model's constants, before the passes: the
                 params' growth, e.g. by Winograd weights, is measured against it)
     timings_s:  {stage name: seconds} for the compile summary
@@ -356,7 +358,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     from tvmc.frontend.onnx import from_onnx
     from tvmc.graph.executor_json import build_executor_json
     from tvmc.graph.ir import Call, Constant, Function
-    from tvmc.ops.fused import function_flops, lower_functions
+    from tvmc.ops.fused import function_flops, function_flops_program, lower_functions
     from tvmc.passes import PassContext, optimize
 
     timings = {}
@@ -407,6 +409,9 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                             dump_dir=options.dump_dir, progress=progress, device_binaries=device_binaries)
     timings["codegen"] = time.perf_counter() - t0
 
+    order = graph.size_vars()
+    programs = {n: p for n, p in ((n, function_flops_program(fn, order)) for n, fn in functions.items())
+                if p is not None} if order else {}
     metadata = {
         "tvmc_version": __version__,
         "kernel_abi_version": KERNEL_ABI_VERSION,
@@ -422,6 +427,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
         "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
         "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())
                          if f is not None},
+        **({"kernel_flops_programs": programs} if programs else {}),
         "planned_activation_bytes": _activation_bytes(graph, bodies, "planned_bytes"),
         "unplanned_activation_bytes": _activation_bytes(graph, bodies, "unplanned_bytes"),
         "model_weight_bytes": model_weight_bytes,

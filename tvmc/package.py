@@ -290,6 +290,7 @@ METADATA_SCHEMA = {
         "target": _metadata_target_schema(),
         "kernel_flops": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0,
                                                                       "maximum": 1 << 62}},
+        "kernel_flops_programs": {"type": "object", "additionalProperties": _SHAPE_PROGRAM},
         "tuning_records": {"type": ["object", "null"]},
         "shipped_records": {"type": ["object", "null"]},
         "inputs": _TENSORS,

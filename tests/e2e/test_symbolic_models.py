@@ -221,8 +221,8 @@ def test_ported_models_one_artifact_every_size(target, tmp_path_factory):
     artifact per model."""
     t = require(target).target
     model = gpt2_prefill(layers=1)
-    check_sizes(model, compiled(model, t, tmp_path_factory, "gpt2", dim_ranges=GPT_RANGE), gpt_feeds, [1, 17, 33, 100, 256],
-                create_executor, tol=dict(rtol=1e-4, atol=1e-4))
+    check_sizes(model, compiled(model, t, tmp_path_factory, "gpt2", dim_ranges=GPT_RANGE), gpt_feeds,
+                [1, 17, 33, 100, 256], create_executor, tol=dict(rtol=1e-4, atol=1e-4))
     model = crnn(lstm_layers=1)
     check_sizes(model, compiled(model, t, tmp_path_factory, "crnn", dim_ranges=CRNN_RANGE), crnn_feeds,
                 [16, 17, 37, 301, 2048], create_executor)

@@ -368,6 +368,30 @@ def function_flops(fn: Function) -> int | None:
     return _reduce_flops(anchor.op, upper_workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
 
 
+def function_flops_program(fn: Function, order: list) -> int | list | None:
+    """FLOPs of one call of a fused Function with symbolic extents as a postfix program over the
+    graph's size variables `order` (tvmc.graph.symbolic.SizeVar, metadata "size_vars" order;
+    tvmc.te.extent.to_program, evaluated by tvmc.graph.symbolic.eval_postfix at a run's sizes),
+    counted as function_flops counts them (the compute's reduce axes, or the op's own `flops`
+    rule on the graph's shapes); None for a static function, an anchor without reduce axes, or a
+    count that is no such expression."""
+    from tvmc.graph import symbolic
+    from tvmc.te.extent import bind_graph_vars, to_program
+
+    anchor = anchor_call(fn)
+    if not _graph_size_vars(fn) or not isinstance(anchor, Call) or isinstance(anchor.op, Function):
+        return None
+    kernel_vars = {v.name: te.size_var(v.name, v.lo, v.hi) for v in order}
+    try:
+        with bind_graph_vars(kernel_vars):
+            flops = _reduce_flops(anchor.op, workload(anchor), tuple(i.dtype for i in anchor.inputs))[0]
+            if isinstance(flops, symbolic.SymExpr):  # an op's own rule counts on the graph's shapes
+                return symbolic.to_postfix(flops, order)
+            return None if flops is None else to_program(flops, list(kernel_vars.values()))
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+
+
 @dataclass(frozen=True)
 class LoweredKernel:
     """A fused function lowered for a target: `prim` (its loop IR; for a GPU target a device

@@ -237,6 +237,7 @@ class GraphExecutor(CApiExecutor):
             self.run()
             values = ctypes.cast(self._entries[n_entries], ctypes.POINTER(ctypes.c_int64))
             sizes = [ctypes.c_int64(values[k]) for k in range(len(self.size_vars))]
+            self.profile_sizes = [v.value for v in sizes]
         return profile_calls(bind_calls(self._calls, kernel, entries, self._entry_array, write, sizes), runs)
 
     def get_output(self, index) -> np.ndarray:

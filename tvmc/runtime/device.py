@@ -233,6 +233,8 @@ class DeviceExecutor:
             for name, handle in launched:
                 totals[name] = totals.get(name, 0.0) + self.program.elapsed_ms(handle)
                 calls[name] = calls.get(name, 0) + 1
+        if self._sizes:
+            self.profile_sizes = list(self._sizes.values)
         # every run launches the same kernels: a run starts its loops from their initial values
         return [{"name": name, "calls": calls[name] // runs, "total_ms": ms / runs} for name, ms in totals.items()]
 

@@ -40,7 +40,9 @@ class Executor(Protocol):
     set_input(name, array)     copy an input in; InputError (one line) on another name, shape, dtype
     run()                      run the graph once and wait for it
     get_output(index)          a host copy of an output (position or name), at its run-time shape
-    profile(runs)              time every kernel over `runs` runs: [{"name", "calls", "total_ms"}]
+    profile(runs)              time every kernel over `runs` runs: [{"name", "calls", "total_ms"}];
+                               an artifact with symbolic shapes then has `profile_sizes`, the size
+                               variables' values of those runs (mod.json "size_vars" order)
     set_num_threads(n)         threads of the kernels' parallel loops (GPUs and wasm accept it)
     """
 

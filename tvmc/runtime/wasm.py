@@ -338,6 +338,7 @@ class WasmExecutor(CApiExecutor):
             self.run()      # entries[count] points at their int64 values (tvmc.codegen.entry)
             at = POINTER.unpack(mod.read(table + 4 * count, 4))[0]
             sizes = list(struct.unpack(f"<{len(self.size_vars)}q", mod.read(at, 8 * len(self.size_vars))))
+            self.profile_sizes = sizes
         return profile_calls(bind_calls(self._calls, kernel, entries, read, write, sizes), runs)
 
     def get_output(self, index) -> np.ndarray:

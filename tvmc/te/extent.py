@@ -219,6 +219,35 @@ def same_shape(a, b) -> bool:
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
 
 
+_PROGRAM_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "min": "min", "max": "max"}
+
+
+def to_program(x, size_vars) -> int | list:
+    """Extent `x` (an int, or an int64 expression of the SizeVars `size_vars`) as an int or a
+    postfix program (tvmc.graph.symbolic.to_postfix's tokens, "$k" the k-th of `size_vars`;
+    evaluated by tvmc.graph.symbolic.eval_postfix). Raises ValueError naming the first node that
+    is not +, -, *, //, %, min, max of ints and those variables."""
+    if is_static(x):
+        return int(x)
+    index = {v: k for k, v in enumerate(size_vars)}
+    out: list = []
+
+    def emit(e):
+        if isinstance(e, IntImm):
+            out.extend([e.value] if e.value >= 0 else [0, -e.value, "-"])
+        elif isinstance(e, SizeVar) and e in index:
+            out.append(f"${index[e]}")
+        elif isinstance(e, BinOp) and e.op in _PROGRAM_OPS:
+            emit(e.a)
+            emit(e.b)
+            out.append(_PROGRAM_OPS[e.op])
+        else:
+            raise ValueError(f"{e!r} is not an expression of the size variables")
+
+    emit(x)
+    return out
+
+
 def evaluate(x, values: dict) -> int:
     """The value of extent `x` with SizeVars set by `values` (SizeVar -> int). Raises ValueError
     when one is missing."""

@@ -33,7 +33,7 @@ import numpy as np
 
 from tvmc.errors import ScheduleError
 from tvmc.te import extent as xt
-from tvmc.te.expr import BinOp, IntImm, Load, SizeVar, Var, maximum, walk
+from tvmc.te.expr import IntImm, Load, Var, maximum, walk
 from tvmc.te.schedule import BLOCK_AXES, THREAD_AXES, THREAD_TAGS
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, PrimFunc, Seq, Stmt, Store, stmt_children
 
@@ -95,32 +95,14 @@ class LaunchConfig:
         return f"grid={self.grid} block={self.block} shared={self.shared_bytes}B"
 
 
-_POSTFIX_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "min": "min", "max": "max"}
-
-
 def _postfix(e, size_vars) -> int | list:
-    """Extent `e` (an int, or an int64 expression of the SizeVars `size_vars`) as an int or a
-    postfix program (tvmc.graph.symbolic.to_postfix's tokens, "$k" the k-th of `size_vars`).
-    Raises ScheduleError for a node a launch extent cannot hold."""
-    if xt.is_static(e):
-        return int(e)
-    index = {v: k for k, v in enumerate(size_vars)}
-    out: list = []
-
-    def emit(x):
-        if isinstance(x, IntImm):
-            out.extend([x.value] if x.value >= 0 else [0, -x.value, "-"])
-        elif isinstance(x, SizeVar) and x in index:
-            out.append(f"${index[x]}")
-        elif isinstance(x, BinOp) and x.op in _POSTFIX_OPS:
-            emit(x.a)
-            emit(x.b)
-            out.append(_POSTFIX_OPS[x.op])
-        else:
-            raise ScheduleError(f"launch extent {e!r}: {x!r} is not an expression of the kernel's size variables")
-
-    emit(e)
-    return out
+    """Launch extent `e` as an int or a postfix program over the kernel's size arguments
+    `size_vars` (tvmc.te.extent.to_program). Raises ScheduleError for a node a launch extent
+    cannot hold."""
+    try:
+        return xt.to_program(e, size_vars)
+    except ValueError as err:
+        raise ScheduleError(f"launch extent {e!r}: {err}") from None
 
 
 def launch_dims(launch: dict, sizes) -> tuple:
