@@ -72,6 +72,18 @@ def _blocked(ref):
     return run
 
 
+def _window_overhang(x):
+    """Cells the last window reaches past the input and its explicit pads: max(0, x), and 0 where
+    x provably is at most 0 for every size of a symbolic extent (a floor-mode 2x2 / 2 pool over
+    a symbolic width: 2 * (W // 2) - W), so such a pool reads its input directly instead of
+    through a guarded copy of each window, as its static form does."""
+    from tvmc.te import extent as xt
+
+    if xt.is_static(x):
+        return max(0, int(x))
+    return 0 if xt.provably_le(x, 0) else max(0, x)
+
+
 def _pool_compute(kind):
     def compute(inputs, attrs, out_type):
         x = inputs[0]
@@ -83,8 +95,8 @@ def _pool_compute(kind):
         pt, pl, pb, pr = attrs["padding"]
         oh, ow = out_type.shape[2:4]
         # pad far enough for ceil_mode windows too; padded cells never win a max / count
-        eb = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt))
-        er = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl))
+        eb = _window_overhang((oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt))
+        er = _window_overhang((ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl))
         padded = pad_compute(x, ((0, 0), (0, 0), (pt, eb), (pl, er)) + block,
                              (float("-inf") if is_float(x.dtype) else te.min_value(x.dtype))
                              if kind == "max" else 0.0, name="pad_data")
