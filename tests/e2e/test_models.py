@@ -50,11 +50,11 @@ WASM_SAMPLE = ("squeezenet", "shufflenet")
 # the concat, grouped-conv and plain paths; the big ones at O0 (VGG-19, DenseNet-121, Inception-v1
 # and v2, ResNet-50, ZFNet, AlexNet: 5-12 s each) in make test-all
 O0_SAMPLE = ("squeezenet", "shufflenet")
-# x86 at opt level 3 in make test: the models whose graphs no other sample covers; in make test-all
-# the slowest (10-32 s each) whose paths the others hold: VGG-19, ZFNet (plain convs, as AlexNet),
-# DenseNet-121, Inception-v2 (the concat path of Inception-v1 and SqueezeNet), ResNet-50 (residual
-# 1 x 1 / 3 x 3 blocks, as tests/e2e/builders.resnet_style_cnn)
-O3_SLOW = ("vgg19", "densenet121", "zfnet512", "inception_v2", "resnet50")
+# x86 at opt level 3 in make test: AlexNet (plain convs, LRN, dense), ShuffleNet (grouped convs,
+# channel shuffle), SqueezeNet (concat); in make test-all the slowest (10-32 s each), whose paths
+# those hold: VGG-19, ZFNet (plain convs), DenseNet-121, Inception-v1 and v2 (concat), ResNet-50
+# (residual 1 x 1 / 3 x 3 blocks, as tests/e2e/builders.resnet_style_cnn)
+O3_SLOW = ("vgg19", "densenet121", "zfnet512", "inception_v1", "inception_v2", "resnet50")
 
 
 def _light_params():
