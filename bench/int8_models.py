@@ -13,7 +13,10 @@ DynamicQuantizeLinear + MatMulInteger). Targets: `--targets`, each "name" or "na
 records. For each target and each of `--threads` (default 1,2; both runtimes: tvmc's
 GraphExecutor.set_num_threads, onnxruntime's intra_op_num_threads with spinning stopped after
 each run as bench/bench.py does), each runtime does 3 untimed runs, then `--repeat` rounds time
-one run of each (perf_counter around a single call, interleaved); the table holds the medians and
+`--block` runs of each in a row (perf_counter around each single call; default 1: one run of each
+in turn, so every run starts after the other runtimes' runs have taken the caches; with 10 the
+runs after the first of a block find the model's weights and buffers in the caches, as back-to-back
+runs of one model, `tvmc run --repeat`, do); the table holds the medians and
 the ratios int8 / tvmc float and int8 / onnxruntime int8 (below 1: tvmc int8 is faster). The last
 column is the largest difference of tvmc's int8 output from onnxruntime's int8 one over its
 largest magnitude (each requantize may round one unit differently; the differences propagate).
@@ -96,16 +99,17 @@ def build_tvmc(model, tmp: str, tag: str, target: str, target_options: dict, thr
     return ex, compile_s
 
 
-def _median_ms(runs: dict, repeat: int) -> dict:
+def _median_ms(runs: dict, repeat: int, block: int = 1) -> dict:
     for fn in runs.values():
         for _ in range(3):
             fn()
     samples = {k: [] for k in runs}
     for _ in range(repeat):
         for k, fn in runs.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[k].append((time.perf_counter() - t0) * 1e3)
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                samples[k].append((time.perf_counter() - t0) * 1e3)
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -131,7 +135,7 @@ def bench(name: str, model: onnx.ModelProto, feeds, target: str, target_options:
         err = float(np.abs(ex_q.get_output(0) - ref).max())
         times = _median_ms({"tvmc_int8": ex_q.run, "tvmc_float": ex_f.run,
                             "ort_int8": lambda: ort_q.run(None, feeds),
-                            "ort_float": lambda: ort_f.run(None, feeds)}, args.repeat)
+                            "ort_float": lambda: ort_f.run(None, feeds)}, args.repeat, args.block)
     return dict(model=name, **times, compile_int8_s=compile_q, compile_float_s=compile_f, max_err=err,
                 ref_scale=float(np.abs(ref).max()))
 
@@ -145,6 +149,8 @@ def main(argv=None) -> int:
     p.add_argument("--bert", action="store_true", help="also bench/models.bert through quantize_dynamic")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--block", type=int, default=1,
+                   help="runs of each runtime in a row per round (default 1: one of each in turn)")
     p.add_argument("--targets", default=DEFAULT_TARGETS, help="name[:key=value;...] list, comma separated")
     p.add_argument("--out", default=None, help="also write the table as markdown here")
     args = p.parse_args(argv)
@@ -159,7 +165,9 @@ def main(argv=None) -> int:
     head = ("| target | threads | model | tvmc int8 ms | tvmc f32 ms | ort int8 ms | ort f32 ms | int8/f32 | "
             "int8/ort int8 | rel err |")
     lines = [f"Load average {os.getloadavg()[0]:.2f} at the start (a shared machine: compare ratios, not times); "
-             f"medians of {args.repeat} interleaved rounds.", "", head, "|" + " --- |" * 10]
+             f"medians of {args.repeat} interleaved rounds" + (f" of {args.block} runs of each runtime in a row"
+                                                             if args.block > 1 else "") + ".",
+             "", head, "|" + " --- |" * 10]
     print("\n".join(lines), flush=True)
     for spec in args.targets.split(","):
         target, options = parse_target(spec)
