@@ -165,7 +165,8 @@ def test_mixed_precision_on_the_gpu_matches_onnxruntime_float32(model_name, dtyp
         assert MMA_PTX[dtype] in ptx
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=pytest.mark.slow) if d == "bfloat16" else d
+                                   for d in DTYPES])  # the same path; bfloat16's in make test-all
 def test_params_are_16_bit_and_about_half_the_size(dtype, tmp_path):
     model = tmp_path / "cnn.onnx"
     import onnx

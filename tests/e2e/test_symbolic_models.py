@@ -67,6 +67,7 @@ def test_gpt2_prefill_one_artifact_every_sequence_length(gpt2):
     check_sizes(*gpt2, gpt_feeds, SEQS, tol=dict(rtol=1e-4, atol=1e-4))
 
 
+@pytest.mark.slow  # the causal mask built by Trilu; the sliced constant mask (the default) runs in make test
 def test_gpt2_prefill_with_a_trilu_causal_mask(tmp_path_factory):
     """Trilu(upper=0) of ConstantOfShape([seq, seq]): the mask from aranges of the symbolic extent."""
     model = gpt2_prefill(layers=1, hidden=32, heads=2, mask="trilu")

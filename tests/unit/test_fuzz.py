@@ -4,7 +4,7 @@
 Every example must keep the error contract: no crash, no hang, no traceback, no internal
 error, only documented exit codes, at most one line on stderr when it fails, and no file
 written anywhere but the output path (temporary files included). `make test` runs a fixed,
-derandomized sample (about a minute); `make fuzz` sets TVMC_FUZZ_EXAMPLES for a longer random
+derandomized sample (about 40 s); `make fuzz` sets TVMC_FUZZ_EXAMPLES for a longer random
 run and TVMC_GUARD_PAGES=1, so the runtime's buffers sit between guard pages and a kernel that
 ran on a plan it was not compiled for would fault instead of corrupting memory silently.
 """
@@ -183,7 +183,7 @@ def private_tmp(tmp_path, monkeypatch):
     return tmp
 
 
-@fuzz_settings(40)
+@fuzz_settings(20)
 @given(data=st.data())
 def test_fuzz_onnx_importer(tmp_path, private_tmp, data):
     work = tmp_path / f"w{len(os.listdir(tmp_path))}"
@@ -250,7 +250,7 @@ def pack(members: dict, reseal: bool) -> bytes:
     return out.getvalue()
 
 
-@fuzz_settings(120)
+@fuzz_settings(60)
 @given(data=st.data())
 def test_fuzz_artifact_loader(tmp_path, private_tmp, artifact, data):
     """Damaged artifacts: tar bytes, JSON members (with and without sizes and digests updated),

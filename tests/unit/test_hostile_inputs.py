@@ -281,7 +281,7 @@ def forever_wasm(tmp_path_factory):
     return folder / "forever.tar"
 
 
-@pytest.mark.parametrize("sig,code,line", [("SIGINT", 130, "error: interrupted"),
+@pytest.mark.parametrize("sig,code,line", [pytest.param("SIGINT", 130, "error: interrupted", marks=pytest.mark.slow),
                                            ("SIGTERM", 143, "error: terminated")])
 def test_signal_during_a_wasm_run_is_not_swallowed(tmp_path, forever_wasm, sig, code, line):
     import signal as signals
