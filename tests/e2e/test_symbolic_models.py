@@ -75,10 +75,12 @@ def test_gpt2_prefill_with_a_trilu_causal_mask(tmp_path_factory):
     check_sizes(model, path, gpt_feeds, [1, 19, 256], tol=dict(rtol=1e-4, atol=1e-4))
 
 
+@pytest.mark.slow  # 11 s compile; the symbolic encoder, CNN and GPT-2 prefill run in make test
 def test_crnn_one_artifact_every_width(recognizer):
     check_sizes(*recognizer, crnn_feeds, WIDTHS)
 
 
+@pytest.mark.slow  # shares the CRNN artifact above
 def test_crnn_metadata_and_range_errors(recognizer):
     """The steps axis of the logits is W // 4 - 1 of the width variable; a width outside
     16..2048 is refused naming input, dimension, value and range."""

@@ -192,15 +192,17 @@ def test_conv2d_nchwc_fused_bias_relu_residual():
     np.testing.assert_allclose(to_layout(out, "NCHW16c", "NCHW"), want, **TOLERANCE["float32"])
 
 
-@pytest.mark.parametrize("cfg", [dict(tile_ow=8, unroll_ic=True, unroll_kw=True),
-                                 dict(tile_ow=5, unroll_ic=False, unroll_kw=True),
-                                 dict(tile_ow=16, unroll_ic=True, unroll_kw=False),
-                                 dict(tile_ow=7, unroll_ic=False, unroll_kw=False, tile_oh=4),
-                                 dict(tile_ow=14, unroll_ic=False, unroll_kw=True, tile_oh=2),
-                                 dict(tile_ow=9, unroll_ic=True, unroll_kw=False, tile_oh=3,
-                                      reorder_kernel_first=True)],
-                         ids=["tile8_unroll_all", "tile5", "tile16_unroll_ic", "rows4_partial", "rows2",
-                              "kernel_first"])
+_SLOW = pytest.mark.slow  # make test keeps a partial-width and a partial-height tile
+
+
+@pytest.mark.parametrize("cfg", [
+    pytest.param(dict(tile_ow=8, unroll_ic=True, unroll_kw=True), id="tile8_unroll_all", marks=_SLOW),
+    pytest.param(dict(tile_ow=5, unroll_ic=False, unroll_kw=True), id="tile5"),
+    pytest.param(dict(tile_ow=16, unroll_ic=True, unroll_kw=False), id="tile16_unroll_ic", marks=_SLOW),
+    pytest.param(dict(tile_ow=7, unroll_ic=False, unroll_kw=False, tile_oh=4), id="rows4_partial"),
+    pytest.param(dict(tile_ow=14, unroll_ic=False, unroll_kw=True, tile_oh=2), id="rows2", marks=_SLOW),
+    pytest.param(dict(tile_ow=9, unroll_ic=True, unroll_kw=False, tile_oh=3, reorder_kernel_first=True),
+                 id="kernel_first", marks=_SLOW)])
 def test_conv2d_nchwc_tuned_configs(cfg):
     """Configs a tuner may pick, including tiles that do not divide OW = 14 or OH = 14."""
     case = ("configs", (1, 16, 16, 16), (16, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1, 16, 16)

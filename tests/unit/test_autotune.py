@@ -759,6 +759,7 @@ def test_hanging_candidate_times_out(task, target):
     assert result.error == MeasureError.RUN_TIMEOUT and "longer than 2 s" in result.error_msg
 
 
+@pytest.mark.slow  # two 5 s build timeouts; the run timeout above stays in make test
 def test_build_timeout(task, target, tmp_path):
     space = task.config_space(target)
     configs = [c for c in space.all_configs()

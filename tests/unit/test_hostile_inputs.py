@@ -586,7 +586,7 @@ def test_a_short_constant_loop_is_still_unrolled(tmp_path):
     assert np.load(tmp_path / "out.npz")["s"].reshape(-1).tolist() == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.parametrize("cond", [False, True])
+@pytest.mark.parametrize("cond", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_loop_with_scan_outputs_beyond_the_unroll_limit_is_refused(tmp_path, cond):
     model = _counting_loop(tmp_path, 10 ** 9, scan=True, cond=cond)
     r = tvmc("compile", model, "--target", "native", "-o", tmp_path / "m.tar", timeout=120)
