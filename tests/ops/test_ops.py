@@ -261,6 +261,11 @@ CASES = [
     Case("transpose_2d_large", "transpose", lambda r: [n(r, (67, 129))], dict(axes=(1, 0))),
     Case("reshape_flatten", "reshape", lambda r: [n(r, (2, 3, 5, 7))], dict(newshape=(2, 105))),
     Case("reshape_regroup", "reshape", lambda r: [n(r, (2, 3, 5, 7))], dict(newshape=(6, 5, 7, 1))),
+    # runs of axes raveled on their own (tvmc.ops.transform.aligned_groups): a split and a merge,
+    # two runs that share no boundary, unit axes on both sides
+    Case("reshape_split_merge", "reshape", lambda r: [n(r, (2, 12, 5, 7))], dict(newshape=(2, 3, 4, 35))),
+    Case("reshape_unaligned", "reshape", lambda r: [n(r, (6, 4, 5))], dict(newshape=(4, 6, 5))),
+    Case("reshape_unit_axes", "reshape", lambda r: [n(r, (1, 6, 1, 5))], dict(newshape=(6, 5, 1))),
     Case("concatenate_3_axis1", "concatenate",
          lambda r: [n(r, (1, 3, 5, 5)), n(r, (1, 5, 5, 5)), n(r, (1, 1, 5, 5))], dict(axis=1)),
     Case("concatenate_3_last_axis", "concatenate",

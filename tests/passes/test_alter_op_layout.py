@@ -168,15 +168,32 @@ def test_grouped_conv_takes_blocks_dividing_its_per_group_channels():
 
 def test_grouped_conv_changes_an_input_block_that_does_not_divide_its_groups():
     """4 groups of 8 input channels on NCHW16c data: the input goes to NCHW8c; 4 groups of 4
-    output channels (below the minimum block 8) stay NCHW."""
+    output channels (below the minimum block 8) stay NCHW, a 3x3 conv as nn.conv2d, a 1x1 one as
+    4 GEMMs over the flattened image (group_conv2d_as_matmul)."""
     x = var("x", (1, 16, 8, 8))
     y = conv(conv(x, 32, "c1", k=1), 32, "g8", k=1, groups=4, seed=2)
-    before = Graph([x], [conv(y, 16, "g4", k=1, groups=4, seed=3)])
+    for k, tail in ((3, ["nn.conv2d"]), (1, ["reshape", "nn.matmul", "reshape"])):
+        before = Graph([x], [conv(y, 16, "g4", k=k, groups=4, seed=3)])
+        after = alter(before)
+        assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "layout_transform", "nn.conv2d_nchwc",
+                                   "layout_transform", *tail]
+        assert transforms(after) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW8c"), ("NCHW8c", "NCHW")]
+        check(before, after)
+
+
+def test_grouped_1x1_conv_below_the_block_is_a_gemm_per_group():
+    """ShuffleNet's g = 4 conv over 136 channels (34 per group, no block of 8 divides it): reshape
+    to [1, 4, 34, 7 * 9], nn.matmul of the [4, 34, 34] weight with it (M padded to 36, N 63 to 64),
+    reshape back; strided or padded 1x1 convs keep the NCHW conv."""
+    x = var("x", (1, 136, 7, 9))
+    before = Graph([x], [call("nn.relu", conv(x, 136, "g", k=1, groups=4))])
     after = alter(before)
-    assert op_names(after) == ["layout_transform", "nn.conv2d_nchwc", "layout_transform", "nn.conv2d_nchwc",
-                               "layout_transform", "nn.conv2d"]
-    assert transforms(after) == [("NCHW", "NCHW16c"), ("NCHW16c", "NCHW8c"), ("NCHW8c", "NCHW")]
+    assert op_names(after) == ["reshape", "nn.matmul", "reshape", "nn.relu"]
+    mm = next(e for e in after.calls() if e.op == "nn.matmul")
+    assert mm.inputs[0].value.shape == (4, 34, 34) and list(mm.attrs["padded"]) == [36, 64]
     check(before, after)
+    strided = Graph([x], [conv(x, 136, "s", k=1, groups=4, stride=2)])
+    assert op_names(alter(strided)) == ["nn.conv2d"]
 
 
 def shuffle(x, groups):

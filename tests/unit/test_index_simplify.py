@@ -1,0 +1,50 @@
+"""The flat-index rules that make reshapes copies of ramps: merge_divmod (tvmc.tir.simplify) and
+the runs of axes a reshape ravels on their own (tvmc.ops.transform.aligned_groups)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tvmc.ops.transform import aligned_groups
+from tvmc.te.expr import BinOp, IntImm, Var
+from tvmc.tir.simplify import simplify
+
+
+def _eval(e, env):
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        return env[e]
+    a, b = _eval(e.a, env), _eval(e.b, env)
+    ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
+           "floormod": lambda: a % b}
+    return ops[e.op]()
+
+
+def test_a_split_index_recombined_by_its_divisor_is_the_index_again():
+    i, j = Var("i", "int64"), Var("j", "int64")
+    x = i * IntImm(16) + j
+    div, mod = BinOp("floordiv", x, IntImm(28)), BinOp("floormod", x, IntImm(28))
+    ranges = {i: 49, j: 16}
+    assert str(simplify(div * IntImm(28) + mod + IntImm(5), ranges)) == "(((i * 16) + j) + 5)"
+    # a common factor (a blocked layout's 8 lanes) and another term stay exact
+    e = div * IntImm(224) + mod * IntImm(8) + j * IntImm(3)
+    got = simplify(e, ranges)
+    assert "//" not in str(got) and "%" not in str(got)
+    for iv, jv in itertools.product(range(49), range(16)):
+        assert _eval(got, {i: iv, j: jv}) == _eval(e, {i: iv, j: jv})
+    # coefficients that do not pair (28 * 2 against 1) keep the division
+    assert "//" in str(simplify(div * IntImm(56) + mod, ranges))
+
+
+@pytest.mark.parametrize("src,dst,groups", [
+    ((1, 136, 28, 28), (1, 4, 34, 784), [([0], [0]), ([1], [1, 2]), ([2, 3], [3])]),
+    ((6, 4), (4, 6), [([0, 1], [0, 1])]),
+    ((2, 3, 5), (6, 5), [([0, 1], [0]), ([2], [1])]),
+    ((1, 6, 1, 5), (6, 5, 1), [([0, 1, 2], [0]), ([3], [1, 2])]),
+    ((), (1, 1), [([], [0, 1])]),
+])
+def test_aligned_groups(src, dst, groups):
+    assert aligned_groups(src, dst) == groups
