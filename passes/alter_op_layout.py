@@ -629,7 +629,9 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     Each grouped (1 < groups, not depthwise) nn.conv2d becomes nn.conv2d_nchwc with groups (TVM's
     group_conv2d_NCHWc) when a block of at least that minimum divides O/g: the blocks are chosen
     per conv, oc_bn by the same rule on O/g, ic_bn the data's block where it divides C/g, else
-    the rule on C/g (group_conv2d); option `grouped` 0 keeps every grouped conv NCHW on the
+    the rule on C/g (group_conv2d); a grouped 1x1 stride-1 unpadded conv below that minimum runs
+    as one GEMM per group over the flattened image in NCHW (group_conv2d_as_matmul: ShuffleNet's
+    34 and 68 channels per group); option `grouped` 0 keeps every grouped conv NCHW on the
     generic kernel (the behaviour before grouped convs were blocked, for comparisons).
     A groups-1 nn.conv2d (not Winograd) whose O the vector lanes do not divide, where rounding O up
     to twice the lanes, else to the lanes, adds at most O / `pad_channels` (option, 16; 0: never)

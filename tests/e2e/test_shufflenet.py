@@ -43,7 +43,8 @@ def _compile_and_run(model, x, pass_config):
 @pytest.mark.parametrize("grouped", [1, 0])
 def test_shufflenet_style_block_matches_onnxruntime(grouped):
     # 4 groups: bottlenecks of 32 and 64 channels, 8 and 16 per group (blocks 8 and 16), the first
-    # unit's last conv 104 = 128 - 24 channels, 26 per group (block 2: stays NCHW); odd input
+    # unit's last conv 104 = 128 - 24 channels, 26 per group (block 2: a GEMM per group in NCHW,
+    # AlterOpLayout.group_conv2d_as_matmul); odd input
     model = shufflenet_style(seed=3, size=35, stages=((128, 2), (256, 2)), groups=4)
     x = np.random.default_rng(0).standard_normal((1, 3, 35, 35)).astype(np.float32)
     got, funcs = _compile_and_run(model, x, {"AlterOpLayout.grouped": grouped})
@@ -53,6 +54,8 @@ def test_shufflenet_style_block_matches_onnxruntime(grouped):
     if grouped:
         # every conv but that one blocked, the 3 shuffles (the first unit's first conv is not grouped)
         # in NCHW[x]c
-        assert len(nchw_convs) == 1 and len(shuffles) == 3 and not any("transpose" in f for f in funcs), funcs
+        gemms = [f for f in funcs if f.startswith("fused_nn_matmul")]
+        assert not nchw_convs and len(gemms) == 1 and len(shuffles) == 3, funcs
+        assert not any("transpose" in f for f in funcs), funcs
     else:
         assert len(nchw_convs) == 7 and not shuffles, funcs   # the 7 grouped 1x1 convs
