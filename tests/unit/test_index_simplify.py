@@ -48,3 +48,15 @@ def test_a_split_index_recombined_by_its_divisor_is_the_index_again():
 ])
 def test_aligned_groups(src, dst, groups):
     assert aligned_groups(src, dst) == groups
+
+
+def test_multiples_of_the_divisor_leave_a_division_and_a_remainder():
+    """(8 X + i) // 4 = 2 X + i // 4 and (8 X + i) % 4 = i % 4 for any integers (floor semantics):
+    a shuffled channel c = 8 cb + lane gives per-lane offsets independent of the block cb."""
+    x, i = Var("x", "int64"), Var("i", "int64")
+    e = x * IntImm(8) + i - IntImm(3)
+    div, mod = simplify(BinOp("floordiv", e, IntImm(4)), {i: 8}), simplify(BinOp("floormod", e, IntImm(4)), {i: 8})
+    assert "x" not in str(mod) and str(div).count("x") == 1
+    for xv, iv in itertools.product(range(-5, 6), range(8)):
+        env = {x: xv, i: iv}
+        assert (_eval(div, env), _eval(mod, env)) == divmod(8 * xv + iv - 3, 4)

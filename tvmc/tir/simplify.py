@@ -326,8 +326,9 @@ def fold_int(op, a, b):
     return None
 
 
-def _divmod_linear(lin: Linear, c: int, ranges: dict):
-    """Split lin = c*q + r with r provably in [0, c); returns (q, r) Linears or None."""
+def _split_multiples(lin: Linear, c: int):
+    """(q, r) Linears with lin = c*q + r: q takes the terms whose coefficients c divides and
+    const // c, r the other terms and const % c."""
     q, r = Linear(), Linear()
     for k, (atom, coef) in lin.terms.items():
         if coef % c == 0:
@@ -335,6 +336,12 @@ def _divmod_linear(lin: Linear, c: int, ranges: dict):
         else:
             r.terms[k] = (atom, coef)
     q.const, r.const = lin.const // c, lin.const % c
+    return q, r
+
+
+def _divmod_linear(lin: Linear, c: int, ranges: dict):
+    """Split lin = c*q + r with r provably in [0, c); returns (q, r) Linears or None."""
+    q, r = _split_multiples(lin, c)
     b = r.bounds(ranges)
     if b is None or b[0] < 0 or b[1] >= c:
         return None
@@ -410,6 +417,10 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
                 qr = _divmod_linear(Linear.of(a), c, ranges)
                 if qr is not None:
                     return (qr[0] if x.op == "floordiv" else qr[1]).to_expr()
+                q, r = _split_multiples(Linear.of(a), c)
+                if q.terms:  # (c*q + r) // c = q + r // c and (c*q + r) % c = r % c, for any integer r
+                    rest = BinOp(x.op, r.to_expr(), b)
+                    return BinOp("add", q.to_expr(), rest) if x.op == "floordiv" else rest
             if x.op in ("min", "max"):
                 la, lb = Linear.of(a), Linear.of(b)
                 d = la.add(lb, -1)
