@@ -267,7 +267,7 @@ class _Rewriter:
         n, c, h, w = data.shape
         o = e.shape[1]
         if not (e.dtype == "float32" and weight.shape[2:] == (1, 1) and tuple(e.attrs.get("strides", (1, 1))) == (1, 1)
-                and not any(e.attrs.get("padding", (0, 0, 0, 0))) and all(isinstance(d, int) for d in data.shape)):
+                and not any(e.attrs.get("padding", (0, 0, 0, 0))) and not data.type.is_symbolic):
             return None
         og, cg = o // groups, c // groups
         x = make_call("reshape", [self.plain(data)], {"newshape": (n, groups, cg, h * w)},

@@ -60,3 +60,17 @@ def test_multiples_of_the_divisor_leave_a_division_and_a_remainder():
     for xv, iv in itertools.product(range(-5, 6), range(8)):
         env = {x: xv, i: iv}
         assert (_eval(div, env), _eval(mod, env)) == divmod(8 * xv + iv - 3, 4)
+
+
+def test_a_merge_that_changes_another_pairs_coefficient_keeps_the_value():
+    """Merging (Z // 4) * 4 + Z % 4 into Z, with Z = i + x % 2, adds to the coefficient of x % 2,
+    which another pair, (x // 2) * 2 + x % 2, also uses: each merge reads the current coefficient."""
+    x, i = Var("x", "int64"), Var("i", "int64")
+    two = BinOp("floormod", x, IntImm(2))
+    z = i + two
+    e = BinOp("floormod", z, IntImm(4)) + BinOp("floordiv", z, IntImm(4)) * IntImm(4) + two + \
+        BinOp("floordiv", x, IntImm(2)) * IntImm(2)
+    got = simplify(e, {i: 8})
+    for xv, iv in itertools.product(range(-6, 7), range(8)):
+        env = {x: xv, i: iv}
+        assert _eval(got, env) == _eval(e, env), (xv, iv, got)

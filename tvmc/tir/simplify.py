@@ -117,11 +117,11 @@ def merge_divmod(lin: Linear) -> Linear:
     """`lin` with each pair k*c*(X // c) + k*(X % c) (c > 0 a literal) replaced by k*X: the flat
     index of a reshape, ((i // 28) * 28 + i % 28), is i again, and a vector loop over i then loads
     a contiguous ramp instead of a gather (TVM's canonical simplifier has the same rule)."""
-    for key, (atom, k) in list(lin.terms.items()):
+    for key, (atom, _) in list(lin.terms.items()):
         if not (isinstance(atom, BinOp) and atom.op == "floormod" and isinstance(atom.b, IntImm)
                 and atom.b.value > 0 and key in lin.terms):
             continue
-        c = atom.b.value
+        k, c = lin.terms[key][1], atom.b.value  # the current coefficient: an earlier merge may have changed it
         div = BinOp("floordiv", atom.a, atom.b)
         dkey = _key(div)
         if lin.terms.get(dkey, (None, 0))[1] != k * c:
@@ -339,15 +339,6 @@ def _split_multiples(lin: Linear, c: int):
     return q, r
 
 
-def _divmod_linear(lin: Linear, c: int, ranges: dict):
-    """Split lin = c*q + r with r provably in [0, c); returns (q, r) Linears or None."""
-    q, r = _split_multiples(lin, c)
-    b = r.bounds(ranges)
-    if b is None or b[0] < 0 or b[1] >= c:
-        return None
-    return q, r
-
-
 _INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
                "int32": (-2 ** 31, 2 ** 31 - 1)}
 
@@ -414,10 +405,10 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
                 c = b.value
                 if c == 1:
                     return a if x.op == "floordiv" else IntImm(0)
-                qr = _divmod_linear(Linear.of(a), c, ranges)
-                if qr is not None:
-                    return (qr[0] if x.op == "floordiv" else qr[1]).to_expr()
                 q, r = _split_multiples(Linear.of(a), c)
+                rb = r.bounds(ranges)
+                if rb is not None and 0 <= rb[0] and rb[1] < c:  # r provably in [0, c)
+                    return (q if x.op == "floordiv" else r).to_expr()
                 if q.terms:  # (c*q + r) // c = q + r // c and (c*q + r) % c = r % c, for any integer r
                     rest = BinOp(x.op, r.to_expr(), b)
                     return BinOp("add", q.to_expr(), rest) if x.op == "floordiv" else rest
