@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tvmc.graph import symbolic
 from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.cpu.conv2d_winograd import WINOGRAD_IMPL_TILES, plan_winograd, winograd_eligible
@@ -570,16 +571,36 @@ def _plan_winograd(graph: Graph, target, min_block: int, override: int, size_bud
     """{nn.conv2d Call: Winograd tile} (tvmc.ops.cpu.conv2d_winograd.plan_winograd) for the
     float groups-1 convs with a Constant weight that the conv2d rule blocks, their transformed
     weights adding at most (size_budget - 1) x the bytes of the graph's constants (0 or inf: no
-    budget); convs of symbolic shape stay direct. `measured`: plan_winograd's measured costs."""
+    budget); a conv of symbolic shape takes the form that the cost table says serves its range
+    best (plan_winograd's samples, _range_samples). `measured`: plan_winograd's measured costs."""
     lanes = target.vector_lanes("float32")
-    convs = [(e, e.inputs[0].shape, e.inputs[1].shape, e.attrs, e.inputs[1].value.itemsize) for e in graph.calls()
-             if e.op == "nn.conv2d" and isinstance(e.inputs[1], Constant) and e.dtype in _DTYPES
-             and len(e.inputs[0].shape) == 4 and channel_block_for(e.shape[1], lanes) >= min(min_block, lanes)
-             and not e.type.is_symbolic]  # symbolic shapes: direct NCHWc convolution (no Winograd schedule yet)
-    if not size_budget or np.isinf(size_budget):
-        return plan_winograd(convs, target, override, measured=measured)
-    weight_bytes = sum(e.value.nbytes for e in graph.topo() if isinstance(e, Constant))
-    return plan_winograd(convs, target, override, max(0.0, (size_budget - 1) * weight_bytes), measured)
+    eligible = [e for e in graph.calls()
+                if e.op == "nn.conv2d" and isinstance(e.inputs[1], Constant) and e.dtype in _DTYPES
+                and len(e.inputs[0].shape) == 4 and channel_block_for(e.shape[1], lanes) >= min(min_block, lanes)]
+    convs = [(e, tuple(symbolic.upper_bound(d) for d in e.inputs[0].shape), e.inputs[1].shape, e.attrs,
+              e.inputs[1].value.itemsize) for e in eligible]
+    samples = {e: _range_samples(e.inputs[0].shape) for e in eligible if e.type.is_symbolic}
+    budget = np.inf
+    if size_budget and not np.isinf(size_budget):
+        weight_bytes = sum(e.value.nbytes for e in graph.topo() if isinstance(e, Constant))
+        budget = max(0.0, (size_budget - 1) * weight_bytes)
+    return plan_winograd(convs, target, override, budget, measured, samples)
+
+
+RANGE_SAMPLES = 6  # sizes per symbolic range at which _plan_winograd weighs a conv's forms
+
+
+def _range_samples(shape) -> list:
+    """`shape` (dimensions: ints and graph SymExprs) at RANGE_SAMPLES sizes spread geometrically
+    over its variables' ranges, every variable at the same fraction of its range (lo first, the
+    upper bounds last)."""
+    variables = symbolic.free_vars(shape)
+    out = []
+    for k in range(RANGE_SAMPLES):
+        q = k / (RANGE_SAMPLES - 1)
+        values = {v.name: round(v.lo * (v.hi / v.lo) ** q) if v.lo > 0 else round(v.hi * q) for v in variables}
+        out.append(tuple(int(symbolic.substitute(d, values)) for d in shape))
+    return out
 
 
 def _measured_forms(probe: "_Rewriter", lookup) -> dict:
@@ -649,8 +670,9 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     here to U = G g G^T blocked as [alpha^2, O//oc_bn, C//ic_bn, ic_bn, oc_bn]. Option
     `size_budget` (1.25; 0 or inf: none): the transformed weights ((m+2)^2 / 9 times the direct
     ones) may grow the graph's constants to at most that many times their bytes before the pass;
-    the convs that save the most time per extra byte take Winograd (or F(2x2) instead of
-    F(4x4)) until the budget is spent, the others keep the direct form (plan_winograd).
+    the forms (direct, F(2x2), F(4x4) per conv) that save the most time in all within it are
+    taken, the others keep the direct form (plan_winograd). A conv of symbolic shape is weighed
+    at sizes across its range (_range_samples) and runs Winograd in size buckets of its tiles.
 
     Each nn.matmul whose N the vector lanes do not divide, or whose M no row tile of 4 to 8
     divides, computes padded sums ([..., Mp, Np]) and keeps their leading M x N corner

@@ -346,6 +346,36 @@ def test_winograd_tile_size_takes_the_fastest_form_of_the_nearest_class_of_the_c
     assert winograd_tile_size(shape, (c, c, 3, 3), conv(strides=(2, 2), padding=(1, 1, 1, 1)), target) == 0
 
 
+def test_plan_winograd_under_a_budget_takes_the_plan_that_saves_most_not_the_densest_step():
+    """The budget is a multiple-choice knapsack (_best_within_budget): a small conv saving most per
+    byte must not crowd out a larger one that saves more in all (greedy by density took x alone)."""
+    from tvmc.ops.cpu.conv2d_winograd import _best_within_budget
+
+    options = {"x": {2: 1.0}, "y": {2: 1.9}}      # F(2x2) adds 7 x size bytes: x 7, y 14
+    assert _best_within_budget(options, {"x": 1, "y": 2}, 14) == {"y": 2}
+    assert _best_within_budget(options, {"x": 1, "y": 2}, 21) == {"x": 2, "y": 2}
+    assert _best_within_budget(options, {"x": 1, "y": 2}, 6) == {}
+    both = {"a": {2: 1.0, 4: 3.0}, "b": {2: 2.6}}    # a: 7 or 27 bytes, b: 14
+    assert _best_within_budget(both, {"a": 1, "b": 2}, 30) == {"a": 2, "b": 2}
+    assert _best_within_budget(both, {"a": 1, "b": 2}, 41) == {"a": 4, "b": 2}
+
+
+def test_plan_winograd_weighs_the_sizes_of_a_symbolic_range(monkeypatch):
+    """A conv of symbolic shape (samples: its shapes across the range, the upper bound last) takes
+    the form with the lowest mean log ratio to the direct form over the samples, not the one of its
+    upper bound alone (F(4x4) at 56 x 56, F(2x2) at the 7 x 7 most of the range runs)."""
+    from tvmc.ops.cpu import conv2d_winograd
+    from tvmc.ops.cpu.conv2d_winograd import plan_winograd
+
+    monkeypatch.setattr(conv2d_winograd, "load_cost_table", lambda name: SYNTHETIC_TABLE)
+    target = resolve_target("x86")
+    convs = [("k", (1, 64, 56, 56), (64, 64, 3, 3), conv(padding=(1, 1, 1, 1)), 4)]
+    assert plan_winograd(convs, target) == {"k": 4}
+    samples = {"k": [(1, 64, 7, 7)] * 5 + [(1, 64, 56, 56)]}
+    assert plan_winograd(convs, target, samples=samples) == {"k": 2}
+    assert plan_winograd(convs, target, samples={"k": [(1, 64, 56, 56)] * 6}) == {"k": 4}
+
+
 def test_shipped_cost_tables_validate_against_their_schema_and_are_read_for_their_target():
     """configs/winograd/*.json (bench/winograd_table.py) validate against configs/winograd/schema.json,
     are named after a shipped CPU descriptor, and winograd_tile_size follows each one."""

@@ -20,13 +20,17 @@ from tvmc import te
 from tvmc.backends import backend_for
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import ScheduleError
+from tvmc.graph import symbolic
 from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, schedule_conv2d_nchwc
+from tvmc.ops.cpu.conv2d_winograd import (conv2d_winograd_buckets, conv2d_winograd_config, schedule_conv2d_winograd,
+                                          winograd_tiles)
 from tvmc.ops.cpu.dense import (dense_config, dense_pack_buckets, dense_pack_config, matmul_config, schedule_dense,
                                 schedule_dense_pack, schedule_matmul)
 from tvmc.ops.cpu.injective import schedule_injective
 from tvmc.ops.cpu.reduction import schedule_reduce, schedule_softmax, softmax_buckets
 from tvmc.ops.nn_conv2d_nchwc import _reference as conv2d_nchwc_reference
 from tvmc.ops.nn_conv2d_nchwc import conv2d_nchwc, pack_weight
+from tvmc.ops.nn_conv2d_winograd import conv2d_winograd_nchwc, winograd_weight_transform
 from tvmc.ops.nn_dense import dense, dense_pack, matmul, pack_dense_weight
 from tvmc.ops.nn_misc import softmax
 from tvmc.ops.registry import get_op
@@ -350,6 +354,46 @@ def test_conv2d_nchwc_over_a_symbolic_width(name, stride, depthwise, tmp_path):
         return [xs, weight], conv2d_nchwc_reference(xs, weight, (stride, stride), (1, 1, 1, 1), (1, 1), groups)
 
     run_sizes(name, prim, arrays, sizes(target, 160), tol=dict(rtol=1e-4, atol=2e-4), tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize("name,tile_size", [("native", 2), ("native", 4), ("wasm", 2),
+                                            pytest.param("wasm", 4, marks=pytest.mark.slow),  # ~2 min
+                                            pytest.param("arm", 2, marks=pytest.mark.slow)])
+def test_conv2d_winograd_over_a_symbolic_width_in_size_buckets(name, tile_size, tmp_path):
+    """A CRNN's 3x3 layer as Winograd F(m x m, 3x3) over width W in 1..32: P = ceil(6/m) * ceil(W/m)
+    output tiles, one specialization per bucket where P reaches 2, 3, ... (conv2d_winograd_buckets),
+    each tiled for its own upper bound; every size runs its bucket."""
+    target = resolve_target(name)
+    lanes = target.vector_lanes("float32")
+    c, h = 2 * lanes, 6
+    w_graph = symbolic.size_var("W", 1, 32)
+    r = rng()
+    g = r.standard_normal((c, c, 3, 3)).astype("float32")
+    u = winograd_weight_transform(g, tile_size, lanes, lanes)
+    attrs = (("out_layout", f"NCHW{lanes}c"), ("padding", (1, 1, 1, 1)), ("tile_size", tile_size))
+    upper_wl = ((1, c // lanes, h, 32, lanes), u.shape, (1, c // lanes, h, 32, lanes), "float32", attrs)
+    tiles = winograd_tiles(1, h, w_graph, tile_size)
+    starts = conv2d_winograd_buckets(upper_wl, target, symbolic.free_vars([w_graph])[0], tiles)
+    assert starts and starts == sorted(starts) and all(1 < v <= 32 for v in starts)
+    assert all(symbolic.substitute(tiles, {"W": v - 1}) < symbolic.substitute(tiles, {"W": v}) for v in starts)
+
+    def build(sub):
+        x = te.placeholder((1, c // lanes, h, sub, lanes), name="x")
+        wt = te.placeholder(u.shape, name="u")
+        y = conv2d_winograd_nchwc(x, wt, (1, 1, 1, 1), tile_size)
+        hi_wl = ((1, c // lanes, h, sub.hi, lanes), u.shape, (1, c // lanes, h, sub.hi, lanes), "float32", attrs)
+        s = te.create_schedule(y)
+        schedule_conv2d_winograd(s, y, y, conv2d_winograd_config(hi_wl, target).fallback_config(), target)
+        return s, [x, wt, y]
+
+    prim = lower_buckets("conv2d_winograd_width", te.size_var("W", 1, 32), starts, build)
+    packed = pack_weight(g, lanes, lanes)
+
+    def arrays(n):
+        xs = r.standard_normal((1, c // lanes, h, n, lanes)).astype("float32")
+        return [xs, u], conv2d_nchwc_reference(xs, packed, (1, 1), (1, 1, 1, 1), (1, 1))
+
+    run_sizes(name, prim, arrays, sorted({1, 2, 5, *starts, 32}), tol=dict(rtol=1e-3, atol=1e-3), tmp_path=tmp_path)
 
 
 # ---- size buckets ----------------------------------------------------------------------------------

@@ -177,10 +177,12 @@ def _size_buckets(anchor, target):
     """(graph SizeVar, bucket starts) where a CPU schedule defines size buckets for the anchor
     (tvmc.tir.buckets): nn.dense_pack and nn.matmul over symbolic rows (dense_pack_buckets,
     matmul_buckets), nn.softmax over
-    a symbolic last axis (softmax_buckets) and nn.conv2d_nchwc over a symbolic output width of one
-    variable (conv2d_nchwc_buckets); None elsewhere or where no start falls in the range."""
+    a symbolic last axis (softmax_buckets), nn.conv2d_nchwc over a symbolic output width of one
+    variable (conv2d_nchwc_buckets) and nn.conv2d_winograd_nchwc over a symbolic tile count of one
+    variable (conv2d_winograd_buckets); None elsewhere or where no start falls in the range."""
     from tvmc.graph import symbolic
     from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_buckets
+    from tvmc.ops.cpu.conv2d_winograd import conv2d_winograd_buckets, winograd_tiles
     from tvmc.ops.cpu.dense import dense_pack_buckets, matmul_buckets
     from tvmc.ops.cpu.reduction import softmax_buckets
 
@@ -198,6 +200,11 @@ def _size_buckets(anchor, target):
     elif anchor.op == "nn.conv2d_nchwc" and len(symbolic.free_vars([anchor.shape[3]])) == 1:
         (var,) = symbolic.free_vars([anchor.shape[3]])
         starts = conv2d_nchwc_buckets(upper_workload(anchor), target, var, anchor.shape[3])
+    elif anchor.op == "nn.conv2d_winograd_nchwc" and len(symbolic.free_vars(anchor.shape[:4])) == 1:
+        (var,) = symbolic.free_vars(anchor.shape[:4])
+        n, _, oh, ow = anchor.shape[:4]
+        starts = conv2d_winograd_buckets(upper_workload(anchor), target, var,
+                                         winograd_tiles(n, oh, ow, anchor.attrs["tile_size"]))
     else:
         return None
     return (var, starts) if starts else None

@@ -167,18 +167,25 @@ def conv2d_nchwc_buckets(workload, target, var, ow) -> list:
     narrow widths of a CRNN's last layers run a tile of exactly their width (conv stack at width
     16, one thread: no buckets 97 us, buckets at 8 and the tile 58, these 48; static 38 with
     Winograd). The starts that fall inside var's range."""
-    from tvmc.graph import symbolic
-
     grouped = dict(workload[-1]).get("groups", 1) != 1
-    _, weight, out = workload[:3]
     tile_ow = conv2d_nchwc_config(workload, target).fallback_config()["tile_ow"] if not grouped else \
         group_conv2d_nchwc_config(workload, target).fallback_config()["tile_ow"]
-    starts = []
-    for width in sorted({2, 3, 4, 5, 6, 7, 8, tile_ow}):
-        first = next((v for v in range(var.lo, var.hi + 1) if symbolic.substitute(ow, {var.name: v}) >= width), None)
+    return width_bucket_starts(var, ow, {2, 3, 4, 5, 6, 7, 8, tile_ow})
+
+
+def width_bucket_starts(var, extent, widths) -> list:
+    """The values of graph SizeVar `var` at which `extent` (an expression of `var` alone,
+    nondecreasing in it) first reaches each of `widths`, sorted, those inside (var.lo, var.hi]:
+    the bucket starts of a register-tiled axis whose tile is chosen per bucket."""
+    from tvmc.graph import symbolic
+
+    starts = set()
+    for width in sorted(widths):
+        first = next((v for v in range(var.lo, var.hi + 1) if symbolic.substitute(extent, {var.name: v}) >= width),
+                     None)
         if first is not None and var.lo < first <= var.hi:
-            starts.append(first)
-    return sorted(set(starts))
+            starts.add(first)
+    return sorted(starts)
 
 
 def conv2d_nchwc_config(workload, target) -> ConfigSpace:

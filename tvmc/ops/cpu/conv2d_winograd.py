@@ -54,7 +54,8 @@ import math
 from importlib import resources
 
 from tvmc.autotune.space import ConfigSpace
-from tvmc.ops.cpu.conv2d_nchwc import MAX_TILE_OC, accumulator_registers, fallback_register_tile, rolls_ic_inner
+from tvmc.ops.cpu.conv2d_nchwc import (MAX_TILE_OC, accumulator_registers, fallback_register_tile, rolls_ic_inner,
+                                       width_bucket_starts)
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
 from tvmc.te.extent import same_shape
@@ -134,25 +135,62 @@ def _preferred_tile_size(data_shape, weight_shape, target) -> int:
     return WINOGRAD_TILE_SIZE if target.num_vector_registers <= WINOGRAD_MAX_VECTOR_REGISTERS else 0
 
 
-def _gains_ms(data_shape, weight_shape, target, override: int) -> dict:
+def _gains_ms(data_shapes, weight_shape, target, override: int, weights=None) -> dict:
     """{m: time saved against the direct form} of the Winograd tiles worth choosing for an
-    eligible conv: an override's tile alone; else from the cost table, the tiles faster than
-    direct and im2col and not larger than winograd_tile_size's; else (no table) F(2x2) and
-    F(4x4) where the register rule takes Winograd. Without a table's time, a nominal ms per
-    1e9 multiply-adds saved (F(2x2): 20 of 36, F(4x4): 108 of 144), for the ranking only."""
-    n, c, h, w = data_shape
+    eligible conv whose data takes each shape of `data_shapes` ([N, C, H, W]; several: samples
+    of a symbolic shape's range, the upper bound last): an override's tile alone; else from the
+    cost table, the tiles whose mean log ratio to the direct form (the better of direct and im2col)
+    over the samples is below 0 and not above the best form's tile (for one shape: the tiles
+    faster than direct and not larger than winograd_tile_size's), each with its mean time saved
+    (`weights`: one factor per shape, the time saved at each shape scaled by it first); else (no table) F(2x2) and F(4x4) where the register rule takes Winograd. Without a table's
+    time, a nominal ms per 1e9 multiply-adds saved at the last shape (F(2x2): 20 of 36, F(4x4):
+    108 of 144), for the ranking only."""
+    n, c, h, w = data_shapes[-1]
     macs_g = n * c * weight_shape[0] * h * w * 9 / 1e9
     nominal = {2: macs_g * (1 - 16 / 36), 4: macs_g * (1 - 36 / 144)}
     if override >= 0:
         return {override: nominal[override]} if override else {}
-    preferred = _preferred_tile_size(data_shape, weight_shape, target)
     table = load_cost_table(target.name)
     if table is None:
+        preferred = _preferred_tile_size(data_shapes[-1], weight_shape, target)
         return {m: g for m, g in nominal.items() if m <= preferred}
-    times = estimated_times_ms(data_shape, weight_shape, table)
-    direct = min(times["direct"], times.get("im2col", math.inf))
-    return {m: direct - times[f"winograd{m}"] for m in WINOGRAD_IMPL_TILES
-            if m <= preferred and times[f"winograd{m}"] < direct}
+    per_shape = [estimated_times_ms(d, weight_shape, table) for d in data_shapes]
+    direct = [_direct_ms(t) for t in per_shape]
+    weights = weights or [1.0] * len(data_shapes)
+    score = {0: 0.0}  # mean log(time / direct time) of each form over the shapes
+    saved = {}
+    for m in WINOGRAD_IMPL_TILES:
+        times = [t[f"winograd{m}"] for t in per_shape]
+        score[m] = sum(math.log(t / d) for t, d in zip(times, direct)) / len(times)
+        saved[m] = sum(f * (d - t) for t, d, f in zip(times, direct, weights)) / len(times)
+    preferred = min(score, key=score.get)
+    return {m: saved[m] for m in WINOGRAD_IMPL_TILES if m <= preferred and score[m] < 0}
+
+
+def _direct_ms(times: dict) -> float:
+    """The direct form's estimated ms from a cost table's {form: ms}: the better of direct and
+    im2col (AlterOpLayout chooses between the ops; tuning records choose im2col)."""
+    return min(times["direct"], times.get("im2col", math.inf))
+
+
+def _sample_weights(convs, samples: dict, target) -> list | None:
+    """For plan_winograd with symbolic convs: one factor per sample size k, mean(T) / T_k, where T_k
+    is the cost table's direct time of all eligible `convs` at that size (a static conv's at its
+    one shape), so that a time saved counts relative to the convolutions' time at each size and
+    every size of the range weighs alike (the largest would outweigh the rest in ms). None without
+    samples or a cost table."""
+    table = load_cost_table(target.name)
+    if not samples or table is None:
+        return None
+    count = max(len(v) for v in samples.values())
+    totals = [0.0] * count
+    for key, data_shape, weight_shape, attrs, _ in convs:
+        if winograd_eligible(data_shape, weight_shape, attrs):
+            shapes = samples.get(key, [data_shape] * count)
+            for k, d in enumerate(shapes):
+                totals[k] += _direct_ms(estimated_times_ms(tuple(d), tuple(weight_shape), table))
+    mean = sum(totals) / count
+    return [mean / t if t else 1.0 for t in totals]
 
 
 def _measured_gains_ms(times: dict | None, override: int) -> dict | None:
@@ -164,7 +202,7 @@ def _measured_gains_ms(times: dict | None, override: int) -> dict | None:
 
 
 def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: float = math.inf,
-                  measured: dict | None = None) -> dict:
+                  measured: dict | None = None, samples: dict | None = None) -> dict:
     """{key: m} for every conv of `convs` that takes Winograd tile m (absent: the direct form).
 
     convs: [(key, data_shape [N, C, H, W], weight_shape OIHW, attrs, weight itemsize in bytes)].
@@ -173,44 +211,65 @@ def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: f
     Winograd tile are both measured (and no override is given), the measured savings replace the
     cost table's estimates, the tiles the table would not choose included; a conv whose measured
     Winograd tiles are all slower stays direct.
+    samples: {key: [data_shape, ...]}: for a conv of symbolic shape (its data_shape in convs at the
+    upper bounds), shapes at sizes across the range, the upper bound last; the cost table's form
+    is then the one with the lowest mean log ratio to the direct form over them (_gains_ms), and
+    its time saved, for the budget's ranking, the mean over the sizes of the time saved relative to
+    the convolutions' time at each size (_sample_weights): one artifact for a range takes the forms
+    that serve the whole range, not its upper bound alone (a CRNN of widths 16..2048 under the
+    default budget: F(4x4) for its second conv at 2048, F(2x2) at 16, direct at 400).
     Without a budget (inf), each conv takes winograd_tile_size's choice. With one, the transformed
     weights ((m+2)^2 instead of 9 values per C x O pair) may add at most `extra_bytes_budget`
-    bytes in all: starting from the direct form everywhere, the step (a conv to F(2x2) or F(4x4),
-    or from F(2x2) to F(4x4)) that saves the most time per extra byte and still fits is taken,
-    until none fits (greedy, as for a knapsack by value density): the convs with large images
-    and few channels gain most per byte. A tile larger than winograd_tile_size's is never taken.
+    bytes in all, and the plan (a form per conv) that saves the most time within them is taken
+    (_best_within_budget: a multiple-choice knapsack): the convs with large images and few
+    channels gain most per byte. A tile larger than winograd_tile_size's is never taken.
     """
     options, sizes = {}, {}
+    samples = samples or {}
+    weights = _sample_weights(convs, samples, target)
     for key, data_shape, weight_shape, attrs, itemsize in convs:
         if not winograd_eligible(data_shape, weight_shape, attrs):
             continue
         gains = _measured_gains_ms((measured or {}).get(key), override)
         if gains is None:
-            gains = _gains_ms(tuple(data_shape), tuple(weight_shape), target, override)
+            shapes = samples.get(key, [data_shape] * (len(weights) if weights else 1))
+            gains = _gains_ms([tuple(d) for d in shapes], tuple(weight_shape), target, override, weights)
         if gains:
             options[key] = gains
             sizes[key] = data_shape[1] * weight_shape[0] * itemsize
     if math.isinf(extra_bytes_budget):
         return {key: max(g, key=g.get) for key, g in options.items()}  # the tile that saves most
-    chosen: dict = {}
-    left = extra_bytes_budget
-    while True:
-        best = None
-        for key, gains in options.items():
-            cur = chosen.get(key, 0)
-            cur_gain = gains.get(cur, 0.0)
+    return _best_within_budget(options, sizes, extra_bytes_budget)
+
+
+# Most partial plans _best_within_budget keeps per step (evenly spaced along the front beyond it).
+MAX_PLANS = 4096
+
+
+def _best_within_budget(options: dict, sizes: dict, budget: float) -> dict:
+    """{key: m} maximizing the summed time saved (options: {key: {m: ms saved}}) with the extra
+    bytes ((m+2)^2 - 9) x sizes[key] summed within `budget`: the multiple-choice knapsack solved
+    over its Pareto front (the plans after each conv, kept where no plan of fewer or as many bytes
+    saves as much; thinned to MAX_PLANS). Exact where the front stays that small. Choosing by time
+    saved per byte alone (greedy) spent a CRNN's budget on F(4x4) for one small conv and left a
+    larger one direct, where F(2x2) for both saved more."""
+    front = [(0, 0.0, {})]  # (extra bytes, ms saved, plan), bytes ascending, saved strictly ascending
+    for key, gains in options.items():
+        grown = list(front)
+        for used, saved, plan in front:
             for m, g in gains.items():
-                extra = ((m + 2) ** 2 - (cur + 2) ** 2 if cur else (m + 2) ** 2 - 9) * sizes[key]
-                if m <= cur or g <= cur_gain or extra > left:
-                    continue
-                density = (g - cur_gain) / extra
-                if best is None or density > best[0]:
-                    best = (density, key, m, extra)
-        if best is None:
-            return chosen
-        _, key, m, extra = best
-        chosen[key] = m
-        left -= extra
+                extra = ((m + 2) ** 2 - 9) * sizes[key]
+                if used + extra <= budget:
+                    grown.append((used + extra, saved + g, {**plan, key: m}))
+        grown.sort(key=lambda p: (p[0], -p[1]))
+        front = []
+        for p in grown:
+            if not front or p[1] > front[-1][1]:
+                front.append(p)
+        if len(front) > MAX_PLANS:
+            step = len(front) / MAX_PLANS
+            front = [front[int(k * step)] for k in range(MAX_PLANS - 1)] + [front[-1]]
+    return front[-1][2]
 
 
 def conv2d_winograd_config(workload, target) -> ConfigSpace:
@@ -220,8 +279,7 @@ def conv2d_winograd_config(workload, target) -> ConfigSpace:
     _, weight, out = workload[:3]
     _, oc_chunk, _, ic_bn, _ = weight
     n, _, oh, ow, _ = out
-    m = dict(workload[-1])["tile_size"]
-    p = n * -(-oh // m) * -(-ow // m)  # output tiles: the GEMM's P
+    p = winograd_tiles(n, oh, ow, dict(workload[-1])["tile_size"])  # output tiles: the GEMM's P
     tile_oc, tile_p = fallback_register_tile(p, oc_chunk, target, ic_bn)
     regs = accumulator_registers(target, ic_bn)
     divisors = [f for f in range(1, min(p, target.num_vector_registers) + 1) if p % f == 0]
@@ -230,6 +288,26 @@ def conv2d_winograd_config(workload, target) -> ConfigSpace:
     space.define_knob("tile_p", sorted(set(divisors + partial + [tile_p])), fallback=tile_p)
     space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if oc_chunk % f == 0], fallback=tile_oc)
     return space
+
+
+def winograd_tiles(n, oh, ow, m):
+    """P = N * ceil(OH/m) * ceil(OW/m), the output tiles of F(m x m, 3x3) (ints, or graph SymExprs
+    with tvmc.graph.symbolic's floor division)."""
+    return n * ((oh + m - 1) // m) * ((ow + m - 1) // m)
+
+
+def conv2d_winograd_buckets(workload, target, var, tiles) -> list:
+    """Where the size buckets (tvmc.tir.buckets) of a conv2d_winograd_nchwc whose tile count P
+    (`tiles`, an expression of graph SizeVar `var` alone: winograd_tiles of the symbolic output) is
+    symbolic start, as values of `var`: where P reaches each count from 2 to 8, then every fourth
+    count up to the fallback tile_p of the upper-bound `workload`, and that tile_p, as
+    conv2d_nchwc_buckets does for the output width (the GEMM's register tile runs over P, each
+    bucket below the bound's tile takes a tile for its own upper P; with the bound's tile alone a
+    CRNN's few tiles at small widths all fell in the guarded partial tile: 48 channels at 8 x 4,
+    F(2x2), P = 8: 11.0 us with the bound's tile, 8.4 with these buckets, 8.3 compiled for that
+    size). P grows by N * ceil(OH/m) per step of the width, so the starts are few."""
+    tile_p = conv2d_winograd_config(workload, target).fallback_config()["tile_p"]
+    return width_bucket_starts(var, tiles, {*range(2, 9), *range(12, tile_p, 4), tile_p})
 
 
 def schedule_conv2d_winograd(s, out, anchor, cfg, target):
