@@ -356,8 +356,9 @@ def test_conv2d_nchwc_over_a_symbolic_width(name, stride, depthwise, tmp_path):
     run_sizes(name, prim, arrays, sizes(target, 160), tol=dict(rtol=1e-4, atol=2e-4), tmp_path=tmp_path)
 
 
-@pytest.mark.parametrize("name,tile_size", [("native", 2), ("native", 4), ("wasm", 2),
-                                            pytest.param("wasm", 4, marks=pytest.mark.slow),  # ~2 min
+@pytest.mark.parametrize("name,tile_size", [("native", 2), ("wasm", 2),  # F(4x4): an override's (~20 s, 2 min)
+                                            pytest.param("native", 4, marks=pytest.mark.slow),
+                                            pytest.param("wasm", 4, marks=pytest.mark.slow),
                                             pytest.param("arm", 2, marks=pytest.mark.slow)])
 def test_conv2d_winograd_over_a_symbolic_width_in_size_buckets(name, tile_size, tmp_path):
     """A CRNN's 3x3 layer as Winograd F(m x m, 3x3) over width W in 1..32: P = ceil(6/m) * ceil(W/m)

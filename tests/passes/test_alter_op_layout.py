@@ -551,3 +551,19 @@ def test_size_budget_bounds_the_growth_of_the_params_by_winograd_weights(monkeyp
     tight = alter(before, avx2, **{"AlterOpLayout.size_budget": 1.0})
     assert "nn.conv2d_winograd_nchwc" not in op_names(tight)
     check(before, bounded)
+
+
+def test_size_budget_counts_the_weights_inside_run_time_loop_bodies():
+    """A CRNN imported for a range of widths keeps its LSTM weights in the bodies of its run-time
+    loops (15% of the model's bytes): the Winograd size budget counts them, as it does for the
+    artifact of one width whose LSTMs are unrolled into the main graph."""
+    from tests.e2e.builders import crnn
+    from tvmc.frontend.onnx.importer import from_onnx
+    from tvmc.passes.alter_op_layout import _constant_bytes
+
+    model = crnn()
+    weights = sum(int(np.prod(t.dims)) * 4 for t in model.graph.initializer)
+    ranged = from_onnx(model, {}, {}, {"width": (16, 2048)})
+    main_only = sum(e.value.nbytes for e in ranged.topo() if isinstance(e, Constant))
+    assert main_only < 0.9 * weights
+    assert abs(_constant_bytes(ranged) - weights) <= 0.01 * weights

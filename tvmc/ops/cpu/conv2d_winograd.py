@@ -74,6 +74,12 @@ COST_TABLE_FOLDER = "winograd"
 # The forms a cost table times (bench/winograd_table.py) and the Winograd tile each stands for.
 FORM_TILE_SIZE = {"direct": 0, "im2col": 0, "winograd2": 2, "winograd4": 4}
 WINOGRAD_IMPL_TILES = (2, 4)  # the output tiles m of nn.conv2d_winograd_nchwc: F(2x2, 3x3), F(4x4, 3x3)
+# The tiles plan_winograd gives a conv of symbolic shape without an override. F(4x4) over a
+# symbolic width ran slower than compiled for one size (a CRNN's 16 -> 32 conv at 16 x 8: 8.7 us
+# against 6.2; F(2x2) 8.8 against 8.7) and compiles for seconds per size bucket; the CRNN's range
+# artifact with F(2x2) alone ran 0.90, 0.92, 0.97 and 1.01 of the one that also took F(4x4) at
+# widths 16, 100, 400 and 1000.
+SYMBOLIC_TILES = (2,)
 
 
 @functools.lru_cache(maxsize=None)
@@ -213,11 +219,13 @@ def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: f
     Winograd tiles are all slower stays direct.
     samples: {key: [data_shape, ...]}: for a conv of symbolic shape (its data_shape in convs at the
     upper bounds), shapes at sizes across the range, the upper bound last; the cost table's form
-    is then the one with the lowest mean log ratio to the direct form over them (_gains_ms), and
+    is then the one with the lowest mean log ratio to the direct form over them (_gains_ms), among
+    SYMBOLIC_TILES unless an override is given, and
     its time saved, for the budget's ranking, the mean over the sizes of the time saved relative to
     the convolutions' time at each size (_sample_weights): one artifact for a range takes the forms
     that serve the whole range, not its upper bound alone (a CRNN of widths 16..2048 under the
-    default budget: F(4x4) for its second conv at 2048, F(2x2) at 16, direct at 400).
+    default budget, compiled for one width: F(4x4) for its second conv at 2048, F(2x2) at 16,
+    direct at 400).
     Without a budget (inf), each conv takes winograd_tile_size's choice. With one, the transformed
     weights ((m+2)^2 instead of 9 values per C x O pair) may add at most `extra_bytes_budget`
     bytes in all, and the plan (a form per conv) that saves the most time within them is taken
@@ -234,6 +242,8 @@ def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: f
         if gains is None:
             shapes = samples.get(key, [data_shape] * (len(weights) if weights else 1))
             gains = _gains_ms([tuple(d) for d in shapes], tuple(weight_shape), target, override, weights)
+        if key in samples and override < 0:  # a range: F(2x2) alone (SYMBOLIC_TILES)
+            gains = {m: g for m, g in gains.items() if m in SYMBOLIC_TILES}
         if gains:
             options[key] = gains
             sizes[key] = data_shape[1] * weight_shape[0] * itemsize
