@@ -165,8 +165,8 @@ def main() -> None:
         out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "symbolic_dynamic.md")
         with open(out, "w") as f:
             f.write("# Range artifacts against one artifact per size and onnxruntime (make bench-dynamic)\n\n"
-                    "bench/bench_dynamic.py; untuned (fallback configs); measured on a shared, loaded 2-core "
-                    "machine, so single timings vary with the load of the other processes.\n\n" + text + "\n")
+                    "bench/bench_dynamic.py; untuned (fallback configs); single timings vary with the "
+                    "machine's load (each run's notes say on what it ran).\n\n" + text + "\n")
 
 
 if __name__ == "__main__":
