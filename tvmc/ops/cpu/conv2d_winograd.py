@@ -148,8 +148,9 @@ def _gains_ms(data_shapes, weight_shape, target, override: int, weights=None) ->
     cost table, the tiles whose mean log ratio to the direct form (the better of direct and im2col)
     over the samples is below 0 and not above the best form's tile (for one shape: the tiles
     faster than direct and not larger than winograd_tile_size's), each with its mean time saved
-    (`weights`: one factor per shape, the time saved at each shape scaled by it first); else (no table) F(2x2) and F(4x4) where the register rule takes Winograd. Without a table's
-    time, a nominal ms per 1e9 multiply-adds saved at the last shape (F(2x2): 20 of 36, F(4x4):
+    (`weights`: one factor per shape, the time saved at each shape scaled by it first); else
+    (no table) F(2x2) and F(4x4) where the register rule takes Winograd. Without a table's time,
+    a nominal ms per 1e9 multiply-adds saved at the last shape (F(2x2): 20 of 36, F(4x4):
     108 of 144), for the ranking only."""
     n, c, h, w = data_shapes[-1]
     macs_g = n * c * weight_shape[0] * h * w * 9 / 1e9
