@@ -34,9 +34,14 @@ from tvmc.ops.gpu.tiling import define_gemm_tile, schedule_gemm_tile, schedule_p
 from tvmc.te.extent import same_shape
 
 TILE_K_MAX = 8
-# register tile per thread the fallback starts from: 4 output channels x 1 output column (one
-# input value reused by 4 weights; columns stay one per thread so the input window is shared)
-REGISTER_TILE = (4, 1)
+# register tile per thread the fallback starts from: 4 output channels x 4 output columns (per
+# reduction step 4 weights and 4 input values for 16 multiply-adds); the fallback rule halves it
+# where the kernel would have too few threads (tiling.gemm_tile_fallback), so batch 1 mostly runs
+# smaller ones. Measured on an H100 (bench/results/cuda_h100.md, sixth run), float32, fallback
+# configs, against 4 x 1: ResNet-18 batch 16 13.13 -> 9.56 ms (8 x 4: 20.97, 4 x 8: 9.42),
+# MobileNetV2 batch 16 3.24 -> 3.22, ResNet-18 batch 1 2.13 -> 2.12, MobileNetV2 batch 1 0.503 ->
+# 0.517.
+REGISTER_TILE = (4, 4)
 
 
 def _direct_shared_bytes(cfg, weight, attrs, tile_ic: int, itemsize: int = 4) -> int:
