@@ -36,9 +36,10 @@ SMALL_BATCH = 16           # rows (M) up to which dense runs as one cross-thread
 SMALL_BATCH_THREADS = 256  # most threads per output the small-batch fallback gives
 # register tile per thread the fallback starts from (rows x columns): 16 accumulators, and per k
 # step 4 + 4 shared-memory loads for 16 multiply-adds. 8 x 4 ran the BERT-style encoder at batch
-# 16 8% faster on an H100 (3.25 against 3.53 ms, bench/results/cuda_h100.md, sixth run) but gave
-# wrong outputs for the encoder over a symbolic sequence on OpenCL (tests/e2e/test_symbolic_gpu.py):
-# not taken until that is understood.
+# 16 8% faster on an H100 (3.25 against 3.53 ms, bench/results/cuda_h100.md, sixth run) but its
+# attention-score kernel over a symbolic sequence gave wrong outputs on PoCL's OpenCL
+# (tests/e2e/test_symbolic_gpu.py), where the SIMT interpreter runs the same loop IR right: not
+# taken until that is understood.
 REGISTER_TILE = (4, 4)
 
 
