@@ -605,14 +605,14 @@ RANGE_SAMPLES = 6  # sizes per symbolic range at which _plan_winograd weighs a c
 
 
 def _range_samples(shape) -> list:
-    """`shape` (dimensions: ints and graph SymExprs) at RANGE_SAMPLES sizes spread geometrically
+    """`shape` (dimensions: ints and graph SymExprs, variables with lo >= 1) at RANGE_SAMPLES sizes spread geometrically
     over its variables' ranges, every variable at the same fraction of its range (lo first, the
     upper bounds last)."""
     variables = symbolic.free_vars(shape)
     out = []
     for k in range(RANGE_SAMPLES):
         q = k / (RANGE_SAMPLES - 1)
-        values = {v.name: round(v.lo * (v.hi / v.lo) ** q) if v.lo > 0 else round(v.hi * q) for v in variables}
+        values = {v.name: round(v.lo * (v.hi / v.lo) ** q) for v in variables}  # lo >= 1 (CompileOptions)
         out.append(tuple(int(symbolic.substitute(d, values)) for d in shape))
     return out
 
