@@ -9,7 +9,14 @@ from tvmc.graph.ir import Call, Constant, Expr, Graph, rewrite
 from tvmc.ops.layout import blocked_layout, channel_block, to_layout
 from tvmc.ops.cpu.conv2d_winograd import WINOGRAD_IMPL_TILES, plan_winograd, winograd_eligible
 from tvmc.ops.cpu.dense import matmul_padding
-from tvmc.ops.cpu.int8 import BLOCK_K, BLOCK_N, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight, pairs_in_int16
+from tvmc.ops.cpu.int8 import (
+    BLOCK_K,
+    BLOCK_N,
+    pack_conv2d_u8s8_row_weight,
+    pack_conv2d_u8s8_weight,
+    pack_dense_u8s8_weight,
+    pairs_in_int16,
+)
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import pack_dense_weight
@@ -20,6 +27,7 @@ NCHW = "NCHW"
 FLOAT32_EXACT_INT = 2 ** 24  # float32 holds every integer of magnitude below this (24-bit significand)
 _POOLS = ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.global_max_pool2d")
 _DTYPES = ("float32", "float64")
+ROW_ALIGN = 16  # qnn_conv2d_rows pads a stem's rows to a multiple of this many bytes (float32 vector lanes)
 # quantize / dequantize / rescale / add: tensors (add: two) and the scales, shifts and zero points that
 # broadcast against them (per channel: [C, 1, 1])
 _RESCALES = ("qnn.quantize", "qnn.dequantize", "qnn.rescale", "qnn.add")
@@ -81,10 +89,12 @@ class _Rewriter:
     """
 
     def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True, pad_channels: int = 0,
-                 qnn_only: bool = False, float_narrow_int8: bool = True, int8_saturate: bool = False):
+                 qnn_only: bool = False, float_narrow_int8: int = -1, int8_saturate: bool = False):
         self.target = target
         self.int8_saturate = int8_saturate  # option int8_saturate: vpmaddubsw pairs saturate (MLAS)
-        self.float_narrow_int8 = float_narrow_int8  # option float_narrow_int8 (qnn_conv2d_float)
+        # option float_narrow_int8 (qnn_conv2d_float): 1 on, 0 off, -1 the target's narrow_int8_conv
+        self.float_narrow_int8 = (target.narrow_int8_conv == "float" if float_narrow_int8 < 0 and target is not None
+                                  else bool(float_narrow_int8))
         self.qnn_only = qnn_only    # GPU targets: the int8 rewrites and the layout flow of their outputs only
         self.pad_channels = pad_channels  # option pad_channels: pad O when the padding is <= O / this (0: never)
         self.winograd = winograd    # nn.conv2d Call -> Winograd tile (plan_winograd)
@@ -377,7 +387,10 @@ class _Rewriter:
         the shifted input x - x_zp with zeros, so the constant term is exact everywhere. The term
         is a compile-time constant [O] (blocked to [O/16, 1, 1, 16]), subtracted in the epilogue.
         ib: the data's block where it is a multiple of 4, else the largest of 16, 8, 4 dividing C,
-        else C (one block, padded to a multiple of 4 in the kernel: a 3-channel image)."""
+        else C (one block, padded to a multiple of 4 in the kernel: a 3-channel image on a GPU,
+        or dilated). On CPU targets a conv of C % 4 != 0 and dilation 1 takes instead the float
+        conv (qnn_conv2d_float) or the row kernel (qnn_conv2d_rows), as option float_narrow_int8
+        or the target's dot-product form says (Target.narrow_int8_conv)."""
         data, weight, x_zp, w_zp = e.inputs
         if not (e.attrs.get("groups", 1) == 1 and len(data.shape) == 4 and isinstance(weight, Constant)
                 and weight.dtype == "int8" and isinstance(w_zp, Constant) and not w_zp.value.any()
@@ -392,22 +405,23 @@ class _Rewriter:
             out = self.qnn_conv2d_float(e)
             if out is not None:
                 return out
-        ib = self.data_block(data)
-        if ib is None or ib % BLOCK_K:
-            ib = next((b for b in (16, 8, 4) if c % b == 0), c)
-        layout = blocked_layout(ib)
-        x = self.as_layout(data, layout)
-        if shift:
-            widened = make_call("cast", [x], {"dtype": "int32"})
-            x = make_call("cast", [make_call("add", [widened, Constant(np.array(shift, np.int32), "u8_shift")])],
-                          {"dtype": "uint8"})
-        packed = pack_conv2d_u8s8_weight(weight.value, ib)
         name = weight.name or "weight"
-        attrs = {k: e.attrs[k] for k in ("strides", "padding", "dilation")}
-        attrs.update(pad_value=pad_value, pairs_in_int16=self.pairs_in_int16(packed),
-                     out_layout=blocked_layout(BLOCK_N))
-        product = make_call("qnn.conv2d_nchwc_u8s8", [x, Constant(packed, f"{name}_OIHW{ib}i16o_u8s8")], attrs,
-                            name=e.name)
+        if c % BLOCK_K and not self.qnn_only and tuple(e.attrs["dilation"]) == (1, 1) and \
+                not symbolic.free_vars([*data.shape, *e.shape]):
+            product = self.qnn_conv2d_rows(e, shift, pad_value)
+        else:
+            ib = self.data_block(data)
+            if ib is None or ib % BLOCK_K:
+                ib = next((b for b in (16, 8, 4) if c % b == 0), c)
+            x = self.as_layout(data, blocked_layout(ib))
+            if shift:
+                x = self.u8_shifted(x, shift)
+            packed = pack_conv2d_u8s8_weight(weight.value, ib)
+            attrs = {k: e.attrs[k] for k in ("strides", "padding", "dilation")}
+            attrs.update(pad_value=pad_value, pairs_in_int16=self.pairs_in_int16(packed),
+                         out_layout=blocked_layout(BLOCK_N))
+            product = make_call("qnn.conv2d_nchwc_u8s8", [x, Constant(packed, f"{name}_OIHW{ib}i16o_u8s8")], attrs,
+                                name=e.name)
         term = pad_value * weight.value.astype(np.int32).sum(axis=(1, 2, 3))
         out_layout = blocked_layout(BLOCK_N)
         if not term.any():
@@ -416,6 +430,45 @@ class _Rewriter:
                         f"{name}_zero_point_term")
         return make_call("subtract", [product, corr]), out_layout
 
+    @staticmethod
+    def u8_shifted(x: Expr, shift: int) -> Expr:
+        """int8 `x` as uint8 x + shift (shift 128)."""
+        widened = make_call("cast", [x], {"dtype": "int32"})
+        return make_call("cast", [make_call("add", [widened, Constant(np.array(shift, np.int32), "u8_shift")])],
+                         {"dtype": "uint8"})
+
+    def qnn_conv2d_rows(self, e: Call, shift: int, pad_value: int) -> Expr:
+        """The u8 x s8 product of a qnn.conv2d (the qnn_conv2d conditions, dilation 1) whose C is
+        not a multiple of 4 (an image stem, C = 3): qnn.conv2d_nchw_u8s8, each dot-product step 4
+        adjacent taps of one kernel row (tvmc.ops.cpu.int8.conv2d_nchw_u8s8), on the planar uint8
+        data padded here by a `pad` op: the conv's borders, and on the right the columns the taps
+        past KW read (they meet zero weights), up to a multiple of ROW_ALIGN bytes (whole float32
+        vectors for the pad's loops), hold `pad_value`. Static shapes only. The shift
+        and the pad are injective: FuseOps fuses them with the kernel that quantizes the input,
+        which runs along the planar rows. (The channel quads of conv2d_nchwc_u8s8 would need the
+        3 channels interleaved into NCHW4c, a gather of bytes per pixel, for as many steps: 9 per
+        output pixel at 3x3 either way, 49 at 7x7 where the rows take 42.)"""
+        data, weight = e.inputs[:2]
+        x = self.plain(data)
+        if shift:
+            x = self.u8_shifted(x, shift)
+        kw = weight.shape[3]
+        pt, pl, pb, _ = e.attrs["padding"]  # the right padding: whatever the last quad reads
+        ow = e.shape[3]
+        # the columns the last quad reads (at least the input's and its left padding), rounded up to
+        # whole vectors of ROW_ALIGN for the pad's loops
+        need = max((ow - 1) * e.attrs["strides"][1] + -(-kw // BLOCK_K) * BLOCK_K, data.shape[3] + pl)
+        wp = -(-need // ROW_ALIGN) * ROW_ALIGN
+        right = wp - data.shape[3] - pl
+        name = weight.name or "weight"
+        if pt or pl or pb or right:
+            x = make_call("pad", [x], {"pad_width": ((0, 0), (0, 0), (pt, pb), (pl, right)),
+                                       "pad_value": pad_value}, name=f"{name}_padded_input")
+        packed = pack_conv2d_u8s8_row_weight(weight.value)
+        attrs = {"strides": e.attrs["strides"], "out_width": ow, "pairs_in_int16": self.pairs_in_int16(packed),
+                 "out_layout": blocked_layout(BLOCK_N)}
+        return make_call("qnn.conv2d_nchw_u8s8", [x, Constant(packed, f"{name}_OIHW16o4w_u8s8")], attrs, name=e.name)
+
     def qnn_conv2d_float(self, e: Call):
         """A qnn.conv2d (groups 1, constant int8 weight, zero weight and constant input zero
         points) whose input channels C are not a multiple of 4, where its products are exact in
@@ -423,12 +476,14 @@ class _Rewriter:
 
             cast<int32>(conv2d_nchwc(float32(x) - x_zp, float32(w)))
 
-        The rule (AlterOpLayout option `float_narrow_int8`, 1; 0: off, the u8s8 kernel): a conv
-        with C % 4 != 0 (an image stem, C = 3) fills 3 of the 4 u8 x s8 products of every
-        dot-product step (the kernel pads each channel quad with a zero weight) and reads its data
-        in 3-byte groups; measured (resnet_style_cnn, 64 x 64 input, 3 -> 16 channels, 3x3, one
-        thread, a loaded machine) the u8s8 stem took 49 us on the AVX-512 VNNI build and 110 us on
-        x86-avx2 where the float stem took 25 and 40 us. The issue's rule for ops that do not win in
+        The rule (AlterOpLayout option `float_narrow_int8`: -1, the default, as the target's
+        dot-product form says, targets/isa/<arch>.yaml dot_u8s8 `narrow`, Target.narrow_int8_conv;
+        1 on; 0 off, the u8s8 row kernel of qnn_conv2d_rows): a conv with C % 4 != 0 (an image
+        stem, C = 3) fills 3 of the 4 u8 x s8 products of every dot-product step; measured on
+        resnet_style_cnn's 3x3 3 -> 16 stem, one thread, the row kernel beats this float conv with
+        vpdpbusd (26 + 8 us against 37 + 4 at 64 x 64, the input's quantize and pad included)
+        and loses with AVX2's exact vpmaddubsw form (70 + 11 against 65 + 4); the channel-quad
+        kernel it replaced took 49 + 15 and 110 us there. The issue's rule for ops that do not win in
         integers: they stay float between a dequantize and a quantize; here the float conv runs on
         the dequantize's integer part (x - x_zp) and the int8 weights, so its output is the int32
         accumulator of the integer conv, bit for bit, and what follows (bias add, requantize) is
@@ -646,7 +701,7 @@ def _measured_forms(probe: "_Rewriter", lookup) -> dict:
 
 
 @graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1, "size_budget": 1.25,
-                                                       "grouped": 1, "pad_channels": 16, "float_narrow_int8": 1,
+                                                       "grouped": 1, "pad_channels": 16, "float_narrow_int8": -1,
                                                        "int8_saturate": 0})
 def alter_op_layout(graph: Graph, ctx) -> Graph:
     """Store convolution activations channel-blocked and dense weights column-blocked on CPU
@@ -699,9 +754,12 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     with the shifted input zero point), producing NCHW16c, minus its zero-point term (qnn_conv2d);
     qnn.requantize keeps the blocked layout (a per-channel scale through its `layout` attribute),
     and qnn.quantize / qnn.dequantize pass it on as the binary ops do. Such a qnn.conv2d whose C is
-    not a multiple of 4 (an image stem) becomes instead, where its products are exact in float32,
-    the float nn.conv2d_nchwc on the integer values (x - x_zp, w), cast to int32
-    (qnn_conv2d_float; option `float_narrow_int8` 1, 0: the u8s8 kernel). Other qnn.conv2d (depthwise,
+    not a multiple of 4 (an image stem) becomes instead either qnn.conv2d_nchw_u8s8, the u8s8 kernel
+    over 4 adjacent taps of a kernel row on the planar data padded in the graph (qnn_conv2d_rows),
+    or, where its products are exact in float32, the float nn.conv2d_nchwc on the integer values
+    (x - x_zp, w), cast to int32 (qnn_conv2d_float): option `float_narrow_int8` -1 (default) as the
+    target's dot-product form says (Target.narrow_int8_conv: VNNI the row kernel, AVX2 and
+    AVX-512BW the float conv), 1 the float conv, 0 the row kernel. Other qnn.conv2d (depthwise,
     grouped, asymmetric weights) stay NCHW on the generic kernels. Option `int8_saturate` (0): 1
     lets the u8 x s8 pairs of vpmaddubsw (AVX2, AVX-512BW without VNNI) saturate to int16, one
     vpmaddubsw per step whatever the weights, as onnxruntime's MLAS u8s8 kernels do on those CPUs
@@ -751,7 +809,7 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
         if measured:
             winograd = _plan_winograd(graph, target, min_block, override, budget, measured)
     rw = _Rewriter(target, min_block, winograd, grouped, pad, qnn_only,
-                   bool(ctx.option("AlterOpLayout", "float_narrow_int8")),
+                   int(ctx.option("AlterOpLayout", "float_narrow_int8")),
                    bool(ctx.option("AlterOpLayout", "int8_saturate")))
     for e in graph.topo():
         rw.visit(e)

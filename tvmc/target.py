@@ -159,6 +159,14 @@ class Target:
         return _dot_u8s8(self.arch, self.cpu, self.features)
 
     @property
+    def narrow_int8_conv(self) -> str:
+        """How a qnn.conv2d whose input channels are not a multiple of 4 (an image stem) runs
+        on this CPU target: "dot" (the u8 x s8 kernel over 4 adjacent taps of a kernel row,
+        qnn.conv2d_nchw_u8s8) or "float" (a float conv on the integer values), the `narrow` of
+        its dot_u8s8 form in targets/isa/<arch>.yaml; "float" where it has none."""
+        return _dot_u8s8_entry(self.arch, self.cpu, self.features).get("narrow", "float")
+
+    @property
     def gpu_int8_dot(self) -> bool:
         """Whether this GPU target runs qnn.dense / qnn.conv2d on the int8 kernels of
         tvmc/ops/gpu/int8.py, whose step is a 4 x int8 dot product on one 32-bit word: OpenCL
@@ -408,14 +416,20 @@ def _fma_scalar_operand(arch: str, cpu: str, features: tuple) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _dot_u8s8(arch: str, cpu: str, features: tuple) -> tuple | None:
+def _dot_u8s8_entry(arch: str, cpu: str, features: tuple) -> dict:
+    """The first entry of the ISA table's dot_u8s8 whose feature the cpu and features enable,
+    or {}."""
     isa = isa_table(arch)
     if isa is None:
-        return None
+        return {}
     enabled = isa.enabled_features(cpu, features, arch)
     enabled = set().union(*(isa._closure_up(f) for f in enabled))  # with what they imply (ptx80: ptx63)
-    entry = next((e for e in isa.dot_u8s8 if e["feature"] in enabled), None)
-    return (entry["form"], int(entry["width_bits"])) if entry is not None else None
+    return next((e for e in isa.dot_u8s8 if e["feature"] in enabled), {})
+
+
+def _dot_u8s8(arch: str, cpu: str, features: tuple) -> tuple | None:
+    entry = _dot_u8s8_entry(arch, cpu, features)
+    return (entry["form"], int(entry["width_bits"])) if entry else None
 
 
 @functools.lru_cache(maxsize=64)

@@ -34,6 +34,16 @@ INTEGER_VALUED_FLOAT_CONV = "nn_conv2d_nchwc_cast_"
 CNN_INPUT = (1, 3, 16, 16)
 
 
+def _stem_kernel(target=None) -> str:
+    """The kernel name part of a 3-channel stem on `target` (default this host): the u8s8 row
+    kernel where its dot-product form says `narrow: dot` (VNNI), else the float conv on integer
+    values (targets/isa/*.yaml dot_u8s8)."""
+    from tvmc.target import resolve_target
+
+    dot = (target or resolve_target("native")).narrow_int8_conv == "dot"
+    return "qnn_conv2d_nchw_u8s8" if dot else INTEGER_VALUED_FLOAT_CONV
+
+
 def _cnn(seed: int = 0) -> onnx.ModelProto:
     """Two 3x3 convs (+ bias, relu, max pooling; the second stride 2) and a MatMul + Add head:
     input [1, 3, 16, 16] -> logits [1, 10]."""
@@ -192,8 +202,9 @@ def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
     DequantizeLinear -> Conv / MatMul -> QuantizeLinear (an int32 bias through DequantizeLinear),
     which FakeQuantizationToInteger turns into qnn ops (the MatMul into qnn.dense); MaxPool stays
     float between a dequantize and a quantize. The 16 -> 32 channel conv (symmetric int8 weights)
-    runs on the dot-product kernel (qnn.conv2d_nchwc_u8s8, AlterOpLayout), the 3-channel stem as a
-    float conv on its integer values (the float_narrow_int8 rule), none on the generic qnn.conv2d,
+    runs on the dot-product kernel (qnn.conv2d_nchwc_u8s8, AlterOpLayout), the 3-channel stem on
+    the row kernel (VNNI) or as a float conv on its integer values (the float_narrow_int8 rule, as
+    the host's dot-product form says), none on the generic qnn.conv2d,
     and both formats' MatMul (a constant 2-D weight) on qnn.dense_u8s8."""
     model = _cnn(seed=3)
     qmodel = expose_quantized(_quantize_static(model, fmt, per_channel))
@@ -202,8 +213,10 @@ def test_quantize_static_cnn_matches_onnxruntime(fmt, per_channel):
     x = np.random.default_rng(7).standard_normal(CNN_INPUT).astype(np.float32)
     module = _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d_nchwc_u8s8", "qnn_dense_u8s8"))
     convs = [k for k in kernel_names(module) if "qnn_conv2d" in k]
-    assert len(convs) == 1 and all("qnn_conv2d_nchwc_u8s8" in k for k in convs), convs
-    assert sum(INTEGER_VALUED_FLOAT_CONV in k for k in kernel_names(module)) == 1
+    stem = _stem_kernel()
+    assert sum("qnn_conv2d_nchwc_u8s8" in k for k in convs) == 1, convs
+    assert len(convs) == 1 + (stem != INTEGER_VALUED_FLOAT_CONV), convs
+    assert sum(stem in k for k in kernel_names(module)) == 1
 
 
 def test_quantize_static_resnet_style_has_no_float_chains_between_convs():

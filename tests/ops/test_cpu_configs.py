@@ -15,7 +15,7 @@ from util import op_function, run_op
 
 from tests.targets import TARGETS, require
 from tvmc.autotune.task import tasks_of_functions
-from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
+from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
 from tvmc.ops.registry import all_ops
 
 # one case per CPU implementation (the implementation name is the id)
@@ -59,6 +59,11 @@ CPU_CASES = [
     Case("conv2d_nchwc_u8s8.cpu", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (1, 2, 6, 9, 8), "uint8"), pack_conv2d_u8s8_weight(qi(r, (64, 16, 3, 3)), 8)],
          dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),
+    # an image stem's u8 x s8 product on planar rows (qnn_conv2d_rows): 2 output channel blocks,
+    # OW 10 (tiles of 1, 2, 5, 10 columns), 3x5 taps (two quads per row, the second padded)
+    Case("conv2d_nchw_u8s8.cpu", "qnn.conv2d_nchw_u8s8",
+         lambda r: [qi(r, (1, 3, 7, 20), "uint8"), pack_conv2d_u8s8_row_weight(qi(r, (32, 3, 3, 5)))],
+         {"strides": (1, 1), "out_width": 10, "out_layout": "NCHW16c"}),
     # issue 18, group B (misc ops)
     Case("det.cpu", "det", lambda r: [n(r, (3, 2, 5, 5))]),
     # issue 18 point 5: the data-dependent selections (NonZero, Compress, Unique, TopK, NMS)

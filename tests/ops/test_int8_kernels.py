@@ -20,9 +20,10 @@ from tvmc import te
 from tvmc.codegen.build import compile_ir
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import ArtifactError, ScheduleError
-from tvmc.ops.cpu.int8 import (BLOCK_K, BLOCK_N, conv2d_nchwc_u8s8, conv2d_u8s8_config, dense_u8s8,
-                               dense_u8s8_config, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight, pairs_in_int16,
-                               schedule_conv2d_nchwc_u8s8, schedule_dense_u8s8, unpack_conv2d_u8s8_weight)
+from tvmc.ops.cpu.int8 import (BLOCK_K, BLOCK_N, conv2d_nchw_u8s8, conv2d_nchwc_u8s8, conv2d_u8s8_config,
+                               dense_u8s8, dense_u8s8_config, pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight,
+                               pack_dense_u8s8_weight, pairs_in_int16, schedule_conv2d_nchwc_u8s8,
+                               schedule_dense_u8s8, unpack_conv2d_u8s8_row_weight, unpack_conv2d_u8s8_weight)
 from tvmc.ops.layout import blocked_layout, to_layout
 from tvmc.ops.nn_conv2d import _reference as conv2d_reference
 from tvmc.runtime import device_missing
@@ -374,3 +375,76 @@ def test_conv2d_nchwc_u8s8_assembly_uses_the_instruction(spec, form, insn):
     assert insn in asm
     if insn == "vpdpbusd":
         assert "pmaddubsw" not in asm
+
+
+# --- conv2d_nchw_u8s8 (an image stem: planar data, the quad along the kernel row) ---------------
+
+def _row_kernel(data_shape, packed_shape, strides, out_width, target, pairs=False, config=None):
+    """(PrimFunc, config space) of conv2d_nchw_u8s8 for `target` (fallback config, or `config`)."""
+    d = te.placeholder(data_shape, "uint8", "data")
+    w = te.placeholder(packed_shape, "int8", "weight")
+    out = conv2d_nchw_u8s8(d, w, strides, out_width, pairs)
+    s = te.create_schedule(out)
+    space = conv2d_u8s8_config((data_shape, packed_shape, out.shape, "uint8", ()), target)
+    schedule_conv2d_nchwc_u8s8(s, out, out, config or space.fallback_config(), target)
+    return lower(s, [d, w, out], "conv2d_nchw_u8s8"), space
+
+
+ROW_SHAPES = [  # (id, N C HP WP (already padded, rows wider than read), O, KH x KW, stride, OW)
+    ("3x3_c3", (1, 3, 11, 16), 16, (3, 3), 1, 9),
+    ("7x7_s2_c3_n2", (2, 3, 15, 32), 32, (7, 7), 2, 12),
+    ("5x2_c1", (1, 1, 6, 12), 16, (5, 2), 1, 7),
+]
+
+
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=lambda s: s[0])
+@pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
+def test_conv2d_nchw_u8s8_matches_numpy(spec, form, insn, shape):
+    """Fallback config and two others, with and without pairs_in_int16 where the weights allow
+    it; data of 255s in the first channel, weights of 127 and -128 for the first two output
+    channels; the columns past the last quad hold 255s that no output may read; exact."""
+    target = _runnable(_resolve(spec))
+    _, (n, c, hp, wp), o, (kh, kw), stride, ow = shape
+    rng = np.random.default_rng(c * 100 + o + kw)
+    used = (ow - 1) * stride + -(-kw // BLOCK_K) * BLOCK_K
+    x = rng.integers(0, 256, (n, c, hp, wp)).astype(np.uint8)
+    x[:, 0] = 255
+    x[..., used:] = 255
+    wt = rng.integers(-128, 128, (o, c, kh, kw)).astype(np.int8)
+    wt[0], wt[1] = 127, -128
+    packed = pack_conv2d_u8s8_row_weight(wt)
+    ref = _conv_reference(x[..., :(ow - 1) * stride + kw], wt, (stride, stride), (0, 0, 0, 0), 0)
+    _, space = _row_kernel(x.shape, packed.shape, (stride, stride), ow, target)
+    fallback = space.fallback_config()
+    others = [space.get(i) for i in range(len(space)) if dict(space.get(i)) != dict(fallback)]
+    for cfg in [fallback, others[0], others[-1]]:
+        prim, _ = _row_kernel(x.shape, packed.shape, (stride, stride), ow, target, False, cfg)
+        out = kernel_runner(target)(prim, target, [x, packed], np.zeros(ref.shape, np.int32))
+        np.testing.assert_array_equal(out, ref, err_msg=f"config {dict(cfg)}")
+    small = (wt // 4).astype(np.int8)  # |w| <= 32: no pair can saturate vpmaddubsw
+    assert pairs_in_int16(pack_conv2d_u8s8_row_weight(small))
+    prim, _ = _row_kernel(x.shape, packed.shape, (stride, stride), ow, target, True)
+    out = kernel_runner(target)(prim, target, [x, pack_conv2d_u8s8_row_weight(small)], np.zeros(ref.shape, np.int32))
+    ref = _conv_reference(x[..., :(ow - 1) * stride + kw], small, (stride, stride), (0, 0, 0, 0), 0)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_pack_conv2d_u8s8_row_weight_layout():
+    """[O/16, C, KH, ceil(KW/4), 16, 4]: element (oco, c, kh, q, i, j) is weight[16 oco + i, c, kh,
+    4 q + j]; the taps that round KW = 7 up to 8 are zero; O not a multiple of 16 is refused."""
+    w = np.random.default_rng(5).integers(-128, 128, (32, 3, 2, 7)).astype(np.int8)
+    p = pack_conv2d_u8s8_row_weight(w)
+    assert p.shape == (2, 3, 2, 2, 16, 4) and p.flags.c_contiguous
+    assert p[1, 2, 1, 1, 5, 2] == w[21, 2, 1, 6] and not p[:, :, :, 1, :, 3].any()
+    np.testing.assert_array_equal(unpack_conv2d_u8s8_row_weight(p, 7), w)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        pack_conv2d_u8s8_row_weight(w[:24])
+
+
+def test_conv2d_nchw_u8s8_refuses_rows_too_short_for_its_columns():
+    """out_width columns whose last quad passes the data's rows: a ValueError, not a read past them."""
+    d = te.placeholder((1, 3, 8, 10), "uint8", "data")
+    w = te.placeholder((1, 3, 3, 1, 16, 4), "int8", "weight")
+    assert conv2d_nchw_u8s8(d, w, (1, 1), 7).shape[3] == 7
+    with pytest.raises(ValueError, match="do not fit"):
+        conv2d_nchw_u8s8(d, w, (1, 1), 8)

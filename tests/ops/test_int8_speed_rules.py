@@ -1,6 +1,7 @@
 """Rules that choose the faster exact form of an int8 op (issue 28): a qnn.conv2d whose input
-channels are not a multiple of 4 (an image stem) runs as a float conv on its integer values
-(AlterOpLayout's float_narrow_int8, passes/alter_op_layout.py qnn_conv2d_float), and the float
+channels are not a multiple of 4 (an image stem) runs as a float conv on its integer values or
+on the u8s8 row kernel, as the target's dot-product form says (AlterOpLayout's
+float_narrow_int8, passes/alter_op_layout.py qnn_conv2d_float and qnn_conv2d_rows), and the float
 conv's fallback register tile counts the vector registers of an output block wider than one
 (tvmc/ops/cpu/conv2d_nchwc.py fallback_register_tile). Outputs compared exactly: the interpreted
 graph before and after the pass, and the compiled stem with and without the rule."""
@@ -74,13 +75,14 @@ def test_narrow_qnn_conv2d_runs_as_an_exact_float_conv_on_its_integer_values(tar
 def test_narrow_qnn_conv2d_keeps_the_u8s8_kernel_where_float32_is_not_exact_or_the_rule_is_off():
     """The rule needs max_o sum |w[o]| x max |x - x_zp| < 2^24: 5 channels x 11 x 11 taps of -128
     against data 255 with zero point 0 reach 605 x 128 x 255 = 19.7e6 > 2^24 = 16.8e6, so that conv
-    stays qnn.conv2d_nchwc_u8s8 (and exact); with option float_narrow_int8 0 the 3-channel stem
-    stays too."""
+    takes the u8s8 row kernel qnn.conv2d_nchw_u8s8 (and is exact); with option float_narrow_int8 0
+    the 3-channel stem does too, and a dilated one the channel-quad kernel (its taps are not
+    adjacent)."""
     x = var("x", (1, 5, 12, 12), "uint8")
     w = Constant(np.full((16, 5, 11, 11), -128, np.int8), "w_wide")
     before = Graph([x], [_qconv(x, w, 0, padding=(5, 5, 5, 5))])
     after = _alter(before)
-    assert [c.op for c in after.calls()].count("qnn.conv2d_nchwc_u8s8") == 1
+    assert [c.op for c in after.calls()].count("qnn.conv2d_nchw_u8s8") == 1
     assert not any(c.op == "nn.conv2d_nchwc" for c in after.calls())
     data = {"x": np.full((1, 5, 12, 12), 255, np.uint8)}
     np.testing.assert_array_equal(run_graph(after, data)[0], run_graph(before, data)[0])
@@ -89,8 +91,34 @@ def test_narrow_qnn_conv2d_keeps_the_u8s8_kernel_where_float32_is_not_exact_or_t
     stem = Graph([xs], [_qconv(xs, Constant(np.ones((16, 3, 3, 3), np.int8), "w3"), 10)])
     assert any(c.op == "nn.conv2d_nchwc" for c in _alter(stem).calls())
     off = _alter(stem, **{RULE: 0})
-    assert any(c.op == "qnn.conv2d_nchwc_u8s8" for c in off.calls())
+    assert any(c.op == "qnn.conv2d_nchw_u8s8" for c in off.calls())
     assert not any(c.op == "nn.conv2d_nchwc" for c in off.calls())
+    dilated = call("qnn.conv2d", xs, Constant(np.ones((16, 3, 3, 3), np.int8), "w3d"),
+                   Constant(np.asarray(10, np.int32), "zp"), Constant(np.zeros(16, np.int32), "w_zp"),
+                   strides=(1, 1), padding=(2, 2, 2, 2), dilation=(2, 2), groups=1)
+    assert any(c.op == "qnn.conv2d_nchwc_u8s8" for c in _alter(Graph([xs], [dilated]), **{RULE: 0}).calls())
+
+
+def test_narrow_qnn_conv2d_follows_the_descriptor_dot_on_vnni_float_on_avx2():
+    """Without the option the rule is the dot_u8s8 form's `narrow` (targets/isa/x86_64.yaml):
+    vpdpbusd (AVX512-VNNI, AVX-VNNI) -> the row kernel on the padded planar data, whose interpreted
+    graph equals the integer conv at the padded borders; vpmaddubsw (AVX512-BW, AVX2) -> the float
+    conv; option 1 forces the float conv on VNNI too."""
+    vnni = resolve_target("x86", {"features": "+avx512vnni"})
+    assert (vnni.narrow_int8_conv, X86.narrow_int8_conv, AVX2.narrow_int8_conv) == ("dot", "float", "float")
+    rng = np.random.default_rng(3)
+    xs = var("xs", (1, 3, 9, 11), "int8")
+    w = Constant(rng.integers(-128, 128, (32, 3, 7, 7)).astype(np.int8), "w7")
+    before = Graph([xs], [_qconv(xs, w, -5, padding=(3, 2, 3, 4), stride=2)])
+    after = _alter(before, vnni)
+    ops = [c.op for c in after.calls()]
+    assert "qnn.conv2d_nchw_u8s8" in ops and "pad" in ops and "nn.conv2d_nchwc" not in ops
+    pad = next(c for c in after.calls() if c.op == "pad")
+    assert pad.shape[3] % 16 == 0 and pad.attrs["pad_value"] == 123  # -5 + 128: the shifted zero point
+    assert "nn.conv2d_nchwc" in [c.op for c in _alter(before, vnni, **{RULE: 1}).calls()]
+    x = {"xs": rng.integers(-128, 128, (1, 3, 9, 11)).astype(np.int8)}
+    x["xs"][0, :, :, -1] = 127
+    np.testing.assert_array_equal(run_graph(after, x)[0], run_graph(before, x)[0])
 
 
 def _qlinear_stem(seed: int) -> onnx.ModelProto:
@@ -111,16 +139,17 @@ def _qlinear_stem(seed: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-@pytest.mark.parametrize("target_name", ["x86", "x86-avx2"])
+@pytest.mark.parametrize("target_name", ["x86", "x86-avx2", "x86-vnni"])
 def test_compiled_float_stem_equals_the_u8s8_stem(target_name):
     """A QLinearConv stem compiled at opt level 3 with the rule (kernel nn_conv2d_nchwc_cast...)
-    and without it (qnn_conv2d_nchwc_u8s8...) gives the same uint8 output, bit for bit (the int32
-    sums are equal; the requantize is the same code)."""
+    and without it (the row kernel qnn_conv2d_nchw_u8s8...) gives the same uint8 output, bit for
+    bit (the int32 sums are equal; the requantize is the same code)."""
     from tvmc.driver import CompileOptions, compile_model
     from tvmc.package import save_artifact
     from tvmc.runtime import create_executor, device_missing
 
-    target = resolve_target(target_name)
+    target = resolve_target("x86", {"features": "+avx512vnni"}) if target_name == "x86-vnni" else \
+        resolve_target(target_name)
     if device_missing(target):
         pytest.skip(f"{target_name}: {device_missing(target)}")
     model = _qlinear_stem(1)
@@ -136,7 +165,7 @@ def test_compiled_float_stem_equals_the_u8s8_stem(target_name):
             ex.run()
             outs.append(ex.get_output(0))
     assert any("nn_conv2d_nchwc_cast" in k for k in kernels[0]), kernels[0]
-    assert any("qnn_conv2d_nchwc_u8s8" in k for k in kernels[1]), kernels[1]
+    assert any("qnn_conv2d_nchw_u8s8" in k for k in kernels[1]), kernels[1]
     assert outs[0].dtype == np.uint8 and len(np.unique(outs[0])) > 10
     np.testing.assert_array_equal(outs[0], outs[1])
 

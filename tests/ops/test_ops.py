@@ -16,7 +16,7 @@ from tests.targets import TARGETS, require
 
 from tvmc.graph.ir import Constant, Function, TensorType, Var
 from tvmc.ops.control import INTERPRETED
-from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
+from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
 from tvmc.ops.registry import all_ops, get_op, make_call
 from tvmc.target import resolve_target
 
@@ -670,6 +670,14 @@ CASES = [
     Case("qnn_conv2d_nchwc_u8s8_packed_1x1_s2_7bit", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (2, 2, 9, 9, 8), "uint8"), pack_conv2d_u8s8_weight(qi(r, (48, 16, 1, 1)) // 2, 8)],
          dict(conv(strides=(2, 2)), pairs_in_int16=True, out_layout="NCHW16c")),
+    # an image stem's raw u8 x s8 product on planar data padded in the graph (AlterOpLayout's
+    # qnn_conv2d_rows): 3 channels, 7x7 taps (two quads per kernel row), stride 2, rows wider
+    # than the last quad reads, a requantize epilogue
+    Case("qnn_conv2d_nchw_u8s8_stem_7x7_s2_requantize", "qnn.conv2d_nchw_u8s8",
+         lambda r: [qi(r, (1, 3, 15, 32), "uint8"), pack_conv2d_u8s8_row_weight(qi(r, (32, 3, 7, 7)))],
+         {"strides": (2, 2), "out_width": 12, "out_layout": "NCHW16c"},
+         chain=lambda r: [requantize((r.random(32) * 4e-5).astype(np.float32), 5, "uint8", axis=1,
+                                     layout="NCHW16c")]),
     Case("qnn_dense_k13_per_channel_zp", "qnn.dense",
          lambda r: [qi(r, (5, 13)), qi(r, (7, 13)), zp(3), zp([0, 1, -1, 2, -2, 3, -3])]),
     Case("qnn_matmul_batched_u8s8", "qnn.matmul",

@@ -477,7 +477,8 @@ def test_qnn_conv2d_with_an_int8_weight_becomes_the_dot_product_kernel():
     """qnn.conv2d with a constant int8 weight, zero weight zero points and a constant input zero
     point -> qnn.conv2d_nchwc_u8s8 on NCHW[ib]c uint8 data padded with the shifted input zero point,
     minus the constant term (shift + x_zp) * sum w per channel: exact at the padded borders too,
-    for uint8 data (zero point 131; 5 channels, one block padded to 8), int8 data (shifted by 128,
+    for uint8 data (zero point 131; 5 channels: the row kernel qnn.conv2d_nchw_u8s8 on the planar
+    data, padded in the graph to rows of 16), int8 data (shifted by 128,
     zero point -7, stride 2, asymmetric padding) and a second conv that reads the first one's
     requantized NCHW16c output (per-channel scale through the `layout` attribute) without a
     layout_transform between them. A nonzero weight zero point, 12 output channels, groups 2 and
@@ -502,11 +503,13 @@ def test_qnn_conv2d_with_an_int8_weight_becomes_the_dot_product_kernel():
             _qconv(xs, weight((32, 8, 3, 3), "w6"), zp(-7, "zp-7"), zeros32, groups=2),
             _qconv(xs, weight((16, 16, 1, 1), "w7"), dyn, zeros16, padding=(0, 0, 0, 0))]
     before = Graph([xu, xs, dyn], [first, second, shifted, *kept])
-    after = alter(before, **{"AlterOpLayout.float_narrow_int8": 0})  # the 5-channel conv on the u8s8 kernel too
+    after = alter(before, **{"AlterOpLayout.float_narrow_int8": 0})  # the 5-channel conv on the u8s8 row kernel
     products = [c for c in after.calls() if c.op == "qnn.conv2d_nchwc_u8s8"]
-    assert sorted(p.attrs["pad_value"] for p in products) == [3, 121, 131]
-    assert sorted(p.inputs[1].shape for p in products) == [(1, 1, 3, 3, 4, 16, 4), (1, 2, 3, 3, 4, 16, 4),
-                                                           (2, 1, 3, 3, 2, 16, 4)]
+    assert sorted(p.attrs["pad_value"] for p in products) == [3, 121]
+    assert sorted(p.inputs[1].shape for p in products) == [(1, 1, 3, 3, 4, 16, 4), (1, 2, 3, 3, 4, 16, 4)]
+    (rows,) = [c for c in after.calls() if c.op == "qnn.conv2d_nchw_u8s8"]
+    assert rows.inputs[1].shape == (2, 5, 3, 1, 16, 4) and rows.inputs[0].op == "pad"
+    assert rows.inputs[0].attrs["pad_value"] == 131 and rows.inputs[0].shape == (1, 5, 11, 16)
     assert op_names(after).count("qnn.conv2d") == 4
     # the second conv reads the requantize's NCHW16c output as it is
     assert ("NCHW16c", "NCHW") in transforms(after) and ("NCHW16c", "NCHW16c") not in transforms(after)

@@ -20,8 +20,9 @@ Schedules: the CPU schedules of the float ops (tvmc/ops/cpu/conv2d.py, dense.py)
 and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (dense): correct
 generic kernels, not tuned int8 ones. On CPU targets AlterOpLayout turns a qnn.dense with a
 constant int8 weight into qnn.dense_u8s8, and a groups-1 qnn.conv2d with one into
-qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, NCHW16c int32 out), the raw u8 x s8 products on the
-target's dot-product instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPU targets
+qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, NCHW16c int32 out; an image stem of C % 4 != 0:
+qnn.conv2d_nchw_u8s8 on planar data), the raw u8 x s8 products on the target's dot-product
+instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPU targets
 with a 4 x int8 dot product (Target.gpu_int8_dot: CUDA dp4a, OpenCL) take the same
 rewrite, onto tiled GPU kernels of that step (tvmc/ops/gpu/int8.py); the other qnn ops, and all of
 them on other GPUs, run one output element per thread (tvmc/ops/gpu/injective.py's generic
@@ -39,12 +40,14 @@ from tvmc.ops.cpu.dense import dense_config, matmul_config, schedule_dense, sche
 from tvmc.ops.cpu.int8 import (
     BLOCK_K,
     BLOCK_N,
+    conv2d_nchw_u8s8,
     conv2d_nchwc_u8s8,
     conv2d_u8s8_config,
     dense_u8s8,
     dense_u8s8_config,
     schedule_conv2d_nchwc_u8s8,
     schedule_dense_u8s8,
+    unpack_conv2d_u8s8_row_weight,
     unpack_conv2d_u8s8_weight,
 )
 from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
@@ -218,6 +221,54 @@ register_op(OpDef("qnn.conv2d_nchwc_u8s8", _conv2d_u8s8_type, _conv2d_u8s8_refer
                       "gpu": [Implementation("conv2d_nchwc_u8s8.gpu", schedule_conv2d_nchwc_u8s8_gpu,
                                              config_space=conv2d_u8s8_gpu_config)]},
                   flops=_conv2d_u8s8_flops))
+
+
+# --- qnn.conv2d_nchw_u8s8 (CPU: an image stem on the dot-product instructions) ------------------
+
+def _conv2d_row_type(in_types, attrs):
+    d, w = in_types
+    if d.dtype != "uint8" or w.dtype != "int8" or len(d.shape) != 4 or len(w.shape) != 6 or \
+            tuple(w.shape[4:]) != (BLOCK_N, BLOCK_K) or w.shape[1] != d.shape[1]:
+        raise ValueError(f"qnn.conv2d_nchw_u8s8 needs uint8 data [N,C,H,W] and int8 weight [O/{BLOCK_N},C,KH,"
+                         f"ceil(KW/{BLOCK_K}),{BLOCK_N},{BLOCK_K}], got {d.dtype} {list(d.shape)} and {w.dtype} "
+                         f"{list(w.shape)}")
+    if attrs.get("out_layout", blocked_layout(BLOCK_N)) != blocked_layout(BLOCK_N):
+        raise ValueError(f"out_layout must be {blocked_layout(BLOCK_N)}, got {attrs['out_layout']}")
+    n, _, h, wd = d.shape
+    sh, sw = attrs["strides"]
+    oh, ow = (h - w.shape[2]) // sh + 1, attrs["out_width"]
+    if oh <= 0 or not 0 < (ow - 1) * sw + w.shape[3] * BLOCK_K <= wd:
+        raise ValueError(f"{ow} columns of a {w.shape[2]}x{w.shape[3] * BLOCK_K} window do not fit input {h}x{wd}")
+    return TensorType((n, w.shape[0], oh, ow, BLOCK_N), "int32")
+
+
+def _conv2d_row_reference(x, w, strides, out_width, pairs_in_int16=False, out_layout=None):
+    """Unpack the weight (4 ceil(KW/4) taps, the padded ones zero), convolve exactly (float64
+    sums of integer products below 2^53) over the columns the out_width outputs read, block the
+    result as NCHW16c."""
+    ws = unpack_conv2d_u8s8_row_weight(w, w.shape[3] * BLOCK_K).astype(np.float64)
+    x = x[..., :(out_width - 1) * strides[1] + w.shape[3] * BLOCK_K].astype(np.float64)
+    out = _float_conv2d_reference(x, ws, strides, (0, 0, 0, 0), (1, 1), 1).astype(np.int32)
+    return to_layout(out, "NCHW", blocked_layout(BLOCK_N))
+
+
+def _conv2d_row_flops(workload):
+    """2 x N x O x OH x OW x C x KH x 4 ceil(KW/4) (the taps a step computes, padded ones included)."""
+    data, weight, out = workload[:3]
+    return 2 * out[0] * out[1] * out[4] * out[2] * out[3] * data[1] * weight[2] * weight[3] * BLOCK_K
+
+
+# The raw u8 x s8 product of a conv2d whose input channels are not a multiple of 4 (an image stem):
+# planar uint8 data, padded in the graph, each dot-product step 4 adjacent taps of a kernel row
+# (tvmc.ops.cpu.int8.conv2d_nchw_u8s8; AlterOpLayout's qnn_conv2d_rows on CPU targets).
+register_op(OpDef("qnn.conv2d_nchw_u8s8", _conv2d_row_type, _conv2d_row_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: conv2d_nchw_u8s8(*inputs, attrs["strides"], attrs["out_width"],
+                                                                   attrs.get("pairs_in_int16", False)),
+                  {"cpu": [Implementation("conv2d_nchw_u8s8.cpu", schedule_conv2d_nchwc_u8s8,
+                                          config_space=conv2d_u8s8_config)],
+                   # GPUs keep a stem on conv2d_nchwc_u8s8 (AlterOpLayout); this one per output element
+                   "gpu": [Implementation("conv2d_nchw_u8s8.gpu", schedule_generic, config_space=generic_config)]},
+                  flops=_conv2d_row_flops))
 
 
 # --- qnn.dense --------------------------------------------------------------------------------

@@ -285,6 +285,76 @@ def conv2d_nchwc_u8s8(data, weight, strides, padding, dilation, pad_value: int =
                       attrs={"pairs_in_int16": bool(pairs_in_int16)})
 
 
+# ---- conv2d of an image stem (planar NCHW uint8 data, the quad along the kernel row) ---------
+
+def pack_conv2d_u8s8_row_weight(weight: np.ndarray) -> np.ndarray:
+    """int8 OIHW weight [O, C, KH, KW] -> [O/16, C, KH, ceil(KW/4), 16, 4]: packed[oco, c, kh, q,
+    oci, j] = weight[16 oco + oci, c, kh, 4 q + j], zero where 4 q + j >= KW. The innermost 16 x 4
+    block is the int8 operand of one tir.DotU8S8 step: 16 output channels x 4 taps of one kernel
+    row. Run once at compile time on the constant. Raises ValueError when O is not a multiple of
+    16 or the weight is not int8 OIHW."""
+    weight = np.asarray(weight)
+    if weight.dtype != np.int8 or weight.ndim != 4 or weight.shape[0] % BLOCK_N:
+        raise ValueError(f"pack_conv2d_u8s8_row_weight needs an int8 OIHW weight of O a multiple of {BLOCK_N}, "
+                         f"got {weight.dtype} {weight.shape}")
+    o, c, kh, kw = weight.shape
+    quads = -(-kw // BLOCK_K)
+    padded = np.zeros((o, c, kh, quads * BLOCK_K), np.int8)
+    padded[..., :kw] = weight
+    # [O/16, 16, C, KH, quads, 4] -> [O/16, C, KH, quads, 16, 4]
+    blocks = padded.reshape(o // BLOCK_N, BLOCK_N, c, kh, quads, BLOCK_K)
+    return np.ascontiguousarray(blocks.transpose(0, 2, 3, 4, 1, 5))
+
+
+def unpack_conv2d_u8s8_row_weight(packed: np.ndarray, kw: int) -> np.ndarray:
+    """numpy: inverse of pack_conv2d_u8s8_row_weight for a kernel width `kw`: OIHW."""
+    oco, c, kh, quads, bn, bk = packed.shape
+    w = packed.transpose(0, 4, 1, 2, 3, 5).reshape(oco * bn, c, kh, quads * bk)
+    return np.ascontiguousarray(w[..., :kw])
+
+
+def conv2d_nchw_u8s8(data, weight, strides, out_width: int, pairs_in_int16: bool = False):
+    """The raw u8 x s8 product of a conv2d whose input channels do not fill the 4-byte channel
+    quads of conv2d_nchwc_u8s8 (an image stem, C = 3), on planar data, each DotU8S8 step taking 4
+    adjacent taps of one kernel row instead (zero points not subtracted):
+
+        out[n, oco, y, x, oci] = sum_{c, kh, q, j} int32(data[n, c, y*sh + kh, x*sw + 4q + j])
+                                                   * int32(weight[oco, c, kh, q, oci, j])
+
+    data:    uint8 NCHW [N, C, HP, WP] (te tensor), already padded (the caller's pad holds the
+             input zero point at the borders) and WP wide enough for the last quad:
+             WP >= (OW - 1) * sw + 4 ceil(KW / 4) (the taps past KW meet zero weights; wider
+             rows, e.g. rounded up to whole vectors for the kernel that pads them, are not read)
+    weight:  int8 [O/16, C, KH, ceil(KW/4), 16, 4] (pack_conv2d_u8s8_row_weight)
+    strides: (sh, sw); dilation 1 (a dilated row is not 4 adjacent bytes)
+    out_width: OW
+    -> int32 NCHW16c [N, O/16, OH, OW, 16], OH = (HP - KH) // sh + 1.
+    The 4 data bytes of a step are adjacent whatever the stride (one dword broadcast), so the
+    data needs no channel interleave: a 3-channel stem at 3x3 takes 9 steps per output pixel
+    as NCHW4c would (3 of 4 products used), at 7x7 42 (NCHW4c: 49), and its input stays planar,
+    quantized and padded by a kernel that runs along the rows. Reduce axes in order (c, kh,
+    kw_quad, kw_inner). Raises ValueError on mismatched shapes or dtypes."""
+    n, c, hp, wp = data.shape
+    oco, wc, kh, quads, bn, bk = weight.shape
+    if data.dtype != "uint8" or weight.dtype != "int8" or (bn, bk) != (BLOCK_N, BLOCK_K) or wc != c:
+        raise ValueError(f"conv2d_nchw_u8s8 needs uint8 data [N, C, H, W] and int8 weight [O/16, C, KH, KW/4, 16, 4], "
+                         f"got {data.dtype} {list(data.shape)} and {weight.dtype} {list(weight.shape)}")
+    sh, sw = strides
+    oh, ow = (hp - kh) // sh + 1, out_width
+    if oh <= 0 or not 0 < (ow - 1) * sw + quads * BLOCK_K <= wp:
+        raise ValueError(f"conv2d_nchw_u8s8: {ow} columns of a {kh} x {quads * BLOCK_K} window do not fit data "
+                         f"{list(data.shape)}")
+    rc, rkh = te.reduce_axis(c, "ic"), te.reduce_axis(kh, "kh")
+    rq, rj = te.reduce_axis(quads, "kw_quad"), te.reduce_axis(BLOCK_K, "kw_inner")
+
+    def f(nn, oc, y, x, oci):
+        xv = data[nn, rc, y * sh + rkh.var, x * sw + rq.var * BLOCK_K + rj.var]
+        return te.sum(te.cast("int32", xv) * te.cast("int32", weight[oc, rc, rkh, rq, oci, rj]), [rc, rkh, rq, rj])
+
+    return te.compute((n, oco, oh, ow, BLOCK_N), f, name="conv2d_nchw_u8s8", tag="conv2d_nchw_u8s8",
+                      attrs={"pairs_in_int16": bool(pairs_in_int16)})
+
+
 def conv2d_u8s8_config(workload, target) -> ConfigSpace:
     """Knobs of conv2d_nchwc_u8s8 (workload: data shape [N, C/ib, H, W, ib], packed weight shape
     [O/16, C/ib, KH, KW, ib/4, 16, 4], out shape [N, O/16, OH, OW, 16], ...):
@@ -319,13 +389,14 @@ def conv2d_u8s8_config(workload, target) -> ConfigSpace:
 def schedule_conv2d_nchwc_u8s8(s, out, anchor, cfg, target):
     """Fused conv2d_nchwc_u8s8 + epilogue: the padded input materialized once (rows in parallel);
     per (n, tile of tile_oc channel blocks, output row, tile of tile_ow columns) a register tile of
-    tile_oc x tile_ow int32 accumulators of 16 lanes, the reduction (ic_outer, kh, kw, ic_quad)
-    outside it and one DotU8S8 step per (block, column) inside; the epilogue (subtracting the
-    zero-point term, a requantize...) applied to the tile as it is stored; (n, oc tiles, rows)
+    tile_oc x tile_ow int32 accumulators of 16 lanes, the reduction (ic_outer, kh, kw, ic_quad;
+    conv2d_nchw_u8s8's ic, kh, kw_quad) outside it and one DotU8S8 step per (block, column)
+    inside; the epilogue (subtracting the zero-point term, a requantize...) applied to the tile as
+    it is stored; (n, oc tiles, rows)
     fused into the parallel loop. An epilogue that changes the shape keeps the product at root
     (its (n, oc block, row) loops in parallel, one DotU8S8 step per column)."""
-    if anchor.op.tag != "conv2d_nchwc_u8s8":
-        raise ScheduleError(f"schedule_conv2d_nchwc_u8s8: {anchor.name} is not a conv2d_nchwc_u8s8")
+    if anchor.op.tag not in ("conv2d_nchwc_u8s8", "conv2d_nchw_u8s8"):
+        raise ScheduleError(f"schedule_conv2d_nchwc_u8s8: {anchor.name} is not a conv2d_nchwc_u8s8 or conv2d_nchw_u8s8")
     pad = next((t for t in anchor.op.input_tensors() if t.op is not None), None)
     intrin = DotU8S8Intrin(BLOCK_N, anchor.op.attrs.get("pairs_in_int16", False))
     parallel = worth_parallel(anchor)  # before cache_write turns `anchor` into a copy
@@ -336,8 +407,8 @@ def schedule_conv2d_nchwc_u8s8(s, out, anchor, cfg, target):
         inline_injective(s, out, keep=[anchor, *keep])
         st = s[anchor]
         n, oco, oh, ow, oci = st.op.axis
-        ico, kh, kw, icq, ici = st.op.reduce_axis
-        st.reorder(n, oco, oh, ico, kh, kw, icq, ow, oci, ici)
+        *outer, inner = st.op.reduce_axis
+        st.reorder(n, oco, oh, *outer, ow, oci, inner)
         st.vectorize(oci)
         st.tensorize(oci, intrin)
         if parallel:
@@ -360,8 +431,8 @@ def schedule_conv2d_nchwc_u8s8(s, out, anchor, cfg, target):
     ast = s[acc]
     ast.compute_at(st, ow_outer)
     n, oco, oh, ow, oci = ast.op.axis
-    ico, kh, kw, icq, ici = ast.op.reduce_axis
-    ast.reorder(n, oh, ico, kh, kw, icq, oco, ow, oci, ici)
+    *outer, inner = ast.op.reduce_axis
+    ast.reorder(n, oh, *outer, oco, ow, oci, inner)
     ast.unroll(oco)
     ast.unroll(ow)
     ast.vectorize(oci)  # the accumulators' zero init
