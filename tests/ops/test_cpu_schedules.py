@@ -14,7 +14,7 @@ from util import build_and_run, op_function, run_op
 
 from tests.targets import TARGETS, require
 from tvmc.autotune.task import tasks_of_functions
-from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
+from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
 from tvmc.graph.ir import Function, TensorType, Var
 from tvmc.ops.cpu.tiling import MIN_PARALLEL_MACS
 from tvmc.ops.fused import lower_fused
@@ -66,6 +66,11 @@ CPU_CASES = [
     Case("conv2d_nchwc_u8s8.cpu", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (1, 2, 6, 9, 8), "uint8"), pack_conv2d_u8s8_weight(qi(r, (64, 16, 3, 3)), 8)],
          dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),
+    # an image stem on the u8s8 row kernel: 3 channels, 7x7 taps (two quads per row), stride 2,
+    # OW 6 (tiles of 1, 2, 3, 6 columns), one output block
+    Case("conv2d_nchw_u8s8.cpu", "qnn.conv2d_nchw_u8s8",
+         lambda r: [qi(r, (1, 3, 13, 32), "uint8"), pack_conv2d_u8s8_row_weight(qi(r, (16, 3, 7, 7)))],
+         {"strides": (2, 2), "out_width": 6, "out_layout": "NCHW16c"}),
     # issue 18, group B (misc ops)
     Case("det.cpu", "det", lambda r: [n(r, (3, 2, 5, 5))]),
     # issue 18 point 5: the data-dependent selections (NonZero, Compress, Unique, TopK, NMS)
@@ -160,6 +165,40 @@ def test_long_rows_that_lanes_do_not_divide_stay_whole_innermost_loops():
     x = Var("x", TensorType((40, 6625), "float32"))
     text = str(lower_fused(Function([x], make_call("exp", [x]), "fused_exp"), X86))
     assert "in 0..6625 {" in text and "parallel for" in text and "// 6625" not in text
+
+
+def test_a_fused_layout_change_vectorizes_the_axis_its_loads_run_along():
+    """ShuffleNet's GEMM output [1, 4, 68, 196] + a per-channel bias + relu, channel-shuffled and
+    stored NCHW16c [1, 17, 14, 14, 16]: along the channel block both loads would be gathers (one
+    scalar load per lane), along the image row w both run contiguous or uniform and only the
+    store is strided, so w is the vector loop (vector_axis); the result equals numpy's. A plain
+    elementwise add keeps its last axis, and so does a lone NCHW -> NCHW16c layout_transform (one
+    gather against one strided store: a tie)."""
+    from tvmc.ops.layout import to_layout
+
+    x = Var("x", TensorType((1, 4, 68, 196), "float32"))
+    bias = Var("bias", TensorType((272, 1, 1), "float32"))
+    y = make_call("nn.relu", [make_call("add", [make_call("reshape", [x], {"newshape": (1, 272, 14, 14)}), bias])])
+    y = make_call("reshape", [y], {"newshape": (1, 4, 68, 14, 14)})
+    y = make_call("transpose", [y], {"axes": (0, 2, 1, 3, 4)})
+    y = make_call("reshape", [y], {"newshape": (1, 272, 14, 14)})
+    out = make_call("layout_transform", [y], {"src_layout": "NCHW", "dst_layout": "NCHW16c"})
+    fn = Function([x, bias], out, "fused_shuffle")
+    text = str(lower_fused(fn, X86))
+    assert "vectorize for layout_transform_i3 in 0..14 {" in text, text
+    r = np.random.default_rng(0)
+    xv, bv = n(r, (1, 4, 68, 196)), n(r, (272, 1, 1))
+    got, _ = build_and_run(fn, [xv, bv], X86)
+    ref = np.maximum(xv.reshape(1, 272, 14, 14) + bv, 0).reshape(1, 4, 68, 14, 14).transpose(0, 2, 1, 3, 4)
+    np.testing.assert_allclose(got, to_layout(ref.reshape(1, 272, 14, 14), "NCHW", "NCHW16c"), rtol=0, atol=0)
+
+    a = Var("a", TensorType((2, 6, 5, 32), "float32"))
+    assert "vectorize for add_i3_inner in 0..16 {" in str(lower_fused(Function([a, a], make_call("add", [a, a]),
+                                                                                 "fused_add"), X86))
+    plain = Var("p", TensorType((1, 32, 14, 14), "float32"))
+    lt = make_call("layout_transform", [plain], {"src_layout": "NCHW", "dst_layout": "NCHW16c"})
+    lone = str(lower_fused(Function([plain], lt, "fused_lt"), X86))
+    assert "vectorize for layout_transform_i4_inner in 0..16 {" in lone
 
 
 def test_blocked_concatenate_copies_rows_of_one_input_each():

@@ -15,7 +15,7 @@ from util import op_function, run_op
 
 from tests.targets import require
 from tvmc.autotune.task import tasks_of_functions
-from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
+from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
 from tvmc.errors import ScheduleError
 from tvmc.ops.fused import lower_fused
 from tvmc.ops.registry import all_ops
@@ -63,6 +63,9 @@ GPU_CASES = [
     Case("conv2d_nchwc_u8s8.gpu", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (1, 1, 7, 9, 3), "uint8"), pack_conv2d_u8s8_weight(qi(r, (32, 3, 3, 3)), 3)],
          dict(conv(strides=(2, 2), padding=(1, 0, 1, 2)), pad_value=9, out_layout="NCHW16c")),
+    Case("conv2d_nchw_u8s8.gpu", "qnn.conv2d_nchw_u8s8",
+         lambda r: [qi(r, (1, 3, 9, 16), "uint8"), pack_conv2d_u8s8_row_weight(qi(r, (16, 3, 3, 3)))],
+         {"strides": (2, 1), "out_width": 11, "out_layout": "NCHW16c"}),
     Case("window_reduce.gpu", "nn.col2im", lambda r: [n(r, (2, 18, 9))],
          dict(image_shape=(7, 8), block_shape=(3, 2), strides=(2, 3), dilation=(2, 1), padding=(1, 0, 2, 2))),
     Case("conv2d_winograd_nchwc.gpu", "nn.conv2d_winograd_nchwc",

@@ -367,6 +367,16 @@ def integral_bounds(e: PrimExpr):
     return None
 
 
+def linear_steps(index, variables) -> tuple | None:
+    """The constant step of `index` along each of `variables`, or None when one of them appears
+    other than linearly (inside a division, a product with another variable)."""
+    lin = Linear.of(index)
+    for atom, _ in lin.terms.values():
+        if not isinstance(atom, Var) and any(x is v for x in walk(atom) for v in variables):
+            return None
+    return tuple(lin.coef(v) for v in variables)
+
+
 def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
     """Fold constants and canonicalize int64 index arithmetic.
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import BinOp, Cast, IntImm, Load, Var, substitute, walk
+from tvmc.te.expr import BinOp, Cast, IntImm, Load, Var, substitute
 from tvmc.tir.ir import DotU8S8
-from tvmc.tir.simplify import Linear, simplify
+from tvmc.tir.simplify import linear_steps, simplify
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class DotU8S8Intrin:
         steps = ((1, 0), (0, 1), (4, 1)) if spatial else ((0, 0), (0, 1), (0, 1))
         for what, index, want in zip(("accumulator", "uint8 operand", "int8 operand"), (acc_index, a.index, b.index),
                                      steps):
-            got = _strides(simplify(index, ranges), (lane, k))
+            got = linear_steps(simplify(index, ranges), (lane, k))
             if got != want:
                 raise ScheduleError(f"tensorize dot_u8s8: the {what}'s index {index!r} steps by {got} along "
                                     f"({lane.name}, {k.name}), not {want}")
@@ -77,13 +77,3 @@ def _u8s8_product(e):
     if set(by_dtype) != {"uint8", "int8"}:
         return None
     return by_dtype["uint8"], by_dtype["int8"]
-
-
-def _strides(index, variables) -> tuple | None:
-    """The constant step of `index` along each of `variables`, or None when one of them appears
-    other than linearly (inside a division, a product with another variable)."""
-    lin = Linear.of(index)
-    for atom, _ in lin.terms.values():
-        if not isinstance(atom, Var) and any(x is v for x in walk(atom) for v in variables):
-            return None
-    return tuple(lin.coef(v) for v in variables)

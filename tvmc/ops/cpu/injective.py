@@ -4,7 +4,9 @@ fuse its loops, vectorize the innermost by the target's vector lanes, paralleliz
 from __future__ import annotations
 
 from tvmc.te import extent as xt
+from tvmc.te.expr import TensorLoad, substitute, transform, walk
 from tvmc.te.schedule import Schedule
+from tvmc.tir.simplify import linear_steps, simplify
 
 # Rows of an elementwise stage of symbolic shape that its constant outer axes must hold to be its
 # parallel loop alone (a fused symbolic axis costs a division per row)
@@ -19,19 +21,23 @@ def inline_injective(s: Schedule, out, keep=()):
             st.compute_inline()
 
 
-def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int = 4096):
+def schedule_elementwise_loops(s: Schedule, out, target, min_parallel_elems: int = 4096, inner_axis=None):
     """Loops of an elementwise output stage: inner axis split by vector lanes (when it divides
     the axis), vectorized, or kept whole as the innermost loop when lanes do not divide a long
     one; outer axes fused and parallel when the tensor is large enough. On a target without
     threads (num_cores 1) the outer loops stay nested: a fused loop would only recover each
     axis by a division and a remainder per vector (a wasm NCHW4c concatenate of [1,32,55,55,4]
-    ran 3 divisions and a branch per 4 floats)."""
+    ran 3 divisions and a branch per 4 floats). `inner_axis` (static shapes): the axis to
+    vectorize instead of the last one (vector_axis), moved innermost."""
     if not xt.is_static_shape(out.shape):
         _symbolic_elementwise_loops(s, out, target, min_parallel_elems)
         return
     st = s[out]
     lanes = target.vector_lanes(out.dtype)
     axes = list(st.op.axis)
+    if inner_axis is not None and inner_axis is not axes[-1]:
+        axes = [a for a in axes if a is not inner_axis] + [inner_axis]
+        st.reorder(*axes)
     # trailing unit axes (a block of 1 in NCHW1c, a kept reduced axis) would leave the vector
     # loop with one lane; they go outside, where a unit loop costs nothing
     trailing = len(axes)
@@ -141,6 +147,64 @@ def schedule_blocked_loops(s: Schedule, t, target):
     st.vectorize(ci)
 
 
+def _gathers(loads, var, ranges) -> int:
+    """How many of `loads` ((tensor, indices) of the tensors a stage reads) read other than
+    contiguously or uniformly along `var`: each vector of them is one scalar load per lane."""
+    count = 0
+    for tensor, indices in loads:
+        stride, flat = 1, 0
+        for extent, index in reversed(list(zip(tensor.shape, indices))):
+            steps = linear_steps(simplify(index, ranges), (var,))
+            if steps is None:
+                flat = None
+                break
+            flat += steps[0] * stride
+            stride *= extent
+        count += flat not in (0, 1)
+    return count
+
+
+def vector_axis(s: Schedule, out, lanes: int):
+    """The axis of the static-shape elementwise stage `out` (every other stage inlined into it)
+    whose vectors cost the fewest accesses at unrelated addresses (one scalar access per lane,
+    tvmc/codegen/llvm.py): a load counts where its flat index does not step by 0 or 1 along the
+    axis, the store where the axis is not the last. The last axis unless another costs fewer;
+    only axes that vectorize whole (at most 64) or split by `lanes`. A layout change fused with
+    elementwise ops (ShuffleNet's GEMM output + bias + ReLU + channel shuffle into NCHW16c: its
+    data and its per-channel bias both gathered along the channel block, [1,17,14,14,16] 77 us at
+    one thread, AVX-512) runs along the image row instead (one scalar store per lane): 43 us."""
+    inlined = {st.tensor.uid: st for st in s.stages if st.attach == "inline"}
+    bodies: dict = {}
+
+    def body(st):
+        if st.tensor.uid not in bodies:
+            bodies[st.tensor.uid] = transform(st.op.body, inline)
+        return bodies[st.tensor.uid]
+
+    def inline(x):
+        if isinstance(x, TensorLoad) and x.tensor.uid in inlined:
+            st = inlined[x.tensor.uid]
+            return substitute(body(st), {a.var: i for a, i in zip(st.op.axis, x.indices)})
+        return None
+
+    full = transform(out.op.body, inline)
+    loads = [(x.tensor, x.indices) for x in walk(full) if isinstance(x, TensorLoad)]
+    if not all(xt.is_static_shape(t.shape) for t, _ in loads):
+        return out.op.axis[-1]
+    axes = list(out.op.axis)
+    ranges = {a.var: a.extent for a in axes}
+    best, best_cost = axes[-1], _gathers(loads, axes[-1].var, ranges)
+    for a in axes[:-1]:
+        if best_cost == 0:
+            break
+        if not (a.extent % lanes == 0 or 4 <= a.extent <= 64):
+            continue
+        cost = 1 + _gathers(loads, a.var, ranges)  # + the store, strided along a
+        if cost < best_cost:
+            best, best_cost = a, cost
+    return best
+
+
 def schedule_injective(s: Schedule, out, anchor, cfg, target):
     """Implementation schedule for injective/elementwise ops (no knobs): a 5-D concatenate output
     (channel blocks of NCHW[x]c) by schedule_blocked_loops, the others by
@@ -153,4 +217,6 @@ def schedule_injective(s: Schedule, out, anchor, cfg, target):
         # at 1 thread (AVX-512): [1,8,55,55,16] 215-245 -> 175 us, [1,32,13,13,16] 27 -> 19 us
         schedule_blocked_loops(s, out, target)
         return
-    schedule_elementwise_loops(s, out, target)
+    static = xt.is_static_shape(out.shape)
+    inner = vector_axis(s, out, target.vector_lanes(out.dtype)) if static else None
+    schedule_elementwise_loops(s, out, target, inner_axis=inner)
