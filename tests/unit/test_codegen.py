@@ -344,6 +344,36 @@ def test_rolled_loop_is_not_unrolled_by_llvm(host):
     assert '!"llvm.loop.unroll.disable"' not in optimized(False)
 
 
+@pytest.mark.parametrize("stride", [2, 3, 8, 9])
+def test_strided_vector_loads_are_one_span_load_and_a_shuffle(host, stride, tmp_path):
+    """y[i] = x[stride * i + 1] vectorized by 16: strides 2 to MAX_SHUFFLED_STRIDE (8) load the
+    span the lanes cover at once and keep every stride-th element (a shufflevector, no per-lane
+    loads), which ends exactly at the last lane's element; 9 stays one load per lane. The values
+    equal numpy's either way, the span's last element being the buffer's last."""
+    from tvmc.codegen.llvm import MAX_SHUFFLED_STRIDE
+
+    n = 32
+    x = te.placeholder((stride * (n - 1) + 2,), "float32", name="x")
+    y = te.compute((n,), lambda i: x[i * stride + 1], name="y")
+    s = te.create_schedule(y)
+    _, inner = s[y].split(s[y].op.axis[0], 16)
+    s[y].vectorize(inner)
+    prim = lower(s, [x, y], f"strided{stride}")
+    cg = CodeGenLLVM(host)
+    cg.add_function(prim)
+    text = cg.ir_text()
+    shuffled = stride <= MAX_SHUFFLED_STRIDE
+    assert (f"load <{15 * stride + 1} x float>" in text) == shuffled
+    assert ("insertelement" not in text) == shuffled  # per-lane loads gather into a vector
+    lib = _load_library([prim], host, tmp_path / f"strided{stride}.so")
+    xv = np.arange(x.shape[0], dtype=np.float32)
+    out = np.full(n, np.nan, np.float32)
+    fn = getattr(lib, f"strided{stride}")
+    fn.restype = None
+    fn(xv.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p))
+    np.testing.assert_array_equal(out, xv[1::stride][:n])
+
+
 def test_vectorized_tail_uses_masked_accesses(host):
     prim = _unary_prim("vtail", lambda v: v + 1.0, vectorize=True, n=50)
     cg = CodeGenLLVM(host)
