@@ -318,6 +318,32 @@ def test_matmul_fallback_is_dense_packs_register_tile_over_vectors_of_columns(ta
     assert (space["tile_i"], space["tile_j"]) == tile
 
 
+@pytest.mark.parametrize("target_name", ["x86", "x86-avx2", "wasm"])
+def test_matmul_padding_widens_a_tile_of_too_few_accumulators(target_name):
+    """ShuffleNet's grouped 1x1 conv as a GEMM, [4, 68, 68] x [4, 68, 196]: the lanes' padding
+    alone leaves a fallback tile of 4 rows x 1 vector on AVX-512 (68's divisors); matmul_padding
+    pads further, at most 1/8 more sums, to a tile of at least MIN_TILE_ACCUMULATORS vectors; a
+    matmul whose tile is wide already (BERT's [4, 128, 64]) is not padded. The padded kernel
+    equals numpy."""
+    from tvmc.ops.cpu.dense import MIN_TILE_ACCUMULATORS, _tile_accumulators, matmul_padding
+
+    target = resolve_target(target_name)
+    lanes = target.vector_lanes("float32")
+    mp, np_ = matmul_padding(68, 196, target)
+    assert mp >= 68 and np_ >= 196 and 8 * mp * np_ <= 9 * 68 * (-(-196 // lanes) * lanes)
+    assert _tile_accumulators(mp, np_, target) >= MIN_TILE_ACCUMULATORS
+    assert matmul_padding(128, 64, target) is None
+    if target_name != "x86":
+        return
+    assert _tile_accumulators(68, 208, target) < MIN_TILE_ACCUMULATORS
+    r = np.random.default_rng(1)
+    a, b = Var("a", TensorType((4, 68, 68), "float32")), Var("b", TensorType((1, 4, 68, 196), "float32"))
+    fn = Function([a, b], make_call("nn.matmul", [a, b], {"padded": [mp, np_]}), "fused_matmul")
+    av, bv = n(r, (4, 68, 68)), n(r, (1, 4, 68, 196))
+    got, _ = build_and_run(fn, [av, bv], target)
+    np.testing.assert_allclose(got, av @ bv, rtol=1e-4, atol=1e-4)
+
+
 # --- Winograd conv2d (issue 15 point 6, part 2)
 @pytest.mark.parametrize("target_name,shapes,attrs,tile", [
     ("wasm", ((1, 64, 56, 56), (64, 64, 3, 3)), conv(padding=(1, 1, 1, 1)), 4),

@@ -74,12 +74,42 @@ def matmul_padding(m: int, n: int, target) -> tuple | None:
     """(Mp, Np) for nn.matmul's `padded` attribute on `target` (AlterOpLayout), or None: N up to
     a multiple of the float32 vector lanes when they do not divide it and N spans more than one
     vector; M up to a multiple of 4 when M > 4 and no divisor of M from 4 to 8 makes a register
-    tile of rows (M = 197 -> 200; 12 or 64 stay). Without it such a matmul (a ViT's Q.K^T
+    tile of rows (M = 197 -> 200; 12 or 64 stay); then, where the fallback tile of those would
+    hold fewer than MIN_TILE_ACCUMULATORS vectors, up to 1/8 more sums for a wider one
+    (_wider_tile: [68, 196] -> [70, 208] on AVX-512). Without it such a matmul (a ViT's Q.K^T
     [3, 197, 64] x [3, 64, 197]) tiles 1 x 1: ~1.5 GFLOP/s on AVX-512 against ~300 for N = 192."""
     lanes = target.vector_lanes("float32")
     np_ = -(-n // lanes) * lanes if n % lanes and n > lanes else n
     mp = -(-m // 4) * 4 if m > 4 and not any(m % t == 0 for t in range(4, 9)) else m
+    if np_ % lanes == 0 and np_ > lanes and _tile_accumulators(mp, np_, target) < MIN_TILE_ACCUMULATORS:
+        mp, np_ = _wider_tile(mp, np_, target)
     return None if (mp, np_) == (m, n) else (mp, np_)
+
+
+# matmul_padding pads further (at most 1/8 more sums) where the fallback register tile would hold
+# fewer accumulators than this: too few independent multiply-adds to hide their latency
+MIN_TILE_ACCUMULATORS = 8
+
+
+def _tile_accumulators(m: int, n: int, target) -> int:
+    """Vector accumulators of matmul_config's fallback register tile for padded sums [m, n]."""
+    cfg = matmul_config((None, None, (m, n), "float32", ()), target).fallback
+    return cfg["tile_i"] * cfg["tile_j"] // target.vector_lanes("float32")
+
+
+def _wider_tile(m: int, n: int, target) -> tuple:
+    """(Mp, Np) >= (m, n), at most 1/8 more sums, whose fallback tile holds the most accumulators
+    up to MIN_TILE_ACCUMULATORS, the fewest sums among those: M up to m + m/8 (a row count with
+    a divisor near the register budget), N to whole pairs of vectors (a tile 2 vectors wide).
+    ShuffleNet's grouped 1x1 convs as GEMMs, AVX-512: [68, 196] padded to [68, 208] tiled 4 x 1
+    vector; [70, 208] tiles 14 x 1 (fused_nn_matmul_4, 15 calls, one thread: 1462 -> 1103 us)."""
+    lanes = target.vector_lanes("float32")
+    best = (min(_tile_accumulators(m, n, target), MIN_TILE_ACCUMULATORS), -m * n, m, n)
+    for nq in sorted({n, -(-n // (2 * lanes)) * 2 * lanes}):
+        for mq in range(m, m + m // 8 + 1):
+            if 8 * mq * nq <= 9 * m * n:
+                best = max(best, (min(_tile_accumulators(mq, nq, target), MIN_TILE_ACCUMULATORS), -mq * nq, mq, nq))
+    return best[2], best[3]
 
 
 def matmul_config(workload, target) -> ConfigSpace:
