@@ -195,6 +195,8 @@ def test_a_fused_layout_change_vectorizes_the_axis_its_loads_run_along():
     a = Var("a", TensorType((2, 6, 5, 32), "float32"))
     assert "vectorize for add_i3_inner in 0..16 {" in str(lower_fused(Function([a, a], make_call("add", [a, a]),
                                                                                  "fused_add"), X86))
+    scalar = Var("s", TensorType((), "float32"))  # a 0-d stage has no axis to choose
+    assert "for " not in str(lower_fused(Function([scalar], make_call("exp", [scalar]), "fused_exp0"), X86))
     plain = Var("p", TensorType((1, 32, 14, 14), "float32"))
     lt = make_call("layout_transform", [plain], {"src_layout": "NCHW", "dst_layout": "NCHW16c"})
     lone = str(lower_fused(Function([plain], lt, "fused_lt"), X86))

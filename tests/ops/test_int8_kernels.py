@@ -110,6 +110,18 @@ def _reference(a, w):
     return (a.astype(np.int64) @ w.T.astype(np.int64)).astype(np.int32)
 
 
+def _exact_on_three_configs(build, target, inputs, ref):
+    """`build(config)` -> (PrimFunc, config space) of a kernel (config None: the fallback): the
+    fallback and the first and last other configs of its space, run on `target`, equal `ref`."""
+    _, space = build(None)
+    fallback = space.fallback_config()
+    others = [space.get(i) for i in range(len(space)) if dict(space.get(i)) != dict(fallback)]
+    for cfg in [fallback] + ([others[0], others[-1]] if others else []):
+        prim, _ = build(cfg)
+        out = kernel_runner(target)(prim, target, inputs, np.zeros(ref.shape, np.int32))
+        np.testing.assert_array_equal(out, ref, err_msg=f"config {dict(cfg)}")
+
+
 @pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
 def test_target_dot_product_form(spec, form, insn):
     assert _resolve(spec).dot_u8s8 == form
@@ -124,13 +136,8 @@ def test_dense_u8s8_matches_numpy(spec, form, insn, shape):
     a, w = _edge_inputs(np.random.default_rng(m * 1000 + k + n), m, k, n)
     packed = pack_dense_u8s8_weight(w)
     assert not pairs_in_int16(packed)  # the exact vpmaddubsw form (data bytes split) is what runs
-    prim, space = _dense_kernel(m, k, n, target)
-    fallback = space.fallback_config()
-    others = [space.get(i) for i in range(len(space)) if dict(space.get(i)) != dict(fallback)]
-    for cfg in [fallback] + [others[0], others[-1]] if others else [fallback]:
-        prim, _ = _dense_kernel(m, k, n, target, config=cfg)
-        out = kernel_runner(target)(prim, target, [a, packed], np.zeros((m, n), np.int32))
-        np.testing.assert_array_equal(out, _reference(a, w), err_msg=f"config {dict(cfg)}")
+    _exact_on_three_configs(lambda cfg: _dense_kernel(m, k, n, target, config=cfg), target, [a, packed],
+                            _reference(a, w))
 
 
 @pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
@@ -333,13 +340,8 @@ def test_conv2d_nchwc_u8s8_matches_numpy(spec, form, insn, shape):
     packed = pack_conv2d_u8s8_weight(wt, ib)
     data = to_layout(x, "NCHW", blocked_layout(ib))
     ref = _conv_reference(x, wt, (stride, stride), padding, pad_value)
-    _, space = _conv_kernel(data.shape, packed.shape, (stride, stride), padding, pad_value, target)
-    fallback = space.fallback_config()
-    others = [space.get(i) for i in range(len(space)) if dict(space.get(i)) != dict(fallback)]
-    for cfg in [fallback, others[0], others[-1]]:
-        prim, _ = _conv_kernel(data.shape, packed.shape, (stride, stride), padding, pad_value, target, cfg)
-        out = kernel_runner(target)(prim, target, [data, packed], np.zeros(ref.shape, np.int32))
-        np.testing.assert_array_equal(out, ref, err_msg=f"config {dict(cfg)}")
+    _exact_on_three_configs(lambda cfg: _conv_kernel(data.shape, packed.shape, (stride, stride), padding, pad_value,
+                                                     target, cfg), target, [data, packed], ref)
 
 
 def test_pack_conv2d_u8s8_weight_layout():
@@ -414,13 +416,8 @@ def test_conv2d_nchw_u8s8_matches_numpy(spec, form, insn, shape):
     wt[0], wt[1] = 127, -128
     packed = pack_conv2d_u8s8_row_weight(wt)
     ref = _conv_reference(x[..., :(ow - 1) * stride + kw], wt, (stride, stride), (0, 0, 0, 0), 0)
-    _, space = _row_kernel(x.shape, packed.shape, (stride, stride), ow, target)
-    fallback = space.fallback_config()
-    others = [space.get(i) for i in range(len(space)) if dict(space.get(i)) != dict(fallback)]
-    for cfg in [fallback, others[0], others[-1]]:
-        prim, _ = _row_kernel(x.shape, packed.shape, (stride, stride), ow, target, False, cfg)
-        out = kernel_runner(target)(prim, target, [x, packed], np.zeros(ref.shape, np.int32))
-        np.testing.assert_array_equal(out, ref, err_msg=f"config {dict(cfg)}")
+    _exact_on_three_configs(lambda cfg: _row_kernel(x.shape, packed.shape, (stride, stride), ow, target, False, cfg),
+                            target, [x, packed], ref)
     small = (wt // 4).astype(np.int8)  # |w| <= 32: no pair can saturate vpmaddubsw
     assert pairs_in_int16(pack_conv2d_u8s8_row_weight(small))
     prim, _ = _row_kernel(x.shape, packed.shape, (stride, stride), ow, target, True)

@@ -149,7 +149,8 @@ def schedule_blocked_loops(s: Schedule, t, target):
 
 def _gathers(loads, var, ranges) -> int:
     """How many of `loads` ((tensor, indices) of the tensors a stage reads) read other than
-    contiguously or uniformly along `var`: each vector of them is one scalar load per lane."""
+    contiguously or uniformly along `var`: each vector of them is one scalar load per lane (a
+    stride of 2 to 8 elements: one load of their span and a shuffle, counted alike)."""
     count = 0
     for tensor, indices in loads:
         stride, flat = 1, 0
@@ -165,14 +166,16 @@ def _gathers(loads, var, ranges) -> int:
 
 
 def vector_axis(s: Schedule, out, lanes: int):
-    """The axis of the static-shape elementwise stage `out` (every other stage inlined into it)
-    whose vectors cost the fewest accesses at unrelated addresses (one scalar access per lane,
-    tvmc/codegen/llvm.py): a load counts where its flat index does not step by 0 or 1 along the
-    axis, the store where the axis is not the last. The last axis unless another costs fewer;
+    """The axis of the static-shape elementwise stage `out` (every other stage inlined into it;
+    None for a 0-d `out`) whose vectors cost the fewest accesses at unrelated addresses (one
+    scalar access per lane, tvmc/codegen/llvm.py): a load counts where its flat index does not
+    step by 0 or 1 along the axis, the store where the axis is not the last. The last axis unless another costs fewer;
     only axes that vectorize whole (at most 64) or split by `lanes`. A layout change fused with
     elementwise ops (ShuffleNet's GEMM output + bias + ReLU + channel shuffle into NCHW16c: its
     data and its per-channel bias both gathered along the channel block, [1,17,14,14,16] 77 us at
     one thread, AVX-512) runs along the image row instead (one scalar store per lane): 43 us."""
+    if not out.op.axis:  # a 0-d tensor: no loop
+        return None
     inlined = {st.tensor.uid: st for st in s.stages if st.attach == "inline"}
     bodies: dict = {}
 
