@@ -350,9 +350,7 @@ class _Rewriter:
             return None
         x, shift = self.plain(data), 128 if data.dtype == "int8" else 0
         if shift:
-            widened = make_call("cast", [x], {"dtype": "int32"})
-            x = make_call("cast", [make_call("add", [widened, Constant(np.array(shift, np.int32), "u8_shift")])],
-                          {"dtype": "uint8"})
+            x = self.u8_shifted(x, shift)
         packed = pack_dense_u8s8_weight(weight.value)
         n = weight.shape[0]
         product = make_call("qnn.dense_u8s8", [x, Constant(packed, f"{weight.name or 'weight'}_u8s8")],
@@ -408,7 +406,7 @@ class _Rewriter:
         name = weight.name or "weight"
         if c % BLOCK_K and not self.qnn_only and tuple(e.attrs["dilation"]) == (1, 1) and \
                 not symbolic.free_vars([*data.shape, *e.shape]):
-            product = self.qnn_conv2d_rows(e, shift, pad_value)
+            product = self.qnn_conv2d_rows(e, shift, pad_value, name)
         else:
             ib = self.data_block(data)
             if ib is None or ib % BLOCK_K:
@@ -437,7 +435,7 @@ class _Rewriter:
         return make_call("cast", [make_call("add", [widened, Constant(np.array(shift, np.int32), "u8_shift")])],
                          {"dtype": "uint8"})
 
-    def qnn_conv2d_rows(self, e: Call, shift: int, pad_value: int) -> Expr:
+    def qnn_conv2d_rows(self, e: Call, shift: int, pad_value: int, name: str) -> Expr:
         """The u8 x s8 product of a qnn.conv2d (the qnn_conv2d conditions, dilation 1) whose C is
         not a multiple of 4 (an image stem, C = 3): qnn.conv2d_nchw_u8s8, each dot-product step 4
         adjacent taps of one kernel row (tvmc.ops.cpu.int8.conv2d_nchw_u8s8), on the planar uint8
@@ -460,7 +458,6 @@ class _Rewriter:
         need = max((ow - 1) * e.attrs["strides"][1] + -(-kw // BLOCK_K) * BLOCK_K, data.shape[3] + pl)
         wp = -(-need // ROW_ALIGN) * ROW_ALIGN
         right = wp - data.shape[3] - pl
-        name = weight.name or "weight"
         if pt or pl or pb or right:
             x = make_call("pad", [x], {"pad_width": ((0, 0), (0, 0), (pt, pb), (pl, right)),
                                        "pad_value": pad_value}, name=f"{name}_padded_input")

@@ -816,12 +816,10 @@ class CodeGenLLVM:
             return "scalar", index
         lin = Linear.of(simplify(index))
         c = lin.coef(var)
-        rest = lin.add(Linear({("v", id(var)): (var, c)}), -1)
-        if c == 1 and not any(x is var for x in walk(rest.to_expr())):
-            return "contiguous", rest.to_expr()
-        if 1 < c <= MAX_SHUFFLED_STRIDE and not any(x is var for x in walk(rest.to_expr())):
-            return "strided", (rest.to_expr(), c)
-        return "gather", None
+        rest = lin.add(Linear({("v", id(var)): (var, c)}), -1).to_expr()
+        if any(x is var for x in walk(rest)) or not 1 <= c <= MAX_SHUFFLED_STRIDE:
+            return "gather", None
+        return ("contiguous", rest) if c == 1 else ("strided", (rest, c))
 
     def _vector_align(self, index: PrimExpr, dtype: str) -> int:
         """The alignment (bytes) claimed for a contiguous vector access starting at element

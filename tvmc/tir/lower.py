@@ -31,6 +31,24 @@ def lower(sch: Schedule, args, name: str, partition: bool = True) -> PrimFunc:
     return _Lowering(sch, args, name, partition).run()
 
 
+
+def inlined_bodies(sch: Schedule) -> dict:
+    """{stage: its body with every compute_inline'd stage it reads substituted (recursively)}, for
+    the stages of `sch` in order (producers first)."""
+    bodies, inlined = {}, {}
+
+    def rule(x):
+        if isinstance(x, TensorLoad) and x.tensor.uid in inlined:
+            st = inlined[x.tensor.uid]
+            return substitute(bodies[st], {a.var: i for a, i in zip(st.op.axis, x.indices)})
+        return None
+
+    for st in sch.stages:
+        bodies[st] = transform(st.op.body, rule)
+        if st.attach == "inline":
+            inlined[st.tensor.uid] = st
+    return bodies
+
 class _Lowering:
     def __init__(self, sch, args, name, partition=True):
         self.sch, self.args, self.name, self.partition = sch, list(args), name, partition
@@ -90,20 +108,8 @@ class _Lowering:
 
     # --- inlining ---------------------------------------------------------------------------
     def _inline_bodies(self):
-        inlined = {}
-
-        def subst(e):
-            def rule(x):
-                if isinstance(x, TensorLoad) and x.tensor.uid in inlined:
-                    st = inlined[x.tensor.uid]
-                    return substitute(self.bodies[st], {a.var: i for a, i in zip(st.op.axis, x.indices)})
-                return None
-            return transform(e, rule)
-
-        for st in self.sch.stages:
-            self.bodies[st] = subst(st.op.body)
-            if st.attach == "inline":
-                inlined[st.tensor.uid] = st
+        self.bodies = inlined_bodies(self.sch)
+        inlined = {st.tensor.uid for st in self.sch.stages if st.attach == "inline"}
         for t in self.args:
             if t.uid in inlined:
                 raise ScheduleError(f"{t.name} is a kernel argument and cannot be inlined")

@@ -4,8 +4,9 @@ fuse its loops, vectorize the innermost by the target's vector lanes, paralleliz
 from __future__ import annotations
 
 from tvmc.te import extent as xt
-from tvmc.te.expr import TensorLoad, substitute, transform, walk
+from tvmc.te.expr import TensorLoad, walk
 from tvmc.te.schedule import Schedule
+from tvmc.tir.lower import inlined_bodies
 from tvmc.tir.simplify import linear_steps, simplify
 
 # Rows of an elementwise stage of symbolic shape that its constant outer axes must hold to be its
@@ -176,22 +177,7 @@ def vector_axis(s: Schedule, out, lanes: int):
     one thread, AVX-512) runs along the image row instead (one scalar store per lane): 43 us."""
     if not out.op.axis:  # a 0-d tensor: no loop
         return None
-    inlined = {st.tensor.uid: st for st in s.stages if st.attach == "inline"}
-    bodies: dict = {}
-
-    def body(st):
-        if st.tensor.uid not in bodies:
-            bodies[st.tensor.uid] = transform(st.op.body, inline)
-        return bodies[st.tensor.uid]
-
-    def inline(x):
-        if isinstance(x, TensorLoad) and x.tensor.uid in inlined:
-            st = inlined[x.tensor.uid]
-            return substitute(body(st), {a.var: i for a, i in zip(st.op.axis, x.indices)})
-        return None
-
-    full = transform(out.op.body, inline)
-    loads = [(x.tensor, x.indices) for x in walk(full) if isinstance(x, TensorLoad)]
+    loads = [(x.tensor, x.indices) for x in walk(inlined_bodies(s)[s[out]]) if isinstance(x, TensorLoad)]
     if not all(xt.is_static_shape(t.shape) for t, _ in loads):
         return out.op.axis[-1]
     axes = list(out.op.axis)
