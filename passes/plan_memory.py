@@ -78,7 +78,62 @@ def _inplace_input(call: Call, pending: Counter, outputs: set, elementwise: dict
     return None
 
 
-@graph_pass("PlanMemory", opt_level=1, required=("FuseOps",), options={"alignment_bytes": 64, "inplace": False})
+def _has_storage_views(target) -> bool:
+    """Whether the executors of `target`'s backend place entries at offsets (Backend.storage_views)."""
+    if target is None:
+        return False
+    from tvmc.backends import backend_for
+
+    return backend_for(target).storage_views
+
+
+def _normalized_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _pure_concat_axis(call):
+    """The axis of fused call `call` when its Function is one `concatenate` of its params, each
+    once and in order (its kernel only copies them); else None."""
+    if not isinstance(call, Call) or not isinstance(call.op, Function):
+        return None
+    body = call.op.body
+    if not (isinstance(body, Call) and body.op == "concatenate" and list(body.inputs) == list(call.op.params)):
+        return None
+    return _normalized_axis(int(body.attrs["axis"]), len(body.type.shape))
+
+
+def concat_views(order, outputs: set, pending: Counter, alignment: int) -> dict:
+    """{producer Call: (concatenation Call, byte offset)} for the concatenations whose inputs can be
+    written in place, as slices of the concatenation's own tensor (the in-place concat of
+    OpenVINO's and TensorRT's memory planners): the fused call is only a `concatenate`
+    (_pure_concat_axis), the dimensions before the axis are all 1 (so each input is one
+    contiguous run of the output: NCHW / NCHWc at batch 1 along channels), every shape is static,
+    and every input is the output of another fused kernel (not a graph input, a constant, a
+    run-time loop or a graph output), appears once, is not a view already, and starts at an offset
+    that is a multiple of `alignment` bytes. The concatenation then runs no kernel (mod.json
+    `__nop`). An input may have other uses (its storage lives until the last use of any tensor of
+    the group) and may be itself such a concatenation (its inputs land at their offsets inside the
+    outer one): DenseNet's chain concat(concat(concat(x0, x1), x2), x3) is one storage that each
+    layer's output is written into."""
+    views = {}
+    for c in order:
+        axis = _pure_concat_axis(c)
+        if axis is None or c.type.is_symbolic or c.type.is_dynamic or math.prod(c.type.shape[:axis]) != 1:
+            continue
+        offsets, offset = [], 0
+        for m in c.inputs:
+            if not (isinstance(m, Call) and isinstance(m.op, Function) and m not in outputs and m not in views
+                    and c.inputs.count(m) == 1 and not m.type.is_dynamic and offset % alignment == 0):
+                break
+            offsets.append(offset)
+            offset += m.type.nbytes
+        else:
+            views.update((m, (c, o)) for m, o in zip(c.inputs, offsets))
+    return views
+
+
+@graph_pass("PlanMemory", opt_level=1, required=("FuseOps",),
+            options={"alignment_bytes": 64, "inplace": False, "concat_views": True})
 def plan_memory(graph: Graph, ctx) -> Graph:
     """Liveness-based storage planning over the topological order of the fused graph (TVM's
     GraphPlanMemory / StorageAllocator).
@@ -100,8 +155,17 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     promise, so LLVM may reorder loads and stores across it. Turn it on only with a codegen
     that drops `noalias` for aliased arguments.
 
+    Option `concat_views` (default True; only where the target's backend has storage_views, so
+    not on GPUs): a concatenation's inputs are written by their producers straight into its
+    output's storage, each at its byte offset (concat_views); the storage is allocated when the
+    first of them runs and lives until the last use of the concatenation, which runs no kernel.
+    SqueezeNet's fire modules, Inception's branches and ShuffleNet's stride-2 units copy nothing.
+
     Returns a new Graph (same nodes) with meta:
       storage_id:      {Expr: sid} for every graph input and reachable Var, Constant, Call
+      storage_offset:  {Expr: byte offset inside its storage} of the concatenations' inputs (the
+                       others start at 0)
+      concat_views:    the concatenation Calls that run no kernel (their inputs are views)
       storage_bytes:   [bytes per sid]
       planned_bytes:   bytes of the storages holding intermediate (non-output) Call outputs
       unplanned_bytes: bytes of all intermediate Call outputs, one storage each
@@ -116,6 +180,22 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     order = graph.topo()
     outputs = set(graph.outputs)
     pending = Counter(i for e in order if isinstance(e, Call) for i in e.inputs)
+    views = concat_views(order, outputs, pending, alignment) \
+        if reuse and ctx.option("PlanMemory", "concat_views") and _has_storage_views(ctx.target) else {}
+
+    def root(e):
+        """(the outermost concatenation holding view `e`, e's byte offset inside it)."""
+        offset = 0
+        while e in views:
+            e, o = views[e]
+            offset += o
+        return e, offset
+
+    group: dict = {}  # {outermost concatenation: every tensor inside its storage, itself included}
+    for e in list(views) + [c for c, _ in views.values()]:
+        group.setdefault(root(e)[0], set()).add(e)
+    grouped = set(views) | {c for c, _ in views.values()}
+    not_inplace = outputs | grouped  # tensors whose storage no in-place kernel may take
 
     table = _Storages()
     sid_of: dict = {}
@@ -138,13 +218,22 @@ def plan_memory(graph: Graph, ctx) -> Graph:
         else:
             sid_of[e] = table.new(size, e.dtype)
 
+    offset_of: dict = {}
     for e in list(graph.inputs) + order:
         loop_call = isinstance(e, Call) and e.op == "control.loop"
-        if e in sid_of and not loop_call:
+        if e in sid_of and not loop_call and e not in grouped:
             continue
         src = None
-        if e not in sid_of:
-            src = _inplace_input(e, pending, outputs, elementwise) if inplace_on else None
+        if e in grouped:
+            if e not in sid_of:  # the first of a concatenation's inputs: the whole output's storage
+                top, offset = root(e)
+                if top not in sid_of:
+                    allocate(top)
+                sid_of[e] = sid_of[top]
+                if offset:
+                    offset_of[e] = offset
+        elif e not in sid_of:
+            src = _inplace_input(e, pending, not_inplace, elementwise) if inplace_on else None
             allocate(e, src)
             for sibling in loops[e.attrs["body"]] if loop_call else ():
                 if sibling not in sid_of:
@@ -153,8 +242,12 @@ def plan_memory(graph: Graph, ctx) -> Graph:
             continue
         for i in e.inputs:
             pending[i] -= 1
-            if pending[i] == 0 and reuse and isinstance(i, Call) and i not in outputs and i is not src:
+            if pending[i] != 0 or not reuse or not isinstance(i, Call) or i in outputs or i is src:
+                continue
+            if i not in grouped:
                 table.free.append(sid_of[i])
+            elif root(i)[0] not in outputs and all(pending[m] == 0 for m in group[root(i)[0]]):
+                table.free.append(sid_of[i])  # the last use of the group's last live tensor
 
     intermediates = [e for e in order if isinstance(e, Call) and e not in outputs]
     meta = dict(graph.meta)
@@ -163,4 +256,6 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     meta["planned_bytes"] = sum(table.nbytes[s] for s in {sid_of[e] for e in intermediates})
     meta["unplanned_bytes"] = sum(_aligned(_nbytes(e.type), alignment) for e in intermediates)
     meta["inplace"] = inplace
+    meta["storage_offset"] = offset_of
+    meta["concat_views"] = {c for c, _ in views.values()}
     return graph.with_outputs(graph.outputs, meta)

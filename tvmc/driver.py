@@ -391,8 +391,9 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     graph_json, params = build_executor_json(graph, bodies)
     functions = {}
     for g in (graph, *bodies.values()):
+        views = g.meta.get("concat_views", ())  # concatenations that run no kernel (PlanMemory)
         for e in g.topo():
-            if isinstance(e, Call) and isinstance(e.op, Function):
+            if isinstance(e, Call) and isinstance(e.op, Function) and e not in views:
                 functions.setdefault(e.op.name, e.op)
 
     t0 = time.perf_counter()
@@ -424,7 +425,8 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                     for n, o in zip(graph.output_names, graph.outputs[:graph.num_model_outputs])],
         "options": metadata_options(options),
         "num_kernels": len(functions),
-        "num_kernel_calls": sum(1 for n in graph_json["nodes"] if n["op"] == "tvm_op"),
+        "num_kernel_calls": sum(1 for n in graph_json["nodes"]
+                                if n["op"] == "tvm_op" and n["attrs"]["func_name"] != "__nop"),
         "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())
                          if f is not None},
         **({"kernel_flops_programs": programs} if programs else {}),

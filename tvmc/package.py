@@ -338,7 +338,8 @@ GRAPH_SCHEMA = {
         "attrs": {"type": "object", "required": ["shape", "dltype", "storage_id"], "properties": {
             "shape": _tagged({"type": "array", "items": {"type": "integer", "minimum": 0}}),
             "dltype": _tagged({"type": "string"}),
-            "storage_id": _tagged({"type": "integer", "minimum": 0})}},
+            "storage_id": _tagged({"type": "integer", "minimum": 0}),
+            "storage_offset": _tagged({"type": "integer", "minimum": 0})}},
         "storage_bytes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "kernels": {"type": "object", "additionalProperties": {   # GPU artifacts: launch per kernel
             "type": "object", "required": ["grid", "block", "shared_bytes"],
@@ -443,6 +444,8 @@ def _check_graph_structure(origin: str, g: dict) -> None:
     if not len(shapes) == len(dtypes) == len(sids) == row_ptr[-1]:
         bad(f"attrs list {len(shapes)} shapes, {len(dtypes)} dtypes, {len(sids)} storage ids "
             f"for {row_ptr[-1]} entries")
+    if "storage_offset" in g["attrs"] and len(graph_attr(g, "storage_offset")) != len(sids):
+        bad(f"attrs list {len(graph_attr(g, 'storage_offset'))} storage offsets for {len(sids)} entries")
 
     def check_ref(ref, before: int, what: str):
         if ref[0] >= before or ref[1] >= outputs[ref[0]]:
@@ -457,7 +460,7 @@ def _check_graph_structure(origin: str, g: dict) -> None:
                                                          dtypes[row_ptr[r[0]] + r[1]]), len(nodes), bad)
     kernels = g.get("kernels")
     if kernels is not None:
-        absent = sorted({n["attrs"]["func_name"] for n in nodes if n["op"] == "tvm_op"} - set(kernels))
+        absent = sorted({n["attrs"]["func_name"] for n in nodes if n["op"] == "tvm_op"} - set(kernels) - {"__nop"})
         if absent:
             bad(f"kernels has no launch for {_short(', '.join(absent[:3]), 120)}")
     for ref in g["heads"]:
@@ -491,10 +494,12 @@ def _check_plan(origin: str, g: dict) -> None:
     bad = functools.partial(_malformed, origin)
     nodes, row_ptr = g["nodes"], g["node_row_ptr"]
     shapes, dtypes, sids = (graph_attr(g, k) for k in ("shape", "dltype", "storage_id"))
+    offsets = graph_attr(g, "storage_offset") if "storage_offset" in g["attrs"] else [0] * len(sids)
     storage = g.get("storage_bytes")
-    for e, (shape, dtype, sid) in enumerate(zip(shapes, dtypes, sids)):
-        if storage is not None and storage[sid] < _nbytes(dtype, shape):
-            bad(f"storage {sid} has {storage[sid]} bytes in storage_bytes, entry {e} needs {_nbytes(dtype, shape)}")
+    for e, (shape, dtype, sid, offset) in enumerate(zip(shapes, dtypes, sids, offsets)):
+        if storage is not None and storage[sid] < offset + _nbytes(dtype, shape):
+            bad(f"storage {sid} has {storage[sid]} bytes in storage_bytes, entry {e} needs "
+                f"{offset + _nbytes(dtype, shape)}")
     fixed = {sids[row_ptr[nid]]: _short(node["name"], 40) for nid, node in enumerate(nodes) if node["op"] == "null"}
     for nid, node in enumerate(nodes):
         if node["op"] == "tvm_op":

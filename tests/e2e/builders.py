@@ -352,3 +352,41 @@ def crnn(seed: int = 0, channels=(16, 32, 48, 64), hidden: int = 32, classes: in
     return b.model([helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 1, 32, "width"])],
                    [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["steps", 1, classes])],
                    "crnn", opset=14)
+
+
+def concat_net(seed: int = 0, size: int = 16, batch: int = 1) -> onnx.ModelProto:
+    """The concatenations of SqueezeNet, Inception and DenseNet in one small network: a 3x3 stem
+    (16 channels); a fire module (1x1 squeeze to 8, then 1x1 and 3x3 expands of 16 each,
+    concatenated); an Inception block (1x1, 3x3, 5x5 and max pool + 1x1 branches, 16 channels
+    each, concatenated); a dense block of three layers (BN, ReLU, 3x3 conv of 16 channels), each
+    concatenated onto the block's running features, the running tensor also read by the next
+    layer; a 3-channel branch concatenated last (in NCHW: the 3-channel conv is not blocked);
+    global average pool, Flatten, Gemm. Input 'input' [batch, 3, size, size]; output
+    'logits' [batch, 10]."""
+    b = _Builder(seed)
+    x = b.conv_bn_relu("input", 3, 16, 3, 1)
+    # fire module
+    s = b.conv_bn_relu(x, 16, 8, 1, 1)
+    x = b.node("Concat", [b.conv_bn_relu(s, 8, 16, 1, 1), b.conv_bn_relu(s, 8, 16, 3, 1)], axis=1)
+    # Inception block
+    pooled = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    x = b.node("Concat", [b.conv_bn_relu(x, 32, 16, 1, 1), b.conv_bn_relu(x, 32, 16, 3, 1),
+                          b.conv_bn_relu(x, 32, 16, 5, 1), b.conv_bn_relu(pooled, 32, 16, 1, 1)], axis=1)
+    # dense block: concat(concat(concat(x, y1), y2), y3)
+    c = 64
+    for _ in range(3):
+        y = b.node("Relu", [b.node("BatchNormalization", [x, b.const(b.rng.uniform(0.5, 1.5, c)),
+                                                          b.const(b.rng.standard_normal(c) * 0.1),
+                                                          b.const(b.rng.standard_normal(c) * 0.1),
+                                                          b.const(b.rng.uniform(0.5, 1.5, c))], epsilon=1e-5)])
+        w = b.const(b.rng.standard_normal((16, c, 3, 3)) * np.sqrt(2.0 / (c * 9)))
+        x = b.node("Concat", [x, b.node("Conv", [y, w], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], axis=1)
+        c += 16
+    x = b.node("Concat", [x, b.conv_bn_relu(x, c, 3, 1, 1)], axis=1)
+    c += 3
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    w = b.const(b.rng.standard_normal((10, c)) * np.sqrt(1.0 / c))
+    b.node("Gemm", [x, w, b.const(b.rng.standard_normal(10) * 0.1)], transB=1)
+    b.nodes[-1].output[0] = "logits"
+    return b.model([helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, size, size])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])], "concat_net")

@@ -111,14 +111,27 @@ def snapshot(graph: Graph) -> str:
 def check_plan(graph):
     """Check a plan against liveness computed here; returns {sid: [exprs]}. A tensor and the
     output of the call that uses it last may share a storage only where PlanMemory recorded that
-    call as in place (meta["inplace"]: {call: input})."""
+    call as in place (meta["inplace"]: {call: input}); tensors of one storage at disjoint byte
+    ranges (meta["storage_offset"]) may live together, and a concatenation that runs no kernel
+    (meta["concat_views"]) shares its storage with its inputs, each at its own offset."""
     sid = graph.meta["storage_id"]
     nbytes = graph.meta["storage_bytes"]
+    offset = graph.meta.get("storage_offset", {})
     order = graph.topo()
     assert set(order) | set(graph.inputs) == set(sid)
     assert sorted(set(sid.values())) == list(range(len(nbytes)))
     for e, s in sid.items():
-        assert nbytes[s] % 64 == 0 and nbytes[s] >= e.type.nbytes
+        assert nbytes[s] % 64 == 0 and nbytes[s] >= offset.get(e, 0) + e.type.nbytes
+    group = {}  # union of each view concatenation with its inputs
+    for c in graph.meta.get("concat_views", ()):
+        members = [c, *c.inputs]
+        merged = set().union(*(group.get(m, {m}) for m in members))
+        for m in merged:
+            group[m] = merged
+        at = offset.get(c, 0)
+        for m in c.inputs:  # each input at its place inside the concatenation
+            assert sid[m] == sid[c] and offset.get(m, 0) == at
+            at += m.type.nbytes
     # live interval of a Call output: [its step, step of its last user]; inputs, constants and
     # outputs live for the whole run
     step = {e: k for k, e in enumerate(order)}
@@ -139,13 +152,17 @@ def check_plan(graph):
         by_sid.setdefault(s, []).append(e)
     for s, es in by_sid.items():
         if any(e in forever for e in es):
-            assert len(es) == 1, f"storage {s} of an input/param/output is shared: {es}"
+            assert len(es) == 1 or all(e in group.get(es[0], ()) for e in es), \
+                f"storage {s} of an input/param/output is shared: {es}"
         assert len({e.dtype for e in es}) == 1
         for a in es:
             for b in es:
                 if a is not b:
                     (a0, a1), (b0, b1) = span[a], span[b]
-                    if inplace.get(b) is a or inplace.get(a) is b:
+                    if inplace.get(b) is a or inplace.get(a) is b or b in group.get(a, ()):
                         continue
+                    ra, rb = offset.get(a, 0), offset.get(b, 0)
+                    if ra + a.type.nbytes <= rb or rb + b.type.nbytes <= ra:
+                        continue  # disjoint bytes
                     assert a1 < b0 or b1 < a0, f"storage {s}: {a} and {b} both live"
     return by_sid

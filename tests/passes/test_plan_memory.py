@@ -183,3 +183,86 @@ def test_symbolic_shapes_are_planned_for_the_upper_bound():
     static = plan(relu_chain(shape=(8, 4, 8, 8)))
     assert g.meta["storage_bytes"] == static.meta["storage_bytes"]
     assert g.meta["planned_bytes"] == static.meta["planned_bytes"] == 2 * 8 * 4 * 8 * 8 * 4
+
+
+def _concat_graph(batch=1, channels=(8, 8)):
+    """Two convs of x concatenated on channels, then a conv of the concatenation."""
+    x = var("x", (batch, 4, 8, 8))
+    branches = [conv(x, c, f"b{k}", seed=k) for k, c in enumerate(channels)]
+    cat = call("concatenate", *branches, axis=1)
+    return Graph([x], [conv(cat, 4, "head")])
+
+
+def _x86_plan(graph, **config):
+    from tvmc.target import resolve_target
+
+    return plan(graph, target=resolve_target("x86"), config=config)
+
+
+def _views(g):
+    return g.meta["concat_views"], g.meta["storage_offset"]
+
+
+def test_concat_inputs_are_written_in_place():
+    g = _x86_plan(_concat_graph())
+    views, offsets = _views(g)
+    check_plan(g)
+    (cat,) = views
+    a, b = cat.inputs
+    sid = g.meta["storage_id"]
+    assert sid[a] == sid[b] == sid[cat] and offsets == {b: 8 * 8 * 8 * 4}
+    assert g.meta["storage_bytes"][sid[cat]] == cat.type.nbytes
+
+
+def test_concat_chain_is_one_storage():
+    """DenseNet's chain: each concatenation is the first input of the next and is also read by
+    the layer after it; all of them and every layer's output live in one storage until the last
+    read of any of them."""
+    x = var("x", (1, 16, 4, 4))
+    e = call("nn.relu", x)
+    for k in range(3):
+        e = call("concatenate", e, conv(call("nn.relu", e), 16, f"layer{k}", seed=k), axis=1)
+    g = _x86_plan(Graph([x], [conv(e, 4, "head")]))
+    views, offsets = _views(g)
+    check_plan(g)
+    assert len(views) == 3
+    sid = g.meta["storage_id"]
+    assert len({sid[c] for c in views} | {sid[i] for c in views for i in c.inputs}) == 1
+    assert sorted(offsets.values()) == [16 * 16 * 4 * k for k in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("case", ["no target", "opencl", "option off", "batch 2", "graph input", "graph output",
+                                  "unaligned"])
+def test_concat_views_not_applied(case):
+    from tvmc.target import resolve_target
+
+    graph, kwargs = _concat_graph(), {"target": resolve_target("x86")}
+    if case == "no target":
+        kwargs = {}
+    elif case == "opencl":  # one device buffer per storage id
+        kwargs = {"target": resolve_target("opencl")}
+    elif case == "option off":
+        kwargs["config"] = {"PlanMemory.concat_views": False}
+    elif case == "batch 2":  # a channel slice is two runs of memory
+        graph = _concat_graph(batch=2)
+    elif case == "graph input":
+        x = var("x", (1, 4, 8, 8))
+        graph = Graph([x], [conv(call("concatenate", x, conv(x, 4, "c"), axis=1), 4, "head")])
+    elif case == "graph output":
+        x = var("x", (1, 4, 8, 8))
+        a = conv(x, 4, "a")
+        graph = Graph([x], [conv(call("concatenate", a, conv(x, 4, "b"), axis=1), 4, "head"), a])
+    elif case == "unaligned":  # the second input would start 3 * 3 * 3 * 4 = 108 bytes in
+        x = var("x", (1, 4, 3, 3))
+        graph = Graph([x], [conv(call("concatenate", conv(x, 3, "a"), conv(x, 3, "b"), axis=1), 4, "head")])
+    g = plan(graph, **kwargs)
+    check_plan(g)
+    assert not g.meta["concat_views"] and not g.meta["storage_offset"]
+
+
+def test_three_concat_inputs_land_at_their_offsets():
+    g = _x86_plan(_concat_graph(channels=(16, 8, 8)))
+    views, offsets = _views(g)
+    check_plan(g)
+    (cat,) = views
+    assert [offsets.get(i, 0) for i in cat.inputs] == [0, 16 * 64 * 4, 24 * 64 * 4]

@@ -75,6 +75,33 @@ def test_storage_bytes_too_small(tmp_path):
         GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
 
 
+def _output_at_offset(g):
+    g["storage_bytes"] = [32, 32, 96]
+    g["attrs"]["storage_offset"] = ["list_int", [0, 0, 64]]
+
+
+def test_entry_at_a_storage_offset(tmp_path):
+    """An entry placed inside its storage (mod.json storage_offset, PlanMemory's concat_views):
+    the C API's entry table points at storage + offset, and the module description carries it."""
+    ex = GraphExecutor(save_artifact(_consistent_module(tmp_path, _output_at_offset), tmp_path / "mod.tar"))
+    assert [e.get("offset", 0) for e in ex.artifact.description["entries"]] == [0, 0, 64]
+    assert ex.entry_address(2) % ALIGNMENT_BYTES == 0
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    ex.set_input("data", x)
+    ex.run()
+    np.testing.assert_array_equal(ex.get_output(0), x * 2 + np.arange(8, dtype=np.float32))
+
+
+def test_storage_offset_past_the_storage(tmp_path):
+    def edit(g):
+        _output_at_offset(g)
+        g["storage_bytes"][2] = 64
+
+    module = _consistent_module(tmp_path, edit)
+    with pytest.raises(ArtifactError, match="storage 2 has 64 bytes in storage_bytes, entry 2 needs 96"):
+        GraphExecutor(save_artifact(module, tmp_path / "mod.tar"))
+
+
 def _one_line(err):
     text = str(err.value)
     assert "\n" not in text

@@ -33,6 +33,7 @@ class Backend:
     library_format = ""
     device_kernels = False
     symbolic_shapes = False
+    storage_views = False
 
     # --- building ---------------------------------------------------------------------------
     def build(self, kernels, target, graph_json=None, params=None, dump_ir=(), dump_dir=None, progress=None,

@@ -48,6 +48,7 @@ class SharedObjectBackend(Backend):
     # the C API (tvmc_runtime.c with -DTVMC_SYMBOLIC_SHAPES) binds the size variables for every
     # executor that drives it: ctypes, the C runner (under an emulator), wasmtime and tvmc.js
     symbolic_shapes = True
+    storage_views = True
     # flags compiling the shipped C sources (the C API, the C runner): position-independent code
     cflags = ("-std=c99", "-O2", "-fPIC")
     # whether the graph entry calls every kernel rather than letting LLVM inline them into it

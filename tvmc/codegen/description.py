@@ -13,6 +13,8 @@ Format version 2 (version 1 had no loop items in "calls"):
      "kernel_abi_version": 4,
      "storage_bytes": [bytes per storage id],
      "entries": [{"storage_id": sid, "dtype": "float32", "shape": [1, 3, 224, 224]}, ...],
+                (an entry placed inside its storage at a byte offset other than 0, mod.json's
+                "storage_offset", also has "offset": the input of a concatenation that runs no kernel)
      "inputs":  [{"name": ..., "entry": e, "dtype": ..., "shape": [...]}, ...],
      "outputs": [{"name": ..., "entry": e, "dtype": ..., "shape": [...]}, ...],
                 (an output whose shape is known at run time also has "shape_entry": the entry of
@@ -87,6 +89,10 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
     row_ptr = graph_json["node_row_ptr"]
     entries = [{"storage_id": int(s), "dtype": str(d), "shape": [int(x) for x in shp]}
                for s, d, shp in zip(sids, dtypes, shapes)]
+    offsets = graph_attr(graph_json, "storage_offset") if "storage_offset" in graph_json["attrs"] else ()
+    for entry, offset in zip(entries, offsets):
+        if int(offset):
+            entry["offset"] = int(offset)
     for entry, sym in zip(entries, graph_json.get("symbolic_shapes") or []):
         if sym is not None:
             entry["sym_shape"] = sym
@@ -121,7 +127,8 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
     if storage is None:
         storage = [0] * (max((e["storage_id"] for e in entries), default=-1) + 1)
         for e in entries:
-            storage[e["storage_id"]] = max(storage[e["storage_id"]], _nbytes(e["dtype"], e["shape"]))
+            end = e.get("offset", 0) + _nbytes(e["dtype"], e["shape"])
+            storage[e["storage_id"]] = max(storage[e["storage_id"]], end)
     out = {"version": VERSION, "kernel_abi_version": KERNEL_ABI_VERSION,
            "storage_bytes": [int(b) for b in storage], "entries": entries, "inputs": inputs,
            "outputs": outputs, "params": descr_params, "calls": calls}

@@ -39,6 +39,11 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
       graph_json["attrs"]:         {"shape": ["list_shape", [...]], "dltype": ["list_str", [...]],
                                    "storage_id": ["list_int", [...]]}, one entry per node
       graph_json["storage_bytes"]: bytes per storage id (from PlanMemory)
+      graph_json["attrs"]["storage_offset"]: only where PlanMemory placed a tensor inside another's
+                                   storage (a concatenation's inputs, meta "storage_offset"):
+                                   ["list_int", [...]], the byte offset of each entry inside its
+                                   storage; such a concatenation is a kernel node whose func_name
+                                   is "__nop" (TVM's name for a node that runs nothing)
       graph_json["input_names"], graph_json["output_names"]
       graph_json["size_vars"]:     only for symbolic shapes: [{"name", "lo", "hi"}] of the graph's
                                    size variables (Graph.size_vars, by name); the "shape" of an
@@ -68,11 +73,14 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
     """
     if "storage_id" not in graph.meta:
         raise PassError("executor JSON needs a memory plan: run FuseOps and PlanMemory first")
-    nodes, params, shapes, dltypes, sids, row_ptr = [], {}, [], [], [], [0]
+    nodes, params, shapes, dltypes, sids, offsets, row_ptr = [], {}, [], [], [], [], [0]
     size_vars = graph.size_vars()
     sym_shapes = []
     storage_bytes = [int(b) for b in graph.meta["storage_bytes"]]
     taken = {v.name for v in graph.inputs}
+
+    placed: dict = {}  # {Expr: byte offset} of every graph and body (their Exprs are distinct)
+    views: set = set()
 
     def add(node, exprs, plan, sid_base):
         for e in exprs:
@@ -81,6 +89,7 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
                               if getattr(e.type, "is_symbolic", False) else None)
             dltypes.append(e.dtype)
             sids.append(sid_base + int(plan[e]))
+            offsets.append(int(placed.get(e, 0)))
         nodes.append(node)
         row_ptr.append(len(sids))
         return len(nodes) - 1
@@ -89,6 +98,8 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
         """Append the nodes of `g` (node_id: {Expr: (node, output)} already bound), then the
         bodies of its loops, each in a storage region of its own after the storages so far."""
         plan, loops = g.meta["storage_id"], []
+        placed.update(g.meta.get("storage_offset", {}))
+        views.update(g.meta.get("concat_views", ()))
         ref = lambda e: [node_id[e][0], node_id[e][1], 0]  # noqa: E731
         order = g.topo()
         for v in g.inputs:
@@ -115,8 +126,8 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
                 node_id.update((c, (nid, j)) for j, c in enumerate(outs))
                 loops.append((nid, e))
             elif isinstance(e.op, Function):
-                func = e.op.name
-                node_id[e] = (add({"op": "tvm_op", "name": func,
+                func = "__nop" if e in views else e.op.name
+                node_id[e] = (add({"op": "tvm_op", "name": e.op.name,
                                    "attrs": {"func_name": func, "num_inputs": str(len(e.inputs)), "num_outputs": "1",
                                              "flatten_data": "0"},
                                    "inputs": [ref(i) for i in e.inputs]}, [e], plan, sid_base), 0)
@@ -153,6 +164,8 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
         "input_names": [v.name for v in graph.inputs],
         "output_names": list(graph.output_names[:n_model]),
     }
+    if any(offsets):
+        graph_json["attrs"]["storage_offset"] = ["list_int", offsets]
     if size_vars:
         graph_json["size_vars"] = [{"name": v.name, "lo": v.lo, "hi": v.hi} for v in size_vars]
         graph_json["symbolic_shapes"] = sym_shapes

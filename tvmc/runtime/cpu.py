@@ -168,8 +168,8 @@ class GraphExecutor(CApiExecutor):
             if sid not in guarded:
                 nbytes = int(desc["storage_bytes"][sid])
                 guarded[sid] = buf = _guarded_empty(max(nbytes, 1))
-                ctypes.memmove(buf.ctypes.data, self._entries[e], nbytes)
-            self._entries[e] = guarded[sid].ctypes.data
+                ctypes.memmove(buf.ctypes.data, self._entries[e] - int(entry.get("offset", 0)), nbytes)
+            self._entries[e] = guarded[sid].ctypes.data + int(entry.get("offset", 0))
         return guarded
 
     def entry_address(self, entry: int) -> int:

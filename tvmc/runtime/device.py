@@ -100,6 +100,10 @@ class DeviceExecutor:
         shapes = graph_attr(g, "shape")
         dtypes = [np.dtype(d) for d in graph_attr(g, "dltype")]
         sids = [int(s) for s in graph_attr(g, "storage_id")]
+        if any(int(o) for o in g["attrs"].get("storage_offset", ["list_int", []])[1]):
+            # one device buffer per storage id: PlanMemory places no views for GPU backends
+            raise ArtifactError(f"{origin}: mod.json places entries at storage offsets, which this executor "
+                                f"does not support (a library for a CPU target?)")
         sizes: dict = {}
         for eid, sid in enumerate(sids):
             sizes[sid] = max(sizes.get(sid, 0), int(np.prod(shapes[eid], dtype=np.int64)) * dtypes[eid].itemsize)

@@ -414,6 +414,7 @@ static int dtype_index(const char *s, size_t len) {
 
 typedef struct {
   int64_t storage_id;
+  int64_t offset; /* bytes from the start of its storage ("offset": a concatenation's input, else 0) */
   int dtype;
   int32_t ndim;
   int64_t *shape;
@@ -653,7 +654,7 @@ static int read_description(tvmc_model *m) {
   if (!m->entries || !m->pointers) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
   for (i = 0, k = arr + 1; i < m->num_entries; i++, k = toks[k].next) {
     entry_t *e = &m->entries[i];
-    int64_t sid = j_get(s, toks, k, "storage_id"), dt = j_get(s, toks, k, "dtype");
+    int64_t sid = j_get(s, toks, k, "storage_id"), dt = j_get(s, toks, k, "dtype"), off;
     if (sid < 0 || !j_uint(s, &toks[sid], &e->storage_id) || e->storage_id >= m->num_storage ||
         dt < 0 || toks[dt].type != J_STR ||
         (e->dtype = dtype_index(s + toks[dt].start, toks[dt].end - toks[dt].start)) < 0)
@@ -661,7 +662,12 @@ static int read_description(tvmc_model *m) {
     rc = read_shape(s, toks, j_get(s, toks, k, "shape"), m, &e->ndim, &e->shape, dtypes[e->dtype].size,
                     &e->nbytes);
     if (rc < 0) return fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
-    if (!rc || e->nbytes > m->storage_bytes[e->storage_id]) return bad_description("entries");
+    off = j_get(s, toks, k, "offset");
+    e->offset = 0;
+    if (off >= 0 && !j_uint(s, &toks[off], &e->offset)) return bad_description("entries");
+    if (!rc || (uint64_t)e->offset > m->storage_bytes[e->storage_id] ||
+        e->nbytes > m->storage_bytes[e->storage_id] - (uint64_t)e->offset)
+      return bad_description("entries");
 #ifdef TVMC_SYMBOLIC_SHAPES
     e->cur = e->shape;
     e->cur_nbytes = e->nbytes;
@@ -801,7 +807,8 @@ int tvmc_model_create(const void *params, size_t params_size, tvmc_model **out) 
         memset(storage[i], 0, (size_t)m->storage_bytes[i]);
       }
     }
-    for (i = 0; rc == TVMC_OK && i < m->num_entries; i++) m->pointers[i] = storage[m->entries[i].storage_id];
+    for (i = 0; rc == TVMC_OK && i < m->num_entries; i++)
+      m->pointers[i] = (char *)storage[m->entries[i].storage_id] + m->entries[i].offset;
 #ifdef TVMC_SYMBOLIC_SHAPES
     if (rc == TVMC_OK) m->pointers[m->num_entries] = m->sizes; /* the size variables, after the data entries */
 #endif
