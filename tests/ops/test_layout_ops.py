@@ -176,6 +176,35 @@ def test_partial_tile_cases_do_take_a_partial_tile():
     assert fallback_tile_ow(56, regs) == 28 and fallback_tile_ow(7, regs) == 7
 
 
+@pytest.mark.parametrize("target_name, size, channels, want", [
+    ("x86", 7, 512, (2, 2, 7)),     # two rows of (2, 7): 28 accumulators
+    ("x86", 4, 512, (2, 3, 4)),     # 24 (4 rows: 32 > 28)
+    ("x86", 14, 256, (2, 1, 14)),   # (2, 14) holds 28 already
+    ("x86-avx2", 7, 512, (1, 1, 7)),  # R = 12
+    ("arm", 7, 512, (1, 1, 7)),     # NEON's by-element FMA: one row, as measured there
+])
+def test_fallback_rows_fill_the_accumulators(target_name, size, channels, want):
+    """(tile_oc, tile_oh, tile_ow) of the fallback: narrow x86 layers stack rows (fallback_tile_oh)."""
+    target = resolve_target(target_name)
+    lanes = target.vector_lanes("float32")
+    c = channels // lanes
+    wl = ((1, c, size + 2, size + 2, lanes), (c, c, 3, 3, lanes, lanes), (1, c, size, size, lanes), "float32",
+          (("groups", 1),))
+    cfg = conv2d_nchwc_config(wl, target).fallback_config()
+    assert (cfg["tile_oc"], cfg["tile_oh"], cfg["tile_ow"]) == want
+
+
+def test_fallback_rows_with_a_partial_row_tile():
+    """The narrow-layer fallback (2 blocks, 2 rows of 7) over OH = 7: the last row tile is partial."""
+    case = ("rows_fallback", (1, 32, 7, 7), (32, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, 16, 16)
+    _, _, xb, wb, attrs, ref = _conv_case(case)
+    params = [Var("x", TensorType(xb.shape)), Var("w", TensorType(wb.shape))]
+    func = Function(params, make_call("nn.conv2d_nchwc", params, attrs), "fused_conv2d_nchwc_rows")
+    cfg = dict(tile_ow=7, unroll_ic=False, unroll_kw=False, tile_oh=2, tile_oc=2, reorder_kernel_first=False)
+    out, _ = build_and_run(func, [xb, wb], config=ConfigEntity(cfg))
+    np.testing.assert_allclose(to_layout(out, "NCHW16c", "NCHW"), ref, **TOLERANCE["float32"])
+
+
 def test_conv2d_nchwc_fused_bias_relu_residual():
     """conv -> + bias [C//16,1,1,16] -> + residual (NCHW16c) -> relu, as AlterOpLayout emits it
     for a ResNet block, in one kernel."""
