@@ -134,6 +134,14 @@ class Target:
         return _fma_scalar_operand(self.arch, self.cpu, self.features)
 
     @property
+    def vector_gather_scatter(self) -> bool:
+        """Whether the vector unit this target's cpu and features enable loads and stores the lanes
+        of computed addresses with one instruction (AVX-512's vgather/vscatter; targets/isa/<arch>.yaml
+        `gather_scatter`): the code generator then emits llvm.masked.gather / scatter for a vector
+        access that is neither contiguous nor a short stride, else one scalar access per lane."""
+        return bool(_vector_unit_fact(self.arch, self.cpu, self.features, "gather_scatter", False))
+
+    @property
     def reserved_vector_registers(self) -> int:
         """Vector registers of that unit the code cannot count on: the ones a JIT engine keeps for
         itself (targets/isa/<arch>.yaml `reserved_registers`; 0 where the table says nothing)."""

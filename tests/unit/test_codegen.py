@@ -364,7 +364,9 @@ def test_strided_vector_loads_are_one_span_load_and_a_shuffle(host, stride, tmp_
     text = cg.ir_text()
     shuffled = stride <= MAX_SHUFFLED_STRIDE
     assert (f"load <{15 * stride + 1} x float>" in text) == shuffled
-    assert ("insertelement" not in text) == shuffled  # per-lane loads gather into a vector
+    gathered = not shuffled and host.vector_gather_scatter
+    assert ("llvm.masked.gather" in text) == gathered
+    assert ("load float" not in text) == (shuffled or gathered)  # else one scalar load per lane
     lib = _load_library([prim], host, tmp_path / f"strided{stride}.so")
     xv = np.arange(x.shape[0], dtype=np.float32)
     out = np.full(n, np.nan, np.float32)
@@ -372,6 +374,51 @@ def test_strided_vector_loads_are_one_span_load_and_a_shuffle(host, stride, tmp_
     fn.restype = None
     fn(xv.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p))
     np.testing.assert_array_equal(out, xv[1::stride][:n])
+
+
+@pytest.mark.parametrize("target_name", ["x86", "x86-avx2"])
+def test_gather_and_scatter_where_the_vector_unit_has_them(host, target_name, tmp_path):
+    """y[i] = x[9i + 2] * 2 and z[i, j] = y[i] + 1 (stored along i: stride 9), vectorized by 16:
+    AVX-512 (Target.vector_gather_scatter) loads and stores the lanes with llvm.masked.gather /
+    scatter, AVX2 one lane at a time; the values equal numpy's where the host runs the code."""
+    target = resolve_target(target_name)
+    n = 32
+    x = te.placeholder((9 * n + 2,), "float32", name="x")
+    y = te.compute((n,), lambda i: x[9 * i + 2] * 2.0, name="y")
+    s = te.create_schedule(y)
+    _, inner = s[y].split(s[y].op.axis[0], 16)
+    s[y].vectorize(inner)
+    body = lower(s, [x, y], f"gather_{target.name.replace('-', '_')}")
+    cg = CodeGenLLVM(target)
+    cg.add_function(body)
+    text = cg.ir_text()
+    assert ("llvm.masked.gather.v16f32" in text) == target.vector_gather_scatter == (target_name == "x86")
+    # the scatter: the store of z along i, stride 9
+    yin = te.placeholder((n,), "float32", name="yin")
+    z = te.compute((n, 9), lambda i, j: yin[i] + 1.0, name="z")
+    s2 = te.create_schedule(z)
+    i, j = s2[z].op.axis
+    s2[z].reorder(j, i)
+    _, inner = s2[z].split(i, 16)
+    s2[z].vectorize(inner)
+    scatter = lower(s2, [yin, z], f"scatter_{target.name.replace('-', '_')}")
+    cg2 = CodeGenLLVM(target)
+    cg2.add_function(scatter)
+    assert ("llvm.masked.scatter.v16f32" in cg2.ir_text()) == target.vector_gather_scatter
+    if not set(target.host_features) <= set(host.host_features):
+        pytest.skip(f"this host does not run {target_name} code")
+    lib = _load_library([body, scatter], target, tmp_path / "gs.so")
+    xv = np.arange(x.shape[0], dtype=np.float32)
+    out = np.full(n, np.nan, np.float32)
+    gather = getattr(lib, body.name)
+    gather.restype = None
+    gather(xv.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p))
+    np.testing.assert_array_equal(out, xv[2::9][:n] * 2)
+    zv = np.full((n, 9), np.nan, np.float32)
+    fn = getattr(lib, scatter.name)
+    fn.restype = None
+    fn(out.ctypes.data_as(ctypes.c_void_p), zv.ctypes.data_as(ctypes.c_void_p))
+    np.testing.assert_array_equal(zv, np.repeat(out[:, None] + 1, 9, axis=1))
 
 
 def test_vectorized_tail_uses_masked_accesses(host):

@@ -805,6 +805,21 @@ class CodeGenLLVM:
         ptr = self._addr(st, buf, self._expr(st, Linear(lin.terms).to_expr(), None))
         return st.builder.gep(ptr, [I64(lin.const)], inbounds=True, source_etype=mem_type(buf.dtype))
 
+    def _gather_scatter(self) -> bool:
+        """Whether a vector access of computed addresses is one llvm.masked.gather / scatter (CPU
+        targets whose vector unit has them, Target.vector_gather_scatter) rather than a scalar
+        access per lane."""
+        return self.device is None and self.target.vector_gather_scatter
+
+    def _lane_pointers(self, st, buf: Buffer, index: PrimExpr, vec):
+        """<lanes x ptr>: the address of buf[index] in each lane of the vector loop `vec`."""
+        b, lanes = st.builder, vec[1]
+        ivec = self._expr(st, index, vec)
+        ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
+        ptrs = b.gep(st.buffers[buf], [ivec], inbounds=True, source_etype=mem_type(buf.dtype))
+        ptrs.type = ir.VectorType(PTR, lanes)  # llvmlite types a GEP over a vector index as one pointer
+        return ptrs
+
     def _access_kind(self, index: PrimExpr, vec):
         """('scalar', idx) | ('contiguous', base) | ('strided', (base, stride)) (a constant
         stride of 2 to MAX_SHUFFLED_STRIDE elements) | ('gather', None) for an index in a vector
@@ -854,6 +869,12 @@ class CodeGenLLVM:
                 f = self.declare(f"llvm.masked.store.{_vname(vt)}.p0", VOID, [vt, PTR, I32, ir.VectorType(I1, lanes)])
                 b.call(f, [v, ptr, I32(align), mask])
             return
+        if mask is None and kind != "scalar" and self._gather_scatter():  # lanes in order: the last wins
+            vt = ir.VectorType(ety, lanes)
+            f = self.declare(f"llvm.masked.scatter.{_vname(vt)}.v{lanes}p0", VOID,
+                             [vt, ir.VectorType(PTR, lanes), I32, ir.VectorType(I1, lanes)])
+            b.call(f, [v, self._lane_pointers(st, s.buffer, s.index, vec), I32(ety_bytes(ety)), _all_lanes(lanes)])
+            return
         # scatter (or scalar index under a mask): one lane at a time, last lane wins
         ivec = self._expr(st, s.index, vec)
         ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
@@ -894,6 +915,11 @@ class CodeGenLLVM:
             wide = b.load(self._addr_of(st, e.buffer, base), typ=span, align=self._vector_align(base, e.buffer.dtype))
             val = b.shuffle_vector(wide, ir.Constant(span, ir.Undefined),
                                    ir.Constant(ir.VectorType(I32, lanes), [k * stride for k in range(lanes)]))
+        elif mask is None and self._gather_scatter():
+            f = self.declare(f"llvm.masked.gather.{_vname(vt)}.v{lanes}p0", vt,
+                             [ir.VectorType(PTR, lanes), I32, ir.VectorType(I1, lanes), vt])
+            val = b.call(f, [self._lane_pointers(st, e.buffer, e.index, vec), I32(ety_bytes(ety)),
+                             _all_lanes(lanes), ir.Constant(vt, ir.Undefined)])
         else:
             ivec = self._expr(st, e.index, vec)
             ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
@@ -1180,6 +1206,15 @@ def _lanewise(b, op):
         zero, one = ir.Constant(y.type, None), ir.Constant(y.type, [1] * y.type.count)
         return op(x, b.select(b.icmp_unsigned("==", y, zero), one, y))
     return apply
+
+
+def ety_bytes(ety: ir.Type) -> int:
+    """Bytes of one element of memory type `ety` (mem_type)."""
+    return {ir.FloatType: 4, ir.DoubleType: 8, ir.HalfType: 2}.get(type(ety)) or ety.width // 8
+
+
+def _all_lanes(lanes: int) -> ir.Constant:
+    return ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
 
 
 def _vname(vt: ir.VectorType) -> str:
