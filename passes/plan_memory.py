@@ -158,8 +158,10 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     Option `concat_views` (default True; only where the target's backend has storage_views, so
     not on GPUs): a concatenation's inputs are written by their producers straight into its
     output's storage, each at its byte offset (concat_views); the storage is allocated when the
-    first of them runs and lives until the last use of the concatenation, which runs no kernel.
-    SqueezeNet's fire modules, Inception's branches and ShuffleNet's stride-2 units copy nothing.
+    first of them runs and lives until the last use of any tensor inside it, and the
+    concatenation runs no kernel. SqueezeNet's fire modules, Inception's branches and DenseNet's
+    blocks copy nothing (a concatenation fused with the ops after it, ShuffleNet's concat + relu,
+    still runs its kernel).
 
     Returns a new Graph (same nodes) with meta:
       storage_id:      {Expr: sid} for every graph input and reachable Var, Constant, Call

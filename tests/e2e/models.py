@@ -30,15 +30,22 @@ def expose_pre_softmax(model: onnx.ModelProto) -> tuple:
     return model, name
 
 
-def compile_and_run(model, inputs: dict, opt_level: int = 3, target=None):
-    """Compile `model` (ModelProto) for `target` (a resolved Target, default this host's CPU)
-    through the package/runtime path (the runtime the target names); return outputs dict."""
+def compile_module(model, target=None, opt_level: int = 3, pass_config=None):
+    """tvmc.driver.CompiledModule of `model` (ModelProto) for `target` (a resolved Target, default
+    this host's CPU) with `pass_config` ({'Pass.option': value})."""
     from tvmc.driver import CompileOptions, compile_model
-    from tvmc.package import save_artifact
-    from tvmc.runtime import create_executor
     from tvmc.target import resolve_target
 
-    module = compile_model(model, target or resolve_target("native"), CompileOptions(opt_level=opt_level))
+    return compile_model(model, target or resolve_target("native"),
+                         CompileOptions(opt_level=opt_level, pass_config=pass_config or {}))
+
+
+def run_module(module, inputs: dict) -> dict:
+    """Outputs {name: array} of a CompiledModule run once through the package/runtime path (the
+    runtime its target names)."""
+    from tvmc.package import save_artifact
+    from tvmc.runtime import create_executor
+
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "mod.tar")
         save_artifact(module, path)
@@ -48,6 +55,12 @@ def compile_and_run(model, inputs: dict, opt_level: int = 3, target=None):
         ex.run()
         names = [o["name"] for o in module.metadata["outputs"]]
         return {n: ex.get_output(i) for i, n in enumerate(names)}
+
+
+def compile_and_run(model, inputs: dict, opt_level: int = 3, target=None):
+    """Compile `model` (ModelProto) for `target` (a resolved Target, default this host's CPU)
+    through the package/runtime path (the runtime the target names); return outputs dict."""
+    return run_module(compile_module(model, target, opt_level), inputs)
 
 
 def onnxruntime_outputs(model, inputs: dict) -> dict:

@@ -6,14 +6,11 @@ GPU libraries keep the concatenation kernels."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from tests.e2e.builders import concat_net
-from tests.e2e.models import onnxruntime_outputs
+from tests.e2e.models import compile_module, onnxruntime_outputs, run_module
 from tests.targets import require
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
@@ -23,20 +20,10 @@ RANDOM_TOL = dict(rtol=1e-4, atol=1e-4)
 
 def _compile_and_run(model, x, target, concat_views=True):
     """(logits, mod.json) of `model` compiled for `target` at opt level 3 and run once."""
-    from tvmc.driver import CompileOptions, compile_model
-    from tvmc.package import save_artifact
-    from tvmc.runtime import create_executor
     from tvmc.target import resolve_target
 
-    module = compile_model(model, resolve_target(target),
-                           CompileOptions(opt_level=3, pass_config={"PlanMemory.concat_views": concat_views}))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp, "mod.tar")
-        save_artifact(module, path)
-        ex = create_executor(path)
-        ex.set_input("input", x)
-        ex.run()
-        return ex.get_output(0), module.graph_json
+    module = compile_module(model, resolve_target(target), pass_config={"PlanMemory.concat_views": concat_views})
+    return run_module(module, {"input": x})["logits"], module.graph_json
 
 
 def _nops(graph_json) -> list:

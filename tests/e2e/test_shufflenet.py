@@ -5,13 +5,12 @@ and with them kept NCHW (AlterOpLayout.grouped=0)."""
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 
 from tests.e2e.builders import shufflenet_style
-from tests.e2e.models import onnxruntime_outputs
+from tests.e2e.models import compile_module, onnxruntime_outputs, run_module
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
@@ -20,24 +19,9 @@ RANDOM_TOL = dict(rtol=1e-3, atol=1e-4)
 
 def _compile_and_run(model, x, pass_config):
     """(logits, fused function names of mod.json) of `model` compiled for native at opt level 3."""
-    import tempfile
-    from pathlib import Path
-
-    from tvmc.driver import CompileOptions, compile_model
-    from tvmc.package import save_artifact
-    from tvmc.runtime import create_executor
-    from tvmc.target import resolve_target
-
-    module = compile_model(model, resolve_target("native"), CompileOptions(opt_level=3, pass_config=pass_config))
-    graph = module.graph_json if isinstance(module.graph_json, dict) else json.loads(module.graph_json)
-    funcs = [n["attrs"]["func_name"] for n in graph["nodes"] if n["op"] == "tvm_op"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp, "mod.tar")
-        save_artifact(module, path)
-        ex = create_executor(path)
-        ex.set_input("input", x)
-        ex.run()
-        return ex.get_output(0), funcs
+    module = compile_module(model, pass_config=pass_config)
+    funcs = [n["attrs"]["func_name"] for n in module.graph_json["nodes"] if n["op"] == "tvm_op"]
+    return run_module(module, {"input": x})["logits"], funcs
 
 
 @pytest.mark.parametrize("grouped", [1, 0])

@@ -344,6 +344,20 @@ def test_rolled_loop_is_not_unrolled_by_llvm(host):
     assert '!"llvm.loop.unroll.disable"' not in optimized(False)
 
 
+def _vectorized_by_16(out, args, name, target, axis=0, reorder=None):
+    """(PrimFunc, LLVM IR text) of `out`'s stage with its axis `axis` split by 16 and the inner
+    part vectorized (`reorder`: a new order of the stage's axes first)."""
+    s = te.create_schedule(out)
+    if reorder is not None:
+        s[out].reorder(*(s[out].op.axis[k] for k in reorder))
+    _, inner = s[out].split(s[out].op.axis[axis], 16)
+    s[out].vectorize(inner)
+    prim = lower(s, args, name)
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    return prim, cg.ir_text()
+
+
 @pytest.mark.parametrize("stride", [2, 3, 8, 9])
 def test_strided_vector_loads_are_one_span_load_and_a_shuffle(host, stride, tmp_path):
     """y[i] = x[stride * i + 1] vectorized by 16: strides 2 to MAX_SHUFFLED_STRIDE (8) load the
@@ -355,13 +369,7 @@ def test_strided_vector_loads_are_one_span_load_and_a_shuffle(host, stride, tmp_
     n = 32
     x = te.placeholder((stride * (n - 1) + 2,), "float32", name="x")
     y = te.compute((n,), lambda i: x[i * stride + 1], name="y")
-    s = te.create_schedule(y)
-    _, inner = s[y].split(s[y].op.axis[0], 16)
-    s[y].vectorize(inner)
-    prim = lower(s, [x, y], f"strided{stride}")
-    cg = CodeGenLLVM(host)
-    cg.add_function(prim)
-    text = cg.ir_text()
+    prim, text = _vectorized_by_16(y, [x, y], f"strided{stride}", host)
     shuffled = stride <= MAX_SHUFFLED_STRIDE
     assert (f"load <{15 * stride + 1} x float>" in text) == shuffled
     gathered = not shuffled and host.vector_gather_scatter
@@ -385,26 +393,14 @@ def test_gather_and_scatter_where_the_vector_unit_has_them(host, target_name, tm
     n = 32
     x = te.placeholder((9 * n + 2,), "float32", name="x")
     y = te.compute((n,), lambda i: x[9 * i + 2] * 2.0, name="y")
-    s = te.create_schedule(y)
-    _, inner = s[y].split(s[y].op.axis[0], 16)
-    s[y].vectorize(inner)
-    body = lower(s, [x, y], f"gather_{target.name.replace('-', '_')}")
-    cg = CodeGenLLVM(target)
-    cg.add_function(body)
-    text = cg.ir_text()
+    body, text = _vectorized_by_16(y, [x, y], f"gather_{target.name.replace('-', '_')}", target)
     assert ("llvm.masked.gather.v16f32" in text) == target.vector_gather_scatter == (target_name == "x86")
     # the scatter: the store of z along i, stride 9
     yin = te.placeholder((n,), "float32", name="yin")
     z = te.compute((n, 9), lambda i, j: yin[i] + 1.0, name="z")
-    s2 = te.create_schedule(z)
-    i, j = s2[z].op.axis
-    s2[z].reorder(j, i)
-    _, inner = s2[z].split(i, 16)
-    s2[z].vectorize(inner)
-    scatter = lower(s2, [yin, z], f"scatter_{target.name.replace('-', '_')}")
-    cg2 = CodeGenLLVM(target)
-    cg2.add_function(scatter)
-    assert ("llvm.masked.scatter.v16f32" in cg2.ir_text()) == target.vector_gather_scatter
+    scatter, text = _vectorized_by_16(z, [yin, z], f"scatter_{target.name.replace('-', '_')}", target,
+                                      reorder=(1, 0))
+    assert ("llvm.masked.scatter.v16f32" in text) == target.vector_gather_scatter
     if not set(target.host_features) <= set(host.host_features):
         pytest.skip(f"this host does not run {target_name} code")
     lib = _load_library([body, scatter], target, tmp_path / "gs.so")
