@@ -203,6 +203,31 @@ def test_a_fused_layout_change_vectorizes_the_axis_its_loads_run_along():
     assert "vectorize for layout_transform_i4_inner in 0..16 {" in lone
 
 
+def test_elementwise_parallel_loop_fuses_only_the_leading_axes():
+    """ShuffleNet's stride-2 join: GEMM output [1, 4, 28, 784] + bias, to NCHW8c, concatenated
+    after the pooled [1, 3, 28, 28, 8] and relu'd: the parallel loop fuses (n, c) up to
+    PARALLEL_ITERATIONS (17 channel blocks), (h, w) stay nested loops, so no division recovers
+    them per vector and the input choice depends on the outer loop alone; equal to numpy's."""
+    from tvmc.ops.cpu.injective import PARALLEL_ITERATIONS
+    from tvmc.ops.layout import to_layout
+
+    x = Var("x", TensorType((1, 4, 28, 784), "float32"))
+    bias = Var("bias", TensorType((112, 1, 1), "float32"))
+    pooled = Var("pooled", TensorType((1, 3, 28, 28, 8), "float32"))
+    y = make_call("add", [make_call("reshape", [x], {"newshape": (1, 112, 28, 28)}), bias])
+    y = make_call("layout_transform", [y], {"src_layout": "NCHW", "dst_layout": "NCHW8c"})
+    out = make_call("nn.relu", [make_call("concatenate", [pooled, y], {"axis": 1})])
+    fn = Function([x, bias, pooled], out, "fused_join")
+    text = str(lower_fused(fn, X86))
+    assert PARALLEL_ITERATIONS <= 17 and "parallel for nn_relu_i0.nn_relu_i1 in 0..17 {" in text, text
+    assert "for nn_relu_i2 in 0..28 {" in text and "for nn_relu_i3 in 0..28 {" in text
+    r = np.random.default_rng(1)
+    xv, bv, pv = n(r, (1, 4, 28, 784)), n(r, (112, 1, 1)), n(r, (1, 3, 28, 28, 8))
+    got, _ = build_and_run(fn, [xv, bv, pv], X86)
+    joined = np.concatenate([pv, to_layout(xv.reshape(1, 112, 28, 28) + bv, "NCHW", "NCHW8c")], axis=1)
+    np.testing.assert_allclose(got, np.maximum(joined, 0), rtol=0, atol=0)
+
+
 def test_blocked_concatenate_copies_rows_of_one_input_each():
     """A concatenation of two NCHW16c tensors on their channel blocks ([1,4,55,55,16] x 2, a
     SqueezeNet fire module): rows (n, c_outer, h) in parallel, w serial, the block a vector, the
