@@ -29,8 +29,8 @@ def inline_injective(s: Schedule, out, keep=()):
 # ShuffleNet's NCHW <-> NCHW8c kernels with a concatenation or a residual add inside ran 2.5 to
 # 3.5x faster, [1,17,28,28,8] fused as (n, c) and nested (h, w) instead of one loop of 13328
 # (2-core Sapphire Rapids: ShuffleNet 6.46 -> 5.46 ms at one thread, 3.78 -> 3.06 at two;
-# SqueezeNet -4% / -8%, MobileNetV2 -2% / -7%, DenseNet-121 -2%, the rest within noise). 64
-# iterations ran 6% slower than 16 at both thread counts, 256 slower still.
+# SqueezeNet -4% / -8%, MobileNetV2 -2% / -7%, DenseNet-121 -2%, the rest within noise). With
+# 64 or 256 iterations ShuffleNet ran 3-6% slower than with 16, at both thread counts.
 PARALLEL_ITERATIONS = 16
 
 
