@@ -122,8 +122,9 @@ def _model(model):
 def kernel_counts(metadata: dict, graph_json: dict) -> tuple:
     """(distinct kernels, kernel calls): metadata's num_kernels / num_kernel_calls, else counted
     from the graph JSON's tvm_op nodes."""
-    ops = [n for n in graph_json.get("nodes", []) if n.get("op") == "tvm_op" and
-           n["attrs"].get("func_name") != "__nop"]
+    from tvmc.mod_json import runs_kernel
+
+    ops = [n for n in graph_json.get("nodes", []) if runs_kernel(n)]
     distinct = metadata.get("num_kernels")
     calls = metadata.get("num_kernel_calls")
     return (len({n["attrs"]["func_name"] for n in ops}) if distinct is None else distinct,

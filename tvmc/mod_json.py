@@ -17,6 +17,24 @@ def graph_attr(graph_json: dict, name: str) -> list:
     return value
 
 
+# func_name of a kernel node that runs nothing (TVM's name): a concatenation whose inputs were
+# written in place (PlanMemory's concat_views)
+NOP = "__nop"
+
+
+def runs_kernel(node: dict) -> bool:
+    """Whether mod.json node `node` calls a kernel: a `tvm_op` other than a NOP."""
+    return node["op"] == "tvm_op" and node["attrs"].get("func_name") != NOP
+
+
+def storage_offsets(graph_json: dict) -> list:
+    """The byte offset of each data entry inside its storage: attrs "storage_offset" (written only
+    where PlanMemory placed an entry at a non-zero offset), else 0 for every entry."""
+    if "storage_offset" in graph_json["attrs"]:
+        return graph_attr(graph_json, "storage_offset")
+    return [0] * len(graph_attr(graph_json, "storage_id"))
+
+
 def run_order(graph_json: dict, begin: int = 0, end: int | None = None) -> list:
     """What running the nodes [begin, end) of a graph-executor JSON does, in order: the node id of
     each kernel (`tvm_op`, `__nop` views left out) and, per run-time loop, (its node id, run_order
@@ -33,7 +51,7 @@ def run_order(graph_json: dict, begin: int = 0, end: int | None = None) -> list:
         node = nodes[nid]
         if nid in inner:
             continue
-        if node["op"] == "tvm_op" and node["attrs"].get("func_name") != "__nop":
+        if runs_kernel(node):
             order.append(nid)
         elif node["op"] == "tvmc_loop":
             order.append((nid, run_order(graph_json, *node["attrs"]["body_nodes"])))

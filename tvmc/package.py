@@ -37,7 +37,7 @@ import safetensors.numpy
 from tvmc.constants import CUBIN_NAME, KERNEL_ABI_VERSION, __version__  # noqa: F401 (CUBIN_NAME: re-exported)
 from tvmc.codegen.description import check_description, module_description, read_description
 from tvmc.errors import ArtifactError
-from tvmc.mod_json import graph_attr
+from tvmc.mod_json import NOP, graph_attr, storage_offsets
 from tvmc.graph.ir import MAX_TENSOR_BYTES
 from tvmc.paths import check_output_path, open_regular
 from tvmc.target import schema_message
@@ -444,8 +444,8 @@ def _check_graph_structure(origin: str, g: dict) -> None:
     if not len(shapes) == len(dtypes) == len(sids) == row_ptr[-1]:
         bad(f"attrs list {len(shapes)} shapes, {len(dtypes)} dtypes, {len(sids)} storage ids "
             f"for {row_ptr[-1]} entries")
-    if "storage_offset" in g["attrs"] and len(graph_attr(g, "storage_offset")) != len(sids):
-        bad(f"attrs list {len(graph_attr(g, 'storage_offset'))} storage offsets for {len(sids)} entries")
+    if len(storage_offsets(g)) != len(sids):
+        bad(f"attrs list {len(storage_offsets(g))} storage offsets for {len(sids)} entries")
 
     def check_ref(ref, before: int, what: str):
         if ref[0] >= before or ref[1] >= outputs[ref[0]]:
@@ -460,7 +460,7 @@ def _check_graph_structure(origin: str, g: dict) -> None:
                                                          dtypes[row_ptr[r[0]] + r[1]]), len(nodes), bad)
     kernels = g.get("kernels")
     if kernels is not None:
-        absent = sorted({n["attrs"]["func_name"] for n in nodes if n["op"] == "tvm_op"} - set(kernels) - {"__nop"})
+        absent = sorted({n["attrs"]["func_name"] for n in nodes if n["op"] == "tvm_op"} - set(kernels) - {NOP})
         if absent:
             bad(f"kernels has no launch for {_short(', '.join(absent[:3]), 120)}")
     for ref in g["heads"]:
@@ -494,9 +494,8 @@ def _check_plan(origin: str, g: dict) -> None:
     bad = functools.partial(_malformed, origin)
     nodes, row_ptr = g["nodes"], g["node_row_ptr"]
     shapes, dtypes, sids = (graph_attr(g, k) for k in ("shape", "dltype", "storage_id"))
-    offsets = graph_attr(g, "storage_offset") if "storage_offset" in g["attrs"] else [0] * len(sids)
     storage = g.get("storage_bytes")
-    for e, (shape, dtype, sid, offset) in enumerate(zip(shapes, dtypes, sids, offsets)):
+    for e, (shape, dtype, sid, offset) in enumerate(zip(shapes, dtypes, sids, storage_offsets(g))):
         if storage is not None and storage[sid] < offset + _nbytes(dtype, shape):
             bad(f"storage {sid} has {storage[sid]} bytes in storage_bytes, entry {e} needs "
                 f"{offset + _nbytes(dtype, shape)}")

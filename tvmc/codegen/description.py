@@ -55,7 +55,7 @@ import numpy as np
 
 from tvmc.constants import KERNEL_ABI_VERSION
 from tvmc.errors import ArtifactError
-from tvmc.mod_json import graph_attr, program
+from tvmc.mod_json import graph_attr, program, storage_offsets
 
 SYMBOL = "tvmc_module_description"
 VERSION = 2
@@ -89,8 +89,7 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
     row_ptr = graph_json["node_row_ptr"]
     entries = [{"storage_id": int(s), "dtype": str(d), "shape": [int(x) for x in shp]}
                for s, d, shp in zip(sids, dtypes, shapes)]
-    offsets = graph_attr(graph_json, "storage_offset") if "storage_offset" in graph_json["attrs"] else ()
-    for entry, offset in zip(entries, offsets):
+    for entry, offset in zip(entries, storage_offsets(graph_json)):
         if int(offset):
             entry["offset"] = int(offset)
     for entry, sym in zip(entries, graph_json.get("symbolic_shapes") or []):

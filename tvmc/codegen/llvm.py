@@ -873,7 +873,8 @@ class CodeGenLLVM:
             vt = ir.VectorType(ety, lanes)
             f = self.declare(f"llvm.masked.scatter.{_vname(vt)}.v{lanes}p0", VOID,
                              [vt, ir.VectorType(PTR, lanes), I32, ir.VectorType(I1, lanes)])
-            b.call(f, [v, self._lane_pointers(st, s.buffer, s.index, vec), I32(_ety_bytes(ety)), _all_lanes(lanes)])
+            b.call(f, [v, self._lane_pointers(st, s.buffer, s.index, vec), I32(np.dtype(s.buffer.dtype).itemsize),
+                       _all_lanes(lanes)])
             return
         # scatter (or scalar index under a mask): one lane at a time, last lane wins
         ivec = self._expr(st, s.index, vec)
@@ -918,7 +919,7 @@ class CodeGenLLVM:
         elif mask is None and self._gather_scatter():
             f = self.declare(f"llvm.masked.gather.{_vname(vt)}.v{lanes}p0", vt,
                              [ir.VectorType(PTR, lanes), I32, ir.VectorType(I1, lanes), vt])
-            val = b.call(f, [self._lane_pointers(st, e.buffer, e.index, vec), I32(_ety_bytes(ety)),
+            val = b.call(f, [self._lane_pointers(st, e.buffer, e.index, vec), I32(np.dtype(e.buffer.dtype).itemsize),
                              _all_lanes(lanes), ir.Constant(vt, ir.Undefined)])
         else:
             ivec = self._expr(st, e.index, vec)
@@ -1206,11 +1207,6 @@ def _lanewise(b, op):
         zero, one = ir.Constant(y.type, None), ir.Constant(y.type, [1] * y.type.count)
         return op(x, b.select(b.icmp_unsigned("==", y, zero), one, y))
     return apply
-
-
-def _ety_bytes(ety: ir.Type) -> int:
-    """Bytes of one element of memory type `ety` (mem_type)."""
-    return {ir.FloatType: 4, ir.DoubleType: 8, ir.HalfType: 2}.get(type(ety)) or ety.width // 8
 
 
 def _all_lanes(lanes: int) -> ir.Constant:

@@ -8,6 +8,7 @@ import numpy as np
 from tvmc.errors import PassError
 from tvmc.graph import symbolic
 from tvmc.graph.ir import Call, Constant, Function, Graph, Var
+from tvmc.mod_json import NOP
 
 
 def _unique(name: str, taken: set) -> str:
@@ -126,7 +127,7 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
                 node_id.update((c, (nid, j)) for j, c in enumerate(outs))
                 loops.append((nid, e))
             elif isinstance(e.op, Function):
-                func = "__nop" if e in views else e.op.name
+                func = NOP if e in views else e.op.name
                 node_id[e] = (add({"op": "tvm_op", "name": e.op.name,
                                    "attrs": {"func_name": func, "num_inputs": str(len(e.inputs)), "num_outputs": "1",
                                              "flatten_data": "0"},

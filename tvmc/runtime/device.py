@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.mod_json import loop_entries, run_order
+from tvmc.mod_json import loop_entries, run_order, storage_offsets
 from tvmc.package import Artifact, graph_attr, library_name, load_artifact
 from tvmc.runtime.control import run_loop
 from tvmc.runtime.executor import SizeBinding, checked_input, output_position, run_time_heads, sliced_output
@@ -100,7 +100,7 @@ class DeviceExecutor:
         shapes = graph_attr(g, "shape")
         dtypes = [np.dtype(d) for d in graph_attr(g, "dltype")]
         sids = [int(s) for s in graph_attr(g, "storage_id")]
-        if any(int(o) for o in g["attrs"].get("storage_offset", ["list_int", []])[1]):
+        if any(int(o) for o in storage_offsets(g)):
             # one device buffer per storage id: PlanMemory places no views for GPU backends
             raise ArtifactError(f"{origin}: mod.json places entries at storage offsets, which this executor "
                                 f"does not support (a library for a CPU target?)")

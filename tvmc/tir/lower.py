@@ -31,7 +31,6 @@ def lower(sch: Schedule, args, name: str, partition: bool = True) -> PrimFunc:
     return _Lowering(sch, args, name, partition).run()
 
 
-
 def inlined_bodies(sch: Schedule) -> dict:
     """{stage: its body with every compute_inline'd stage it reads substituted (recursively)}, for
     the stages of `sch` in order (producers first)."""
@@ -48,6 +47,7 @@ def inlined_bodies(sch: Schedule) -> dict:
         if st.attach == "inline":
             inlined[st.tensor.uid] = st
     return bodies
+
 
 class _Lowering:
     def __init__(self, sch, args, name, partition=True):

@@ -174,8 +174,9 @@ def schedule_blocked_loops(s: Schedule, t, target):
 
 def _gathers(loads, var, ranges) -> int:
     """How many of `loads` ((tensor, indices) of the tensors a stage reads) read other than
-    contiguously or uniformly along `var`: each vector of them is one scalar load per lane (a
-    stride of 2 to 8 elements: one load of their span and a shuffle, counted alike)."""
+    contiguously or uniformly along `var`: each vector of them is a gather (one scalar load per
+    lane, or one vgather where the vector unit has it; a stride of 2 to 8 elements: one load of
+    their span and a shuffle), counted alike."""
     count = 0
     for tensor, indices in loads:
         stride, flat = 1, 0
