@@ -110,7 +110,7 @@ bench-dynamic: install
 	$(PYTHON) bench/bench_dynamic.py --write
 
 bench-layers: install
-	$(PYTHON) bench/layers.py
+	$(PYTHON) bench/layers.py --target $(TARGET)
 
 # The cost tables winograd_tile_size reads (tvmc/ops/cpu/conv2d_winograd.py); commit the rewritten files.
 winograd-table: install
