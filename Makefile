@@ -66,13 +66,17 @@ test-deps: install
 lint:
 	$(PYTHON) -m ruff check .
 
+# The tests run on every core (pytest-xdist), each test file on one worker (its module fixtures
+# built once); PYTEST_WORKERS= runs them in this process.
+PYTEST_WORKERS ?= -n auto --dist loadfile
+
 # lint first: a ruff finding fails make test before any test runs
 test: test-deps
 	@$(MAKE) --no-print-directory lint
-	$(PYTHON) -m pytest -q -m "not slow" tests
+	$(PYTHON) -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests
 
 test-all: test-deps
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q $(PYTEST_WORKERS) tests
 
 fuzz: install
 	TVMC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TVMC_GUARD_PAGES=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests/unit/test_fuzz.py
