@@ -102,7 +102,7 @@ def _pure_concat_axis(call):
     return _normalized_axis(int(body.attrs["axis"]), len(body.type.shape))
 
 
-def concat_views(order, outputs: set, pending: Counter, alignment: int) -> dict:
+def concat_views(order, outputs: set, alignment: int) -> dict:
     """{producer Call: (concatenation Call, byte offset)} for the concatenations whose inputs can be
     written in place, as slices of the concatenation's own tensor (the in-place concat of
     OpenVINO's and TensorRT's memory planners): the fused call is only a `concatenate`
@@ -182,7 +182,7 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     order = graph.topo()
     outputs = set(graph.outputs)
     pending = Counter(i for e in order if isinstance(e, Call) for i in e.inputs)
-    views = concat_views(order, outputs, pending, alignment) \
+    views = concat_views(order, outputs, alignment) \
         if reuse and ctx.option("PlanMemory", "concat_views") and _has_storage_views(ctx.target) else {}
 
     def root(e):
@@ -196,7 +196,7 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     group: dict = {}  # {outermost concatenation: every tensor inside its storage, itself included}
     for e in list(views) + [c for c, _ in views.values()]:
         group.setdefault(root(e)[0], set()).add(e)
-    grouped = set(views) | {c for c, _ in views.values()}
+    grouped = set().union(*group.values())
     not_inplace = outputs | grouped  # tensors whose storage no in-place kernel may take
 
     table = _Storages()

@@ -37,7 +37,7 @@ import safetensors.numpy
 from tvmc.constants import CUBIN_NAME, KERNEL_ABI_VERSION, __version__  # noqa: F401 (CUBIN_NAME: re-exported)
 from tvmc.codegen.description import check_description, module_description, read_description
 from tvmc.errors import ArtifactError
-from tvmc.mod_json import NOP, graph_attr, storage_offsets
+from tvmc.mod_json import graph_attr, runs_kernel, storage_offsets
 from tvmc.graph.ir import MAX_TENSOR_BYTES
 from tvmc.paths import check_output_path, open_regular
 from tvmc.target import schema_message
@@ -460,7 +460,7 @@ def _check_graph_structure(origin: str, g: dict) -> None:
                                                          dtypes[row_ptr[r[0]] + r[1]]), len(nodes), bad)
     kernels = g.get("kernels")
     if kernels is not None:
-        absent = sorted({n["attrs"]["func_name"] for n in nodes if n["op"] == "tvm_op"} - set(kernels) - {NOP})
+        absent = sorted({n["attrs"]["func_name"] for n in nodes if runs_kernel(n)} - set(kernels))
         if absent:
             bad(f"kernels has no launch for {_short(', '.join(absent[:3]), 120)}")
     for ref in g["heads"]:

@@ -811,13 +811,17 @@ class CodeGenLLVM:
         access per lane."""
         return self.device is None and self.target.vector_gather_scatter
 
+    def _index_vector(self, st, index: PrimExpr, vec):
+        """<lanes x i64>: `index` in each lane of the vector loop `vec` (splat where it does not
+        depend on the loop's variable)."""
+        ivec = self._expr(st, index, vec)
+        return ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, vec[1])
+
     def _lane_pointers(self, st, buf: Buffer, index: PrimExpr, vec):
         """<lanes x ptr>: the address of buf[index] in each lane of the vector loop `vec`."""
-        b, lanes = st.builder, vec[1]
-        ivec = self._expr(st, index, vec)
-        ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
-        ptrs = b.gep(st.buffers[buf], [ivec], inbounds=True, source_etype=mem_type(buf.dtype))
-        ptrs.type = ir.VectorType(PTR, lanes)  # llvmlite types a GEP over a vector index as one pointer
+        ptrs = st.builder.gep(st.buffers[buf], [self._index_vector(st, index, vec)], inbounds=True,
+                              source_etype=mem_type(buf.dtype))
+        ptrs.type = ir.VectorType(PTR, vec[1])  # llvmlite types a GEP over a vector index as one pointer
         return ptrs
 
     def _access_kind(self, index: PrimExpr, vec):
@@ -877,8 +881,7 @@ class CodeGenLLVM:
                        _all_lanes(lanes)])
             return
         # scatter (or scalar index under a mask): one lane at a time, last lane wins
-        ivec = self._expr(st, s.index, vec)
-        ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
+        ivec = self._index_vector(st, s.index, vec)
         for k in range(lanes):
             lane_val = b.extract_element(v, I32(k))
             ptr = self._addr(st, s.buffer, b.extract_element(ivec, I32(k)))
@@ -922,8 +925,7 @@ class CodeGenLLVM:
             val = b.call(f, [self._lane_pointers(st, e.buffer, e.index, vec), I32(np.dtype(e.buffer.dtype).itemsize),
                              _all_lanes(lanes), ir.Constant(vt, ir.Undefined)])
         else:
-            ivec = self._expr(st, e.index, vec)
-            ivec = ivec.value if isinstance(ivec, _Vec) else self._splat(st, ivec, lanes)
+            ivec = self._index_vector(st, e.index, vec)
             if mask is not None:  # masked-off lanes read element 0, which always exists
                 ivec = b.select(mask, ivec, ir.Constant(ir.VectorType(I64, lanes), None))
             val = ir.Constant(vt, None)

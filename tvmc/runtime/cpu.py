@@ -164,12 +164,12 @@ class GraphExecutor(CApiExecutor):
         desc = self.artifact.description
         guarded = {}
         for e, entry in enumerate(desc["entries"]):
-            sid = entry["storage_id"]
+            sid, offset = entry["storage_id"], int(entry.get("offset", 0))
             if sid not in guarded:
                 nbytes = int(desc["storage_bytes"][sid])
                 guarded[sid] = buf = _guarded_empty(max(nbytes, 1))
-                ctypes.memmove(buf.ctypes.data, self._entries[e] - int(entry.get("offset", 0)), nbytes)
-            self._entries[e] = guarded[sid].ctypes.data + int(entry.get("offset", 0))
+                ctypes.memmove(buf.ctypes.data, self._entries[e] - offset, nbytes)
+            self._entries[e] = guarded[sid].ctypes.data + offset
         return guarded
 
     def entry_address(self, entry: int) -> int:
