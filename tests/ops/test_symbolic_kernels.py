@@ -27,6 +27,7 @@ from tvmc.ops.cpu.conv2d_winograd import (conv2d_winograd_buckets, conv2d_winogr
 from tvmc.ops.cpu.dense import (dense_config, dense_pack_buckets, dense_pack_config, matmul_config, schedule_dense,
                                 schedule_dense_pack, schedule_matmul)
 from tvmc.ops.cpu.injective import schedule_injective
+from tvmc.ops.cpu.pool import schedule_pool
 from tvmc.ops.cpu.reduction import schedule_reduce, schedule_softmax, softmax_buckets
 from tvmc.ops.nn_conv2d_nchwc import _reference as conv2d_nchwc_reference
 from tvmc.ops.nn_conv2d_nchwc import conv2d_nchwc, pack_weight
@@ -35,7 +36,7 @@ from tvmc.ops.nn_dense import dense, dense_pack, matmul, pack_dense_weight
 from tvmc.ops.nn_misc import softmax
 from tvmc.ops.registry import get_op
 from tvmc.target import resolve_target
-from tvmc.te.expr import IntImm, Var
+from tvmc.te.expr import IntImm, Var, substitute
 from tvmc.te.extent import upper_shape
 from tvmc.tir.buckets import lower_buckets
 from tvmc.tir.ir import For, IfThenElse, Seq, Store
@@ -207,7 +208,9 @@ def test_dense_pack_over_symbolic_rows(name, tmp_path):
     run_sizes(name, prim, arrays, sizes(target, 512), tmp_path=tmp_path)
 
 
-def test_dense_pack_accumulators_have_no_guard_and_only_the_last_tiles_stores_do():
+def test_dense_pack_whole_tiles_have_no_guard_and_the_last_tile_guards_its_rows():
+    """The whole row tiles run without a branch; the last one computes and stores only the rows
+    inside M (guarded, not clamped: clamped rows would redo the last row up to tile_m - 1 times)."""
     target = resolve_target("x86")
     prim, cfg, _ = _dense_pack_kernel(target)
     assert cfg["tile_m"] > 1
@@ -215,8 +218,9 @@ def test_dense_pack_accumulators_have_no_guard_and_only_the_last_tiles_stores_do
     assert not isinstance(head.extent, int)
     branch = head.body
     assert isinstance(branch, IfThenElse)  # main tiles | the last row tile
-    k_loops = [f for f in _fors(prim.body) if f.var.name == "k"]
-    assert len(k_loops) == 2 and not any(_guarded(f) for f in k_loops)
+    main_k, = [f for f in _fors(branch.then) if f.var.name == "k"]
+    last_k, = [f for f in _fors(branch.otherwise) if f.var.name == "k"]
+    assert not _guarded(main_k) and _guarded(last_k)
     main_stores = [x for x in _stmts(branch.then) if isinstance(x, Store) and x.buffer.name == "dense_pack"]
     assert main_stores and not any(isinstance(x, IfThenElse) for x in _stmts(branch.then))
     assert any(isinstance(x, IfThenElse) for x in _stmts(branch.otherwise))
@@ -546,6 +550,55 @@ def test_simplifier_bounds_symbolic_extents():
     assert simplify(f % n_var + 0 * j < n_var, rows).value == 1
     assert not isinstance(simplify(f % n_var + 1 < n_var, rows), IntImm)
     assert expr_bounds(j // n_var, rows) == (0, 7) and expr_bounds(j % n_var, rows) == (0, 7)
+
+
+def test_simplifier_bounds_nested_divisions_and_folds_a_bucket_to_constants():
+    """A pool's rows over width // 2 in tiles of 8: in the main loop (o < (W // 2) // 8) the guard
+    o * 8 + i < W // 2 holds (the nested division expanded outermost first), and in a size
+    bucket where W // 4 has one value the loop body reads it as that literal (points=True)."""
+    w_var = te.size_var("W", 16, 2048)
+    o, i = Var("o"), Var("i")
+    rows = {o: (w_var // 2) // 8, i: 8}
+    assert simplify(i + o * 8 < w_var // 2, rows).value == 1
+    assert expr_bounds(i + o * 8 - w_var // 2, rows)[1] == -1
+    assert not isinstance(simplify(i + o * 8 + 1 < w_var // 2, rows), IntImm)  # fails at W // 2 = 8 (o + 1) - 1
+    bucket = te.size_var("W", 16, 19)
+    assert repr(simplify(bucket // 4 * 16 + i, points=True)) == "(i + 64)"
+    assert not isinstance(simplify(bucket // 4), IntImm)  # shapes (tvmc.te.extent) keep the expression
+    assert not isinstance(simplify(bucket // 2, points=True), IntImm)  # 8 or 9
+
+
+def test_symbolic_pool_runs_small_widths_serially_and_constant_axes_keep_their_guard():
+    """A max pool over NCHW16c rows of symbolic width: its parallel loop of constant extent over
+    symbolic work launches threads only past min_parallel (a width-16 run stays on the calling
+    thread, as the static kernel at that size does); a conv over a constant height of 4 in tiles
+    of 3 guards the last tile's rows instead of computing them clamped."""
+    target = resolve_target("x86")
+    w_var = te.size_var("W", 16, 2048)
+    x = te.placeholder((1, 1, 32, w_var, 16), name="x")
+    rh, rw = te.reduce_axis(2, "rh"), te.reduce_axis(2, "rw")
+    y = te.compute((1, 1, 16, w_var // 2, 16), lambda a, b, i, j, c: te.max(
+        x[a, b, i * 2 + rh.var, j * 2 + rw.var, c], [rh, rw]), name="max_pool2d")
+    s = te.create_schedule(y)
+    schedule_pool(s, y, y, None, target)
+    prim = lower(s, [x, y], "pool_width")
+    (par,) = _fors(prim.body, "parallel")
+    assert par.extent == 16 and not isinstance(par.min_parallel, int)
+    least = simplify(substitute(par.min_parallel, {w_var: IntImm(16)}))
+    assert least.value > 16  # a width-16 run stays on the calling thread
+    main = _fors(par.body)[0]  # whole tiles of 8 columns, then the partial one
+    assert not _guarded(main) and not any("min(" in repr(x.index) for x in _stmts(main) if isinstance(x, Store))
+    wt = te.placeholder((4, 3, 3, 3, 16, 16), name="w")
+    xc = te.placeholder((1, 3, 4, w_var // 4, 16), name="xc")
+    yc = conv2d_nchwc(xc, wt, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    s = te.create_schedule(yc)
+    cfg = conv2d_nchwc_config((upper_shape(xc.shape), wt.shape, upper_shape(yc.shape), "float32", ()),
+                              target).fallback_config()
+    cfg["tile_oh"] = 3
+    schedule_conv2d_nchwc(s, yc, yc, cfg, target)
+    acc = next(st for st in s.stages
+               if st.tensor.name.startswith("conv2d_nchwc") and st.attach not in ("root", "inline"))
+    assert [iv.name for iv in acc.clamped] == [acc.op.axis[3].name]  # the symbolic width only
 
 
 def test_small_runs_of_symbolic_parallel_loops_stay_on_the_calling_thread():

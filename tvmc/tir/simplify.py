@@ -204,25 +204,39 @@ def _is_symbolic(lin: Linear, ranges: dict) -> bool:
     return False
 
 
+def _const_div_of_size(atom) -> bool:
+    """Whether `atom` is X // c with c > 0 a literal and a SizeVar in X."""
+    return isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.b, IntImm) and atom.b.value > 0 \
+        and has_size_var(atom.a)
+
+
 def _expanded_bounds(lin: Linear, ranges: dict):
     """Bounds of `lin` with each atom X // c (c > 0, X with a SizeVar in it) replaced by
     (X - X % c) / c: the form is scaled by the divisors' lcm L, bounded, and the bounds divided
-    by L (rounded inwards: the form is an integer). N - 8 (N // 8) is then bounded by [0, 7]."""
-    divs = [a.b.value for a, _ in lin.terms.values() if isinstance(a, BinOp) and a.op == "floordiv"
-            and isinstance(a.b, IntImm) and a.b.value > 0 and has_size_var(a.a)]
+    by L (rounded inwards: the form is an integer). N - 8 (N // 8) is then bounded by [0, 7].
+    The outermost divisions go first and the form is expanded again while it has such atoms, so
+    that a nested one cancels too: 8 ((N // 2) // 8) - N // 2 becomes -((N // 2) % 8), at most 0."""
     plain = lin.bounds(ranges)
-    if not divs:
+    out, scale = lin, 1
+    for _ in range(4):
+        divs = [(key, atom) for key, (atom, _) in out.terms.items() if _const_div_of_size(atom)]
+        inner = {_key(x) for _, atom in divs for x in walk(atom.a)}
+        divs = [(key, atom) for key, atom in divs if key not in inner]
+        if not divs:
+            break
+        step = math.lcm(*(atom.b.value for _, atom in divs))
+        picked = {key for key, _ in divs}
+        nxt = Linear(const=out.const * step)
+        for key, (atom, c) in out.terms.items():
+            if key in picked:
+                k = c * step // atom.b.value
+                mod = BinOp("floormod", atom.a, atom.b)
+                nxt = nxt.add(Linear.of(atom.a).scale(k)).add(Linear({_key(mod): (mod, -k)}))
+            else:
+                nxt = nxt.add(Linear({key: (atom, c * step)}))
+        out, scale = nxt, scale * step
+    if scale == 1:
         return plain
-    scale = math.lcm(*divs)
-    out = Linear(const=lin.const * scale)
-    for key, (atom, c) in lin.terms.items():
-        if isinstance(atom, BinOp) and atom.op == "floordiv" and isinstance(atom.b, IntImm) and atom.b.value in divs \
-                and has_size_var(atom.a):
-            k = c * scale // atom.b.value
-            mod = BinOp("floormod", atom.a, atom.b)
-            out = out.add(Linear.of(atom.a).scale(k)).add(Linear({_key(mod): (mod, -k)}))
-        else:
-            out = out.add(Linear({key: (atom, c * scale)}))
     b = out.bounds(ranges)
     if b is None:
         return plain
@@ -377,11 +391,14 @@ def linear_steps(index, variables) -> tuple | None:
     return tuple(lin.coef(v) for v in variables)
 
 
-def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
+def simplify(e: PrimExpr, ranges: dict | None = None, points: bool = False) -> PrimExpr:
     """Fold constants and canonicalize int64 index arithmetic.
 
     `ranges` maps loop Vars to their extents (var in [0, extent)), enabling
     floordiv/floormod elimination such as (i_outer*16 + i_inner) // 16 -> i_outer.
+    `points`: a division of SizeVars that has one value over their bounds becomes that literal
+    (width // 4 in a size bucket of width 16..19 is 4): for loop bodies (simplify_stmt), not for
+    the tensor shapes (tvmc.te.extent), which stay expressions of the kernel's arguments.
     """
     ranges = ranges or {}
 
@@ -415,6 +432,10 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
                 c = b.value
                 if c == 1:
                     return a if x.op == "floordiv" else IntImm(0)
+                if points and size_only(a):  # one value over the SizeVars' bounds (width // 4 for 16..19)
+                    point = atom_bounds(x, ranges)
+                    if point is not None and point[0] == point[1]:
+                        return IntImm(point[0])
                 q, r = _split_multiples(Linear.of(a), c)
                 rb = r.bounds(ranges)
                 if rb is not None and 0 <= rb[0] and rb[1] < c:  # r provably in [0, c)
@@ -467,7 +488,7 @@ def simplify(e: PrimExpr, ranges: dict | None = None) -> PrimExpr:
         if isinstance(x, Select) and isinstance(x.cond, IntImm):
             return x.t if x.cond.value else x.f
         if isinstance(x, Let) and isinstance(x.value, (IntImm, FloatImm, Var)):  # nothing left to bind
-            return simplify(substitute(x.body, {x.var: x.value}), ranges)
+            return simplify(substitute(x.body, {x.var: x.value}), ranges, points)
         if isinstance(x, Cast) and isinstance(x.value, Cast) and x.dtype == x.value.value.dtype and \
                 is_float(x.dtype) and x.value.dtype in _INT_RANGES:
             # float(int(v)) -> v where v is provably an integer within the int type's range: the
@@ -503,18 +524,18 @@ def simplify_stmt(s: Stmt, ranges: dict | None = None) -> Stmt:
     if isinstance(s, For):
         extent = s.extent
         if isinstance(extent, PrimExpr):  # a symbolic extent: canonical, an int when it folds
-            extent = simplify(extent, ranges)
+            extent = simplify(extent, ranges, points=True)
             extent = extent.value if isinstance(extent, IntImm) else extent
         ranges[s.var] = extent
         return For(s.var, extent, s.kind, simplify_stmt(s.body, ranges), s.min_parallel)
     if isinstance(s, Store):
-        return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
+        return Store(s.buffer, simplify(s.index, ranges, points=True), simplify(s.value, ranges, points=True))
     if isinstance(s, Allocate):
         return Allocate(s.buffer, simplify_stmt(s.body, ranges))
     if isinstance(s, Seq):
         return Seq([simplify_stmt(x, ranges) for x in s.stmts])
     if isinstance(s, IfThenElse):
-        c = simplify(s.cond, ranges)
+        c = simplify(s.cond, ranges, points=True)
         if isinstance(c, IntImm):
             if c.value:
                 return simplify_stmt(s.then, ranges)
@@ -524,5 +545,5 @@ def simplify_stmt(s: Stmt, ranges: dict | None = None) -> Stmt:
     if isinstance(s, Barrier):
         return s
     if isinstance(s, Intrinsic):
-        return s.with_exprs([simplify(e, ranges) for e in s.exprs])
+        return s.with_exprs([simplify(e, ranges, points=True) for e in s.exprs])
     raise TypeError(s)
