@@ -568,11 +568,12 @@ def test_simplifier_bounds_nested_divisions_and_folds_a_bucket_to_constants():
     assert not isinstance(simplify(bucket // 2, points=True), IntImm)  # 8 or 9
 
 
-def test_symbolic_pool_runs_small_widths_serially_and_constant_axes_keep_their_guard():
+def test_symbolic_pool_runs_small_widths_serially_and_last_tiles_guard_or_clamp_their_rows():
     """A max pool over NCHW16c rows of symbolic width: its parallel loop of constant extent over
     symbolic work launches threads only past min_parallel (a width-16 run stays on the calling
-    thread, as the static kernel at that size does); a conv over a constant height of 4 in tiles
-    of 3 guards the last tile's rows instead of computing them clamped."""
+    thread, as the static kernel at that size does). A conv over a constant height of 4 in tiles
+    of 3 and a symbolic width guards the last tiles' rows (each tile loop partitions); the row tiles
+    of Q K^T, fused after the heads into the parallel loop, are clamped."""
     target = resolve_target("x86")
     w_var = te.size_var("W", 16, 2048)
     x = te.placeholder((1, 1, 32, w_var, 16), name="x")
@@ -598,7 +599,15 @@ def test_symbolic_pool_runs_small_widths_serially_and_constant_axes_keep_their_g
     schedule_conv2d_nchwc(s, yc, yc, cfg, target)
     acc = next(st for st in s.stages
                if st.tensor.name.startswith("conv2d_nchwc") and st.attach not in ("root", "inline"))
-    assert [iv.name for iv in acc.clamped] == [acc.op.axis[3].name]  # the symbolic width only
+    assert not acc.clamped
+    s_var = te.size_var("S", 1, 128)
+    a, b = te.placeholder((4, s_var, 32), name="a"), te.placeholder((4, 32, s_var), name="b")
+    c = matmul(a, b, (4, s_var, s_var))
+    s = te.create_schedule(c)
+    schedule_matmul(s, c, c, matmul_config(((4, 128, 32), (4, 32, 128), (4, 128, 128), "float32", ()),
+                                           target).fallback_config(), target)
+    acc = next(st for st in s.stages if st.attach not in ("root", "inline") and st.op.reduce_axis)
+    assert [iv.name for iv in acc.clamped] == [acc.op.axis[1].name]  # the rows, not the vector columns
 
 
 def test_small_runs_of_symbolic_parallel_loops_stay_on_the_calling_thread():

@@ -438,6 +438,11 @@ def simplify(e: PrimExpr, ranges: dict | None = None, points: bool = False) -> P
                         return IntImm(point[0])
                 q, r = _split_multiples(Linear.of(a), c)
                 rb = r.bounds(ranges)
+                if (rb is None or rb[0] < 0 or rb[1] >= c) and _is_symbolic(r, ranges):
+                    # e.g. the head h = f // S of a fused loop f over 4 S rows: ((f // S) * 32 + j) % 128
+                    sb = symbolic_bounds(r, ranges)
+                    if sb is not None:
+                        rb = sb if rb is None else (max(rb[0], sb[0]), min(rb[1], sb[1]))
                 if rb is not None and 0 <= rb[0] and rb[1] < c:  # r provably in [0, c)
                     return (q if x.op == "floordiv" else r).to_expr()
                 if q.terms:  # (c*q + r) // c = q + r // c and (c*q + r) % c = r % c, for any integer r

@@ -2,12 +2,13 @@
 output tiles held in a register accumulator (cache_write + compute_at), epilogue applied on the
 tile, outer tile loops fused and parallel (TVM's x86 conv2d/dense schedule structure).
 
-Symbolic extents (tvmc.te.extent): tiles are the ones chosen for the range's upper bound; a tile
-past the end of a symbolic axis computes its accumulator rows on clamped coordinates
-(Stage.clamp_edges: no branch in the reduction) and stores only the rows inside; along the
-vector axis the accumulator is guarded, and loop partitioning (tvmc.tir.partition) leaves every
-tile but the last a plain vector loop; the parallel loop runs on threads only when a run has
-enough work for it (parallel_min_extent)."""
+Symbolic extents (tvmc.te.extent): tiles are the ones chosen for the range's upper bound; the
+last tile of a symbolic axis computes only its rows inside under a guard that loop partitioning
+(tvmc.tir.partition) takes out of every other tile, or, where partitioning cannot (a row tile
+loop fused after other loops into the parallel one), computes its rows on clamped coordinates
+(Stage.clamp_edges: no branch in the reduction) and stores only the rows inside (_clamped_axes);
+along the vector axis the accumulator is guarded, every tile but the last a plain vector loop;
+the parallel loop runs on threads only when a run has enough work for it (parallel_min_extent)."""
 
 from __future__ import annotations
 
@@ -101,11 +102,12 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_ax
     anchor_axes = list(anchor.op.axis)
     acc = s.cache_write(out) if out is anchor else anchor
     st = s[out]
-    outers, inners = [], []
+    outers, inners, outer_of = [], [], {}
     for axis, iv in zip(anchor_axes, st.op.axis):
         if axis in tiles and (not xt.is_static(iv.extent) or tiles[axis] < iv.extent):
             o, i = st.split(iv, tiles[axis])
             outers.append(o)
+            outer_of[axis] = o
             inners.append((axis, i))
         elif axis in tiles:
             inners.append((axis, iv))
@@ -128,15 +130,38 @@ def schedule_tiled_reduction(s, out, anchor, tiles: dict, vector_axis, unroll_ax
         st.parallel(head, min_extent=parallel_min_extent(work, head.extent) if symbolic else 0)
     attach = outers[-1] if len(outers) > depth else head
     s[acc].compute_at(st, attach)
-    if symbolic:  # rows of a tile past a symbolic end: clamped; the vector axis guarded, then partitioned
-        # (a constant axis keeps its guard, as in a static kernel: clamping would compute the
-        # last tile's rows past the end, 2 of 6 for 4 rows in tiles of 3)
-        s[acc].clamp_edges(*[iv for iv in s[acc].op.axis if iv is not vector_axis and not xt.is_static(iv.extent)])
+    if symbolic:  # the rows of a tile past a symbolic end: guarded or clamped (_clamped_axes)
+        clamped = _clamped_axes(anchor_axes, outer_of, outers[:depth], vector_axis)
+        s[acc].clamp_edges(*[iv for axis, iv in zip(anchor_axes, s[acc].op.axis) if axis in clamped])
     _order_accumulator(s[acc], vector_axis, unroll_axes, reduce_order)
     for k in unroll_reduce:
         s[acc].unroll(k)
     for k in rolled_reduce:
         s[acc].rolled(k)
+
+
+def _clamped_axes(axes, outer_of: dict, fused: list, vector_axis) -> set:
+    """The symbolic anchor axes (other than the vector axis) whose last tile computes its rows
+    past the end clamped (Stage.clamp_edges: no branch in the reduction) rather than guarded.
+    A guard costs nothing in the whole tiles where loop partitioning (tvmc.tir.partition) can
+    take it out: where the axis's tile loop is a loop of its own, or leads the fused parallel loop
+    with only loops of constant extent after it (its index v // c). Elsewhere (a row tile loop
+    fused after the heads of an attention matmul: (v // c) % n) the guard would stay in every
+    tile, so the rows are clamped. The guarded last tile computes only its rows: GPT-2's
+    [33, 128] x [128, 512] at seq 1..256 computed 40 rows in clamped tiles of 8; constant axes
+    keep their guard as in a static kernel."""
+    loops = [o for o in fused if not (xt.is_static(o.extent) and o.extent == 1)]  # unit loops fold away
+    clamped = set()
+    for axis in axes:
+        if axis is vector_axis or xt.is_static(axis.extent):
+            continue
+        o = outer_of.get(axis)
+        if o is None or o not in fused:
+            continue
+        if o not in loops or (loops.index(o) == 0 and all(xt.is_static(x.extent) for x in loops[1:])):
+            continue
+        clamped.add(axis)
+    return clamped
 
 
 def schedule_gemm_tiles(s, out, anchor, padded, tile_m: int, block: int, tile_blocks: int, parallel: bool,
