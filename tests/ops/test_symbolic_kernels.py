@@ -21,6 +21,8 @@ from tvmc.backends import backend_for
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import ScheduleError
 from tvmc.graph import symbolic
+from tvmc.graph.ir import TensorType
+from tvmc.graph.ir import Var as GraphVar
 from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, schedule_conv2d_nchwc
 from tvmc.ops.cpu.conv2d_winograd import (conv2d_winograd_buckets, conv2d_winograd_config, schedule_conv2d_winograd,
                                           winograd_tiles)
@@ -34,7 +36,8 @@ from tvmc.ops.nn_conv2d_nchwc import conv2d_nchwc, pack_weight
 from tvmc.ops.nn_conv2d_winograd import conv2d_winograd_nchwc, winograd_weight_transform
 from tvmc.ops.nn_dense import dense, dense_pack, matmul, pack_dense_weight
 from tvmc.ops.nn_misc import softmax
-from tvmc.ops.registry import get_op
+from tvmc.ops.fused import _size_buckets
+from tvmc.ops.registry import get_op, make_call
 from tvmc.target import resolve_target
 from tvmc.te.expr import IntImm, Var, substitute
 from tvmc.te.extent import upper_shape
@@ -103,6 +106,37 @@ def test_broadcast_add_over_symbolic_rows_and_columns(name, tmp_path):
         return [xs, ms], xs + ms * 2
 
     run_sizes(name, prim, arrays, sizes(target, 128), tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize("name", CPU_TARGETS)
+def test_transpose_to_a_symbolic_last_axis_copies_without_vectors_below_one_vector(name, tmp_path):
+    """Attention's K [S, 4, 32] -> [4, 32, S]: a vector along S gathers (stride 128), so the
+    function has a size bucket at S = lanes (fused._strided_rows_buckets); below it the kernel
+    copies without vectors (a vector there would gather a few lanes per row), from it on it
+    gathers whole vectors; every size runs its bucket."""
+    target = resolve_target(name)
+    lanes = target.vector_lanes("float32")
+    x_graph = GraphVar("x", TensorType((symbolic.size_var("S", 1, 64), 4, 32), "float32"))
+    var, starts = _size_buckets(make_call("transpose", [x_graph], {"axes": (1, 2, 0)}), target)
+    assert var.name == "S" and starts == [lanes]
+
+    def build(sub):
+        x = te.placeholder((sub, 4, 32), name="x")
+        y = te.compute((4, 32, sub), lambda h, d, j: x[j, h, d], name="y")
+        s = te.create_schedule(y)
+        schedule_injective(s, y, y, None, target)
+        return s, [x, y]
+
+    prim = lower_buckets("k_transpose", te.size_var("S", 1, 64), starts, build)
+    assert isinstance(prim.body, IfThenElse)
+    assert not _fors(prim.body.then, "vectorize") and _fors(prim.body.otherwise, "vectorize")
+    r = rng()
+
+    def arrays(n):
+        xs = r.standard_normal((n, 4, 32)).astype("float32")
+        return [xs], np.ascontiguousarray(xs.transpose(1, 2, 0))
+
+    run_sizes(name, prim, arrays, sorted({1, 7, lanes - 1, lanes, 64}), tmp_path=tmp_path)
 
 
 def test_elementwise_main_vectors_are_unguarded_and_the_tail_is_one_masked_step():

@@ -178,8 +178,9 @@ def _size_buckets(anchor, target):
     (tvmc.tir.buckets): nn.dense_pack and nn.matmul over symbolic rows (dense_pack_buckets,
     matmul_buckets), nn.softmax over
     a symbolic last axis (softmax_buckets), nn.conv2d_nchwc over a symbolic output width of one
-    variable (conv2d_nchwc_buckets) and nn.conv2d_winograd_nchwc over a symbolic tile count of one
-    variable (conv2d_winograd_buckets); None elsewhere or where no start falls in the range."""
+    variable (conv2d_nchwc_buckets), nn.conv2d_winograd_nchwc over a symbolic tile count of one
+    variable (conv2d_winograd_buckets) and an injective function over a last axis that an input
+    holds elsewhere (_strided_rows_buckets); None elsewhere or where no start falls in the range."""
     from tvmc.graph import symbolic
     from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_buckets
     from tvmc.ops.cpu.conv2d_winograd import conv2d_winograd_buckets, winograd_tiles
@@ -205,9 +206,27 @@ def _size_buckets(anchor, target):
         n, _, oh, ow = anchor.shape[:4]
         starts = conv2d_winograd_buckets(upper_workload(anchor), target, var,
                                          winograd_tiles(n, oh, ow, anchor.attrs["tile_size"]))
+    elif get_op(anchor.op).pattern <= OpPattern.INJECTIVE and len(anchor.shape) > 0:
+        var = _plain_var(anchor.shape[-1])
+        starts = var and _strided_rows_buckets(anchor, var, target)
     else:
         return None
     return (var, starts) if starts else None
+
+
+def _strided_rows_buckets(anchor, var, target) -> list:
+    """The bucket start `lanes` (the vector lanes of the output dtype) where an all-injective
+    function's output has graph SizeVar `var` as its last axis, an input holds `var` in another
+    axis (attention's K [seq, heads * dim] transposed to [heads, dim, seq]: a vector along seq
+    gathers) and var's range has sizes below one vector and from one up: below, the schedule
+    copies without vectors (tvmc.ops.cpu.injective._symbolic_elementwise_loops); empty elsewhere."""
+    lanes = target.vector_lanes(anchor.type.dtype)
+    if not var.lo < lanes <= var.hi:
+        return []
+    inputs = [e for e in post_order([anchor]) if isinstance(e, Var)]
+    strided = any(_plain_var(d) is not None and _plain_var(d).name == var.name
+                  for x in inputs for d in x.type.shape[:-1])
+    return [lanes] if strided else []
 
 
 def _lower_buckets(func, anchor, target, var, starts, choose) -> PrimFunc:

@@ -4,7 +4,7 @@ fuse its loops, vectorize the innermost by the target's vector lanes, paralleliz
 from __future__ import annotations
 
 from tvmc.te import extent as xt
-from tvmc.te.expr import TensorLoad, walk
+from tvmc.te.expr import IntImm, TensorLoad, walk
 from tvmc.te.schedule import Schedule
 from tvmc.tir.lower import inlined_bodies
 from tvmc.tir.simplify import linear_steps, simplify
@@ -125,7 +125,12 @@ def _symbolic_elementwise_loops(s: Schedule, out, target, min_parallel_elems: in
         return
     inner, outer = axes[-1], axes[:-1]
     rows_inner = None  # the loop of the innermost axis left outside its vectors
-    if not xt.is_static(inner.extent):
+    if not xt.is_static(inner.extent) and xt.upper_bound(inner.extent) < lanes and \
+            _gathers(_loads(s, out), inner.var, {a.var: a.extent for a in st.op.axis}):
+        pass  # fewer elements than a vector, read at strided addresses (attention's K transposed to
+        # [heads, dim, seq], the size bucket of seq < lanes, tvmc.ops.fused._strided_rows_buckets): scalar copies
+        # instead of a gather of a few lanes per row (GPT-2 at seq 1: 2 x 1.1 -> 2 x 0.3 us)
+    elif not xt.is_static(inner.extent):
         rows_inner, vec = st.split(inner, lanes)
         st.vectorize(vec)
     elif inner.extent % lanes == 0 and inner.extent >= lanes:
@@ -185,10 +190,18 @@ def _gathers(loads, var, ranges) -> int:
             if steps is None:
                 flat = None
                 break
-            flat += steps[0] * stride
-            stride *= extent
+            flat = flat + steps[0] * stride
+            stride = stride * extent
+        if flat is not None and not isinstance(flat, int):  # symbolic strides: a step only if it folds
+            flat = simplify(flat)
+            flat = flat.value if isinstance(flat, IntImm) else None
         count += flat not in (0, 1)
     return count
+
+
+def _loads(s: Schedule, out) -> list:
+    """(tensor, indices) of every tensor read of stage `out`, its inlined producers included."""
+    return [(x.tensor, x.indices) for x in walk(inlined_bodies(s)[s[out]]) if isinstance(x, TensorLoad)]
 
 
 def vector_axis(s: Schedule, out, lanes: int):
@@ -202,7 +215,7 @@ def vector_axis(s: Schedule, out, lanes: int):
     one thread, AVX-512) runs along the image row instead (one scalar store per lane): 43 us."""
     if not out.op.axis:  # a 0-d tensor: no loop
         return None
-    loads = [(x.tensor, x.indices) for x in walk(inlined_bodies(s)[s[out]]) if isinstance(x, TensorLoad)]
+    loads = _loads(s, out)
     if not all(xt.is_static_shape(t.shape) for t, _ in loads):
         return out.op.axis[-1]
     axes = list(out.op.axis)
