@@ -191,7 +191,7 @@ def main(argv=None) -> int:
             kernel_ms = conv_kernel_ms(ex, args.repeat)
             results[threads].append((f"{name} x{count}", f"{c}x{h}x{w}", f"{o} {k}x{k}/{stride}" +
                                      (f" g{groups}" if groups > 1 else ""), gflop, tvmc_ms, ort_ms, kernel_ms,
-                                     "ok" if ok else "MISMATCH"))
+                                     "ok" if ok else "MISMATCH", count))
         print(f"  {name} done", flush=True)
 
     headers = ["layer", "input CxHxW", "O KxK/s", "GFLOP", "tvmc ms", "ORT ms", "/ORT", "conv ms", "conv GFLOP/s",
@@ -210,11 +210,7 @@ def main(argv=None) -> int:
                               ("grouped", [r for r in rows if r[0].startswith("gconv")])):
             if not subset:
                 continue
-            count = [int(r[0].split("x")[-1]) for r in subset]
-            total_gflop = sum(r[3] * n for r, n in zip(subset, count))
-            total_tvmc = sum(r[4] * n for r, n in zip(subset, count))
-            total_kernel = sum(r[6] * n for r, n in zip(subset, count))
-            total_ort = sum(r[5] * n for r, n in zip(subset, count))
+            total_gflop, total_tvmc, total_ort, total_kernel = (sum(r[k] * r[8] for r in subset) for k in (3, 4, 5, 6))
             rate = total_gflop / total_kernel * 1e3
             print(f"{label} conv layers: tvmc {total_tvmc:.2f} ms (conv kernels {total_kernel:.2f} ms, "
                   f"{rate:.1f} GFLOP/s, {100 * rate / peak:.0f}% of peak), ORT {total_ort:.2f} ms")

@@ -224,8 +224,7 @@ def _strided_rows_buckets(anchor, var, target) -> list:
     if not var.lo < lanes <= var.hi:
         return []
     inputs = [e for e in post_order([anchor]) if isinstance(e, Var)]
-    strided = any(_plain_var(d) is not None and _plain_var(d).name == var.name
-                  for x in inputs for d in x.type.shape[:-1])
+    strided = any(getattr(_plain_var(d), "name", None) == var.name for x in inputs for d in x.type.shape[:-1])
     return [lanes] if strided else []
 
 

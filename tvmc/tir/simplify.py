@@ -306,11 +306,9 @@ def symbolic_bounds(lin: Linear, ranges: dict):
     return lo[0], hi[1]
 
 
-def expr_bounds(e: PrimExpr, ranges: dict | None = None):
-    """(lo, hi) of int64 expression `e` (loop Vars bounded by `ranges`, Var -> extent, SizeVars by
-    their bounds), or None where an atom is unbounded (a load, a free variable)."""
-    ranges = ranges or {}
-    lin = Linear.of(simplify(e, ranges))
+def form_bounds(lin: Linear, ranges: dict):
+    """(lo, hi) of an int64 form: its atoms' bounds (Linear.bounds), narrowed by symbolic_bounds
+    where a SizeVar or a loop of symbolic extent occurs in it; None where neither bounds it."""
     if not lin.terms:
         return lin.const, lin.const
     plain = lin.bounds(ranges)
@@ -318,6 +316,13 @@ def expr_bounds(e: PrimExpr, ranges: dict | None = None):
     if plain is None or sym is None:
         return plain or sym
     return max(plain[0], sym[0]), min(plain[1], sym[1])
+
+
+def expr_bounds(e: PrimExpr, ranges: dict | None = None):
+    """(lo, hi) of int64 expression `e` (loop Vars bounded by `ranges`, Var -> extent, SizeVars by
+    their bounds), or None where an atom is unbounded (a load, a free variable)."""
+    ranges = ranges or {}
+    return form_bounds(Linear.of(simplify(e, ranges)), ranges)
 
 
 def fold_int(op, a, b):
@@ -438,11 +443,9 @@ def simplify(e: PrimExpr, ranges: dict | None = None, points: bool = False) -> P
                         return IntImm(point[0])
                 q, r = _split_multiples(Linear.of(a), c)
                 rb = r.bounds(ranges)
-                if (rb is None or rb[0] < 0 or rb[1] >= c) and _is_symbolic(r, ranges):
-                    # e.g. the head h = f // S of a fused loop f over 4 S rows: ((f // S) * 32 + j) % 128
-                    sb = symbolic_bounds(r, ranges)
-                    if sb is not None:
-                        rb = sb if rb is None else (max(rb[0], sb[0]), min(rb[1], sb[1]))
+                if rb is None or rb[0] < 0 or rb[1] >= c:
+                    # with symbolic bounds: ((f // S) * 32 + j) % 128, f a fused loop over 4 S rows
+                    rb = form_bounds(r, ranges)
                 if rb is not None and 0 <= rb[0] and rb[1] < c:  # r provably in [0, c)
                     return (q if x.op == "floordiv" else r).to_expr()
                 if q.terms:  # (c*q + r) // c = q + r // c and (c*q + r) % c = r % c, for any integer r
@@ -453,11 +456,7 @@ def simplify(e: PrimExpr, ranges: dict | None = None, points: bool = False) -> P
                 d = la.add(lb, -1)
                 if not d.terms:
                     return a if (d.const <= 0) == (x.op == "min") else b
-                bnd = None
-                if _is_symbolic(d, ranges):
-                    bnd, plain = symbolic_bounds(d, ranges), d.bounds(ranges)
-                    if plain is not None:
-                        bnd = plain if bnd is None else (max(bnd[0], plain[0]), min(bnd[1], plain[1]))
+                bnd = form_bounds(d, ranges) if _is_symbolic(d, ranges) else None
                 if bnd is not None and (bnd[1] <= 0 or bnd[0] >= 0):
                     return a if (bnd[1] <= 0) == (x.op == "min") else b
             if x.op in ("floordiv", "floormod") and not isinstance(b, IntImm) and size_only(b):
@@ -470,12 +469,7 @@ def simplify(e: PrimExpr, ranges: dict | None = None, points: bool = False) -> P
                     return IntImm(0) if x.op == "floordiv" else a
             return None
         if isinstance(x, Cmp) and x.a.dtype == INDEX:
-            d = Linear.of(x.a).add(Linear.of(x.b), -1)
-            bnd = d.bounds(ranges) if d.terms else (d.const, d.const)
-            if d.terms and _is_symbolic(d, ranges):
-                sym = symbolic_bounds(d, ranges)
-                if sym is not None:
-                    bnd = sym if bnd is None else (max(bnd[0], sym[0]), min(bnd[1], sym[1]))
+            bnd = form_bounds(Linear.of(x.a).add(Linear.of(x.b), -1), ranges)
             if bnd is not None:
                 lo, hi = bnd
                 truth = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0), "gt": (lo > 0, hi <= 0),
