@@ -89,8 +89,10 @@ class _Rewriter:
     """
 
     def __init__(self, target, min_block: int, winograd: dict, grouped: bool = True, pad_channels: int = 0,
-                 qnn_only: bool = False, float_narrow_int8: int = -1, int8_saturate: bool = False):
+                 qnn_only: bool = False, float_narrow_int8: int = -1, int8_saturate: bool = False,
+                 winograd_at_load: bool = True):
         self.target = target
+        self.winograd_at_load = winograd_at_load  # option winograd_at_load: U computed when the artifact loads
         self.int8_saturate = int8_saturate  # option int8_saturate: vpmaddubsw pairs saturate (MLAS)
         # option float_narrow_int8 (qnn_conv2d_float): 1 on, 0 off, -1 the target's narrow_int8_conv
         self.float_narrow_int8 = (target.narrow_int8_conv == "float" if float_narrow_int8 < 0 and target is not None
@@ -209,10 +211,17 @@ class _Rewriter:
 
     def conv_form(self, e: Call, x: Expr, ic_bn: int, oc_bn: int, m: int, weight: np.ndarray) -> Call:
         """nn.conv2d `e` on blocked data `x` as nn.conv2d_winograd_nchwc with output tile `m`, or
-        (m = 0) as nn.conv2d_nchwc, its OIHW `weight` transformed or packed here."""
+        (m = 0) as nn.conv2d_nchwc, its OIHW `weight` packed here; the Winograd weight transformed
+        at load time from the packed one (nn.winograd_weight_transform) or, without
+        winograd_at_load, here."""
         name = e.inputs[1].name or "weight"
-        if m:
+        if m and self.winograd_at_load:
+            packed = Constant(pack_weight(weight, ic_bn, oc_bn), f"{name}_OIHW{ic_bn}i{oc_bn}o")
+            w = make_call("nn.winograd_weight_transform", [packed], {"tile_size": m},
+                          name=f"{name}_winograd{m}_{ic_bn}i{oc_bn}o")
+        elif m:
             w = Constant(winograd_weight_transform(weight, m, ic_bn, oc_bn), f"{name}_winograd{m}_{ic_bn}i{oc_bn}o")
+        if m:
             attrs = {"padding": e.attrs["padding"], "tile_size": m, "out_layout": blocked_layout(oc_bn)}
             return make_call("nn.conv2d_winograd_nchwc", [x, w], attrs, name=e.name)
         groups = e.attrs.get("groups", 1)
@@ -698,8 +707,8 @@ def _measured_forms(probe: "_Rewriter", lookup) -> dict:
 
 
 @graph_pass("AlterOpLayout", opt_level=3, options={"min_block": 8, "winograd_tile_size": -1, "size_budget": 1.25,
-                                                       "grouped": 1, "pad_channels": 16, "float_narrow_int8": -1,
-                                                       "int8_saturate": 0})
+                                                       "winograd_at_load": 1, "grouped": 1, "pad_channels": 16,
+                                                       "float_narrow_int8": -1, "int8_saturate": 0})
 def alter_op_layout(graph: Graph, ctx) -> Graph:
     """Store convolution activations channel-blocked and dense weights column-blocked on CPU
     targets (TVM's AlterOpLayout with topi/x86/conv2d_alter_op.py: conv2d -> conv2d_NCHWc,
@@ -733,11 +742,14 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
     A 3x3 stride-1 groups-1 conv that tvmc.ops.cpu.conv2d_winograd.winograd_tile_size selects
     for the target (option `winograd_tile_size`: -1 that rule, 0 never, 2 or 4 every eligible
     conv with that output tile) becomes nn.conv2d_winograd_nchwc instead, its weight transformed
-    here to U = G g G^T blocked as [alpha^2, O//oc_bn, C//ic_bn, ic_bn, oc_bn]. Option
-    `size_budget` (1.25; 0 or inf: none): the transformed weights ((m+2)^2 / 9 times the direct
-    ones) may grow the graph's constants to at most that many times their bytes before the pass;
-    the forms (direct, F(2x2), F(4x4) per conv) that save the most time in all within it are
-    taken, the others keep the direct form (plan_winograd). A conv of symbolic shape is weighed
+    to U = G g G^T blocked as [alpha^2, O//oc_bn, C//ic_bn, ic_bn, oc_bn]: by default (option
+    `winograd_at_load` 1) by nn.winograd_weight_transform, a kernel the executors run once when
+    they load the artifact, on the weight packed here as for nn.conv2d_nchwc, so the params stay
+    the size of the model's weights; with `winograd_at_load` 0 here, at compile time, and then
+    option `size_budget` (1.25; 0 or inf: none) bounds them: the transformed weights ((m+2)^2 / 9
+    times the direct ones) may grow the graph's constants to at most that many times their bytes
+    before the pass; the forms (direct, F(2x2), F(4x4) per conv) that save the most time in all
+    within it are taken, the others keep the direct form (plan_winograd). A conv of symbolic shape is weighed
     at sizes across its range (_range_samples) and runs Winograd in size buckets of its tiles.
 
     Each nn.matmul whose N the vector lanes do not divide, or whose M no row tile of 4 to 8
@@ -794,12 +806,15 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
         return graph
     min_block = ctx.option("AlterOpLayout", "min_block")
     override, budget = ctx.option("AlterOpLayout", "winograd_tile_size"), ctx.option("AlterOpLayout", "size_budget")
+    at_load = bool(ctx.option("AlterOpLayout", "winograd_at_load"))
+    if at_load:
+        budget = 0  # the params keep the 3x3 weights: no budget to plan within
     grouped, pad = bool(ctx.option("AlterOpLayout", "grouped")), ctx.option("AlterOpLayout", "pad_channels")
     qnn_only = family != "cpu"
     winograd = {} if qnn_only else _plan_winograd(graph, target, min_block, override, budget)
     lookup = ctx.config_lookup
     if not qnn_only and override < 0 and lookup is not None and lookup.workloads("conv2d_winograd_nchwc.cpu"):
-        probe = _Rewriter(target, min_block, winograd, grouped, pad)  # the blocks each conv is given
+        probe = _Rewriter(target, min_block, winograd, grouped, pad, winograd_at_load=at_load)  # each conv's blocks
         for e in graph.topo():
             probe.visit(e)
         measured = _measured_forms(probe, lookup)
@@ -807,7 +822,7 @@ def alter_op_layout(graph: Graph, ctx) -> Graph:
             winograd = _plan_winograd(graph, target, min_block, override, budget, measured)
     rw = _Rewriter(target, min_block, winograd, grouped, pad, qnn_only,
                    int(ctx.option("AlterOpLayout", "float_narrow_int8")),
-                   bool(ctx.option("AlterOpLayout", "int8_saturate")))
+                   bool(ctx.option("AlterOpLayout", "int8_saturate")), at_load)
     for e in graph.topo():
         rw.visit(e)
     for v in graph.inputs:

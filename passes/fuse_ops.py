@@ -6,7 +6,7 @@ import hashlib
 
 from tvmc.errors import PassError
 from tvmc.graph.ir import Call, Function, Graph, Var, users
-from tvmc.ops.registry import OpPattern, get_op, make_call
+from tvmc.ops.registry import OpPattern, get_op, load_time_call, make_call
 from tvmc.passes.pass_infra import graph_pass
 
 _EPILOGUE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
@@ -187,7 +187,7 @@ def fuse_ops(graph: Graph, ctx) -> Graph:
                 n += 1
                 name = f"{_base_name(group)}_{n}"
             taken.add(name)
-            func = Function(params, body, name)
+            func = Function(params, body, name, load_time_call(body))
             functions[key] = func
         memo[e] = Call(func, [memo[x] for x in externals], {}, e.type, e.name)
     return graph.with_outputs([memo[o] for o in graph.outputs])

@@ -10,7 +10,7 @@ import numpy as np
 from tvmc.errors import PassError
 from tvmc.graph import symbolic
 from tvmc.graph.ir import Call, Function, Graph
-from tvmc.ops.registry import OpPattern, get_op
+from tvmc.ops.registry import OpPattern, get_op, load_time_call
 from tvmc.passes.pass_infra import graph_pass
 
 _ELEMWISE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
@@ -141,8 +141,9 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     Every graph input, Constant and Call output gets a storage id. Each intermediate Call
     output takes the best-fitting free storage of its dtype (grown if needed) or a new one; a
     storage becomes free once the last user of its tensor has run (the output is allocated
-    before the inputs are released, so kernels are not in place unless `inplace`). Graph inputs, constants and
-    graph outputs get storages of their own, never shared. With the pass gated off (opt level
+    before the inputs are released, so kernels are not in place unless `inplace`). Graph inputs, constants,
+    graph outputs and the outputs of load-time kernels (OpDef.load_time: run once when the artifact
+    loads) get storages of their own, never shared. With the pass gated off (opt level
     0 or disabled) every tensor gets its own storage. Sizes are bytes rounded up to
     `alignment_bytes` (64); a tensor of symbolic shape is sized for the upper bound of each
     dimension's expression upper bound (tvmc.graph.symbolic.upper_bound), and reuse compares those sizes.
@@ -180,9 +181,11 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     reuse = ctx.is_enabled("PlanMemory")
     inplace_on = reuse and ctx.option("PlanMemory", "inplace")
     order = graph.topo()
-    outputs = set(graph.outputs)
+    # tensors whose storage is never freed nor shared: the graph outputs and what the executors
+    # compute once at load time (load_time_call), which lives as long as the params
+    kept = set(graph.outputs) | {e for e in order if load_time_call(e)}
     pending = Counter(i for e in order if isinstance(e, Call) for i in e.inputs)
-    views = concat_views(order, outputs, alignment) \
+    views = concat_views(order, kept, alignment) \
         if reuse and ctx.option("PlanMemory", "concat_views") and _has_storage_views(ctx.target) else {}
 
     def root(e):
@@ -197,7 +200,7 @@ def plan_memory(graph: Graph, ctx) -> Graph:
     for e in list(views) + [c for c, _ in views.values()]:
         group.setdefault(root(e)[0], set()).add(e)
     grouped = set().union(*group.values())
-    not_inplace = outputs | grouped  # tensors whose storage no in-place kernel may take
+    not_inplace = kept | grouped  # tensors whose storage no in-place kernel may take
 
     table = _Storages()
     sid_of: dict = {}
@@ -211,7 +214,7 @@ def plan_memory(graph: Graph, ctx) -> Graph:
 
     def allocate(e, src=None):
         size = _aligned(_nbytes(e.type), alignment)
-        intermediate = isinstance(e, Call) and e not in outputs
+        intermediate = isinstance(e, Call) and e not in kept
         if src is not None:
             sid_of[e] = sid_of[src]
             inplace[e] = src
@@ -244,14 +247,14 @@ def plan_memory(graph: Graph, ctx) -> Graph:
             continue
         for i in e.inputs:
             pending[i] -= 1
-            if pending[i] != 0 or not reuse or not isinstance(i, Call) or i in outputs or i is src:
+            if pending[i] != 0 or not reuse or not isinstance(i, Call) or i in kept or i is src:
                 continue
             if i not in grouped:
                 table.free.append(sid_of[i])
-            elif root(i)[0] not in outputs and all(pending[m] == 0 for m in group[root(i)[0]]):
+            elif root(i)[0] not in kept and all(pending[m] == 0 for m in group[root(i)[0]]):
                 table.free.append(sid_of[i])  # the last use of the group's last live tensor
 
-    intermediates = [e for e in order if isinstance(e, Call) and e not in outputs]
+    intermediates = [e for e in order if isinstance(e, Call) and e not in kept]
     meta = dict(graph.meta)
     meta["storage_id"] = sid_of
     meta["storage_bytes"] = list(table.nbytes)

@@ -120,15 +120,22 @@ def _model(model):
 
 
 def kernel_counts(metadata: dict, graph_json: dict) -> tuple:
-    """(distinct kernels, kernel calls): metadata's num_kernels / num_kernel_calls, else counted
-    from the graph JSON's tvm_op nodes."""
-    from tvmc.mod_json import runs_kernel
+    """(distinct kernels, kernel calls per run, load-time kernel calls): metadata's num_kernels /
+    num_kernel_calls, else counted from the graph JSON's tvm_op nodes; the load-time calls (run
+    once when the artifact loads, tvmc.mod_json.load_time) from the graph JSON."""
+    from tvmc.mod_json import load_time, runs_kernel
 
     ops = [n for n in graph_json.get("nodes", []) if runs_kernel(n)]
+    load = sum(1 for n in ops if load_time(n))
     distinct = metadata.get("num_kernels")
     calls = metadata.get("num_kernel_calls")
     return (len({n["attrs"]["func_name"] for n in ops}) if distinct is None else distinct,
-            len(ops) if calls is None else calls)
+            len(ops) - load if calls is None else calls, load)
+
+
+def kernels_line(distinct: int, calls: int, load: int) -> str:
+    """The kernel counts as the compile summary and `tvmc inspect` print them."""
+    return f"{distinct} distinct, {calls} calls" + (f" per run, {load} at load time" if load else "")
 
 
 @dataclass
@@ -166,7 +173,7 @@ class CompileResult:
     def to_json(self) -> dict:
         """The `tvmc compile --json` document (docs/json.md)."""
         meta = self.module.metadata
-        distinct, calls = kernel_counts(meta, self.module.graph_json)
+        distinct, calls, load = kernel_counts(meta, self.module.graph_json)
         return json_document("compile", {
             "model": self.model,
             "output": self.output,
@@ -176,7 +183,7 @@ class CompileResult:
             "opt_level": self.options.opt_level,
             "inputs": meta.get("inputs", []),
             "outputs": meta.get("outputs", []),
-            "kernels": {"distinct": distinct, "calls": calls},
+            "kernels": {"distinct": distinct, "calls": calls, "load_calls": load},
             "params_bytes": sum(int(np.asarray(v).nbytes) for v in self.module.params.values()),
             "activations": {"planned_bytes": meta.get("planned_activation_bytes"),
                             "unplanned_bytes": meta.get("unplanned_activation_bytes")},

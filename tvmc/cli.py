@@ -38,7 +38,7 @@ import numpy as np
 
 from tvmc.constants import __version__
 from tvmc import errors
-from tvmc.api import FILL_MODES, kernel_counts
+from tvmc.api import FILL_MODES, kernel_counts, kernels_line
 from tvmc.autotune.tuner import TUNERS
 from tvmc.te.expr import is_float
 from tvmc.driver import DUMP_STAGES, MIXED_PRECISION_DTYPES
@@ -640,7 +640,7 @@ def print_compile_summary(result, pass_times=False) -> None:
     from an api.CompileResult; with `pass_times`, the time of each graph pass (ms)."""
     module = result.module
     params_bytes = sum(int(np.asarray(v).nbytes) for v in module.params.values())
-    distinct, calls = kernel_counts(module.metadata, module.graph_json)
+    distinct, calls, load = kernel_counts(module.metadata, module.graph_json)
     activations = activation_summary(module.metadata)
     stages = dict(result.timings_s)
     total = stages.pop("total")
@@ -648,7 +648,7 @@ def print_compile_summary(result, pass_times=False) -> None:
         ("model", str(result.model)),
         ("target", str(result.target)),
         ("opt level", str(result.options.opt_level)),
-        ("kernels", f"{distinct} distinct, {calls} calls"),
+        ("kernels", kernels_line(distinct, calls, load)),
         ("params", f"{params_bytes / 1e6:.2f} MB" + params_growth(params_bytes, module.metadata)),
         *([("memory", activations)] if activations else []),
         ("output", str(result.output)),
@@ -1152,7 +1152,7 @@ def inspect_cmd(artifact, as_json, verbose):
 
     art = load_artifact(artifact, read_data=False)
     g = art.graph_json
-    distinct, calls = kernel_counts(art.metadata, g)
+    distinct, calls, load = kernel_counts(art.metadata, g)
     sids = graph_attr(g, "storage_id")
     storage = g.get("storage_bytes")
     storage_total = sum(storage.values() if isinstance(storage, dict) else storage) if storage is not None else None
@@ -1161,7 +1161,7 @@ def inspect_cmd(artifact, as_json, verbose):
     if as_json:
         _echo_json(json_document("inspect", {
             "artifact": str(artifact), "metadata": art.metadata,
-            "kernels": {"distinct": distinct, "calls": calls},
+            "kernels": {"distinct": distinct, "calls": calls, "load_calls": load},
             "params": {"tensors": len(art.param_info), "bytes": art.params_bytes},
             "storage": {"buffers": len(set(sids)), "tensors": len(sids), "bytes": storage_total},
             "activations": {"planned_bytes": art.metadata.get("planned_activation_bytes"),
@@ -1172,7 +1172,7 @@ def inspect_cmd(artifact, as_json, verbose):
     activations = activation_summary(art.metadata)
     click.echo("metadata")
     click.echo("  " + json.dumps(art.metadata, sort_keys=True, indent=2).replace("\n", "\n  "))
-    click.echo(f"kernels        {distinct} distinct, {calls} calls")
+    click.echo(f"kernels        {kernels_line(distinct, calls, load)}")
     click.echo(f"params         {len(art.param_info)} tensors, {art.params_bytes} bytes")
     click.echo(f"storage        {len(set(sids))} buffers for {len(sids)} tensors"
                + (f", {storage_total} bytes" if storage_total is not None else ""))

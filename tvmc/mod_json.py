@@ -35,11 +35,24 @@ def storage_offsets(graph_json: dict) -> list:
     return [0] * len(graph_attr(graph_json, "storage_id"))
 
 
+def load_time(node: dict) -> bool:
+    """Whether mod.json node `node` is a kernel that runs once, when the artifact is loaded
+    (attrs "load_time"), not in every run."""
+    return node["op"] == "tvm_op" and str(node["attrs"].get("load_time", "0")) == "1"
+
+
+def load_order(graph_json: dict) -> list:
+    """The node ids of the load-time kernels (load_time), in node order, loop bodies' included:
+    what an executor runs once after copying the params in, before any run. Their inputs are
+    params, so any order of them works."""
+    return [nid for nid, node in enumerate(graph_json["nodes"]) if load_time(node)]
+
+
 def run_order(graph_json: dict, begin: int = 0, end: int | None = None) -> list:
     """What running the nodes [begin, end) of a graph-executor JSON does, in order: the node id of
-    each kernel (`tvm_op`, `__nop` views left out) and, per run-time loop, (its node id, run_order
-    of its body). The bodies' own nodes (after the loop, see build_executor_json) are left out of
-    the range that holds them."""
+    each kernel (`tvm_op`, `__nop` views and load-time kernels left out) and, per run-time loop,
+    (its node id, run_order of its body). The bodies' own nodes (after the loop, see
+    build_executor_json) are left out of the range that holds them."""
     nodes = graph_json["nodes"]
     end = len(nodes) if end is None else end
     inner = set()
@@ -51,7 +64,7 @@ def run_order(graph_json: dict, begin: int = 0, end: int | None = None) -> list:
         node = nodes[nid]
         if nid in inner:
             continue
-        if runs_kernel(node):
+        if runs_kernel(node) and not load_time(node):
             order.append(nid)
         elif node["op"] == "tvmc_loop":
             order.append((nid, run_order(graph_json, *node["attrs"]["body_nodes"])))

@@ -10,7 +10,7 @@ import random
 
 import numpy as np
 import pytest
-from test_ops import Case, _assert_close, _winograd_weight, bias_relu, conv, n, pool, qi, zp
+from test_ops import Case, _assert_close, _packed_weight, _winograd_weight, bias_relu, conv, n, pool, qi, zp
 from util import op_function, run_op
 
 from tests.targets import TARGETS, require
@@ -47,6 +47,8 @@ CPU_CASES = [
     Case("conv2d_winograd_nchwc.cpu", "nn.conv2d_winograd_nchwc",
          lambda r: [n(r, (1, 2, 7, 6, 4)), _winograd_weight(r, (8, 8, 3, 3), 2, 4, 4)],
          dict(padding=(1, 1, 1, 1), tile_size=2, out_layout="NCHW4c")),
+    Case("winograd_weight_transform.cpu", "nn.winograd_weight_transform",
+         lambda r: [_packed_weight(r, (12, 8, 3, 3), 4, 4)], dict(tile_size=4)),
     Case("qnn_dense.cpu", "qnn.dense",
          lambda r: [qi(r, (5, 13), "uint8"), qi(r, (12, 13)), zp(3), zp(np.arange(12) - 6)]),
     Case("qnn_matmul.cpu", "qnn.matmul", lambda r: [qi(r, (2, 5, 7), "uint8"), qi(r, (7, 33)), zp(100), zp(2)]),

@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 import pytest
-from test_ops import Case, _assert_close, _winograd_weight, bias_relu, conv, n, pool, qi, zp
+from test_ops import Case, _assert_close, _packed_weight, _winograd_weight, bias_relu, conv, n, pool, qi, zp
 from test_tensorcore import TENSORCORE_CASES
 from util import op_function, run_op
 
@@ -71,6 +71,8 @@ GPU_CASES = [
     Case("conv2d_winograd_nchwc.gpu", "nn.conv2d_winograd_nchwc",
          lambda r: [n(r, (1, 2, 7, 6, 4)), _winograd_weight(r, (8, 8, 3, 3), 2, 4, 4)],
          dict(padding=(1, 1, 1, 1), tile_size=2, out_layout="NCHW4c")),
+    Case("winograd_weight_transform.gpu", "nn.winograd_weight_transform",
+         lambda r: [_packed_weight(r, (12, 8, 3, 3), 4, 4)], dict(tile_size=4)),
     # issue 18, group B (misc ops)
     Case("det.gpu", "det", lambda r: [n(r, (3, 2, 5, 5))]),
     # issue 18 point 5: the data-dependent selections (NonZero, Compress, Unique, TopK, NMS)

@@ -95,6 +95,13 @@ def _winograd_weight(rng, oihw, tile_size, ic_bn, oc_bn):
     return winograd_weight_transform(n(rng, oihw), tile_size, ic_bn, oc_bn)
 
 
+def _packed_weight(rng, oihw, ic_bn, oc_bn):
+    """A random 3x3 weight packed as for nn.conv2d_nchwc (nn.winograd_weight_transform's input)."""
+    from tvmc.ops.nn_conv2d_nchwc import pack_weight
+
+    return pack_weight(n(rng, oihw), ic_bn, oc_bn)
+
+
 def bias_relu(c):
     return lambda rng: [("add", {}, [n(rng, (c, 1, 1))]), ("nn.relu", {}, [])]
 
@@ -581,6 +588,11 @@ CASES = [
     Case("conv2d_winograd_nchwc_f4_no_pad", "nn.conv2d_winograd_nchwc",
          lambda r: [n(r, (1, 2, 11, 7, 4)), _winograd_weight(r, (4, 8, 3, 3), 4, 4, 4)],
          dict(padding=(0, 0, 0, 0), tile_size=4, out_layout="NCHW4c")),
+    # the weight transforms that the executors run at load time (F(2x2) and F(4x4) constants)
+    Case("winograd_weight_transform_f2", "nn.winograd_weight_transform",
+         lambda r: [_packed_weight(r, (8, 12, 3, 3), 4, 4)], dict(tile_size=2)),
+    Case("winograd_weight_transform_f4", "nn.winograd_weight_transform",
+         lambda r: [_packed_weight(r, (16, 8, 3, 3), 8, 8)], dict(tile_size=4)),
     # --- data-dependent shapes (issue 18 point 5, dyn-shapes): outputs padded to their bound, and
     # their run-time shapes; a dynamic output followed by shape-preserving elementwise ops
     Case("nonzero_3d_cast_add", "nonzero", lambda r: [r.integers(-1, 2, (2, 3, 4)).astype(np.float32)],

@@ -20,6 +20,8 @@ X86 = resolve_target("x86")
 
 
 def alter(graph, target=X86, **config):
+    """AlterOpLayout on `graph`; Winograd off unless `config` sets its tile (the layout tests)."""
+    config.setdefault("AlterOpLayout.winograd_tile_size", 0)
     return run_passes(graph, ["AlterOpLayout"], PassContext(target=target, config=config))
 
 
@@ -528,32 +530,58 @@ def _constant_bytes(graph):
 
 
 def test_size_budget_bounds_the_growth_of_the_params_by_winograd_weights(monkeypatch):
-    """Winograd weights are (m+2)^2/9 times the direct ones: without a budget (size_budget=0) every
-    conv takes F(4x4) on x86-avx2 (the register rule) and the constants grow past 1.25x; with the
-    default budget (1.25) they stay within 1.25x of the bytes before the pass, some convs still take
-    Winograd (those saving most per byte first), and the graph keeps its meaning."""
+    """Weights transformed at compile time (winograd_at_load 0) are (m+2)^2/9 times the direct ones:
+    without a budget (size_budget=0) every conv takes F(4x4) on x86-avx2 (the register rule) and the
+    constants grow past 1.25x; with the default budget (1.25) they stay within 1.25x of the bytes
+    before the pass, some convs still take Winograd (those saving most per byte first), and the
+    graph keeps its meaning."""
     from tvmc.ops.cpu import conv2d_winograd
 
     monkeypatch.setattr(conv2d_winograd, "load_cost_table", lambda name: None)
     avx2 = resolve_target("x86-avx2")
-    x = var("x", (1, 16, 24, 24))
-    y = bias_relu(conv(x, 16, "c1"), "c1")
-    y = bias_relu(conv(y, 32, "c2", seed=2), "c2", seed=3)
-    y = bias_relu(conv(y, 64, "c3", seed=4), "c3", seed=5)
-    before = Graph([x], [y])
-    unbounded = alter(before, avx2, **{"AlterOpLayout.size_budget": 0})
+    before = _three_convs()
+    at_compile = {"AlterOpLayout.winograd_tile_size": -1, "AlterOpLayout.winograd_at_load": 0}
+    unbounded = alter(before, avx2, **at_compile, **{"AlterOpLayout.size_budget": 0})
     assert op_names(unbounded).count("nn.conv2d_winograd_nchwc") == 3
     assert _constant_bytes(unbounded) > 1.25 * _constant_bytes(before)
-    assert alter(before, avx2, **{"AlterOpLayout.size_budget": float("inf")}).calls()[1].op == \
+    assert alter(before, avx2, **at_compile, **{"AlterOpLayout.size_budget": float("inf")}).calls()[1].op == \
         "nn.conv2d_winograd_nchwc"
-    bounded = alter(before, avx2)
+    bounded = alter(before, avx2, **at_compile)
     assert _constant_bytes(bounded) <= 1.25 * _constant_bytes(before)
     winograd = [c for c in bounded.calls() if c.op == "nn.conv2d_winograd_nchwc"]
     assert winograd and winograd[0].name == "c1"
     assert op_names(bounded).count("nn.conv2d_nchwc") == 3 - len(winograd)
-    tight = alter(before, avx2, **{"AlterOpLayout.size_budget": 1.0})
+    tight = alter(before, avx2, **at_compile, **{"AlterOpLayout.size_budget": 1.0})
     assert "nn.conv2d_winograd_nchwc" not in op_names(tight)
     check(before, bounded)
+
+
+def _three_convs():
+    x = var("x", (1, 16, 24, 24))
+    y = bias_relu(conv(x, 16, "c1"), "c1")
+    y = bias_relu(conv(y, 32, "c2", seed=2), "c2", seed=3)
+    y = bias_relu(conv(y, 64, "c3", seed=4), "c3", seed=5)
+    return Graph([x], [y])
+
+
+def test_winograd_weights_transformed_at_load_time_keep_the_params_the_size_of_the_weights(monkeypatch):
+    """By default (winograd_at_load 1) each Winograd conv takes its transform from a
+    nn.winograd_weight_transform call on the weight packed as for the direct conv: every conv takes
+    F(4x4) on x86-avx2 whatever the size budget, the constants keep the bytes they had before the
+    pass, and the graph keeps its meaning (the transform's reference is the compile-time one)."""
+    from tvmc.ops.cpu import conv2d_winograd
+
+    monkeypatch.setattr(conv2d_winograd, "load_cost_table", lambda name: None)
+    avx2 = resolve_target("x86-avx2")
+    before = _three_convs()
+    after = alter(before, avx2, **{"AlterOpLayout.winograd_tile_size": -1})
+    convs = [c for c in after.calls() if c.op == "nn.conv2d_winograd_nchwc"]
+    assert len(convs) == 3 and _constant_bytes(after) == _constant_bytes(before)
+    for c in convs:
+        u = c.inputs[1]
+        assert u.op == "nn.winograd_weight_transform" and u.attrs["tile_size"] == 4
+        assert isinstance(u.inputs[0], Constant) and u.inputs[0].shape[2:4] == (3, 3)
+    check(before, after)
 
 
 def test_size_budget_counts_the_weights_inside_run_time_loop_bodies():

@@ -389,7 +389,8 @@ def test_small_latencies_print_in_microseconds(capsys):
 
 def test_inspect_json(artifact_path):
     doc = json_doc(invoke("inspect", artifact_path, "--json"), "inspect")
-    assert doc["kernels"] == {"distinct": 1, "calls": 1} and doc["params"] == {"tensors": 1, "bytes": 32}
+    assert doc["kernels"] == {"distinct": 1, "calls": 1, "load_calls": 0}
+    assert doc["params"] == {"tensors": 1, "bytes": 32}
     assert doc["storage"] == {"buffers": 3, "tensors": 3, "bytes": 96}
     assert doc["metadata"]["kernel_abi_version"] == tvmc.KERNEL_ABI_VERSION and doc["library"]["file"] == "mod.so"
 
@@ -415,7 +416,7 @@ def test_compile_json(tmp_path, stub_driver):
     doc = json_doc(invoke("compile", model, "--target", "native", "-o", tmp_path / "m.tar", "--json"), "compile")
     assert doc["output"] == str(tmp_path / "m.tar") and doc["model"] == str(model)
     assert doc["target"]["name"] == "x86-avx2" or doc["target"]["name"].startswith("x86")
-    assert doc["kernels"] == {"distinct": 1, "calls": 1} and doc["params_bytes"] == 32
+    assert doc["kernels"] == {"distinct": 1, "calls": 1, "load_calls": 0} and doc["params_bytes"] == 32
     assert doc["tuning_records"] is None and doc["timings_s"]["total"] >= doc["timings_s"]["package"]
 
 
@@ -651,14 +652,18 @@ def _two_conv_model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-@pytest.mark.parametrize("budget,bound", [("0", None), ("1.25", 1.25), (None, 1.25)])
-def test_compile_summary_reports_the_growth_of_the_params_within_the_size_budget(tmp_path, budget, bound):
+@pytest.mark.parametrize("budget,bound,at_load", [("0", None, "0"), ("1.25", 1.25, "0"), (None, 1.25, "0"),
+                                                  ("0", 1.0, None)])
+def test_compile_summary_reports_the_growth_of_the_params_within_the_size_budget(tmp_path, budget, bound, at_load):
     """The summary's params line gives the params' size against the model's weights; F(4x4)
-    forced on both convs grows them about 4x without a budget (size_budget=0), and the default
-    budget (1.25) keeps them within 1.25x, the convs left on the direct form."""
+    forced on both convs with the weights transformed at compile time (winograd_at_load 0) grows
+    them about 4x without a budget (size_budget=0), and the default budget (1.25) keeps them within
+    1.25x, the convs left on the direct form; transformed at load time (the default) they stay 1x."""
     model = tmp_path / "m.onnx"
     _two_conv_model(model)
     args = ["--pass-config", "AlterOpLayout.winograd_tile_size=4"]
+    if at_load is not None:
+        args += ["--pass-config", f"AlterOpLayout.winograd_at_load={at_load}"]
     if budget is not None:
         args += ["--pass-config", f"AlterOpLayout.size_budget={budget}"]
     r = invoke("compile", model, "--target", "x86-avx2", "-o", tmp_path / "m.tar", *args)

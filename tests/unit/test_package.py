@@ -19,13 +19,15 @@ from tvmc.errors import ArtifactError
 from tvmc.package import Artifact, kernel_header, load_artifact, save_artifact
 
 # Test fixture, not product code: a one-kernel library, y = x * 2 + w over 8 floats, with the graph
-# entry that runs it over the table of data entries (its three entries) and, linked in, the C API.
+# entry that runs it over the table of data entries (its three entries), an empty load-time entry
+# (no load-time kernels) and, linked in, the C API.
 FIXTURE_C = """
 void k(void *a, void *b, void *c) {
     const float *x = a; const float *w = b; float *y = c;
     for (int i = 0; i < 8; i++) y[i] = x[i] * 2.0f + w[i];
 }
 void tvmc_graph_run(void *const *entries) { k(entries[0], entries[1], entries[2]); }
+void tvmc_graph_init(void *const *entries) { (void)entries; }
 """
 
 

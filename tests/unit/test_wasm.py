@@ -56,7 +56,7 @@ def test_wasm_module_exports_the_c_api_and_imports_nothing():
     wasm = wasmtime.Module(wasmtime.Engine(), module.library)
     assert list(wasm.imports) == []
     exports = {e.name for e in wasm.exports}
-    assert {"memory", "malloc", "free", "tvmc_graph_run", "tvmc_model_create", "tvmc_model_run",
+    assert {"memory", "malloc", "free", "tvmc_graph_run", "tvmc_graph_init", "tvmc_model_create", "tvmc_model_run",
             "tvmc_model_entries", "tvmc_module_description"} <= exports
     desc = description.read_description(io.BytesIO(module.library), len(module.library), "wasm", "mod.wasm")
     assert desc["outputs"][0]["shape"] == [1, 5]

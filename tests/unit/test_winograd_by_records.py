@@ -103,8 +103,14 @@ def test_the_choice_follows_the_costs_and_the_output_matches(records, tmp_path, 
 
 
 def test_the_size_budget_still_holds(records, tmp_path):
+    """With the weights transformed at compile time (winograd_at_load 0), the default budget (1.25x)
+    keeps the conv direct whatever the records say; transformed at load time (the default), the
+    records' fastest form is taken and the params stay the model's weights."""
     edited = tmp_path / "edited.json"
     _with_costs(records, edited, {0: 3e-3, 2: 2e-3, 4: 1e-3})
-    module = tvmc.compile(conv_model(), "native", tuning_records=str(edited)).module  # default budget 1.25x
-    applied = [r for r in module.metadata["tuning_records"]["applied"] if r["task"]["op"].startswith("nn.conv2d")]
-    assert [form_of(r) for r in applied] == [0]
+    for at_load, form in ((0, 0), (1, 4)):
+        module = tvmc.compile(conv_model(), "native", tuning_records=str(edited),
+                              pass_config={"AlterOpLayout.winograd_at_load": at_load}).module
+        applied = [r for r in module.metadata["tuning_records"]["applied"] if r["task"]["op"].startswith("nn.conv2d")]
+        assert [form_of(r) for r in applied] == [form]
+        assert sum(v.nbytes for v in module.params.values()) <= 1.25 * WEIGHT.nbytes

@@ -36,7 +36,11 @@ evaluates every sym_shape before a run. Static models have neither key.
 
 Entry e is data entry `node_row_ptr[node] + output index` of mod.json; `calls` lists the tvm_op
 nodes in the order the graph entry `tvmc_graph_run` runs them (tvmc.mod_json.program:
-node order, `__nop` views left out, a loop's body inside its loop item).
+node order, `__nop` views and load-time kernels left out, a loop's body inside its loop item).
+A model with load-time kernels (mod.json nodes with attrs "load_time", tvmc.mod_json.load_order:
+Winograd weight transforms, which take only params) also has "load_calls", the same items for
+them: the graph entry `tvmc_graph_init` runs them once, when the C API has copied the params in
+(tvmc_model_create), and their outputs keep their storage for every run (kernel ABI version 5).
 
 Readers are per library format (`READERS`): `so` reads the symbol through the ELF symbol table
 (pyelftools); `wasm` modules carry the same bytes a second time as the custom section
@@ -55,7 +59,7 @@ import numpy as np
 
 from tvmc.constants import KERNEL_ABI_VERSION
 from tvmc.errors import ArtifactError
-from tvmc.mod_json import graph_attr, program, storage_offsets
+from tvmc.mod_json import graph_attr, load_order, program, storage_offsets
 
 SYMBOL = "tvmc_module_description"
 VERSION = 2
@@ -122,6 +126,7 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
         if ref is not None:
             out["shape_entry"] = _entry_id(graph_json, ref)
     calls = program(graph_json)
+    load_calls = program(graph_json, load_order(graph_json))
     storage = graph_json.get("storage_bytes")
     if storage is None:
         storage = [0] * (max((e["storage_id"] for e in entries), default=-1) + 1)
@@ -131,6 +136,8 @@ def module_description(graph_json: dict, params: dict, input_names=None, output_
     out = {"version": VERSION, "kernel_abi_version": KERNEL_ABI_VERSION,
            "storage_bytes": [int(b) for b in storage], "entries": entries, "inputs": inputs,
            "outputs": outputs, "params": descr_params, "calls": calls}
+    if load_calls:
+        out["load_calls"] = load_calls
     if graph_json.get("size_vars"):
         out["size_vars"] = [{"name": str(v["name"]), "lo": int(v["lo"]), "hi": int(v["hi"])}
                             for v in graph_json["size_vars"]]

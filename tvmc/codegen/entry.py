@@ -1,4 +1,5 @@
-"""Graph entry: one generated function that runs every kernel of the graph in order.
+"""Graph entry: one generated function that runs every kernel of the graph in order, and one that
+runs the load-time kernels (`tvmc_graph_init`, once, after the params are copied in).
 
 `void tvmc_graph_run(void *const *entries)` takes one pointer per data entry of mod.json
 (entry id = node_row_ptr[node] + output index): graph inputs, params and the storage the
@@ -24,14 +25,23 @@ import numpy as np
 from llvmlite import ir
 
 from tvmc.codegen.llvm import I1, I8, I64, PTR, VOID, CodeGenLLVM
-from tvmc.mod_json import graph_attr, program
+from tvmc.mod_json import graph_attr, load_order, program
 
 ENTRY_NAME = "tvmc_graph_run"
+LOAD_ENTRY_NAME = "tvmc_graph_init"
 
 
 def add_graph_entry(cg: CodeGenLLVM, graph_json: dict) -> None:
-    """Add `tvmc_graph_run` to `cg`'s module; every tvm_op kernel must already be defined."""
-    fn = ir.Function(cg.module, ir.FunctionType(VOID, [PTR]), ENTRY_NAME)
+    """Add `tvmc_graph_run` and `tvmc_graph_init` (the load-time kernels, tvmc.mod_json.load_order;
+    an empty function when there are none) to `cg`'s module; every tvm_op kernel must already be
+    defined."""
+    _add_entry(cg, graph_json, ENTRY_NAME, program(graph_json))
+    _add_entry(cg, graph_json, LOAD_ENTRY_NAME, program(graph_json, load_order(graph_json)))
+
+
+def _add_entry(cg: CodeGenLLVM, graph_json: dict, name: str, calls: list) -> None:
+    """Add `void name(void *const *entries)` running `calls` (tvmc.mod_json.program) in order."""
+    fn = ir.Function(cg.module, ir.FunctionType(VOID, [PTR]), name)
     fn.attributes.add("nounwind")
     entries = fn.args[0]
     entries.name = "entries"
@@ -103,6 +113,6 @@ def add_graph_entry(cg: CodeGenLLVM, graph_json: dict) -> None:
             if k < n:
                 copy(dst, ins[2 + k])
 
-    run(program(graph_json))
+    run(calls)
     b.ret_void()
     pointers.branch(fn.basic_blocks[1])

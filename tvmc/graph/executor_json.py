@@ -29,7 +29,10 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
                                    kernels: {"op": "tvm_op", "name": func name, "attrs":
                                    {"func_name", "num_inputs": "N", "num_outputs": "1",
                                    "flatten_data": "0"}, "inputs": [[node_id, 0, 0], ...]}
-                                   with inputs in the Function's parameter order.
+                                   with inputs in the Function's parameter order; a kernel that
+                                   the executors run once at load time (Function.load_time: its
+                                   inputs are params) also has attrs "load_time": "1"
+                                   (mod_json.load_order)
       graph_json["arg_nodes"]:     ids of the null nodes (inputs and params)
       graph_json["node_row_ptr"]:  [0, 1, ..., len(nodes)] (one output per node)
       graph_json["heads"]:         [[node_id, 0, 0]] per graph output (the model's, not the
@@ -128,9 +131,12 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
                 loops.append((nid, e))
             elif isinstance(e.op, Function):
                 func = NOP if e in views else e.op.name
-                node_id[e] = (add({"op": "tvm_op", "name": e.op.name,
-                                   "attrs": {"func_name": func, "num_inputs": str(len(e.inputs)), "num_outputs": "1",
-                                             "flatten_data": "0"},
+                attrs = {"func_name": func, "num_inputs": str(len(e.inputs)), "num_outputs": "1", "flatten_data": "0"}
+                if e.op.load_time:
+                    if not all(isinstance(i, Constant) for i in e.inputs):
+                        raise PassError(f"load-time kernel '{e.op.name}' takes a tensor that is not a param")
+                    attrs["load_time"] = "1"
+                node_id[e] = (add({"op": "tvm_op", "name": e.op.name, "attrs": attrs,
                                    "inputs": [ref(i) for i in e.inputs]}, [e], plan, sid_base), 0)
             else:
                 raise PassError(f"node '{e.name or '?'}' ({e.op}) is not in a fused function: run FuseOps first")

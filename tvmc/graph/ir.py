@@ -180,13 +180,15 @@ class Function:
     """A fused primitive function: `params` (Vars) -> `body` (an Expr over them).
 
     Created by FuseOps; `Call(Function, args)` invokes it. `name` becomes the kernel's
-    symbol name (e.g. `fused_nn_conv2d_add_nn_relu`).
+    symbol name (e.g. `fused_nn_conv2d_add_nn_relu`). `load_time`: the executors run it once,
+    when they load the artifact, not in every run (its op's OpDef.load_time; FuseOps sets it).
     """
 
-    def __init__(self, params: list, body: Expr, name: str):
+    def __init__(self, params: list, body: Expr, name: str, load_time: bool = False):
         self.params = tuple(params)
         self.body = body
         self.name = name
+        self.load_time = load_time
 
     @property
     def type(self) -> TensorType:

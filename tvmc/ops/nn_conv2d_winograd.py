@@ -1,6 +1,10 @@
 """Winograd 3x3 convolution on channel-blocked data (Lavin & Gray 2016, "Fast Algorithms for
 Convolutional Neural Networks"; TVM's conv2d_winograd_without_weight_transform): NCHW[x]c data,
-the weight transformed at compile time, NCHW[y]c output.
+the weight transformed before the conv runs, NCHW[y]c output. The weight transform is either done
+at compile time (winograd_weight_transform, numpy) or is the op nn.winograd_weight_transform (TVM's
+conv2d_winograd_weight_transform), a kernel that the executors run once when they load the
+artifact (OpDef.load_time), so that mod.params holds the 3x3 weight and not the (m+2)^2 / 9 times
+larger transform.
 
 For an output tile of m x m pixels and a 3x3 kernel, alpha = m + 2 and
     Y = A^T [ (G g G^T) * (B^T d B) ] A
@@ -22,7 +26,7 @@ from tvmc.ops.cpu.conv2d_winograd import conv2d_winograd_config, schedule_conv2d
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
 from tvmc.ops.layout import channel_block
 from tvmc.ops.nn_conv2d_nchwc import _reference as conv2d_nchwc_reference
-from tvmc.ops.nn_conv2d_nchwc import pack_weight
+from tvmc.ops.nn_conv2d_nchwc import pack_weight, unpack_weight
 from tvmc.ops.registry import Implementation, OpDef, OpPattern, register_op
 from tvmc.ops.transform import pad_compute
 
@@ -185,3 +189,60 @@ register_op(OpDef("nn.conv2d_winograd_nchwc", _type, _reference, OpPattern.OUT_E
                            config_space=conv2d_winograd_config)],
     "gpu": [Implementation("conv2d_winograd_nchwc.gpu", schedule_generic, config_space=generic_config)],
 }, flops=_flops))
+
+
+def _transform_type(in_types, attrs):
+    w = in_types[0]
+    m = attrs["tile_size"]
+    if m not in WINOGRAD_MATRICES:
+        raise ValueError(f"winograd tile_size {m}: supported {sorted(WINOGRAD_MATRICES)}")
+    if len(w.shape) != 6 or tuple(w.shape[2:4]) != (3, 3):
+        raise ValueError(f"winograd_weight_transform needs a packed 3x3 weight [O//ob, C//ib, 3, 3, ib, ob], "
+                         f"got {list(w.shape)}")
+    oco, ico, _, _, ib, ob = w.shape
+    return TensorType(((m + 2) ** 2, oco, ico, ib, ob), w.dtype)
+
+
+def winograd_weight_transform_compute(weight, tile_size):
+    """Tensor expression of U = G g G^T per channel pair (Lavin & Gray, section 4.1).
+
+    weight [O//ob, C//ib, 3, 3, ib, ob] (OIHW[ib]i[ob]o, nn.conv2d_nchwc's packing) -> U
+    [alpha^2, O//ob, C//ib, ib, ob], alpha = tile_size + 2, the grid position eps * alpha + nu
+    first: the layout nn.conv2d_winograd_nchwc takes. Computed in the weight's dtype with the
+    nonzero terms of G unrolled per grid position (9 at most); equals winograd_weight_transform
+    up to float rounding (it computes in float64)."""
+    oco, ico, _, _, ib, ob = weight.shape
+    alpha = tile_size + 2
+    g = WINOGRAD_MATRICES[tile_size][1]
+
+    def transform(e, o, c, ci, oi):
+        exprs = [_transform_terms(g, k // alpha, k % alpha, lambda i, j: weight[o, c, i, j, ci, oi])
+                 for k in range(alpha * alpha)]
+        return _by_position(e, exprs)
+
+    return te.compute((alpha * alpha, oco, ico, ib, ob), transform, name="winograd_weight_transform",
+                      tag="winograd_weight_transform")
+
+
+def _transform_reference(w, tile_size):
+    return winograd_weight_transform(unpack_weight(w), tile_size, w.shape[4], w.shape[5])
+
+
+def schedule_winograd_weight_transform(s, out, anchor, cfg, target):
+    """CPU schedule of nn.winograd_weight_transform (no knobs: it runs once, at load time): the
+    (oc_chunk, ic_chunk) pairs in parallel, grid positions unrolled (each selects its G rows at
+    compile time), the output channel block vectorized (contiguous loads of the packed weight)."""
+    st = s[out]
+    e, o, c, ci, oi = st.op.axis
+    st.reorder(o, c, ci, e, oi)
+    st.unroll(e)
+    st.vectorize(oi)
+    st.parallel(st.fuse(o, c))
+
+
+register_op(OpDef("nn.winograd_weight_transform", _transform_type, _transform_reference, OpPattern.OPAQUE,
+                  lambda inputs, attrs, out_type: winograd_weight_transform_compute(inputs[0], attrs["tile_size"]),
+                  {"cpu": [Implementation("winograd_weight_transform.cpu", schedule_winograd_weight_transform)],
+                   "gpu": [Implementation("winograd_weight_transform.gpu", schedule_generic,
+                                          config_space=generic_config)]},
+                  foldable=False, load_time=True))

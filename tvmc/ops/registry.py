@@ -16,7 +16,7 @@ from typing import Callable
 
 from tvmc.errors import ModelError, ScheduleError
 from tvmc.graph import symbolic
-from tvmc.graph.ir import Call, TensorType, fmt_dims
+from tvmc.graph.ir import Call, Function, TensorType, fmt_dims
 from tvmc.te.expr import is_float
 
 
@@ -77,6 +77,12 @@ class OpDef:
     foldable:  False for an op that expands compact constant storage at run time (4-bit weights
                unpacked by qnn.dequantize_blockwise): FoldConstant and import-time folding leave
                its calls on constants to run time, so the compact constant is what mod.params holds.
+    load_time: True for an op whose inputs are params and whose result the executors compute once,
+               when they load the artifact (its kernel is in mod.json's load-time nodes, run by the
+               graph entry tvmc_graph_init; Winograd weight transforms): not folded at compile time
+               either (foldable is then False), so mod.params holds its compact inputs. FuseOps
+               keeps such a call alone in its function (OPAQUE) and PlanMemory gives its output
+               a storage of its own, never reused (load_time_call).
     """
 
     name: str
@@ -87,6 +93,11 @@ class OpDef:
     strategy: dict = field(default_factory=dict)
     flops: Callable | None = None
     foldable: bool = True
+    load_time: bool = False
+
+    def __post_init__(self):
+        if self.load_time and (self.foldable or self.pattern != OpPattern.OPAQUE):
+            raise ValueError(f"op {self.name}: a load-time op is OPAQUE and not foldable")
 
     def type_of(self, in_types: list, attrs: dict, node_name: str = ""):
         """Output TensorType; a ValueError from the rule becomes ModelError naming the node."""
@@ -131,6 +142,16 @@ def all_ops() -> dict:
     """{name: OpDef} of every operator (all registered: importing this module runs its package,
     tvmc/ops/__init__.py, which imports every op module first)."""
     return dict(_REGISTRY)
+
+
+def load_time_call(e) -> bool:
+    """Whether graph node `e` is computed once at load time: a call of a load_time op (OpDef), or a
+    call of a fused Function that FuseOps made of one (Function.load_time)."""
+    if not isinstance(e, Call):
+        return False
+    if isinstance(e.op, Function):
+        return e.op.load_time
+    return e.op in _REGISTRY and _REGISTRY[e.op].load_time
 
 
 # --- calls of registered operators (the graph IR's nodes, typed by the ops' rules) ------------------

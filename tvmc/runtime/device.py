@@ -36,7 +36,7 @@ import os
 import numpy as np
 
 from tvmc.errors import ArtifactError, InputError
-from tvmc.mod_json import loop_entries, run_order, storage_offsets
+from tvmc.mod_json import load_order, loop_entries, run_order, storage_offsets
 from tvmc.package import Artifact, graph_attr, library_name, load_artifact
 from tvmc.runtime.control import run_loop
 from tvmc.runtime.executor import SizeBinding, checked_input, output_position, run_time_heads, sliced_output
@@ -150,6 +150,9 @@ class DeviceExecutor:
 
         library = library_name(artifact.metadata)
         self._calls = calls(run_order(g))
+        load = calls(load_order(g))
+        if load:  # the load-time kernels, once, after the params: their outputs keep their buffers
+            self._launch_all(calls=load)
         self._heads = [row_ptr[h[0]] + h[1] for h in g["heads"]]
         self._head_shapes = run_time_heads(g)
         out_names = [o["name"] for o in artifact.metadata.get("outputs", [])]

@@ -59,8 +59,8 @@
  *
  * WEBASSEMBLY (wasm32 targets: mod.wasm instead of mod.so)
  *
- *   mod.wasm imports nothing and exports its linear memory ("memory"), every kernel, tvmc_graph_run,
- *   tvmc_module_description (the address of the description; the same bytes are the module's
+ *   mod.wasm imports nothing and exports its linear memory ("memory"), every kernel, tvmc_graph_run
+ *   and tvmc_graph_init, tvmc_module_description (the address of the description; the same bytes are the module's
  *   custom section "tvmc_module_description"), all of the C API above, and the module's allocator,
  *   wasi-libc's malloc and free. Pointers are 32-bit byte offsets into that memory, size_t is 32
  *   bits, tvmc_tensor_info is 24 bytes (name, dtype, ndim, shape at 0, 4, 8, 12; nbytes at 16).
@@ -88,11 +88,14 @@
  *      header length H, then H bytes of JSON {name: {"dtype", "shape",
  *      "data_offsets": [begin, end]}, ...}, then the data; offsets count from the end of
  *      the header. Each "null" node of mod.json whose name is in that header gets those
- *      bytes copied into its storage buffer.
+ *      bytes copied into its storage buffer. Then call, once, every "tvm_op" node whose attrs
+ *      have "load_time": "1" (as in step 5; they take only params, e.g. Winograd weight
+ *      transforms; ABI version 5): their outputs keep their storage for every run.
  *   4. Copy each input (metadata.json "inputs", or the "null" nodes listed in arg_nodes
  *      that are not params) into its storage buffer.
- *   5. dlopen("mod.so"), and for each "tvm_op" node in node order, dlsym(func_name) and
- *      call it with the storage pointers of its input entries, then its output entry.
+ *   5. dlopen("mod.so"), and for each "tvm_op" node in node order that is not a load-time
+ *      node, dlsym(func_name) and call it with the storage pointers of its input entries, then
+ *      its output entry.
  *      A node whose func_name is "__nop" is an in-place view: skip it.
  *      A "tvmc_loop" node (a Loop whose trip count or condition is known only at run time;
  *      ABI version 4) is run, not called: its inputs are the trip count M (int64 scalar), the
@@ -104,7 +107,8 @@
  *      carried inputs; then copy carried value output_index[j] into the loop's output j.
  *      Or, instead of step 5: build a table `void *entries[]` with the storage pointer of
  *      every entry e (entries[e]) and make one call, tvmc_graph_run(entries): the library's
- *      generated graph entry calls every kernel in node order and runs the loops.
+ *      generated graph entry calls every kernel in node order and runs the loops (after one
+ *      call of tvmc_graph_init(entries) once the params are in: the load-time nodes).
  *   6. Read the outputs from the storage buffers of the entries listed in "heads". When mod.json
  *      has "output_shapes", a head with a non-null item there has a shape known only at run
  *      time: attrs.shape is its bound, the item names the entry of an int64[ndim] tensor that
@@ -122,13 +126,16 @@ extern "C" {
 #endif
 
 /* Version of this ABI; metadata.json "kernel_abi_version" carries the same number. */
-#define TVMC_KERNEL_ABI_VERSION 4
+#define TVMC_KERNEL_ABI_VERSION 5
 
 /* Alignment in bytes of every buffer passed to a kernel. */
 #define TVMC_BUFFER_ALIGNMENT 64
 
 /* The graph entry: runs the whole model; entries[e] points to the buffer of data entry e. */
 void tvmc_graph_run(void *const *entries);
+/* The load-time entry: runs the load-time kernels (mod.json nodes with attrs "load_time"), once,
+ * after the params are copied in and before the first tvmc_graph_run (tvmc_model_create does). */
+void tvmc_graph_init(void *const *entries);
 
 /* The module description (NUL-terminated JSON) the library was compiled for; see
  * tvmc/codegen/description.py for its fields. */

@@ -814,6 +814,7 @@ int tvmc_model_create(const void *params, size_t params_size, tvmc_model **out) 
 #endif
   }
   if (rc == TVMC_OK) rc = load_params(m, (const unsigned char *)params, params_size);
+  if (rc == TVMC_OK) tvmc_graph_init((void *const *)m->pointers); /* the load-time kernels, once */
   if (rc != TVMC_OK) {
     free_all(m->blocks);
     return rc;

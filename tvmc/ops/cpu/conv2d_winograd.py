@@ -37,12 +37,18 @@ as large. AVX-512 was measured (configs/winograd/x86.json, 1 thread): F(4x4) win
 images (64 channels at 56x56: 1.30 ms against 1.97 direct), F(2x2) at 14x14 and 7x7 up to 256
 channels, direct at 512 channels on 7x7 (2.94 ms; F(2x2) 3.67, F(4x4) 5.48).
 
-The size budget (plan_winograd, AlterOpLayout's size_budget): the transformed weights are
-(m+2)^2 / 9 times the direct ones (16/9 for F(2x2), 36/9 for F(4x4)); by default the params may
-grow to 1.25x, and the convs that save the most time per extra byte take Winograd first.
+The transformed weights are (m+2)^2 / 9 times the direct ones (16/9 for F(2x2), 36/9 for F(4x4)).
+By default they are computed when the artifact loads (nn.winograd_weight_transform, a load-time
+kernel: mod.params keeps the 3x3 weights), so every conv takes the form it runs fastest in. With
+AlterOpLayout's winograd_at_load 0 they are computed at compile time into mod.params, and the
+size budget (plan_winograd, AlterOpLayout's size_budget) lets the params grow to 1.25x, the convs
+that save the most time per extra byte taking Winograd first. Whole models at 1 thread, load-time
+transforms against compile-time ones within the budget, interleaved in one process (2-core Zen 4,
+2026-11-27): ResNet-18 0.92 (x86-avx2) and 0.91 (x86), SqueezeNet 0.98 and 0.93, Inception v2
+0.97 and 0.95, DenseNet-121 0.99 and 0.94, ResNet-50 0.96 and 0.99.
 
-Tuning does not choose the form: AlterOpLayout rewrites the graph (and transforms the weights)
-before tasks exist, so `tvmc tune` measures the direct or the Winograd task of each conv, the
+Tuning does not choose the form: AlterOpLayout rewrites the graph (and the weights) before tasks
+exist, so `tvmc tune` measures the direct or the Winograd task of each conv, the
 one this rule picked, and its knobs; the form itself is measured per target by the cost table.
 """
 
