@@ -644,6 +644,32 @@ def test_symbolic_pool_runs_small_widths_serially_and_last_tiles_guard_or_clamp_
     assert [iv.name for iv in acc.clamped] == [acc.op.axis[1].name]  # the rows, not the vector columns
 
 
+def test_symbolic_winograd_transforms_launch_threads_only_where_the_gemm_would():
+    """The input and output tile loops of a Winograd conv over a symbolic width carry the fewest
+    iterations worth a launch, from the GEMM's multiply-adds (parallel_min_extent), as the GEMM's
+    own parallel loop does: a CRNN's 16 -> 32 conv at 16 x 8 (width 16) runs them on the calling
+    thread, as the static kernel of that size, which has no parallel loop there, does (F(4x4), one
+    thread: 15.1 -> 12.7 us against 7.8 static)."""
+    target = resolve_target("x86")
+    w_var = te.size_var("W", 8, 1024)
+    x = te.placeholder((1, 1, 16, w_var, 16), name="x")
+    wt = te.placeholder((36, 2, 1, 16, 16), name="u")
+    y = conv2d_winograd_nchwc(x, wt, (1, 1, 1, 1), 4)
+    s = te.create_schedule(y)
+    upper = ((1, 1, 16, 1024, 16), wt.shape, (1, 2, 16, 1024, 16), "float32", (("tile_size", 4),))
+    schedule_conv2d_winograd(s, y, y, conv2d_winograd_config(upper, target).fallback_config(), target)
+    prim = lower(s, [x, wt, y], "winograd_width")
+    loops = _fors(prim.body, "parallel")
+    assert len(loops) >= 3
+    for par in loops[1:]:  # the pad stage, an elementwise copy, decides by its own elements
+        least = par.min_parallel
+        assert least and not (isinstance(least, int) and least <= 1)
+        at_8 = simplify(substitute(least, {w_var: IntImm(8)})) if not isinstance(least, int) else IntImm(least)
+        extent = simplify(substitute(par.extent, {w_var: IntImm(8)})) if not isinstance(par.extent, int) \
+            else IntImm(par.extent)
+        assert extent.value < at_8.value  # width 8: P = 4 x 2 tiles, stays on the calling thread
+
+
 def test_small_runs_of_symbolic_parallel_loops_stay_on_the_calling_thread():
     """A parallel loop of symbolic extent carries the fewest iterations worth a launch
     (min_parallel); the LLVM code calls GOMP_parallel only past it, else the outlined body."""

@@ -63,7 +63,8 @@ from tvmc.autotune.space import ConfigSpace
 from tvmc.ops.cpu.conv2d_nchwc import (MAX_TILE_OC, accumulator_registers, fallback_register_tile, rolls_ic_inner,
                                        width_bucket_starts)
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
-from tvmc.ops.cpu.tiling import schedule_tiled_reduction, worth_parallel
+from tvmc.ops.cpu.tiling import macs, parallel_min_extent, schedule_tiled_reduction, worth_parallel
+from tvmc.te import extent as xt
 from tvmc.te.extent import same_shape
 
 # Most vector registers of a target where Winograd is the default, and its output tile (see the
@@ -84,7 +85,11 @@ WINOGRAD_IMPL_TILES = (2, 4)  # the output tiles m of nn.conv2d_winograd_nchwc: 
 # symbolic width ran slower than compiled for one size (a CRNN's 16 -> 32 conv at 16 x 8: 8.7 us
 # against 6.2; F(2x2) 8.8 against 8.7) and compiles for seconds per size bucket; the CRNN's range
 # artifact with F(2x2) alone ran 0.90, 0.92, 0.97 and 1.01 of the one that also took F(4x4) at
-# widths 16, 100, 400 and 1000.
+# widths 16, 100, 400 and 1000. With the weights transformed at load time (no size budget) the
+# static artifact for width 16 takes F(4x4) on two convs and got faster; letting the range artifact
+# take F(4x4) too (2, 4) brought its range / static at width 16 from 1.25 to 1.07 and at 100 from
+# 1.04 to 0.87 (Zen 4, one process, 2026-11-27), but its compile from 12.9 to 76.5 s (the F(4x4)
+# kernels of every size bucket), so F(2x2) stays the only symbolic tile without an override.
 SYMBOLIC_TILES = (2,)
 
 
@@ -334,19 +339,22 @@ def schedule_conv2d_winograd(s, out, anchor, cfg, target):
     tile = next(t for t in gemm.op.input_tensors() if t.op is not None)
     pad = next((t for t in tile.op.input_tensors() if t.op is not None), None)
     parallel = worth_parallel(gemm)  # the transforms too: each is a pass over a GEMM operand
+    # symbolic work: the transforms launch threads only at the sizes where the GEMM would
+    # (parallel_min_extent of its multiply-adds), as the static kernel of that size decides
+    work = None if xt.is_static(macs(gemm)) else macs(gemm)
     keep = [gemm, tile] + ([pad] if pad is not None else [])
     reshaped = not same_shape(out.shape, anchor.shape)
     inline_injective(s, out, keep=keep + ([anchor] if reshaped else []))
     if pad is not None:
         schedule_blocked_loops(s, pad, target)
-    _schedule_input_tile(s, tile, parallel)
+    _schedule_input_tile(s, tile, parallel, work)
     eps, oc_chunk, p, oc_block = gemm.op.axis  # eps: the position in the alpha x alpha grid
     ic_outer, ic_inner = gemm.op.reduce_axis
     tiles = {oc_chunk: cfg["tile_oc"], p: cfg["tile_p"], oc_block: oc_block.extent}
     schedule_tiled_reduction(s, gemm, gemm, tiles=tiles, vector_axis=oc_block, unroll_axes=(p, oc_chunk),
                              parallel_depth=3, target=target, keep=keep + [out, anchor],
                              rolled_reduce=[ic_inner] if rolls_ic_inner(target) else ())
-    _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm), parallel)
+    _schedule_output_tile(s, anchor if reshaped else out, _tile_size(gemm), parallel, work)
     if reshaped:
         schedule_elementwise_loops(s, out, target)
 
@@ -356,7 +364,14 @@ def _tile_size(gemm) -> int:
     return int(round(gemm.shape[0] ** 0.5)) - 2
 
 
-def _schedule_input_tile(s, tile, parallel: bool):
+def _parallel(st, head, parallel: bool, work) -> None:
+    """`head` in parallel when `parallel`; with symbolic `work` (the GEMM's multiply-adds) only
+    from the sizes where it is worth a launch (parallel_min_extent)."""
+    if parallel:
+        st.parallel(head, min_extent=0 if work is None else parallel_min_extent(work, head.extent))
+
+
+def _schedule_input_tile(s, tile, parallel: bool, work=None):
     """V [alpha^2, P, C//ib, ib]: (tile p, ic_chunk) pairs outer, grid positions eps unrolled, the
     channel block ic_block vectorized."""
     st = s[tile]
@@ -364,12 +379,10 @@ def _schedule_input_tile(s, tile, parallel: bool):
     st.reorder(p, ic_chunk, eps, ic_block)
     st.unroll(eps)
     st.vectorize(ic_block)
-    head = st.fuse(p, ic_chunk)
-    if parallel:
-        st.parallel(head)
+    _parallel(st, st.fuse(p, ic_chunk), parallel, work)
 
 
-def _schedule_output_tile(s, t, m, parallel: bool):
+def _schedule_output_tile(s, t, m, parallel: bool, work=None):
     """[N, O//ob, OH, OW, ob]: rows and columns split by the tile size m and unrolled (the
     position in the tile selects its A^T rows at compile time), oc_block vectorized, (n,
     oc_chunk, oh_outer) in parallel."""
@@ -381,6 +394,4 @@ def _schedule_output_tile(s, t, m, parallel: bool):
     st.unroll(oh_inner)
     st.unroll(ow_inner)
     st.vectorize(oc_block)
-    head = st.fuse(n, oc_chunk, oh_outer)
-    if parallel:
-        st.parallel(head)
+    _parallel(st, st.fuse(n, oc_chunk, oh_outer), parallel, work)
