@@ -60,10 +60,11 @@
  * WEBASSEMBLY (wasm32 targets: mod.wasm instead of mod.so)
  *
  *   mod.wasm imports nothing and exports its linear memory ("memory"), every kernel, tvmc_graph_run
- *   and tvmc_graph_init, tvmc_module_description (the address of the description; the same bytes are the module's
- *   custom section "tvmc_module_description"), all of the C API above, and the module's allocator,
- *   wasi-libc's malloc and free. Pointers are 32-bit byte offsets into that memory, size_t is 32
- *   bits, tvmc_tensor_info is 24 bytes (name, dtype, ndim, shape at 0, 4, 8, 12; nbytes at 16).
+ *   and tvmc_graph_init, tvmc_module_description (the address of the description; the same bytes
+ *   are the module's custom section "tvmc_module_description"), all of the C API above, and the
+ *   module's allocator, wasi-libc's malloc and free. Pointers are 32-bit byte offsets into that
+ *   memory, size_t is 32 bits, tvmc_tensor_info is 24 bytes (name, dtype, ndim, shape at 0, 4, 8,
+ *   12; nbytes at 16).
  *   Memory management is explicit: the host allocates what it hands to the API with the exported
  *   malloc (the params blob, input data, output buffers, the out pointer of tvmc_model_create),
  *   copies bytes in and out of the memory, and frees them with free; tvmc_model_create allocates
