@@ -358,7 +358,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     from tvmc.frontend.onnx import from_onnx
     from tvmc.graph.executor_json import build_executor_json
     from tvmc.graph.ir import Call, Constant, Function
-    from tvmc.mod_json import load_time, runs_kernel
+    from tvmc.mod_json import runs_each_run
     from tvmc.ops.fused import function_flops, function_flops_program, lower_functions
     from tvmc.passes import PassContext, optimize
 
@@ -426,7 +426,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
                     for n, o in zip(graph.output_names, graph.outputs[:graph.num_model_outputs])],
         "options": metadata_options(options),
         "num_kernels": len(functions),
-        "num_kernel_calls": sum(1 for n in graph_json["nodes"] if runs_kernel(n) and not load_time(n)),
+        "num_kernel_calls": sum(1 for n in graph_json["nodes"] if runs_each_run(n)),
         "kernel_flops": {name: f for name, f in ((n, function_flops(fn)) for n, fn in functions.items())
                          if f is not None},
         **({"kernel_flops_programs": programs} if programs else {}),

@@ -41,6 +41,11 @@ def load_time(node: dict) -> bool:
     return node["op"] == "tvm_op" and str(node["attrs"].get("load_time", "0")) == "1"
 
 
+def runs_each_run(node: dict) -> bool:
+    """Whether mod.json node `node` calls a kernel in every run: runs_kernel, and not load_time."""
+    return runs_kernel(node) and not load_time(node)
+
+
 def load_order(graph_json: dict) -> list:
     """The node ids of the load-time kernels (load_time), in node order, loop bodies' included:
     what an executor runs once after copying the params in, before any run. Their inputs are
@@ -64,7 +69,7 @@ def run_order(graph_json: dict, begin: int = 0, end: int | None = None) -> list:
         node = nodes[nid]
         if nid in inner:
             continue
-        if runs_kernel(node) and not load_time(node):
+        if runs_each_run(node):
             order.append(nid)
         elif node["op"] == "tvmc_loop":
             order.append((nid, run_order(graph_json, *node["attrs"]["body_nodes"])))

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.e2e.models import compile_module, onnxruntime_outputs
 from tests.targets import require
+from tvmc.backends.base import described
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
@@ -38,12 +39,6 @@ def two_convs():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def _description(module) -> dict:
-    from tvmc.codegen.description import module_description, param_info
-
-    return module_description(module.graph_json, param_info(module.params))
-
-
 def _executor(module, tmp_path):
     from tvmc.package import save_artifact
     from tvmc.runtime import create_executor
@@ -62,7 +57,7 @@ def test_winograd_weights_transformed_at_load_match_onnxruntime(name, tile, tmp_
     target = require(name).target
     model = two_convs()
     module = compile_module(model, target, pass_config={"AlterOpLayout.winograd_tile_size": tile})
-    desc = _description(module)
+    desc = described(module.graph_json, module.params)
     assert len(desc["load_calls"]) == 2
     assert all("winograd_weight_transform" in c["func"] for c in desc["load_calls"])
     assert not any("winograd_weight_transform" in c["func"] for c in desc["calls"])
@@ -92,7 +87,7 @@ def test_load_time_transforms_keep_their_storage_and_stay_out_of_the_profile(tmp
     for e in loaded:
         assert sids.count(sids[e]) == 1
     distinct, calls, load = kernel_counts(module.metadata, g)
-    assert load == 2 and calls == len(_description(module)["calls"])
+    assert load == 2 and calls == len(described(module.graph_json, module.params)["calls"])
     ex = _executor(module, tmp_path)
     ex.set_input("x", np.ones((1, 16, 14, 13), np.float32))
     names = [k["name"] for k in ex.profile(2)]
@@ -105,5 +100,5 @@ def test_weights_transformed_at_compile_time_on_request():
     module = compile_module(two_convs(), require("native").target,
                             pass_config={"AlterOpLayout.winograd_tile_size": 4, "AlterOpLayout.winograd_at_load": 0,
                                          "AlterOpLayout.size_budget": 0})
-    assert "load_calls" not in _description(module)
+    assert "load_calls" not in described(module.graph_json, module.params)
     assert sum(int(np.asarray(v).nbytes) for v in module.params.values()) > 3.5 * (W1.nbytes + W2.nbytes)

@@ -341,7 +341,8 @@ def schedule_conv2d_winograd(s, out, anchor, cfg, target):
     parallel = worth_parallel(gemm)  # the transforms too: each is a pass over a GEMM operand
     # symbolic work: the transforms launch threads only at the sizes where the GEMM would
     # (parallel_min_extent of its multiply-adds), as the static kernel of that size decides
-    work = None if xt.is_static(macs(gemm)) else macs(gemm)
+    work = macs(gemm)
+    work = None if xt.is_static(work) else work
     keep = [gemm, tile] + ([pad] if pad is not None else [])
     reshaped = not same_shape(out.shape, anchor.shape)
     inline_injective(s, out, keep=keep + ([anchor] if reshaped else []))
