@@ -672,7 +672,9 @@ def test_symbolic_winograd_transforms_launch_threads_only_where_the_gemm_would()
 
 def test_small_runs_of_symbolic_parallel_loops_stay_on_the_calling_thread():
     """A parallel loop of symbolic extent carries the fewest iterations worth a launch
-    (min_parallel); the LLVM code calls GOMP_parallel only past it, else the outlined body."""
+    (min_parallel); the LLVM code calls GOMP_parallel only past it, else the loop's body function
+    on every iteration, whose buffers are noalias parameters and which LLVM inlines at both calls
+    (alwaysinline): the buffers loaded from GOMP's closure would otherwise lose their noalias."""
     target = resolve_target("x86")
     s_var = te.size_var("S", 1, 4096)
     x = te.placeholder((s_var, 256), name="x")
@@ -686,7 +688,10 @@ def test_small_runs_of_symbolic_parallel_loops_stay_on_the_calling_thread():
     cg.add_function(prim)
     text = cg.ir_text()
     assert text.count("call void @\"GOMP_parallel\"") == 1
-    assert 'call void @"scale_rows.par1"(ptr' in text
+    assert 'call void @"scale_rows.par1.body"(ptr' in text and text.count('@"scale_rows.par1.body"(ptr') == 3
+    define = next(line for line in text.splitlines() if line.startswith('define internal void @"scale_rows.par1.body"'))
+    assert define.count("ptr noalias") == 2 and define.count("i64") == 3  # x, y; S, begin, end
+    assert "alwaysinline" in text
 
 
 # ---- helpers -------------------------------------------------------------------------------------

@@ -737,53 +737,71 @@ class CodeGenLLVM:
         return loop_id
 
     def _parallel(self, st: _FnState, s: For):
-        """Outline the loop body into `fn(ptr closure)` run by GOMP_parallel on every thread;
-        each thread takes one contiguous chunk of the iteration space."""
+        """Outline the loop into `body(ptr noalias buf..., i64 var..., i64 begin, i64 end)`, which
+        runs iterations [begin, end), and `fn(ptr closure)`, run by GOMP_parallel on every thread,
+        which takes one contiguous chunk of the iteration space and calls `body` on it. Where the
+        launch depends on the run's sizes (a symbolic extent or min_parallel), a run with too few
+        iterations calls `body` on all of them directly. `body` is alwaysinline, so both calls get
+        the loop inlined, and its noalias parameters tell LLVM what the kernel's noalias arguments
+        tell it outside parallel loops: no two buffers overlap. Loaded from the closure without
+        that fact, every store of an unrolled tile made LLVM load its inputs again: a symbolic
+        F(4x4) Winograd conv at 16 x 8 ran 9.5 us against 6.7 us compiled for that size (now
+        7.0), and whole static models ran 0-10% faster with it (SqueezeNet x86-avx2 0.90-0.96)."""
         free_vars = [v for v in _free_vars(s) if v in st.env]
         bufs = [buf for buf in _buffers_used(s) if buf in st.buffers]
         fields = [PTR] * len(bufs) + [I64] * len(free_vars)
         closure_ty = ir.LiteralStructType(fields or [I64])
         self._outlined += 1
-        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), f"{st.fn.name}.par{self._outlined}")
+        name = f"{st.fn.name}.par{self._outlined}"
+        body = ir.Function(self.module, ir.FunctionType(VOID, fields + [I64, I64]), name + ".body")
+        body.linkage = "internal"
+        body.attributes.add("nounwind")
+        body.attributes.add("alwaysinline")
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         # caller side
         b = st.builder
+        values = [st.buffers[x] for x in bufs] + [st.env[v] for v in free_vars]
         closure = _alloca(st.alloca_builder, closure_ty, "closure")
-        for k, val in enumerate([st.buffers[x] for x in bufs] + [st.env[v] for v in free_vars]):
+        for k, val in enumerate(values):
             b.store(val, b.gep(closure, [I32(0), I32(k)], source_etype=closure_ty))
         gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
         if isinstance(s.extent, int) and isinstance(s.min_parallel, int) and s.min_parallel == 0:
             b.call(gomp, [fn, closure, I32(0), I32(0)])
         else:
-            # a symbolic extent: no launch without iterations, and (min_parallel) too few run here:
-            # outside a parallel region the outlined body sees one thread and takes every iteration
+            # a symbolic extent: no launch without iterations, and (min_parallel) too few run here
             ext = self._extent(st, s.extent)
             least = I64(max(1, s.min_parallel)) if isinstance(s.min_parallel, int) else \
                 self._expr(st, s.min_parallel, None)
-            threads = b.icmp_signed(">=", ext, least)
-            with b.if_else(threads) as (then, otherwise):
+            with b.if_else(b.icmp_signed(">=", ext, least)) as (then, otherwise):
                 with then:
                     b.call(gomp, [fn, closure, I32(0), I32(0)])
                 with otherwise:
-                    with b.if_then(b.icmp_signed(">", ext, I64(0))):
-                        b.call(fn, [closure])
-        # callee side
-        inner = _FnState(fn)
-        ib = inner.builder
+                    b.call(body, values + [I64(0), ext])
+        # the threads' side: the closure's fields, this thread's chunk
+        threads = _FnState(fn)
+        fb = threads.builder
         data = fn.args[0]
-        for k, x in enumerate(bufs):
-            inner.buffers[x] = ib.load(ib.gep(data, [I32(0), I32(k)], source_etype=closure_ty), typ=PTR)
-        for k, v in enumerate(free_vars):
-            inner.env[v] = ib.load(ib.gep(data, [I32(0), I32(len(bufs) + k)], source_etype=closure_ty), typ=I64)
-        nthr = ib.sext(ib.call(self.declare("omp_get_num_threads", I32, []), []), I64)
-        tid = ib.sext(ib.call(self.declare("omp_get_thread_num", I32, []), []), I64)
-        ext = self._extent(inner, s.extent)
-        chunk = ib.sdiv(ib.add(ext, ib.sub(nthr, I64(1))), nthr)
-        begin = ib.mul(tid, chunk)
-        end = ib.add(begin, chunk)
-        end = ib.select(ib.icmp_signed("<", end, ext), end, ext)
-        with for_range(ib, begin, end, s.var.name) as i:
+        loaded = [fb.load(fb.gep(data, [I32(0), I32(k)], source_etype=closure_ty), typ=t) for k, t in enumerate(fields)]
+        threads.env.update(zip(free_vars, loaded[len(bufs):]))
+        nthr = fb.sext(fb.call(self.declare("omp_get_num_threads", I32, []), []), I64)
+        tid = fb.sext(fb.call(self.declare("omp_get_thread_num", I32, []), []), I64)
+        inner = _FnState(body)
+        for arg, x in zip(body.args, bufs):
+            arg.add_attribute("noalias")
+            inner.buffers[x] = arg
+        for arg, v in zip(body.args[len(bufs):], free_vars):
+            inner.env[v] = arg
+        ext = self._extent(threads, s.extent)
+        chunk = fb.sdiv(fb.add(ext, fb.sub(nthr, I64(1))), nthr)
+        begin = fb.mul(tid, chunk)
+        end = fb.add(begin, chunk)
+        end = fb.select(fb.icmp_signed("<", end, ext), end, ext)
+        fb.call(body, loaded + [begin, end])
+        fb.ret_void()
+        ib = inner.builder
+        with for_range(ib, body.args[-2], body.args[-1], s.var.name) as i:
             inner.env[s.var] = i
             self._stmt(inner, s.body, None)
         ib.ret_void()
