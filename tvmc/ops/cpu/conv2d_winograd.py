@@ -89,7 +89,12 @@ WINOGRAD_IMPL_TILES = (2, 4)  # the output tiles m of nn.conv2d_winograd_nchwc: 
 # static artifact for width 16 takes F(4x4) on two convs and got faster; letting the range artifact
 # take F(4x4) too (2, 4) brought its range / static at width 16 from 1.25 to 1.07 and at 100 from
 # 1.04 to 0.87 (Zen 4, one process, 2026-11-27), but its compile from 12.9 to 76.5 s (the F(4x4)
-# kernels of every size bucket), so F(2x2) stays the only symbolic tile without an override.
+# kernels of every size bucket). So F(2x2) is the symbolic tile without an override, and F(4x4)
+# only where the cost table has it fastest at every sampled size of the range (_wins_across): on
+# the CRNN its 16 -> 32 conv alone, the one conv the static artifact for width 16 runs as F(4x4),
+# one kernel without size buckets (the tile count at width 16 is already the bound's register
+# tile): range / static at width 16 1.25 -> 1.14 (then 1.08 with the inlined parallel bodies of
+# tvmc.codegen.llvm), compile 10.2 -> 14.0 s.
 SYMBOLIC_TILES = (2,)
 
 
@@ -185,6 +190,22 @@ def _gains_ms(data_shapes, weight_shape, target, override: int, weights=None) ->
     return {m: saved[m] for m in WINOGRAD_IMPL_TILES if m <= preferred and score[m] < 0}
 
 
+def _wins_across(data_shapes, weight_shape, target, m: int) -> bool:
+    """Whether the cost table of `target` has Winograd tile m strictly fastest of all forms (the
+    direct form, im2col and the other tiles) at every one of `data_shapes` ([N, C, H, W]): the
+    condition for a tile outside SYMBOLIC_TILES to serve a conv of symbolic shape. False without
+    a table."""
+    table = load_cost_table(target.name)
+    if table is None:
+        return False
+    for d in data_shapes:
+        times = estimated_times_ms(tuple(d), tuple(weight_shape), table)
+        mine = times[f"winograd{m}"]
+        if any(t <= mine for form, t in times.items() if form != f"winograd{m}"):
+            return False
+    return True
+
+
 def _direct_ms(times: dict) -> float:
     """The direct form's estimated ms from a cost table's {form: ms}: the better of direct and
     im2col (AlterOpLayout chooses between the ops; tuning records choose im2col)."""
@@ -232,12 +253,12 @@ def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: f
     samples: {key: [data_shape, ...]}: for a conv of symbolic shape (its data_shape in convs at the
     upper bounds), shapes at sizes across the range, the upper bound last; the cost table's form
     is then the one with the lowest mean log ratio to the direct form over them (_gains_ms), among
-    SYMBOLIC_TILES unless an override is given, and
-    its time saved, for the budget's ranking, the mean over the sizes of the time saved relative to
-    the convolutions' time at each size (_sample_weights): one artifact for a range takes the forms
-    that serve the whole range, not its upper bound alone (a CRNN of widths 16..2048 under the
-    default budget, compiled for one width: F(4x4) for its second conv at 2048, F(2x2) at 16,
-    direct at 400).
+    SYMBOLIC_TILES and the tiles the table has fastest at every sample (_wins_across) unless an
+    override is given, and its time saved, for the budget's ranking, the mean over the sizes of
+    the time saved relative to the convolutions' time at each size (_sample_weights): one
+    artifact for a range takes the forms that serve the whole range, not its upper bound alone (a
+    CRNN of widths 16..2048 under the default budget, compiled for one width: F(4x4) for its
+    second conv at 2048, F(2x2) at 16, direct at 400).
     Without a budget (inf), each conv takes winograd_tile_size's choice. With one, the transformed
     weights ((m+2)^2 instead of 9 values per C x O pair) may add at most `extra_bytes_budget`
     bytes in all, and the plan (a form per conv) that saves the most time within them is taken
@@ -254,8 +275,9 @@ def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: f
         if gains is None:
             shapes = samples.get(key, [data_shape] * (len(weights) if weights else 1))
             gains = _gains_ms([tuple(d) for d in shapes], tuple(weight_shape), target, override, weights)
-        if key in samples and override < 0:  # a range: F(2x2) alone (SYMBOLIC_TILES)
-            gains = {m: g for m, g in gains.items() if m in SYMBOLIC_TILES}
+        if key in samples and override < 0:  # a range: SYMBOLIC_TILES, or a tile fastest at every size
+            gains = {m: g for m, g in gains.items()
+                     if m in SYMBOLIC_TILES or _wins_across(samples[key], weight_shape, target, m)}
         if gains:
             options[key] = gains
             sizes[key] = data_shape[1] * weight_shape[0] * itemsize
