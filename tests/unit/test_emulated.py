@@ -60,6 +60,10 @@ def test_runner_reads_and_writes_npy_and_times_runs(native_runner, tmp_path):
 
 @pytest.mark.parametrize("case,code,message", [
     ("float64", 3, "input 'x': expected float32 [1,3,8,8] (768 bytes), got float64 of 4 dimensions"),
+    # another size, same rank and dtype: the C API says the artifact is fixed-shape (issue 29)
+    ("other size", 3, "got float32 of 4 dimensions (1536 bytes); the artifact is fixed-shape: compile it for a "
+                      "range of sizes to run others (tvmc compile --input-shapes NAME:[LO..HI,...] or --dim-range "
+                      "VAR=LO..HI)"),
     ("not npy", 65, "not a .npy file"),
     ("fortran", 65, "not in C order"),
     ("short", 65, "does not hold exactly the 768 data bytes"),
@@ -74,6 +78,8 @@ def test_runner_errors_are_one_line_with_a_code(native_runner, tmp_path, case, c
     args = ["-p", "mod.params", "-i", f"x={path}"]
     if case == "float64":
         np.save(path, x.astype(np.float64))
+    elif case == "other size":
+        np.save(path, np.concatenate([x, x]))
     elif case == "not npy":
         path.write_bytes(b"\x00" * 900)
     elif case == "fortran":

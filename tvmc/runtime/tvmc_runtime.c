@@ -1062,6 +1062,11 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
        bytes_equal(dtype, dtypes[e->dtype].name, cstr_len(dtype)) && (uint64_t)nbytes == e->nbytes;
   for (k = 0; ok && k < ndim; k++) ok = shape[k] == e->shape[k];
   if (!ok) {
+    /* another size of the same rank and dtype: the artifact is fixed-shape (say how to compile a range) */
+    int other_size = ndim == e->ndim && cstr_len(dtype) == cstr_len(dtypes[e->dtype].name) &&
+                     bytes_equal(dtype, dtypes[e->dtype].name, cstr_len(dtype));
+    for (k = 0, ok = 1; other_size && k < ndim; k++) ok = ok && shape[k] == e->shape[k];
+    other_size = other_size && !ok;
     fail(TVMC_ERR_INPUT, "input '", NULL, NULL);
     err_strn(name, 64);
     err_str("': expected ");
@@ -1073,6 +1078,9 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
     err_str(" dimensions (");
     err_u64((uint64_t)nbytes);
     err_str(" bytes)");
+    if (other_size)
+      err_str("; the artifact is fixed-shape: compile it for a range of sizes to run others "
+              "(tvmc compile --input-shapes NAME:[LO..HI,...] or --dim-range VAR=LO..HI)");
     return TVMC_ERR_INPUT;
   }
   if (nbytes) memcpy(model->pointers[model->inputs[i].entry], data, nbytes);
