@@ -183,6 +183,7 @@ class CompileResult:
             "opt_level": self.options.opt_level,
             "inputs": meta.get("inputs", []),
             "outputs": meta.get("outputs", []),
+            "size_vars": meta.get("size_vars", []),
             "kernels": {"distinct": distinct, "calls": calls, "load_calls": load},
             "params_bytes": sum(int(np.asarray(v).nbytes) for v in self.module.params.values()),
             "activations": {"planned_bytes": meta.get("planned_activation_bytes"),
