@@ -147,14 +147,20 @@ def _concat_compute(inputs, attrs, out_type):
         for t in inputs:
             offsets.append(off)
             off += t.shape[axis]
-        # Nested selects, last input innermost; each branch reads only where it is in range.
-        val = None
-        for t, o in reversed(list(zip(inputs, offsets))):
-            idx = list(i)
-            idx[axis] = i[axis] - o
-            load = t[tuple(idx)]
-            val = load if val is None else te.select(i[axis] < o + t.shape[axis], load, val)
-        return val
+
+        def pick(lo, hi):
+            """inputs[lo:hi] as a balanced tree of selects on the index along `axis`: each load
+            reads only where its input is in range, and the depth is log2 of the inputs (a
+            chain of one select per input, 511 deep for a CRNN's 511 LSTM steps at width 2048,
+            overflowed the recursion of the passes and the code generator)."""
+            if hi - lo == 1:
+                idx = list(i)
+                idx[axis] = i[axis] - offsets[lo]
+                return inputs[lo][tuple(idx)]
+            mid = (lo + hi) // 2
+            return te.select(i[axis] < offsets[mid], pick(lo, mid), pick(mid, hi))
+
+        return pick(0, len(inputs))
 
     return te.compute(out_type.shape, f, name="concatenate")
 
