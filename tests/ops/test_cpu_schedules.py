@@ -569,3 +569,14 @@ def test_winograd_batched_gemm_is_a_register_tile_of_the_descriptors_fallback():
 
     ref = np.maximum(get_op("nn.conv2d_winograd_nchwc").reference(a, u, **attrs) + bias, 0)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_concatenate_of_hundreds_of_inputs_is_a_shallow_select_tree():
+    """A concatenation of 600 inputs (a static CRNN at width 2048 concatenates its LSTM's 511 steps)
+    compiles and matches numpy: its compute is a balanced tree of selects on the concatenated
+    index, about 10 deep, where a chain of one select per input overflowed the recursion of the
+    passes and the code generator."""
+    r = np.random.default_rng(5)
+    arrays = [r.standard_normal((1, 3)).astype(np.float32) for _ in range(600)]
+    out, ref = run_op("concatenate", arrays, dict(axis=0))
+    np.testing.assert_array_equal(out, ref)
