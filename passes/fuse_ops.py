@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from tvmc.errors import PassError
-from tvmc.graph.ir import Call, Function, Graph, Var, users
+from tvmc.graph.ir import Call, Constant, Function, Graph, Var, users
 from tvmc.ops.registry import OpPattern, get_op, load_time_call, make_call
 from tvmc.passes.pass_infra import graph_pass
 
@@ -59,27 +59,51 @@ def _can_join(group: _Group, producer: Call, call: Call, pattern: OpPattern, use
     return False
 
 
+def _constant_prologue(call: Call, uses: dict, outputs: set) -> bool:
+    """True for an injective op on constants alone that only elementwise ops read (a range
+    artifact's Slice of a constant buffer at symbolic bounds: GPT-2's causal mask [seq, seq] of
+    its [max_pos, max_pos] `bias`, read by every layer's Where). It joins the group of each
+    reader, which computes it from the constant where it reads it: materialized once for all
+    readers, it was an activation of [hi, hi] elements that the static artifact at hi does not
+    plan (there FoldConstant makes the slice a constant), 64 KiB above the static plan at seq 256.
+    Static graphs keep few such ops (FoldConstant folds them)."""
+    us = set(uses[call])
+    return (isinstance(call.op, str) and call not in outputs and _pattern(call) <= OpPattern.INJECTIVE
+            and bool(call.inputs) and all(isinstance(i, Constant) for i in call.inputs) and bool(us)
+            and all(isinstance(u, Call) and _pattern(u) in _EPILOGUE for u in us))
+
+
 def _partition(graph: Graph, max_depth: int) -> dict:
-    """Greedy grouping over the topological order: {Call: _Group}."""
+    """Greedy grouping over the topological order: {Call: _Group}. A _constant_prologue op joins
+    the group of each of its readers, just before the first of them (group_of maps it to the
+    first such group, whose output is never the prologue itself)."""
     uses = users(graph)
     outputs = set(graph.outputs)
     group_of: dict = {}
+    prologues = {c for c in graph.calls() if max_depth > 1 and _constant_prologue(c, uses, outputs)}
     for call in graph.calls():
+        if call in prologues:
+            continue
         pattern = _pattern(call)
         target = None
         if max_depth > 1 and pattern != OpPattern.OPAQUE:
             for producer in call.inputs:
-                if not isinstance(producer, Call) or producer in outputs or len(set(uses[producer])) != 1:
+                if not isinstance(producer, Call) or producer in prologues or producer in outputs \
+                        or len(set(uses[producer])) != 1:
                     continue
                 group = group_of[producer]
                 if len(group.calls) < max_depth and _can_join(group, producer, call, pattern, uses, outputs):
                     target = group
                     break
         if target is None:
-            group_of[call] = _Group(call, pattern)
+            target = group_of[call] = _Group(call, pattern)
         else:
             target.add(call, pattern)
             group_of[call] = target
+        for producer in call.inputs:
+            if producer in prologues and producer not in target.calls:
+                target.calls.insert(len(target.calls) - 1, producer)
+                group_of.setdefault(producer, target)
     return group_of
 
 
@@ -144,8 +168,9 @@ def fuse_ops(graph: Graph, ctx) -> Graph:
     where each intermediate has exactly one user and is not a graph output (after an
     OUT_ELEMWISE_FUSABLE/COMM_REDUCE anchor, only ops keeping its output shape); INJECTIVE ops
     join only groups without an anchor (reshape -> relu, relu -> transpose); a `pad` feeding
-    a conv2d's data fuses into it as its producer; OPAQUE ops (and existing fused calls) stay
-    alone. At most `max_depth` ops per group. With the pass gated off (opt level 0 or
+    a conv2d's data fuses into it as its producer; an injective op on constants alone that only
+    elementwise ops read joins each reader's group (_constant_prologue); OPAQUE ops (and existing
+    fused calls) stay alone. At most `max_depth` ops per group. With the pass gated off (opt level 0 or
     disabled) every op becomes its own function.
 
     Each group becomes `Call(Function(params, body, name), args)`: params are fresh Vars for

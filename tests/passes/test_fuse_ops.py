@@ -45,6 +45,26 @@ def test_intermediate_with_two_users_is_not_fused():
     assert_equivalent(before, after)
 
 
+def test_an_injective_op_on_constants_joins_each_elementwise_reader():
+    """An injective op reading constants alone (a range artifact's slice of a constant buffer)
+    that only elementwise ops read joins each reader's group, before the reader: no kernel
+    writes it to an activation of its own (FuseOps._constant_prologue)."""
+    x = var("x", (4, 6))
+    k = const((6, 4), "k", 2)
+    t = call("transpose", k, axes=(1, 0))
+    a = call("add", call("nn.relu", x), t)
+    b = call("multiply", call("sigmoid", x), t)
+    before = Graph([x], [a, b])
+    after = fuse(before)
+    bodies = sorted(body_ops(fc.op) for fc in fused_calls(after))
+    assert bodies == [["nn.relu", "transpose", "add"], ["sigmoid", "transpose", "multiply"]]
+    assert all(k in fc.inputs for fc in fused_calls(after))  # each reads the constant itself
+    assert_equivalent(before, after)
+    # read by a reduction as well, it stays a kernel of its own
+    before = Graph([x], [call("add", call("nn.relu", x), t), call("sum", t, axis=(1,), keepdims=False)])
+    assert "fused_transpose" in op_names(fuse(before))
+
+
 def test_graph_output_is_not_fused_into_successor():
     x = var("x", (1, 2, 5, 5))
     c = conv(x, 2, "conv")
