@@ -2,14 +2,15 @@
 through the C runner) and on wasm (wasmtime): a model is compiled once for a range of a dimension
 and run at five sizes in it (1, an odd size, one that is not a multiple of
 16, a multiple of 16, the upper bound), each matching onnxruntime: a BERT-style encoder layer
-(sequence 1..64: Gather, Slice of positions, MatMul, Add, Softmax, LayerNormalization, erf GELU,
-a pooler) and a small CNN (batch 1..8: Conv + Relu, strided Conv, GlobalAveragePool, Flatten,
+(sequence 1..512: Gather, Slice of positions, MatMul, Add, Softmax, LayerNormalization, erf GELU,
+a pooler) and a small CNN (batch 1..16: Conv + Relu, strided Conv, GlobalAveragePool, Flatten,
 Gemm). Float32 outputs match within rtol 1e-4, atol 1e-5 (sums of at most 64 products of unit
-normal values). Also the range check at set_input, inputs that disagree on a variable, the
-metadata and module description of a range artifact, a fixed-shape artifact's hint, tuning a
-range at representative sizes, and the clear stop of an op whose schedule does not take symbolic
-extents (OpenCL and CUDA: tests/e2e/test_symbolic_gpu.py). The arm and
-wasm cases skip naming what is missing (qemu-user and the cross compiler; wasmtime and clang)."""
+normal values; the attention averages over at most 512 positions). Also the range check at
+set_input, inputs that disagree on a variable, the metadata and module description of a range
+artifact, a fixed-shape artifact's hint, tuning a range at representative sizes, and the clear
+stop of an op whose schedule does not take symbolic extents (OpenCL and CUDA:
+tests/e2e/test_symbolic_gpu.py). The arm and wasm cases skip naming what is missing (qemu-user
+and the cross compiler; wasmtime and clang)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,16 @@ from tvmc.target import resolve_target
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
 TOL = dict(rtol=1e-4, atol=1e-5)
-SEQ_SIZES = [1, 7, 17, 32, 64]
-BATCH_SIZES = [1, 2, 3, 5, 8]
+SEQ_MAX, BATCH_MAX = 512, 16  # the ranges issue 29 names: sequence 1..512, batch 1..16
+SEQ_SIZES = [1, 7, 17, 96, SEQ_MAX]
+BATCH_SIZES = [1, 2, 3, 5, BATCH_MAX]
+ENCODER_SHAPES = {"input_ids": [1, f"1..{SEQ_MAX}"], "attention_mask": [1, f"1..{SEQ_MAX}"]}
+
+
+def encoder_model():
+    """The BERT-style encoder layer (tests/frontend/test_symbolic_shapes.bert_model) with position
+    embeddings for SEQ_MAX tokens."""
+    return bert_model(max_pos=SEQ_MAX)
 
 
 def small_cnn():
@@ -60,8 +69,8 @@ def small_cnn():
 
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
-    model = bert_model()
-    options = CompileOptions(input_shapes={"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]})
+    model = encoder_model()
+    options = CompileOptions(input_shapes=ENCODER_SHAPES)
     path = save_artifact(compile_model(model, resolve_target("native"), options),
                          tmp_path_factory.mktemp("sym") / "encoder.tar")
     return model, path
@@ -70,7 +79,8 @@ def encoder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory):
     model = small_cnn()
-    path = save_artifact(compile_model(model, resolve_target("native"), CompileOptions(dim_ranges={"N": (1, 8)})),
+    options = CompileOptions(dim_ranges={"N": (1, BATCH_MAX)})
+    path = save_artifact(compile_model(model, resolve_target("native"), options),
                          tmp_path_factory.mktemp("sym") / "cnn.tar")
     return model, path
 
@@ -108,14 +118,14 @@ def test_cnn_one_artifact_every_batch(cnn):
 
 
 def check_size_outside_the_range_is_refused(ex, seq: int):
-    """The encoder's executor `ex` refuses input_ids of sequence length `seq` (outside 1..64) at
+    """The encoder's executor `ex` refuses input_ids of sequence length `seq` (outside 1..512) at
     set_input, naming the input, the dimension, its value and the range."""
     with pytest.raises(InputError, match=rf"^input 'input_ids': dimension 1 is {seq}, outside the range of "
-                                         r"seq in 1\.\.64 the model was compiled for$"):
+                                         r"seq in 1\.\.512 the model was compiled for$"):
         ex.set_input("input_ids", np.zeros((1, seq), np.int64))
 
 
-@pytest.mark.parametrize("seq", [0, 65])
+@pytest.mark.parametrize("seq", [0, SEQ_MAX + 1])
 def test_a_size_outside_the_range_is_refused_naming_input_dimension_value_and_range(encoder, seq):
     check_size_outside_the_range_is_refused(GraphExecutor(encoder[1]), seq)
 
@@ -145,10 +155,10 @@ def check_tvmc_run_in_and_out_of_range(model, path, tmp_path):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     with np.load(tmp_path / "out.npz") as got:
         np.testing.assert_allclose(got["last_hidden"], want[0], **TOL)
-    np.savez(tmp_path / "in.npz", input_ids=np.zeros((1, 65), np.int64), attention_mask=np.ones((1, 65), np.int64))
+    np.savez(tmp_path / "in.npz", input_ids=np.zeros((1, 513), np.int64), attention_mask=np.ones((1, 513), np.int64))
     r = CliRunner().invoke(cli, ["run", str(path), "--inputs", str(tmp_path / "in.npz")])
     assert r.exit_code == 8, r.output
-    assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64 the model was compiled for" \
+    assert "input 'input_ids': dimension 1 is 513, outside the range of seq in 1..512 the model was compiled for" \
         in r.output
 
 
@@ -158,18 +168,19 @@ def test_inputs_that_disagree_on_a_variable_are_refused_at_run(encoder):
 
 def test_metadata_and_description_show_the_ranges(encoder, cnn):
     art = load_artifact(encoder[1])
-    assert art.metadata["size_vars"] == [{"name": "seq", "range": "1..64"}]
+    assert art.metadata["size_vars"] == [{"name": "seq", "range": "1..512"}]
     ids = art.metadata["inputs"][0]
-    assert ids["symbolic_shape"] == [1, "seq"] and ids["shape"] == [1, 64]
+    assert ids["symbolic_shape"] == [1, "seq"] and ids["shape"] == [1, 512]
     assert art.metadata["outputs"][0]["symbolic_shape"] == [1, "seq", 16]
     assert "symbolic_shape" not in art.metadata["outputs"][1]  # the pooled output is static
-    assert art.description["size_vars"] == [{"name": "seq", "lo": 1, "hi": 64}]
+    assert art.description["size_vars"] == [{"name": "seq", "lo": 1, "hi": SEQ_MAX}]
     assert all(c.get("sizes") in (None, [0]) for c in art.description["calls"])
     assert any(c.get("sizes") == [0] for c in art.description["calls"])
     art = load_artifact(cnn[1])
-    assert art.metadata["size_vars"] == [{"name": "N", "range": "1..8"}]
-    # storage planned for the upper bound: no more than the static plan at N = 8
-    static = compile_model(small_cnn(), resolve_target("native"), CompileOptions(input_shapes={"x": [8, 3, 16, 16]}))
+    assert art.metadata["size_vars"] == [{"name": "N", "range": f"1..{BATCH_MAX}"}]
+    # storage planned for the upper bound: no more than the static plan at N = BATCH_MAX
+    static = compile_model(small_cnn(), resolve_target("native"),
+                           CompileOptions(input_shapes={"x": [BATCH_MAX, 3, 16, 16]}))
     assert 0 < art.metadata["planned_activation_bytes"] <= static.metadata["planned_activation_bytes"]
 
 
@@ -187,10 +198,10 @@ def test_the_c_runner_runs_a_size_of_the_range_and_refuses_one_outside(encoder, 
     subprocess.run(run + ["-o", "last_hidden=out.npy"], cwd=tmp_path, check=True, capture_output=True)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, **TOL)
-    np.save(tmp_path / "input_ids.npy", np.zeros((1, 65), np.int64))
+    np.save(tmp_path / "input_ids.npy", np.zeros((1, 513), np.int64))
     res = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True)
     assert res.returncode != 0
-    assert "input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64" in res.stderr
+    assert "input 'input_ids': dimension 1 is 513, outside the range of seq in 1..512" in res.stderr
 
 
 def test_profile_runs_the_kernels_at_the_bound_sizes(encoder):
@@ -207,7 +218,37 @@ def test_profile_runs_the_kernels_at_the_bound_sizes(encoder):
 def test_inspect_shows_the_size_variables(encoder):
     r = CliRunner().invoke(cli, ["inspect", str(encoder[1])])
     assert r.exit_code == 0, r.output
-    assert "size variables seq in 1..64; inputs input_ids:[1,seq] attention_mask:[1,seq]" in r.output
+    assert "size variables seq in 1..512; inputs input_ids:[1,seq] attention_mask:[1,seq]" in r.output
+
+
+def test_compile_and_inspect_json_show_the_size_variables(tmp_path):
+    """`tvmc compile --json` and `tvmc inspect --json` of a range artifact: each input's and
+    output's symbolic_shape beside its upper-bound shape, and size_vars with the ranges; both
+    documents valid under docs/tvmc-json.schema.json (docs/json.md)."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parents[2] / "docs" / "tvmc-json.schema.json").read_text())
+    model = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(), model)
+    out = tmp_path / "cnn.tar"
+    r = CliRunner().invoke(cli, ["compile", str(model), "--target", "native", "--dim-range", "N=1..8", "-o", str(out),
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, schema)
+    assert doc["size_vars"] == [{"name": "N", "range": "1..8"}]
+    assert doc["inputs"] == [{"name": "x", "shape": [8, 3, 16, 16], "dtype": "float32",
+                              "symbolic_shape": ["N", 3, 16, 16]}]
+    assert doc["outputs"][0]["shape"] == [8, 10] and doc["outputs"][0]["symbolic_shape"] == ["N", 10]
+    r = CliRunner().invoke(cli, ["inspect", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, schema)
+    assert doc["metadata"]["size_vars"] == [{"name": "N", "range": "1..8"}]
+    assert doc["metadata"]["inputs"][0]["symbolic_shape"] == ["N", 3, 16, 16]
 
 
 def test_tuning_a_range_asks_for_sizes_to_tune_at():
@@ -258,11 +299,12 @@ def ported(request, tmp_path_factory):
     naming the missing emulator, compiler or engine."""
     target = require(request.param).target
     folder = tmp_path_factory.mktemp(f"sym-{request.param}")
-    enc = bert_model()
-    options = CompileOptions(input_shapes={"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]})
+    enc = encoder_model()
+    options = CompileOptions(input_shapes=ENCODER_SHAPES)
     enc_path = save_artifact(compile_model(enc, target, options), folder / "encoder.tar")
     cnn = small_cnn()
-    cnn_path = save_artifact(compile_model(cnn, target, CompileOptions(dim_ranges={"N": (1, 8)})), folder / "cnn.tar")
+    cnn_path = save_artifact(compile_model(cnn, target, CompileOptions(dim_ranges={"N": (1, BATCH_MAX)})),
+                             folder / "cnn.tar")
     return request.param, (enc, enc_path), (cnn, cnn_path)
 
 
@@ -276,13 +318,13 @@ def test_ported_cnn_one_artifact_every_batch(ported):
                 create_executor)
 
 
-@pytest.mark.parametrize("seq", [0, 65])
+@pytest.mark.parametrize("seq", [0, SEQ_MAX + 1])
 def test_ported_size_outside_the_range_is_refused_naming_input_dimension_value_and_range(ported, seq):
     """wasm refuses at set_input (the C API in the module); arm at run, where the C runner's
     set_input refuses it (exit 3, an InputError)."""
     ex = create_executor(ported[1][1])
     with pytest.raises(InputError, match=rf"input 'input_ids': dimension 1 is {seq}, outside the range of seq in "
-                                         r"1\.\.64 the model was compiled for$"):
+                                         r"1\.\.512 the model was compiled for$"):
         ex.set_input("input_ids", np.zeros((1, seq), np.int64))
         ex.set_input("attention_mask", np.ones((1, 1), np.int64))
         ex.run()
@@ -302,8 +344,8 @@ def test_wasm_profile_passes_the_kernels_their_size_arguments(tmp_path):
     """profile calls the module's kernels one by one with the size arguments of the inputs set
     (the C runner under emulation times whole runs only)."""
     target = require("wasm").target
-    model = bert_model()
-    options = CompileOptions(input_shapes={"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]})
+    model = encoder_model()
+    options = CompileOptions(input_shapes=ENCODER_SHAPES)
     ex = create_executor(save_artifact(compile_model(model, target, options), tmp_path / "encoder.tar"))
     feeds = encoder_feeds(11)
     for name, value in feeds.items():
@@ -325,9 +367,9 @@ def test_node_runs_one_web_output_at_every_sequence_length(tmp_path):
     from tests.e2e.test_web import run_node_module
 
     target = require("wasm").target
-    model = bert_model()
+    model = encoder_model()
     tvmc.compile(model, target=target, output=tmp_path / "site", output_format="web",
-                 input_shapes={"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]})
+                 input_shapes=ENCODER_SHAPES)
     feeds = {seq: encoder_feeds(seq) for seq in SEQ_SIZES}
     script = ['import { loadModel } from "./site/tvmc.js";',
               'const m = await loadModel(new URL("./site/", import.meta.url));',
@@ -338,7 +380,7 @@ def test_node_runs_one_web_output_at_every_sequence_length(tmp_path):
         script.append(f"m.run(); got[{seq}] = m.outputs.map((t, i) => "
                       "({ shape: m.outputShape(i), data: Array.from(m.getOutput(i), Number) }));")
     script += ["let error = null;",
-               'try { m.setInput("input_ids", new BigInt64Array(65), [1, 65]); } catch (e) { error = e.message; }',
+               'try { m.setInput("input_ids", new BigInt64Array(513), [1, 513]); } catch (e) { error = e.message; }',
                "const info = { sizeVars: m.sizeVars, symbolicShape: m.inputs[0].symbolicShape, "
                "bound: m.inputs[0].shape };",
                "m.destroy();",
@@ -351,7 +393,7 @@ def test_node_runs_one_web_output_at_every_sequence_length(tmp_path):
             assert tuple(got["shape"]) == ref.shape, (seq, k)
             np.testing.assert_allclose(np.array(got["data"], np.float32).reshape(ref.shape), ref,
                                        err_msg=f"output {k} at size {seq}", **TOL)
-    assert out["error"] == ("tvmc: input 'input_ids': dimension 1 is 65, outside the range of seq in 1..64 the model "
+    assert out["error"] == ("tvmc: input 'input_ids': dimension 1 is 513, outside the range of seq in 1..512 the model "
                             "was compiled for (code 3)")
-    assert out["info"] == {"sizeVars": [{"name": "seq", "range": "1..64"}], "symbolicShape": [1, "seq"],
-                           "bound": [1, 64]}
+    assert out["info"] == {"sizeVars": [{"name": "seq", "range": "1..512"}], "symbolicShape": [1, "seq"],
+                           "bound": [1, 512]}

@@ -10,7 +10,7 @@ guards of the split tails stay in the kernel. The executors bind the variables f
 shapes by the C API's rule (tvmc.runtime.executor.SizeBinding): a size outside the range is an
 InputError naming the input, the dimension, its value and the range, and `tvmc run` exits 8.
 
-Models: the BERT-style encoder layer (sequence 1..64) and the small CNN (batch 1..8) of
+Models: the BERT-style encoder layer (sequence 1..512) and the small CNN (batch 1..16) of
 tests/e2e/test_symbolic_e2e.py, each matching onnxruntime at five sizes (1, odd sizes, sizes that
 are not multiples of the tiles, the upper bound) within that file's tolerance. Op cases (the GPU
 schedules of tvmc/ops/gpu with tiles chosen for the upper bound): elementwise, softmax and mean
@@ -28,10 +28,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.e2e.test_symbolic_e2e import (BATCH_SIZES, SEQ_SIZES, check_inputs_that_disagree_are_refused,
+from tests.e2e.test_symbolic_e2e import (BATCH_MAX, BATCH_SIZES, ENCODER_SHAPES, SEQ_MAX, SEQ_SIZES,
+                                         check_inputs_that_disagree_are_refused,
                                          check_size_outside_the_range_is_refused, check_sizes,
-                                         check_tvmc_run_in_and_out_of_range, encoder_feeds, small_cnn)
-from tests.frontend.test_symbolic_shapes import bert_model, cnn_model
+                                         check_tvmc_run_in_and_out_of_range, encoder_feeds, encoder_model, small_cnn)
+from tests.frontend.test_symbolic_shapes import cnn_model
 from tests.targets import require
 from tvmc import te
 from tvmc.backends import backend_for
@@ -57,15 +58,14 @@ from tvmc.tir.lower import lower
 pytest.importorskip("onnxruntime", reason="onnxruntime is the reference (pip install onnxruntime)")
 
 OP_TOL = dict(rtol=1e-4, atol=1e-4)
-ENCODER_SHAPES = {"input_ids": [1, "1..64"], "attention_mask": [1, "1..64"]}
 
 
 def compile_encoder(target: str):
-    return compile_model(bert_model(), resolve_target(target), CompileOptions(input_shapes=ENCODER_SHAPES))
+    return compile_model(encoder_model(), resolve_target(target), CompileOptions(input_shapes=ENCODER_SHAPES))
 
 
 def compile_cnn(target: str):
-    return compile_model(small_cnn(), resolve_target(target), CompileOptions(dim_ranges={"N": (1, 8)}))
+    return compile_model(small_cnn(), resolve_target(target), CompileOptions(dim_ranges={"N": (1, BATCH_MAX)}))
 
 
 def cnn_feeds(n: int) -> dict:
@@ -77,7 +77,7 @@ def cnn_feeds(n: int) -> dict:
 @pytest.fixture(scope="module")
 def opencl_encoder(tmp_path_factory):
     require("opencl")
-    return bert_model(), save_artifact(compile_encoder("opencl"), tmp_path_factory.mktemp("gsym") / "encoder.tar")
+    return encoder_model(), save_artifact(compile_encoder("opencl"), tmp_path_factory.mktemp("gsym") / "encoder.tar")
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_opencl_artifact_kernels_take_the_size_variables_and_launch_by_them(open
     range's upper bound sizes the buffers."""
     art = load_artifact(opencl_encoder[1])
     g, source = art.graph_json, art.library.decode()
-    assert g["size_vars"] == [{"name": "seq", "lo": 1, "hi": 64}]
+    assert g["size_vars"] == [{"name": "seq", "lo": 1, "hi": SEQ_MAX}]
     sized = g["size_args"]
     assert len(sized) >= 10
     for name, args in sized.items():
@@ -116,12 +116,12 @@ def test_opencl_artifact_kernels_take_the_size_variables_and_launch_by_them(open
     symbolic_grids = [k for k, v in g["kernels"].items() if any(isinstance(d, list) for d in v["grid"])]
     assert len(symbolic_grids) >= 5 and set(symbolic_grids) <= set(sized)
     for k in symbolic_grids:  # a program only where the grid changes over the range, else a literal:
-        # (4 seq + 255) // 256 blocks is 1 for every seq in 1..64
-        assert launch_dims(g["kernels"][k], [1])[0] != launch_dims(g["kernels"][k], [64])[0], k
+        # (4 seq + 255) // 256 blocks, say: 1 at seq 1, 8 at 512
+        assert launch_dims(g["kernels"][k], [1])[0] != launch_dims(g["kernels"][k], [SEQ_MAX])[0], k
     assert all(isinstance(d, int) for v in g["kernels"].values() for d in v["block"])
 
 
-@pytest.mark.parametrize("seq", [0, 65])
+@pytest.mark.parametrize("seq", [0, SEQ_MAX + 1])
 def test_opencl_size_outside_the_range_is_refused_naming_input_dimension_value_and_range(opencl_encoder, seq):
     check_size_outside_the_range_is_refused(_executor("opencl")(opencl_encoder[1]), seq)
 
@@ -171,7 +171,7 @@ def test_tvmc_inspect_shows_launch_extents_as_expressions_of_the_size_variables(
     r = CliRunner().invoke(cli, ["inspect", str(opencl_encoder[1])])
     assert r.exit_code == 0, r.output
     rows = r.output.split("device kernels")[1]
-    assert re.search(r"fused_nn_softmax\s+1\s+\(seq\*2\)x1x1\s+64x1x1\s+64\s", rows), rows
+    assert re.search(r"fused_nn_softmax\s+1\s+\(seq\*2\)x1x1\s+256x1x1\s+256\s", rows), rows  # block for 512
     assert "((seq + 31) // 32)x1x1" in rows
     assert postfix_text(["$0", 4, "*", 255, "+", 256, "//", "$1", "max"], ["seq", "n"]) == \
         "max((seq*4 + 255) // 256, n)"
@@ -385,7 +385,7 @@ def test_a_schedule_that_fails_on_symbolic_extents_falls_back_to_the_per_thread_
     dense_kernels = [k for k in art.graph_json["kernels"] if "dense" in k]
     assert dense_kernels and all(art.graph_json["kernels"][k]["shared_bytes"] == 0 for k in dense_kernels)
     path = save_artifact(art, tmp_path / "cnn.tar")
-    check_sizes(small_cnn(), path, cnn_feeds, [1, 3, 8], executor=_executor("opencl"))
+    check_sizes(small_cnn(), path, cnn_feeds, [1, 3, BATCH_MAX], executor=_executor("opencl"))
 
 
 # ---- CUDA: compiled and checked by ptxas here ---------------------------------------------------
@@ -524,10 +524,11 @@ def test_cuda_executor_runs_every_size_with_the_simt_interpreter_for_a_gpu(model
     monkeypatch.setattr(runtime, "cuda_device", lambda spec=None: 0)
     if model == "encoder":
         path = save_artifact(compile_encoder("cuda"), tmp_path / "encoder.tar")
-        check_sizes(bert_model(), path, encoder_feeds, [1, 9, 20], executor=runtime.CUDAExecutor)
+        check_sizes(encoder_model(), path, encoder_feeds, [1, 9, 20], executor=runtime.CUDAExecutor)
+        check_size_outside_the_range_is_refused(runtime.CUDAExecutor(path), SEQ_MAX + 1)  # at set_input
     else:
         path = save_artifact(compile_cnn("cuda"), tmp_path / "cnn.tar")
-        check_sizes(small_cnn(), path, cnn_feeds, [1, 3, 8], executor=runtime.CUDAExecutor)
+        check_sizes(small_cnn(), path, cnn_feeds, [1, 3, BATCH_MAX], executor=runtime.CUDAExecutor)
     ex = runtime.CUDAExecutor(path)
     assert not ex.cuda_graph and "symbolic shapes" in ex.launch_mode
 
@@ -542,7 +543,8 @@ def test_cuda_one_artifact_every_size(model, tmp_path):
 
     if model == "encoder":
         path = save_artifact(compile_encoder("cuda"), tmp_path / "encoder.tar")
-        check_sizes(bert_model(), path, encoder_feeds, SEQ_SIZES, executor=CUDAExecutor)
+        check_sizes(encoder_model(), path, encoder_feeds, SEQ_SIZES, executor=CUDAExecutor)
+        check_size_outside_the_range_is_refused(CUDAExecutor(path), SEQ_MAX + 1)
     else:
         path = save_artifact(compile_cnn("cuda"), tmp_path / "cnn.tar")
         check_sizes(small_cnn(), path, cnn_feeds, BATCH_SIZES, executor=CUDAExecutor)
