@@ -71,16 +71,17 @@ MODELS = {
     "encoder": ("BERT-style encoder (seq 1..512)", lambda: bert_model(hidden=256, heads=4, vocab=1000, max_pos=512),
                 {"input_shapes": {"input_ids": [1, "1..512"], "attention_mask": [1, "1..512"]}},
                 lambda s: {"input_shapes": {"input_ids": [1, s], "attention_mask": [1, s]}}, _encoder_feeds,
-                [1, 77, 512]),
+                [1, 17, 77, 256, 512]),
     "cnn": ("CNN (batch 1..16)", cnn, {"dim_ranges": {"N": (1, 16)}}, lambda s: {"input_shapes": {"x": [s, 3, 32, 32]}},
-            lambda s: {"x": np.random.default_rng(s).standard_normal((s, 3, 32, 32)).astype(np.float32)}, [1, 3, 16]),
+            lambda s: {"x": np.random.default_rng(s).standard_normal((s, 3, 32, 32)).astype(np.float32)},
+            [1, 2, 3, 8, 16]),
     "gpt2": ("GPT-2 prefill (seq 1..256)", lambda: gpt2_prefill(hidden=128, heads=4, layers=2, vocab=512),
              {"dim_ranges": {"seq": (1, 256)}}, lambda s: {"input_shapes": {"input_ids": [1, s]}}, _ids(512),
-             [1, 33, 256]),
+             [1, 17, 33, 100, 256]),
     "crnn": ("CRNN (width 16..2048)", crnn, {"dim_ranges": {"width": (16, 2048)}},
              lambda s: {"input_shapes": {"image": [1, 1, 32, s]}},
              lambda s: {"image": np.random.default_rng(s).uniform(0, 1, (1, 1, 32, s)).astype(np.float32)},
-             [16, 100, 400]),
+             [16, 37, 100, 200, 400]),
 }
 
 
