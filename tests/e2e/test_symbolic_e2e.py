@@ -176,6 +176,9 @@ def test_metadata_and_description_show_the_ranges(encoder, cnn):
     assert art.description["size_vars"] == [{"name": "seq", "lo": 1, "hi": SEQ_MAX}]
     assert all(c.get("sizes") in (None, [0]) for c in art.description["calls"])
     assert any(c.get("sizes") == [0] for c in art.description["calls"])
+    static = compile_model(encoder[0], resolve_target("native"),
+                           CompileOptions(input_shapes={"input_ids": [1, SEQ_MAX], "attention_mask": [1, SEQ_MAX]}))
+    assert 0 < art.metadata["planned_activation_bytes"] <= static.metadata["planned_activation_bytes"]
     art = load_artifact(cnn[1])
     assert art.metadata["size_vars"] == [{"name": "N", "range": f"1..{BATCH_MAX}"}]
     # storage planned for the upper bound: no more than the static plan at N = BATCH_MAX
