@@ -177,7 +177,18 @@ def conv2d_nchwc_buckets(workload, target, var, ow) -> list:
     grouped = dict(workload[-1]).get("groups", 1) != 1
     tile_ow = conv2d_nchwc_config(workload, target).fallback_config()["tile_ow"] if not grouped else \
         group_conv2d_nchwc_config(workload, target).fallback_config()["tile_ow"]
-    return width_bucket_starts(var, ow, {2, 3, 4, 5, 6, 7, 8, tile_ow})
+    _, weight = workload[:2]
+    return width_bucket_starts(var, ow, register_tile_widths(tile_ow, accumulator_registers(target, weight[4])))
+
+
+def register_tile_widths(tile: int, regs: int) -> set:
+    """The widths at which size buckets of a register-tiled axis start (conv2d_nchwc_buckets,
+    conv2d_winograd_buckets): every width from 2 to 8, every fourth from 12 up to `regs` (R, the
+    accumulators of a register tile), and `tile`, the fallback tile of the range's upper bound.
+    Each bucket takes the tile of its own upper bound (the axis itself up to R), so a width up to R
+    computes at most 3 columns under the guard; with buckets only up to the bound's tile (16
+    at 1024 tiles), 20 tiles ran as two of 16 (a CRNN at width 37, range / static 1.25)."""
+    return {*range(2, 9), *range(12, regs + 1, 4), tile}
 
 
 def width_bucket_starts(var, extent, widths) -> list:

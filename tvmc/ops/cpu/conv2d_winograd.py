@@ -60,8 +60,8 @@ import math
 from importlib import resources
 
 from tvmc.autotune.space import ConfigSpace
-from tvmc.ops.cpu.conv2d_nchwc import (MAX_TILE_OC, accumulator_registers, fallback_register_tile, rolls_ic_inner,
-                                       width_bucket_starts)
+from tvmc.ops.cpu.conv2d_nchwc import (MAX_TILE_OC, accumulator_registers, fallback_register_tile,
+                                       register_tile_widths, rolls_ic_inner, width_bucket_starts)
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import macs, parallel_min_extent, schedule_tiled_reduction, worth_parallel
 from tvmc.te import extent as xt
@@ -351,7 +351,7 @@ def conv2d_winograd_buckets(workload, target, var, tiles) -> list:
     F(2x2), P = 8: 11.0 us with the bound's tile, 8.4 with these buckets, 8.3 compiled for that
     size). P grows by N * ceil(OH/m) per step of the width, so the starts are few."""
     tile_p = conv2d_winograd_config(workload, target).fallback_config()["tile_p"]
-    return width_bucket_starts(var, tiles, {*range(2, 9), *range(12, tile_p, 4), tile_p})
+    return width_bucket_starts(var, tiles, register_tile_widths(tile_p, accumulator_registers(target, workload[1][3])))
 
 
 def schedule_conv2d_winograd(s, out, anchor, cfg, target):

@@ -182,16 +182,22 @@ def dense_pack_config(workload, target) -> ConfigSpace:
     16 x 2 (32 accumulators, spills) 102-114, 1 x 4 40):
       M == 1: tile_nb = the largest divisor of N/bn <= 4, tile_m = 1 (batch-1 dense is bound by
               reading the weights; four accumulators hide the FMA latency);
-      M > 1:  tile_nb = the largest divisor of N/bn <= 2, tile_m = the largest divisor of M with
-              tile_m * tile_nb <= num_vector_registers // 2 (AVX-512: 16 accumulators, M=128 ->
-              8 x 2); the other half of the registers holds the broadcast data elements and the
-              weight vectors of one k step.
+      M > 1:  tile_nb = the largest divisor of N/bn <= 2; for A = (num_vector_registers // 2) //
+              tile_nb rows (AVX-512: 16 accumulators, 8 rows: M=128 -> 8 x 2; the other half of
+              the registers holds the broadcast data elements and the weight vectors of one k
+              step), tile_m = conv2d_nchwc.fallback_tile_ow(M, A): M itself up to A, else the
+              largest divisor of M from A/2 up, else the T in [A/2, A] that leaves the fewest rows
+              idle in the guarded last tile. A prime M took 1-row tiles before (the BERT-style
+              encoder of bench-dynamic at sequence 17, one thread, profile's kernel sum: 0.68 ->
+              0.36 ms; its range artifact, tiled by size bucket, 0.42).
     """
+    from tvmc.ops.cpu.conv2d_nchwc import fallback_tile_ow
+
     m, nb = workload[0][0], workload[1][0]
     space = ConfigSpace()
     space.define_split("tile_nb", nb, fallback=4 if m == 1 else 2, max_factor=8)
-    accumulators = max(1, target.num_vector_registers // 2)
-    space.define_split("tile_m", m, fallback=max(1, accumulators // space.fallback["tile_nb"]), max_factor=16)
+    rows = max(1, max(1, target.num_vector_registers // 2) // space.fallback["tile_nb"])
+    space.define_knob("tile_m", [f for f in range(1, min(m, 16) + 1) if m % f == 0], fallback=fallback_tile_ow(m, rows))
     return space
 
 
