@@ -580,3 +580,41 @@ def test_concatenate_of_hundreds_of_inputs_is_a_shallow_select_tree():
     arrays = [r.standard_normal((1, 3)).astype(np.float32) for _ in range(600)]
     out, ref = run_op("concatenate", arrays, dict(axis=0))
     np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("m,tile_m", [(1, 1), (5, 5), (17, 6), (128, 8), (77, 7), (37, 8)])
+def test_dense_pack_fallback_rows_leave_few_idle_rows(m, tile_m):
+    """dense_pack's fallback tile_m on AVX-512 (8 rows of 2 blocks): M itself up to 8, else a
+    divisor from 4 up, else the width in 4..8 that leaves the fewest rows idle in the guarded last
+    tile (a prime M took 1-row tiles: 17 -> 6, 3 tiles); a guarded tile matches numpy."""
+    from tvmc.ops.cpu.dense import dense_pack_config
+
+    target = resolve_target("x86")
+    workload = ((m, 64), (4, 64, 16), (m, 64), "float32", ())
+    assert dense_pack_config(workload, target).fallback_config()["tile_m"] == tile_m
+    if m == 17:
+        r = np.random.default_rng(7)
+        out, ref = run_op("nn.dense_pack", [r.standard_normal((m, 64)).astype(np.float32),
+                                            r.standard_normal((4, 64, 16)).astype(np.float32)])
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_width_buckets_reach_every_fourth_width_up_to_the_accumulators():
+    """The size buckets of a register-tiled width (conv2d_nchwc_buckets, conv2d_winograd_buckets)
+    start at every width from 2 to 8 and every fourth up to R (28 accumulators on AVX-512), so a
+    CRNN's 20 Winograd tiles at width 37 run one tile of 20 rather than two of 16."""
+    from tvmc.graph import symbolic
+    from tvmc.ops.cpu.conv2d_nchwc import register_tile_widths
+    from tvmc.ops.cpu.conv2d_winograd import conv2d_winograd_buckets, winograd_tiles
+
+    assert register_tile_widths(16, 28) == {2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28}
+    assert register_tile_widths(8, 12) == {2, 3, 4, 5, 6, 7, 8, 12}
+    target = resolve_target("x86")
+    ow = symbolic.size_var("width", 16, 2048) // 4
+    (width,) = symbolic.free_vars([ow])
+    attrs = (("out_layout", "NCHW16c"), ("padding", (1, 1, 1, 1)), ("tile_size", 2))
+    upper = ((1, 2, 8, 512, 16), (16, 3, 2, 16, 16), (1, 3, 8, 512, 16), "float32", attrs)
+    tiles = winograd_tiles(1, 8, ow, 2)
+    starts = conv2d_winograd_buckets(upper, target, width, tiles)
+    reached = [symbolic.substitute(tiles, {"width": v}) for v in starts]
+    assert {20, 24, 28} <= set(reached) and 16 in reached
