@@ -209,8 +209,9 @@ def test_crnn_sweep(recognizer):
 @pytest.mark.slow
 def test_crnn_memory_plan_at_most_the_static_plan_at_the_bound(tmp_path_factory):
     """Width 16..256 against the static artifact at 256 (63 steps): the static form unrolls the
-    LSTMs, and at the full range's bound (511 steps) its concatenation of the steps' outputs does
-    not compile (a select chain too deep for the code generator's recursion)."""
+    LSTMs, 511 steps each at the full range's bound (its concatenation of the steps' outputs, a
+    chain of 511 selects, overflowed the recursion until concatenate became a tree of selects; the
+    unrolled steps still make that compile long for a test)."""
     model = crnn()
     path = compiled(model, resolve_target("native"), tmp_path_factory, "crnn256", dim_ranges={"width": (16, 256)})
     static = compile_model(model, resolve_target("native"), CompileOptions(input_shapes={"image": [1, 1, 32, 256]}))
