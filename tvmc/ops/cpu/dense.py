@@ -17,6 +17,7 @@ operand vectors; N = 6625 -> 5); matmul: see matmul_config.
 from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
+from tvmc.ops.cpu.conv2d_nchwc import fallback_tile_ow
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_gemm_tiles, schedule_tiled_reduction, worth_parallel
 from tvmc.te.extent import same_shape
@@ -191,8 +192,6 @@ def dense_pack_config(workload, target) -> ConfigSpace:
               encoder of bench-dynamic at sequence 17, one thread, profile's kernel sum: 0.68 ->
               0.36 ms; its range artifact, tiled by size bucket, 0.42).
     """
-    from tvmc.ops.cpu.conv2d_nchwc import fallback_tile_ow
-
     m, nb = workload[0][0], workload[1][0]
     space = ConfigSpace()
     space.define_split("tile_nb", nb, fallback=4 if m == 1 else 2, max_factor=8)
