@@ -343,10 +343,10 @@ def winograd_tiles(n, oh, ow, m):
 def conv2d_winograd_buckets(workload, target, var, tiles) -> list:
     """Where the size buckets (tvmc.tir.buckets) of a conv2d_winograd_nchwc whose tile count P
     (`tiles`, an expression of graph SizeVar `var` alone: winograd_tiles of the symbolic output) is
-    symbolic start, as values of `var`: where P reaches each count from 2 to 8, then every fourth
-    count up to the fallback tile_p of the upper-bound `workload`, and that tile_p, as
-    conv2d_nchwc_buckets does for the output width (the GEMM's register tile runs over P, each
-    bucket below the bound's tile takes a tile for its own upper P; with the bound's tile alone a
+    symbolic start, as values of `var`: where P reaches each of conv2d_nchwc.register_tile_widths
+    (2 to 9, then 13, 17, ... up to one past the accumulators R, and the fallback tile_p of the
+    upper-bound `workload`), as conv2d_nchwc_buckets does for the output width (the GEMM's
+    register tile runs over P, each bucket takes a tile for its own upper P; with the bound's tile alone a
     CRNN's few tiles at small widths all fell in the guarded partial tile: 48 channels at 8 x 4,
     F(2x2), P = 8: 11.0 us with the bound's tile, 8.4 with these buckets, 8.3 compiled for that
     size). P grows by N * ceil(OH/m) per step of the width, so the starts are few."""
