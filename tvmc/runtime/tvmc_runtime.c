@@ -795,8 +795,14 @@ int tvmc_model_create(const void *params, size_t params_size, tvmc_model **out) 
     storage = (void **)alloc_in(&m->blocks, sizeof(void *) * (size_t)(m->num_storage + 1), sizeof(void *));
     if (!storage) rc = fail(TVMC_ERR_MEMORY, "out of memory", NULL, NULL);
     for (i = 0; rc == TVMC_OK && i < m->num_storage; i++) {
+      /* storage i starts (7 i mod 64) cache lines into its block: large storages (each its own
+       * page-aligned mapping from malloc) would otherwise all start at one offset within a 4 KiB
+       * page, where their first lines share the same cache sets */
+      size_t color = (size_t)(7 * i % 64) * TVMC_BUFFER_ALIGNMENT;
       uint64_t nbytes = m->storage_bytes[i] ? m->storage_bytes[i] : 1;
-      storage[i] = nbytes <= (uint64_t)((size_t)-1) ? alloc_in(&m->blocks, (size_t)nbytes, TVMC_BUFFER_ALIGNMENT) : NULL;
+      storage[i] = nbytes <= (uint64_t)((size_t)-1) - color ?
+                   alloc_in(&m->blocks, (size_t)nbytes + color, TVMC_BUFFER_ALIGNMENT) : NULL;
+      if (storage[i]) storage[i] = (char *)storage[i] + color;
       if (!storage[i]) {
         rc = fail(TVMC_ERR_MEMORY, "out of memory for storage ", NULL, NULL);
         err_u64((uint64_t)i);
