@@ -1045,7 +1045,7 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
                          int32_t ndim, const void *data, size_t nbytes) {
   int32_t i, k;
   const entry_t *e = NULL;
-  int ok;
+  int same_kind, same_shape;
   if (!model || !name || !dtype || (ndim && !shape) || (nbytes && !data))
     return fail(TVMC_ERR_ARGUMENT, "tvmc_model_set_input: NULL argument", NULL, NULL);
   for (i = 0; i < model->num_inputs; i++) {
@@ -1064,15 +1064,11 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
 #ifdef TVMC_SYMBOLIC_SHAPES
   if (e->sym >= 0) return set_symbolic_input(model, i, dtype, shape, ndim, data, nbytes);
 #endif
-  ok = ndim == e->ndim && cstr_len(dtype) == cstr_len(dtypes[e->dtype].name) &&
-       bytes_equal(dtype, dtypes[e->dtype].name, cstr_len(dtype)) && (uint64_t)nbytes == e->nbytes;
-  for (k = 0; ok && k < ndim; k++) ok = shape[k] == e->shape[k];
-  if (!ok) {
-    /* another size of the same rank and dtype: the artifact is fixed-shape (say how to compile a range) */
-    int other_size = ndim == e->ndim && cstr_len(dtype) == cstr_len(dtypes[e->dtype].name) &&
-                     bytes_equal(dtype, dtypes[e->dtype].name, cstr_len(dtype));
-    for (k = 0, ok = 1; other_size && k < ndim; k++) ok = ok && shape[k] == e->shape[k];
-    other_size = other_size && !ok;
+  same_kind = ndim == e->ndim && cstr_len(dtype) == cstr_len(dtypes[e->dtype].name) &&
+              bytes_equal(dtype, dtypes[e->dtype].name, cstr_len(dtype));
+  same_shape = same_kind;
+  for (k = 0; same_shape && k < ndim; k++) same_shape = shape[k] == e->shape[k];
+  if (!same_shape || (uint64_t)nbytes != e->nbytes) {
     fail(TVMC_ERR_INPUT, "input '", NULL, NULL);
     err_strn(name, 64);
     err_str("': expected ");
@@ -1084,7 +1080,7 @@ int tvmc_model_set_input(tvmc_model *model, const char *name, const char *dtype,
     err_str(" dimensions (");
     err_u64((uint64_t)nbytes);
     err_str(" bytes)");
-    if (other_size)
+    if (same_kind && !same_shape)  /* another size of the same rank and dtype: say how to compile a range */
       err_str("; the artifact is fixed-shape: compile it for a range of sizes to run others "
               "(tvmc compile --input-shapes NAME:[LO..HI,...] or --dim-range VAR=LO..HI)");
     return TVMC_ERR_INPUT;
