@@ -443,11 +443,21 @@ def test_parallel_kernel_calls_gomp_parallel(host, tmp_path):
     # the loop runs in a function of its own whose buffers are noalias parameters (not loaded
     # from the closure without alias facts), inlined into the threads' function
     assert re.search(r'define internal void @"par\.par1\.body"\(ptr noalias %".*", ptr noalias', text)
+    # with one thread (omp_get_max_threads) the kernel calls the threads' function itself, without
+    # GOMP_parallel's team start and futex wake
+    assert 'call i32 @"omp_get_max_threads"()' in text and re.search(r'call void @"par\.par1"\(ptr', text)
     lib = _load_library([prim], host, tmp_path / "par.so")
+    gomp = ctypes.CDLL("libgomp.so.1")
     x = np.random.default_rng(3).uniform(-4, 4, (64, 128)).astype(np.float32)
-    out = np.zeros_like(x)
-    lib.par(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data))
-    np.testing.assert_allclose(out, np.tanh(x.astype(np.float64)) * 3, rtol=1e-6, atol=1e-6)
+    before = gomp.omp_get_max_threads()
+    try:
+        for threads in (1, 2):  # the serial call and the launch compute the same rows
+            gomp.omp_set_num_threads(threads)
+            out = np.zeros_like(x)
+            lib.par(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data))
+            np.testing.assert_allclose(out, np.tanh(x.astype(np.float64)) * 3, rtol=1e-6, atol=1e-6)
+    finally:
+        gomp.omp_set_num_threads(before)
 
 
 # --- tvmc.backends.build_library: IR dumps and errors ----------------------------------------------------------
@@ -527,3 +537,53 @@ def test_invalid_ir_is_a_codegen_error_and_unknown_triple_a_target_error(host):
         compile_ir("define void @f() { ret i32 0 }", host)
     with pytest.raises(TargetError, match="triple"):
         compile_ir("", dataclasses.replace(host, triple="nonsense-unknown-none"))
+
+
+def test_requantize_then_rescale_epilogue_is_exact_with_fewer_instructions(host, tmp_path):
+    """A requantize (int32 -> uint8) read back by a rescale (uint8 -> uint8), as FuseOps fuses
+    them into an int8 conv's epilogue: the simplifier drops the zero point added by the one and
+    subtracted by the other (tvmc.tir.simplify._unshifted_clamp), and on x86 the last rounding,
+    clamp and zero point become one lrint (cvtps2dq) plus an integer add (rounded_then_shifted).
+    Both are exact: every output equals numpy's two-step reference, including values on .5
+    boundaries, saturating ones and zero points at the ends of the range."""
+    if host.arch != "x86_64":
+        pytest.skip("the lrint form is emitted for x86_64 hosts only")
+    n = 4096
+    acc = te.placeholder((n,), "int32", name="acc")
+    s1, a, b2 = (te.placeholder((n,), "float32", name=k) for k in ("s1", "a", "b2"))
+    zp1, zp2 = te.placeholder((1,), "int32", name="zp1"), te.placeholder((1,), "int32", name="zp2")
+
+    def clamp_u8(v):
+        return te.minimum(te.maximum(v, te.const(0.0, "float32")), te.const(255.0, "float32"))
+
+    q1 = te.compute((n,), lambda i: te.cast("uint8", clamp_u8(
+        te.round(te.cast("float32", acc[i]) * s1[i]) + te.cast("float32", zp1[0]))), name="q1")
+    q2 = te.compute((n,), lambda i: te.cast("uint8", clamp_u8(te.round(
+        (te.cast("float32", q1[i]) - te.cast("float32", zp1[0])) * a[i] + b2[i]) + te.cast("float32", zp2[0]))),
+        name="q2")
+    s = te.create_schedule(q2)
+    s[q1].compute_inline()
+    _, inner = s[q2].split(s[q2].op.axis[0], LANES)
+    s[q2].vectorize(inner)
+    prim = lower(s, [acc, s1, a, b2, zp1, zp2, q2], "epilogue")
+    cg = CodeGenLLVM(host)
+    cg.add_function(prim)
+    text = cg.ir_text()
+    assert "llvm.lrint.v16i32.v16f32" in text
+    assert "fsub <16 x float>" not in text  # no zero point subtracted per element (only from the bounds)
+    lib = _load_library([prim], host, tmp_path / "epilogue.so")
+    rng = np.random.default_rng(7)
+    x = rng.integers(-3000, 3000, n).astype(np.int32)
+    x[:64] = np.arange(-32, 32) * 2 + 1  # odd accumulators times 0.5: every one a .5 boundary
+    scale1 = np.full(n, 0.5, np.float32)
+    scale1[64:] = rng.uniform(0.01, 0.2, n - 64).astype(np.float32)
+    mul = rng.uniform(-2.0, 2.0, n).astype(np.float32)
+    mul[:64] = 1.0
+    shift = (rng.integers(-40, 40, n) + rng.choice([0.0, 0.5, 0.25], n)).astype(np.float32)
+    for z1, z2 in ((128, 3), (0, 255), (255, 0)):
+        out = np.zeros(n, np.uint8)
+        zs = [np.array([z1], np.int32), np.array([z2], np.int32)]
+        lib.epilogue(*[ctypes.c_void_p(t.ctypes.data) for t in (x, scale1, mul, shift, *zs, out)])
+        first = np.clip(np.rint(x.astype(np.float32) * scale1) + np.float32(z1), 0, 255)
+        ref = np.clip(np.rint((first - np.float32(z1)) * mul + shift) + np.float32(z2), 0, 255).astype(np.uint8)
+        np.testing.assert_array_equal(out, ref)

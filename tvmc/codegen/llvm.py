@@ -31,7 +31,7 @@ from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.gpu import narrower
 from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
                          DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
-from tvmc.tir.simplify import Linear, simplify
+from tvmc.tir.simplify import Linear, rounded_then_shifted, simplify
 
 if llvmlite.ir_layer_typed_pointers_enabled:
     raise ImportError("llvmlite was imported before tvmc with typed pointers enabled; import tvmc first "
@@ -55,6 +55,12 @@ HALF_BY_BITS = ("wasm32",)
 # narrow vector, which llvmlite's LLVM 22 scalarizes on wasm32 (an extract_lane and an
 # f32.convert_i32_u per lane: the requantize epilogues of the int8 kernels).
 UINT_TO_FLOAT_BY_BITS = ("wasm32",)
+# Architectures where `llvm.lrint` (round to nearest even in the default rounding mode, then
+# convert) of a float vector is one instruction (cvtps2dq), so that an int(round(x)) and the
+# requantize clamps around it (tvmc.tir.simplify.rounded_then_shifted) are emitted that way: one
+# instruction fewer than vrndscaleps + vcvttps2dq per vector of a fused int8 epilogue. Elsewhere
+# LLVM splits it (AArch64: frintx + fcvtzs) or calls lrintf per lane (wasm32).
+ROUND_CONVERT = ("x86_64",)
 MAX_UNROLL = 64
 # Largest stack array for a local buffer of symbolic size (sized for its upper bound)
 MAX_SYMBOLIC_STACK_BYTES = 1 << 16
@@ -257,6 +263,7 @@ class CodeGenLLVM:
         self.size_t = ir.IntType(SIZE_T_BITS.get(target.arch, 64))
         self.half_by_bits = target.arch in HALF_BY_BITS
         self.uint_to_float_by_bits = target.arch in UINT_TO_FLOAT_BY_BITS
+        self.round_convert = target.arch in ROUND_CONVERT
         self.device = DEVICE_TABLES.get(target.arch)
         self._outlined = 0
         self._rolled = 0
@@ -739,9 +746,10 @@ class CodeGenLLVM:
     def _parallel(self, st: _FnState, s: For):
         """Outline the loop into `body(ptr noalias buf..., i64 var..., i64 begin, i64 end)`, which
         runs iterations [begin, end), and `fn(ptr closure)`, run by GOMP_parallel on every thread,
-        which takes one contiguous chunk of the iteration space and calls `body` on it. Where the
-        launch depends on the run's sizes (a symbolic extent or min_parallel), a run with too few
-        iterations calls `body` on all of them directly. `body` is alwaysinline, so both calls get
+        which takes one contiguous chunk of the iteration space and calls `body` on it. A run with
+        one thread (omp_get_max_threads), or where the launch depends on the run's sizes (a
+        symbolic extent or min_parallel) with too few iterations, calls `fn` directly: outside a
+        parallel region it is thread 0 of 1 and runs them all. `body` is alwaysinline, so `fn` gets
         the loop inlined, and its noalias parameters tell LLVM what the kernel's noalias arguments
         tell it outside parallel loops: no two buffers overlap. Loaded from the closure without
         that fact, every store of an unrolled tile made LLVM load its inputs again: a symbolic
@@ -767,18 +775,21 @@ class CodeGenLLVM:
         for k, val in enumerate(values):
             b.store(val, b.gep(closure, [I32(0), I32(k)], source_etype=closure_ty))
         gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        if isinstance(s.extent, int) and isinstance(s.min_parallel, int) and s.min_parallel == 0:
-            b.call(gomp, [fn, closure, I32(0), I32(0)])
-        else:
+        # one thread (omp_get_max_threads, the ICV that GOMP_parallel would read) runs `fn` here:
+        # outside a parallel region it takes the whole range as thread 0 of 1, without the team
+        # start and the futex wake that GOMP_parallel costs even for one thread (10 per run of a
+        # small int8 CNN, about 3 us of its 26)
+        launch = b.icmp_signed(">", b.call(self.declare("omp_get_max_threads", I32, []), []), I32(1))
+        if not (isinstance(s.extent, int) and isinstance(s.min_parallel, int) and s.min_parallel == 0):
             # a symbolic extent: no launch without iterations, and (min_parallel) too few run here
-            ext = self._extent(st, s.extent)
             least = I64(max(1, s.min_parallel)) if isinstance(s.min_parallel, int) else \
                 self._expr(st, s.min_parallel, None)
-            with b.if_else(b.icmp_signed(">=", ext, least)) as (then, otherwise):
-                with then:
-                    b.call(gomp, [fn, closure, I32(0), I32(0)])
-                with otherwise:
-                    b.call(body, values + [I64(0), ext])
+            launch = b.and_(launch, b.icmp_signed(">=", self._extent(st, s.extent), least))
+        with b.if_else(launch) as (then, otherwise):
+            with then:
+                b.call(gomp, [fn, closure, I32(0), I32(0)])
+            with otherwise:
+                b.call(fn, [closure])
         # the threads' side: the closure's fields, this thread's chunk
         threads = _FnState(fn)
         fb = threads.builder
@@ -1007,6 +1018,10 @@ class CodeGenLLVM:
             else:
                 st.env[e.var] = outer
             return out
+        if isinstance(e, Cast) and self.round_convert:
+            rewritten = rounded_then_shifted(e)
+            if rewritten is not None:
+                return self._expr(st, rewritten, vec, mask)
         args = [self._expr(st, c, vec, mask) for c in _operands(e)]
         lanes = next((a.lanes for a in args if isinstance(a, _Vec)), None)
         if lanes is not None:
@@ -1118,6 +1133,11 @@ class CodeGenLLVM:
             if self.uint_to_float_by_bits and e.value.dtype in ("uint8", "uint16") and \
                     e.dtype in ("float32", "float64") and isinstance(args[0].type, ir.VectorType):
                 return _cast(b, uint_to_float_by_bits(b, args[0]), "float32", e.dtype)
+            if self.round_convert and e.dtype == "int32" and isinstance(e.value, Call) and e.value.name == "round" \
+                    and e.value.dtype == "float32" and isinstance(args[0], ir.CallInstr):
+                x = args[0].args[0]  # int32(round(x)): one lrint of x (the rint call goes unused)
+                n = f"v{x.type.count}" if isinstance(x.type, ir.VectorType) else ""
+                return b.call(self.declare(f"llvm.lrint.{n}i32.{n}f32", _like(x.type, I32), [x.type]), [x])
             return _cast(b, args[0], e.value.dtype, e.dtype, self.half_by_bits)
         if isinstance(e, Call) and e.name == "reinterpret":
             return _reinterpret(b, args[0], e.args[0].dtype, e.dtype, self.half_by_bits)
