@@ -197,7 +197,7 @@ def _int_constant(dtype: str, value: int):
 
 def for_range(builder: ir.IRBuilder, start, stop, name="i", loop_id=None):
     """Context manager emitting `for (i = start; i < stop; ++i)` (i64); yields the index value.
-    `loop_id` (LLVM loop metadata, see _rolled_loop_id) is attached to the back edge."""
+    `loop_id` (LLVM loop metadata, see CodeGenLLVM._loop_id) is attached to the back edge."""
 
     @contextlib.contextmanager
     def cm():
@@ -723,7 +723,13 @@ class CodeGenLLVM:
                 self._stmt(st, _subst_stmt(s.body, {s.var: IntImm(k)}), vec)
             st.dot_rows = rows
             return
-        loop_id = self._rolled_loop_id(s.var.name) if s.kind == "rolled" else None
+        # LLVM's loop vectorizer second-guesses only the loops a schedule left scalar; of symbolic
+        # extent those are a kernel's small-size bucket (fewer iterations than a vector) or strided
+        # rows, where it emits masked gathers: a [1, seq, 384] -> [1, 4, 32, seq] transpose of GPT-2
+        # at sequence 1 took 0.9 us in 256 of them instead of 0.1 in scalar copies
+        keep_scalar = not isinstance(s.extent, int) and vec is None
+        loop_id = self._loop_id(s.var.name, s.kind == "rolled", keep_scalar) if s.kind == "rolled" or keep_scalar \
+            else None
         with for_range(st.builder, I64(0), self._extent(st, s.extent), s.var.name, loop_id) as i:
             st.env[s.var] = i
             self._stmt(st, s.body, vec)
@@ -734,13 +740,19 @@ class CodeGenLLVM:
             return I64(extent)
         return self._expr(st, extent, None)
 
-    def _rolled_loop_id(self, name: str):
-        """A loop ID `!N = !{!N, !{"llvm.loop.unroll.disable"}}` (LLVM LangRef, 'llvm.loop'): LLVM
-        keeps a `rolled` loop (te Stage.rolled) a loop instead of unrolling it."""
-        disable = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")])
+    def _loop_id(self, name: str, no_unroll: bool, no_vectorize: bool):
+        """A loop ID `!N = !{!N, !{"llvm.loop.unroll.disable"}, !{"llvm.loop.vectorize.enable", i1 0}}`
+        with the hints asked for (LLVM LangRef, 'llvm.loop'): LLVM keeps a `rolled` loop (te
+        Stage.rolled) a loop instead of unrolling it, and a scalar loop scalar."""
+        hints = []
+        if no_unroll:
+            hints.append(self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")]))
+        if no_vectorize:
+            hints.append(self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.vectorize.enable"),
+                                                   ir.Constant(ir.IntType(1), 0)]))
         self._rolled += 1  # a distinct placeholder per loop: add_metadata shares equal operand lists
-        loop_id = self.module.add_metadata([ir.MetaDataString(self.module, f"tvmc.rolled.{name}.{self._rolled}")])
-        loop_id.operands = (loop_id, disable)
+        loop_id = self.module.add_metadata([ir.MetaDataString(self.module, f"tvmc.loop.{name}.{self._rolled}")])
+        loop_id.operands = (loop_id, *hints)
         return loop_id
 
     def _parallel(self, st: _FnState, s: For):
@@ -748,10 +760,11 @@ class CodeGenLLVM:
         runs iterations [begin, end), and `fn(ptr closure)`, run by GOMP_parallel on every thread,
         which takes one contiguous chunk of the iteration space and calls `body` on it. A run with
         one thread (omp_get_max_threads), or where the launch depends on the run's sizes (a
-        symbolic extent or min_parallel) with too few iterations, calls `fn` directly: outside a
-        parallel region it is thread 0 of 1 and runs them all. `body` is alwaysinline, so `fn` gets
-        the loop inlined, and its noalias parameters tell LLVM what the kernel's noalias arguments
-        tell it outside parallel loops: no two buffers overlap. Loaded from the closure without
+        symbolic extent or min_parallel) with too few iterations, calls `body` on all of them
+        directly (a tiny elementwise kernel of GPT-2 at sequence 1: no omp_get_num_threads /
+        omp_get_thread_num / division for its chunk). LLVM inlines `body` where it is small; its
+        noalias parameters tell LLVM what the kernel's noalias arguments tell it outside parallel
+        loops, inlined or not: no two buffers overlap. Loaded from the closure without
         that fact, every store of an unrolled tile made LLVM load its inputs again: a symbolic
         F(4x4) Winograd conv at 16 x 8 ran 9.5 us against 6.7 us compiled for that size (now
         7.0), and whole static models ran 0-10% faster with it (SqueezeNet x86-avx2 0.90-0.96)."""
@@ -764,7 +777,6 @@ class CodeGenLLVM:
         body = ir.Function(self.module, ir.FunctionType(VOID, fields + [I64, I64]), name + ".body")
         body.linkage = "internal"
         body.attributes.add("nounwind")
-        body.attributes.add("alwaysinline")
         fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
@@ -772,13 +784,10 @@ class CodeGenLLVM:
         b = st.builder
         values = [st.buffers[x] for x in bufs] + [st.env[v] for v in free_vars]
         closure = _alloca(st.alloca_builder, closure_ty, "closure")
-        for k, val in enumerate(values):
-            b.store(val, b.gep(closure, [I32(0), I32(k)], source_etype=closure_ty))
         gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        # one thread (omp_get_max_threads, the ICV that GOMP_parallel would read) runs `fn` here:
-        # outside a parallel region it takes the whole range as thread 0 of 1, without the team
-        # start and the futex wake that GOMP_parallel costs even for one thread (10 per run of a
-        # small int8 CNN, about 3 us of its 26)
+        # one thread (omp_get_max_threads, the ICV that GOMP_parallel would read) runs `body` here,
+        # without the team start and the futex wake that GOMP_parallel costs even for one thread
+        # (10 per run of a small int8 CNN, about 3 us of its 26)
         launch = b.icmp_signed(">", b.call(self.declare("omp_get_max_threads", I32, []), []), I32(1))
         if not (isinstance(s.extent, int) and isinstance(s.min_parallel, int) and s.min_parallel == 0):
             # a symbolic extent: no launch without iterations, and (min_parallel) too few run here
@@ -787,9 +796,11 @@ class CodeGenLLVM:
             launch = b.and_(launch, b.icmp_signed(">=", self._extent(st, s.extent), least))
         with b.if_else(launch) as (then, otherwise):
             with then:
+                for k, val in enumerate(values):
+                    b.store(val, b.gep(closure, [I32(0), I32(k)], source_etype=closure_ty))
                 b.call(gomp, [fn, closure, I32(0), I32(0)])
             with otherwise:
-                b.call(fn, [closure])
+                b.call(body, values + [I64(0), self._extent(st, s.extent)])
         # the threads' side: the closure's fields, this thread's chunk
         threads = _FnState(fn)
         fb = threads.builder
