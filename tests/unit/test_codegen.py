@@ -610,3 +610,31 @@ def test_requantize_then_rescale_epilogue_is_exact_with_fewer_instructions(host,
         first = np.clip(np.rint(x.astype(np.float32) * scale1) + np.float32(z1), 0, 255)
         ref = np.clip(np.rint((first - np.float32(z1)) * mul + shift) + np.float32(z2), 0, 255).astype(np.uint8)
         np.testing.assert_array_equal(out, ref)
+
+
+def test_a_uniform_select_of_loads_in_a_vector_loop_branches(host, tmp_path):
+    """select(cond, x[..], y[..]) in a vectorized loop with a condition the same for every lane
+    (here on the outer loop): a branch and a vector phi, so only the taken side's loads run, not
+    both under masks (CodeGenLLVM._branch_select); the result is the select's."""
+    n = 64
+    xs = [te.placeholder((n, 32), "float32", name=f"x{k}") for k in range(4)]
+
+    def pick(r, c):
+        q = r % 4
+        return te.select(q < 2, te.select(q < 1, xs[0][r, c], xs[1][r, c]),
+                         te.select(q < 3, xs[2][r, c], xs[3][r, c]))
+
+    y = te.compute((n, 32), pick, name="y")
+    s = te.create_schedule(y)
+    _, inner = s[y].split(s[y].op.axis[1], LANES)
+    s[y].vectorize(inner)
+    prim = lower(s, [*xs, y], "pick")
+    cg = CodeGenLLVM(host)
+    cg.add_function(prim)
+    text = cg.ir_text()
+    assert "masked.load" not in text and re.search(r"phi\s+<16 x float>", text)
+    lib = _load_library([prim], host, tmp_path / "pick.so")
+    arrays = [np.random.default_rng(k).standard_normal((n, 32)).astype(np.float32) for k in range(4)]
+    out = np.zeros((n, 32), np.float32)
+    lib.pick(*[ctypes.c_void_p(t.ctypes.data) for t in (*arrays, out)])
+    np.testing.assert_array_equal(out, np.stack([arrays[r % 4][r] for r in range(n)]))

@@ -360,6 +360,22 @@ def _split_multiples(lin: Linear, c: int):
     return q, r
 
 
+def _split_at_divisor(lin: Linear, c: int, ranges: dict):
+    """(a, q, r) with lin = a*q + r, a a divisor of c (1 < a < c, the largest that works), q a
+    Linear and r provably in [0, a): then lin // c = q // (c/a) and lin % c = a*(q % (c/a)) + r,
+    since a*q is a multiple of a and r cannot carry it past the next multiple of c (also one of
+    a). E.g. (16*o + i) // 32 = o // 2 for a vector lane i in [0, 16): the lanes of a 16-wide
+    vector of a concatenation's output all read the same input. None where no divisor does."""
+    for a in sorted((d for d in range(2, c) if c % d == 0), reverse=True):
+        q, r = _split_multiples(lin, a)
+        if not q.terms:
+            continue
+        rb = r.bounds(ranges)
+        if rb is not None and 0 <= rb[0] and rb[1] < a:
+            return a, q, r
+    return None
+
+
 _INT_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535),
                "int32": (-2 ** 31, 2 ** 31 - 1)}
 
@@ -495,6 +511,11 @@ def simplify(e: PrimExpr, ranges: dict | None = None, points: bool = False) -> P
                 if q.terms:  # (c*q + r) // c = q + r // c and (c*q + r) % c = r % c, for any integer r
                     rest = BinOp(x.op, r.to_expr(), b)
                     return BinOp("add", q.to_expr(), rest) if x.op == "floordiv" else rest
+                split = _split_at_divisor(r, c, ranges) if c <= 4096 else None
+                if split is not None:  # (a*q + r) // c = q // (c/a) for r in [0, a), a | c
+                    d, q2, r2 = split
+                    part = BinOp(x.op, q2.to_expr(), IntImm(c // d))
+                    return part if x.op == "floordiv" else Linear.of(part).scale(d).add(r2).to_expr()
             if x.op in ("min", "max"):
                 la, lb = Linear.of(a), Linear.of(b)
                 d = la.add(lb, -1)
