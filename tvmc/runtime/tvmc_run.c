@@ -34,7 +34,8 @@
  * a file this run reads or has mapped: an input, the params, mod.so, the runner itself.
  *
  * Exit codes: 0 success; the C API's code (1-7, TVMC_ERR_*) when a call fails, with
- * tvmc_last_error(); 64 usage; 65 a .npy file that is not what the model takes; 66 a file that
+ * tvmc_last_error(), except an input the model does not take (TVMC_ERR_INPUT: a dtype, a shape,
+ * a size outside a symbolic dimension's range), which exits 8 as `tvmc run` does; 64 usage; 65 a .npy file that is not what the model takes; 66 a file that
  * cannot be read; 73 a file that cannot be written. Errors are one line "error: ..." on stderr.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -53,6 +54,7 @@
 
 #include "tvmc_kernels.h"
 
+#define EXIT_INPUT 8 /* tvmc.errors.InputError's exit code */
 #define EXIT_USAGE 64
 #define EXIT_DATA 65
 #define EXIT_NOINPUT 66
@@ -71,7 +73,7 @@ static void die(int code, const char *fmt, ...) {
 }
 
 static void check(int rc, const char *what) {
-  if (rc != TVMC_OK) die(rc, "%s: %s", what, tvmc_last_error());
+  if (rc != TVMC_OK) die(rc == TVMC_ERR_INPUT ? EXIT_INPUT : rc, "%s: %s", what, tvmc_last_error());
 }
 
 /* ------------------------------------------------------------------------------------------
