@@ -30,8 +30,9 @@ from tvmc.target import Target, artifact_target, host_arch
 from tvmc.toolchain import find_tool
 
 RUNNER = "tvmc_run"
-# the C API's TVMC_ERR_INPUT (tvmc_kernels.h): an input the runner was given does not fit
-RUNNER_INPUT_ERROR = 3
+# the runner's exit code for the C API's TVMC_ERR_INPUT (tvmc_run.c EXIT_INPUT, InputError's):
+# an input the runner was given does not fit
+RUNNER_INPUT_ERROR = InputError.exit_code
 # what the runner's message of a refused input starts with: "error: " and the step that failed
 # (the input's file, or "run" where the inputs disagree on a size variable), both internal here
 _RUNNER_STEP = re.compile(r"^error: (?:\./input_\d+\.npy|run): ")
