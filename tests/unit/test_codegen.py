@@ -638,3 +638,30 @@ def test_a_uniform_select_of_loads_in_a_vector_loop_branches(host, tmp_path):
     out = np.zeros((n, 32), np.float32)
     lib.pick(*[ctypes.c_void_p(t.ctypes.data) for t in (*arrays, out)])
     np.testing.assert_array_equal(out, np.stack([arrays[r % 4][r] for r in range(n)]))
+
+
+def test_kernel_scratch_comes_from_the_thread_workspace(host, tmp_path):
+    """Global buffers a kernel allocates inside (here two, nested, of the run's size n) come from
+    the module's per-thread workspace (CodeGenLLVM._workspace), not malloc: the kernel calls
+    only the workspace's push / pop, which fall back to malloc while the arena is too small and
+    then grow it once it is empty. Runs at growing and shrinking sizes, each twice, compute what
+    numpy does (the buffers stay disjoint and the arena's regrowth keeps no stale pointer)."""
+    n = te.size_var("n", 1, 1 << 20)
+    x = te.placeholder((n,), "float32", name="x")
+    t = te.compute((n,), lambda i: x[i] * 2.0, name="t")
+    u = te.compute((n,), lambda i: t[i] + 1.0, name="u")
+    y = te.compute((n,), lambda i: u[n - 1 - i] * t[i], name="y")
+    prim = lower(te.create_schedule(y), [x, y], "scratch")
+    cg = CodeGenLLVM(host)
+    cg.add_function(prim)
+    text = cg.ir_text()
+    kernel = text[text.index('define void @"scratch"'):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    assert "@\"malloc\"" not in kernel and kernel.count("tvmc.ws.push") == 2 and kernel.count("tvmc.ws.pop") == 2
+    assert "internal thread_local global" in text
+    lib = _load_library([prim], host, tmp_path / "scratch.so")
+    for size in (5, 5, 1000, 1000, 300000, 300000, 17, 17):
+        a = np.random.default_rng(size).standard_normal(size).astype(np.float32)
+        out = np.zeros_like(a)
+        lib.scratch(ctypes.c_void_p(a.ctypes.data), ctypes.c_void_p(out.ctypes.data), ctypes.c_int64(size))
+        np.testing.assert_allclose(out, (a * 2 + 1)[::-1] * (a * 2), rtol=1e-6)

@@ -267,6 +267,7 @@ class CodeGenLLVM:
         self.device = DEVICE_TABLES.get(target.arch)
         self._outlined = 0
         self._rolled = 0
+        self._ws = None  # (push, pop) of the module's workspace stack (_workspace), once needed
         self._decls: dict = {}
 
     # --- declarations --------------------------------------------------------------------
@@ -387,6 +388,16 @@ class CodeGenLLVM:
                                    f"{most} elements, beyond the stack's {MAX_SYMBOLIC_STACK_BYTES} bytes")
             buf = Buffer(buf.name, (most,), buf.dtype, buf.scope)
         ty = ir.ArrayType(mem_type(buf.dtype), buf.size)
+        if not buf.static and self.device is None:  # global, for the run's extents: the workspace
+            nbytes = self._expr(st, simplify(buf.nbytes + 64), None)
+            if self.size_t.width < 64:
+                nbytes = st.builder.trunc(nbytes, self.size_t)
+            push, pop = self._workspace()
+            ptr = st.builder.call(push, [nbytes], name=buf.name)
+            st.buffers[buf] = ptr
+            self._stmt(st, s.body, vec)
+            st.builder.call(pop, [ptr, nbytes])
+            return
         if not buf.static:  # global: malloc'd for the run's extents
             malloc = self.declare("malloc", PTR, [self.size_t])
             free = self.declare("free", VOID, [PTR])
@@ -414,12 +425,98 @@ class CodeGenLLVM:
             st.buffers[buf] = self._shared(st, buf)
             self._stmt(st, s.body, vec)
             return
+        if self.device is None:
+            push, pop = self._workspace()
+            nbytes = self.size_t(buf.nbytes + 64)
+            ptr = st.builder.call(push, [nbytes], name=buf.name)
+            st.buffers[buf] = ptr
+            self._stmt(st, s.body, vec)
+            st.builder.call(pop, [ptr, nbytes])
+            return
         malloc = self.declare("malloc", PTR, [self.size_t])
         free = self.declare("free", VOID, [PTR])
         ptr = st.builder.call(malloc, [self.size_t(buf.nbytes + 64)], name=buf.name)
         st.buffers[buf] = ptr
         self._stmt(st, s.body, vec)
         st.builder.call(free, [ptr])
+
+    def _workspace(self):
+        """(push, pop): the module's workspace for the global buffers a kernel allocates inside
+        (a padded input, Winograd's transformed tiles), TVM's workspace pool as a stack per
+        thread. `ptr push(size_t n)` takes n bytes (rounded up to 64) from the calling thread's
+        arena, 64-byte aligned; where they do not fit it remembers how many would have and
+        returns malloc(n). `void pop(ptr p, size_t n)` gives them back (or frees p), and when the
+        arena is empty again and some run needed more, replaces it by one of that size. So
+        kernels allocate only in the first runs at the largest sizes seen; the runs after allocate
+        nothing (issue 29: a range artifact's scratch is sized by the run's extents). The arenas
+        are thread_local (GOMP's threads allocate inside parallel loops); each lives as long as
+        its thread (wasm32 without threads: one)."""
+        if self._ws is not None:
+            return self._ws
+        size_t, m = self.size_t, self.module
+
+        def tls(name, ty, init):
+            g = ir.GlobalVariable(m, ty, m.get_unique_name(name))
+            g.linkage, g.storage_class, g.initializer = "internal", "thread_local", init
+            return g
+
+        null = ir.Constant(PTR, None)
+        raw, base = tls("tvmc.ws.raw", PTR, null), tls("tvmc.ws.base", PTR, null)
+        cap, top, need = (tls(f"tvmc.ws.{k}", size_t, size_t(0)) for k in ("cap", "top", "need"))
+        malloc, free = self.declare("malloc", PTR, [size_t]), self.declare("free", VOID, [PTR])
+
+        def rounded(b, n):
+            return b.and_(b.add(n, size_t(63)), size_t(~63 & ((1 << size_t.width) - 1)))
+
+        push = ir.Function(m, ir.FunctionType(PTR, [size_t]), m.get_unique_name("tvmc.ws.push"))
+        push.linkage = "internal"
+        push.attributes.add("nounwind")
+        b = ir.IRBuilder(push.append_basic_block("entry"))
+        n = rounded(b, push.args[0])
+        t = b.load(top, typ=size_t)
+        end = b.add(t, n)
+        with b.if_else(b.icmp_unsigned("<=", end, b.load(cap, typ=size_t))) as (fits, spills):
+            with fits:
+                b.store(end, top)
+                inside = b.gep(b.load(base, typ=PTR), [t], source_etype=I8)
+                fits_blk = b.block
+            with spills:
+                most = b.load(need, typ=size_t)
+                b.store(b.select(b.icmp_unsigned(">", end, most), end, most), need)
+                outside = b.call(malloc, [b.add(n, size_t(64))])
+                spills_blk = b.block
+        out = b.phi(PTR)
+        out.add_incoming(inside, fits_blk)
+        out.add_incoming(outside, spills_blk)
+        b.ret(out)
+
+        pop = ir.Function(m, ir.FunctionType(VOID, [PTR, size_t]), m.get_unique_name("tvmc.ws.pop"))
+        pop.linkage = "internal"
+        pop.attributes.add("nounwind")
+        b = ir.IRBuilder(pop.append_basic_block("entry"))
+        ptr, n = pop.args[0], rounded(b, pop.args[1])
+        t = b.load(top, typ=size_t)
+        below = b.sub(t, n)
+        ours = b.and_(b.icmp_unsigned(">=", t, n),
+                      b.icmp_unsigned("==", ptr, b.gep(b.load(base, typ=PTR), [below], source_etype=I8)))
+        with b.if_else(ours) as (taken, spilled):
+            with taken:
+                b.store(below, top)
+            with spilled:
+                b.call(free, [ptr])
+        empty = b.icmp_unsigned("==", b.load(top, typ=size_t), size_t(0))
+        grow = b.and_(empty, b.icmp_unsigned(">", b.load(need, typ=size_t), b.load(cap, typ=size_t)))
+        with b.if_then(grow):
+            b.call(free, [b.load(raw, typ=PTR)])
+            size = b.load(need, typ=size_t)
+            fresh = b.call(malloc, [b.add(size, size_t(64))])
+            b.store(fresh, raw)
+            aligned = b.and_(b.add(b.ptrtoint(fresh, size_t), size_t(63)), size_t(~63 & ((1 << size_t.width) - 1)))
+            b.store(b.inttoptr(aligned, PTR), base)
+            b.store(size, cap)
+        b.ret_void()
+        self._ws = (push, pop)
+        return self._ws
 
     def _shared(self, st, buf: Buffer):
         """A generic pointer to `buf`'s block-shared global, one per buffer and kernel (LLVM
