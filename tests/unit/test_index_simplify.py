@@ -76,19 +76,22 @@ def test_a_merge_that_changes_another_pairs_coefficient_keeps_the_value():
         assert _eval(got, env) == _eval(e, env), (xv, iv, got)
 
 
+@pytest.mark.parametrize("whole", [0, 3, -2])
 @pytest.mark.parametrize("a,c,o_ext,extra", [(16, 32, 4, 0), (8, 48, 12, 0), (4, 12, 9, 2), (16, 64, 7, 3)])
-def test_a_vector_lane_under_a_coarser_divisor_leaves_the_lane_out(a, c, o_ext, extra):
-    """(a*o + i + k) // c with a | c and i + k in [0, a) (i a vector lane): o // (c/a), so that a
-    condition on it is the same for every lane (a concatenation's select tree, CodeGenLLVM
-    _branch_select); and the remainder a*(o % (c/a)) + i + k. Both checked at every point."""
+def test_a_vector_lane_under_a_coarser_divisor_leaves_the_lane_out(a, c, o_ext, extra, whole):
+    """(c*w + a*o + i + k) // c with a | c and i + k in [0, a) (i a vector lane): w + o // (c/a),
+    so that a condition on it is the same for every lane (a concatenation's select tree,
+    CodeGenLLVM _branch_select); and the remainder a*(o % (c/a)) + i + k. Both checked at every
+    point, with `whole` multiples of c in the constant too."""
     o, i = Var("o", "int64"), Var("i", "int64")
-    x = o * IntImm(a) + i + IntImm(extra)
+    shift = extra + whole * c
+    x = o * IntImm(a) + i + IntImm(shift)
     ranges = {o: o_ext, i: a - extra}
     div, mod = simplify(BinOp("floordiv", x, IntImm(c)), ranges), simplify(BinOp("floormod", x, IntImm(c)), ranges)
     assert not any(v is i for v in _vars(div))  # the lane is gone from the quotient
     for vo, vi in itertools.product(range(o_ext), range(a - extra)):
         env = {o: vo, i: vi}
-        assert _eval(div, env) == (vo * a + vi + extra) // c and _eval(mod, env) == (vo * a + vi + extra) % c
+        assert _eval(div, env) == (vo * a + vi + shift) // c and _eval(mod, env) == (vo * a + vi + shift) % c
 
 
 def test_a_lane_that_can_cross_the_divisor_stays():

@@ -512,10 +512,12 @@ def simplify(e: PrimExpr, ranges: dict | None = None, points: bool = False) -> P
                     rest = BinOp(x.op, r.to_expr(), b)
                     return BinOp("add", q.to_expr(), rest) if x.op == "floordiv" else rest
                 split = _split_at_divisor(r, c, ranges) if c <= 4096 else None
-                if split is not None:  # (a*q + r) // c = q // (c/a) for r in [0, a), a | c
+                if split is not None:  # (c*k + a*q + r) // c = k + q // (c/a) for r in [0, a), a | c
                     d, q2, r2 = split
                     part = BinOp(x.op, q2.to_expr(), IntImm(c // d))
-                    return part if x.op == "floordiv" else Linear.of(part).scale(d).add(r2).to_expr()
+                    if x.op == "floordiv":
+                        return Linear.of(part).add(q).to_expr()  # q: the constant k = lin.const // c
+                    return Linear.of(part).scale(d).add(r2).to_expr()
             if x.op in ("min", "max"):
                 la, lb = Linear.of(a), Linear.of(b)
                 d = la.add(lb, -1)
