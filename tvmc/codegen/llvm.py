@@ -266,7 +266,7 @@ class CodeGenLLVM:
         self.round_convert = target.arch in ROUND_CONVERT
         self.device = DEVICE_TABLES.get(target.arch)
         self._outlined = 0
-        self._rolled = 0
+        self._loop_ids = 0
         self._ws = None  # (push, pop) of the module's workspace stack (_workspace), once needed
         self._decls: dict = {}
 
@@ -388,26 +388,11 @@ class CodeGenLLVM:
                                    f"{most} elements, beyond the stack's {MAX_SYMBOLIC_STACK_BYTES} bytes")
             buf = Buffer(buf.name, (most,), buf.dtype, buf.scope)
         ty = ir.ArrayType(mem_type(buf.dtype), buf.size)
-        if not buf.static and self.device is None:  # global, for the run's extents: the workspace
+        if not buf.static:  # global, for the run's extents
             nbytes = self._expr(st, simplify(buf.nbytes + 64), None)
             if self.size_t.width < 64:
                 nbytes = st.builder.trunc(nbytes, self.size_t)
-            push, pop = self._workspace()
-            ptr = st.builder.call(push, [nbytes], name=buf.name)
-            st.buffers[buf] = ptr
-            self._stmt(st, s.body, vec)
-            st.builder.call(pop, [ptr, nbytes])
-            return
-        if not buf.static:  # global: malloc'd for the run's extents
-            malloc = self.declare("malloc", PTR, [self.size_t])
-            free = self.declare("free", VOID, [PTR])
-            nbytes = self._expr(st, simplify(buf.nbytes + 64), None)
-            if self.size_t.width < 64:
-                nbytes = st.builder.trunc(nbytes, self.size_t)
-            ptr = st.builder.call(malloc, [nbytes], name=buf.name)
-            st.buffers[buf] = ptr
-            self._stmt(st, s.body, vec)
-            st.builder.call(free, [ptr])
+            self._global_buffer(st, s, buf, nbytes, vec)
             return
         if buf is not s.buffer:
             ptr = _alloca(st.alloca_builder, ty, buf.name)
@@ -425,20 +410,21 @@ class CodeGenLLVM:
             st.buffers[buf] = self._shared(st, buf)
             self._stmt(st, s.body, vec)
             return
+        self._global_buffer(st, s, buf, self.size_t(buf.nbytes + 64), vec)
+
+    def _global_buffer(self, st, s: Allocate, buf: Buffer, nbytes, vec):
+        """`buf` (global) over s.body: `nbytes` (a size_t value) from the thread's workspace on a
+        CPU (_workspace), given back after the body; malloc'd and freed in device code."""
         if self.device is None:
-            push, pop = self._workspace()
-            nbytes = self.size_t(buf.nbytes + 64)
-            ptr = st.builder.call(push, [nbytes], name=buf.name)
-            st.buffers[buf] = ptr
-            self._stmt(st, s.body, vec)
-            st.builder.call(pop, [ptr, nbytes])
-            return
-        malloc = self.declare("malloc", PTR, [self.size_t])
-        free = self.declare("free", VOID, [PTR])
-        ptr = st.builder.call(malloc, [self.size_t(buf.nbytes + 64)], name=buf.name)
+            take, give = self._workspace()
+            ptr = st.builder.call(take, [nbytes], name=buf.name)
+            release = (give, [ptr, nbytes])
+        else:
+            ptr = st.builder.call(self.declare("malloc", PTR, [self.size_t]), [nbytes], name=buf.name)
+            release = (self.declare("free", VOID, [PTR]), [ptr])
         st.buffers[buf] = ptr
         self._stmt(st, s.body, vec)
-        st.builder.call(free, [ptr])
+        st.builder.call(*release)
 
     def _workspace(self):
         """(push, pop): the module's workspace for the global buffers a kernel allocates inside
@@ -511,8 +497,7 @@ class CodeGenLLVM:
             size = b.load(need, typ=size_t)
             fresh = b.call(malloc, [b.add(size, size_t(64))])
             b.store(fresh, raw)
-            aligned = b.and_(b.add(b.ptrtoint(fresh, size_t), size_t(63)), size_t(~63 & ((1 << size_t.width) - 1)))
-            b.store(b.inttoptr(aligned, PTR), base)
+            b.store(b.inttoptr(rounded(b, b.ptrtoint(fresh, size_t)), PTR), base)
             b.store(size, cap)
         b.ret_void()
         self._ws = (push, pop)
@@ -847,8 +832,8 @@ class CodeGenLLVM:
         if no_vectorize:
             hints.append(self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.vectorize.enable"),
                                                    ir.Constant(ir.IntType(1), 0)]))
-        self._rolled += 1  # a distinct placeholder per loop: add_metadata shares equal operand lists
-        loop_id = self.module.add_metadata([ir.MetaDataString(self.module, f"tvmc.loop.{name}.{self._rolled}")])
+        self._loop_ids += 1  # a distinct placeholder per loop: add_metadata shares equal operand lists
+        loop_id = self.module.add_metadata([ir.MetaDataString(self.module, f"tvmc.loop.{name}.{self._loop_ids}")])
         loop_id.operands = (loop_id, *hints)
         return loop_id
 
@@ -885,19 +870,20 @@ class CodeGenLLVM:
         # one thread (omp_get_max_threads, the ICV that GOMP_parallel would read) runs `body` here,
         # without the team start and the futex wake that GOMP_parallel costs even for one thread
         # (10 per run of a small int8 CNN, about 3 us of its 26)
+        ext = self._extent(st, s.extent)
         launch = b.icmp_signed(">", b.call(self.declare("omp_get_max_threads", I32, []), []), I32(1))
         if not (isinstance(s.extent, int) and isinstance(s.min_parallel, int) and s.min_parallel == 0):
             # a symbolic extent: no launch without iterations, and (min_parallel) too few run here
             least = I64(max(1, s.min_parallel)) if isinstance(s.min_parallel, int) else \
                 self._expr(st, s.min_parallel, None)
-            launch = b.and_(launch, b.icmp_signed(">=", self._extent(st, s.extent), least))
+            launch = b.and_(launch, b.icmp_signed(">=", ext, least))
         with b.if_else(launch) as (then, otherwise):
             with then:
                 for k, val in enumerate(values):
                     b.store(val, b.gep(closure, [I32(0), I32(k)], source_etype=closure_ty))
                 b.call(gomp, [fn, closure, I32(0), I32(0)])
             with otherwise:
-                b.call(body, values + [I64(0), self._extent(st, s.extent)])
+                b.call(body, values + [I64(0), ext])
         # the threads' side: the closure's fields, this thread's chunk
         threads = _FnState(fn)
         fb = threads.builder

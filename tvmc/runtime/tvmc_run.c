@@ -35,8 +35,9 @@
  *
  * Exit codes: 0 success; the C API's code (1-7, TVMC_ERR_*) when a call fails, with
  * tvmc_last_error(), except an input the model does not take (TVMC_ERR_INPUT: a dtype, a shape,
- * a size outside a symbolic dimension's range), which exits 8 as `tvmc run` does; 64 usage; 65 a .npy file that is not what the model takes; 66 a file that
- * cannot be read; 73 a file that cannot be written. Errors are one line "error: ..." on stderr.
+ * a size outside a symbolic dimension's range), which exits 8 as `tvmc run` does; 64 usage; 65 a
+ * .npy file that is not what the model takes; 66 a file that cannot be read; 73 a file that cannot
+ * be written. Errors are one line "error: ..." on stderr.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>

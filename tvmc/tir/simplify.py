@@ -404,20 +404,35 @@ def integral_bounds(e: PrimExpr):
     return None
 
 
+def _clamped_sum(e: PrimExpr):
+    """(t, c, lo, hi) where `e` is min(max(t + c, lo), hi) with literal float bounds within
+    2^24 in magnitude (a requantize's clamp of round(y) + zero point), else None."""
+    if not (isinstance(e, BinOp) and e.op == "min" and isinstance(e.b, FloatImm) and isinstance(e.a, BinOp)
+            and e.a.op == "max" and isinstance(e.a.b, FloatImm) and isinstance(e.a.a, BinOp) and e.a.a.op == "add"):
+        return None
+    lo, hi = e.a.b, e.b
+    if max(abs(lo.value), abs(hi.value)) > 2 ** 24:
+        return None
+    return e.a.a.a, e.a.a.b, lo, hi
+
+
+def _clamp_shifted(t: PrimExpr, lo: FloatImm, hi: FloatImm, c: PrimExpr) -> PrimExpr:
+    """min(max(t, lo - c), hi - c)."""
+    return BinOp("min", BinOp("max", t, BinOp("sub", lo, c)), BinOp("sub", hi, c))
+
+
 def _unshifted_clamp(a: PrimExpr, c: PrimExpr) -> PrimExpr | None:
     """min(max(t + c, lo), hi) - c -> min(max(t, lo - c), hi - c) where t and c are integers (a
     requantize's round(y) + zero point, clamped, read back by the rescale or dequantize fused after
     it, which subtracts the same zero point): two float ops fewer per vector of a fused int8 epilogue.
     Exact: below 2^24 every step is an integer sum; past it both forms give a bound."""
-    if not (isinstance(a, BinOp) and a.op == "min" and isinstance(a.b, FloatImm) and isinstance(a.a, BinOp)
-            and a.a.op == "max" and isinstance(a.a.b, FloatImm) and isinstance(a.a.a, BinOp) and a.a.a.op == "add"):
+    form = _clamped_sum(a)
+    if form is None:
         return None
-    t, shift = a.a.a.a, a.a.a.b
-    lo, hi = a.a.b, a.b
-    if _key(shift) != _key(c) or integral_bounds(t) is None or integral_bounds(c) is None or \
-            max(abs(lo.value), abs(hi.value)) > 2 ** 24:
+    t, shift, lo, hi = form
+    if _key(shift) != _key(c) or integral_bounds(t) is None or integral_bounds(c) is None:
         return None
-    return BinOp("min", BinOp("max", t, BinOp("sub", lo, c)), BinOp("sub", hi, c))
+    return _clamp_shifted(t, lo, hi, c)
 
 
 def rounded_then_shifted(x: Cast) -> PrimExpr | None:
@@ -428,18 +443,14 @@ def rounded_then_shifted(x: Cast) -> PrimExpr | None:
     generator has one (x86's cvtps2dq: CodeGenLLVM._expr applies this there; elsewhere it costs
     as many instructions as the original). Exact as _unshifted_clamp. None where `x` is not of
     that form."""
-    e = x.value
-    if not (x.dtype in _INT_RANGES and e.dtype == "float32" and isinstance(e, BinOp) and e.op == "min"
-            and isinstance(e.b, FloatImm) and isinstance(e.a, BinOp) and e.a.op == "max"
-            and isinstance(e.a.b, FloatImm) and isinstance(e.a.a, BinOp) and e.a.a.op == "add"):
+    form = _clamped_sum(x.value) if x.dtype in _INT_RANGES and x.value.dtype == "float32" else None
+    if form is None:
         return None
-    r, c = e.a.a.a, e.a.a.b
-    lo, hi = e.a.b, e.b
+    r, c, lo, hi = form
     if not (isinstance(r, Call) and r.name == "round") or integral_bounds(c) is None or \
-            not (_INT_RANGES[x.dtype][0] <= lo.value <= hi.value <= _INT_RANGES[x.dtype][1]) or \
-            max(abs(lo.value), abs(hi.value)) > 2 ** 24:
+            not (_INT_RANGES[x.dtype][0] <= lo.value <= hi.value <= _INT_RANGES[x.dtype][1]):
         return None
-    clamped = BinOp("min", BinOp("max", r.args[0], BinOp("sub", lo, c)), BinOp("sub", hi, c))
+    clamped = _clamp_shifted(r.args[0], lo, hi, c)
     total = BinOp("add", Cast("int32", Call("round", [clamped], "float32")), Cast("int32", c))
     return total if x.dtype == "int32" else Cast(x.dtype, total)
 
