@@ -281,6 +281,47 @@ def test_softmax_over_the_contiguous_axis_is_vectorized(shape, axis, vectorized)
     np.testing.assert_allclose(out, get_op("nn.softmax").reference(a, axis), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("op", ["nn.softmax", "nn.log_softmax"])
+def test_softmax_runs_row_by_row_in_a_row_buffer(op):
+    """softmax over a contiguous last axis: every stage inside the parallel loop over rows, the
+    exp in a local buffer of one row (nothing of the tensor's size allocated), the output the
+    exp times the sum's reciprocal; rows holding -inf, +inf and NaN keep numpy's results."""
+    from tvmc.ops.registry import get_op
+
+    shape = (2, 5, 64)
+    x = Var("x", TensorType(shape, "float32"))
+    fn = Function([x], make_call(op, [x], {"axis": 2}), "fused_softmax")
+    text = str(lower_fused(fn, X86))
+    assert text.index("parallel for") < text.index("allocate softmax_exp: float32[1,1,64] (local)")
+    assert "(global)" not in text
+    a = (np.random.default_rng(2).standard_normal(shape) * 4).astype(np.float32)
+    a[0, 0, 3] = -np.inf
+    a[0, 1, :] = -1e4
+    a[0, 1, 7] = 0.0
+    a[1, 2, 9] = np.inf
+    a[1, 3, 60] = np.nan
+    out, _ = build_and_run(fn, [a])
+    with np.errstate(invalid="ignore"):
+        ref = get_op(op).reference(a, 2)
+    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-7)
+
+
+def test_softmax_rows_longer_than_the_row_buffer_keep_the_whole_tensor_stages():
+    """A row of more than ROW_BUFFER_BYTES (32 KB of float32: 8192 elements) keeps the stages over
+    the whole tensor, the exp in a global buffer (no 64 KB stack row)."""
+    from tvmc.ops.cpu.reduction import ROW_BUFFER_BYTES
+    from tvmc.ops.registry import get_op
+
+    shape = (2, ROW_BUFFER_BYTES // 4 + 16)
+    x = Var("x", TensorType(shape, "float32"))
+    fn = Function([x], make_call("nn.softmax", [x], {"axis": 1}), "fused_softmax")
+    text = str(lower_fused(fn, X86))
+    assert f"allocate softmax_exp: float32[{shape[0]},{shape[1]}] (global)" in text
+    a = (np.random.default_rng(3).standard_normal(shape) * 4).astype(np.float32)
+    out, _ = build_and_run(fn, [a])
+    np.testing.assert_allclose(out, get_op("nn.softmax").reference(a, 1), rtol=2e-6, atol=1e-9)
+
+
 @pytest.mark.parametrize("target_name,operand,ow_tiles", [
     ("x86", "memory", {56: (2, 14), 28: (2, 14), 14: (2, 14), 7: (2, 7), 112: (2, 14)}),
     ("x86-avx2", "register", {56: (2, 4), 28: (2, 4), 14: (1, 7), 7: (1, 7), 112: (2, 4)}),

@@ -192,6 +192,21 @@ def test_softmax_reduction_is_vectorized_through_rfactor_with_a_partitioned_tail
     assert not any(_guarded(f) for f in reduce_loops)
 
 
+def test_softmax_rows_of_a_symbolic_length_take_a_row_buffer_of_the_run_extent():
+    """Where S reaches two vectors, softmax runs row by row (tvmc.ops.cpu.reduction._row_softmax): the
+    exp of one row goes to a local buffer whose region is symbolic (S rounded up to the vector),
+    bounded by S's upper bound, and the parallel loop over the rows encloses every stage."""
+    target = resolve_target("x86")
+    s_var = te.size_var("S", 1, 512)
+    x = te.placeholder((4, s_var, s_var), name="x")
+    y = softmax(x, 2)
+    s = te.create_schedule(y)
+    schedule_softmax(s, y, y, None, target)
+    text = str(lower(s, [x, y], "softmax_rows"))
+    assert text.index("parallel") < text.index("allocate softmax_exp: float32[1,1,(((S + 15) // 16) * 16)] (local)")
+    assert "(global)" not in text
+
+
 @pytest.mark.parametrize("name", CPU_TARGETS)
 def test_mean_over_a_symbolic_axis(name, tmp_path):
     """mean over the symbolic sequence axis of [S, 40]: the count is S at run time."""

@@ -128,11 +128,16 @@ def _select(b, c, x, y):
     return b.select(c, x, y)
 
 
+# LLVM's `contract` flag: a multiply and the add that consumes it may become one FMA (one rounding
+# instead of two), on targets that have one
+_CONTRACT = ("contract",)
+
+
 def _horner(b, ty, coeffs, x):
     """coeffs[0] + coeffs[1] x + ... + coeffs[-1] x**(n-1), by Horner's rule."""
     p = _const(ty, coeffs[-1])
     for c in reversed(coeffs[:-1]):
-        p = b.fadd(b.fmul(p, x), _const(ty, c))
+        p = b.fadd(b.fmul(p, x, flags=_CONTRACT), _const(ty, c), flags=_CONTRACT)
     return p
 
 
@@ -147,8 +152,8 @@ def exp(cg, b, x):
     xc = _select(b, b.fcmp_ordered("<", xc, _const(ty, f.exp_lo)), _const(ty, f.exp_lo), xc)
     n = b.fmul(xc, _const(ty, 1.0 / math.log(2.0)))
     n = b.call(_llvm_intrinsic(cg, "rint", ty, [n]), [n])
-    r = b.fsub(xc, b.fmul(n, _const(ty, f.ln2_hi)))
-    r = b.fsub(r, b.fmul(n, _const(ty, f.ln2_lo)))
+    r = b.fsub(xc, b.fmul(n, _const(ty, f.ln2_hi), flags=_CONTRACT), flags=_CONTRACT)
+    r = b.fsub(r, b.fmul(n, _const(ty, f.ln2_lo), flags=_CONTRACT), flags=_CONTRACT)
     p = _horner(b, ty, [1.0 / math.factorial(k) for k in range(f.exp_degree + 1)], r)
     it = _int_type_like(ty, f.bits)
     nan = b.fcmp_unordered("uno", x, x)

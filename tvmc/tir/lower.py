@@ -25,8 +25,11 @@ def lower(sch: Schedule, args, name: str, partition: bool = True) -> PrimFunc:
     not divide are lifted out of the iterations that need none (tvmc.tir.partition), unless
     `partition` is False (GPU kernels: the guards stay where they are, tvmc.tir.gpu).
 
-    Raises ScheduleError when a compute_at region cannot be bounded to a constant size, or a
-    SizeVar of the kernel appears in no argument's shape.
+    A compute_at region is constant, or symbolic in SizeVars alone (one row of a symbolic length:
+    its loops run to the run's extent, its local buffer is sized for the upper bound).
+
+    Raises ScheduleError when a compute_at region cannot be bounded that way, or a SizeVar of the
+    kernel appears in no argument's shape.
     """
     return _Lowering(sch, args, name, partition).run()
 
@@ -373,8 +376,11 @@ class _Lowering:
                     lo, hi = simplify(lo), simplify(hi)
                     d = simplify(hi - lo)
                     if not isinstance(d, IntImm):
-                        raise ScheduleError(f"compute_at: cannot bound the region of {child.tensor.name} "
-                                            f"inside {st.tensor.name} (extent {d!r} is not constant)")
+                        if not size_only(d):
+                            raise ScheduleError(f"compute_at: cannot bound the region of {child.tensor.name} "
+                                                f"inside {st.tensor.name} (extent {d!r} is not constant)")
+                        dims.append((lo, xt.as_extent(d + 1)))
+                        continue
                     dims.append((lo, d.value + 1))
                 region = dims if region is None else [_union(a, b, size) for a, b, size in
                                                       zip(region, dims, child.tensor.shape)]
@@ -443,6 +449,8 @@ def _union(a, b, size):
     d = simplify(lb - la)
     if not isinstance(d, IntImm):
         return IntImm(0), size
+    if not (xt.is_static(ea) and xt.is_static(eb)):  # symbolic extents (SizeVars): equal ones only
+        return (la, ea) if d.value == 0 and xt.same(ea, eb) else (IntImm(0), size)
     lo = la if d.value >= 0 else lb
     start = min(0, d.value)
     end = max(ea, d.value + eb)
