@@ -956,9 +956,12 @@ class CodeGenLLVM:
         var, _ = vec
         if not any(x is var for x in walk(index)):
             return "scalar", index
-        lin = Linear.of(simplify(index))
-        c = lin.coef(var)
-        rest = lin.add(Linear({("v", id(var)): (var, c)}), -1).to_expr()
+        for form in (index, None):  # the linear form as it is, else simplified (var inside a division)
+            lin = Linear.of(simplify(index) if form is None else form)
+            c = lin.coef(var)
+            rest = lin.add(Linear({("v", id(var)): (var, c)}), -1).to_expr()
+            if not any(x is var for x in walk(rest)):
+                break
         if any(x is var for x in walk(rest)) or not 1 <= c <= MAX_SHUFFLED_STRIDE:
             return "gather", None
         return ("contiguous", rest) if c == 1 else ("strided", (rest, c))
