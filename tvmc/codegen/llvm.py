@@ -967,12 +967,15 @@ class CodeGenLLVM:
         var, _ = vec
         if not any(x is var for x in walk(index)):
             return "scalar", index
-        for form in (index, None):  # the linear form as it is, else simplified (var inside a division)
-            lin = Linear.of(simplify(index) if form is None else form)
+
+        def split(e):  # (coefficient of var, the rest) of e's linear form
+            lin = Linear.of(e)
             c = lin.coef(var)
-            rest = lin.add(Linear({("v", id(var)): (var, c)}), -1).to_expr()
-            if not any(x is var for x in walk(rest)):
-                break
+            return c, lin.add(Linear({("v", id(var)): (var, c)}), -1).to_expr()
+
+        c, rest = split(index)
+        if any(x is var for x in walk(rest)):  # var inside a division: simplified, it may come out
+            c, rest = split(simplify(index))
         if any(x is var for x in walk(rest)) or not 1 <= c <= MAX_SHUFFLED_STRIDE:
             return "gather", None
         return ("contiguous", rest) if c == 1 else ("strided", (rest, c))

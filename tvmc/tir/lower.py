@@ -375,13 +375,10 @@ class _Lowering:
                         lo, hi = IntImm(0), _last(size)
                     lo, hi = simplify(lo), simplify(hi)
                     d = simplify(hi - lo)
-                    if not isinstance(d, IntImm):
-                        if not size_only(d):
-                            raise ScheduleError(f"compute_at: cannot bound the region of {child.tensor.name} "
-                                                f"inside {st.tensor.name} (extent {d!r} is not constant)")
-                        dims.append((lo, xt.as_extent(d + 1)))
-                        continue
-                    dims.append((lo, d.value + 1))
+                    if not (isinstance(d, IntImm) or size_only(d)):
+                        raise ScheduleError(f"compute_at: cannot bound the region of {child.tensor.name} "
+                                            f"inside {st.tensor.name} (extent {d!r} is not constant)")
+                    dims.append((lo, d.value + 1 if isinstance(d, IntImm) else xt.as_extent(d + 1)))
                 region = dims if region is None else [_union(a, b, size) for a, b, size in
                                                       zip(region, dims, child.tensor.shape)]
         if region is None:  # read by nothing attached there: computed whole, once per iteration

@@ -305,12 +305,12 @@ def _schedule_register_tile(s, out, anchor, cfg, target, keep):
         ic_outer, kh, kw, ic_inner = anchor.op.reduce_axis
         unroll = [ic_inner] if cfg["unroll_ic"] else []
         rolled = [ic_inner] if not cfg["unroll_ic"] and rolls_ic_inner(target) else []
+        if ic_inner.extent == 1 and not cfg["unroll_kw"]:  # a one-channel stem: see the module docstring
+            rolled.append(kw)
     else:
         kh, kw = anchor.op.reduce_axis
         unroll, rolled = [], []
     unroll += [kw] if cfg["unroll_kw"] else []
-    if not cfg["unroll_kw"] and len(anchor.op.reduce_axis) == 4 and ic_inner.extent == 1:
-        rolled.append(kw)
     tiles = {ow: cfg["tile_ow"], oc_block: oc_block.extent}
     if cfg.get("tile_oh", 1) > 1:  # a one-row tile leaves OH whole in the outer loops
         tiles[oh] = cfg["tile_oh"]

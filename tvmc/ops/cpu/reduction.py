@@ -59,6 +59,18 @@ def _contiguous_reduce_axis(t):
     return k
 
 
+def _factored_reduce_axis(t, lanes: int):
+    """The contiguous last reduce axis of `t` (_contiguous_reduce_axis) where rfactor by `lanes`
+    vectorizes it: a static extent of at least two vectors that the lanes divide, or a symbolic
+    one whose upper bound reaches two vectors (its last vector guarded); else None."""
+    k = _contiguous_reduce_axis(t)
+    if k is None:
+        return None
+    if xt.is_static(k.extent):
+        return k if k.extent % lanes == 0 and k.extent >= 2 * lanes else None
+    return k if xt.upper_bound(k.extent) >= 2 * lanes else None
+
+
 def _reduction_at_root(s, t, target):
     """A reduction stage at root. Over a contiguous innermost axis whose extent is a multiple of
     the vector lanes (and at least two vectors), the reduction is vectorized (TVM's rfactor):
@@ -67,9 +79,7 @@ def _reduction_at_root(s, t, target):
     scalar steps; a reduction over several axes (a whole tensor to a scalar) factors its
     innermost one. Otherwise the reduction loop stays innermost and scalar."""
     lanes = target.vector_lanes(t.dtype)
-    k = _contiguous_reduce_axis(t)
-    if k is not None and (k.extent % lanes == 0 and k.extent >= 2 * lanes if xt.is_static(k.extent)
-                          else xt.upper_bound(k.extent) >= 2 * lanes):
+    if _factored_reduce_axis(t, lanes) is not None:
         partial = s.rfactor(t, lanes)
         ps = s[partial]
         *outer, lane = ps.op.axis
@@ -126,11 +136,8 @@ def _row_softmax(s, out, target) -> bool:
             xt.upper_bound(inner.extent) * max(4, np.dtype(out.dtype).itemsize) > ROW_BUFFER_BYTES:
         return False
     reductions = [x.tensor for x in s.stages if x.op.reduce_axis]
-    for t in reductions:
-        k = _contiguous_reduce_axis(t)
-        if k is None or not (k.extent % lanes == 0 and k.extent >= 2 * lanes if xt.is_static(k.extent)
-                             else xt.upper_bound(k.extent) >= 2 * lanes):
-            return False
+    if any(_factored_reduce_axis(t, lanes) is None for t in reductions):
+        return False
     st.reorder(*[iv for iv in st.op.axis if _unit(iv)], *outer, inner)
     row = st.fuse(*outer) if len(outer) > 1 else outer[0]
     _, vec = st.split(inner, lanes)
