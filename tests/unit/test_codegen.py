@@ -338,6 +338,28 @@ def test_constant_index_offsets_are_separate_geps(host):
     assert re.search(r"getelementptr inbounds float, ptr %\"?[.\w]+\"?, i64 3\b", cg.ir_text())
 
 
+def test_unrolled_offsets_share_one_base_pointer_per_block(host, tmp_path):
+    """y[i, k] = x[i * 8 + k] + x[i * 8 + k + 1], k unrolled: the base x + i * 8 is computed once in
+    the loop's body and every access takes its constant offset from it (16 constant GEPs, one
+    base); the results match numpy."""
+    x = te.placeholder((65,), "float32", name="x")
+    y = te.compute((8, 8), lambda i, k: x[i * 8 + k] + x[i * 8 + k + 1], name="y")
+    s = te.create_schedule(y)
+    s[y].unroll(y.op.axis[1])
+    prim = lower(s, [x, y], "unrolled")
+    cg = CodeGenLLVM(host)
+    cg.add_function(prim)
+    body = cg.ir_text().split('define void @"unrolled"', 1)[1]
+    variable = re.findall(r"getelementptr inbounds float, ptr %\"?x\"?, i64 %", body)
+    constant = re.findall(r"getelementptr inbounds float, ptr %[.\w\"]+, i64 \d+\b", body)
+    assert len(variable) == 2 and len(constant) >= 15, (variable, constant)  # x + i*8 for x and for y
+    lib = _load_library([prim], host, tmp_path / "unrolled.so")
+    xs = np.arange(65, dtype=np.float32)
+    out = np.zeros((8, 8), np.float32)
+    lib.unrolled(ctypes.c_void_p(xs.ctypes.data), ctypes.c_void_p(out.ctypes.data))
+    np.testing.assert_array_equal(out, (xs[:64] + xs[1:]).reshape(8, 8))
+
+
 def test_rolled_loop_is_not_unrolled_by_llvm(host):
     """Stage.rolled: the loop's back edge carries llvm.loop.unroll.disable, which survives LLVM's
     O3 pipeline on the 4-trip reduction; a plain loop carries none."""

@@ -31,7 +31,7 @@ from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.gpu import narrower
 from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
                          DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
-from tvmc.tir.simplify import Linear, rounded_then_shifted, simplify
+from tvmc.tir.simplify import Linear, rounded_then_shifted, simplify, structural_key
 
 if llvmlite.ir_layer_typed_pointers_enabled:
     raise ImportError("llvmlite was imported before tvmc with typed pointers enabled; import tvmc first "
@@ -250,6 +250,7 @@ class _FnState:
         self.launch = None       # LaunchConfig of a device kernel
         self.shared: dict = {}   # id(Buffer) -> generic pointer to its shared-memory global
         self.dot_rows = 1        # data rows that the enclosing unrolled loops run a DotU8S8 weight block for
+        self.addresses = (None, {})  # (basic block, {access key: pointer}): _addr_of's pointers in that block
 
 
 class CodeGenLLVM:
@@ -935,9 +936,30 @@ class CodeGenLLVM:
         pointer per k, spilling them all)."""
         lin = Linear.of(index)
         if not lin.terms or lin.const == 0:
-            return self._addr(st, buf, self._expr(st, index, None))
-        ptr = self._addr(st, buf, self._expr(st, Linear(lin.terms).to_expr(), None))
+            return self._cached_addr(st, buf, ("index", structural_key(index)), lambda: index)
+        ptr = self._cached_addr(st, buf, ("terms", frozenset((k, c) for k, (_, c) in lin.terms.items())),
+                                lambda: Linear(lin.terms).to_expr())
         return st.builder.gep(ptr, [I64(lin.const)], inbounds=True, source_etype=mem_type(buf.dtype))
+
+    def _cached_addr(self, st, buf: Buffer, key, index):
+        """The address of buf[index()], emitted once per basic block and access `key`: an
+        unrolled Winograd transform reads 36 elements at one computed base plus constants, and
+        computing the base for each of them took most of its codegen time (a CRNN's range
+        artifact under a profiler: _addr_of 13 of 31 s). Within one block an earlier instruction
+        dominates the later ones and a Var keeps its value (a loop's body, a branch or the code
+        after them is a block of its own; a Let's body has a cache of its own), so the pointer is
+        reused only there."""
+        block, cache = st.addresses
+        if block is not st.builder.block:
+            block, cache = st.builder.block, {}
+            st.addresses = (block, cache)
+        hit = cache.get((buf, key))
+        if hit is None:
+            expr = index()
+            # the expression stays referenced beside its pointer: `key` holds the ids of its Vars
+            # and opaque atoms, which must not be reused by other nodes while the entry lives
+            hit = cache[(buf, key)] = (self._addr(st, buf, self._expr(st, expr, None)), expr)
+        return hit[0]
 
     def _gather_scatter(self) -> bool:
         """Whether a vector access of computed addresses is one llvm.masked.gather / scatter (CPU
@@ -1123,7 +1145,9 @@ class CodeGenLLVM:
         if isinstance(e, Let):  # value once, here; the body sees it through the var (an outer binding of the
             outer = st.env.get(e.var)  # same var, from a body inlined into its own index, comes back after)
             st.env[e.var] = self._expr(st, e.value, vec, mask)
+            addresses, st.addresses = st.addresses, (None, {})  # the var's pointers hold inside only
             out = self._expr(st, e.body, vec, mask)
+            st.addresses = addresses
             if outer is None:
                 del st.env[e.var]
             else:

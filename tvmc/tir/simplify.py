@@ -17,7 +17,7 @@ from tvmc.te.expr import (INDEX, BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, 
 from tvmc.tir.ir import Allocate, Barrier, For, IfThenElse, Intrinsic, Seq, Stmt, Store
 
 
-def _key(e):
+def structural_key(e):
     """Structural key: equal keys mean equal expressions."""
     if isinstance(e, Var):
         return ("v", id(e))
@@ -26,11 +26,11 @@ def _key(e):
     if isinstance(e, FloatImm):
         return ("f", e.value)
     if isinstance(e, BinOp):
-        return (e.op, _key(e.a), _key(e.b))
+        return (e.op, structural_key(e.a), structural_key(e.b))
     if isinstance(e, Load):
-        return ("ld", id(e.buffer), _key(e.index))
+        return ("ld", id(e.buffer), structural_key(e.index))
     if isinstance(e, Cast):
-        return ("c", e.dtype, _key(e.value))
+        return ("c", e.dtype, structural_key(e.value))
     return ("x", id(e))
 
 
@@ -63,8 +63,8 @@ class Linear:
                 (xa, ca), = a.terms.values()
                 (xb, cb), = b.terms.values()
                 prod = BinOp("mul", xa, xb)
-                return Linear({_key(prod): (prod, ca * cb)})
-        return Linear({_key(e): (e, 1)})
+                return Linear({structural_key(prod): (prod, ca * cb)})
+        return Linear({structural_key(e): (e, 1)})
 
     def times(self, factor: PrimExpr) -> "Linear":
         """This form times `factor`, an expression of SizeVars, distributed over the terms: each
@@ -72,7 +72,7 @@ class Linear:
         out = Linear.of(factor).scale(self.const)
         for atom, c in self.terms.values():
             prod = BinOp("mul", atom, factor)
-            out = out.add(Linear({_key(prod): (prod, c)}))
+            out = out.add(Linear({structural_key(prod): (prod, c)}))
         return out
 
     def add(self, o: "Linear", sign=1) -> "Linear":
@@ -88,7 +88,7 @@ class Linear:
         return Linear({k: (a, v * c) for k, (a, v) in self.terms.items()}, self.const * c)
 
     def coef(self, var: Var) -> int:
-        return self.terms.get(_key(var), (None, 0))[1]
+        return self.terms.get(structural_key(var), (None, 0))[1]
 
     def to_expr(self) -> PrimExpr:
         out = None
@@ -125,7 +125,7 @@ def merge_divmod(lin: Linear) -> Linear:
             continue
         k, c = lin.terms[key][1], atom.b.value  # the current coefficient: an earlier merge may have changed it
         div = BinOp("floordiv", atom.a, atom.b)
-        dkey = _key(div)
+        dkey = structural_key(div)
         if lin.terms.get(dkey, (None, 0))[1] != k * c:
             continue
         terms = {kk: v for kk, v in lin.terms.items() if kk not in (key, dkey)}
@@ -222,7 +222,7 @@ def _expanded_bounds(lin: Linear, ranges: dict):
     out, scale = lin, 1
     for _ in range(4):
         divs = [(key, atom) for key, (atom, _) in out.terms.items() if _const_div_of_size(atom)]
-        inner = {_key(x) for _, atom in divs for x in walk(atom.a)}
+        inner = {structural_key(x) for _, atom in divs for x in walk(atom.a)}
         divs = [(key, atom) for key, atom in divs if key not in inner]
         if not divs:
             break
@@ -233,7 +233,7 @@ def _expanded_bounds(lin: Linear, ranges: dict):
             if key in picked:
                 k = c * step // atom.b.value
                 mod = BinOp("floormod", atom.a, atom.b)
-                nxt = nxt.add(Linear.of(atom.a).scale(k)).add(Linear({_key(mod): (mod, -k)}))
+                nxt = nxt.add(Linear.of(atom.a).scale(k)).add(Linear({structural_key(mod): (mod, -k)}))
             else:
                 nxt = nxt.add(Linear({key: (atom, c * step)}))
         out, scale = nxt, scale * step
@@ -430,7 +430,7 @@ def _unshifted_clamp(a: PrimExpr, c: PrimExpr) -> PrimExpr | None:
     if form is None:
         return None
     t, shift, lo, hi = form
-    if _key(shift) != _key(c) or integral_bounds(t) is None or integral_bounds(c) is None:
+    if structural_key(shift) != structural_key(c) or integral_bounds(t) is None or integral_bounds(c) is None:
         return None
     return _clamp_shifted(t, lo, hi, c)
 
