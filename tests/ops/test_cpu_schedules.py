@@ -518,9 +518,8 @@ def test_plan_winograd_under_a_budget_takes_the_plan_that_saves_most_not_the_den
 def test_plan_winograd_weighs_the_sizes_of_a_symbolic_range(monkeypatch):
     """A conv of symbolic shape (samples: its shapes across the range, the upper bound last) takes
     the form with the lowest mean log ratio to the direct form over the samples, not the one of its
-    upper bound alone (F(4x4) at 56 x 56, F(2x2) at the 7 x 7 most of the range runs); F(4x4)
-    (outside SYMBOLIC_TILES) only where it is the fastest form at every sample, or an override
-    asks for it."""
+    upper bound alone (F(4x4) at 56 x 56, F(2x2) at the 7 x 7 most of the range runs), or an
+    override's."""
     from tvmc.ops.cpu import conv2d_winograd
     from tvmc.ops.cpu.conv2d_winograd import plan_winograd
 
@@ -533,8 +532,8 @@ def test_plan_winograd_weighs_the_sizes_of_a_symbolic_range(monkeypatch):
     big = {"k": [(1, 64, 56, 56)] * 6}
     assert plan_winograd(convs, target, samples=big) == {"k": 4}       # F(4x4) the fastest at every size
     mostly_big = {"k": [(1, 64, 7, 7)] + [(1, 64, 56, 56)] * 5}
-    assert plan_winograd(convs, target, samples=mostly_big) == {"k": 2}  # best on the mean, not at 7 x 7
-    assert plan_winograd(convs, target, override=4, samples=mostly_big) == {"k": 4}
+    assert plan_winograd(convs, target, samples=mostly_big) == {"k": 4}  # best on the mean, not at 7 x 7
+    assert plan_winograd(convs, target, override=2, samples=mostly_big) == {"k": 2}
     direct = {"k": [(1, 512, 7, 7)] * 6}                              # the direct class: no Winograd
     assert plan_winograd([("k", (1, 512, 7, 7), (512, 512, 3, 3), conv(padding=(1, 1, 1, 1)), 4)], target,
                          samples=direct) == {}

@@ -10,6 +10,7 @@ the kernels' last arguments, and the simplifier's rules for symbolic extents."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,8 +25,8 @@ from tvmc.graph import symbolic
 from tvmc.graph.ir import TensorType
 from tvmc.graph.ir import Var as GraphVar
 from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_config, schedule_conv2d_nchwc
-from tvmc.ops.cpu.conv2d_winograd import (conv2d_winograd_buckets, conv2d_winograd_config, schedule_conv2d_winograd,
-                                          winograd_tiles)
+from tvmc.ops.cpu.conv2d_winograd import (BUCKETED_STAGES, conv2d_winograd_buckets, conv2d_winograd_config,
+                                          schedule_conv2d_winograd, winograd_tiles)
 from tvmc.ops.cpu.dense import (dense_config, dense_pack_buckets, dense_pack_config, matmul_config, schedule_dense,
                                 schedule_dense_pack, schedule_matmul)
 from tvmc.ops.cpu.injective import schedule_injective
@@ -440,7 +441,9 @@ def test_conv2d_winograd_over_a_symbolic_width_in_size_buckets(name, tile_size, 
         schedule_conv2d_winograd(s, y, y, conv2d_winograd_config(hi_wl, target).fallback_config(), target)
         return s, [x, wt, y]
 
-    prim = lower_buckets("conv2d_winograd_width", te.size_var("W", 1, 32), starts, build)
+    prim = lower_buckets("conv2d_winograd_width", te.size_var("W", 1, 32), starts, build, stages=BUCKETED_STAGES)
+    stores = re.findall(r"^ *(\w+)\[", str(prim), re.M)  # the input transform once, the GEMM in every bucket
+    assert stores.count("input_tile") == 1 and stores.count("batch_gemm") >= len(starts) + 1
     packed = pack_weight(g, lanes, lanes)
 
     def arrays(n):

@@ -245,7 +245,16 @@ def _lower_buckets(func, anchor, target, var, starts, choose) -> PrimFunc:
             impl.schedule(s, out, anchor_t, cfg, target)
         return s, params + [out]
 
-    return lower_buckets(func.name, bound[var.name], starts, build)
+    return lower_buckets(func.name, bound[var.name], starts, build, stages=_bucketed_stages(anchor))
+
+
+def _bucketed_stages(anchor):
+    """The stages that a CPU schedule specializes per size bucket where it does not all of them:
+    nn.conv2d_winograd_nchwc's batched GEMM (BUCKETED_STAGES; its transforms are shared); None
+    (every stage) elsewhere."""
+    from tvmc.ops.cpu.conv2d_winograd import BUCKETED_STAGES
+
+    return BUCKETED_STAGES if isinstance(anchor, Call) and anchor.op == "nn.conv2d_winograd_nchwc" else None
 
 
 def _bucket_fallback(anchor, impl, target, var, sub):

@@ -15,8 +15,11 @@ from tvmc.tir.partition import partition_loops
 from tvmc.tir.simplify import Linear, expr_bounds, simplify, simplify_stmt, size_only
 
 
-def lower(sch: Schedule, args, name: str, partition: bool = True) -> PrimFunc:
+def lower(sch: Schedule, args, name: str, partition: bool = True, stages=None) -> PrimFunc:
     """Lower `sch` into a kernel whose parameters are the tensors `args` (inputs then output).
+    `stages`: the names of the root stages whose loop nests the kernel holds (every stage's when
+    None; the others' buffers are allocated all the same): one part of a kernel that
+    tvmc.tir.buckets specializes per size bucket.
 
     Symbolic extents (SizeVars in the tensors' shapes, tvmc.te.extent) make loops of symbolic
     extent; the SizeVars become the kernel's int64 arguments after its buffers (PrimFunc.size_vars,
@@ -31,7 +34,7 @@ def lower(sch: Schedule, args, name: str, partition: bool = True) -> PrimFunc:
     Raises ScheduleError when a compute_at region cannot be bounded that way, or a SizeVar of the
     kernel appears in no argument's shape.
     """
-    return _Lowering(sch, args, name, partition).run()
+    return _Lowering(sch, args, name, partition, stages).run()
 
 
 def inlined_bodies(sch: Schedule) -> dict:
@@ -53,8 +56,9 @@ def inlined_bodies(sch: Schedule) -> dict:
 
 
 class _Lowering:
-    def __init__(self, sch, args, name, partition=True):
+    def __init__(self, sch, args, name, partition=True, stages=None):
         self.sch, self.args, self.name, self.partition = sch, list(args), name, partition
+        self.stages = None if stages is None else set(stages)
         self.buffers = {}      # tensor uid -> (Buffer, [base exprs] or None)
         self.bodies = {}       # stage -> body expr with inline stages substituted
         self.children = {}     # (id(stage), id(iv)) -> [Stage]
@@ -91,8 +95,8 @@ class _Lowering:
                 buf = self._buffer(st.tensor, st.tensor.shape, st.scope or "global")
                 self.buffers[st.tensor.uid] = (buf, None)
                 allocs.append(buf)
-            region = [(IntImm(0), e) for e in st.tensor.shape]
-            nests.append(self._stage_nest(st, region))
+            if self.stages is None or st.tensor.name in self.stages:
+                nests.append(self._stage_nest(st, [(IntImm(0), e) for e in st.tensor.shape]))
         body = Seq(nests)
         for buf in reversed(allocs):
             body = Allocate(buf, body)

@@ -81,21 +81,6 @@ COST_TABLE_FOLDER = "winograd"
 # The forms a cost table times (bench/winograd_table.py) and the Winograd tile each stands for.
 FORM_TILE_SIZE = {"direct": 0, "im2col": 0, "winograd2": 2, "winograd4": 4}
 WINOGRAD_IMPL_TILES = (2, 4)  # the output tiles m of nn.conv2d_winograd_nchwc: F(2x2, 3x3), F(4x4, 3x3)
-# The tiles plan_winograd gives a conv of symbolic shape without an override. F(4x4) over a
-# symbolic width ran slower than compiled for one size (a CRNN's 16 -> 32 conv at 16 x 8: 8.7 us
-# against 6.2; F(2x2) 8.8 against 8.7) and compiles for seconds per size bucket; the CRNN's range
-# artifact with F(2x2) alone ran 0.90, 0.92, 0.97 and 1.01 of the one that also took F(4x4) at
-# widths 16, 100, 400 and 1000. With the weights transformed at load time (no size budget) the
-# static artifact for width 16 takes F(4x4) on two convs and got faster; letting the range artifact
-# take F(4x4) too (2, 4) brought its range / static at width 16 from 1.25 to 1.07 and at 100 from
-# 1.04 to 0.87 (Zen 4, one process, 2026-11-27), but its compile from 12.9 to 76.5 s (the F(4x4)
-# kernels of every size bucket). So F(2x2) is the symbolic tile without an override, and F(4x4)
-# only where the cost table has it fastest at every sampled size of the range (_wins_across): on
-# the CRNN its 16 -> 32 conv alone, the one conv the static artifact for width 16 runs as F(4x4),
-# one kernel without size buckets (the tile count at width 16 is already the bound's register
-# tile): range / static at width 16 1.25 -> 1.14 (then 1.08 with the inlined parallel bodies of
-# tvmc.codegen.llvm), compile 10.2 -> 14.0 s.
-SYMBOLIC_TILES = (2,)
 
 
 @functools.lru_cache(maxsize=None)
@@ -190,22 +175,6 @@ def _gains_ms(data_shapes, weight_shape, target, override: int, weights=None) ->
     return {m: saved[m] for m in WINOGRAD_IMPL_TILES if m <= preferred and score[m] < 0}
 
 
-def _wins_across(data_shapes, weight_shape, target, m: int) -> bool:
-    """Whether the cost table of `target` has Winograd tile m strictly fastest of all forms (the
-    direct form, im2col and the other tiles) at every one of `data_shapes` ([N, C, H, W]): the
-    condition for a tile outside SYMBOLIC_TILES to serve a conv of symbolic shape. False without
-    a table."""
-    table = load_cost_table(target.name)
-    if table is None:
-        return False
-    for d in data_shapes:
-        times = estimated_times_ms(tuple(d), tuple(weight_shape), table)
-        mine = times[f"winograd{m}"]
-        if any(t <= mine for form, t in times.items() if form != f"winograd{m}"):
-            return False
-    return True
-
-
 def _direct_ms(times: dict) -> float:
     """The direct form's estimated ms from a cost table's {form: ms}: the better of direct and
     im2col (AlterOpLayout chooses between the ops; tuning records choose im2col)."""
@@ -252,13 +221,18 @@ def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: f
     Winograd tiles are all slower stays direct.
     samples: {key: [data_shape, ...]}: for a conv of symbolic shape (its data_shape in convs at the
     upper bounds), shapes at sizes across the range, the upper bound last; the cost table's form
-    is then the one with the lowest mean log ratio to the direct form over them (_gains_ms), among
-    SYMBOLIC_TILES and the tiles the table has fastest at every sample (_wins_across) unless an
-    override is given, and its time saved, for the budget's ranking, the mean over the sizes of
+    is then the one with the lowest mean log ratio to the direct form over them (_gains_ms), and
+    its time saved, for the budget's ranking, the mean over the sizes of
     the time saved relative to the convolutions' time at each size (_sample_weights): one
     artifact for a range takes the forms that serve the whole range, not its upper bound alone (a
     CRNN of widths 16..2048 under the default budget, compiled for one width: F(4x4) for its
-    second conv at 2048, F(2x2) at 16, direct at 400).
+    second conv at 2048, F(2x2) at 16, direct at 400). F(4x4) serves a range as F(2x2) does: its
+    transforms are one kernel over the whole range and its GEMM alone is specialized per size
+    bucket (BUCKETED_STAGES). Before, when every bucket carried its own unrolled transforms, F(4x4)
+    was kept for the convs where the table had it fastest at every sample, as it compiled for
+    seconds per bucket; admitted everywhere now, the CRNN's range artifact went from 1.12 / 1.10 /
+    1.14 to 1.09 / 1.06 / 1.05 of the static ones at widths 16 / 37 / 100 (run alone, one process),
+    its compile from 23.5 to 28.1 s.
     Without a budget (inf), each conv takes winograd_tile_size's choice. With one, the transformed
     weights ((m+2)^2 instead of 9 values per C x O pair) may add at most `extra_bytes_budget`
     bytes in all, and the plan (a form per conv) that saves the most time within them is taken
@@ -275,9 +249,6 @@ def plan_winograd(convs: list, target, override: int = -1, extra_bytes_budget: f
         if gains is None:
             shapes = samples.get(key, [data_shape] * (len(weights) if weights else 1))
             gains = _gains_ms([tuple(d) for d in shapes], tuple(weight_shape), target, override, weights)
-        if key in samples and override < 0:  # a range: SYMBOLIC_TILES, or a tile fastest at every size
-            gains = {m: g for m, g in gains.items()
-                     if m in SYMBOLIC_TILES or _wins_across(samples[key], weight_shape, target, m)}
         if gains:
             options[key] = gains
             sizes[key] = data_shape[1] * weight_shape[0] * itemsize
@@ -338,6 +309,12 @@ def winograd_tiles(n, oh, ow, m):
     """P = N * ceil(OH/m) * ceil(OW/m), the output tiles of F(m x m, 3x3) (ints, or graph SymExprs
     with tvmc.graph.symbolic's floor division)."""
     return n * ((oh + m - 1) // m) * ((ow + m - 1) // m)
+
+
+# The stages of nn.conv2d_winograd_nchwc that its size buckets specialize (tvmc.tir.buckets.
+# lower_buckets): the batched GEMM, whose register tile runs over the tile count P. The transforms
+# and the padding do not depend on the config and are lowered once for the whole range.
+BUCKETED_STAGES = ("batch_gemm",)
 
 
 def conv2d_winograd_buckets(workload, target, var, tiles) -> list:
