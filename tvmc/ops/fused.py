@@ -173,10 +173,18 @@ def _plain_var(d):
     return None
 
 
+def _single_var(d):
+    """The graph SizeVar of dimension `d` where it is an expression of that variable alone, else None."""
+    from tvmc.graph import symbolic
+
+    free = symbolic.free_vars([d]) if symbolic.is_symbolic(d) else []
+    return free[0] if len(free) == 1 else None
+
+
 def _size_buckets(anchor, target):
     """(graph SizeVar, bucket starts) where a CPU schedule defines size buckets for the anchor
-    (tvmc.tir.buckets): nn.dense_pack and nn.matmul over symbolic rows (dense_pack_buckets,
-    matmul_buckets), nn.softmax over
+    (tvmc.tir.buckets): nn.dense_pack and nn.matmul over symbolic rows of one variable
+    (dense_pack_buckets, matmul_buckets), nn.softmax over
     a symbolic last axis (softmax_buckets), nn.conv2d_nchwc over a symbolic output width of one
     variable (conv2d_nchwc_buckets), nn.conv2d_winograd_nchwc over a symbolic tile count of one
     variable (conv2d_winograd_buckets) and an injective function over a last axis that an input
@@ -190,14 +198,14 @@ def _size_buckets(anchor, target):
     if target.gpu or not isinstance(anchor, Call) or not isinstance(anchor.op, str):
         return None
     if anchor.op == "nn.dense_pack" and len(anchor.inputs[0].shape) == 2:
-        var = _plain_var(anchor.inputs[0].shape[0])
-        starts = var and dense_pack_buckets(upper_workload(anchor), target, var)
+        var = _single_var(anchor.inputs[0].shape[0])
+        starts = var and dense_pack_buckets(upper_workload(anchor), target, var, anchor.inputs[0].shape[0])
     elif anchor.op == "nn.softmax" and anchor.attrs.get("axis", -1) in (-1, len(anchor.shape) - 1):
         var = _plain_var(anchor.shape[-1])
         starts = var and softmax_buckets(var, target)
     elif anchor.op == "nn.matmul" and not anchor.attrs.get("padded"):
-        var = _plain_var(anchor.shape[-2])
-        starts = var and matmul_buckets(upper_workload(anchor), target, var)
+        var = _single_var(anchor.shape[-2])
+        starts = var and matmul_buckets(upper_workload(anchor), target, var, anchor.shape[-2])
     elif anchor.op == "nn.conv2d_nchwc" and len(symbolic.free_vars([anchor.shape[3]])) == 1:
         (var,) = symbolic.free_vars([anchor.shape[3]])
         starts = conv2d_nchwc_buckets(upper_workload(anchor), target, var, anchor.shape[3])

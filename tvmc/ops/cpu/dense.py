@@ -17,7 +17,7 @@ operand vectors; N = 6625 -> 5); matmul: see matmul_config.
 from __future__ import annotations
 
 from tvmc.autotune.space import ConfigSpace
-from tvmc.ops.cpu.conv2d_nchwc import fallback_tile_ow
+from tvmc.ops.cpu.conv2d_nchwc import fallback_tile_ow, width_bucket_starts
 from tvmc.ops.cpu.injective import inline_injective, schedule_elementwise_loops
 from tvmc.ops.cpu.tiling import schedule_gemm_tiles, schedule_tiled_reduction, worth_parallel
 from tvmc.te.extent import same_shape
@@ -135,13 +135,24 @@ def matmul_config(workload, target) -> ConfigSpace:
     return space
 
 
-def matmul_buckets(workload, target, rows) -> list:
+def matmul_buckets(workload, target, var, rows=None) -> list:
     """Where the size buckets of an nn.matmul with symbolic rows M start (tvmc.tir.buckets), as
-    dense_pack_buckets: M = 1, then 2 up to the upper bound's tile_i - 1 (one tile of as many
-    rows), then tile_i rows per tile; the starts inside M's range (below the bound's tile, every
-    row would otherwise compute a whole tile: the LM head of a prefill at one token did 8)."""
-    tile_i = matmul_config(workload, target).fallback_config()["tile_i"]
-    return [x for x in sorted({2, tile_i}) if rows.lo < x <= rows.hi]
+    dense_pack_buckets: M = 1, each M from 2 up to the upper bound's tile_i - 1 (a tile of as many
+    rows), then tile_i rows per tile (row_bucket_starts; below the bound's tile, every row would
+    otherwise compute a whole tile: the LM head of a prefill at one token did 8)."""
+    return row_bucket_starts(matmul_config(workload, target).fallback_config()["tile_i"], var, rows)
+
+
+def row_bucket_starts(tile: int, var, rows=None) -> list:
+    """The bucket starts, as values of SizeVar `var`, of a register tile over symbolic rows M
+    (`rows`: an expression of graph SizeVar `var` alone, nondecreasing in it; None: M is `var`)
+    whose upper bound's tile is `tile` rows: where M reaches each of 2 .. `tile`, inside (var.lo,
+    var.hi]. Below the bound's tile each M gets a tile of exactly M rows. A CRNN's LSTM input
+    projection ([T, 64] x [64, 128], T = width // 4 - 1) had none, its rows not a variable of
+    their own: at T = 3 it ran the bound's 7-row tile."""
+    if rows is None:
+        return [x for x in range(2, tile + 1) if var.lo < x <= var.hi]
+    return width_bucket_starts(var, rows, range(2, tile + 1))
 
 
 def schedule_matmul(s, out, anchor, cfg, target):
@@ -200,14 +211,14 @@ def dense_pack_config(workload, target) -> ConfigSpace:
     return space
 
 
-def dense_pack_buckets(workload, target, rows) -> list:
+def dense_pack_buckets(workload, target, var, rows=None) -> list:
     """Where the size buckets of a dense_pack with symbolic rows start (tvmc.tir.buckets:
-    a specialization each, its tiles chosen for its own upper bound): for `rows` (the SizeVar M,
-    workload at M's upper bound) M = 1 (the fallback's one-row tile of 4 blocks, bound by reading
-    the weights), then 2 up to the upper bound's tile_m - 1 (one tile of as many rows), then
-    tile_m rows per tile; the starts that fall inside M's range."""
-    tile_m = dense_pack_config(workload, target).fallback_config()["tile_m"]
-    return [x for x in sorted({2, tile_m}) if rows.lo < x <= rows.hi]
+    a specialization each, its tiles chosen for its own upper bound), as values of SizeVar `var`
+    (workload at M's upper bound; `rows`: M as an expression of `var`, None where M is `var`):
+    M = 1 (the fallback's one-row tile of 4 blocks, bound by reading the weights), each M from 2
+    up to the upper bound's tile_m - 1 (a tile of as many rows), then tile_m rows per tile
+    (row_bucket_starts)."""
+    return row_bucket_starts(dense_pack_config(workload, target).fallback_config()["tile_m"], var, rows)
 
 
 def schedule_dense_pack(s, out, anchor, cfg, target):
