@@ -360,6 +360,29 @@ def test_unrolled_offsets_share_one_base_pointer_per_block(host, tmp_path):
     np.testing.assert_array_equal(out, (xs[:64] + xs[1:]).reshape(8, 8))
 
 
+def test_a_buffer_allocated_in_each_unrolled_iteration_gets_its_own_addresses(host, tmp_path):
+    """for i in 0..3 unrolled: allocate acc[1]; acc[0] = 0; for k: acc[0] += x[i*32 + k]; y[i] =
+    acc[0]: each iteration binds acc to a new stack slot within the same basic block, and every
+    access must use the iteration's slot (a pointer cached per Buffer zeroed the first iteration's
+    slot and summed into an unset one: a bfloat16 dense read 8192 for 4096)."""
+    from tvmc.te.expr import FloatImm, IntImm, Load, Var
+    from tvmc.tir.ir import Allocate, Buffer, For, PrimFunc, Seq, Store
+
+    x, y = Buffer("x", (96,), "float32"), Buffer("y", (3,), "float32")
+    acc = Buffer("acc", (1,), "float32", "local")
+    i, k = Var("i"), Var("k")
+    zero = IntImm(0)
+    body = Allocate(acc, Seq([Store(acc, zero, FloatImm(0.0)),
+                              For(k, 32, "serial", Store(acc, zero, Load(acc, zero) + Load(x, i * 32 + k))),
+                              Store(y, i, Load(acc, zero))]))
+    prim = PrimFunc("sums", [x, y], For(i, 3, "unroll", body))
+    lib = _load_library([prim], host, tmp_path / "sums.so")
+    xs = np.random.default_rng(3).standard_normal(96).astype(np.float32)
+    out = np.full(3, np.nan, np.float32)
+    lib.sums(ctypes.c_void_p(xs.ctypes.data), ctypes.c_void_p(out.ctypes.data))
+    np.testing.assert_allclose(out, xs.reshape(3, 32).sum(axis=1), rtol=1e-5)
+
+
 def test_rolled_loop_is_not_unrolled_by_llvm(host):
     """Stage.rolled: the loop's back edge carries llvm.loop.unroll.disable, which survives LLVM's
     O3 pipeline on the 4-trip reduction; a plain loop carries none."""

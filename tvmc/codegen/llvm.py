@@ -250,7 +250,7 @@ class _FnState:
         self.launch = None       # LaunchConfig of a device kernel
         self.shared: dict = {}   # id(Buffer) -> generic pointer to its shared-memory global
         self.dot_rows = 1        # data rows that the enclosing unrolled loops run a DotU8S8 weight block for
-        self.addresses = (None, {})  # (basic block, {access key: pointer}): _addr_of's pointers in that block
+        self.addresses = (None, {})  # (basic block, {(buffer pointer, index key): address}) of _addr_of
 
 
 class CodeGenLLVM:
@@ -953,12 +953,15 @@ class CodeGenLLVM:
         if block is not st.builder.block:
             block, cache = st.builder.block, {}
             st.addresses = (block, cache)
-        hit = cache.get((buf, key))
+        # keyed by the buffer's pointer, not the Buffer: an Allocate inside an unrolled loop binds
+        # the same Buffer to a new slot in each iteration, within one block
+        slot = (st.buffers[buf], key)
+        hit = cache.get(slot)
         if hit is None:
             expr = index()
             # the expression stays referenced beside its pointer: `key` holds the ids of its Vars
             # and opaque atoms, which must not be reused by other nodes while the entry lives
-            hit = cache[(buf, key)] = (self._addr(st, buf, self._expr(st, expr, None)), expr)
+            hit = cache[slot] = (self._addr(st, buf, self._expr(st, expr, None)), expr)
         return hit[0]
 
     def _gather_scatter(self) -> bool:
