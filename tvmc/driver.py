@@ -392,7 +392,7 @@ def compile_model(model, target: Target, options: CompileOptions = CompileOption
     graph_json, params = build_executor_json(graph, bodies)
     functions = {}
     for g in (graph, *bodies.values()):
-        views = g.meta.get("concat_views", ())  # concatenations that run no kernel (PlanMemory)
+        views = g.meta.get("view_calls", ())  # concatenations and reshapes that run no kernel (PlanMemory)
         for e in g.topo():
             if isinstance(e, Call) and isinstance(e.op, Function) and e not in views:
                 functions.setdefault(e.op.name, e.op)

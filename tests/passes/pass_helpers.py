@@ -113,7 +113,7 @@ def check_plan(graph):
     output of the call that uses it last may share a storage only where PlanMemory recorded that
     call as in place (meta["inplace"]: {call: input}); tensors of one storage at disjoint byte
     ranges (meta["storage_offset"]) may live together, and a concatenation that runs no kernel
-    (meta["concat_views"]) shares its storage with its inputs, each at its own offset."""
+    or a reshape (meta["view_calls"]) shares its storage with its inputs, each at its own offset."""
     sid = graph.meta["storage_id"]
     nbytes = graph.meta["storage_bytes"]
     offset = graph.meta.get("storage_offset", {})
@@ -123,7 +123,7 @@ def check_plan(graph):
     for e, s in sid.items():
         assert nbytes[s] % 64 == 0 and nbytes[s] >= offset.get(e, 0) + e.type.nbytes
     group = {}  # union of each view concatenation with its inputs
-    for c in graph.meta.get("concat_views", ()):
+    for c in graph.meta.get("view_calls", ()):
         members = [c, *c.inputs]
         merged = set().union(*(group.get(m, {m}) for m in members))
         for m in merged:

@@ -200,7 +200,7 @@ def _x86_plan(graph, **config):
 
 
 def _views(g):
-    return g.meta["concat_views"], g.meta["storage_offset"]
+    return g.meta["view_calls"], g.meta["storage_offset"]
 
 
 def test_concat_inputs_are_written_in_place():
@@ -257,7 +257,7 @@ def test_concat_views_not_applied(case):
         graph = Graph([x], [conv(call("concatenate", conv(x, 3, "a"), conv(x, 3, "b"), axis=1), 4, "head")])
     g = plan(graph, **kwargs)
     check_plan(g)
-    assert not g.meta["concat_views"] and not g.meta["storage_offset"]
+    assert not g.meta["view_calls"] and not g.meta["storage_offset"]
 
 
 def test_three_concat_inputs_land_at_their_offsets():
@@ -266,3 +266,39 @@ def test_three_concat_inputs_land_at_their_offsets():
     check_plan(g)
     (cat,) = views
     assert [offsets.get(i, 0) for i in cat.inputs] == [0, 16 * 64 * 4, 24 * 64 * 4]
+
+
+def _reshape_graph():
+    """x -> reshape (a graph input's view) -> softmax -> reshape (the graph output: softmax writes it)."""
+    x = var("x", (1, 8, 4, 4))
+    a = call("reshape", x, newshape=(1, 8, 16))
+    b = call("reshape", call("nn.softmax", a, axis=2), newshape=(1, 8, 4, 4))
+    return Graph([x], [b]), x
+
+
+def test_reshapes_are_views_of_a_graph_input_and_of_their_producer():
+    """A fused call that is only a reshape runs no kernel (reshape_views): on a graph input it
+    reads the input's storage, after a kernel that kernel writes the reshape's storage; the plan
+    stays valid (check_plan)."""
+    graph, x = _reshape_graph()
+    g = _x86_plan(graph)
+    check_plan(g)
+    views, offsets = _views(g)
+    assert len(views) == 2 and not offsets
+    sid = g.meta["storage_id"]
+    first = next(c for c in views if c.inputs[0] is g.inputs[0])
+    last = next(c for c in views if c is not first)
+    assert sid[first] == sid[g.inputs[0]] and sid[last] == sid[last.inputs[0]] != sid[first]
+
+
+@pytest.mark.parametrize("case", ["opencl", "option off"])
+def test_reshape_views_not_applied(case):
+    from tvmc.target import resolve_target
+
+    graph, _ = _reshape_graph()
+    if case == "opencl":
+        g = plan(graph, target=resolve_target("opencl"))
+    else:
+        g = _x86_plan(graph, **{"PlanMemory.reshape_views": False})
+    check_plan(g)
+    assert not g.meta["view_calls"]

@@ -103,7 +103,7 @@ def build_executor_json(graph: Graph, bodies: dict | None = None) -> tuple:
         bodies of its loops, each in a storage region of its own after the storages so far."""
         plan, loops = g.meta["storage_id"], []
         placed.update(g.meta.get("storage_offset", {}))
-        views.update(g.meta.get("concat_views", ()))
+        views.update(g.meta.get("view_calls", ()))
         ref = lambda e: [node_id[e][0], node_id[e][1], 0]  # noqa: E731
         order = g.topo()
         for v in g.inputs:
