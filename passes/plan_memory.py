@@ -91,24 +91,26 @@ def _normalized_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def _pure_concat_axis(call):
-    """The axis of fused call `call` when its Function is one `concatenate` of its params, each
-    once and in order (its kernel only copies them); else None."""
+def _only_op(call, op: str):
+    """The body of fused call `call` when its Function is one `op` of its params, each once and in
+    order (its kernel only copies them), else None."""
     if not isinstance(call, Call) or not isinstance(call.op, Function):
         return None
     body = call.op.body
-    if not (isinstance(body, Call) and body.op == "concatenate" and list(body.inputs) == list(call.op.params)):
-        return None
-    return _normalized_axis(int(body.attrs["axis"]), len(body.type.shape))
+    return body if isinstance(body, Call) and body.op == op and list(body.inputs) == list(call.op.params) else None
+
+
+def _pure_concat_axis(call):
+    """The axis of fused call `call` when its Function is one `concatenate` of its params (_only_op);
+    else None."""
+    body = _only_op(call, "concatenate")
+    return None if body is None else _normalized_axis(int(body.attrs["axis"]), len(body.type.shape))
 
 
 def _pure_reshape(call) -> bool:
-    """Whether fused call `call`'s Function is one `reshape` of its one param: its kernel only
-    copies the bytes, in the same row-major order."""
-    if not isinstance(call, Call) or not isinstance(call.op, Function) or len(call.op.params) != 1:
-        return False
-    body = call.op.body
-    return isinstance(body, Call) and body.op == "reshape" and list(body.inputs) == list(call.op.params)
+    """Whether fused call `call`'s Function is one `reshape` of its param (_only_op): its kernel
+    only copies the bytes, in the same row-major order."""
+    return _only_op(call, "reshape") is not None
 
 
 def reshape_views(order, inputs: set, outputs: set, views: dict) -> tuple:

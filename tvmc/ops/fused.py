@@ -173,11 +173,12 @@ def _plain_var(d):
     return None
 
 
-def _single_var(d):
-    """The graph SizeVar of dimension `d` where it is an expression of that variable alone, else None."""
+def _single_var(*dims):
+    """The graph SizeVar of dimensions `dims` where they are expressions of that one variable (or
+    constants), else None."""
     from tvmc.graph import symbolic
 
-    free = symbolic.free_vars([d]) if symbolic.is_symbolic(d) else []
+    free = symbolic.free_vars(list(dims))
     return free[0] if len(free) == 1 else None
 
 
@@ -189,7 +190,6 @@ def _size_buckets(anchor, target):
     variable (conv2d_nchwc_buckets), nn.conv2d_winograd_nchwc over a symbolic tile count of one
     variable (conv2d_winograd_buckets) and an injective function over a last axis that an input
     holds elsewhere (_strided_rows_buckets); None elsewhere or where no start falls in the range."""
-    from tvmc.graph import symbolic
     from tvmc.ops.cpu.conv2d_nchwc import conv2d_nchwc_buckets
     from tvmc.ops.cpu.conv2d_winograd import conv2d_winograd_buckets, winograd_tiles
     from tvmc.ops.cpu.dense import dense_pack_buckets, matmul_buckets
@@ -206,14 +206,14 @@ def _size_buckets(anchor, target):
     elif anchor.op == "nn.matmul" and not anchor.attrs.get("padded"):
         var = _single_var(anchor.shape[-2])
         starts = var and matmul_buckets(upper_workload(anchor), target, var, anchor.shape[-2])
-    elif anchor.op == "nn.conv2d_nchwc" and len(symbolic.free_vars([anchor.shape[3]])) == 1:
-        (var,) = symbolic.free_vars([anchor.shape[3]])
-        starts = conv2d_nchwc_buckets(upper_workload(anchor), target, var, anchor.shape[3])
-    elif anchor.op == "nn.conv2d_winograd_nchwc" and len(symbolic.free_vars(anchor.shape[:4])) == 1:
-        (var,) = symbolic.free_vars(anchor.shape[:4])
+    elif anchor.op == "nn.conv2d_nchwc":
+        var = _single_var(anchor.shape[3])
+        starts = var and conv2d_nchwc_buckets(upper_workload(anchor), target, var, anchor.shape[3])
+    elif anchor.op == "nn.conv2d_winograd_nchwc":
+        var = _single_var(*anchor.shape[:4])
         n, _, oh, ow = anchor.shape[:4]
-        starts = conv2d_winograd_buckets(upper_workload(anchor), target, var,
-                                         winograd_tiles(n, oh, ow, anchor.attrs["tile_size"]))
+        starts = var and conv2d_winograd_buckets(upper_workload(anchor), target, var,
+                                                 winograd_tiles(n, oh, ow, anchor.attrs["tile_size"]))
     elif get_op(anchor.op).pattern <= OpPattern.INJECTIVE and len(anchor.shape) > 0:
         var = _plain_var(anchor.shape[-1])
         starts = var and _strided_rows_buckets(anchor, var, target)
