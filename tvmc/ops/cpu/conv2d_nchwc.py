@@ -42,7 +42,7 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
   unroll_ic = False: measured on AVX-512 (Sapphire Rapids, one thread), unrolling ic_inner moves
               single layers by -10%..+10% and whole networks by nothing measurable, but makes the
               kernels 5x slower to compile (16 x 28 FMAs of straight-line code per kernel);
-  tile_oh   = on x86 (not grouped), the most rows (up to 4 and OH) whose tile_oc x tile_oh x
+  tile_oh   = on x86 (not depthwise), the most rows (up to 4 and OH) whose tile_oc x tile_oh x
               tile_ow accumulators fit R (fallback_tile_oh); 1 elsewhere, as TVM's one-row
               conv2d_NCHWc tile. On AVX-512 the narrow layers take it: ResNet's 7 x 7 layers (2, 7)
               -> two rows of (2, 7), 28 accumulators, each weight vector loaded for 14 multiply-adds
@@ -50,6 +50,9 @@ Fallback heuristic (from the target descriptor and its ISA's fma_scalar_operand)
               GFLOP/s; at 4 x 4 86 -> 107, at 2 x 2 35 -> 48; ResNet-50 68.8 -> 64.9 ms, ResNet-18
               24.5 -> 23.7, Inception v1 -1%; at two threads within noise). Layers of 14 columns
               or more keep one row ((2, 14) is 28 already: two rows of it spilled, 152 -> 72).
+              Grouped convs too: ShuffleNet's 544-channel g = 4 conv at 7 x 7 (136 channels per
+              group in blocks of 8, an odd 17 blocks: tile_oc 1) (1, 7) -> four rows of (1, 7),
+              the last three guarded (Zen 4, one thread, kernel alone: 94 -> 105 GFLOP/s).
   reorder_kernel_first = False (TVM's order);
   tile_oc   = on x86 ("memory" and "register" operands), 2 where the output has an even number of
               channel blocks, the two blocks' tile_ow divides OW (AVX2, OW = 7: (2, 4) with a
@@ -236,13 +239,13 @@ def group_conv2d_nchwc_config(workload, target) -> ConfigSpace:
     knobs of conv2d_nchwc_config, with tile_oc among the divisors (up to MAX_TILE_OC) of the output
     channel blocks of one group ((O/g) // oc_bn), so that one register tile reads one group's
     input; fallbacks by fallback_register_tile on those blocks (1 block except where the scalar
-    operand is a splat) and conv2d_nchwc_config's."""
+    operand is a splat) and fallback_tile_oh for their rows."""
     _, weight, out = workload[:3]
     _, oc_chunk, oh, ow, _ = out
     _, _, kh, kw, ic_bn, _ = weight
     per_group = oc_chunk // dict(workload[-1])["groups"]
     tile_oc, tile_ow = fallback_register_tile(ow, per_group, target, ic_bn)
-    space = _register_tile_knobs(ow, oh, tile_ow, target, ic_bn)
+    space = _register_tile_knobs(ow, oh, tile_ow, target, ic_bn, fallback_tile_oh(oh, tile_oc * tile_ow, target, ic_bn))
     space.define_knob("tile_oc", [f for f in range(1, MAX_TILE_OC + 1) if per_group % f == 0], fallback=tile_oc)
     if kh * kw > 1:
         space.define_knob("reorder_kernel_first", [False, True], fallback=False)
