@@ -128,6 +128,32 @@ def test_split_non_divisible_adds_guard():
     assert "< 50" in repr(g.cond)
 
 
+def test_partition_of_a_static_loop_takes_the_guard_out_of_its_whole_tiles(compile_prim):
+    """Stage.partition: a kernel of constant shapes keeps its guards (one tile of 16 past 50
+    guarded in every iteration) unless a loop is marked; the marked one runs its 3 whole tiles
+    without a guard and its last iteration apart, with the select of the last column folded."""
+    A = te.placeholder((50,), name="A")
+    B = te.compute((50,), lambda i: te.select(i < 48, A[i] * 2.0, A[i] * 3.0), name="B")
+
+    def scheduled(mark):
+        s = te.create_schedule(B)
+        o, i = s[B].split(s[B].op.axis[0], 16)
+        if mark:
+            s[B].partition(o)
+        return lower(s, [A, B], "k")
+
+    assert len(guards(scheduled(False))) == 1 and "B_i0_outer" in str(guards(scheduled(False))[0].cond)
+    prim = scheduled(True)
+    text = str(prim)
+    assert ("B_i0_outer", 3, "serial") in loops(prim) and "select" not in text
+    (g,) = [x for x in guards(prim) if "B_i0_inner" in repr(x.cond)]  # the last tile's guard only
+    assert "B_i0_outer" not in repr(g.cond)
+    a = np.arange(50, dtype=np.float32)
+    out = np.zeros(50, np.float32)
+    compile_prim(prim)(a, out)
+    np.testing.assert_array_equal(out, np.where(np.arange(50) < 48, a * 2, a * 3))
+
+
 def test_split_factor_larger_than_extent_is_clamped():
     A = te.placeholder((5,), name="A")
     B = te.compute((5,), lambda i: A[i], name="B")

@@ -72,6 +72,7 @@ class Stage:
         self.leaf = list(self.root)
         self.relations: list = []
         self.annotations: dict = {}
+        self.partitioned: list = []  # leaf IterVars split at their guards (partition)
         self.attach = "root"
         self.scope = None
         self.tensorized = None  # (leaf IterVar, intrinsic) set by tensorize
@@ -146,6 +147,14 @@ class Stage:
         llvm.loop.unroll.disable, where LLVM would otherwise unroll a short constant loop."""
         self._check_leaf(iv, "rolled")
         self.annotations[iv] = "rolled"
+
+    def partition(self, iv: IterVar):
+        """Split loop `iv` at its first guarded iteration (tvmc.tir.partition) in a kernel of
+        constant shapes too (kernels with size variables partition every loop): the iterations
+        before run the body simplified under that bound, without the guard, and the rest apart
+        (a GEMM's last column tile, where the output reads another stage: nn.matmul_tn)."""
+        self._check_leaf(iv, "partition")
+        self.partitioned.append(iv)
 
     def tensorize(self, iv: IterVar, intrin):
         """Compute the loops from `iv` inward (a reduction's update) by one intrinsic statement

@@ -109,7 +109,11 @@ class _Lowering:
         values = xt.size_vars([getattr(st.op, "body", None) for st in self.sch.stages])
         size_vars += [v for v in values if v not in size_vars]
         if not size_vars:
-            return PrimFunc(self.name, params, simplify_stmt(body))
+            marked = {iv.var for st in self.sch.stages for iv in st.partitioned}
+            body = simplify_stmt(body)
+            if marked and self.partition:
+                body = partition_loops(body, only=marked)
+            return PrimFunc(self.name, params, body)
         body = simplify_stmt(body)
         return PrimFunc(self.name, params, partition_loops(body) if self.partition else body, size_vars=size_vars)
 

@@ -24,46 +24,47 @@ from tvmc.tir.simplify import Linear, atom_bounds, expr_bounds, simplify, simpli
 PARTITIONED_KINDS = ("serial", "parallel")
 
 
-def partition_loops(s: Stmt, ranges: dict | None = None) -> Stmt:
+def partition_loops(s: Stmt, ranges: dict | None = None, only=None) -> Stmt:
     """`s` with every serial or parallel loop that holds a partitionable guard split into its
     main part and its tail (see the module docstring); `ranges` (Var -> extent) are the loops
-    enclosing `s`."""
-    return _partition(s, dict(ranges or {}))
+    enclosing `s`; `only`: a set of loop Vars, the only loops split (Stage.partition, in kernels
+    of constant shapes), or None for every loop."""
+    return _partition(s, dict(ranges or {}), only)
 
 
-def _partition(s: Stmt, ranges: dict) -> Stmt:
+def _partition(s: Stmt, ranges: dict, only=None) -> Stmt:
     if isinstance(s, For):
-        if s.kind in PARTITIONED_KINDS:
+        if s.kind in PARTITIONED_KINDS and (only is None or s.var in only):
             threshold = _threshold(s, ranges)
             if threshold is not None:
-                return _split(s, threshold, ranges)
-        return For(s.var, s.extent, s.kind, _partition(s.body, {**ranges, s.var: s.extent}), s.min_parallel)
+                return _split(s, threshold, ranges, only)
+        return For(s.var, s.extent, s.kind, _partition(s.body, {**ranges, s.var: s.extent}, only), s.min_parallel)
     if isinstance(s, Seq):
-        return Seq([_partition(x, ranges) for x in s.stmts])
+        return Seq([_partition(x, ranges, only) for x in s.stmts])
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, _partition(s.body, ranges))
+        return Allocate(s.buffer, _partition(s.body, ranges, only))
     if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, _partition(s.then, ranges),
-                          _partition(s.otherwise, ranges) if s.otherwise is not None else None)
+        return IfThenElse(s.cond, _partition(s.then, ranges, only),
+                          _partition(s.otherwise, ranges, only) if s.otherwise is not None else None)
     return s
 
 
-def _split(loop: For, threshold: PrimExpr, ranges: dict) -> Stmt:
+def _split(loop: For, threshold: PrimExpr, ranges: dict, only=None) -> Stmt:
     """`loop` as its iterations [0, threshold) without the guards, then the rest."""
     v, ext = loop.var, loop.extent
-    main = _partition(simplify_stmt(loop.body, {**ranges, v: threshold}), {**ranges, v: threshold})
+    main = _partition(simplify_stmt(loop.body, {**ranges, v: threshold}), {**ranges, v: threshold}, only)
     if loop.kind == "parallel":
-        tail = _partition(simplify_stmt(loop.body, {**ranges, v: ext}), {**ranges, v: ext})
+        tail = _partition(simplify_stmt(loop.body, {**ranges, v: ext}), {**ranges, v: ext}, only)
         return For(v, ext, loop.kind, IfThenElse(v < threshold, main, tail), loop.min_parallel)
     first = For(v, threshold, loop.kind, main)
     rest = simplify(ext - threshold, ranges)
     bound = expr_bounds(rest, ranges)
     if bound is not None and bound[1] <= 1:  # at most one iteration: no loop
-        last = _partition(simplify_stmt(_subst(loop.body, {v: threshold}), ranges), ranges)
+        last = _partition(simplify_stmt(_subst(loop.body, {v: threshold}), ranges), ranges, only)
         return first if _empty(last) else Seq([first, IfThenElse(simplify(threshold < ext, ranges), last)])
     t = Var(v.name + "_tail", INDEX)
     tail_ranges = {**ranges, t: rest}
-    tail = _partition(simplify_stmt(_subst(loop.body, {v: t + threshold}), tail_ranges), tail_ranges)
+    tail = _partition(simplify_stmt(_subst(loop.body, {v: t + threshold}), tail_ranges), tail_ranges, only)
     return first if _empty(tail) else Seq([first, For(t, rest, loop.kind, tail)])
 
 
