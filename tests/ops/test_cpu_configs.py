@@ -33,6 +33,8 @@ CPU_CASES = [
     Case("dense.cpu", "nn.dense", lambda r: [n(r, (3, 70)), n(r, (50, 70))], {},
          lambda r: [("add", {}, [n(r, (50,))]), ("nn.relu", {}, [])]),
     Case("matmul.cpu", "nn.matmul", lambda r: [n(r, (2, 13, 20)), n(r, (20, 45))]),
+    Case("matmul_tn.cpu", "nn.matmul_tn", lambda r: [n(r, (2, 11, 21)), n(r, (2, 11, 50))],
+         {"rows": 19, "columns": 48, "padded_rows": 20}),
     Case("dense_pack.cpu", "nn.dense_pack", lambda r: [n(r, (3, 50)), n(r, (5, 50, 8))]),
     Case("softmax.cpu", "nn.softmax", lambda r: [n(r, (3, 7, 45), 3.0)], dict(axis=2)),
     Case("log_softmax.cpu", "nn.log_softmax", lambda r: [n(r, (3, 37, 5), 3.0)], dict(axis=1)),

@@ -35,6 +35,12 @@ CPU_CASES = [
          lambda r: [("add", {}, [n(r, (30,))]), ("nn.relu", {}, [])]),
     Case("dense_pack.cpu", "nn.dense_pack", lambda r: [n(r, (6, 20)), n(r, (6, 20, 4))]),
     Case("matmul.cpu", "nn.matmul", lambda r: [n(r, (2, 12, 20)), n(r, (20, 30))]),
+    # issue 30 point 2: a^T [3, K, Ma = 32] (rows past 30 zero) x b [1, 3, K, 37]: register tiles
+    # over 32 columns, a tail of 5 GEMVs along M; 30 rows in tiles of a padded 32; bias and relu
+    Case("matmul_tn.cpu", "nn.matmul_tn", lambda r: [np.pad(n(r, (3, 13, 30)), ((0, 0), (0, 0), (0, 2))),
+                                                     n(r, (1, 3, 13, 37))],
+         {"rows": 30, "columns": 32, "padded_rows": 32},
+         lambda r: [("add", {}, [n(r, (30, 1))]), ("nn.relu", {}, [])]),
     Case("conv2d_nchw.cpu", "nn.conv2d", lambda r: [n(r, (1, 5, 11, 13)), n(r, (12, 5, 3, 3))],
          conv(strides=(2, 2), padding=(1, 1, 1, 1)), bias_relu(12)),
     Case("conv2d_transpose_nchw.cpu", "nn.conv2d_transpose", lambda r: [n(r, (1, 6, 5, 7)), n(r, (6, 4, 3, 3))],

@@ -40,6 +40,8 @@ GPU_CASES = [
          lambda r: [("add", {}, [n(r, (50,))]), ("nn.relu", {}, [])]),
     Case("matmul.gpu", "nn.matmul", lambda r: [n(r, (2, 33, 20)), n(r, (20, 45))]),
     Case("dense_pack.gpu", "nn.dense_pack", lambda r: [n(r, (3, 50)), n(r, (5, 50, 8))]),
+    Case("matmul_tn.gpu", "nn.matmul_tn", lambda r: [n(r, (2, 9, 24)), n(r, (2, 9, 49))],
+         {"rows": 21, "columns": 48, "padded_rows": 24}),
     Case("conv2d_nchw.gpu", "nn.conv2d", lambda r: [n(r, (1, 8, 15, 15)), n(r, (16, 8, 3, 3))],
          conv(strides=(2, 2), padding=(1, 1, 1, 1)), bias_relu(16)),
     Case("conv2d_nchw_im2col.gpu", "nn.conv2d", lambda r: [n(r, (2, 5, 11, 13)), n(r, (12, 5, 3, 3))],

@@ -220,6 +220,14 @@ CASES = [
          {"padded": [16, 48]}, lambda r: [("multiply", {}, [n(r, (37,))])]),
     Case("matmul_padded_n_only_bcast", "nn.matmul", lambda r: [n(r, (2, 8, 5)), n(r, (5, 19))], {"padded": [8, 32]}),
     Case("matmul_padded_m_only", "nn.matmul", lambda r: [n(r, (11, 6)), n(r, (6, 16))], {"padded": [12, 16]}),
+    # nn.matmul_tn (AlterOpLayout's grouped 1x1 convs with a short tail of columns): register tiles
+    # over `columns`, the rest GEMVs along M; a^T wider than the rows it gives (zero-padded, as
+    # AlterOpLayout stores it) or narrower than the padded rows (those read its last row)
+    Case("matmul_tn_tail_bcast", "nn.matmul_tn", lambda r: [n(r, (2, 9, 20)), n(r, (3, 2, 9, 49))],
+         {"rows": 17, "columns": 48, "padded_rows": 20}),
+    Case("matmul_tn_rows_past_a", "nn.matmul_tn", lambda r: [n(r, (6, 13)), n(r, (6, 34))],
+         {"columns": 32, "padded_rows": 16}),
+    Case("matmul_tn_no_tail", "nn.matmul_tn", lambda r: [n(r, (4, 7, 5)), n(r, (4, 7, 16))], {"columns": 16}),
 
     # --- pooling
     Case("max_pool_3x3_s2_ceil", "nn.max_pool2d", lambda r: [n(r, (1, 5, 14, 14))], pool((3, 3), (2, 2), ceil=1)),

@@ -198,6 +198,24 @@ def test_grouped_1x1_conv_below_the_block_is_a_gemm_per_group():
     assert op_names(alter(strided)) == ["nn.conv2d"]
 
 
+@pytest.mark.parametrize("target_name", ["x86", "x86-avx2"])
+def test_grouped_1x1_conv_with_a_short_tail_of_pixels_is_a_transposed_gemm(target_name):
+    """ShuffleNet's g = 4 conv over 272 channels at 7 x 7 (68 per group): H*W = 49 is 48 + 1, so
+    the weight goes transposed to [4, 68, 80] (O/g padded with zeros to whole vectors) into
+    nn.matmul_tn, register tiles over 48 columns and the last one a GEMV along O/g; at 7 x 9
+    (63 = 48 + 15 on AVX-512) the tail would cost more than padding, so nn.matmul stays."""
+    x = var("x", (1, 272, 7, 7))
+    before = Graph([x], [call("nn.relu", conv(x, 272, "g", k=1, groups=4))])
+    after = alter(before, resolve_target(target_name))
+    assert op_names(after) == ["reshape", "nn.matmul_tn", "reshape", "nn.relu"]
+    mm = next(e for e in after.calls() if e.op == "nn.matmul_tn")
+    assert mm.inputs[0].value.shape == (4, 68, 80) and not mm.inputs[0].value[:, :, 68:].any()
+    assert (mm.attrs["rows"], mm.attrs["columns"], mm.attrs["padded_rows"]) == (68, 48, 68)
+    check(before, after)
+    x = var("x", (1, 136, 7, 9))
+    assert "nn.matmul" in op_names(alter(Graph([x], [conv(x, 136, "g", k=1, groups=4)])))
+
+
 def shuffle(x, groups):
     n, c, h, w = x.shape
     r = call("reshape", x, newshape=(n, groups, c // groups, h, w))

@@ -7,6 +7,7 @@ Operator catalog (the names and attributes the frontend emits; layouts are NCHW 
 | nn.conv2d | data[N,C,H,W], weight[O,C/groups,KH,KW] | strides (sh,sw), padding (top,left,bottom,right), dilation (dh,dw), groups | OUT_ELEMWISE_FUSABLE |
 | nn.dense | data[M,K], weight[N,K] | - | OUT_ELEMWISE_FUSABLE |
 | nn.matmul | a[...,M,K], b[...,K,N] (numpy matmul broadcasting, rank >= 2) | - | OUT_ELEMWISE_FUSABLE |
+| nn.matmul_tn | a_t[...,K,Ma], b[...,K,N] -> [...,M,N] (a given transposed; AlterOpLayout's grouped 1x1 convs) | rows M (<= Ma), columns (register-tiled, the rest GEMVs), padded_rows | OUT_ELEMWISE_FUSABLE |
 | nn.max_pool2d / nn.avg_pool2d | data[N,C,H,W] | pool_size (kh,kw), strides, padding (t,l,b,r), dilation, ceil_mode (0/1); avg: count_include_pad (0/1); layout (optional: NCHW, or NCHW[x]c with data[N,C/x,H,W,x]) | OUT_ELEMWISE_FUSABLE |
 | nn.global_avg_pool2d / nn.global_max_pool2d | data[N,C,H,W] -> [N,C,1,1] (NCHW[x]c: [N,C/x,1,1,x]) | layout (optional, as above) | OUT_ELEMWISE_FUSABLE |
 | nn.lrn | data[N,C,H,W] | size, alpha, beta, bias (ONNX LRN semantics, across channels) | OPAQUE |

@@ -8,8 +8,8 @@ import numpy as np
 
 from tvmc import te
 from tvmc.graph.ir import TensorType
-from tvmc.ops.cpu.dense import (dense_config, dense_pack_config, matmul_config, schedule_dense, schedule_dense_pack,
-                                schedule_matmul)
+from tvmc.ops.cpu.dense import (dense_config, dense_pack_config, matmul_config, matmul_tn_config, schedule_dense,
+                                schedule_dense_pack, schedule_matmul, schedule_matmul_tn)
 from tvmc.ops.elemwise import broadcast_index, broadcast_shape
 from tvmc.ops.gpu.dense import (gemm_config, schedule_dense_small_batch, schedule_gemm, small_batch,
                                 small_batch_config)
@@ -103,6 +103,104 @@ register_op(OpDef("nn.matmul", _matmul_type,
                               Implementation("matmul.gpu", schedule_gemm, config_space=gemm_config,
                                              compute=_unpadded_matmul)]},
                   flops=lambda wl: 2 * math.prod(wl[2]) * wl[0][-1]))  # 2 (outputs) K: padding not counted
+
+
+# The tail GEMVs of nn.matmul_tn compute M rounded up to a multiple of this: the most
+# float32 lanes of the CPU targets (AVX-512), a multiple of every narrower target's lanes.
+MAX_LANES = 16
+
+
+def _matmul_tn_type(in_types, attrs):
+    at, b = in_types
+    if len(at.shape) < 2 or len(b.shape) < 2 or at.shape[-2] != b.shape[-2]:
+        raise ValueError(f"matmul_tn needs a^T [...,K,M] x b [...,K,N], got {list(at.shape)} and "
+                         f"{list(b.shape)}")
+    m, n = attrs.get("rows", at.shape[-1]), b.shape[-1]
+    columns, rows = attrs.get("columns", n), attrs.get("padded_rows", m)
+    if not (0 < columns <= n and rows >= m and 0 < m <= at.shape[-1]):
+        raise ValueError(f"rows {m} must be in 1..{at.shape[-1]}, columns {columns} in 1..{n} and padded_rows "
+                         f"{rows} at least the rows")
+    return TensorType(broadcast_shape(at.shape[:-2], b.shape[:-2]) + (m, n), at.dtype)
+
+
+def matmul_tn(at, b, out_shape, columns=None, padded_rows=None):
+    """out[..., i, j] = sum_k at[..., k, i] * b[..., k, j] for i < M: nn.matmul with its left
+    operand given transposed (at [..., K, Ma], b [..., K, N] -> [..., M, N], M = the `rows`
+    attribute <= Ma, default Ma; BLAS's "TN" GEMM, TVM's nn.matmul with transpose_a), float32.
+    AlterOpLayout gives a constant left operand this way where the vector lanes leave a short
+    tail of N (tvmc.ops.cpu.dense.matmul_tail_columns): the register tiles then run along rows of
+    b over its leading `columns` (a multiple of the lanes) only, and the last N - columns columns
+    are GEMVs vectorized along M instead, reading at's rows as vectors, so no multiply-add is
+    spent on padding columns (ShuffleNet's grouped 1x1 convs at 7 x 7: N = 49 = 48 + 1 instead
+    of 49 padded to 64). Raises nothing itself: the type rule checks rows, columns, padded_rows.
+
+    Stages: `matmul_main` [..., Mp, 2 * columns] (Mp = padded_rows >= M: rows past Ma read row
+    Ma - 1, and columns past N column N - 1; the schedule computes whole register tiles of it,
+    only those left of `columns` reach the output), `matmul_tail` [..., N - columns, Mt] (Mt: M up
+    to a multiple of MAX_LANES, rows past Ma read row Ma - 1: a gather where at is not padded
+    that far; AlterOpLayout pads it with zeros) and the output, which takes columns < `columns`
+    from the first and the others from the second. columns = N: no tail (one GEMM)."""
+    nb = len(out_shape) - 2
+    m, n = out_shape[-2], out_shape[-1]
+    columns = columns or n
+    mp = padded_rows or m
+    rk = te.reduce_axis(at.shape[-2], "k")
+
+    ma = at.shape[-1]
+
+    def operand_a(batch, i, rows):
+        return at[broadcast_index(at.shape[:-2], batch) + (rk.var, te.minimum(i, ma - 1) if rows > ma else i)]
+
+    width = 2 * columns if columns < n else n
+
+    def f(*idx):
+        batch, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        col = te.minimum(j, n - 1) if width > n else j
+        return te.sum(operand_a(batch, i, mp) * b[broadcast_index(b.shape[:-2], batch) + (rk.var, col)], rk)
+
+    main = te.compute(tuple(out_shape[:-2]) + (mp, width), f, name="matmul_main")
+    if columns == n:
+        return te.compute(out_shape, lambda *idx: main[idx], name="matmul_tn", tag="matmul_tn")
+    tail_rows = -(-m // MAX_LANES) * MAX_LANES
+
+    def g(*idx):
+        batch, jt, i = idx[:nb], idx[nb], idx[nb + 1]
+        b_index = broadcast_index(b.shape[:-2], batch) + (rk.var, columns + jt)
+        return te.sum(operand_a(batch, i, tail_rows) * b[b_index], rk)
+
+    tail = te.compute(tuple(out_shape[:-2]) + (n - columns, tail_rows), g, name="matmul_tail")
+
+    def out(*idx):
+        batch, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        jt = te.minimum(te.maximum(j - columns, 0), n - columns - 1)
+        return te.select(j < columns, main[batch + (i, j)], tail[batch + (jt, i)])
+
+    return te.compute(out_shape, out, name="matmul_tn", tag="matmul_tn")
+
+
+def _plain_matmul_tn(inputs, attrs, out_type):
+    at, b = inputs
+    shape = out_type.shape
+    nb = len(shape) - 2
+    rk = te.reduce_axis(at.shape[-2], "k")
+    return te.compute(shape, lambda *idx: te.sum(at[broadcast_index(at.shape[:-2], idx[:nb]) + (rk.var, idx[nb])]
+                                                 * b[broadcast_index(b.shape[:-2], idx[:nb]) + (rk.var, idx[nb + 1])],
+                                                 rk), name="matmul_tn", tag="matmul_tn")
+
+
+register_op(OpDef("nn.matmul_tn", _matmul_tn_type,
+                  lambda at, b, rows=None, columns=None, padded_rows=None: np.matmul(
+                      np.swapaxes(at[..., :rows or at.shape[-1]], -1, -2).astype(np.float64),
+                      b.astype(np.float64)).astype(b.dtype),
+                  OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: matmul_tn(*inputs, out_type.shape, attrs.get("columns"),
+                                                                     attrs.get("padded_rows")), {
+                      "cpu": [Implementation("matmul_tn.cpu", schedule_matmul_tn,
+                                             config_space=matmul_tn_config)],
+                      # `columns` and `padded_rows` shape CPU register tiles; GPUs compute the plain sums
+                      "gpu": [Implementation("matmul_tn.gpu", schedule_generic, config_space=generic_config,
+                                             compute=_plain_matmul_tn)]},
+                  flops=lambda wl: 2 * math.prod(wl[2]) * wl[0][-2]))  # 2 (outputs) K: padding not counted
 
 
 def pack_dense_weight(weight: np.ndarray, bn: int) -> np.ndarray:

@@ -81,10 +81,17 @@ def matmul_padding(m: int, n: int, target) -> tuple | None:
     [3, 197, 64] x [3, 64, 197]) tiles 1 x 1: ~1.5 GFLOP/s on AVX-512 against ~300 for N = 192."""
     lanes = target.vector_lanes("float32")
     np_ = -(-n // lanes) * lanes if n % lanes and n > lanes else n
-    mp = -(-m // 4) * 4 if m > 4 and not any(m % t == 0 for t in range(4, 9)) else m
+    mp = padded_rows(m)
     if np_ % lanes == 0 and np_ > lanes and _tile_accumulators(mp, np_, target) < MIN_TILE_ACCUMULATORS:
         mp, np_ = _wider_tile(mp, np_, target)
     return None if (mp, np_) == (m, n) else (mp, np_)
+
+
+def padded_rows(m: int) -> int:
+    """M up to a multiple of 4 when M > 4 and no divisor of M from 4 to 8 makes a register tile of
+    rows (M = 197 -> 200; 12, 64 or 68 stay): the row padding of matmul_padding and of
+    nn.matmul_tn's `padded_rows`."""
+    return -(-m // 4) * 4 if m > 4 and not any(m % t == 0 for t in range(4, 9)) else m
 
 
 # matmul_padding pads further (at most 1/8 more sums) where the fallback register tile would hold
@@ -179,6 +186,91 @@ def schedule_matmul(s, out, anchor, cfg, target):
         vector_axis = anchor.op.axis[len(out.shape) - 1]
     schedule_tiled_reduction(s, out, anchor, tiles={i: cfg["tile_i"], j: cfg["tile_j"]},
                              vector_axis=vector_axis, unroll_axes=(i,), parallel_depth=len(batch) + 1, target=target)
+
+
+def matmul_tail_columns(m: int, n: int, target) -> int:
+    """The columns of nn.matmul_tn's register tiles for an [M, N] output on `target` (its
+    `columns` attribute, set by AlterOpLayout): N rounded down to a multiple of the float32 vector
+    lanes, the other N - columns columns running as GEMVs along M, where that takes fewer vector
+    multiply-adds per k than padding N to whole vectors (M x ceil(N / lanes) against M x
+    columns / lanes + (N - columns) x ceil(M / lanes)); else N (no tail). ShuffleNet at 7 x 7, M =
+    68, N = 49 on AVX-512: 48 + 1 (209 against 272); a tail of 15 columns (N = 63, M = 34) would
+    cost more than the one padding column (147 against 136)."""
+    lanes = target.vector_lanes("float32")
+    columns = n - n % lanes
+    if n % lanes == 0 or columns == 0:
+        return n
+    padded = m * -(-n // lanes)
+    return columns if m * (columns // lanes) + (n - columns) * -(-m // lanes) < padded else n
+
+
+def matmul_tn_config(workload, target) -> ConfigSpace:
+    """Knobs of nn.matmul_tn (a^T [..., K, M] x b [..., K, N], `columns` C and
+    `padded_rows` Mp): tile_i rows (unrolled, a divisor of Mp up to 16) and tile_j columns
+    (vectorized, a multiple of the lanes dividing C) per register tile. Fallback: tile_j the
+    most vectors up to 3 dividing C / lanes, tile_i the largest divisor of Mp whose tile_i x
+    (tile_j / lanes) accumulators fit num_vector_registers - 4 (AVX-512: 28). ShuffleNet's
+    grouped 1x1 conv over 7 x 7 (4 groups of [68, 68] x [68, 49]), AVX-512, one thread: (4, 48)
+    plus a one-column tail; a hand-written C kernel of that tile ran at 110 GFLOP/s against 84
+    for the [68, 64] padded GEMM's (4, 32) tile (Zen 4, peak 117)."""
+    attrs = dict(workload[-1])
+    m, n = workload[2][-2:]
+    columns, rows = attrs.get("columns", n), attrs.get("padded_rows", m)
+    lanes = target.vector_lanes("float32")
+    vectors = max(1, columns // lanes)
+    if columns % lanes:  # no whole vector (columns = N below the lanes): one vector loop over them
+        widths, tile_j = [columns], columns
+    else:
+        widths = [lanes * d for d in range(1, vectors + 1) if vectors % d == 0 and d <= 8]
+        tile_j = lanes * max(d for d in (1, 2, 3) if vectors % d == 0)
+    regs = max(1, (target.num_vector_registers - 4) // max(1, tile_j // lanes))
+    tile_i = max(d for d in range(1, min(rows, 16) + 1) if rows % d == 0 and d <= regs)
+    space = ConfigSpace()
+    space.define_knob("tile_j", widths, fallback=tile_j)
+    space.define_split("tile_i", rows, fallback=tile_i, max_factor=16)
+    return space
+
+
+def schedule_matmul_tn(s, out, anchor, cfg, target):
+    """Fused nn.matmul_tn + epilogue: the GEMVs of the tail columns (`matmul_tail`) at
+    root, M vectorized, K outermost; then (row tile, column tile) register tiles of
+    `matmul_main` as schedule_matmul's (rows unrolled, columns in vectors), the batch axes and
+    the row tiles fused into the parallel loop, the column tiles a serial loop inside it: loop
+    partitioning (tvmc.tir.partition) splits that loop at the tail, where the output's columns
+    read the tail and the main tile's sums are dead code (LLVM deletes them)."""
+    stages = {t.name: t for t in anchor.op.input_tensors() if t.op is not None}
+    main, tail = stages["matmul_main"], stages.get("matmul_tail")
+    lanes = target.vector_lanes("float32")
+    inline_injective(s, out, keep=[main] + ([tail] if tail is not None else []))
+    if tail is not None:
+        ts = s[tail]
+        *tb, jt, ti = ts.op.axis
+        ti_o, ti_v = ts.split(ti, lanes)
+        ts.reorder(*tb, jt, *ts.op.reduce_axis, ti_o, ti_v)
+        ts.unroll(ti_o)
+        ts.vectorize(ti_v)
+    st = s[out]
+    *batch, i, j = st.op.axis
+    i_o, i_i = st.split(i, cfg["tile_i"])
+    j_o, j_i = st.split(j, cfg["tile_j"])
+    j_v_o, j_v = st.split(j_i, lanes)
+    st.reorder(*batch, i_o, j_o, i_i, j_v_o, j_v)
+    st.unroll(i_i)
+    st.unroll(j_v_o)
+    st.vectorize(j_v)
+    head = st.fuse(*batch, i_o) if batch else i_o
+    if worth_parallel(main):
+        st.parallel(head)
+    if tail is not None:
+        st.partition(j_o)
+    s[main].compute_at(st, j_o)
+    ms = s[main]
+    *mb, mi, mj = ms.op.axis
+    mj_o, mj_v = ms.split(mj, lanes)
+    ms.reorder(*mb, *ms.op.reduce_axis, mi, mj_o, mj_v)
+    ms.unroll(mi)
+    ms.unroll(mj_o)
+    ms.vectorize(mj_v)
 
 
 def dense_pack_config(workload, target) -> ConfigSpace:
