@@ -217,12 +217,17 @@ def main(argv=None) -> int:
     return 0 if all(r[7] == "ok" for rows in results.values() for r in rows) else 1
 
 
-def conv_kernel_ms(ex, runs: int) -> float:
-    """ms per run of the convolution's own kernels in GraphExecutor `ex` (its profile over `runs`
-    runs): every kernel but the layout transforms that the one-node model's NCHW input and output
-    need around the NCHW[x]c convolution (`fused_layout_transform*`; inside a network the
-    convolutions pass NCHW[x]c tensors to each other, as ResNet-18's do)."""
-    return sum(r["total_ms"] for r in ex.profile(runs) if not r["name"].startswith("fused_layout_transform"))
+def conv_kernel_ms(ex, runs: int, profiles: int = 5) -> float:
+    """ms per run of the convolution's own kernels in GraphExecutor `ex`: the median of `profiles`
+    profiles of `runs` runs each (one profile's mean moved by 15% between runs on the ~20 us
+    kernels of ShuffleNet's 14 x 14 and 7 x 7 layers: one interrupt in 20 runs), over every
+    kernel but the layout transforms that the one-node model's NCHW input and output need around
+    the NCHW[x]c convolution (`fused_layout_transform*`; inside a network the convolutions pass
+    NCHW[x]c tensors to each other, as ResNet-18's do)."""
+    def one_profile():
+        return sum(r["total_ms"] for r in ex.profile(runs) if not r["name"].startswith("fused_layout_transform"))
+
+    return statistics.median(one_profile() for _ in range(profiles))
 
 
 if __name__ == "__main__":
