@@ -414,6 +414,27 @@ def test_matmul_fallback_is_dense_packs_register_tile_over_vectors_of_columns(ta
     assert (space["tile_i"], space["tile_j"]) == tile
 
 
+@pytest.mark.parametrize("cols", [20, 24, 31])
+def test_padded_matmul_tiles_stay_within_the_outputs_columns(cols):
+    """Attention at 17 to 31 tokens on AVX-512: N padded to 32, but a tile of 2 vectors would be
+    wider than the output, which then is not split: the register tile became one vector of N
+    lanes (N = 24: 84 us against 14 at N = 32). The fallback takes 1 vector, no tile_j knob passes
+    N, and the kernel equals numpy."""
+    from tvmc.ops.cpu.dense import matmul_config, matmul_padding
+
+    target = resolve_target("x86")
+    padded = matmul_padding(cols, cols, target)
+    assert padded[1] == 32
+    space = matmul_config((None, None, (12, cols, cols), "float32", (("padded", padded),)), target)
+    assert space.fallback["tile_j"] == 16 and max(space.knobs["tile_j"]) <= cols
+    r = np.random.default_rng(cols)
+    a, b = Var("a", TensorType((12, cols, 64), "float32")), Var("b", TensorType((12, 64, cols), "float32"))
+    fn = Function([a, b], make_call("nn.matmul", [a, b], {"padded": list(padded)}), "fused_matmul")
+    av, bv = n(r, (12, cols, 64)), n(r, (12, 64, cols))
+    got, _ = build_and_run(fn, [av, bv], target)
+    np.testing.assert_allclose(got, av @ bv, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("target_name", ["x86", "x86-avx2", "wasm"])
 def test_matmul_padding_widens_a_tile_of_too_few_accumulators(target_name):
     """ShuffleNet's grouped 1x1 conv as a GEMM, [4, 68, 68] x [4, 68, 196]: the lanes' padding
