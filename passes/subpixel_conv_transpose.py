@@ -1,7 +1,8 @@
-"""Graph pass SubpixelConvTranspose: a strided 2-D transposed convolution as one convolution over
-the input whose output channels are the stride's s_h x s_w output phases, then a pixel shuffle
-(the sub-pixel convolution of Shi et al., "Is the deconvolution layer the same as a convolutional
-layer?", 2016; PyTorch's PixelShuffle, ONNX DepthToSpace in CRD order).
+"""Graph pass SubpixelConvTranspose: a strided 2-D transposed convolution as ordinary convolutions
+over the input, one output channel group per output phase of the stride's s_h x s_w (one
+convolution where the stride divides the kernel), then a pixel shuffle (the sub-pixel
+convolution of Shi et al., "Is the deconvolution layer the same as a convolutional layer?",
+2016; PyTorch's PixelShuffle, ONNX DepthToSpace in CRD order).
 
 nn.conv2d_transpose computes its gather form (tvmc/ops/nn_conv2d_transpose.py): a stride-1
 convolution of the input dilated by the strides, where all but 1 / (s_h s_w) of the taps meet an
