@@ -87,8 +87,8 @@ def subpixel_conv_transpose(e: Call) -> Expr | None:
     bottom, right = max(0, qh - h), max(0, qw - w)
     name, wname = e.name or "conv_transpose", weight.name or "weight"
 
-    def conv(w, taps, suffix):
-        return make_call("nn.conv2d", [data, Constant(w, f"{wname}_{suffix}")],
+    def conv(kernel, taps, suffix):
+        return make_call("nn.conv2d", [data, Constant(kernel, f"{wname}_{suffix}")],
                          {"strides": (1, 1), "padding": (taps[0] - 1, taps[1] - 1, bottom, right), "dilation": (1, 1),
                           "groups": 1}, name=f"{name}_{suffix}")
 
@@ -123,12 +123,8 @@ def subpixel_conv_transpose_pass(graph: Graph, ctx) -> Graph:
         return graph
 
     def fn(e: Expr, new_inputs: tuple):
-        if not isinstance(e, Call):
-            return None
-        same = all(a is b for a, b in zip(new_inputs, e.inputs))
-        rebuilt = e if same else Call(e.op, new_inputs, e.attrs, e.type, e.name)
-        if rebuilt.op != "nn.conv2d_transpose":
-            return rebuilt
-        return subpixel_conv_transpose(rebuilt) or rebuilt
+        if isinstance(e, Call) and e.op == "nn.conv2d_transpose":  # None: rewrite keeps it
+            return subpixel_conv_transpose(Call(e.op, new_inputs, e.attrs, e.type, e.name))
+        return None
 
     return rewrite(graph, fn)

@@ -145,7 +145,6 @@ def matmul_tn(at, b, out_shape, columns=None, padded_rows=None):
     columns = columns or n
     mp = padded_rows or m
     rk = te.reduce_axis(at.shape[-2], "k")
-
     ma = at.shape[-1]
 
     def operand_a(batch, i, rows):

@@ -108,14 +108,13 @@ class _Lowering:
         # a value computed from a size variable (shape_to_tensor, arange's start) reads it in a body only
         values = xt.size_vars([getattr(st.op, "body", None) for st in self.sch.stages])
         size_vars += [v for v in values if v not in size_vars]
-        if not size_vars:
-            marked = {iv.var for st in self.sch.stages for iv in st.partitioned}
-            body = simplify_stmt(body)
-            if marked and self.partition:
-                body = partition_loops(body, only=marked)
-            return PrimFunc(self.name, params, body)
         body = simplify_stmt(body)
-        return PrimFunc(self.name, params, partition_loops(body) if self.partition else body, size_vars=size_vars)
+        # with size variables every loop is partitioned; in a kernel of constant shapes the loops
+        # its schedule marks (Stage.partition), if any
+        only = None if size_vars else {iv.var for st in self.sch.stages for iv in st.partitioned}
+        if self.partition and (only is None or only):
+            body = partition_loops(body, only=only)
+        return PrimFunc(self.name, params, body, size_vars=size_vars)
 
     # --- inlining ---------------------------------------------------------------------------
     def _inline_bodies(self):
