@@ -17,6 +17,7 @@ from tvmc.ops.cpu.int8 import (
     pack_dense_u8s8_weight,
     pairs_in_int16,
 )
+from tvmc.ops.cpu.int8_mmla import MMLA_K, pack_conv2d_u8s8_mmla_weight
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import MAX_LANES, pack_dense_weight
@@ -406,6 +407,10 @@ class _Rewriter:
         value for either data type): a padded tap holds x_u8 - (shift + x_zp) = 0, as ONNX pads
         the shifted input x - x_zp with zeros, so the constant term is exact everywhere. The term
         is a compile-time constant [O] (blocked to [O/16, 1, 1, 16]), subtracted in the epilogue.
+        On targets with an int8 matrix multiply-accumulate (Target.mmla_u8s8: AArch64 +i8mm) and
+        C a multiple of 8 it becomes qnn.conv2d_nchwc_u8s8_mmla instead (the same product, two
+        output pixels x two output channels x 8 input channels per USMMLA), on a data block that
+        is a multiple of 8 (the data's, else 16 or 8).
         ib: the data's block where it is a multiple of 4, else the largest of 16, 8, 4 dividing C,
         else C (one block, padded to a multiple of 4 in the kernel: a 3-channel image on a GPU,
         or dilated). On CPU targets a conv of C % 4 != 0 and dilation 1 takes instead the float
@@ -431,17 +436,25 @@ class _Rewriter:
             product = self.qnn_conv2d_rows(e, shift, pad_value, name)
         else:
             ib = self.data_block(data)
+            mmla = not self.qnn_only and self.target is not None and self.target.mmla_u8s8 and c % MMLA_K == 0
+            if mmla and (ib is None or ib % MMLA_K):
+                ib = next(b for b in (16, 8) if c % b == 0)
             if ib is None or ib % BLOCK_K:
                 ib = next((b for b in (16, 8, 4) if c % b == 0), c)
             x = self.as_layout(data, blocked_layout(ib))
             if shift:
                 x = self.u8_shifted(x, shift)
-            packed = pack_conv2d_u8s8_weight(weight.value, ib)
             attrs = {k: e.attrs[k] for k in ("strides", "padding", "dilation")}
-            attrs.update(pad_value=pad_value, pairs_in_int16=self.pairs_in_int16(packed),
-                         out_layout=blocked_layout(BLOCK_N))
-            product = make_call("qnn.conv2d_nchwc_u8s8", [x, Constant(packed, f"{name}_OIHW{ib}i16o_u8s8")], attrs,
-                                name=e.name)
+            attrs.update(pad_value=pad_value, out_layout=blocked_layout(BLOCK_N))
+            if mmla:
+                packed = pack_conv2d_u8s8_mmla_weight(weight.value, ib)
+                product = make_call("qnn.conv2d_nchwc_u8s8_mmla", [x, Constant(packed, f"{name}_OIHW{ib}i16o_mmla")],
+                                    attrs, name=e.name)
+            else:
+                packed = pack_conv2d_u8s8_weight(weight.value, ib)
+                attrs["pairs_in_int16"] = self.pairs_in_int16(packed)
+                product = make_call("qnn.conv2d_nchwc_u8s8", [x, Constant(packed, f"{name}_OIHW{ib}i16o_u8s8")],
+                                    attrs, name=e.name)
         term = pad_value * weight.value.astype(np.int32).sum(axis=(1, 2, 3))
         out_layout = blocked_layout(BLOCK_N)
         if not term.any():

@@ -167,6 +167,14 @@ class Target:
         return _dot_u8s8(self.arch, self.cpu, self.features)
 
     @property
+    def mmla_u8s8(self) -> str | None:
+        """The u8 x s8 -> int32 matrix multiply-accumulate this target's dot-product form comes
+        with (targets/isa/<arch>.yaml dot_u8s8 `matrix`): "usmmla" on aarch64 with +i8mm (a 2x8
+        by 8x2 product into a 2x2 int32 block, tvmc.tir.ir.MmlaU8S8), which the int8
+        convolutions take (qnn.conv2d_nchwc_u8s8_mmla); None elsewhere."""
+        return _dot_u8s8_entry(self.arch, self.cpu, self.features).get("matrix")
+
+    @property
     def narrow_int8_conv(self) -> str:
         """How a qnn.conv2d whose input channels are not a multiple of 4 (an image stem) runs
         on this CPU target: "dot" (the u8 x s8 kernel over 4 adjacent taps of a kernel row,

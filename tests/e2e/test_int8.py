@@ -253,20 +253,24 @@ def test_quantize_static_resnet_style_has_no_float_chains_between_convs():
     assert pools and not any("quantize" in k for k in pools), pools
 
 
-# (target spec, --target-option features, the dot-product instruction of its dense_u8s8 kernel)
+# (target spec, --target-option features, the dot-product instruction of its dense_u8s8 kernel,
+# the instruction of its 16 -> 32 channel conv kernel)
 DOT_PRODUCT_TARGETS = [
-    pytest.param("arm-neoverse-n1", None, "udot", id="arm-neoverse-n1"),
-    pytest.param("arm-neoverse-n1", "+i8mm", "usdot", id="arm-i8mm"),
-    pytest.param("wasm", None, "i32x4.dot_i16x8_s", id="wasm"),
-    pytest.param("wasm", "+relaxed-simd", "i32x4.relaxed_dot_i8x16_i7x16_add_s", id="wasm-relaxed"),
+    pytest.param("arm-neoverse-n1", None, "udot", "udot", id="arm-neoverse-n1"),
+    pytest.param("arm-neoverse-n1", "+i8mm", "usdot", "usmmla", id="arm-i8mm"),
+    pytest.param("wasm", None, "i32x4.dot_i16x8_s", "i32x4.dot_i16x8_s", id="wasm"),
+    pytest.param("wasm", "+relaxed-simd", "i32x4.relaxed_dot_i8x16_i7x16_add_s",
+                 "i32x4.relaxed_dot_i8x16_i7x16_add_s", id="wasm-relaxed"),
 ]
 
 
-@pytest.mark.parametrize("spec,features,insn", DOT_PRODUCT_TARGETS)
-def test_quantize_static_cnn_on_dot_product_targets(spec, features, insn):
+@pytest.mark.parametrize("spec,features,insn,conv_insn", DOT_PRODUCT_TARGETS)
+def test_quantize_static_cnn_on_dot_product_targets(spec, features, insn, conv_insn):
     """The QOperator CNN on the AArch64 and wasm32 dot-product forms (targets/isa/*.yaml
-    dot_u8s8), run under qemu-user or wasmtime: onnxruntime's int8 outputs, and the dense kernel
-    (QLinearMatMul -> qnn.dense_u8s8) shows the form's instruction in the `asm` dump."""
+    dot_u8s8), run under qemu-user or wasmtime: onnxruntime's int8 outputs, and in the `asm` dump
+    the dense kernel (QLinearMatMul -> qnn.dense_u8s8) shows the form's instruction, the second
+    conv's kernel (16 -> 32 channels) the form's, or on +i8mm the matrix multiply-accumulate
+    (qnn.conv2d_nchwc_u8s8_mmla: usmmla)."""
     from tvmc.driver import CompileOptions
     from tvmc.runtime import device_missing
     from tvmc.target import resolve_target
@@ -282,8 +286,11 @@ def test_quantize_static_cnn_on_dot_product_targets(spec, features, insn):
         options = CompileOptions(opt_level=3, dump_ir=("asm",), dump_dir=dumps)
         _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense_u8s8"), target, options)
         asm = "\n".join(p.read_text() for p in Path(dumps).rglob("*.s"))
-    dense = asm[asm.index("fused_qnn_dense_u8s8"):]
-    assert re.search(rf"^\s+{re.escape(insn)}\s", dense, re.M), f"no {insn} in the dense kernel's assembly"
+    # each function's text, from its label to the next one (a parallel body's label included)
+    functions = dict(re.findall(r"^(fused_[\w.]+):\n(.*?)(?=^[A-Za-z_][\w.]*:$|\Z)", asm, re.M | re.S))
+    for prefix, want in (("fused_qnn_dense_u8s8", insn), ("fused_qnn_conv2d_nchwc", conv_insn)):
+        text = "\n".join(body for name, body in functions.items() if name.startswith(prefix))
+        assert re.search(rf"^\s+{re.escape(want)}\s", text, re.M), f"no {want} in the assembly of {prefix}"
 
 
 def test_quantize_static_cnn_int8_activations_matches_onnxruntime():

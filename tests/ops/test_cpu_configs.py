@@ -16,6 +16,7 @@ from util import op_function, run_op
 from tests.targets import TARGETS, require
 from tvmc.autotune.task import tasks_of_functions
 from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
+from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight
 from tvmc.ops.registry import all_ops
 
 # one case per CPU implementation (the implementation name is the id)
@@ -62,6 +63,11 @@ CPU_CASES = [
     # of 1, 3, 9 columns and 1, 2, 4 blocks), an input block of 8 (two quads) padded with 200
     Case("conv2d_nchwc_u8s8.cpu", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (1, 2, 6, 9, 8), "uint8"), pack_conv2d_u8s8_weight(qi(r, (64, 16, 3, 3)), 8)],
+         dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),
+    # the same product on the int8 matrix multiply-accumulate: 2 output channel blocks, OW 11 (6
+    # pixel pairs: tiles of 1, 2, 3 pairs, the last pair half stored), input blocks of 16
+    Case("conv2d_nchwc_u8s8_mmla.cpu", "qnn.conv2d_nchwc_u8s8_mmla",
+         lambda r: [qi(r, (1, 2, 5, 11, 16), "uint8"), pack_conv2d_u8s8_mmla_weight(qi(r, (32, 32, 3, 3)), 16)],
          dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),
     # an image stem's u8 x s8 product on planar rows (qnn_conv2d_rows): 2 output channel blocks,
     # OW 10 (tiles of 1, 2, 5, 10 columns), 3x5 taps (two quads per row, the second padded)

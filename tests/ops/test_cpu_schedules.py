@@ -15,6 +15,7 @@ from util import build_and_run, op_function, run_op
 from tests.targets import TARGETS, require
 from tvmc.autotune.task import tasks_of_functions
 from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
+from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight
 from tvmc.graph.ir import Function, TensorType, Var
 from tvmc.ops.cpu.tiling import MIN_PARALLEL_MACS
 from tvmc.ops.fused import lower_fused
@@ -73,6 +74,11 @@ CPU_CASES = [
     # of 1, 3, 9 columns and 1, 2, 4 blocks), an input block of 8 (two quads) padded with 200
     Case("conv2d_nchwc_u8s8.cpu", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (1, 2, 6, 9, 8), "uint8"), pack_conv2d_u8s8_weight(qi(r, (64, 16, 3, 3)), 8)],
+         dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),
+    # the same product on the int8 matrix multiply-accumulate: 2 output channel blocks, OW 11 (6
+    # pixel pairs: tiles of 1, 2, 3 pairs, the last pair half stored), input blocks of 16
+    Case("conv2d_nchwc_u8s8_mmla.cpu", "qnn.conv2d_nchwc_u8s8_mmla",
+         lambda r: [qi(r, (1, 2, 5, 11, 16), "uint8"), pack_conv2d_u8s8_mmla_weight(qi(r, (32, 32, 3, 3)), 16)],
          dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),
     # an image stem on the u8s8 row kernel: 3 channels, 7x7 taps (two quads per row), stride 2,
     # OW 6 (tiles of 1, 2, 3, 6 columns), one output block

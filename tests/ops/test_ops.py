@@ -17,6 +17,7 @@ from tests.targets import TARGETS, require
 from tvmc.graph.ir import Constant, Function, TensorType, Var
 from tvmc.ops.control import INTERPRETED
 from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
+from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight
 from tvmc.ops.registry import all_ops, get_op, make_call
 from tvmc.target import resolve_target
 
@@ -690,6 +691,18 @@ CASES = [
     Case("qnn_conv2d_nchwc_u8s8_packed_1x1_s2_7bit", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (2, 2, 9, 9, 8), "uint8"), pack_conv2d_u8s8_weight(qi(r, (48, 16, 1, 1)) // 2, 8)],
          dict(conv(strides=(2, 2)), pairs_in_int16=True, out_layout="NCHW16c")),
+    # the same product in steps of the int8 matrix multiply-accumulate (AArch64 +i8mm USMMLA; the
+    # widening form elsewhere): pixel pairs, an odd OW (the last pair's second pixel dropped),
+    # input blocks of 16 (two octets) and 8, a requantize epilogue; stride 2 with uneven pads
+    Case("qnn_conv2d_nchwc_u8s8_mmla_3x3_pad_requantize", "qnn.conv2d_nchwc_u8s8_mmla",
+         lambda r: [qi(r, (1, 2, 9, 11, 16), "uint8"), pack_conv2d_u8s8_mmla_weight(qi(r, (32, 32, 3, 3)), 16)],
+         dict(conv(padding=(1, 1, 1, 1)), pad_value=131, out_layout="NCHW16c"),
+         chain=lambda r: [("subtract", {}, [r.integers(-9000, 9000, (2, 1, 1, 16)).astype(np.int32)]),
+                          requantize((r.random(32) * 4e-5).astype(np.float32), -3, "int8", axis=1,
+                                     layout="NCHW16c")]),
+    Case("qnn_conv2d_nchwc_u8s8_mmla_s2_asym_pad", "qnn.conv2d_nchwc_u8s8_mmla",
+         lambda r: [qi(r, (2, 1, 13, 10, 8), "uint8"), pack_conv2d_u8s8_mmla_weight(qi(r, (16, 8, 3, 3)), 8)],
+         dict(conv(strides=(2, 2), padding=(0, 1, 2, 1)), pad_value=7, out_layout="NCHW16c")),
     # an image stem's raw u8 x s8 product on planar data padded in the graph (AlterOpLayout's
     # qnn_conv2d_rows): 3 channels, 7x7 taps (two quads per kernel row), stride 2, rows wider
     # than the last quad reads, a requantize epilogue

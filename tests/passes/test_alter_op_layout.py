@@ -493,6 +493,40 @@ def _qconv(x, w, x_zp, w_zp, stride=1, padding=(1, 1, 1, 1), groups=1, name=""):
                 dilation=(1, 1), groups=groups)
 
 
+def test_qnn_conv2d_on_i8mm_becomes_the_matrix_multiply_accumulate_kernel():
+    """On a target with an int8 matrix multiply-accumulate (arm-neoverse-n1 with +i8mm: USMMLA),
+    a qnn.conv2d of C a multiple of 8 -> qnn.conv2d_nchwc_u8s8_mmla on NCHW16c (C = 32, int8 data
+    shifted by 128, stride 2) or NCHW8c (C = 24) uint8 data, its weight packed for the step, minus
+    the same zero-point term; C = 12 keeps the dot-product kernel on NCHW4c; without +i8mm every
+    conv takes the dot-product kernel. Exact against the graph before."""
+    rng = np.random.default_rng(1)
+
+    def zp(value):
+        return Constant(np.asarray(value, np.int32), f"zp{np.size(value)}_{np.ravel(value)[0]}")
+
+    def qconv(x, o, stride=1):
+        w = Constant(rng.integers(-128, 128, (o, x.shape[1], 3, 3)).astype(np.int8), f"w{x.name}{o}")
+        return _qconv(x, w, zp(-7 if x.dtype == "int8" else 131), zp(np.zeros(o)), stride=stride)
+
+    xs, xu = var("xs", (1, 32, 9, 9), "int8"), var("xu", (2, 24, 6, 7), "uint8")
+    x12 = var("x12", (1, 12, 5, 5), "uint8")
+    before = Graph([xs, xu, x12], [qconv(xs, 16, stride=2), qconv(xu, 32), qconv(x12, 16)])
+    i8mm = resolve_target("arm-neoverse-n1", {"features": "+i8mm"})
+    after = alter(before, i8mm)
+    mmla = [c for c in after.calls() if c.op == "qnn.conv2d_nchwc_u8s8_mmla"]
+    assert sorted(c.inputs[1].shape for c in mmla) == [(1, 2, 3, 3, 2, 8, 2, 8), (2, 3, 3, 3, 1, 8, 2, 8)]
+    assert sorted(c.attrs["pad_value"] for c in mmla) == [121, 131]
+    assert [c.inputs[1].shape for c in after.calls() if c.op == "qnn.conv2d_nchwc_u8s8"] == [(1, 3, 3, 3, 1, 16, 4)]
+    dot = alter(before, resolve_target("arm-neoverse-n1"))
+    assert [c.op for c in dot.calls()].count("qnn.conv2d_nchwc_u8s8") == 3
+    assert "qnn.conv2d_nchwc_u8s8_mmla" not in [c.op for c in dot.calls()]
+    inputs = {"xs": rng.integers(-128, 128, (1, 32, 9, 9)).astype(np.int8),
+              "xu": rng.integers(0, 256, (2, 24, 6, 7)).astype(np.uint8),
+              "x12": rng.integers(0, 256, (1, 12, 5, 5)).astype(np.uint8)}
+    for r, g in zip(run_graph(before, inputs), run_graph(after, inputs)):
+        np.testing.assert_array_equal(g, r)  # integers: exact
+
+
 def test_qnn_conv2d_with_an_int8_weight_becomes_the_dot_product_kernel():
     """qnn.conv2d with a constant int8 weight, zero weight zero points and a constant input zero
     point -> qnn.conv2d_nchwc_u8s8 on NCHW[ib]c uint8 data padded with the shifted input zero point,

@@ -30,7 +30,8 @@ from tvmc.te.extent import as_extent, upper_bound
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.gpu import narrower
 from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
-                         DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, PrimFunc, Seq, Stmt, Store, stmt_children)
+                         DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, MmlaU8S8, PrimFunc, Seq, Stmt, Store,
+                         stmt_children)
 from tvmc.tir.simplify import Linear, rounded_then_shifted, simplify, structural_key
 
 if llvmlite.ir_layer_typed_pointers_enabled:
@@ -162,6 +163,9 @@ DOT_U8S8_INTRINSICS = {
     ("dot_i16x8", 128): {"dot_i16x8": "llvm.wasm.dot"},
     ("relaxed_dot", 128): {"relaxed_dot": "llvm.wasm.relaxed.dot.i8x16.i7x16.add.signed"},
 }
+# LLVM intrinsics of tir.MmlaU8S8's instruction (Target.mmla_u8s8): the NEON USMMLA intrinsic
+# (ACLE's vusmmlaq_s32).
+MMLA_U8S8_INTRINSICS = {"usmmla": "llvm.aarch64.neon.usmmla.v4i32.v16i8"}
 
 
 def llvm_type(dtype: str) -> ir.Type:
@@ -342,6 +346,8 @@ class CodeGenLLVM:
             b.call(self.declare(self.device.barrier, VOID, []), [])
         elif isinstance(s, DotU8S8):
             self._dot_u8s8(st, s, vec)
+        elif isinstance(s, MmlaU8S8) and self.device is None:
+            self._mmla_u8s8(st, s, vec)
         elif isinstance(s, Intrinsic):
             if self.device is None or not self.device.mma or vec is not None:
                 raise CodegenError(f"codegen: {type(s).__name__} needs a GPU triple with warp-level matrix "
@@ -631,6 +637,42 @@ class CodeGenLLVM:
                 fn = self._dot_pairs if names is not None else self._dot_widen
                 out = b.add(acc, fn(st, names, quad, w, per, s.pairs_in_int16, st.dot_rows > 1))
             b.store(out, acc_c, align=4)
+
+    def _mmla_u8s8(self, st, s: MmlaU8S8, vec):
+        """tir.MmlaU8S8: the two 8-byte rows of A as one <16 x i8> (one load where they are
+        adjacent, a_row_stride 8; else two 8-byte loads joined), B's 16 bytes, the 2 x 2 int32
+        block as <4 x i32>; USMMLA where the target has it (MMLA_U8S8_INTRINSICS), else the four
+        8-element dot products in widening multiplies (zext A, sext B, multiply, add across)."""
+        if vec is not None:
+            raise CodegenError("codegen: an MmlaU8S8 step cannot sit inside a vectorized loop")
+        b = st.builder
+        v16, v8, v4 = ir.VectorType(I8, 16), ir.VectorType(I8, 8), ir.VectorType(I32, 4)
+        a_ptr = self._addr_of(st, s.a, s.a_index)
+        if s.a_row_stride == 8:
+            a = b.load(a_ptr, typ=v16, align=1)
+        else:
+            row1 = b.gep(a_ptr, [I64(s.a_row_stride)], inbounds=True, source_etype=I8)
+            a = b.shuffle_vector(b.load(a_ptr, typ=v8, align=1), b.load(row1, typ=v8, align=1),
+                                 ir.Constant(ir.VectorType(I32, 16), list(range(16))))
+        w = b.load(self._addr_of(st, s.b, s.b_index), typ=v16, align=1)
+        acc_ptr = self._addr_of(st, s.acc, s.acc_index)
+        acc = b.load(acc_ptr, typ=v4, align=4)
+        name = MMLA_U8S8_INTRINSICS.get(self.target.mmla_u8s8)
+        if name is not None:
+            out = b.call(self.declare(name, v4, [v4, v16, v16]), [acc, a, w])
+        else:
+            v16i32, v8i32 = ir.VectorType(I32, 16), ir.VectorType(I32, 8)
+            wide_a, wide_w = b.zext(a, v16i32), b.sext(w, v16i32)
+            add = self.declare("llvm.vector.reduce.add.v8i32", I32, [v8i32])
+            out = acc
+            for i in range(2):
+                for j in range(2):
+                    rows = [ir.Constant(ir.VectorType(I32, 8), list(range(8 * r, 8 * r + 8))) for r in (i, j)]
+                    prod = b.mul(b.shuffle_vector(wide_a, ir.Constant(v16i32, ir.Undefined), rows[0]),
+                                 b.shuffle_vector(wide_w, ir.Constant(v16i32, ir.Undefined), rows[1]))
+                    out = b.insert_element(out, b.add(b.extract_element(out, I32(2 * i + j)), b.call(add, [prod])),
+                                           I32(2 * i + j))
+        b.store(out, acc_ptr, align=4)
 
     def _dot_u8s8_device(self, st, s: DotU8S8, intrinsic: str):
         """tir.DotU8S8 on a GPU with a one-word dot product (the device table's dot_u8s8: PTX

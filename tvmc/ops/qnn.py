@@ -21,8 +21,9 @@ and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (
 generic kernels, not tuned int8 ones. On CPU targets AlterOpLayout turns a qnn.dense with a
 constant int8 weight into qnn.dense_u8s8, and a groups-1 qnn.conv2d with one into
 qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, NCHW16c int32 out; an image stem of C % 4 != 0:
-qnn.conv2d_nchw_u8s8 on planar data), the raw u8 x s8 products on the target's dot-product
-instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPU targets
+qnn.conv2d_nchw_u8s8 on planar data; on +i8mm targets qnn.conv2d_nchwc_u8s8_mmla, on the int8
+matrix multiply-accumulate, tvmc/ops/cpu/int8_mmla.py), the raw u8 x s8 products on the target's
+dot-product instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPU targets
 with a 4 x int8 dot product (Target.gpu_int8_dot: CUDA dp4a, OpenCL) take the same
 rewrite, onto tiled GPU kernels of that step (tvmc/ops/gpu/int8.py); the other qnn ops, and all of
 them on other GPUs, run one output element per thread (tvmc/ops/gpu/injective.py's generic
@@ -49,6 +50,13 @@ from tvmc.ops.cpu.int8 import (
     schedule_dense_u8s8,
     unpack_conv2d_u8s8_row_weight,
     unpack_conv2d_u8s8_weight,
+)
+from tvmc.ops.cpu.int8_mmla import (
+    MMLA_K,
+    conv2d_nchwc_u8s8_mmla,
+    conv2d_u8s8_mmla_config,
+    schedule_conv2d_nchwc_u8s8_mmla,
+    unpack_conv2d_u8s8_mmla_weight,
 )
 from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
@@ -173,12 +181,19 @@ def _conv2d_u8s8_type(in_types, attrs):
         raise ValueError(f"qnn.conv2d_nchwc_u8s8 needs uint8 data [N,C/ib,H,W,ib] and int8 weight [O/{BLOCK_N},C/ib,"
                          f"KH,KW,ceil(ib/{BLOCK_K}),{BLOCK_N},{BLOCK_K}], got {d.dtype} {list(d.shape)} and "
                          f"{w.dtype} {list(w.shape)}")
+    return _blocked_u8s8_out_type(d, w, attrs, "qnn.conv2d_nchwc_u8s8")
+
+
+def _blocked_u8s8_out_type(d, w, attrs, op: str):
+    """The int32 NCHW16c output type of a blocked u8 x s8 conv (data [N,C/ib,H,W,ib], packed
+    weight [O/16,C/ib,KH,KW,...]) once its operands are checked; raises ValueError naming `op` on
+    bad attributes."""
     if attrs.get("out_layout", blocked_layout(BLOCK_N)) != blocked_layout(BLOCK_N):
         raise ValueError(f"out_layout must be {blocked_layout(BLOCK_N)}, got {attrs['out_layout']}")
     if not 0 <= attrs.get("pad_value", 0) <= 255:
         raise ValueError(f"pad_value {attrs['pad_value']} is not a uint8 value")
     if attrs.get("groups", 1) != 1:
-        raise ValueError(f"groups={attrs['groups']}: qnn.conv2d_nchwc_u8s8 computes groups=1 only")
+        raise ValueError(f"groups={attrs['groups']}: {op} computes groups=1 only")
     n, _, h, wd, _ = d.shape
     kh, kw = w.shape[2:4]
     oh, ow = conv2d_out_hw(h, wd, kh, kw, attrs["strides"], attrs["padding"], attrs["dilation"])
@@ -191,13 +206,17 @@ def _conv2d_u8s8_reference(x, w, strides, padding, dilation, pad_value=0, pairs_
                            out_layout=None, groups=1):
     """Unblock data and weight, pad with pad_value, convolve exactly (float64 sums of integer
     products below 2^53), block the result as NCHW16c."""
-    ib = x.shape[4]
-    nchw = to_layout(x, blocked_layout(ib), "NCHW").astype(np.float64)
+    return _blocked_u8s8_reference(x, unpack_conv2d_u8s8_weight(w, x.shape[4]), strides, padding, dilation, pad_value)
+
+
+def _blocked_u8s8_reference(x, oihw, strides, padding, dilation, pad_value):
+    """numpy: NCHW16c int32 of NCHW[ib]c uint8 data `x`, padded with pad_value, convolved with the
+    OIHW int8 weight `oihw` (exact in float64)."""
+    nchw = to_layout(x, blocked_layout(x.shape[4]), "NCHW").astype(np.float64)
     pt, pl, pb, pr = padding
     padded = np.pad(nchw, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
-    ws = unpack_conv2d_u8s8_weight(w, ib).astype(np.float64)
-    out = _float_conv2d_reference(padded, ws, strides, (0, 0, 0, 0), dilation, 1).astype(np.int32)
-    return to_layout(out, "NCHW", blocked_layout(BLOCK_N))
+    out = _float_conv2d_reference(padded, oihw.astype(np.float64), strides, (0, 0, 0, 0), dilation, 1)
+    return to_layout(out.astype(np.int32), "NCHW", blocked_layout(BLOCK_N))
 
 
 def _conv2d_u8s8_compute(inputs, attrs, out_type):
@@ -221,6 +240,42 @@ register_op(OpDef("qnn.conv2d_nchwc_u8s8", _conv2d_u8s8_type, _conv2d_u8s8_refer
                       "gpu": [Implementation("conv2d_nchwc_u8s8.gpu", schedule_conv2d_nchwc_u8s8_gpu,
                                              config_space=conv2d_u8s8_gpu_config)]},
                   flops=_conv2d_u8s8_flops))
+
+
+# --- qnn.conv2d_nchwc_u8s8_mmla (CPU: the int8 matrix multiply-accumulate, +i8mm) ---------------
+
+def _conv2d_mmla_type(in_types, attrs):
+    d, w = in_types
+    if d.dtype != "uint8" or w.dtype != "int8" or len(d.shape) != 5 or len(w.shape) != 8 or \
+            tuple(w.shape[5:]) != (BLOCK_N // 2, 2, MMLA_K) or w.shape[1] != d.shape[1] or \
+            w.shape[4] * MMLA_K != d.shape[4]:
+        raise ValueError(f"qnn.conv2d_nchwc_u8s8_mmla needs uint8 data [N,C/ib,H,W,ib] (ib a multiple of {MMLA_K}) "
+                         f"and int8 weight [O/{BLOCK_N},C/ib,KH,KW,ib/{MMLA_K},{BLOCK_N // 2},2,{MMLA_K}], got "
+                         f"{d.dtype} {list(d.shape)} and {w.dtype} {list(w.shape)}")
+    return _blocked_u8s8_out_type(d, w, attrs, "qnn.conv2d_nchwc_u8s8_mmla")
+
+
+def _conv2d_mmla_flops(workload):
+    """2 x N x O x OH x OW x C x KH x KW."""
+    data, weight, out = workload[:3]
+    return 2 * out[0] * out[1] * out[4] * out[2] * out[3] * data[1] * data[4] * weight[2] * weight[3]
+
+
+# The same product as qnn.conv2d_nchwc_u8s8 in steps of an int8 matrix multiply-accumulate (two
+# output pixels x two output channels x 8 input channels: AArch64 USMMLA; tvmc.ops.cpu.int8_mmla),
+# its weight packed for that step; AlterOpLayout emits it on targets with Target.mmla_u8s8.
+register_op(OpDef("qnn.conv2d_nchwc_u8s8_mmla", _conv2d_mmla_type,
+                  lambda x, w, strides, padding, dilation, pad_value=0, out_layout=None, groups=1:
+                  _blocked_u8s8_reference(x, unpack_conv2d_u8s8_mmla_weight(w), strides, padding, dilation, pad_value),
+                  OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: conv2d_nchwc_u8s8_mmla(*inputs, attrs["strides"], attrs["padding"],
+                                                                         attrs["dilation"], attrs.get("pad_value", 0)),
+                  {"cpu": [Implementation("conv2d_nchwc_u8s8_mmla.cpu", schedule_conv2d_nchwc_u8s8_mmla,
+                                          config_space=conv2d_u8s8_mmla_config)],
+                   # CPU only in practice (AlterOpLayout); on a GPU one output element per thread
+                   "gpu": [Implementation("conv2d_nchwc_u8s8_mmla.gpu", schedule_generic,
+                                          config_space=generic_config)]},
+                  flops=_conv2d_mmla_flops))
 
 
 # --- qnn.conv2d_nchw_u8s8 (CPU: an image stem on the dot-product instructions) ------------------

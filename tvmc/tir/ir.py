@@ -1,6 +1,6 @@
 """Loop IR: buffers, statements (For, Store, Allocate, Seq, IfThenElse, Barrier, the warp-level
 intrinsics of GPU tensor-core kernels: MatrixLoad, MMA, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, and the
-CPU int8 dot-product step DotU8S8) and PrimFunc, with a printer."""
+CPU int8 dot-product step DotU8S8 and matrix step MmlaU8S8) and PrimFunc, with a printer."""
 
 from __future__ import annotations
 
@@ -297,6 +297,40 @@ class DotU8S8(Intrinsic):
         flag = ", pairs_in_int16" if self.pairs_in_int16 else ""
         return (f"{self.acc.name}[{self.acc_index!r}:+{self.lanes}] += dot_u8s8({self.a.name}[{self.a_index!r}:+4], "
                 f"{self.b.name}[{self.b_index!r}:+{4 * self.lanes}]{flag})")
+
+
+class MmlaU8S8(Intrinsic):
+    """The int8 matrix multiply-accumulate step of the CPU int8 convolutions on +i8mm targets
+    (tvmc/ops/cpu/int8_mmla.py): a 2 x 8 uint8 block A times the transpose of a 2 x 8 int8 block
+    B, added to a 2 x 2 int32 block,
+
+        acc[acc_index + 2 i + j] += sum_{k < 8} int32(a[a_index + i a_row_stride + k]) * int32(b[b_index + 8 j + k])
+
+    for i, j in {0, 1} (row-major C), `acc` int32 (wrapping addition), `a` uint8 (two rows of 8
+    bytes, `a_row_stride` elements apart, a constant: two output pixels' input channels), `b`
+    int8 (16 contiguous bytes: two output channels' weights). Arm ARM, FEAT_I8MM USMMLA ("Unsigned
+    and signed 8-bit integer matrix multiply-accumulate (vector)"), ACLE's vusmmlaq_s32; the code
+    generator emits it where the target has it (Target.mmla_u8s8), else the same sums in widening
+    multiplies. Exact."""
+
+    expr_fields = ("acc_index", "a_index", "b_index")
+
+    def __init__(self, acc: Buffer, acc_index: PrimExpr, a: Buffer, a_index: PrimExpr, a_row_stride: int, b: Buffer,
+                 b_index: PrimExpr):
+        if (acc.dtype, a.dtype, b.dtype) != ("int32", "uint8", "int8"):
+            raise ValueError(f"MmlaU8S8 needs int32 += uint8 x int8 buffers, got {acc.dtype} += {a.dtype} x {b.dtype}")
+        self.acc, self.acc_index, self.a, self.a_index, self.b, self.b_index = acc, acc_index, a, a_index, b, b_index
+        self.a_row_stride = int(a_row_stride)
+
+    def reads(self):
+        return [(self.a, self.a_index), (self.b, self.b_index), (self.acc, self.acc_index)]
+
+    def writes(self):
+        return [(self.acc, self.acc_index)]
+
+    def __repr__(self):
+        return (f"{self.acc.name}[{self.acc_index!r}:+4] += mmla_u8s8({self.a.name}[{self.a_index!r}:+8, "
+                f"+{self.a_row_stride}:+8], {self.b.name}[{self.b_index!r}:+16])")
 
 
 class PrimFunc:

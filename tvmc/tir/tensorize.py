@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tvmc.errors import ScheduleError
 from tvmc.te.expr import BinOp, Cast, IntImm, Load, Var, substitute
-from tvmc.tir.ir import DotU8S8
+from tvmc.tir.ir import DotU8S8, MmlaU8S8
 from tvmc.tir.simplify import linear_steps, simplify
 
 
@@ -62,6 +62,44 @@ class DotU8S8Intrin:
 
         return DotU8S8(acc, base(acc_index), a.buffer, base(a.index), b.buffer, base(b.index), self.lanes,
                        self.pairs_in_int16)
+
+
+@dataclass(frozen=True)
+class MmlaU8S8Intrin:
+    """Tensorizes `acc[.., i, j] += int32(a[.., i, k]) * int32(b[.., j, k])` over inner loops
+    (i: spatial 2, j: spatial 2, k: reduce 8) into tir.MmlaU8S8 (a 2 x 8 by 8 x 2 uint8 x int8
+    matrix product into a 2 x 2 int32 block, FEAT_I8MM USMMLA): along (i, j, k) the accumulator
+    index steps by (2, 1, 0), the uint8 operand's by (any constant s > 0, 0, 1) (its two rows s
+    elements apart) and the int8 operand's by (0, 8, 1)."""
+
+    def lower(self, acc, acc_index, source, inner, ranges):
+        """The MmlaU8S8 statement computing the update `acc[acc_index] += source` over the loops
+        `inner` ([(Var, extent, 'spatial' | 'reduce')], outermost first); `ranges` (Var ->
+        extent) bounds every loop variable of the stage. Raises ScheduleError on a mismatch."""
+        if [(e, kind) for _, e, kind in inner] != [(2, "spatial"), (2, "spatial"), (8, "reduce")]:
+            raise ScheduleError("tensorize mmla_u8s8: the inner loops must be two spatial loops of 2 and one reduce "
+                                f"loop of 8, got {[(v.name, e, kind) for v, e, kind in inner]}")
+        loads = _u8s8_product(source)
+        if loads is None or acc.dtype != "int32":
+            raise ScheduleError("tensorize mmla_u8s8: the update must be int32 += int32(uint8 load) * int32(int8 "
+                                f"load), got {acc.dtype} += {source!r}")
+        a, b = loads
+        loop_vars = tuple(v for v, _, _ in inner)
+        steps = {}
+        for what, index, want in (("accumulator", acc_index, (2, 1, 0)), ("uint8 operand", a.index, None),
+                                  ("int8 operand", b.index, (0, 8, 1))):
+            got = linear_steps(simplify(index, ranges), loop_vars)
+            ok = got is not None and (got == want if want else got[0] > 0 and got[1:] == (0, 1))
+            if not ok:
+                raise ScheduleError(f"tensorize mmla_u8s8: the {what}'s index {index!r} steps by {got} along "
+                                    f"{tuple(v.name for v in loop_vars)}, not {want or '(s > 0, 0, 1)'}")
+            steps[what] = got
+
+        def base(index):
+            return simplify(substitute(index, {v: IntImm(0) for v in loop_vars}), ranges)
+
+        return MmlaU8S8(acc, base(acc_index), a.buffer, base(a.index), steps["uint8 operand"][0], b.buffer,
+                        base(b.index))
 
 
 def _u8s8_product(e):
