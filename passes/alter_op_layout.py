@@ -12,6 +12,7 @@ from tvmc.ops.cpu.dense import matmul_padding, matmul_tail_columns, padded_rows
 from tvmc.ops.cpu.int8 import (
     BLOCK_K,
     BLOCK_N,
+    DATA_DTYPES,
     pack_conv2d_u8s8_row_weight,
     pack_conv2d_u8s8_weight,
     pack_dense_u8s8_weight,
@@ -79,6 +80,14 @@ def blocked_constant(value: np.ndarray, channels: int, block: int) -> np.ndarray
     else:
         raise ValueError(f"channel axis {c} of operand {list(value.shape)} does not broadcast to {channels}")
     return np.ascontiguousarray(out.reshape(out.shape[4 - rank:] if rank else ()))
+
+
+def data_shift(dtype: str, want: str) -> int:
+    """What the int8 kernels' data operand adds to data of `dtype` to hold it as `want`: int8 as
+    uint8 +128, uint8 as int8 -128, else 0 (the zero-point term subtracts (shift + x_zp) sum w)."""
+    if dtype == want:
+        return 0
+    return 128 if want == "uint8" else -128
 
 
 class _Rewriter:
@@ -366,14 +375,17 @@ class _Rewriter:
         onnxruntime's default for int8) -> qnn.dense_u8s8 of the weight packed here into blocks of
         the dot-product step (tvmc.ops.cpu.int8.pack_dense_u8s8_weight), minus the zero-point term:
         sum_k (x - x_zp) w = sum_k x_u8 w - (shift + x_zp) sum_k w, where int8 data enters as
-        x_u8 = x + 128 (shift 128; uint8 data: shift 0) and sum_k w is a constant per column."""
+        x_u8 = x + 128 (shift 128; uint8 data: shift 0) and sum_k w is a constant per column. On
+        targets whose dot product takes int8 data (Target.dot_data_dtype: AArch64 SDOT) uint8
+        data enters as x - 128 instead (shift -128; int8 data: 0), by the same formula."""
         data, weight, x_zp, w_zp = e.inputs
         if not (isinstance(weight, Constant) and weight.dtype == "int8" and isinstance(w_zp, Constant)
                 and not w_zp.value.any()):
             return None
-        x, shift = self.plain(data), 128 if data.dtype == "int8" else 0
+        want = self.kernel_data_dtype()
+        x, shift = self.plain(data), data_shift(data.dtype, want)
         if shift:
-            x = self.u8_shifted(x, shift)
+            x = self.shifted(x, shift, want)
         packed = pack_dense_u8s8_weight(weight.value)
         n = weight.shape[0]
         product = make_call("qnn.dense_u8s8", [x, Constant(packed, f"{weight.name or 'weight'}_u8s8")],
@@ -387,7 +399,7 @@ class _Rewriter:
         else:
             zp = self.plain(x_zp)
             if shift:
-                zp = make_call("add", [zp, Constant(np.array(shift, np.int32), "u8_shift")])
+                zp = make_call("add", [zp, Constant(np.array(shift, np.int32), "data_shift")])
             corr = make_call("multiply", [zp, Constant(colsum.astype(np.int32), f"{weight.name or 'weight'}_colsum")])
         return make_call("subtract", [product, corr]), NCHW
 
@@ -405,7 +417,9 @@ class _Rewriter:
         holds for every output pixel, its window at the border included, because the kernel pads
         x_u8 with pad_value = shift + x_zp (the input zero point in the shifted domain, a uint8
         value for either data type): a padded tap holds x_u8 - (shift + x_zp) = 0, as ONNX pads
-        the shifted input x - x_zp with zeros, so the constant term is exact everywhere. The term
+        the shifted input x - x_zp with zeros, so the constant term is exact everywhere. On targets
+        whose dot product takes int8 data (Target.dot_data_dtype: AArch64 SDOT) the data enters as
+        int8 instead (uint8 data shifted by -128, int8 data as it is), by the same formula. The term
         is a compile-time constant [O] (blocked to [O/16, 1, 1, 16]), subtracted in the epilogue.
         On targets with an int8 matrix multiply-accumulate (Target.mmla_u8s8: AArch64 +i8mm) and
         C a multiple of 8 it becomes qnn.conv2d_nchwc_u8s8_mmla instead (the same product, two
@@ -421,29 +435,32 @@ class _Rewriter:
                 and weight.dtype == "int8" and isinstance(w_zp, Constant) and not w_zp.value.any()
                 and isinstance(x_zp, Constant) and e.shape[1] % BLOCK_N == 0):
             return None
-        shift = 128 if data.dtype == "int8" else 0
-        pad_value = shift + int(x_zp.value)
-        if not 0 <= pad_value <= 255:
-            return None
         c = data.shape[1]
+        rows = bool(c % BLOCK_K) and not self.qnn_only and tuple(e.attrs["dilation"]) == (1, 1) and \
+            not symbolic.free_vars([*data.shape, *e.shape])
+        mmla = not self.qnn_only and self.target is not None and self.target.mmla_u8s8 and c % MMLA_K == 0
+        want = self.kernel_data_dtype(uint8=rows or mmla)  # the row and mmla kernels take uint8 data
+        shift = data_shift(data.dtype, want)
+        pad_value = shift + int(x_zp.value)
+        lo, hi = DATA_DTYPES[want]
+        if not lo <= pad_value <= hi:
+            return None
         if c % BLOCK_K and self.float_narrow_int8 and not self.qnn_only:
             out = self.qnn_conv2d_float(e)
             if out is not None:
                 return out
         name = weight.name or "weight"
-        if c % BLOCK_K and not self.qnn_only and tuple(e.attrs["dilation"]) == (1, 1) and \
-                not symbolic.free_vars([*data.shape, *e.shape]):
+        if rows:
             product = self.qnn_conv2d_rows(e, shift, pad_value, name)
         else:
             ib = self.data_block(data)
-            mmla = not self.qnn_only and self.target is not None and self.target.mmla_u8s8 and c % MMLA_K == 0
             if mmla and (ib is None or ib % MMLA_K):
                 ib = next(b for b in (16, 8) if c % b == 0)
             if ib is None or ib % BLOCK_K:
                 ib = next((b for b in (16, 8, 4) if c % b == 0), c)
             x = self.as_layout(data, blocked_layout(ib))
             if shift:
-                x = self.u8_shifted(x, shift)
+                x = self.shifted(x, shift, want)
             attrs = {k: e.attrs[k] for k in ("strides", "padding", "dilation")}
             attrs.update(pad_value=pad_value, out_layout=blocked_layout(BLOCK_N))
             if mmla:
@@ -463,12 +480,20 @@ class _Rewriter:
                         f"{name}_zero_point_term")
         return make_call("subtract", [product, corr]), out_layout
 
+    def kernel_data_dtype(self, uint8: bool = False) -> str:
+        """The data type the int8 kernels take on this target: Target.dot_data_dtype (int8 where
+        the dot product is s8 x s8: AArch64 SDOT), uint8 on GPUs, without a target, or where
+        `uint8` (the row kernel and the matrix multiply-accumulate kernel take uint8 only)."""
+        if uint8 or self.qnn_only or self.target is None:
+            return "uint8"
+        return self.target.dot_data_dtype
+
     @staticmethod
-    def u8_shifted(x: Expr, shift: int) -> Expr:
-        """int8 `x` as uint8 x + shift (shift 128)."""
+    def shifted(x: Expr, shift: int, dtype: str) -> Expr:
+        """`x` + shift as `dtype`: int8 data as uint8 x + 128, uint8 data as int8 x - 128."""
         widened = make_call("cast", [x], {"dtype": "int32"})
-        return make_call("cast", [make_call("add", [widened, Constant(np.array(shift, np.int32), "u8_shift")])],
-                         {"dtype": "uint8"})
+        return make_call("cast", [make_call("add", [widened, Constant(np.array(shift, np.int32), "data_shift")])],
+                         {"dtype": dtype})
 
     def qnn_conv2d_rows(self, e: Call, shift: int, pad_value: int, name: str) -> Expr:
         """The u8 x s8 product of a qnn.conv2d (the qnn_conv2d conditions, dilation 1) whose C is
@@ -484,7 +509,7 @@ class _Rewriter:
         data, weight = e.inputs[:2]
         x = self.plain(data)
         if shift:
-            x = self.u8_shifted(x, shift)
+            x = self.shifted(x, shift, "uint8")
         kw = weight.shape[3]
         pt, pl, pb, _ = e.attrs["padding"]  # the right padding: whatever the last quad reads
         ow = e.shape[3]

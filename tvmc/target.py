@@ -160,11 +160,19 @@ class Target:
         """(form, width_bits) of the u8 x s8 -> int32 dot-product instructions this target's cpu
         and features enable, the first of targets/isa/<arch>.yaml `dot_u8s8` whose feature is on:
         x86 ("vpdpbusd", 512) with AVX512-VNNI, ("vpdpbusd", 256) with AVX-VNNI, ("pmaddubsw", 512
-        or 256) with AVX512-BW or AVX2; aarch64 ("usdot", 128) with +i8mm, ("udot", 128) with
+        or 256) with AVX512-BW or AVX2; aarch64 ("usdot", 128) with +i8mm, ("sdot", 128) with
         +dotprod; wasm32 ("relaxed_dot", 128) with +relaxed-simd, ("dot_i16x8", 128) with
         +simd128; nvptx64 ("dp4a", 32) on every cpu (the GPU int8 kernels, tvmc/ops/gpu/int8.py);
         None: widening multiplies (tvmc.tir.ir.DotU8S8)."""
         return _dot_u8s8(self.arch, self.cpu, self.features)
+
+    @property
+    def dot_data_dtype(self) -> str:
+        """The data type of the int8 CPU kernels' data operand on this target (targets/isa/<arch>.yaml
+        dot_u8s8 `data`): "int8" where the dot product multiplies signed bytes only (AArch64
+        +dotprod without i8mm: SDOT), so that AlterOpLayout shifts uint8 activations by -128
+        instead of int8 ones by +128; "uint8" elsewhere (u8 x s8 forms, widening multiplies)."""
+        return _dot_u8s8_entry(self.arch, self.cpu, self.features).get("data", "uint8")
 
     @property
     def mmla_u8s8(self) -> str | None:

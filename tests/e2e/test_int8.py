@@ -256,7 +256,7 @@ def test_quantize_static_resnet_style_has_no_float_chains_between_convs():
 # (target spec, --target-option features, the dot-product instruction of its dense_u8s8 kernel,
 # the instruction of its 16 -> 32 channel conv kernel)
 DOT_PRODUCT_TARGETS = [
-    pytest.param("arm-neoverse-n1", None, "udot", "udot", id="arm-neoverse-n1"),
+    pytest.param("arm-neoverse-n1", None, "sdot", "sdot", id="arm-neoverse-n1"),
     pytest.param("arm-neoverse-n1", "+i8mm", "usdot", "usmmla", id="arm-i8mm"),
     pytest.param("wasm", None, "i32x4.dot_i16x8_s", "i32x4.dot_i16x8_s", id="wasm"),
     pytest.param("wasm", "+relaxed-simd", "i32x4.relaxed_dot_i8x16_i7x16_add_s",

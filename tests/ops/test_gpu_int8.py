@@ -37,9 +37,9 @@ def _requantize(out_dtype="int8"):
     return [("qnn.requantize", {"out_dtype": out_dtype}, [np.asarray(1 / 64, np.float32), np.asarray(3, np.int32)])]
 
 
-def _dense(m, k, n, chain=False, seed=0):
+def _dense(m, k, n, chain=False, seed=0, dtype="uint8"):
     rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1, (m, k)).astype(dtype)
     w = rng.integers(-128, 128, (n, k), dtype=np.int8)
     return ("dense_u8s8.gpu", "qnn.dense_u8s8", [x, pack_dense_u8s8_weight(w)], {"units": n},
             _requantize() if chain else [])
@@ -62,6 +62,8 @@ CASES = {
     "dense_blocks": _dense(5, 20, 64),
     # K = 30: the data padded with zeros to 32 (data_pad, inlined into the shared-memory copy); M = 1
     "dense_k_ragged": _dense(1, 30, 32, seed=1),
+    # int8 data (the CPU kernels' operand where the dot product is s8 x s8): dp4a.s32.s32, char4
+    "dense_int8_data": _dense(3, 24, 32, seed=2, dtype="int8"),
     # 8 input channels in one block of 8, 3 x 3, padding 1, 32 output channels, requantized
     "conv_3x3_pad": _conv(1, 8, 4, 32, 3, 8, 1, 1, chain=True),
     # a 3-channel image (its block padded to 4 in the kernel with pad_value), stride 2, batch 2
@@ -149,14 +151,15 @@ def test_ptx_uses_dp4a_and_is_accepted_by_ptxas(target_name):
     reason = assembler_missing(target)
     if reason:
         pytest.skip(reason)
-    for name in ("dense_blocks", "conv_3x3_pad", "dense_padded_requantize"):
+    for name in ("dense_blocks", "conv_3x3_pad", "dense_padded_requantize", "dense_int8_data"):
         *_, prim = _lower(name, target, None)
         cg = CodeGenLLVM(target)
         cg.add_function(prim)
         ptx = compile_ir(cg.ir_text(), target, assembly=True)
         text = ptx.decode()
-        dots = text.count("dp4a.u32.s32")
-        assert dots > 0
+        signed = name == "dense_int8_data"
+        dots = text.count("dp4a.s32.s32" if signed else "dp4a.u32.s32")
+        assert dots > 0 and not text.count("dp4a.u32.s32" if signed else "dp4a.s32.s32")
         # every operand a 32-bit word (aligned quads), never 4 byte loads: both from shared memory
         # where the weights are staged, the data from shared and the weights from global otherwise
         words = len(re.findall(r"ld\.shared\.b32", text))

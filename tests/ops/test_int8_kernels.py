@@ -2,7 +2,8 @@
 codegen for every dot-product form of targets/isa/*.yaml dot_u8s8: on this host, x86's
 AVX512-VNNI and AVX-VNNI vpdpbusd, AVX512-BW and AVX2 vpmaddubsw (exact, with and without the
 weights' pairs_in_int16), widening multiplies on x86-64; under qemu-user, AArch64's udot
-(+dotprod, arm-neoverse-n1) and usdot (+i8mm), widening multiplies on `arm`; under wasmtime,
+(+dotprod, arm-neoverse-n1: sdot on int8 data, udot on uint8) and usdot (+i8mm), widening
+multiplies on `arm`; under wasmtime,
 wasm32's i32x4.dot_i16x8_s (simd128) and i32x4.relaxed_dot_i8x16_i7x16_add_s (relaxed-simd),
 scalar widening on wasm-nosimd. Compared exactly with numpy's int64 products; the instructions are
 checked in the generated assembly (no host feature needed for that)."""
@@ -40,7 +41,7 @@ INT8_TARGETS = [
     ("x86-avx2-vnni", "x86-avx2 --target-option features=+avxvnni", ("vpdpbusd", 256), "vpdpbusd"),
     ("x86-64", "x86-64", None, None),
     ("arm", "arm", None, None),
-    ("arm-neoverse-n1", "arm-neoverse-n1", ("udot", 128), "udot"),
+    ("arm-neoverse-n1", "arm-neoverse-n1", ("sdot", 128), "udot"),  # udot on uint8 data, sdot on int8
     ("arm-i8mm", "arm-neoverse-n1 --target-option features=+i8mm", ("usdot", 128), "usdot"),
     ("wasm", "wasm", ("dot_i16x8", 128), "i32x4.dot_i16x8_s"),
     ("wasm-relaxed", "wasm --target-option features=+relaxed-simd", ("relaxed_dot", 128),
@@ -224,6 +225,61 @@ def test_dense_u8s8_assembly_uses_the_instruction(spec, form, insn):
     elif target.arch != "x86_64":
         assert exact == paired  # pairs_in_int16 is vpmaddubsw's alone
         assert (_count("eor", exact) > 0) == (insn == "udot")  # the weights' w ^ 0x80
+
+
+@pytest.mark.parametrize("spec,form,insn", TARGET_PARAMS)
+def test_int8_data_kernels_match_numpy(spec, form, insn):
+    """int8 data (what AlterOpLayout gives the kernels where Target.dot_data_dtype is int8:
+    AArch64 +dotprod's SDOT): dense_u8s8 and conv2d_nchwc_u8s8 (padded with -3) compute the
+    product of the int8 values, exactly, on every target: SDOT on arm-neoverse-n1, the widening
+    multiplies (sign-extended data) elsewhere."""
+    target = _runnable(_resolve(spec))
+    rng = np.random.default_rng(21)
+    m, k, n = 7, 70, 37
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    a[0], a[1] = -128, 127
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    w[0], w[1] = 127, -128
+    d = te.placeholder((m, k), "int8", "data")
+    wp = te.placeholder((3, 18, BLOCK_N, BLOCK_K), "int8", "weight")
+    out = dense_u8s8(d, wp, n)
+    s = te.create_schedule(out)
+    space = dense_u8s8_config(((m, k), wp.shape, (m, n), "int8", {}), target)
+    schedule_dense_u8s8(s, out, out, space.fallback_config(), target)
+    got = kernel_runner(target)(lower(s, [d, wp, out], "dense_s8"), target, [a, pack_dense_u8s8_weight(w)],
+                                np.zeros((m, n), np.int32))
+    np.testing.assert_array_equal(got, _reference(a, w))
+    x = rng.integers(-128, 128, (1, 32, 6, 7)).astype(np.int8)
+    x[:, 0] = -128
+    wt = rng.integers(-128, 128, (32, 32, 3, 3)).astype(np.int8)
+    packed = pack_conv2d_u8s8_weight(wt, 16)
+    data = to_layout(x, "NCHW", blocked_layout(16))
+    dc = te.placeholder(data.shape, "int8", "data")
+    wc = te.placeholder(packed.shape, "int8", "weight")
+    conv = conv2d_nchwc_u8s8(dc, wc, (1, 1), (1, 1, 1, 1), (1, 1), -3)
+    s = te.create_schedule(conv)
+    space = conv2d_u8s8_config((data.shape, packed.shape, conv.shape, "int8", ()), target)
+    schedule_conv2d_nchwc_u8s8(s, conv, conv, space.fallback_config(), target)
+    got = kernel_runner(target)(lower(s, [dc, wc, conv], "conv_s8"), target, [data, packed],
+                                np.zeros(conv.shape, np.int32))
+    np.testing.assert_array_equal(got, _conv_reference(x, wt, (1, 1), (1, 1, 1, 1), -3))
+
+
+def test_int8_data_dense_is_one_sdot_per_four_lanes():
+    """On arm-neoverse-n1 (+dotprod) int8 data takes SDOT alone: 4 per 16 lanes and step (a
+    4-row tile: 16 per step), no UDOT and no EOR of the weights (uint8 data's form)."""
+    target = _resolve("arm-neoverse-n1")
+    d = te.placeholder((4, 64), "int8", "data")
+    w = te.placeholder((2, 16, BLOCK_N, BLOCK_K), "int8", "weight")
+    out = dense_u8s8(d, w)
+    s = te.create_schedule(out)
+    space = dense_u8s8_config(((4, 64), w.shape, (4, 32), "int8", {}), target)
+    schedule_dense_u8s8(s, out, out, space.fallback_config(), target)
+    cg = CodeGenLLVM(target)
+    cg.add_function(lower(s, [d, w, out], "dense_s8"))
+    asm = compile_ir(cg.ir_text(), target, assembly=True).decode()
+    assert _count("sdot", asm) >= 16 and not _count("udot", asm) and not _count("eor", asm)
+    assert not _count("sdot", _assembly(target, False))  # uint8 data: udot
 
 
 def test_dense_u8s8_dotprod_form_runs_on_a_neoverse_n1():

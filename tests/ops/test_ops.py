@@ -685,6 +685,12 @@ CASES = [
          chain=lambda r: [("subtract", {}, [r.integers(-9000, 9000, (2, 1, 1, 16)).astype(np.int32)]),
                           requantize((r.random(32) * 4e-5).astype(np.float32), -3, "int8", axis=1,
                                      layout="NCHW16c")]),
+    # int8 data (the kernels' operand on targets whose dot product is s8 x s8: AArch64 SDOT)
+    Case("qnn_conv2d_nchwc_u8s8_packed_int8_data", "qnn.conv2d_nchwc_u8s8",
+         lambda r: [qi(r, (1, 1, 6, 7, 16)), pack_conv2d_u8s8_weight(qi(r, (16, 16, 3, 3)), 16)],
+         dict(conv(padding=(1, 1, 1, 1)), pad_value=-3, out_layout="NCHW16c")),
+    Case("qnn_dense_u8s8_packed_int8_data", "qnn.dense_u8s8",
+         lambda r: [qi(r, (3, 40)), pack_dense_u8s8_weight(qi(r, (20, 40)))], {"units": 20}),
     Case("qnn_conv2d_nchwc_u8s8_packed_c3_stride2_asym_pad", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (1, 1, 13, 10, 3), "uint8"), pack_conv2d_u8s8_weight(qi(r, (16, 3, 3, 3)), 3)],
          dict(conv(strides=(2, 2), padding=(0, 1, 2, 1)), pad_value=7, out_layout="NCHW16c")),

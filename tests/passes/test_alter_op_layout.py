@@ -497,8 +497,10 @@ def test_qnn_conv2d_on_i8mm_becomes_the_matrix_multiply_accumulate_kernel():
     """On a target with an int8 matrix multiply-accumulate (arm-neoverse-n1 with +i8mm: USMMLA),
     a qnn.conv2d of C a multiple of 8 -> qnn.conv2d_nchwc_u8s8_mmla on NCHW16c (C = 32, int8 data
     shifted by 128, stride 2) or NCHW8c (C = 24) uint8 data, its weight packed for the step, minus
-    the same zero-point term; C = 12 keeps the dot-product kernel on NCHW4c; without +i8mm every
-    conv takes the dot-product kernel. Exact against the graph before."""
+    the same zero-point term; C = 12 keeps the dot-product kernel on NCHW4c. Without +i8mm
+    (arm-neoverse-n1: SDOT, Target.dot_data_dtype int8) every conv takes the dot-product kernel
+    on int8 data: uint8 data shifted by -128 (pad value 131 - 128), int8 data as it is (-7).
+    Exact against the graph before."""
     rng = np.random.default_rng(1)
 
     def zp(value):
@@ -518,13 +520,16 @@ def test_qnn_conv2d_on_i8mm_becomes_the_matrix_multiply_accumulate_kernel():
     assert sorted(c.attrs["pad_value"] for c in mmla) == [121, 131]
     assert [c.inputs[1].shape for c in after.calls() if c.op == "qnn.conv2d_nchwc_u8s8"] == [(1, 3, 3, 3, 1, 16, 4)]
     dot = alter(before, resolve_target("arm-neoverse-n1"))
-    assert [c.op for c in dot.calls()].count("qnn.conv2d_nchwc_u8s8") == 3
+    products = [c for c in dot.calls() if c.op == "qnn.conv2d_nchwc_u8s8"]
+    assert sorted(c.attrs["pad_value"] for c in products) == [-7, 3, 3]
+    assert {c.inputs[0].dtype for c in products} == {"int8"}
     assert "qnn.conv2d_nchwc_u8s8_mmla" not in [c.op for c in dot.calls()]
     inputs = {"xs": rng.integers(-128, 128, (1, 32, 9, 9)).astype(np.int8),
               "xu": rng.integers(0, 256, (2, 24, 6, 7)).astype(np.uint8),
               "x12": rng.integers(0, 256, (1, 12, 5, 5)).astype(np.uint8)}
-    for r, g in zip(run_graph(before, inputs), run_graph(after, inputs)):
-        np.testing.assert_array_equal(g, r)  # integers: exact
+    for graph in (after, dot):
+        for r, g in zip(run_graph(before, inputs), run_graph(graph, inputs)):
+            np.testing.assert_array_equal(g, r)  # integers: exact
 
 
 def test_qnn_conv2d_with_an_int8_weight_becomes_the_dot_product_kernel():

@@ -91,6 +91,7 @@ class DeviceTable:
     async_commit, async_wait: intrinsics of tir.AsyncCopyCommit and AsyncCopyWait
     dot_u8s8:         form (Target.dot_u8s8) -> intrinsic of a one-lane tir.DotU8S8 step,
                       (a i32, b i32, acc i32) -> acc + the 4 u8 x s8 byte products of a and b
+    dot_s8s8:         the same for a step on int8 data (s8 x s8 byte products)
     """
 
     thread_index: dict
@@ -110,6 +111,7 @@ class DeviceTable:
     async_commit: str = ""
     async_wait: str = ""
     dot_u8s8: dict = None
+    dot_s8s8: dict = None
 
 
 # NVVM IR (LLVM's NVPTX backend; NVIDIA's NVVM IR specification): special registers %ctaid/%tid,
@@ -142,6 +144,7 @@ NVPTX = DeviceTable(
     async_wait="llvm.nvvm.cp.async.wait.group",
     # dp4a.u32.s32 (sm_61 on): a's bytes unsigned, b's signed, the int32 sum exact, added to acc
     dot_u8s8={"dp4a": "llvm.nvvm.idp4a.u.s"},
+    dot_s8s8={"dp4a": "llvm.nvvm.idp4a.s.s"},  # dp4a.s32.s32
 )
 DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
 
@@ -150,7 +153,8 @@ DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> it
 # x86: in the int32-vector spelling LLVM has accepted since the AVX512-VNNI intrinsics came (newer
 # LLVMs upgrade it to their byte-vector one); AVX-VNNI has no intrinsics of its own: LLVM selects
 # the VEX-encoded vpdpbusd for the .256 one when the target has avxvnni and not avx512vnni +
-# avx512vl. AArch64: the NEON UDOT and USDOT intrinsics (ACLE's vdotq_u32, vusdotq_s32). wasm32:
+# avx512vl. AArch64: the NEON SDOT, UDOT and USDOT intrinsics (ACLE's vdotq_s32, vdotq_u32,
+# vusdotq_s32; the sdot form takes int8 data with SDOT, uint8 data with UDOT). wasm32:
 # the SIMD proposal's i32x4.dot_i16x8_s, the relaxed-SIMD proposal's
 # i32x4.relaxed_dot_i8x16_i7x16_add_s.
 DOT_U8S8_INTRINSICS = {
@@ -159,7 +163,7 @@ DOT_U8S8_INTRINSICS = {
     ("pmaddubsw", 512): {"pairs": "llvm.x86.avx512.pmaddubs.w.512", "widen": "llvm.x86.avx512.pmaddw.d.512"},
     ("pmaddubsw", 256): {"pairs": "llvm.x86.avx2.pmadd.ub.sw", "widen": "llvm.x86.avx2.pmadd.wd"},
     ("usdot", 128): {"usdot": "llvm.aarch64.neon.usdot.v4i32.v16i8"},
-    ("udot", 128): {"udot": "llvm.aarch64.neon.udot.v4i32.v16i8"},
+    ("sdot", 128): {"sdot": "llvm.aarch64.neon.sdot.v4i32.v16i8", "udot": "llvm.aarch64.neon.udot.v4i32.v16i8"},
     ("dot_i16x8", 128): {"dot_i16x8": "llvm.wasm.dot"},
     ("relaxed_dot", 128): {"relaxed_dot": "llvm.wasm.relaxed.dot.i8x16.i7x16.add.signed"},
 }
@@ -608,11 +612,18 @@ class CodeGenLLVM:
             raise CodegenError("codegen: a DotU8S8 step cannot sit inside a vectorized loop")
         b = st.builder
         form = self.target.dot_u8s8
-        if self.device is not None and form is not None and (self.device.dot_u8s8 or {}).get(form[0]):
-            self._dot_u8s8_device(st, s, self.device.dot_u8s8[form[0]])
-            return
+        signed_data = s.a.dtype == "int8"
+        if self.device is not None and form is not None:
+            table = (self.device.dot_s8s8 if signed_data else self.device.dot_u8s8) or {}
+            if table.get(form[0]):
+                self._dot_u8s8_device(st, s, table[form[0]])
+                return
         form = form if self.device is None else None
         names = DOT_U8S8_INTRINSICS.get(form)
+        if names is not None and {"sdot", "udot"} <= set(names):  # AArch64 +dotprod: by the data's type
+            names = {k: v for k, v in names.items() if k == ("sdot" if signed_data else "udot")}
+        elif signed_data:  # the u8 x s8 forms: int8 data in widening multiplies
+            names = None
         per = form[1] // 32 if names else s.lanes
         if s.lanes % per:
             names, per = None, s.lanes
@@ -634,8 +645,10 @@ class CodeGenLLVM:
                 out = b.call(self.declare(names["dot"], vt, [vt, vt, vt]), [acc, self._splat(st, quad, per), w])
             else:
                 w = b.load(w_c, typ=bytes_t, align=1)
-                fn = self._dot_pairs if names is not None else self._dot_widen
-                out = b.add(acc, fn(st, names, quad, w, per, s.pairs_in_int16, st.dot_rows > 1))
+                if names is not None:
+                    out = b.add(acc, self._dot_pairs(st, names, quad, w, per, s.pairs_in_int16, st.dot_rows > 1))
+                else:
+                    out = b.add(acc, self._dot_widen(st, quad, w, per, signed_data))
             b.store(out, acc_c, align=4)
 
     def _mmla_u8s8(self, st, s: MmlaU8S8, vec):
@@ -706,6 +719,15 @@ class CodeGenLLVM:
         b, v4, v16 = st.builder, ir.VectorType(I32, 4), ir.VectorType(I8, 16)
         usdot, data = self.declare(name, v4, [v4, v16, v16]), self._quad_bytes(st, quad)
         return lambda acc, w: b.call(usdot, [acc, data, w])
+
+    def _dot_sdot(self, st, name, quad):
+        """AArch64 SDOT (vector), FEAT_DotProd (Arm ARM: "Dot Product signed arithmetic
+        (vector)"): each int32 lane += the sum of 4 s8 x s8 byte products, exact, on int8 data
+        (Target.dot_data_dtype: AlterOpLayout shifts uint8 activations by -128 and folds the
+        shift into the zero-point term). One SDOT per 4 lanes."""
+        b, v4, v16 = st.builder, ir.VectorType(I32, 4), ir.VectorType(I8, 16)
+        sdot, data = self.declare(name, v4, [v4, v16, v16]), self._quad_bytes(st, quad)
+        return lambda acc, w: b.call(sdot, [acc, data, w])
 
     def _dot_udot(self, st, name, quad):
         """AArch64 UDOT (vector), FEAT_DotProd (Arm ARM: "Dot Product unsigned arithmetic
@@ -812,11 +834,13 @@ class CodeGenLLVM:
         return b.add(b.call(widen, [products(lo), ones]),
                      b.call(widen, [products(hi), ir.Constant(words_t, [128] * (2 * per))]))
 
-    def _dot_widen(self, st, names, quad, w, per, pairs_in_int16, shared):
-        """<per x i32> sums of 4 products, each operand widened to i32 (any LLVM triple)."""
+    def _dot_widen(self, st, quad, w, per, signed_data=False):
+        """<per x i32> sums of 4 products, each operand widened to i32 (any LLVM triple): the
+        data zero-extended (uint8) or sign-extended (int8 data), the weights sign-extended."""
         b = st.builder
         wide = ir.VectorType(I32, 4 * per)
-        a = b.zext(b.bitcast(self._splat(st, quad, per), ir.VectorType(I8, 4 * per)), wide)
+        quad_bytes = b.bitcast(self._splat(st, quad, per), ir.VectorType(I8, 4 * per))
+        a = b.sext(quad_bytes, wide) if signed_data else b.zext(quad_bytes, wide)
         prod = b.mul(a, b.sext(w, wide))
         lanes = [b.shuffle_vector(prod, ir.Constant(wide, None),
                                   ir.Constant(ir.VectorType(I32, per), [4 * lane + j for lane in range(per)]))

@@ -109,6 +109,14 @@ HELPERS = {
                 "  int4 p = convert_int4(a) * convert_int4(b);\n"
                 "  return as_int(as_uint(acc) + as_uint(p.x + p.y + p.z + p.w));\n"
                 "#endif\n}}",
+    # the same on int8 data (char4 a: s8 x s8 products)
+    "dot_s8s8": "inline {T} tvmc_dot_s8s8_{T}(char4 a, char4 b, {T} acc) {{\n"
+                "#ifdef __opencl_c_integer_dot_product_input_4x8bit\n"
+                "  return as_int(as_uint(acc) + as_uint(dot(a, b)));\n"
+                "#else\n"
+                "  int4 p = convert_int4(a) * convert_int4(b);\n"
+                "  return as_int(as_uint(acc) + as_uint(p.x + p.y + p.z + p.w));\n"
+                "#endif\n}}",
 }
 
 
@@ -270,9 +278,10 @@ class CodeGenOpenCL:
         return str(extent) if isinstance(extent, int) else self._expr(extent)
 
     def _dot_u8s8(self, s: DotU8S8):
-        """tir.DotU8S8: per lane, the uchar4 data quad and the lane's char4 weights (vload4: no
-        alignment beyond the element's) into the tvmc_dot_u8s8 helper (HELPERS)."""
-        helper = self._helper("dot_u8s8", "int32")
+        """tir.DotU8S8: per lane, the uchar4 data quad (char4 for int8 data) and the lane's char4
+        weights (vload4: no alignment beyond the element's) into the tvmc_dot_u8s8 (tvmc_dot_s8s8)
+        helper (HELPERS)."""
+        helper = self._helper("dot_s8s8" if s.a.dtype == "int8" else "dot_u8s8", "int32")
         acc, a, b = (self._var_name(x) for x in (s.acc, s.a, s.b))
         quad = f"vload4(0, {a} + {self._expr(s.a_index)})"
         for c in range(s.lanes):

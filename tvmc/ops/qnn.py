@@ -20,7 +20,8 @@ Schedules: the CPU schedules of the float ops (tvmc/ops/cpu/conv2d.py, dense.py)
 and vectorize the int32 accumulators over output columns (conv2d, matmul) or k (dense): correct
 generic kernels, not tuned int8 ones. On CPU targets AlterOpLayout turns a qnn.dense with a
 constant int8 weight into qnn.dense_u8s8, and a groups-1 qnn.conv2d with one into
-qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, NCHW16c int32 out; an image stem of C % 4 != 0:
+qnn.conv2d_nchwc_u8s8 (NCHW[x]c uint8 data, int8 where the target's dot product is s8 x s8
+(Target.dot_data_dtype), NCHW16c int32 out; an image stem of C % 4 != 0:
 qnn.conv2d_nchw_u8s8 on planar data; on +i8mm targets qnn.conv2d_nchwc_u8s8_mmla, on the int8
 matrix multiply-accumulate, tvmc/ops/cpu/int8_mmla.py), the raw u8 x s8 products on the target's
 dot-product instructions (tvmc/ops/cpu/int8.py), and the zero-point terms. GPU targets
@@ -41,6 +42,7 @@ from tvmc.ops.cpu.dense import dense_config, matmul_config, schedule_dense, sche
 from tvmc.ops.cpu.int8 import (
     BLOCK_K,
     BLOCK_N,
+    DATA_DTYPES,
     conv2d_nchw_u8s8,
     conv2d_nchwc_u8s8,
     conv2d_u8s8_config,
@@ -175,10 +177,11 @@ register_op(OpDef("qnn.conv2d", _conv2d_type, _conv2d_reference, OpPattern.OUT_E
 
 def _conv2d_u8s8_type(in_types, attrs):
     d, w = in_types
-    if d.dtype != "uint8" or w.dtype != "int8" or len(d.shape) != 5 or len(w.shape) != 7 or \
+    if d.dtype not in DATA_DTYPES or w.dtype != "int8" or len(d.shape) != 5 or len(w.shape) != 7 or \
             tuple(w.shape[5:]) != (BLOCK_N, BLOCK_K) or w.shape[1] != d.shape[1] or \
             w.shape[4] != -(-d.shape[4] // BLOCK_K):
-        raise ValueError(f"qnn.conv2d_nchwc_u8s8 needs uint8 data [N,C/ib,H,W,ib] and int8 weight [O/{BLOCK_N},C/ib,"
+        raise ValueError(f"qnn.conv2d_nchwc_u8s8 needs uint8 (or int8) data [N,C/ib,H,W,ib] and int8 weight "
+                         f"[O/{BLOCK_N},C/ib,"
                          f"KH,KW,ceil(ib/{BLOCK_K}),{BLOCK_N},{BLOCK_K}], got {d.dtype} {list(d.shape)} and "
                          f"{w.dtype} {list(w.shape)}")
     return _blocked_u8s8_out_type(d, w, attrs, "qnn.conv2d_nchwc_u8s8")
@@ -190,8 +193,9 @@ def _blocked_u8s8_out_type(d, w, attrs, op: str):
     bad attributes."""
     if attrs.get("out_layout", blocked_layout(BLOCK_N)) != blocked_layout(BLOCK_N):
         raise ValueError(f"out_layout must be {blocked_layout(BLOCK_N)}, got {attrs['out_layout']}")
-    if not 0 <= attrs.get("pad_value", 0) <= 255:
-        raise ValueError(f"pad_value {attrs['pad_value']} is not a uint8 value")
+    lo, hi = DATA_DTYPES.get(d.dtype, DATA_DTYPES["uint8"])
+    if not lo <= attrs.get("pad_value", 0) <= hi:
+        raise ValueError(f"pad_value {attrs['pad_value']} is not a {d.dtype} value")
     if attrs.get("groups", 1) != 1:
         raise ValueError(f"groups={attrs['groups']}: {op} computes groups=1 only")
     n, _, h, wd, _ = d.shape
@@ -210,7 +214,7 @@ def _conv2d_u8s8_reference(x, w, strides, padding, dilation, pad_value=0, pairs_
 
 
 def _blocked_u8s8_reference(x, oihw, strides, padding, dilation, pad_value):
-    """numpy: NCHW16c int32 of NCHW[ib]c uint8 data `x`, padded with pad_value, convolved with the
+    """numpy: NCHW16c int32 of NCHW[ib]c uint8 (or int8) data `x`, padded with pad_value, convolved with the
     OIHW int8 weight `oihw` (exact in float64)."""
     nchw = to_layout(x, blocked_layout(x.shape[4]), "NCHW").astype(np.float64)
     pt, pl, pb, pr = padding
@@ -368,10 +372,11 @@ register_op(OpDef("qnn.dense", _dense_type, _dense_reference, OpPattern.OUT_ELEM
 
 def _dense_u8s8_type(in_types, attrs):
     d, w = in_types
-    if d.dtype != "uint8" or w.dtype != "int8" or len(d.shape) != 2 or len(w.shape) != 4 or \
+    if d.dtype not in DATA_DTYPES or w.dtype != "int8" or len(d.shape) != 2 or len(w.shape) != 4 or \
             tuple(w.shape[2:]) != (BLOCK_N, BLOCK_K) or w.shape[1] != -(-d.shape[1] // BLOCK_K):
-        raise ValueError(f"qnn.dense_u8s8 needs uint8 data [M,K] and int8 weight [N/{BLOCK_N},K/{BLOCK_K},{BLOCK_N},"
-                         f"{BLOCK_K}], got {d.dtype} {list(d.shape)} and {w.dtype} {list(w.shape)}")
+        raise ValueError(f"qnn.dense_u8s8 needs uint8 (or int8) data [M,K] and int8 weight "
+                         f"[N/{BLOCK_N},K/{BLOCK_K},{BLOCK_N},{BLOCK_K}], got {d.dtype} {list(d.shape)} and "
+                         f"{w.dtype} {list(w.shape)}")
     units = attrs.get("units") or w.shape[0] * BLOCK_N
     if not (w.shape[0] - 1) * BLOCK_N < units <= w.shape[0] * BLOCK_N:
         raise ValueError(f"units {units} does not end in the last of {w.shape[0]} blocks of {BLOCK_N} columns")

@@ -259,7 +259,8 @@ class DotU8S8(Intrinsic):
         acc[acc_index + l] += sum_{j < 4} int32(a[a_index + j]) * int32(b[b_index + 4 l + j])
 
     with `acc` int32 (wrapping addition), `a` uint8 (the same 4 bytes for every lane: a broadcast
-    data element quad) and `b` int8 (`lanes` x 4 contiguous bytes: a block of packed weights).
+    data element quad; int8 on targets whose dot product is s8 x s8, Target.dot_data_dtype) and
+    `b` int8 (`lanes` x 4 contiguous bytes: a block of packed weights).
     TVM's `dot_16x1x16_uint8_int8_int32` tensor intrinsic (topi/x86/tensor_intrin.py), which its
     dense_vnni and conv2d_NCHWc_int8 schedules tensorize with.
 
@@ -267,7 +268,8 @@ class DotU8S8(Intrinsic):
     targets/isa/<arch>.yaml): AVX512-VNNI / AVX-VNNI `vpdpbusd` (Intel SDM: "Multiply and Add
     Unsigned and Signed Bytes", each int32 lane += 4 u8 x s8 products), AVX512-BW / AVX2
     `vpmaddubsw` + `vpmaddwd`; AArch64 `usdot` (+i8mm: 4 u8 x s8 products per int32 lane) or
-    `udot` (+dotprod: u8 x u8, on the weights plus 128 less 128 x the data quad's sum); wasm32
+    `sdot` (+dotprod: s8 x s8 on int8 data; on uint8 data `udot` on the weights plus 128 less
+    128 x the data quad's sum); int8 data on the other forms: widening multiplies; wasm32
     `i32x4.relaxed_dot_i8x16_i7x16_add_s` (relaxed SIMD, on the data's low 7 bits and top bit)
     or `i32x4.dot_i16x8_s` (SIMD, on bytes widened to int16); else widening multiplies
     (tvmc/codegen/llvm.py says how each is exact). Every form computes the exact sum:
@@ -282,8 +284,9 @@ class DotU8S8(Intrinsic):
 
     def __init__(self, acc: Buffer, acc_index: PrimExpr, a: Buffer, a_index: PrimExpr, b: Buffer, b_index: PrimExpr,
                  lanes: int = 16, pairs_in_int16: bool = False):
-        if (acc.dtype, a.dtype, b.dtype) != ("int32", "uint8", "int8"):
-            raise ValueError(f"DotU8S8 needs int32 += uint8 x int8 buffers, got {acc.dtype} += {a.dtype} x {b.dtype}")
+        if acc.dtype != "int32" or a.dtype not in ("uint8", "int8") or b.dtype != "int8":
+            raise ValueError(f"DotU8S8 needs int32 += uint8 (or int8) x int8 buffers, got {acc.dtype} += {a.dtype} x "
+                             f"{b.dtype}")
         self.acc, self.acc_index, self.a, self.a_index, self.b, self.b_index = acc, acc_index, a, a_index, b, b_index
         self.lanes, self.pairs_in_int16 = int(lanes), bool(pairs_in_int16)
 

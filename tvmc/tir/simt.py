@@ -204,14 +204,14 @@ class _Block:
             raise NotImplementedError(f"simt: statement {type(s).__name__}")
 
     def dot_u8s8(self, s: DotU8S8, mask):
-        """tir.DotU8S8 per active thread: each lane's int32 += the sum of the 4 uint8 x int8
-        products (exact in int64), wrapped to int32 as the instruction (dp4a) adds."""
+        """tir.DotU8S8 per active thread: each lane's int32 += the sum of the 4 uint8 (or int8)
+        x int8 products (exact in int64), wrapped to int32 as the instruction (dp4a) adds."""
         a_index, b_index, acc_index = (self.value(x, mask) for x in (s.a_index, s.b_index, s.acc_index))
-        quad = [self.load(s.a, a_index + j, mask) for j in range(4)]
+        quad = [np.asarray(self.load(s.a, a_index + j, mask), np.int64) for j in range(4)]
         for c in range(s.lanes):
-            total = self.load(s.acc, acc_index + c, mask)
+            total = np.asarray(self.load(s.acc, acc_index + c, mask), np.int64)
             for j in range(4):
-                total = total + quad[j] * self.load(s.b, b_index + 4 * c + j, mask)
+                total = total + quad[j] * np.asarray(self.load(s.b, b_index + 4 * c + j, mask), np.int64)
             wrapped = ((np.asarray(total, np.int64) + 2**31) % 2**32 - 2**31).astype(np.int32)
             self.store(s.acc, acc_index + c, wrapped, mask)
 

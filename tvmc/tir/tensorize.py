@@ -46,8 +46,8 @@ class DotU8S8Intrin:
         lane, k = (spatial[0][0] if spatial else Var("lane")), reduce[0][0]
         loads = _u8s8_product(source)
         if loads is None or acc.dtype != "int32":
-            raise ScheduleError("tensorize dot_u8s8: the update must be int32 += int32(uint8 load) * int32(int8 load), "
-                                f"got {acc.dtype} += {source!r}")
+            raise ScheduleError("tensorize dot_u8s8: the update must be int32 += int32(uint8 or int8 load) * "
+                                f"int32(int8 load), got {acc.dtype} += {source!r}")
         a, b = loads
         steps = ((1, 0), (0, 1), (4, 1)) if spatial else ((0, 0), (0, 1), (0, 1))
         for what, index, want in zip(("accumulator", "uint8 operand", "int8 operand"), (acc_index, a.index, b.index),
@@ -80,7 +80,7 @@ class MmlaU8S8Intrin:
             raise ScheduleError("tensorize mmla_u8s8: the inner loops must be two spatial loops of 2 and one reduce "
                                 f"loop of 8, got {[(v.name, e, kind) for v, e, kind in inner]}")
         loads = _u8s8_product(source)
-        if loads is None or acc.dtype != "int32":
+        if loads is None or acc.dtype != "int32" or loads[0].dtype != "uint8":
             raise ScheduleError("tensorize mmla_u8s8: the update must be int32 += int32(uint8 load) * int32(int8 "
                                 f"load), got {acc.dtype} += {source!r}")
         a, b = loads
@@ -103,7 +103,9 @@ class MmlaU8S8Intrin:
 
 
 def _u8s8_product(e):
-    """(uint8 Load, int8 Load) when `e` is int32(uint8 load) * int32(int8 load) in either order."""
+    """(uint8 Load, int8 Load) when `e` is int32(uint8 load) * int32(int8 load) in either order;
+    (data, weight) when it is int32(int8 load) * int32(int8 load), the data the left operand (as
+    the int8 kernels write it: tvmc.ops.cpu.int8, on targets of int8 data)."""
     if not (isinstance(e, BinOp) and e.op == "mul" and e.dtype == "int32"):
         return None
     ops = []
@@ -111,6 +113,8 @@ def _u8s8_product(e):
         if not (isinstance(x, Cast) and isinstance(x.value, Load)):
             return None
         ops.append(x.value)
+    if [x.dtype for x in ops] == ["int8", "int8"]:
+        return ops[0], ops[1]
     by_dtype = {x.dtype: x for x in ops}
     if set(by_dtype) != {"uint8", "int8"}:
         return None

@@ -13,7 +13,8 @@ target's instructions (Target.dot_u8s8, from targets/isa/<arch>.yaml):
   AVX512-VNNI, AVX-VNNI   vpdpbusd (one 512-bit or two 256-bit per step)
   AVX512-BW, AVX2         vpmaddubsw + vpmaddwd, or vpmaddwd on weights widened to int16 (below)
   AArch64 +i8mm           usdot (u8 x s8)
-  AArch64 +dotprod        udot on the weights read as w + 128, minus 128 x the data quad's sum
+  AArch64 +dotprod        sdot on int8 data (Target.dot_data_dtype; uint8 data: udot on the
+                          weights read as w + 128, minus 128 x the data quad's sum)
   wasm32 relaxed-simd     relaxed_dot_i8x16_i7x16_add_s on the data's low 7 bits and top bit
   wasm32 simd128          i32x4.dot_i16x8_s on bytes widened to int16
   otherwise               widening multiplies (SSE4.2, AArch64 without dotprod, any other CPU)
@@ -47,6 +48,9 @@ from tvmc.te.extent import same_shape
 BLOCK_N = 16  # int32 lanes of one dot-product step: the output channels of a packed weight block
 BLOCK_K = 4   # u8 x s8 products summed into each lane per step
 INT16_MAX, UINT8_MAX = 32767, 255
+# the data operand's types (uint8; int8 where the target's dot product is s8 x s8, Target.dot_data_dtype)
+# and their ranges, which a pad value must fall in
+DATA_DTYPES = {"uint8": (0, UINT8_MAX), "int8": (-128, 127)}
 
 
 # ---- compile-time weight packing -----------------------------------------------------------
@@ -85,7 +89,8 @@ def dense_u8s8(data, weight, units: int | None = None, pairs_in_int16: bool = Fa
     """out[m, n] = sum_k int32(data[m, k]) * int32(w[n, k]), int32 (the raw product of TVM's
     qnn.dense, zero points not subtracted).
 
-    data:   uint8 [M, K] (te tensor)
+    data:   uint8 [M, K] (te tensor); int8 on targets whose dot product is s8 x s8
+            (Target.dot_data_dtype: the product is then of the int8 values)
     weight: int8 packed [ceil(N / 16), ceil(K / 4), 16, 4] (pack_dense_u8s8_weight)
     units:  N, the output's columns (default every packed column: N = 16 ceil(N / 16))
     pairs_in_int16: the packed weights' pairs_in_int16 (kept in the compute's attrs: the
@@ -96,15 +101,16 @@ def dense_u8s8(data, weight, units: int | None = None, pairs_in_int16: bool = Fa
     Raises ValueError on mismatched shapes or dtypes."""
     m, k = data.shape
     nb, kb, bn, bk = weight.shape
-    if data.dtype != "uint8" or weight.dtype != "int8" or (bn, bk) != (BLOCK_N, BLOCK_K) or -(-k // BLOCK_K) != kb:
-        raise ValueError(f"dense_u8s8 needs uint8 data [M, K] and int8 weight [N/16, K/4, 16, 4], got "
+    if data.dtype not in DATA_DTYPES or weight.dtype != "int8" or (bn, bk) != (BLOCK_N, BLOCK_K) or \
+            -(-k // BLOCK_K) != kb:
+        raise ValueError(f"dense_u8s8 needs uint8 (or int8) data [M, K] and int8 weight [N/16, K/4, 16, 4], got "
                          f"{data.dtype} {list(data.shape)} and {weight.dtype} {list(weight.shape)}")
     units = units or nb * BLOCK_N
     if not (nb - 1) * BLOCK_N < units <= nb * BLOCK_N:
         raise ValueError(f"units {units} does not end in the last of {nb} blocks of {BLOCK_N} columns")
     if k % BLOCK_K:
         data = te.compute((m, kb * BLOCK_K), lambda i, j: te.select(
-            j < k, data[i, te.minimum(j, k - 1)], te.const(0, "uint8")), name="data_pad")
+            j < k, data[i, te.minimum(j, k - 1)], te.const(0, data.dtype)), name="data_pad")
     ko = te.reduce_axis(kb, "k_outer")
     ki = te.reduce_axis(BLOCK_K, "k_inner")
     attrs = {"pairs_in_int16": bool(pairs_in_int16)}
@@ -241,22 +247,24 @@ def conv2d_nchwc_u8s8(data, weight, strides, padding, dilation, pad_value: int =
                                                        * int32(weight[oco, ico, kh, kw, ic / 4, oci, ic % 4])
 
     data:      uint8 NCHW[ib]c [N, C/ib, H, W, ib] (te tensor), any ib (a multiple of 4 reads
-               no padding along the block)
+               no padding along the block); int8 on targets whose dot product is s8 x s8
+               (Target.dot_data_dtype)
     weight:    int8 [O/16, C/ib, KH, KW, ceil(ib/4), 16, 4] (pack_conv2d_u8s8_weight)
-    padding:   (top, left, bottom, right); the padded input holds `pad_value` (a uint8 value) there
+    padding:   (top, left, bottom, right); the padded input holds `pad_value` (a value of the data's type) there
                and in the channels that round ib up to a multiple of 4 (their weights are zero)
     -> int32 NCHW16c [N, O/16, OH, OW, 16]. The padded input is its own stage `pad_data` where any
     padding exists. Reduce axes in order (ic_outer, kh, kw, ic_quad, ic_inner): ic_inner (4) is
     the reduction of one DotU8S8 step. Raises ValueError on mismatched shapes or dtypes."""
     n, ico, h, w, ib = data.shape
     oco, wico, kh, kw, quads, bn, bk = weight.shape
-    if data.dtype != "uint8" or weight.dtype != "int8" or (bn, bk) != (BLOCK_N, BLOCK_K) or wico != ico or \
-            quads != -(-ib // BLOCK_K):
-        raise ValueError(f"conv2d_nchwc_u8s8 needs uint8 data [N, C/ib, H, W, ib] and int8 weight [O/16, C/ib, KH, "
-                         f"KW, ceil(ib/4), 16, 4], got {data.dtype} {list(data.shape)} and {weight.dtype} "
-                         f"{list(weight.shape)}")
-    if not 0 <= pad_value <= UINT8_MAX:
-        raise ValueError(f"pad_value {pad_value} is not a uint8 value")
+    if data.dtype not in DATA_DTYPES or weight.dtype != "int8" or (bn, bk) != (BLOCK_N, BLOCK_K) or \
+            wico != ico or quads != -(-ib // BLOCK_K):
+        raise ValueError(f"conv2d_nchwc_u8s8 needs uint8 (or int8) data [N, C/ib, H, W, ib] and int8 weight "
+                         f"[O/16, C/ib, KH, KW, ceil(ib/4), 16, 4], got {data.dtype} {list(data.shape)} and "
+                         f"{weight.dtype} {list(weight.shape)}")
+    lo, hi = DATA_DTYPES[data.dtype]
+    if not lo <= pad_value <= hi:
+        raise ValueError(f"pad_value {pad_value} is not a {data.dtype} value")
     pt, pl, pb, pr = padding
     sh, sw = strides
     dh, dw = dilation
@@ -270,7 +278,7 @@ def conv2d_nchwc_u8s8(data, weight, strides, padding, dilation, pad_value: int =
             if ibp != ib:
                 conds.append(ci < ib)
             src = data[nn, c, yy - pt, xx - pl, te.minimum(ci, ib - 1) if ibp != ib else ci]
-            return te.select(te.logical_and(*conds), src, te.const(pad_value, "uint8"))
+            return te.select(te.logical_and(*conds), src, te.const(pad_value, data.dtype))
 
         padded = te.compute((n, ico, h + pt + pb, w + pl + pr, ibp), pad, name="pad_data")
     rico, rkh, rkw = te.reduce_axis(ico, "ic_outer"), te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
