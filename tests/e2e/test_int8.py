@@ -319,3 +319,47 @@ def test_dynamic_mlp_matches_onnxruntime():
     assert params_bytes / _float_params_bytes(model) <= MAX_PARAMS_RATIO
     names = kernel_names(module)
     assert any("qnn_dense" in k for k in names), names
+
+
+@pytest.mark.parametrize("features,conv_insn", [(None, "sdot"), ("+i8mm", "usmmla")], ids=["sdot", "i8mm"])
+def test_aarch64_int8_models_match_onnxruntime_under_qemu(features, conv_insn):
+    """The AArch64 int8 forms end to end under qemu-user: a resnet-style CNN through
+    quantize_static (QDQ, uint8 activations, per-channel int8 weights) and a BERT-style encoder
+    through quantize_dynamic, compiled for arm-neoverse-n1 (SDOT on int8 data) and with +i8mm
+    (USMMLA convolutions, USDOT dense), against onnxruntime's int8 outputs (integers within 1
+    unit, the BERT's float output as test_dynamic_mlp_matches_onnxruntime compares it); the
+    convolution kernels show the form's instruction in the `asm` dump."""
+    from tvmc.driver import CompileOptions
+    from tvmc.runtime import device_missing
+    from tvmc.target import resolve_target
+
+    from tests.e2e.builders import bert_encoder, resnet_style_cnn
+
+    target = resolve_target("arm-neoverse-n1", {"features": features} if features else None)
+    reason = device_missing(target)
+    if reason:
+        pytest.skip(f"target {target.name}: {reason}")
+    cnn = resnet_style_cnn(seed=4, size=16)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
+        onnx.save(cnn, src)
+        quantization.quantize_static(str(src), str(dst), _Reader("input", (1, 3, 16, 16)),
+                                     quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+                                     activation_type=quantization.QuantType.QUInt8,
+                                     weight_type=quantization.QuantType.QInt8)
+        qcnn = onnx.load(dst)
+    x = np.random.default_rng(12).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as dumps:
+        options = CompileOptions(opt_level=3, dump_ir=("asm",), dump_dir=dumps)
+        _check_int8_model(expose_quantized(qcnn), cnn, {"input": x}, ("qnn_conv2d_nchwc_u8s8",), target, options)
+        asm = "\n".join(p.read_text() for p in Path(dumps).rglob("*.s"))
+    functions = dict(re.findall(r"^(fused_[\w.]+):\n(.*?)(?=^[A-Za-z_][\w.]*:$|\Z)", asm, re.M | re.S))
+    convs = "\n".join(body for name, body in functions.items() if name.startswith("fused_qnn_conv2d_nchwc"))
+    assert re.search(rf"^\s+{conv_insn}\s", convs, re.M), f"no {conv_insn} in the conv kernels"
+    bert = bert_encoder(seed=2, seq=8, hidden=32, heads=2, layers=1, vocab=50)
+    qbert = _quantize_dynamic(bert)
+    rng = np.random.default_rng(5)
+    feeds = {"input_ids": rng.integers(0, 50, (1, 8)).astype(np.int64), "attention_mask": np.ones((1, 8), np.int64)}
+    got, _ = _run(_compile(qbert, target), feeds)
+    ref = onnxruntime_outputs(qbert, feeds)["last_hidden_state"]
+    np.testing.assert_allclose(got["last_hidden_state"], ref, rtol=1e-4, atol=1e-4)
