@@ -18,7 +18,7 @@ from tvmc.ops.cpu.int8 import (
     pack_dense_u8s8_weight,
     pairs_in_int16,
 )
-from tvmc.ops.cpu.int8_mmla import MMLA_K, pack_conv2d_u8s8_mmla_weight
+from tvmc.ops.cpu.int8_mmla import MMLA_K, pack_conv2d_u8s8_mmla_weight, pack_dense_u8s8_mmla_weight
 from tvmc.ops.nn_conv2d_nchwc import pack_weight
 from tvmc.ops.nn_conv2d_winograd import winograd_weight_transform
 from tvmc.ops.nn_dense import MAX_LANES, pack_dense_weight
@@ -377,19 +377,29 @@ class _Rewriter:
         sum_k (x - x_zp) w = sum_k x_u8 w - (shift + x_zp) sum_k w, where int8 data enters as
         x_u8 = x + 128 (shift 128; uint8 data: shift 0) and sum_k w is a constant per column. On
         targets whose dot product takes int8 data (Target.dot_data_dtype: AArch64 SDOT) uint8
-        data enters as x - 128 instead (shift -128; int8 data: 0), by the same formula."""
+        data enters as x - 128 instead (shift -128; int8 data: 0), by the same formula. On targets
+        with an int8 matrix multiply-accumulate (Target.mmla_u8s8: AArch64 +i8mm) and more than one
+        data row (a static M > 1) it becomes qnn.dense_u8s8_mmla instead (two rows x two columns x
+        8 reduction elements per USMMLA; one row would leave half of each step's products unused)."""
         data, weight, x_zp, w_zp = e.inputs
         if not (isinstance(weight, Constant) and weight.dtype == "int8" and isinstance(w_zp, Constant)
                 and not w_zp.value.any()):
             return None
-        want = self.kernel_data_dtype()
+        mmla = not self.qnn_only and self.target is not None and self.target.mmla_u8s8 and \
+            isinstance(data.shape[0], int) and data.shape[0] > 1
+        want = self.kernel_data_dtype(uint8=mmla)
         x, shift = self.plain(data), data_shift(data.dtype, want)
         if shift:
             x = self.shifted(x, shift, want)
-        packed = pack_dense_u8s8_weight(weight.value)
         n = weight.shape[0]
-        product = make_call("qnn.dense_u8s8", [x, Constant(packed, f"{weight.name or 'weight'}_u8s8")],
-                            {"units": n, "pairs_in_int16": self.pairs_in_int16(packed)}, name=e.name)
+        if mmla:
+            packed = pack_dense_u8s8_mmla_weight(weight.value)
+            product = make_call("qnn.dense_u8s8_mmla", [x, Constant(packed, f"{weight.name or 'weight'}_mmla")],
+                                {"units": n}, name=e.name)
+        else:
+            packed = pack_dense_u8s8_weight(weight.value)
+            product = make_call("qnn.dense_u8s8", [x, Constant(packed, f"{weight.name or 'weight'}_u8s8")],
+                                {"units": n, "pairs_in_int16": self.pairs_in_int16(packed)}, name=e.name)
         colsum = weight.value.astype(np.int32).sum(axis=1)
         if isinstance(x_zp, Constant):
             term = (shift + int(x_zp.value)) * colsum

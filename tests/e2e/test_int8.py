@@ -286,11 +286,9 @@ def test_quantize_static_cnn_on_dot_product_targets(spec, features, insn, conv_i
         options = CompileOptions(opt_level=3, dump_ir=("asm",), dump_dir=dumps)
         _check_int8_model(qmodel, model, {"input": x}, ("qnn_conv2d", "qnn_dense_u8s8"), target, options)
         asm = "\n".join(p.read_text() for p in Path(dumps).rglob("*.s"))
-    # each function's text, from its label to the next one (a parallel body's label included)
-    functions = dict(re.findall(r"^(fused_[\w.]+):\n(.*?)(?=^[A-Za-z_][\w.]*:$|\Z)", asm, re.M | re.S))
     for prefix, want in (("fused_qnn_dense_u8s8", insn), ("fused_qnn_conv2d_nchwc", conv_insn)):
-        text = "\n".join(body for name, body in functions.items() if name.startswith(prefix))
-        assert re.search(rf"^\s+{re.escape(want)}\s", text, re.M), f"no {want} in the assembly of {prefix}"
+        assert re.search(rf"^\s+{re.escape(want)}\s", _kernel_asm(asm, prefix), re.M), \
+            f"no {want} in the assembly of {prefix}"
 
 
 def test_quantize_static_cnn_int8_activations_matches_onnxruntime():
@@ -353,13 +351,26 @@ def test_aarch64_int8_models_match_onnxruntime_under_qemu(features, conv_insn):
         options = CompileOptions(opt_level=3, dump_ir=("asm",), dump_dir=dumps)
         _check_int8_model(expose_quantized(qcnn), cnn, {"input": x}, ("qnn_conv2d_nchwc_u8s8",), target, options)
         asm = "\n".join(p.read_text() for p in Path(dumps).rglob("*.s"))
-    functions = dict(re.findall(r"^(fused_[\w.]+):\n(.*?)(?=^[A-Za-z_][\w.]*:$|\Z)", asm, re.M | re.S))
-    convs = "\n".join(body for name, body in functions.items() if name.startswith("fused_qnn_conv2d_nchwc"))
-    assert re.search(rf"^\s+{conv_insn}\s", convs, re.M), f"no {conv_insn} in the conv kernels"
+    assert re.search(rf"^\s+{conv_insn}\s", _kernel_asm(asm, "fused_qnn_conv2d_nchwc"), re.M), \
+        f"no {conv_insn} in the conv kernels"
     bert = bert_encoder(seed=2, seq=8, hidden=32, heads=2, layers=1, vocab=50)
     qbert = _quantize_dynamic(bert)
     rng = np.random.default_rng(5)
     feeds = {"input_ids": rng.integers(0, 50, (1, 8)).astype(np.int64), "attention_mask": np.ones((1, 8), np.int64)}
-    got, _ = _run(_compile(qbert, target), feeds)
+    with tempfile.TemporaryDirectory() as dumps:
+        module = _compile(qbert, target, CompileOptions(opt_level=3, dump_ir=("asm",), dump_dir=dumps))
+        asm = "\n".join(p.read_text() for p in Path(dumps).rglob("*.s"))
+    got, _ = _run(module, feeds)
     ref = onnxruntime_outputs(qbert, feeds)["last_hidden_state"]
     np.testing.assert_allclose(got["last_hidden_state"], ref, rtol=1e-4, atol=1e-4)
+    # the projections (8 rows): on +i8mm the matrix multiply-accumulate, else SDOT
+    dense = "qnn_dense_u8s8_mmla" if features else "qnn_dense_u8s8"
+    assert sum(dense in k for k in kernel_names(module)) >= 6, kernel_names(module)
+    assert re.search(rf"^\s+{conv_insn}\s", _kernel_asm(asm, f"fused_{dense}"), re.M), f"no {conv_insn} in {dense}"
+
+
+def _kernel_asm(asm: str, prefix: str) -> str:
+    """The text of the functions of an `asm` dump whose names start with `prefix`, each from its
+    label to the next one (a parallel body's label included)."""
+    functions = dict(re.findall(r"^(fused_[\w.]+):\n(.*?)(?=^[A-Za-z_][\w.]*:$|\Z)", asm, re.M | re.S))
+    return "\n".join(body for name, body in functions.items() if name.startswith(prefix))

@@ -16,7 +16,7 @@ from util import op_function, run_op
 from tests.targets import TARGETS, require
 from tvmc.autotune.task import tasks_of_functions
 from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
-from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight
+from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight, pack_dense_u8s8_mmla_weight
 from tvmc.ops.registry import all_ops
 
 # one case per CPU implementation (the implementation name is the id)
@@ -66,6 +66,9 @@ CPU_CASES = [
          dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),
     # the same product on the int8 matrix multiply-accumulate: 2 output channel blocks, OW 11 (6
     # pixel pairs: tiles of 1, 2, 3 pairs, the last pair half stored), input blocks of 16
+    # dense in row pairs: M 12 (tiles of 1, 2, 3 pairs), K 40, N 48
+    Case("dense_u8s8_mmla.cpu", "qnn.dense_u8s8_mmla",
+         lambda r: [qi(r, (12, 40), "uint8"), pack_dense_u8s8_mmla_weight(qi(r, (48, 40)))], {"units": 48}),
     Case("conv2d_nchwc_u8s8_mmla.cpu", "qnn.conv2d_nchwc_u8s8_mmla",
          lambda r: [qi(r, (1, 2, 5, 11, 16), "uint8"), pack_conv2d_u8s8_mmla_weight(qi(r, (32, 32, 3, 3)), 16)],
          dict(conv(padding=(1, 1, 1, 1)), pad_value=200, out_layout="NCHW16c")),

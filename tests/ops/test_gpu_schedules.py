@@ -16,7 +16,7 @@ from util import op_function, run_op
 from tests.targets import require
 from tvmc.autotune.task import tasks_of_functions
 from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
-from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight
+from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight, pack_dense_u8s8_mmla_weight
 from tvmc.errors import ScheduleError
 from tvmc.ops.fused import lower_fused
 from tvmc.ops.registry import all_ops
@@ -66,6 +66,8 @@ GPU_CASES = [
     Case("conv2d_nchwc_u8s8.gpu", "qnn.conv2d_nchwc_u8s8",
          lambda r: [qi(r, (1, 1, 7, 9, 3), "uint8"), pack_conv2d_u8s8_weight(qi(r, (32, 3, 3, 3)), 3)],
          dict(conv(strides=(2, 2), padding=(1, 0, 1, 2)), pad_value=9, out_layout="NCHW16c")),
+    Case("dense_u8s8_mmla.gpu", "qnn.dense_u8s8_mmla",
+         lambda r: [qi(r, (5, 30), "uint8"), pack_dense_u8s8_mmla_weight(qi(r, (37, 30)))], {"units": 37}),
     Case("conv2d_nchwc_u8s8_mmla.gpu", "qnn.conv2d_nchwc_u8s8_mmla",
          lambda r: [qi(r, (1, 1, 7, 9, 8), "uint8"), pack_conv2d_u8s8_mmla_weight(qi(r, (16, 8, 3, 3)), 8)],
          dict(conv(strides=(2, 2), padding=(1, 0, 1, 2)), pad_value=9, out_layout="NCHW16c")),

@@ -1,4 +1,4 @@
-"""The int8 convolution on the matrix multiply-accumulate step (tvmc/ops/cpu/int8_mmla.py,
+"""The int8 convolution and dense on the matrix multiply-accumulate step (tvmc/ops/cpu/int8_mmla.py,
 tir.MmlaU8S8) through the real LLVM codegen: AArch64 USMMLA on +i8mm under qemu-user (its default
 CPU has FEAT_I8MM), the widening form of the same step on arm-neoverse-n1 (no i8mm), x86 and
 wasm32. Compared exactly with numpy's products; the instruction is checked in the assembly."""
@@ -17,8 +17,10 @@ from tvmc import te
 from tvmc.codegen.build import compile_ir
 from tvmc.codegen.llvm import CodeGenLLVM
 from tvmc.errors import ArtifactError, ScheduleError
-from tvmc.ops.cpu.int8_mmla import (conv2d_nchwc_u8s8_mmla, conv2d_u8s8_mmla_config, pack_conv2d_u8s8_mmla_weight,
-                                    schedule_conv2d_nchwc_u8s8_mmla, unpack_conv2d_u8s8_mmla_weight)
+from tvmc.ops.cpu.int8_mmla import (conv2d_nchwc_u8s8_mmla, conv2d_u8s8_mmla_config, dense_u8s8_mmla,
+                                    dense_u8s8_mmla_config, pack_conv2d_u8s8_mmla_weight, pack_dense_u8s8_mmla_weight,
+                                    schedule_conv2d_nchwc_u8s8_mmla, schedule_dense_u8s8_mmla,
+                                    unpack_conv2d_u8s8_mmla_weight, unpack_dense_u8s8_mmla_weight)
 from tvmc.ops.layout import blocked_layout, to_layout
 from tvmc.tir.lower import lower
 from tvmc.tir.tensorize import MmlaU8S8Intrin
@@ -151,3 +153,78 @@ def test_tensorize_mmla_refuses_what_the_step_does_not_compute():
     s[plain].tensorize(i, MmlaU8S8Intrin())
     with pytest.raises(ScheduleError, match="int8 operand"):
         lower(s, [d, wf, plain], "bad")
+
+
+# --- dense_u8s8_mmla ---------------------------------------------------------------------------
+
+def _dense_kernel(m, k, n, target, config=None, epilogue=None):
+    """(PrimFunc, config space, extra inputs) of dense_u8s8_mmla [m, k] x [n, k] (fallback config
+    or `config`), the output through `epilogue(anchor) -> (out, inputs)`."""
+    d = te.placeholder((m, k), "uint8", "data")
+    w = te.placeholder((-(-n // 16), -(-k // 8), 8, 2, 8), "int8", "weight")
+    anchor = dense_u8s8_mmla(d, w, n)
+    out, extra = epilogue(anchor) if epilogue else (anchor, [])
+    s = te.create_schedule(out)
+    space = dense_u8s8_mmla_config(((m, k), w.shape, (m, n), "uint8", {}), target)
+    schedule_dense_u8s8_mmla(s, out, anchor, config or space.fallback_config(), target)
+    return lower(s, [d, w, *extra, out], "dense_u8s8_mmla"), space
+
+
+@pytest.mark.parametrize("shape", [(7, 70, 37), (8, 64, 32), (1, 40, 20)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("spec,form", MMLA_TARGETS)
+def test_dense_u8s8_mmla_matches_numpy(spec, form, shape):
+    """Fallback config and two others (1-4 row pairs per tile); an odd M (the last pair's second
+    row zeros, not stored), K and N that do not fill whole steps and blocks, one row (the product
+    at root); rows of 255 and 0, weights of 127 and -128; exact."""
+    target = _runnable(_resolve(spec))
+    m, k, n = shape
+    rng = np.random.default_rng(m + k + n)
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    a[0] = 255
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    w[0], w[1] = 127, -128
+    ref = (a.astype(np.int64) @ w.T.astype(np.int64)).astype(np.int32)
+    _exact_on_three_configs(lambda cfg: _dense_kernel(m, k, n, target, cfg), target,
+                            [a, pack_dense_u8s8_mmla_weight(w)], ref)
+
+
+def test_dense_u8s8_mmla_fused_epilogue_and_assembly():
+    """An epilogue applied to the register tile as it is stored, and one that reshapes (the
+    product at root), exact under qemu; the +i8mm kernel holds one USMMLA per row pair and column
+    pair of its tile and step."""
+    target = _runnable(_resolve(I8MM))
+    m, k, n = 6, 24, 32
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    bias = rng.integers(-1000, 1000, n).astype(np.int32)
+    ref = (a.astype(np.int64) @ w.T.astype(np.int64)).astype(np.int32)
+
+    def add_bias(anchor):
+        b = te.placeholder((n,), "int32", "bias")
+        return te.compute((m, n), lambda i, j: anchor[i, j] * 3 + b[j], name="epilogue"), [b]
+
+    def reshape(anchor):
+        return te.compute((m * n,), lambda i: anchor[i // n, i % n], name="flat"), []
+
+    packed = pack_dense_u8s8_mmla_weight(w)
+    prim, _ = _dense_kernel(m, k, n, target, epilogue=add_bias)
+    out = kernel_runner(target)(prim, target, [a, packed, bias], np.zeros((m, n), np.int32))
+    np.testing.assert_array_equal(out, ref * 3 + bias)
+    cg = CodeGenLLVM(target)
+    cg.add_function(prim)
+    asm = compile_ir(cg.ir_text(), target, assembly=True).decode()
+    assert _count("usmmla", asm) >= 8 and not _count("usdot", asm)
+    prim, _ = _dense_kernel(m, k, n, target, epilogue=reshape)
+    out = kernel_runner(target)(prim, target, [a, packed], np.zeros(m * n, np.int32))
+    np.testing.assert_array_equal(out, ref.reshape(-1))
+
+
+def test_pack_dense_u8s8_mmla_weight_layout():
+    """[ceil(N/16), ceil(K/8), 8, 2, 8]: element (nb, kb, cp, ci, k) is weight[16 nb + 2 cp + ci,
+    8 kb + k], zero past N and K."""
+    w = np.random.default_rng(3).integers(-128, 128, (37, 70)).astype(np.int8)
+    p = pack_dense_u8s8_mmla_weight(w)
+    assert p.shape == (3, 9, 8, 2, 8) and p.flags.c_contiguous
+    assert p[2, 8, 2, 0, 5] == w[36, 69] and not p[2, 8, 2, 1].any() and not p[2, 8, :, :, 6:].any()
+    np.testing.assert_array_equal(unpack_dense_u8s8_mmla_weight(p)[:37, :70], w)

@@ -17,7 +17,7 @@ from tests.targets import TARGETS, require
 from tvmc.graph.ir import Constant, Function, TensorType, Var
 from tvmc.ops.control import INTERPRETED
 from tvmc.ops.cpu.int8 import pack_conv2d_u8s8_row_weight, pack_conv2d_u8s8_weight, pack_dense_u8s8_weight
-from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight
+from tvmc.ops.cpu.int8_mmla import pack_conv2d_u8s8_mmla_weight, pack_dense_u8s8_mmla_weight
 from tvmc.ops.registry import all_ops, get_op, make_call
 from tvmc.target import resolve_target
 
@@ -706,6 +706,10 @@ CASES = [
          chain=lambda r: [("subtract", {}, [r.integers(-9000, 9000, (2, 1, 1, 16)).astype(np.int32)]),
                           requantize((r.random(32) * 4e-5).astype(np.float32), -3, "int8", axis=1,
                                      layout="NCHW16c")]),
+    # dense in row pairs: an odd M (the last pair's second row zeros), K and N padded, a requantize
+    Case("qnn_dense_u8s8_mmla_m5_k30_n37_requantize", "qnn.dense_u8s8_mmla",
+         lambda r: [qi(r, (5, 30), "uint8"), pack_dense_u8s8_mmla_weight(qi(r, (37, 30)))], {"units": 37},
+         chain=lambda r: [requantize(np.float32(3e-4), -2, "int8")]),
     Case("qnn_conv2d_nchwc_u8s8_mmla_s2_asym_pad", "qnn.conv2d_nchwc_u8s8_mmla",
          lambda r: [qi(r, (2, 1, 13, 10, 8), "uint8"), pack_conv2d_u8s8_mmla_weight(qi(r, (16, 8, 3, 3)), 8)],
          dict(conv(strides=(2, 2), padding=(0, 1, 2, 1)), pad_value=7, out_layout="NCHW16c")),

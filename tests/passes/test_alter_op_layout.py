@@ -488,6 +488,33 @@ def test_qnn_dense_with_an_int8_weight_becomes_the_dot_product_kernel():
         np.testing.assert_array_equal(g, r)  # integers: exact
 
 
+def test_qnn_dense_on_aarch64_takes_sdot_data_or_the_matrix_multiply_accumulate():
+    """arm-neoverse-n1 (SDOT): qnn.dense_u8s8 on int8 data (uint8 data shifted by -128, also
+    under a run-time zero point). With +i8mm: qnn.dense_u8s8_mmla (weight [N/16, K/8, 8, 2, 8])
+    where M > 1, qnn.dense_u8s8 for one row. Exact against the graph before."""
+    rng = np.random.default_rng(2)
+    w = Constant(rng.integers(-128, 128, (20, 30)).astype(np.int8), "w")
+    zero = Constant(np.zeros((), np.int32), "w_zp")
+    xu, xs, x1 = var("xu", (3, 30), "uint8"), var("xs", (3, 30), "int8"), var("x1", (1, 30), "uint8")
+    zp = var("x_zp", (), "int32")
+    before = Graph([xu, xs, x1, zp], [call("qnn.dense", xu, w, Constant(np.array(7, np.int32), "x_zp7"), zero),
+                                      call("qnn.dense", xs, w, zp, zero),
+                                      call("qnn.dense", x1, w, Constant(np.array(200, np.int32), "x_zp200"), zero)])
+    inputs = {"xu": rng.integers(0, 256, (3, 30)).astype(np.uint8), "x_zp": np.array(-5, np.int32),
+              "xs": rng.integers(-128, 128, (3, 30)).astype(np.int8),
+              "x1": rng.integers(0, 256, (1, 30)).astype(np.uint8)}
+    sdot = alter(before, resolve_target("arm-neoverse-n1"))
+    products = [c for c in sdot.calls() if c.op == "qnn.dense_u8s8"]
+    assert len(products) == 3 and {p.inputs[0].dtype for p in products} == {"int8"}
+    i8mm = alter(before, resolve_target("arm-neoverse-n1", {"features": "+i8mm"}))
+    mmla = [c for c in i8mm.calls() if c.op == "qnn.dense_u8s8_mmla"]
+    assert [p.inputs[1].shape for p in mmla] == [(2, 4, 8, 2, 8)] * 2
+    assert [p.inputs[0].shape for p in i8mm.calls() if p.op == "qnn.dense_u8s8"] == [(1, 30)]
+    for graph in (sdot, i8mm):
+        for r, g in zip(run_graph(before, inputs), run_graph(graph, inputs)):
+            np.testing.assert_array_equal(g, r)  # integers: exact
+
+
 def _qconv(x, w, x_zp, w_zp, stride=1, padding=(1, 1, 1, 1), groups=1, name=""):
     return call("qnn.conv2d", x, w, x_zp, w_zp, name=name, strides=(stride, stride), padding=padding,
                 dilation=(1, 1), groups=groups)

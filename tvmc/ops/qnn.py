@@ -57,8 +57,12 @@ from tvmc.ops.cpu.int8_mmla import (
     MMLA_K,
     conv2d_nchwc_u8s8_mmla,
     conv2d_u8s8_mmla_config,
+    dense_u8s8_mmla,
+    dense_u8s8_mmla_config,
     schedule_conv2d_nchwc_u8s8_mmla,
+    schedule_dense_u8s8_mmla,
     unpack_conv2d_u8s8_mmla_weight,
+    unpack_dense_u8s8_mmla_weight,
 )
 from tvmc.ops.elemwise import INJECTIVE, broadcast_index, broadcast_shape
 from tvmc.ops.gpu.injective import generic_config, schedule_generic
@@ -398,6 +402,35 @@ register_op(OpDef("qnn.dense_u8s8", _dense_u8s8_type, _dense_u8s8_reference, OpP
                       "gpu": [Implementation("dense_u8s8.gpu", schedule_dense_u8s8_gpu,
                                              config_space=dense_u8s8_gpu_config)]},
                   flops=lambda wl: 2 * wl[2][0] * wl[2][1] * wl[0][1]))  # 2 M N K: padding not counted
+
+
+def _dense_mmla_type(in_types, attrs):
+    d, w = in_types
+    if d.dtype != "uint8" or w.dtype != "int8" or len(d.shape) != 2 or len(w.shape) != 5 or \
+            tuple(w.shape[2:]) != (BLOCK_N // 2, 2, MMLA_K) or w.shape[1] != -(-d.shape[1] // MMLA_K):
+        raise ValueError(f"qnn.dense_u8s8_mmla needs uint8 data [M,K] and int8 weight "
+                         f"[N/{BLOCK_N},K/{MMLA_K},{BLOCK_N // 2},2,{MMLA_K}], got {d.dtype} {list(d.shape)} and "
+                         f"{w.dtype} {list(w.shape)}")
+    units = attrs.get("units") or w.shape[0] * BLOCK_N
+    if not (w.shape[0] - 1) * BLOCK_N < units <= w.shape[0] * BLOCK_N:
+        raise ValueError(f"units {units} does not end in the last of {w.shape[0]} blocks of {BLOCK_N} columns")
+    return TensorType((d.shape[0], units), "int32")
+
+
+def _dense_mmla_reference(x, w, units=None):
+    unpacked = unpack_dense_u8s8_mmla_weight(w)[:units or w.shape[0] * BLOCK_N, :x.shape[1]]
+    return (x.astype(np.int64) @ unpacked.T.astype(np.int64)).astype(np.int32)
+
+
+# qnn.dense_u8s8's product in steps of the int8 matrix multiply-accumulate (two data rows x two
+# output columns x 8 reduction elements: AArch64 USMMLA; tvmc.ops.cpu.int8_mmla), its weight
+# packed for that step; AlterOpLayout emits it on targets with Target.mmla_u8s8 for M > 1.
+register_op(OpDef("qnn.dense_u8s8_mmla", _dense_mmla_type, _dense_mmla_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
+                  lambda inputs, attrs, out_type: dense_u8s8_mmla(*inputs, attrs.get("units")),
+                  {"cpu": [Implementation("dense_u8s8_mmla.cpu", schedule_dense_u8s8_mmla,
+                                          config_space=dense_u8s8_mmla_config)],
+                   "gpu": [Implementation("dense_u8s8_mmla.gpu", schedule_generic, config_space=generic_config)]},
+                  flops=lambda wl: 2 * wl[2][0] * wl[2][1] * wl[0][1]))
 
 
 # --- qnn.matmul -------------------------------------------------------------------------------

@@ -13,6 +13,9 @@ kernels in Arm Compute Library and XNNPACK's i8mm GEMMs pair rows the same way).
 is computed in that layout (stage `conv2d_mmla`, [N, O/16, OH, ceil(OW/2), 8, 2, 2]) and the
 output stage, which the epilogue (the zero-point term, a requantize) fuses into, reads it back as
 NCHW16c. The weights are packed at compile time into the layout of the step's int8 operand.
+
+qnn.dense_u8s8_mmla pairs rows the same way: two data rows x two output columns x 8 reduction
+elements per step (stage `dense_mmla`, [ceil(M/2), ceil(N/16), 8, 2, 2]), read back as [M, N].
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def schedule_conv2d_nchwc_u8s8_mmla(s, out, anchor, cfg, target):
     reduction (ic_outer, kh, kw, ic_octet) outside it and one MmlaU8S8 step per (block, pair,
     channel pair) inside; the output tile (the epilogue applied) read back from the accumulators
     as NCHW16c vectors; (n, oc tiles, rows) fused into the parallel loop. An epilogue that changes
-    the shape keeps the product at root (its (n, oc block, row) loops in parallel)."""
+    the shape, or OW = 1, keeps the product at root (its (n, oc block, row) loops in parallel)."""
     if anchor.op.tag != "conv2d_nchwc_u8s8_mmla":
         raise ScheduleError(f"schedule_conv2d_nchwc_u8s8_mmla: {anchor.name} is not a conv2d_nchwc_u8s8_mmla")
     product = anchor.op.input_tensors()[0]
@@ -156,7 +159,8 @@ def schedule_conv2d_nchwc_u8s8_mmla(s, out, anchor, cfg, target):
         schedule_blocked_loops(s, pad, target)
     inline_injective(s, out, keep=[product, *keep])
     pst = s[product]
-    if not same_shape(out.shape, anchor.shape):
+    # an epilogue that reshapes, or one output column (a tile would bound the pixel pair to it)
+    if not same_shape(out.shape, anchor.shape) or anchor.shape[3] == 1:
         n, oco, oh, xp, cp, xi, ci = pst.op.axis
         *outer, k = pst.op.reduce_axis
         pst.reorder(n, oco, oh, *outer, xp, cp, xi, ci, k)
@@ -192,3 +196,147 @@ def schedule_conv2d_nchwc_u8s8_mmla(s, out, anchor, cfg, target):
     pst.unroll(cp)
     pst.vectorize(ci)  # the accumulators' zero init
     pst.tensorize(xi, MmlaU8S8Intrin())
+
+
+# ---- dense ------------------------------------------------------------------------------------
+
+def pack_dense_u8s8_mmla_weight(weight: np.ndarray) -> np.ndarray:
+    """int8 weight [N, K] -> [ceil(N/16), ceil(K/8), 8, 2, 8]: packed[nb, kb, cp, ci, k] =
+    weight[16 nb + 2 cp + ci, 8 kb + k], N and K padded with zeros. The innermost 2 x 8 block is
+    the int8 operand of one tir.MmlaU8S8 step (two output columns x 8 reduction elements). Run
+    once at compile time on the constant. Raises ValueError on a weight that is not int8 [N, K]."""
+    weight = np.asarray(weight)
+    if weight.dtype != np.int8 or weight.ndim != 2:
+        raise ValueError(f"pack_dense_u8s8_mmla_weight needs an int8 [N, K] weight, got {weight.dtype} {weight.shape}")
+    n, k = weight.shape
+    nb, kb = -(-n // BLOCK_N), -(-k // MMLA_K)
+    padded = np.zeros((nb * BLOCK_N, kb * MMLA_K), np.int8)
+    padded[:n, :k] = weight
+    # [N/16, 8, 2, K/8, 8] -> [N/16, K/8, 8, 2, 8]
+    return np.ascontiguousarray(padded.reshape(nb, MMLA_ACCUMULATORS, 2, kb, MMLA_K).transpose(0, 3, 1, 2, 4))
+
+
+def unpack_dense_u8s8_mmla_weight(packed: np.ndarray) -> np.ndarray:
+    """numpy: inverse of pack_dense_u8s8_mmla_weight, with the padding: [16 ceil(N/16), 8 ceil(K/8)]."""
+    nb, kb, cp, ci, k = packed.shape
+    return np.ascontiguousarray(packed.transpose(0, 2, 3, 1, 4).reshape(nb * cp * ci, kb * k))
+
+
+def dense_u8s8_mmla(data, weight, units: int | None = None):
+    """out[m, n] = sum_k int32(data[m, k]) * int32(w[n, k]), int32 (qnn.dense_u8s8's product), in
+    the row-pair layout of tir.MmlaU8S8:
+
+        mmla[mp, nb, cp, mi, ci] = sum_{kb, k} int32(data[2 mp + mi, 8 kb + k]) * int32(weight[nb, kb, cp, ci, k])
+        out[m, n] = mmla[m // 2, n // 16, (n % 16) // 2, m % 2, n % 2]
+
+    data:   uint8 [M, K] (te tensor)
+    weight: int8 [ceil(N/16), ceil(K/8), 8, 2, 8] (pack_dense_u8s8_mmla_weight)
+    units:  N (default every packed column)
+    -> int32 [M, units] (tag dense_u8s8_mmla; the product is its input stage `dense_mmla`). An odd
+    M or a K that is not a multiple of 8 reads the data through a stage `data_pad` (zeros; the
+    extra row's sums are not stored). Raises ValueError on mismatched shapes or dtypes."""
+    m, k = data.shape
+    nb, kb, cp, ci, k8 = weight.shape
+    if data.dtype != "uint8" or weight.dtype != "int8" or (cp, ci, k8) != (MMLA_ACCUMULATORS, 2, MMLA_K) or \
+            -(-k // MMLA_K) != kb:
+        raise ValueError(f"dense_u8s8_mmla needs uint8 data [M, K] and int8 weight [N/16, K/8, 8, 2, 8], got "
+                         f"{data.dtype} {list(data.shape)} and {weight.dtype} {list(weight.shape)}")
+    units = units or nb * BLOCK_N
+    if not (nb - 1) * BLOCK_N < units <= nb * BLOCK_N:
+        raise ValueError(f"units {units} does not end in the last of {nb} blocks of {BLOCK_N} columns")
+    pairs = -(-m // 2)
+    if 2 * pairs != m or kb * MMLA_K != k:
+        source = data
+        data = te.compute((2 * pairs, kb * MMLA_K), lambda i, j: te.select(
+            te.logical_and(i < m, j < k), source[te.minimum(i, m - 1), te.minimum(j, k - 1)], te.const(0, "uint8")),
+            name="data_pad")
+    rkb, rk = te.reduce_axis(kb, "k_outer"), te.reduce_axis(MMLA_K, "k_inner")
+
+    def f(mp, b, c2, mi, c1):
+        return te.sum(te.cast("int32", data[mp * 2 + mi, rkb.var * MMLA_K + rk.var]) *
+                      te.cast("int32", weight[b, rkb, c2, c1, rk]), [rkb, rk])
+
+    mmla = te.compute((pairs, nb, MMLA_ACCUMULATORS, 2, 2), f, name="dense_mmla")
+    return te.compute((m, units), lambda i, j: mmla[i // 2, j // BLOCK_N, (j % BLOCK_N) // 2, i % 2, j % 2],
+                      name="dense_u8s8_mmla", tag="dense_u8s8_mmla")
+
+
+def dense_u8s8_mmla_config(workload, target) -> ConfigSpace:
+    """Knobs of dense_u8s8_mmla (workload: data shape [M, K], packed weight shape [N/16, K/8, 8,
+    2, 8], ...):
+
+    tile_mp  data row pairs per register tile (divisors of ceil(M/2), up to 4), each with 8
+             accumulators over 16 output columns: per step of 8 reduction elements tile_mp data
+             blocks (two 8-byte rows each) and 8 weight blocks for 8 tile_mp USMMLAs.
+
+    Fallback: 16 accumulators (conv2d_u8s8_mmla_config's budget): the largest divisor of the
+    pairs <= 2."""
+    pairs = -(-workload[0][0] // 2)
+    budget = max(1, target.num_vector_registers // 2 // MMLA_ACCUMULATORS)
+    choices = [f for f in range(1, min(pairs, 4) + 1) if pairs % f == 0]
+    space = ConfigSpace()
+    space.define_knob("tile_mp", choices, fallback=max(f for f in choices if f <= budget))
+    return space
+
+
+def schedule_dense_u8s8_mmla(s, out, anchor, cfg, target):
+    """Fused dense_u8s8_mmla + epilogue: per (tile of 2 tile_mp rows, block of 16 columns) the
+    product's register tile (compute_at: tile_mp x 8 accumulators of 4 lanes), the reduction
+    outside it and one MmlaU8S8 step per (row pair, column pair) inside; the output tile (the
+    epilogue applied) read back from the accumulators as rows of 16; the (row tile, column block)
+    pairs fused in parallel (when worth it). An epilogue that changes the shape, or M = 1, keeps
+    the product at root (its row pairs in parallel)."""
+    if anchor.op.tag != "dense_u8s8_mmla":
+        raise ScheduleError(f"schedule_dense_u8s8_mmla: {anchor.name} is not a dense_u8s8_mmla")
+    product = anchor.op.input_tensors()[0]
+    pad = next((t for t in product.op.input_tensors() if t.op is not None), None)
+    parallel = worth_parallel(product)
+    keep = [pad] if pad is not None else []
+    if pad is not None:
+        schedule_elementwise_loops(s, pad, target)
+    inline_injective(s, out, keep=[product, *keep])
+    pst = s[product]
+    # an epilogue that reshapes, or one data row (a tile would bound the row pair to that row)
+    if not same_shape(out.shape, anchor.shape) or anchor.shape[0] == 1:
+        _mmla_steps(pst, tile=False)
+        if parallel:
+            pst.parallel(pst.op.axis[0])
+        schedule_elementwise_loops(s, out, target)
+        return
+    st = s[out]
+    m, n = st.op.axis
+    n_outer, n_lane = st.split(n, BLOCK_N)
+    whole = 2 * cfg["tile_mp"] > m.extent  # an odd M in one tile: split would clamp the tile to M
+    if whole:
+        m_pair, m_inner = st.split(m, 2)
+        st.reorder(n_outer, m_pair, m_inner, n_lane)
+        head = n_outer
+    else:
+        m_outer, m_rest = st.split(m, 2 * cfg["tile_mp"])
+        m_pair, m_inner = st.split(m_rest, 2)
+        st.reorder(m_outer, n_outer, m_pair, m_inner, n_lane)
+        head = st.fuse(m_outer, n_outer)
+    st.unroll(m_pair)
+    st.unroll(m_inner)
+    st.vectorize(n_lane)
+    if parallel:
+        st.parallel(head)
+    pst.compute_at(st, head)
+    _mmla_steps(pst, tile=True)
+
+
+def _mmla_steps(pst, tile: bool):
+    """The product stage of a dense_u8s8_mmla in MmlaU8S8 steps (tensorized at the row-in-pair
+    loop), its 8 column pairs unrolled: with `tile` (a register tile of a few row pairs, computed
+    at the output tile) the reduction outside the row pairs, unrolled; else (at root) row pairs,
+    column blocks, the reduction, then the column pairs."""
+    mp, nb, cp, mi, ci = pst.op.axis
+    ko, k = pst.op.reduce_axis
+    if tile:
+        pst.reorder(nb, ko, mp, cp, mi, ci, k)
+        pst.unroll(mp)
+    else:
+        pst.reorder(mp, nb, ko, cp, mi, ci, k)
+    pst.unroll(cp)
+    pst.vectorize(ci)  # the accumulators' zero init
+    pst.tensorize(mi, MmlaU8S8Intrin())
