@@ -179,7 +179,8 @@ class Target:
         """The u8 x s8 -> int32 matrix multiply-accumulate this target's dot-product form comes
         with (targets/isa/<arch>.yaml dot_u8s8 `matrix`): "usmmla" on aarch64 with +i8mm (a 2x8
         by 8x2 product into a 2x2 int32 block, tvmc.tir.ir.MmlaU8S8), which the int8
-        convolutions take (qnn.conv2d_nchwc_u8s8_mmla); None elsewhere."""
+        convolutions and dense layers take (qnn.conv2d_nchwc_u8s8_mmla, qnn.dense_u8s8_mmla);
+        None elsewhere."""
         return _dot_u8s8_entry(self.arch, self.cpu, self.features).get("matrix")
 
     @property
