@@ -102,6 +102,19 @@ def _quantize_static(model, fmt: str, per_channel: bool, activation: str = "QUIn
         return onnx.load(dst)
 
 
+def _quantize_resnet_style(model, size: int = 16) -> onnx.ModelProto:
+    """builders.resnet_style_cnn quantized by onnxruntime: QDQ, per-channel int8 weights, uint8
+    activations (BatchNorm left unfolded, residual Adds, a Gemm head), calibrated on _Reader's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
+        onnx.save(model, src)
+        quantization.quantize_static(str(src), str(dst), _Reader("input", (1, 3, size, size)),
+                                     quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+                                     activation_type=quantization.QuantType.QUInt8,
+                                     weight_type=quantization.QuantType.QInt8)
+        return onnx.load(dst)
+
+
 def _quantize_dynamic(model) -> onnx.ModelProto:
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
@@ -228,14 +241,7 @@ def test_quantize_static_resnet_style_has_no_float_chains_between_convs():
     from tests.e2e.builders import resnet_style_cnn
 
     model = resnet_style_cnn(seed=2, size=16)
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
-        onnx.save(model, src)
-        quantization.quantize_static(str(src), str(dst), _Reader("input", (1, 3, 16, 16)),
-                                     quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-                                     activation_type=quantization.QuantType.QUInt8,
-                                     weight_type=quantization.QuantType.QInt8)
-        qmodel = onnx.load(dst)
+    qmodel = _quantize_resnet_style(model)
     assert "BatchNormalization" in {n.op_type for n in qmodel.graph.node}
     x = np.random.default_rng(11).standard_normal((1, 3, 16, 16)).astype(np.float32)
     expected = ("qnn_conv2d_nchwc_u8s8", "qnn_dense_u8s8")
@@ -338,14 +344,7 @@ def test_aarch64_int8_models_match_onnxruntime_under_qemu(features, conv_insn):
     if reason:
         pytest.skip(f"target {target.name}: {reason}")
     cnn = resnet_style_cnn(seed=4, size=16)
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp, "float.onnx"), Path(tmp, "int8.onnx")
-        onnx.save(cnn, src)
-        quantization.quantize_static(str(src), str(dst), _Reader("input", (1, 3, 16, 16)),
-                                     quant_format=quantization.QuantFormat.QDQ, per_channel=True,
-                                     activation_type=quantization.QuantType.QUInt8,
-                                     weight_type=quantization.QuantType.QInt8)
-        qcnn = onnx.load(dst)
+    qcnn = _quantize_resnet_style(cnn)
     x = np.random.default_rng(12).standard_normal((1, 3, 16, 16)).astype(np.float32)
     with tempfile.TemporaryDirectory() as dumps:
         options = CompileOptions(opt_level=3, dump_ir=("asm",), dump_dir=dumps)

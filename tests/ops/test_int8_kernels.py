@@ -254,15 +254,10 @@ def test_int8_data_kernels_match_numpy(spec, form, insn):
     wt = rng.integers(-128, 128, (32, 32, 3, 3)).astype(np.int8)
     packed = pack_conv2d_u8s8_weight(wt, 16)
     data = to_layout(x, "NCHW", blocked_layout(16))
-    dc = te.placeholder(data.shape, "int8", "data")
-    wc = te.placeholder(packed.shape, "int8", "weight")
-    conv = conv2d_nchwc_u8s8(dc, wc, (1, 1), (1, 1, 1, 1), (1, 1), -3)
-    s = te.create_schedule(conv)
-    space = conv2d_u8s8_config((data.shape, packed.shape, conv.shape, "int8", ()), target)
-    schedule_conv2d_nchwc_u8s8(s, conv, conv, space.fallback_config(), target)
-    got = kernel_runner(target)(lower(s, [dc, wc, conv], "conv_s8"), target, [data, packed],
-                                np.zeros(conv.shape, np.int32))
-    np.testing.assert_array_equal(got, _conv_reference(x, wt, (1, 1), (1, 1, 1, 1), -3))
+    prim, _ = _conv_kernel(data.shape, packed.shape, (1, 1), (1, 1, 1, 1), -3, target, dtype="int8")
+    ref = _conv_reference(x, wt, (1, 1), (1, 1, 1, 1), -3)
+    got = kernel_runner(target)(prim, target, [data, packed], np.zeros(ref.shape, np.int32))
+    np.testing.assert_array_equal(got, ref)
 
 
 def test_int8_data_dense_is_one_sdot_per_four_lanes():
@@ -353,15 +348,19 @@ def test_tensorize_refuses_what_the_intrinsic_does_not_compute():
 
 # --- conv2d_nchwc_u8s8 ---------------------------------------------------------------------------
 
-def _conv_kernel(data_shape, packed_shape, strides, padding, pad_value, target, config=None):
-    """(PrimFunc, config space) of conv2d_nchwc_u8s8 for `target` (fallback config, or `config`)."""
-    d = te.placeholder(data_shape, "uint8", "data")
+def _conv_kernel(data_shape, packed_shape, strides, padding, pad_value, target, config=None,
+                 kernel=(conv2d_nchwc_u8s8, conv2d_u8s8_config, schedule_conv2d_nchwc_u8s8), dtype="uint8"):
+    """(PrimFunc, config space) of a blocked int8 conv for `target` (fallback config, or
+    `config`): `kernel` = (compute, config space, schedule), by default conv2d_nchwc_u8s8's, on
+    `dtype` data."""
+    compute, config_space, schedule = kernel
+    d = te.placeholder(data_shape, dtype, "data")
     w = te.placeholder(packed_shape, "int8", "weight")
-    out = conv2d_nchwc_u8s8(d, w, strides, padding, (1, 1), pad_value)
+    out = compute(d, w, strides, padding, (1, 1), pad_value)
     s = te.create_schedule(out)
-    space = conv2d_u8s8_config((data_shape, packed_shape, out.shape, "uint8", ()), target)
-    schedule_conv2d_nchwc_u8s8(s, out, out, config or space.fallback_config(), target)
-    return lower(s, [d, w, out], "conv2d_nchwc_u8s8"), space
+    space = config_space((data_shape, packed_shape, out.shape, dtype, ()), target)
+    schedule(s, out, out, config or space.fallback_config(), target)
+    return lower(s, [d, w, out], compute.__name__), space
 
 
 def _conv_reference(x, w, strides, padding, pad_value):

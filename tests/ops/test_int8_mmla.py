@@ -11,7 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.ops.test_int8_kernels import _conv_reference, _count, _exact_on_three_configs, _resolve, _runnable
+from tests.ops.test_int8_kernels import (_conv_kernel, _conv_reference, _count, _exact_on_three_configs, _resolve,
+                                         _runnable)
 from tests.targets import kernel_runner
 from tvmc import te
 from tvmc.codegen.build import compile_ir
@@ -37,13 +38,8 @@ MMLA_TARGETS = [
 
 def _mmla_kernel(data_shape, packed_shape, strides, padding, pad_value, target, config=None):
     """(PrimFunc, config space) of conv2d_nchwc_u8s8_mmla for `target` (fallback config, or `config`)."""
-    d = te.placeholder(data_shape, "uint8", "data")
-    w = te.placeholder(packed_shape, "int8", "weight")
-    out = conv2d_nchwc_u8s8_mmla(d, w, strides, padding, (1, 1), pad_value)
-    s = te.create_schedule(out)
-    space = conv2d_u8s8_mmla_config((data_shape, packed_shape, out.shape, "uint8", ()), target)
-    schedule_conv2d_nchwc_u8s8_mmla(s, out, out, config or space.fallback_config(), target)
-    return lower(s, [d, w, out], "conv2d_nchwc_u8s8_mmla"), space
+    return _conv_kernel(data_shape, packed_shape, strides, padding, pad_value, target, config,
+                        (conv2d_nchwc_u8s8_mmla, conv2d_u8s8_mmla_config, schedule_conv2d_nchwc_u8s8_mmla))
 
 
 MMLA_SHAPES = [  # (id, N C H W, O, K, stride, padding, ib, pad_value)

@@ -350,7 +350,7 @@ class CodeGenLLVM:
             b.call(self.declare(self.device.barrier, VOID, []), [])
         elif isinstance(s, DotU8S8):
             self._dot_u8s8(st, s, vec)
-        elif isinstance(s, MmlaU8S8) and self.device is None:
+        elif isinstance(s, MmlaU8S8):
             self._mmla_u8s8(st, s, vec)
         elif isinstance(s, Intrinsic):
             if self.device is None or not self.device.mma or vec is not None:
@@ -656,8 +656,8 @@ class CodeGenLLVM:
         adjacent, a_row_stride 8; else two 8-byte loads joined), B's 16 bytes, the 2 x 2 int32
         block as <4 x i32>; USMMLA where the target has it (MMLA_U8S8_INTRINSICS), else the four
         8-element dot products in widening multiplies (zext A, sext B, multiply, add across)."""
-        if vec is not None:
-            raise CodegenError("codegen: an MmlaU8S8 step cannot sit inside a vectorized loop")
+        if vec is not None or self.device is not None:
+            raise CodegenError("codegen: an MmlaU8S8 step runs on CPU triples, outside vectorized loops")
         b = st.builder
         v16, v8, v4 = ir.VectorType(I8, 16), ir.VectorType(I8, 8), ir.VectorType(I32, 4)
         a_ptr = self._addr_of(st, s.a, s.a_index)

@@ -72,6 +72,23 @@ RESERVED = frozenset(MATH.values()) | frozenset(MEMORY_TYPES.values()) | {
     "log2", "kernel", "global", "local", "private", "constant", "barrier", "vload4", "vstore4", "vload_half",
     "vstore_half_rte"}
 
+
+
+def _dot_helper(kind: str, data_type: str) -> str:
+    """tir.DotU8S8's step on one int32 ({T} is int) as an OpenCL C helper tvmc_dot_<kind>:
+    acc + the 4 products of the `data_type` quad a (uchar4 or char4) and the char4 weights b,
+    exact (a product fits 16 bits, their sum 18), added with wrapping (uint) arithmetic; the
+    dot() of cl_khr_integer_dot_product (OpenCL C 3.0 feature macro) where the device compiler
+    has it, else widening multiplies of the lanes."""
+    return (f"inline {{T}} tvmc_dot_{kind}_{{T}}({data_type} a, char4 b, {{T}} acc) {{{{\n"
+            "#ifdef __opencl_c_integer_dot_product_input_4x8bit\n"
+            "  return as_int(as_uint(acc) + as_uint(dot(a, b)));\n"
+            "#else\n"
+            "  int4 p = convert_int4(a) * convert_int4(b);\n"
+            "  return as_int(as_uint(acc) + as_uint(p.x + p.y + p.z + p.w));\n"
+            "#endif\n}}")
+
+
 # helpers emitted on demand: name -> C text (T is the type)
 HELPERS = {
     "floordiv": "inline {T} tvmc_floordiv_{T}({T} a, {T} b) {{ {T} q = a / b; {T} r = a % b; "
@@ -98,25 +115,10 @@ HELPERS = {
                  "return (ushort)((b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u "
                  ": (b + 0x7fffu + ((b >> 16) & 1u)) >> 16); }}",
     "bf16_from_bits": "inline {T} tvmc_bf16_from_bits_{T}(ushort h) {{ return as_float((uint)h << 16); }}",
-    # tir.DotU8S8's step on one int32 ({T} is int): acc + the 4 u8 x s8 products of a and b, exact
-    # (a product fits 16 bits, their sum 18), added with wrapping (uint) arithmetic; the dot() of
-    # cl_khr_integer_dot_product (OpenCL C 3.0 feature macro) where the device compiler has it,
-    # else widening multiplies of char4 / uchar4 lanes
-    "dot_u8s8": "inline {T} tvmc_dot_u8s8_{T}(uchar4 a, char4 b, {T} acc) {{\n"
-                "#ifdef __opencl_c_integer_dot_product_input_4x8bit\n"
-                "  return as_int(as_uint(acc) + as_uint(dot(a, b)));\n"
-                "#else\n"
-                "  int4 p = convert_int4(a) * convert_int4(b);\n"
-                "  return as_int(as_uint(acc) + as_uint(p.x + p.y + p.z + p.w));\n"
-                "#endif\n}}",
+    # tir.DotU8S8's step on uint8 data (u8 x s8 products)
+    "dot_u8s8": _dot_helper("u8s8", "uchar4"),
     # the same on int8 data (char4 a: s8 x s8 products)
-    "dot_s8s8": "inline {T} tvmc_dot_s8s8_{T}(char4 a, char4 b, {T} acc) {{\n"
-                "#ifdef __opencl_c_integer_dot_product_input_4x8bit\n"
-                "  return as_int(as_uint(acc) + as_uint(dot(a, b)));\n"
-                "#else\n"
-                "  int4 p = convert_int4(a) * convert_int4(b);\n"
-                "  return as_int(as_uint(acc) + as_uint(p.x + p.y + p.z + p.w));\n"
-                "#endif\n}}",
+    "dot_s8s8": _dot_helper("s8s8", "char4"),
 }
 
 

@@ -263,12 +263,6 @@ def _conv2d_mmla_type(in_types, attrs):
     return _blocked_u8s8_out_type(d, w, attrs, "qnn.conv2d_nchwc_u8s8_mmla")
 
 
-def _conv2d_mmla_flops(workload):
-    """2 x N x O x OH x OW x C x KH x KW."""
-    data, weight, out = workload[:3]
-    return 2 * out[0] * out[1] * out[4] * out[2] * out[3] * data[1] * data[4] * weight[2] * weight[3]
-
-
 # The same product as qnn.conv2d_nchwc_u8s8 in steps of an int8 matrix multiply-accumulate (two
 # output pixels x two output channels x 8 input channels: AArch64 USMMLA; tvmc.ops.cpu.int8_mmla),
 # its weight packed for that step; AlterOpLayout emits it on targets with Target.mmla_u8s8.
@@ -283,7 +277,7 @@ register_op(OpDef("qnn.conv2d_nchwc_u8s8_mmla", _conv2d_mmla_type,
                    # CPU only in practice (AlterOpLayout); on a GPU one output element per thread
                    "gpu": [Implementation("conv2d_nchwc_u8s8_mmla.gpu", schedule_generic,
                                           config_space=generic_config)]},
-                  flops=_conv2d_mmla_flops))
+                  flops=_conv2d_u8s8_flops))
 
 
 # --- qnn.conv2d_nchw_u8s8 (CPU: an image stem on the dot-product instructions) ------------------
@@ -381,6 +375,12 @@ def _dense_u8s8_type(in_types, attrs):
         raise ValueError(f"qnn.dense_u8s8 needs uint8 (or int8) data [M,K] and int8 weight "
                          f"[N/{BLOCK_N},K/{BLOCK_K},{BLOCK_N},{BLOCK_K}], got {d.dtype} {list(d.shape)} and "
                          f"{w.dtype} {list(w.shape)}")
+    return _dense_out_type(d, w, attrs)
+
+
+def _dense_out_type(d, w, attrs):
+    """int32 [M, units] of a dense on a weight packed in blocks of 16 columns (w.shape[0] of
+    them); raises ValueError where `units` does not end in the last block."""
     units = attrs.get("units") or w.shape[0] * BLOCK_N
     if not (w.shape[0] - 1) * BLOCK_N < units <= w.shape[0] * BLOCK_N:
         raise ValueError(f"units {units} does not end in the last of {w.shape[0]} blocks of {BLOCK_N} columns")
@@ -393,6 +393,11 @@ def _dense_u8s8_reference(x, w, units=None, pairs_in_int16=False):
     return (x.astype(np.int64) @ unpacked.T.astype(np.int64)).astype(np.int32)
 
 
+def _dense_u8s8_flops(workload):
+    """2 x M x N x K (the padding of a packed weight not counted)."""
+    return 2 * workload[2][0] * workload[2][1] * workload[0][1]
+
+
 # The raw u8 x s8 product of a packed constant weight (tvmc.ops.cpu.int8; AlterOpLayout rewrites
 # a qnn.dense into it and the zero-point terms on CPU targets): no zero points, int32 [M, units].
 register_op(OpDef("qnn.dense_u8s8", _dense_u8s8_type, _dense_u8s8_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
@@ -401,7 +406,7 @@ register_op(OpDef("qnn.dense_u8s8", _dense_u8s8_type, _dense_u8s8_reference, OpP
                       "cpu": [Implementation("dense_u8s8.cpu", schedule_dense_u8s8, config_space=dense_u8s8_config)],
                       "gpu": [Implementation("dense_u8s8.gpu", schedule_dense_u8s8_gpu,
                                              config_space=dense_u8s8_gpu_config)]},
-                  flops=lambda wl: 2 * wl[2][0] * wl[2][1] * wl[0][1]))  # 2 M N K: padding not counted
+                  flops=_dense_u8s8_flops))
 
 
 def _dense_mmla_type(in_types, attrs):
@@ -411,10 +416,7 @@ def _dense_mmla_type(in_types, attrs):
         raise ValueError(f"qnn.dense_u8s8_mmla needs uint8 data [M,K] and int8 weight "
                          f"[N/{BLOCK_N},K/{MMLA_K},{BLOCK_N // 2},2,{MMLA_K}], got {d.dtype} {list(d.shape)} and "
                          f"{w.dtype} {list(w.shape)}")
-    units = attrs.get("units") or w.shape[0] * BLOCK_N
-    if not (w.shape[0] - 1) * BLOCK_N < units <= w.shape[0] * BLOCK_N:
-        raise ValueError(f"units {units} does not end in the last of {w.shape[0]} blocks of {BLOCK_N} columns")
-    return TensorType((d.shape[0], units), "int32")
+    return _dense_out_type(d, w, attrs)
 
 
 def _dense_mmla_reference(x, w, units=None):
@@ -430,7 +432,7 @@ register_op(OpDef("qnn.dense_u8s8_mmla", _dense_mmla_type, _dense_mmla_reference
                   {"cpu": [Implementation("dense_u8s8_mmla.cpu", schedule_dense_u8s8_mmla,
                                           config_space=dense_u8s8_mmla_config)],
                    "gpu": [Implementation("dense_u8s8_mmla.gpu", schedule_generic, config_space=generic_config)]},
-                  flops=lambda wl: 2 * wl[2][0] * wl[2][1] * wl[0][1]))
+                  flops=_dense_u8s8_flops))
 
 
 # --- qnn.matmul -------------------------------------------------------------------------------

@@ -60,14 +60,22 @@ def pack_dense_u8s8_weight(weight: np.ndarray) -> np.ndarray:
     block k of 4 reduction elements: packed[nb, kb, i, j] = weight[16 nb + i, 4 kb + j]), N and K
     padded with zeros; run once at compile time on the constant (as nn_dense.pack_dense_weight).
     A 16 x 4 block is the int8 operand of one tir.DotU8S8 step (64 contiguous bytes)."""
+    padded = padded_dense_weight(weight, BLOCK_K, "pack_dense_u8s8_weight")
+    nb, kb = padded.shape[0] // BLOCK_N, padded.shape[1] // BLOCK_K
+    return np.ascontiguousarray(padded.reshape(nb, BLOCK_N, kb, BLOCK_K).transpose(0, 2, 1, 3))
+
+
+def padded_dense_weight(weight: np.ndarray, block_k: int, caller: str) -> np.ndarray:
+    """numpy: an int8 weight [N, K] zero-padded to [16 ceil(N / 16), block_k ceil(K / block_k)],
+    what the dense weight packings block. Raises ValueError naming `caller` on a weight that is
+    not int8 [N, K]."""
     weight = np.asarray(weight)
     if weight.dtype != np.int8 or weight.ndim != 2:
-        raise ValueError(f"pack_dense_u8s8_weight needs an int8 [N, K] weight, got {weight.dtype} {weight.shape}")
+        raise ValueError(f"{caller} needs an int8 [N, K] weight, got {weight.dtype} {weight.shape}")
     n, k = weight.shape
-    nb, kb = -(-n // BLOCK_N), -(-k // BLOCK_K)
-    padded = np.zeros((nb * BLOCK_N, kb * BLOCK_K), np.int8)
+    padded = np.zeros((-(-n // BLOCK_N) * BLOCK_N, -(-k // block_k) * block_k), np.int8)
     padded[:n, :k] = weight
-    return np.ascontiguousarray(padded.reshape(nb, BLOCK_N, kb, BLOCK_K).transpose(0, 2, 1, 3))
+    return padded
 
 
 def pairs_in_int16(packed: np.ndarray) -> bool:

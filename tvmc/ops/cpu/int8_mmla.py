@@ -26,8 +26,9 @@ from tvmc import te
 from tvmc.autotune.space import ConfigSpace
 from tvmc.errors import ScheduleError
 from tvmc.ops.cpu.injective import inline_injective, schedule_blocked_loops, schedule_elementwise_loops
-from tvmc.ops.cpu.int8 import BLOCK_N, UINT8_MAX
+from tvmc.ops.cpu.int8 import BLOCK_N, UINT8_MAX, padded_dense_weight
 from tvmc.ops.cpu.tiling import worth_parallel
+from tvmc.ops.nn_conv2d import conv2d_out_hw
 from tvmc.te.extent import same_shape
 from tvmc.tir.tensorize import MmlaU8S8Intrin
 
@@ -91,8 +92,7 @@ def conv2d_nchwc_u8s8_mmla(data, weight, strides, padding, dilation, pad_value: 
     pt, pl, pb, pr = padding
     sh, sw = strides
     dh, dw = dilation
-    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-    ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
+    oh, ow = conv2d_out_hw(h, w, kh, kw, strides, padding, dilation)
     pairs = -(-ow // 2)
     width = max(w + pl + pr, (2 * pairs - 1) * sw + (kw - 1) * dw + 1)  # the odd OW's extra pixel
     padded = data
@@ -113,6 +113,22 @@ def conv2d_nchwc_u8s8_mmla(data, weight, strides, padding, dilation, pad_value: 
     mmla = te.compute((n, oco, oh, pairs, MMLA_ACCUMULATORS, 2, 2), f, name="conv2d_mmla")
     return te.compute((n, oco, oh, ow, BLOCK_N), lambda nn, oc, y, x, c: mmla[nn, oc, y, x // 2, c // 2, x % 2, c % 2],
                       name="conv2d_nchwc_u8s8_mmla", tag="conv2d_nchwc_u8s8_mmla")
+
+
+def _product_stage(s, out, anchor, tag: str, schedule_pad, target):
+    """(the product stage of an MMLA kernel `anchor` (the op tagged `tag`), whether it is worth
+    running in parallel): its padded input (if any) kept at root and scheduled by
+    `schedule_pad(s, pad, target)`, every other injective stage inlined into `out`. Raises
+    ScheduleError when `anchor` is not tagged `tag`."""
+    if anchor.op.tag != tag:
+        raise ScheduleError(f"schedule of {tag}: {anchor.name} is not a {tag}")
+    product = anchor.op.input_tensors()[0]
+    pad = next((t for t in product.op.input_tensors() if t.op is not None), None)
+    parallel = worth_parallel(product)
+    if pad is not None:
+        schedule_pad(s, pad, target)
+    inline_injective(s, out, keep=[product] + ([pad] if pad is not None else []))
+    return product, parallel
 
 
 def conv2d_u8s8_mmla_config(workload, target) -> ConfigSpace:
@@ -149,15 +165,7 @@ def schedule_conv2d_nchwc_u8s8_mmla(s, out, anchor, cfg, target):
     channel pair) inside; the output tile (the epilogue applied) read back from the accumulators
     as NCHW16c vectors; (n, oc tiles, rows) fused into the parallel loop. An epilogue that changes
     the shape, or OW = 1, keeps the product at root (its (n, oc block, row) loops in parallel)."""
-    if anchor.op.tag != "conv2d_nchwc_u8s8_mmla":
-        raise ScheduleError(f"schedule_conv2d_nchwc_u8s8_mmla: {anchor.name} is not a conv2d_nchwc_u8s8_mmla")
-    product = anchor.op.input_tensors()[0]
-    pad = next((t for t in product.op.input_tensors() if t.op is not None), None)
-    parallel = worth_parallel(product)
-    keep = [pad] if pad is not None else []
-    if pad is not None:
-        schedule_blocked_loops(s, pad, target)
-    inline_injective(s, out, keep=[product, *keep])
+    product, parallel = _product_stage(s, out, anchor, "conv2d_nchwc_u8s8_mmla", schedule_blocked_loops, target)
     pst = s[product]
     # an epilogue that reshapes, or one output column (a tile would bound the pixel pair to it)
     if not same_shape(out.shape, anchor.shape) or anchor.shape[3] == 1:
@@ -205,13 +213,8 @@ def pack_dense_u8s8_mmla_weight(weight: np.ndarray) -> np.ndarray:
     weight[16 nb + 2 cp + ci, 8 kb + k], N and K padded with zeros. The innermost 2 x 8 block is
     the int8 operand of one tir.MmlaU8S8 step (two output columns x 8 reduction elements). Run
     once at compile time on the constant. Raises ValueError on a weight that is not int8 [N, K]."""
-    weight = np.asarray(weight)
-    if weight.dtype != np.int8 or weight.ndim != 2:
-        raise ValueError(f"pack_dense_u8s8_mmla_weight needs an int8 [N, K] weight, got {weight.dtype} {weight.shape}")
-    n, k = weight.shape
-    nb, kb = -(-n // BLOCK_N), -(-k // MMLA_K)
-    padded = np.zeros((nb * BLOCK_N, kb * MMLA_K), np.int8)
-    padded[:n, :k] = weight
+    padded = padded_dense_weight(weight, MMLA_K, "pack_dense_u8s8_mmla_weight")
+    nb, kb = padded.shape[0] // BLOCK_N, padded.shape[1] // MMLA_K
     # [N/16, 8, 2, K/8, 8] -> [N/16, K/8, 8, 2, 8]
     return np.ascontiguousarray(padded.reshape(nb, MMLA_ACCUMULATORS, 2, kb, MMLA_K).transpose(0, 3, 1, 2, 4))
 
@@ -286,15 +289,7 @@ def schedule_dense_u8s8_mmla(s, out, anchor, cfg, target):
     epilogue applied) read back from the accumulators as rows of 16; the (row tile, column block)
     pairs fused in parallel (when worth it). An epilogue that changes the shape, or M = 1, keeps
     the product at root (its row pairs in parallel)."""
-    if anchor.op.tag != "dense_u8s8_mmla":
-        raise ScheduleError(f"schedule_dense_u8s8_mmla: {anchor.name} is not a dense_u8s8_mmla")
-    product = anchor.op.input_tensors()[0]
-    pad = next((t for t in product.op.input_tensors() if t.op is not None), None)
-    parallel = worth_parallel(product)
-    keep = [pad] if pad is not None else []
-    if pad is not None:
-        schedule_elementwise_loops(s, pad, target)
-    inline_injective(s, out, keep=[product, *keep])
+    product, parallel = _product_stage(s, out, anchor, "dense_u8s8_mmla", schedule_elementwise_loops, target)
     pst = s[product]
     # an epilogue that reshapes, or one data row (a tile would bound the row pair to that row)
     if not same_shape(out.shape, anchor.shape) or anchor.shape[0] == 1:
