@@ -121,9 +121,11 @@ winograd-table: install
 	$(PYTHON) bench/winograd_table.py
 
 # Vectorization evidence from the generated assembly (no timing): hot loops of ResNet-18's convs
-# and the BERT encoder's dense layers for a CPU TARGET (e.g. make bench-vector TARGET=arm).
+# and the BERT encoder's dense layers for a CPU TARGET (e.g. make bench-vector TARGET=arm); INT8=1: of
+# their int8 builds (make bench-vector TARGET=arm-neoverse-n1:features=+i8mm INT8=1).
 bench-vector: install
-	$(PYTHON) bench/vector_report.py --target $(TARGET) --out bench/results/vector_$(TARGET).md
+	$(PYTHON) bench/vector_report.py --target $(TARGET) $(if $(INT8),--int8) \
+		--out bench/results/vector_$(if $(INT8),int8_)$(subst :features=+,-,$(TARGET)).md
 
 # The end-to-end table of a TARGET (each tests/e2e model against onnxruntime: max error, the tests'
 # bound; under qemu-user for arm, wasmtime for wasm): bench/e2e_report.py, no timing.
