@@ -434,7 +434,8 @@ class _Rewriter:
         On targets with an int8 matrix multiply-accumulate (Target.mmla_u8s8: AArch64 +i8mm) and
         C a multiple of 8 it becomes qnn.conv2d_nchwc_u8s8_mmla instead (the same product, two
         output pixels x two output channels x 8 input channels per USMMLA), on a data block that
-        is a multiple of 8 (the data's, else 16 or 8).
+        is a multiple of 8 (the data's, else 16 or 8); static shapes only (a symbolic one keeps
+        the dot-product kernel).
         ib: the data's block where it is a multiple of 4, else the largest of 16, 8, 4 dividing C,
         else C (one block, padded to a multiple of 4 in the kernel: a 3-channel image on a GPU,
         or dilated). On CPU targets a conv of C % 4 != 0 and dilation 1 takes instead the float
@@ -446,9 +447,9 @@ class _Rewriter:
                 and isinstance(x_zp, Constant) and e.shape[1] % BLOCK_N == 0):
             return None
         c = data.shape[1]
-        rows = bool(c % BLOCK_K) and not self.qnn_only and tuple(e.attrs["dilation"]) == (1, 1) and \
-            not symbolic.free_vars([*data.shape, *e.shape])
-        mmla = not self.qnn_only and self.target is not None and self.target.mmla_u8s8 and c % MMLA_K == 0
+        static = not symbolic.free_vars([*data.shape, *e.shape])
+        rows = bool(c % BLOCK_K) and not self.qnn_only and tuple(e.attrs["dilation"]) == (1, 1) and static
+        mmla = not self.qnn_only and self.target is not None and self.target.mmla_u8s8 and c % MMLA_K == 0 and static
         want = self.kernel_data_dtype(uint8=rows or mmla)  # the row and mmla kernels take uint8 data
         shift = data_shift(data.dtype, want)
         pad_value = shift + int(x_zp.value)

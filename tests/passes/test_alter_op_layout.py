@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pass_helpers import assert_equivalent, call, const, op_names, run_graph, snapshot, var
+from tvmc.graph import symbolic
 from tvmc.graph.ir import Constant, Graph
 from tvmc.passes import PassContext, get_pass, run_passes
 from tvmc.passes.alter_op_layout import blocked_constant, channel_block_for
@@ -546,6 +547,9 @@ def test_qnn_conv2d_on_i8mm_becomes_the_matrix_multiply_accumulate_kernel():
     assert sorted(c.inputs[1].shape for c in mmla) == [(1, 2, 3, 3, 2, 8, 2, 8), (2, 3, 3, 3, 1, 8, 2, 8)]
     assert sorted(c.attrs["pad_value"] for c in mmla) == [121, 131]
     assert [c.inputs[1].shape for c in after.calls() if c.op == "qnn.conv2d_nchwc_u8s8"] == [(1, 3, 3, 3, 1, 16, 4)]
+    symbolic_batch = var("xn", (symbolic.size_var("n", 1, 4), 16, 5, 5), "uint8")  # the dot-product kernel
+    ops = [c.op for c in alter(Graph([symbolic_batch], [qconv(symbolic_batch, 16)]), i8mm).calls()]
+    assert "qnn.conv2d_nchwc_u8s8" in ops and "qnn.conv2d_nchwc_u8s8_mmla" not in ops
     dot = alter(before, resolve_target("arm-neoverse-n1"))
     products = [c for c in dot.calls() if c.op == "qnn.conv2d_nchwc_u8s8"]
     assert sorted(c.attrs["pad_value"] for c in products) == [-7, 3, 3]
