@@ -108,6 +108,8 @@ class _Rewriter:
         self.float_narrow_int8 = (target.narrow_int8_conv == "float" if float_narrow_int8 < 0 and target is not None
                                   else bool(float_narrow_int8))
         self.qnn_only = qnn_only    # GPU targets: the int8 rewrites and the layout flow of their outputs only
+        # the int8 matrix multiply-accumulate kernels (int8_mmla) on CPU targets that have one (+i8mm)
+        self.mmla = not qnn_only and target is not None and target.mmla_u8s8 is not None
         self.pad_channels = pad_channels  # option pad_channels: pad O when the padding is <= O / this (0: never)
         self.winograd = winograd    # nn.conv2d Call -> Winograd tile (plan_winograd)
         self.grouped = grouped
@@ -385,8 +387,7 @@ class _Rewriter:
         if not (isinstance(weight, Constant) and weight.dtype == "int8" and isinstance(w_zp, Constant)
                 and not w_zp.value.any()):
             return None
-        mmla = not self.qnn_only and self.target is not None and self.target.mmla_u8s8 and \
-            isinstance(data.shape[0], int) and data.shape[0] > 1
+        mmla = self.mmla and isinstance(data.shape[0], int) and data.shape[0] > 1
         want = self.kernel_data_dtype(uint8=mmla)
         x, shift = self.plain(data), data_shift(data.dtype, want)
         if shift:
@@ -425,8 +426,8 @@ class _Rewriter:
             sum (x - x_zp) w = sum x_u8 w - (shift + x_zp) sum_{ic, kh, kw} w[o]
 
         holds for every output pixel, its window at the border included, because the kernel pads
-        x_u8 with pad_value = shift + x_zp (the input zero point in the shifted domain, a uint8
-        value for either data type): a padded tap holds x_u8 - (shift + x_zp) = 0, as ONNX pads
+        x_u8 with pad_value = shift + x_zp (the input zero point in the shifted domain, a value of
+        the kernel's data type for either input type): a padded tap holds x_u8 - (shift + x_zp) = 0, as ONNX pads
         the shifted input x - x_zp with zeros, so the constant term is exact everywhere. On targets
         whose dot product takes int8 data (Target.dot_data_dtype: AArch64 SDOT) the data enters as
         int8 instead (uint8 data shifted by -128, int8 data as it is), by the same formula. The term
@@ -449,7 +450,7 @@ class _Rewriter:
         c = data.shape[1]
         static = not symbolic.free_vars([*data.shape, *e.shape])
         rows = bool(c % BLOCK_K) and not self.qnn_only and tuple(e.attrs["dilation"]) == (1, 1) and static
-        mmla = not self.qnn_only and self.target is not None and self.target.mmla_u8s8 and c % MMLA_K == 0 and static
+        mmla = self.mmla and c % MMLA_K == 0 and static
         want = self.kernel_data_dtype(uint8=rows or mmla)  # the row and mmla kernels take uint8 data
         shift = data_shift(data.dtype, want)
         pad_value = shift + int(x_zp.value)

@@ -148,13 +148,14 @@ NVPTX = DeviceTable(
 )
 DEVICE_TABLES = {"nvptx64": NVPTX}  # architecture component of the triple -> its table
 
-# LLVM intrinsics of tir.DotU8S8's instruction forms (Target.dot_u8s8: form, width_bits), keyed
-# by what emits them (CodeGenLLVM._dot_u8s8; a 128-bit form's key names its `_dot_<key>` method).
+# LLVM intrinsics of tir.DotU8S8's instruction forms (Target.dot_u8s8: form, width_bits) on uint8
+# data, keyed by what emits them (CodeGenLLVM._dot_u8s8; a 128-bit form's key names its
+# `_dot_<key>` method); DOT_S8S8_INTRINSICS: the same on int8 data, where a form has them.
 # x86: in the int32-vector spelling LLVM has accepted since the AVX512-VNNI intrinsics came (newer
 # LLVMs upgrade it to their byte-vector one); AVX-VNNI has no intrinsics of its own: LLVM selects
 # the VEX-encoded vpdpbusd for the .256 one when the target has avxvnni and not avx512vnni +
 # avx512vl. AArch64: the NEON SDOT, UDOT and USDOT intrinsics (ACLE's vdotq_s32, vdotq_u32,
-# vusdotq_s32; the sdot form takes int8 data with SDOT, uint8 data with UDOT). wasm32:
+# vusdotq_s32; the sdot form: SDOT on int8 data, UDOT on uint8 data). wasm32:
 # the SIMD proposal's i32x4.dot_i16x8_s, the relaxed-SIMD proposal's
 # i32x4.relaxed_dot_i8x16_i7x16_add_s.
 DOT_U8S8_INTRINSICS = {
@@ -163,10 +164,12 @@ DOT_U8S8_INTRINSICS = {
     ("pmaddubsw", 512): {"pairs": "llvm.x86.avx512.pmaddubs.w.512", "widen": "llvm.x86.avx512.pmaddw.d.512"},
     ("pmaddubsw", 256): {"pairs": "llvm.x86.avx2.pmadd.ub.sw", "widen": "llvm.x86.avx2.pmadd.wd"},
     ("usdot", 128): {"usdot": "llvm.aarch64.neon.usdot.v4i32.v16i8"},
-    ("sdot", 128): {"sdot": "llvm.aarch64.neon.sdot.v4i32.v16i8", "udot": "llvm.aarch64.neon.udot.v4i32.v16i8"},
+    ("sdot", 128): {"udot": "llvm.aarch64.neon.udot.v4i32.v16i8"},
     ("dot_i16x8", 128): {"dot_i16x8": "llvm.wasm.dot"},
     ("relaxed_dot", 128): {"relaxed_dot": "llvm.wasm.relaxed.dot.i8x16.i7x16.add.signed"},
 }
+# int8 data (Target.dot_data_dtype): the forms that take it; on the others, widening multiplies.
+DOT_S8S8_INTRINSICS = {("sdot", 128): {"sdot": "llvm.aarch64.neon.sdot.v4i32.v16i8"}}
 # LLVM intrinsics of tir.MmlaU8S8's instruction (Target.mmla_u8s8): the NEON USMMLA intrinsic
 # (ACLE's vusmmlaq_s32).
 MMLA_U8S8_INTRINSICS = {"usmmla": "llvm.aarch64.neon.usmmla.v4i32.v16i8"}
@@ -605,9 +608,10 @@ class CodeGenLLVM:
 
     # --- int8 dot products (CPU) -------------------------------------------------------------
     def _dot_u8s8(self, st, s: DotU8S8, vec):
-        """tir.DotU8S8 in the instructions of the target's form (DOT_U8S8_INTRINSICS), one
-        instruction group per vector of int32 lanes; without one (no form, or lanes that the
-        form's vector does not divide) in widening multiplies that LLVM vectorizes."""
+        """tir.DotU8S8 in the instructions of the target's form (DOT_U8S8_INTRINSICS, on int8 data
+        DOT_S8S8_INTRINSICS), one instruction group per vector of int32 lanes; without one (no
+        form, or lanes that the form's vector does not divide) in widening multiplies that LLVM
+        vectorizes."""
         if vec is not None:
             raise CodegenError("codegen: a DotU8S8 step cannot sit inside a vectorized loop")
         b = st.builder
@@ -619,11 +623,7 @@ class CodeGenLLVM:
                 self._dot_u8s8_device(st, s, table[form[0]])
                 return
         form = form if self.device is None else None
-        names = DOT_U8S8_INTRINSICS.get(form)
-        if names is not None and {"sdot", "udot"} <= set(names):  # AArch64 +dotprod: by the data's type
-            names = {k: v for k, v in names.items() if k == ("sdot" if signed_data else "udot")}
-        elif signed_data:  # the u8 x s8 forms: int8 data in widening multiplies
-            names = None
+        names = (DOT_S8S8_INTRINSICS if signed_data else DOT_U8S8_INTRINSICS).get(form)
         per = form[1] // 32 if names else s.lanes
         if s.lanes % per:
             names, per = None, s.lanes
@@ -713,21 +713,17 @@ class CodeGenLLVM:
         """The data quad broadcast to every 4-byte group of a <16 x i8> (byte 4l + j = a[j])."""
         return st.builder.bitcast(self._splat(st, quad, 4), ir.VectorType(I8, 16))
 
-    def _dot_usdot(self, st, name, quad):
-        """AArch64 USDOT (vector), FEAT_I8MM (Arm ARM: "Dot Product with unsigned and signed
-        integers (vector)"): each int32 lane += the sum of 4 u8 x s8 byte products, exact."""
+    def _dot_direct(self, st, name, quad):
+        """AArch64 USDOT (FEAT_I8MM, Arm ARM: "Dot Product with unsigned and signed integers
+        (vector)", u8 x s8) or SDOT (FEAT_DotProd, "Dot Product signed arithmetic (vector)", s8 x
+        s8 on int8 data: Target.dot_data_dtype, AlterOpLayout shifting uint8 activations by -128
+        and folding the shift into the zero-point term): each int32 lane += the sum of 4 byte
+        products, exact. One instruction per 4 lanes."""
         b, v4, v16 = st.builder, ir.VectorType(I32, 4), ir.VectorType(I8, 16)
-        usdot, data = self.declare(name, v4, [v4, v16, v16]), self._quad_bytes(st, quad)
-        return lambda acc, w: b.call(usdot, [acc, data, w])
+        dot, data = self.declare(name, v4, [v4, v16, v16]), self._quad_bytes(st, quad)
+        return lambda acc, w: b.call(dot, [acc, data, w])
 
-    def _dot_sdot(self, st, name, quad):
-        """AArch64 SDOT (vector), FEAT_DotProd (Arm ARM: "Dot Product signed arithmetic
-        (vector)"): each int32 lane += the sum of 4 s8 x s8 byte products, exact, on int8 data
-        (Target.dot_data_dtype: AlterOpLayout shifts uint8 activations by -128 and folds the
-        shift into the zero-point term). One SDOT per 4 lanes."""
-        b, v4, v16 = st.builder, ir.VectorType(I32, 4), ir.VectorType(I8, 16)
-        sdot, data = self.declare(name, v4, [v4, v16, v16]), self._quad_bytes(st, quad)
-        return lambda acc, w: b.call(sdot, [acc, data, w])
+    _dot_usdot = _dot_sdot = _dot_direct
 
     def _dot_udot(self, st, name, quad):
         """AArch64 UDOT (vector), FEAT_DotProd (Arm ARM: "Dot Product unsigned arithmetic

@@ -131,6 +131,15 @@ def _product_stage(s, out, anchor, tag: str, schedule_pad, target):
     return product, parallel
 
 
+def _pair_tiles(rows: int, target) -> tuple:
+    """(the pair tiles of `rows` output pixels or data rows: the divisors of ceil(rows / 2) up
+    to 4, the fallback's budget in such pairs of 16 channels: 8 accumulators each, half the
+    vector registers in all (NEON: 2 pairs), the rest for the data and weight blocks in flight)."""
+    pairs = -(-rows // 2)
+    budget = max(1, target.num_vector_registers // 2 // MMLA_ACCUMULATORS)
+    return [f for f in range(1, min(pairs, 4) + 1) if pairs % f == 0], budget
+
+
 def conv2d_u8s8_mmla_config(workload, target) -> ConfigSpace:
     """Knobs of conv2d_nchwc_u8s8_mmla (workload: data shape [N, C/ib, H, W, ib], packed weight
     shape [O/16, C/ib, KH, KW, ib/8, 8, 2, 8], out shape [N, O/16, OH, OW, 16], ...):
@@ -145,9 +154,8 @@ def conv2d_u8s8_mmla_config(workload, target) -> ConfigSpace:
     blocks in flight), as conv2d_u8s8_config's budget: tile_xp = the largest divisor of the pairs
     <= 2, then tile_oc = 2 where tile_xp is 1 and O/16 is even, else 1."""
     out = workload[2]
-    oc_blocks, pairs = out[1], -(-out[3] // 2)
-    budget = max(1, target.num_vector_registers // 2 // MMLA_ACCUMULATORS)  # tiles of 16 channels x a pair
-    xp_choices = [f for f in range(1, min(pairs, 4) + 1) if pairs % f == 0]
+    oc_blocks = out[1]
+    xp_choices, budget = _pair_tiles(out[3], target)
     oc_choices = [f for f in range(1, min(oc_blocks, 2) + 1) if oc_blocks % f == 0]
     tile_xp = max(f for f in xp_choices if f <= budget)
     tile_oc = max(f for f in oc_choices if f * tile_xp <= budget)
@@ -277,9 +285,7 @@ def dense_u8s8_mmla_config(workload, target) -> ConfigSpace:
 
     Fallback: 16 accumulators (conv2d_u8s8_mmla_config's budget): the largest divisor of the
     pairs <= 2."""
-    pairs = -(-workload[0][0] // 2)
-    budget = max(1, target.num_vector_registers // 2 // MMLA_ACCUMULATORS)
-    choices = [f for f in range(1, min(pairs, 4) + 1) if pairs % f == 0]
+    choices, budget = _pair_tiles(workload[0][0], target)
     space = ConfigSpace()
     space.define_knob("tile_mp", choices, fallback=max(f for f in choices if f <= budget))
     return space
