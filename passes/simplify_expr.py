@@ -67,9 +67,11 @@ def _unreshaped_constant(c: Constant, shape: tuple, inner_shape: tuple):
 def _sink_reshape(call: Call, inputs: tuple):
     """f(reshape(x)) -> reshape(f(x)) for elementwise f, so that f fuses into x's producer (e.g.
     the bias add and GELU after a dense that a rank-3 MatMul reshapes back); None when no rule
-    applies. Rules: unary elementwise f; binary broadcast f whose other operand is a Constant
-    that is a scalar or varies along the last axis only (kept by the reshape), a reshape of a
-    tensor of x's shape, or any tensor of the output's shape (reshaped to x's shape)."""
+    applies. Rules: unary elementwise f (a cast included: the int32 product of a quantized dense
+    then takes its dequantize and what follows as its epilogue); binary broadcast f whose other
+    operand is a scalar (a Constant, or computed: a dynamic quantization's scale), a Constant
+    that varies along the last axis only (kept by the reshape), a reshape of a tensor of x's
+    shape, or any tensor of the output's shape (reshaped to x's shape)."""
     from tvmc.ops.registry import OpPattern, get_op
 
     if not any(_is_op(i, "reshape") for i in inputs):
@@ -80,7 +82,7 @@ def _sink_reshape(call: Call, inputs: tuple):
     shape = tuple(call.shape)
     r = next(i for i in inputs if _is_op(i, "reshape"))
     x = r.inputs[0]
-    if not isinstance(x, Call) or tuple(r.shape) != shape or x.dtype != call.dtype:
+    if not isinstance(x, Call) or tuple(r.shape) != shape:
         return None  # (an input or constant has no producer kernel to take f as its epilogue)
     inner = tuple(x.shape)
     new_inputs = []
@@ -89,6 +91,8 @@ def _sink_reshape(call: Call, inputs: tuple):
             new_inputs.append(x)
         elif _is_op(i, "reshape") and tuple(i.shape) == shape and tuple(i.inputs[0].shape) == inner:
             new_inputs.append(i.inputs[0])
+        elif tuple(i.shape) == ():
+            new_inputs.append(i)  # a scalar broadcasts alike on either side of the reshape
         elif isinstance(i, Constant):
             c = _unreshaped_constant(i, shape, inner)
             if c is None:

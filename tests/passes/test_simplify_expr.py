@@ -139,3 +139,23 @@ def test_elementwise_ops_sink_below_the_reshape_of_a_dense():
     assert [c.op for c in dense_consumers] == ["add"] and dense_consumers[0].shape == (4, 6)
     last = after.outputs[0]
     assert last.op == "add" and last.inputs[0].op == "reshape"   # the row constant keeps its reshape
+
+
+def test_a_dequantize_sinks_below_the_reshape_of_an_int32_dense():
+    """A dynamically quantized MatMul: reshape(int32 product) -> cast to float32 -> multiply by a
+    run-time scalar scale (computed from the data) -> bias add: the cast (a change of dtype), the
+    computed scalar's multiply and the add all move below the reshape, onto the product's 2-D
+    output, where FuseOps makes them its epilogue."""
+    from pass_helpers import const
+
+    x = var("x", (4, 8), "int32")
+    s = var("s", (), "float32")
+    w = Constant(np.arange(48, dtype=np.int32).reshape(6, 8) % 7 - 3, "w")
+    product = call("nn.dense", x, w)
+    h = call("cast", call("reshape", product, newshape=(1, 4, 6)), dtype="float32")
+    out = call("add", call("multiply", h, call("abs", s)), const((6,), "bias", 1))
+    before = Graph([x, s], [out])
+    after = simplify(before)
+    assert_equivalent(before, after)
+    assert op_names(after) == ["nn.dense", "cast", "abs", "multiply", "add", "reshape"]
+    assert after.outputs[0].op == "reshape" and after.outputs[0].inputs[0].shape == (4, 6)
