@@ -316,6 +316,34 @@ def test_softmax_over_the_contiguous_axis_is_vectorized(shape, axis, vectorized)
     np.testing.assert_allclose(out, get_op("nn.softmax").reference(a, axis), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("op", ["min", "max", "sum"])
+def test_a_reduction_to_one_value_accumulates_in_several_vectors(op):
+    """A reduction of a whole tensor to a scalar (a dynamic quantization's min and max) is
+    factored by SCALAR_REDUCTION_CHAINS vectors of lanes (independent accumulators); a NaN, an
+    infinity and the extremes in the last chain's lanes keep numpy's results; a reduction that
+    keeps rows stays factored by one vector."""
+    from tvmc.ops.cpu.reduction import SCALAR_REDUCTION_CHAINS
+    from tvmc.ops.registry import get_op
+
+    lanes = X86.vector_lanes("float32") * SCALAR_REDUCTION_CHAINS
+    shape = (3, 4, 2 * lanes)
+    x = Var("x", TensorType(shape, "float32"))
+    fn = Function([x], make_call(op, [x], {"axis": (0, 1, 2), "keepdims": 0}), "fused_reduce")
+    assert f"_rf: float32[{lanes}]" in str(lower_fused(fn, X86))
+    rows = Function([x], make_call(op, [x], {"axis": (2,), "keepdims": 0}), "fused_rows")
+    assert f"_rf: float32[3,4,{X86.vector_lanes('float32')}]" in str(lower_fused(rows, X86))
+    rng = np.random.default_rng(5)
+    for special in (None, np.nan, np.inf, -np.inf):
+        a = rng.standard_normal(shape).astype(np.float32)
+        a[2, 3, -1] = 9.0
+        a[1, 0, lanes - 1] = -9.0
+        if special is not None:
+            a[2, 1, lanes + 3] = special
+        out, _ = build_and_run(fn, [a])
+        ref = get_op(op).reference(a, axis=(0, 1, 2), keepdims=0)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op", ["nn.softmax", "nn.log_softmax"])
 def test_softmax_runs_row_by_row_in_a_row_buffer(op):
     """softmax over a contiguous last axis: every stage inside the parallel loop over rows, the
