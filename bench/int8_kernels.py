@@ -4,7 +4,8 @@
 (x86 with and without AVX512-VNNI, x86-avx2 with and without AVX-VNNI; a VNNI target is skipped
 when this host lacks it). Reports GOP/s (2 M N K operations per call) and int8 / float32 time;
 int8 with random 8-bit weights (on vpmaddubsw targets: the exact forms, weights widened to int16 for
-vpmaddwd in a tile of several rows, the data bytes split for one row)
+vpmaddwd in a tile of several rows on data widened to int16 pairs once (data_pairs), the data bytes
+split for one row)
 and with 7-bit weights (onnxruntime's reduce_range: pairs_in_int16, one vpmaddubsw per step).
 
 `python bench/int8_kernels.py [--threads 1] [--targets x86,...]`; timing only, no assertions.
@@ -67,7 +68,8 @@ def int8_dense(m, k, n, target, tmp, weight_bits: int = 8):
     w = rng.integers(-half, half, (n, k)).astype(np.int8)
     p = pack_dense_u8s8_weight(w)
     d, wt = te.placeholder((m, k), "uint8", "data"), te.placeholder(p.shape, "int8", "weight")
-    out = dense_u8s8(d, wt, n, pairs_in_int16(p))
+    pairs = pairs_in_int16(p)  # data_pairs as AlterOpLayout sets it
+    out = dense_u8s8(d, wt, n, pairs, target.dot_data_pairs and not pairs and m > 1)
     s = te.create_schedule(out)
     cfg = dense_u8s8_config(((m, k), p.shape, (m, n), "uint8", {}), target).fallback_config()
     schedule_dense_u8s8(s, out, out, cfg, target)

@@ -157,6 +157,15 @@ class _Rewriter:
         (exact), or True under option int8_saturate."""
         return self.int8_saturate or pairs_in_int16(packed)
 
+    def data_pairs(self, pairs_in_int16: bool, rows) -> bool:
+        """The u8s8 kernels' data_pairs (tvmc.ops.cpu.int8: the uint8 data widened to int16 pairs
+        once): on CPU targets whose dot-product form takes it (Target.dot_data_pairs: x86
+        vpmaddubsw), for exact kernels (not pairs_in_int16), whose register tile shares a weight
+        block among several data rows (`rows`: a dense's M, a conv's OW; a static 1 keeps the
+        split form on uint8 data, which needs no int16 copy)."""
+        return not self.qnn_only and self.target is not None and self.target.dot_data_pairs and \
+            not pairs_in_int16 and rows != 1
+
     def block_of(self, channels: int) -> int:
         return channel_block_for(channels, self.max_block)
 
@@ -399,8 +408,10 @@ class _Rewriter:
                                 {"units": n}, name=e.name)
         else:
             packed = pack_dense_u8s8_weight(weight.value)
+            pairs = self.pairs_in_int16(packed)
             product = make_call("qnn.dense_u8s8", [x, Constant(packed, f"{weight.name or 'weight'}_u8s8")],
-                                {"units": n, "pairs_in_int16": self.pairs_in_int16(packed)}, name=e.name)
+                                {"units": n, "pairs_in_int16": pairs,
+                                 "data_pairs": self.data_pairs(pairs, data.shape[0])}, name=e.name)
         colsum = weight.value.astype(np.int32).sum(axis=1)
         if isinstance(x_zp, Constant):
             term = (shift + int(x_zp.value)) * colsum
@@ -482,6 +493,10 @@ class _Rewriter:
             else:
                 packed = pack_conv2d_u8s8_weight(weight.value, ib)
                 attrs["pairs_in_int16"] = self.pairs_in_int16(packed)
+                # a strided conv without padding reads part of its input: no int16 copy of all of it
+                # (resnet_style_cnn's 1x1 stride-2 shortcut on x86-avx2: 5.8 -> 6.0 us with one)
+                attrs["data_pairs"] = self.data_pairs(attrs["pairs_in_int16"], e.shape[3]) and (
+                    tuple(e.attrs["strides"]) == (1, 1) or any(e.attrs["padding"]))
                 product = make_call("qnn.conv2d_nchwc_u8s8", [x, Constant(packed, f"{name}_OIHW{ib}i16o_u8s8")],
                                     attrs, name=e.name)
         term = pad_value * weight.value.astype(np.int32).sum(axis=(1, 2, 3))

@@ -175,6 +175,14 @@ class Target:
         return _dot_u8s8_entry(self.arch, self.cpu, self.features).get("data", "uint8")
 
     @property
+    def dot_data_pairs(self) -> bool:
+        """Whether the exact int8 kernels of this target's dot-product form take their uint8
+        data widened to int16 in pair order (targets/isa/<arch>.yaml dot_u8s8 `data_pairs`: x86
+        vpmaddubsw forms, whose exact kernels multiply int16 words by vpmaddwd; the kernels'
+        data_pairs, tvmc.ops.cpu.int8)."""
+        return bool(_dot_u8s8_entry(self.arch, self.cpu, self.features).get("data_pairs", False))
+
+    @property
     def mmla_u8s8(self) -> str | None:
         """The u8 x s8 -> int32 matrix multiply-accumulate this target's dot-product form comes
         with (targets/isa/<arch>.yaml dot_u8s8 `matrix`): "usmmla" on aarch64 with +i8mm (a 2x8

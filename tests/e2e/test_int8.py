@@ -262,6 +262,8 @@ def test_quantize_static_resnet_style_has_no_float_chains_between_convs():
 # (target spec, --target-option features, the dot-product instruction of its dense_u8s8 kernel,
 # the instruction of its 16 -> 32 channel conv kernel)
 DOT_PRODUCT_TARGETS = [
+    # one data row: the split form's vpmaddubsw; the conv: vpmaddwd on int16 data pairs
+    pytest.param("x86-avx2", None, "vpmaddubsw", "vpmaddwd", id="x86-avx2"),
     pytest.param("arm-neoverse-n1", None, "sdot", "sdot", id="arm-neoverse-n1"),
     pytest.param("arm-neoverse-n1", "+i8mm", "usdot", "usmmla", id="arm-i8mm"),
     pytest.param("wasm", None, "i32x4.dot_i16x8_s", "i32x4.dot_i16x8_s", id="wasm"),
@@ -272,8 +274,9 @@ DOT_PRODUCT_TARGETS = [
 
 @pytest.mark.parametrize("spec,features,insn,conv_insn", DOT_PRODUCT_TARGETS)
 def test_quantize_static_cnn_on_dot_product_targets(spec, features, insn, conv_insn):
-    """The QOperator CNN on the AArch64 and wasm32 dot-product forms (targets/isa/*.yaml
-    dot_u8s8), run under qemu-user or wasmtime: onnxruntime's int8 outputs, and in the `asm` dump
+    """The QOperator CNN on x86's AVX2 form and the AArch64 and wasm32 dot-product forms
+    (targets/isa/*.yaml dot_u8s8), run here or under qemu-user or wasmtime: onnxruntime's int8
+    outputs, and in the `asm` dump
     the dense kernel (QLinearMatMul -> qnn.dense_u8s8) shows the form's instruction, the second
     conv's kernel (16 -> 32 channels) the form's, or on +i8mm the matrix multiply-accumulate
     (qnn.conv2d_nchwc_u8s8_mmla: usmmla)."""

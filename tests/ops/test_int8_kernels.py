@@ -78,13 +78,13 @@ def _runnable(target):
     return target
 
 
-def _dense_kernel(m, k, n, target, pairs=False, config=None, epilogue=None):
+def _dense_kernel(m, k, n, target, pairs=False, config=None, epilogue=None, data_pairs=False):
     """(PrimFunc, packed-weight shape, extra inputs) of dense_u8s8 [m, k] x [n, k] for `target`
     with the fallback config (or `config`), the output through `epilogue(anchor) -> (out, inputs)`."""
     packed_shape = (-(-n // BLOCK_N), -(-k // BLOCK_K), BLOCK_N, BLOCK_K)
     d = te.placeholder((m, k), "uint8", "data")
     w = te.placeholder(packed_shape, "int8", "weight")
-    anchor = dense_u8s8(d, w, n, pairs)
+    anchor = dense_u8s8(d, w, n, pairs, data_pairs)
     out, extra = epilogue(anchor) if epilogue else (anchor, [])
     s = te.create_schedule(out)
     space = dense_u8s8_config(((m, k), packed_shape, (m, n), "uint8", {}), target)
@@ -349,14 +349,15 @@ def test_tensorize_refuses_what_the_intrinsic_does_not_compute():
 # --- conv2d_nchwc_u8s8 ---------------------------------------------------------------------------
 
 def _conv_kernel(data_shape, packed_shape, strides, padding, pad_value, target, config=None,
-                 kernel=(conv2d_nchwc_u8s8, conv2d_u8s8_config, schedule_conv2d_nchwc_u8s8), dtype="uint8"):
+                 kernel=(conv2d_nchwc_u8s8, conv2d_u8s8_config, schedule_conv2d_nchwc_u8s8), dtype="uint8",
+                 **compute_attrs):
     """(PrimFunc, config space) of a blocked int8 conv for `target` (fallback config, or
     `config`): `kernel` = (compute, config space, schedule), by default conv2d_nchwc_u8s8's, on
-    `dtype` data."""
+    `dtype` data, `compute_attrs` passed to the compute (data_pairs=True)."""
     compute, config_space, schedule = kernel
     d = te.placeholder(data_shape, dtype, "data")
     w = te.placeholder(packed_shape, "int8", "weight")
-    out = compute(d, w, strides, padding, (1, 1), pad_value)
+    out = compute(d, w, strides, padding, (1, 1), pad_value, **compute_attrs)
     s = te.create_schedule(out)
     space = config_space((data_shape, packed_shape, out.shape, dtype, ()), target)
     schedule(s, out, out, config or space.fallback_config(), target)
@@ -432,6 +433,77 @@ def test_conv2d_nchwc_u8s8_assembly_uses_the_instruction(spec, form, insn):
     assert insn in asm
     if insn == "vpdpbusd":
         assert "pmaddubsw" not in asm
+
+
+# --- data_pairs: the data widened to int16 once, quads in pair order ------------------------------
+
+DATA_PAIRS_TARGETS = [p for p in TARGET_PARAMS if p.id in ("x86", "x86-avx2", "x86-64", "wasm")]
+
+
+@pytest.mark.parametrize("shape", [(7, 70, 37), (4, 64, 32)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("spec,form,insn", DATA_PAIRS_TARGETS)
+def test_data_pairs_dense_matches_numpy(spec, form, insn, shape):
+    """dense_u8s8 with data_pairs (what AlterOpLayout gives the exact kernels on
+    Target.dot_data_pairs forms): the vpmaddwd steps on int16 pairs on x86's AVX512-BW and AVX2
+    forms, the widening multiplies of the quad put back in element order elsewhere (x86-64,
+    wasm32); fallback and two other configs, ragged K and N, data of 255s against weights of 127
+    and -128; exact."""
+    target = _runnable(_resolve(spec))
+    m, k, n = shape
+    a, w = _edge_inputs(np.random.default_rng(m + k + n), m, k, n)
+    _exact_on_three_configs(lambda cfg: _dense_kernel(m, k, n, target, config=cfg, data_pairs=True), target,
+                            [a, pack_dense_u8s8_weight(w)], _reference(a, w))
+
+
+@pytest.mark.parametrize("shape", CONV_SHAPES, ids=lambda s: s[0])
+@pytest.mark.parametrize("spec,form,insn", DATA_PAIRS_TARGETS)
+def test_data_pairs_conv_matches_numpy(spec, form, insn, shape):
+    """conv2d_nchwc_u8s8 with data_pairs: the padded input widened to int16 with each quad in
+    pair order (the 3-channel stem's quad padded); fallback and two other configs, data of 255s
+    against weights of 127 and -128; exact."""
+    target = _runnable(_resolve(spec))
+    _, (n, c, h, w), o, k, stride, padding, ib, pad_value = shape
+    rng = np.random.default_rng(c * 10 + o)
+    x = rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
+    x[:, 0] = 255
+    wt = rng.integers(-128, 128, (o, c, k, k)).astype(np.int8)
+    wt[0], wt[1] = 127, -128
+    packed, data = pack_conv2d_u8s8_weight(wt, ib), to_layout(x, "NCHW", blocked_layout(ib))
+    _exact_on_three_configs(lambda cfg: _conv_kernel(data.shape, packed.shape, (stride, stride), padding, pad_value,
+                                                     target, cfg, data_pairs=True),
+                            target, [data, packed], _conv_reference(x, wt, (stride, stride), padding, pad_value))
+
+
+def test_data_pairs_steps_broadcast_the_words_from_memory():
+    """On x86-avx2 a data_pairs dense step broadcasts the words (a0, a2) and (a1, a3) from the
+    int16 stage: per row and step two vpbroadcastd and two vpmaddwd, and no vpsrlw splitting a
+    quad; the quad split from bytes (no data_pairs) takes one vpsrlw per row and step."""
+    target = resolve_target("x86-avx2")
+    asm = {}
+    for widened in (False, True):
+        prim, _ = _dense_kernel(4, 64, 16, target, config={"tile_m": 4, "tile_nb": 1}, data_pairs=widened)
+        cg = CodeGenLLVM(target)
+        cg.add_function(prim)
+        asm[widened] = compile_ir(cg.ir_text(), target, assembly=True).decode()
+    assert _count("vpsrlw", asm[False]) > 0 and _count("vpsrlw", asm[True]) == 0
+    assert _count("vpbroadcastd", asm[True]) == _count("vpmaddwd", asm[True]) // 2 > 0  # 2 ymm per 16 lanes
+    assert _count("vpmaddubsw", asm[True]) == 0
+
+
+def test_tensorize_checks_the_pair_order_of_int16_data():
+    """An int16 data operand must read its quad at offsets (0, 2, 1, 3): the same compute with
+    the quad in element order fails at lowering, naming the pair order."""
+    d = te.placeholder((4, 16), "int16", "data")
+    w = te.placeholder((1, 4, 16, 4), "int8", "weight")
+    ko, ki = te.reduce_axis(4, "k_outer"), te.reduce_axis(4, "k_inner")
+    out = te.compute((4, 16), lambda i, j: te.sum(te.cast("int32", d[i, ko.var * 4 + ki.var]) *
+                                                  te.cast("int32", w[0, ko.var, j, ki.var]), [ko, ki]))
+    s = te.create_schedule(out)
+    i, j = s[out].op.axis
+    s[out].reorder(i, ko, j, ki)
+    s[out].tensorize(j, DotU8S8Intrin(16))
+    with pytest.raises(ScheduleError, match="pair order"):
+        lower(s, [d, w, out], "bad")
 
 
 # --- conv2d_nchw_u8s8 (an image stem: planar data, the quad along the kernel row) ---------------

@@ -613,6 +613,43 @@ def test_qnn_conv2d_with_an_int8_weight_becomes_the_dot_product_kernel():
         np.testing.assert_array_equal(g, r)  # integers: exact
 
 
+def test_exact_int8_kernels_on_vpmaddubsw_take_int16_data_pairs():
+    """On x86-avx2 (Target.dot_data_pairs) the exact u8s8 kernels take data_pairs: a dense of
+    several rows, a padded 3x3 conv, a 1x1 conv of stride 1. Not: one row (the split form), 7-bit
+    weights (pairs_in_int16: one vpmaddubsw), a 1x1 conv of stride 2 without padding (it reads a
+    quarter of its input); nor anything on a VNNI target. Exact against the graph before."""
+    rng = np.random.default_rng(3)
+    zero = Constant(np.zeros((), np.int32), "w_zp")
+    x_zp = Constant(np.array(9, np.int32), "x_zp")
+    xm, x1 = var("xm", (3, 40), "uint8"), var("x1", (1, 40), "uint8")
+    w8 = Constant(rng.integers(-128, 128, (32, 40)).astype(np.int8), "w8")
+    w7 = Constant(rng.integers(-64, 64, (32, 40)).astype(np.int8), "w7")
+    xc = var("xc", (1, 16, 8, 8), "uint8")
+
+    def wconv(k):
+        return Constant(rng.integers(-128, 128, (16, 16, k, k)).astype(np.int8), f"wc{k}")
+
+    zeros16 = Constant(np.zeros(16, np.int32), "w_zp16")
+    outputs = [call("qnn.dense", xm, w8, x_zp, zero, name="rows"), call("qnn.dense", x1, w8, x_zp, zero, name="one"),
+               call("qnn.dense", xm, w7, x_zp, zero, name="seven_bit"),
+               _qconv(xc, wconv(3), x_zp, zeros16, name="padded"),
+               _qconv(xc, wconv(1), x_zp, zeros16, padding=(0, 0, 0, 0), name="pointwise"),
+               _qconv(xc, wconv(1), x_zp, zeros16, stride=2, padding=(0, 0, 0, 0), name="strided")]
+    before = Graph([xm, x1, xc], outputs)
+    after = alter(before, resolve_target("x86-avx2"))
+    kernels = ("qnn.dense_u8s8", "qnn.conv2d_nchwc_u8s8")
+    widened = {c.name: c.attrs["data_pairs"] for c in after.calls() if c.op in kernels}
+    assert widened == {"rows": True, "one": False, "seven_bit": False, "padded": True, "pointwise": True,
+                       "strided": False}
+    vnni = alter(before, resolve_target("x86", {"features": "+avx512vnni"}))
+    assert not any(c.attrs.get("data_pairs") for c in vnni.calls())
+    inputs = {"xm": rng.integers(0, 256, (3, 40)).astype(np.uint8),
+              "x1": rng.integers(0, 256, (1, 40)).astype(np.uint8),
+              "xc": rng.integers(0, 256, (1, 16, 8, 8)).astype(np.uint8)}
+    for r, g in zip(run_graph(before, inputs), run_graph(after, inputs)):
+        np.testing.assert_array_equal(g, r)  # integers: exact
+
+
 def _constant_bytes(graph):
     return sum(e.value.nbytes for e in graph.topo() if isinstance(e, Constant))
 

@@ -468,6 +468,28 @@ def test_strided_vector_loads_are_one_span_load_and_a_shuffle(host, stride, tmp_
     np.testing.assert_array_equal(out, xv[1::stride][:n])
 
 
+def test_permuted_vector_loads_are_one_span_load_and_a_shuffle(host, tmp_path):
+    """y[i] = x[i - i % 4 + 2 (i % 2) + (i % 4) // 2 + 3] (each quad in the order 0, 2, 1, 3: a
+    data_pairs stage's widening) vectorized by 16: the lanes read a permutation of 16 contiguous
+    elements, one load and a shufflevector instead of a load per lane; a lane pattern that skips
+    an element (i + i % 2) is not a permutation and keeps the per-lane loads. Values equal numpy's."""
+    n = 32
+    x = te.placeholder((n + 4,), "float32", name="x")
+    y = te.compute((n,), lambda i: x[i - i % 4 + (i % 2) * 2 + (i % 4) // 2 + 3], name="y")
+    prim, text = _vectorized_by_16(y, [x, y], "permuted", host)
+    assert "load <16 x float>" in text and "shufflevector" in text and "load float" not in text
+    z = te.compute((n,), lambda i: x[i + i % 2], name="z")
+    _, skipped = _vectorized_by_16(z, [x, z], "skipping", host)
+    assert "load <16 x float>" not in skipped
+    lib = _load_library([prim], host, tmp_path / "permuted.so")
+    xv = np.arange(x.shape[0], dtype=np.float32)
+    out = np.full(n, np.nan, np.float32)
+    fn = lib.permuted
+    fn.restype = None
+    fn(xv.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p))
+    np.testing.assert_array_equal(out, xv[3:][np.arange(n).reshape(-1, 4)[:, [0, 2, 1, 3]].ravel()])
+
+
 @pytest.mark.parametrize("target_name", ["x86", "x86-avx2"])
 def test_gather_and_scatter_where_the_vector_unit_has_them(host, target_name, tmp_path):
     """y[i] = x[9i + 2] * 2 and z[i, j] = y[i] + 1 (stored along i: stride 9), vectorized by 16:

@@ -617,6 +617,9 @@ class CodeGenLLVM:
         b = st.builder
         form = self.target.dot_u8s8
         signed_data = s.a.dtype == "int8"
+        if s.a.dtype == "int16":
+            self._dot_int16_data(st, s, None if self.device is not None else form)
+            return
         if self.device is not None and form is not None:
             table = (self.device.dot_s8s8 if signed_data else self.device.dot_u8s8) or {}
             if table.get(form[0]):
@@ -814,21 +817,60 @@ class CodeGenLLVM:
         if pairs_in_int16:
             return b.call(widen, [products(quad), ones])
         if shared:
-            words = b.bitcast(w, words_t)  # word 2l + i: w[l][2i] (low byte) + 256 w[l][2i + 1]
-            eight = ir.Constant(words_t, [8] * (2 * per))
-            w_even = b.ashr(b.shl(words, eight), eight)  # w[l][0], w[l][2] sign-extended
-            w_odd = b.ashr(words, eight)  # w[l][1], w[l][3]
-
             # the data quad broadcast, then split in the vector (vpbroadcastd from memory, vpand,
             # vpsrlw): (a0, a2) and (a1, a3) zero-extended to words in every lane
             words_a = b.bitcast(self._splat(st, quad, per), words_t)
             a_even = b.and_(words_a, ir.Constant(words_t, [0xFF] * (2 * per)))
-            a_odd = b.lshr(words_a, eight)
-            return b.add(b.call(widen, [a_even, w_even]), b.call(widen, [a_odd, w_odd]))
+            a_odd = b.lshr(words_a, ir.Constant(words_t, [8] * (2 * per)))
+            return self._dot_word_pairs(st, names, a_even, a_odd, w, per)
         lo = b.and_(quad, I32(0x7F7F7F7F))
         hi = b.and_(b.lshr(quad, I32(7)), I32(0x01010101))
         return b.add(b.call(widen, [products(lo), ones]),
                      b.call(widen, [products(hi), ir.Constant(words_t, [128] * (2 * per))]))
+
+    def _dot_word_pairs(self, st, names, a_even, a_odd, w, per):
+        """<per x i32> sums of 4 products by two vpmaddwd: the data words (a0, a2) and (a1, a3)
+        in every lane (`a_even`, `a_odd`, <2 per x i16>) times the lane's weights widened to
+        int16 in place, by shifts: as words, w[l][0] and w[l][2] sign-extended (w << 8 >> 8) and
+        w[l][1], w[l][3] (w >> 8), in the one register that holds the block's bytes (`w`)."""
+        b = st.builder
+        out_t, words_t = ir.VectorType(I32, per), ir.VectorType(ir.IntType(16), 2 * per)
+        widen = self.declare(names["widen"], out_t, [words_t, words_t])
+        words = b.bitcast(w, words_t)  # word 2l + i: w[l][2i] (low byte) + 256 w[l][2i + 1]
+        eight = ir.Constant(words_t, [8] * (2 * per))
+        w_even = b.ashr(b.shl(words, eight), eight)  # w[l][0], w[l][2] sign-extended
+        w_odd = b.ashr(words, eight)  # w[l][1], w[l][3]
+        return b.add(b.call(widen, [a_even, w_even]), b.call(widen, [a_odd, w_odd]))
+
+    def _dot_int16_data(self, st, s: DotU8S8, form):
+        """tir.DotU8S8 on int16 data in pair order (a data_pairs stage): on the x86 pmaddubsw
+        forms the words (a0, a2) and (a1, a3) broadcast straight from memory (two vpbroadcastd,
+        no split) into _dot_word_pairs; elsewhere the quad's four words, put back in element
+        order, in widening multiplies. GPU code generators have no form for it (CodegenError)."""
+        if form is None and self.device is not None:
+            raise CodegenError("codegen: a DotU8S8 step on int16 data (a data_pairs stage) runs on CPU triples only")
+        b = st.builder
+        names = DOT_U8S8_INTRINSICS.get(form) or {}
+        per = form[1] // 32 if "widen" in names else s.lanes
+        if s.lanes % per:
+            names, per = {}, s.lanes
+        a_ptr = self._addr_of(st, s.a, s.a_index)
+        words_t = ir.VectorType(ir.IntType(16), 2 * per)
+        if "widen" in names:
+            a_even, a_odd = (b.bitcast(self._splat(st, b.load(p, typ=I32, align=2), per), words_t) for p in
+                             (a_ptr, b.gep(a_ptr, [I64(2)], inbounds=True, source_etype=ir.IntType(16))))
+        else:
+            words = b.load(a_ptr, typ=ir.VectorType(ir.IntType(16), 4), align=2)
+            order = ir.Constant(ir.VectorType(I32, 4 * per), [(0, 2, 1, 3)[j] for _ in range(per) for j in range(4)])
+            a = b.sext(b.shuffle_vector(words, ir.Constant(words.type, None), order), ir.VectorType(I32, 4 * per))
+        acc_ptr, w_ptr = self._addr_of(st, s.acc, s.acc_index), self._addr_of(st, s.b, s.b_index)
+        vt, bytes_t = ir.VectorType(I32, per), ir.VectorType(I8, 4 * per)
+        for c in range(s.lanes // per):
+            acc_c = b.gep(acc_ptr, [I64(c * per)], inbounds=True, source_etype=I32)
+            w = b.load(b.gep(w_ptr, [I64(4 * per * c)], inbounds=True, source_etype=I8), typ=bytes_t, align=1)
+            dot = self._dot_word_pairs(st, names, a_even, a_odd, w, per) if "widen" in names else \
+                self._sum_quads(st, a, w, per)
+            b.store(b.add(b.load(acc_c, typ=vt, align=4), dot), acc_c, align=4)
 
     def _dot_widen(self, st, quad, w, per, signed_data=False):
         """<per x i32> sums of 4 products, each operand widened to i32 (any LLVM triple): the
@@ -836,7 +878,13 @@ class CodeGenLLVM:
         b = st.builder
         wide = ir.VectorType(I32, 4 * per)
         quad_bytes = b.bitcast(self._splat(st, quad, per), ir.VectorType(I8, 4 * per))
-        a = b.sext(quad_bytes, wide) if signed_data else b.zext(quad_bytes, wide)
+        return self._sum_quads(st, b.sext(quad_bytes, wide) if signed_data else b.zext(quad_bytes, wide), w, per)
+
+    def _sum_quads(self, st, a, w, per):
+        """<per x i32>: lane l = sum_j a[4 l + j] w[4 l + j], `a` <4 per x i32> (the data quad in
+        every lane), `w` the <4 per x i8> weights sign-extended."""
+        b = st.builder
+        wide = ir.VectorType(I32, 4 * per)
         prod = b.mul(a, b.sext(w, wide))
         lanes = [b.shuffle_vector(prod, ir.Constant(wide, None),
                                   ir.Constant(ir.VectorType(I32, per), [4 * lane + j for lane in range(per)]))
@@ -1067,6 +1115,22 @@ class CodeGenLLVM:
             return "gather", None
         return ("contiguous", rest) if c == 1 else ("strided", (rest, c))
 
+    @staticmethod
+    def _lane_permutation(index: PrimExpr, vec):
+        """(base, order) when the lanes of a vector loop (var = 0 .. lanes - 1) read the elements
+        base + order[k], `order` a permutation of 0 .. lanes - 1 (each lane's offset from the first
+        element a constant); else None."""
+        var, lanes = vec
+        at = [simplify(substitute(index, {var: IntImm(k)})) for k in range(lanes)]
+        offsets = [simplify(x - at[0]) for x in at]
+        if not all(isinstance(x, IntImm) for x in offsets):
+            return None
+        low = min(x.value for x in offsets)
+        order = [x.value - low for x in offsets]
+        if sorted(order) != list(range(lanes)):
+            return None
+        return simplify(at[0] + low), order
+
     def _vector_align(self, index: PrimExpr, dtype: str) -> int:
         """The alignment (bytes) claimed for a contiguous vector access starting at element
         `index`: 4 for CPU triples (unaligned vector moves cost little there); for a GPU triple,
@@ -1146,6 +1210,14 @@ class CodeGenLLVM:
             wide = b.load(self._addr_of(st, e.buffer, base), typ=span, align=self._vector_align(base, e.buffer.dtype))
             val = b.shuffle_vector(wide, ir.Constant(span, ir.Undefined),
                                    ir.Constant(ir.VectorType(I32, lanes), [k * stride for k in range(lanes)]))
+        elif (permuted := kind == "gather" and mask is None and self.device is None and
+              self._lane_permutation(e.index, vec)):
+            # the lanes read a permutation of one contiguous span (a data_pairs stage's quads in
+            # pair order, tvmc.ops.cpu.int8): one load of the span and a shufflevector, not a
+            # load per lane (resnet_style_cnn's int8 convs on x86-avx2: 16 vpinsrb per vector)
+            base, order = permuted
+            span = b.load(self._addr_of(st, e.buffer, base), typ=vt, align=self._vector_align(base, e.buffer.dtype))
+            val = b.shuffle_vector(span, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, lanes), order))
         elif mask is None and self._gather_scatter():
             f = self.declare(f"llvm.masked.gather.{_vname(vt)}.v{lanes}p0", vt,
                              [ir.VectorType(PTR, lanes), I32, ir.VectorType(I1, lanes), vt])

@@ -283,6 +283,9 @@ class CodeGenOpenCL:
         """tir.DotU8S8: per lane, the uchar4 data quad (char4 for int8 data) and the lane's char4
         weights (vload4: no alignment beyond the element's) into the tvmc_dot_u8s8 (tvmc_dot_s8s8)
         helper (HELPERS)."""
+        if s.a.dtype == "int16":
+            raise CodegenError("opencl: a DotU8S8 step on int16 data (a data_pairs stage, an x86 vpmaddwd form) has "
+                               "no OpenCL form")
         helper = self._helper("dot_s8s8" if s.a.dtype == "int8" else "dot_u8s8", "int32")
         acc, a, b = (self._var_name(x) for x in (s.acc, s.a, s.b))
         quad = f"vload4(0, {a} + {self._expr(s.a_index)})"

@@ -211,7 +211,7 @@ def _blocked_u8s8_out_type(d, w, attrs, op: str):
 
 
 def _conv2d_u8s8_reference(x, w, strides, padding, dilation, pad_value=0, pairs_in_int16=False,
-                           out_layout=None, groups=1):
+                           out_layout=None, groups=1, data_pairs=False):
     """Unblock data and weight, pad with pad_value, convolve exactly (float64 sums of integer
     products below 2^53), block the result as NCHW16c."""
     return _blocked_u8s8_reference(x, unpack_conv2d_u8s8_weight(w, x.shape[4]), strides, padding, dilation, pad_value)
@@ -229,7 +229,7 @@ def _blocked_u8s8_reference(x, oihw, strides, padding, dilation, pad_value):
 
 def _conv2d_u8s8_compute(inputs, attrs, out_type):
     return conv2d_nchwc_u8s8(*inputs, attrs["strides"], attrs["padding"], attrs["dilation"], attrs.get("pad_value", 0),
-                             attrs.get("pairs_in_int16", False))
+                             attrs.get("pairs_in_int16", False), attrs.get("data_pairs", False))
 
 
 def _conv2d_u8s8_flops(workload):
@@ -387,7 +387,7 @@ def _dense_out_type(d, w, attrs):
     return TensorType((d.shape[0], units), "int32")
 
 
-def _dense_u8s8_reference(x, w, units=None, pairs_in_int16=False):
+def _dense_u8s8_reference(x, w, units=None, pairs_in_int16=False, data_pairs=False):
     nb, kb, bn, bk = w.shape
     unpacked = w.transpose(0, 2, 1, 3).reshape(nb * bn, kb * bk)[:units or nb * bn, :x.shape[1]]
     return (x.astype(np.int64) @ unpacked.T.astype(np.int64)).astype(np.int32)
@@ -402,7 +402,8 @@ def _dense_u8s8_flops(workload):
 # a qnn.dense into it and the zero-point terms on CPU targets): no zero points, int32 [M, units].
 register_op(OpDef("qnn.dense_u8s8", _dense_u8s8_type, _dense_u8s8_reference, OpPattern.OUT_ELEMWISE_FUSABLE,
                   lambda inputs, attrs, out_type: dense_u8s8(*inputs, attrs.get("units"),
-                                                             attrs.get("pairs_in_int16", False)), {
+                                                             attrs.get("pairs_in_int16", False),
+                                                             attrs.get("data_pairs", False)), {
                       "cpu": [Implementation("dense_u8s8.cpu", schedule_dense_u8s8, config_space=dense_u8s8_config)],
                       "gpu": [Implementation("dense_u8s8.gpu", schedule_dense_u8s8_gpu,
                                              config_space=dense_u8s8_gpu_config)]},

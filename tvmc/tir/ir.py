@@ -260,7 +260,9 @@ class DotU8S8(Intrinsic):
 
     with `acc` int32 (wrapping addition), `a` uint8 (the same 4 bytes for every lane: a broadcast
     data element quad; int8 on targets whose dot product is s8 x s8, Target.dot_data_dtype) and
-    `b` int8 (`lanes` x 4 contiguous bytes: a block of packed weights).
+    `b` int8 (`lanes` x 4 contiguous bytes: a block of packed weights). An int16 `a` (a
+    data_pairs stage of tvmc/ops/cpu/int8.py: data widened once for vpmaddwd) holds its quad in
+    pair order, a[a_index + PAIR_ORDER[j]] for element j: the words (a0, a2), then (a1, a3).
     TVM's `dot_16x1x16_uint8_int8_int32` tensor intrinsic (topi/x86/tensor_intrin.py), which its
     dense_vnni and conv2d_NCHWc_int8 schedules tensorize with.
 
@@ -284,9 +286,9 @@ class DotU8S8(Intrinsic):
 
     def __init__(self, acc: Buffer, acc_index: PrimExpr, a: Buffer, a_index: PrimExpr, b: Buffer, b_index: PrimExpr,
                  lanes: int = 16, pairs_in_int16: bool = False):
-        if acc.dtype != "int32" or a.dtype not in ("uint8", "int8") or b.dtype != "int8":
-            raise ValueError(f"DotU8S8 needs int32 += uint8 (or int8) x int8 buffers, got {acc.dtype} += {a.dtype} x "
-                             f"{b.dtype}")
+        if acc.dtype != "int32" or a.dtype not in ("uint8", "int8", "int16") or b.dtype != "int8":
+            raise ValueError(f"DotU8S8 needs int32 += uint8 (int8, int16) x int8 buffers, got {acc.dtype} += "
+                             f"{a.dtype} x {b.dtype}")
         self.acc, self.acc_index, self.a, self.a_index, self.b, self.b_index = acc, acc_index, a, a_index, b, b_index
         self.lanes, self.pairs_in_int16 = int(lanes), bool(pairs_in_int16)
 

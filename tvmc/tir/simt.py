@@ -205,7 +205,10 @@ class _Block:
 
     def dot_u8s8(self, s: DotU8S8, mask):
         """tir.DotU8S8 per active thread: each lane's int32 += the sum of the 4 uint8 (or int8)
-        x int8 products (exact in int64), wrapped to int32 as the instruction (dp4a) adds."""
+        x int8 products (exact in int64), wrapped to int32 as the instruction (dp4a) adds. int16
+        data (a data_pairs stage: x86 only) has no GPU form."""
+        if s.a.dtype == "int16":
+            raise NotImplementedError("simt: a DotU8S8 step on int16 data (a data_pairs stage) has no GPU form")
         a_index, b_index, acc_index = (self.value(x, mask) for x in (s.a_index, s.b_index, s.acc_index))
         quad = [np.asarray(self.load(s.a, a_index + j, mask), np.int64) for j in range(4)]
         for c in range(s.lanes):

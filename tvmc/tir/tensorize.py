@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvmc.errors import ScheduleError
-from tvmc.te.expr import BinOp, Cast, IntImm, Load, Var, substitute
+from tvmc.te.expr import BinOp, Cast, IntImm, Load, Var, substitute, walk
 from tvmc.tir.ir import DotU8S8, MmlaU8S8
 from tvmc.tir.simplify import linear_steps, simplify
 
@@ -23,9 +23,11 @@ class DotU8S8Intrin:
     """Tensorizes `acc[.., n] += int32(a[.., k]) * int32(b[.., n, k])` over an inner spatial
     loop of `lanes` and an inner reduce loop of 4 into tir.DotU8S8 (TVM's
     dot_16x1x16_uint8_int8_int32): along the lane loop the accumulator index steps by 1, the
-    uint8 operand's by 0 and the int8 operand's by 4; along the reduce loop by 0, 1 and 1.
+    data operand's by 0 and the int8 operand's by 4; along the reduce loop by 0, 1 and 1.
     With lanes = 1 (the GPU kernels' step, one int32 += 4 u8 x s8 products: dp4a) there is no
-    lane loop: the inner loops are the reduce loop of 4 alone.
+    lane loop: the inner loops are the reduce loop of 4 alone. An int16 data operand (a
+    data_pairs stage, tvmc.ops.cpu.int8) holds its quad in pair order: along the reduce loop its
+    index takes the offsets (0, 2, 1, 3) instead of stepping by 1.
     `pairs_in_int16`: passed to DotU8S8 (the weights' pairs cannot saturate vpmaddubsw)."""
 
     lanes: int = 16
@@ -46,12 +48,15 @@ class DotU8S8Intrin:
         lane, k = (spatial[0][0] if spatial else Var("lane")), reduce[0][0]
         loads = _u8s8_product(source)
         if loads is None or acc.dtype != "int32":
-            raise ScheduleError("tensorize dot_u8s8: the update must be int32 += int32(uint8 or int8 load) * "
+            raise ScheduleError("tensorize dot_u8s8: the update must be int32 += int32(uint8, int8 or int16 load) * "
                                 f"int32(int8 load), got {acc.dtype} += {source!r}")
         a, b = loads
         steps = ((1, 0), (0, 1), (4, 1)) if spatial else ((0, 0), (0, 1), (0, 1))
-        for what, index, want in zip(("accumulator", "uint8 operand", "int8 operand"), (acc_index, a.index, b.index),
+        for what, index, want in zip(("accumulator", "data operand", "int8 operand"), (acc_index, a.index, b.index),
                                      steps):
+            if what == "data operand" and a.dtype == "int16":
+                _check_pair_order(index, lane, k, ranges)
+                continue
             got = linear_steps(simplify(index, ranges), (lane, k))
             if got != want:
                 raise ScheduleError(f"tensorize dot_u8s8: the {what}'s index {index!r} steps by {got} along "
@@ -102,10 +107,22 @@ class MmlaU8S8Intrin:
                         base(b.index))
 
 
+def _check_pair_order(index, lane, k, ranges):
+    """Raises ScheduleError unless the data index `index` of a DotU8S8 update, at k = 0, 1, 2, 3,
+    is its value at k = 0 plus PAIR_ORDER's positions (0, 2, 1, 3), for any lane (it does not
+    use the lane variable)."""
+    at = [simplify(substitute(index, {lane: IntImm(0), k: IntImm(j)}), ranges) for j in range(4)]
+    offsets = [simplify(x - at[0], ranges) for x in at]
+    if lane in set(walk(index)) or [getattr(x, "value", None) for x in offsets] != [0, 2, 1, 3]:
+        raise ScheduleError(f"tensorize dot_u8s8: the int16 data operand's index {index!r} does not read a quad in "
+                            f"pair order along {k.name} (offsets (0, 2, 1, 3), the same for every {lane.name})")
+
+
 def _u8s8_product(e):
     """(uint8 Load, int8 Load) when `e` is int32(uint8 load) * int32(int8 load) in either order;
     (data, weight) when it is int32(int8 load) * int32(int8 load), the data the left operand (as
-    the int8 kernels write it: tvmc.ops.cpu.int8, on targets of int8 data)."""
+    the int8 kernels write it: tvmc.ops.cpu.int8, on targets of int8 data), or int32(int16 load)
+    * int32(int8 load) (a data_pairs stage)."""
     if not (isinstance(e, BinOp) and e.op == "mul" and e.dtype == "int32"):
         return None
     ops = []
@@ -116,6 +133,7 @@ def _u8s8_product(e):
     if [x.dtype for x in ops] == ["int8", "int8"]:
         return ops[0], ops[1]
     by_dtype = {x.dtype: x for x in ops}
-    if set(by_dtype) != {"uint8", "int8"}:
+    data = by_dtype.get("uint8", by_dtype.get("int16"))
+    if len(by_dtype) != 2 or data is None or "int8" not in by_dtype:
         return None
-    return by_dtype["uint8"], by_dtype["int8"]
+    return data, by_dtype["int8"]

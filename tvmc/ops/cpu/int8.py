@@ -27,10 +27,13 @@ exact. The weights are constants: pairs_in_int16 checks at compile time whether 
 weights that vpmaddubsw sums can saturate (never for 7-bit weights: |w0| + |w1| <= 128); where none
 can, one vpmaddubsw per step (the kernel's `pairs_in_int16` attribute). Else, in a register tile of
 several data rows, the weights are widened to int16 by shifts, once per block for all the rows, and
-each row takes two vpmaddwd (i16 x i16 pairs -> int32, exact); with one row (M = 1) each data byte
-is split into its low 7 bits and its top bit, two vpmaddubsw that cannot saturate (tir.DotU8S8;
-CodeGenLLVM._dot_pairs). Measured (bench/int8_kernels.py, 8-bit weights, M >= 64) the widened form
-is 1.05-1.15x the split's GOP/s on x86-avx2 and 1.3x on x86 (AVX-512 without VNNI).
+each row takes two vpmaddwd (i16 x i16 pairs -> int32, exact); the data is then widened to int16
+once, before the product (the kernels' `data_pairs`: a stage holding each quad in PAIR_ORDER, so a
+step broadcasts the words (a0, a2) and (a1, a3) it multiplies straight from memory). With one row
+(M = 1) each data byte is split into its low 7 bits and its top bit, two vpmaddubsw that cannot
+saturate (tir.DotU8S8; CodeGenLLVM._dot_pairs). Measured (bench/int8_kernels.py, 8-bit weights,
+M >= 64, Zen 4, one thread): the widened form on int16 pairs 160-170 GOP/s on x86-avx2, against
+about 100 for float32 dense_pack (the split: about 100).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from tvmc.te.extent import same_shape
 BLOCK_N = 16  # int32 lanes of one dot-product step: the output channels of a packed weight block
 BLOCK_K = 4   # u8 x s8 products summed into each lane per step
 INT16_MAX, UINT8_MAX = 32767, 255
+PAIR_ORDER = (0, 2, 1, 3)  # a data quad's elements as a data_pairs stage stores them: (a0, a2), (a1, a3)
 # the data operand's types (uint8; int8 where the target's dot product is s8 x s8, Target.dot_data_dtype)
 # and their ranges, which a pad value must fall in
 DATA_DTYPES = {"uint8": (0, UINT8_MAX), "int8": (-128, 127)}
@@ -78,6 +82,12 @@ def padded_dense_weight(weight: np.ndarray, block_k: int, caller: str) -> np.nda
     return padded
 
 
+def pair_position(j):
+    """Where element j (0-3, a te expression) of a data quad sits in a data_pairs stage's quad:
+    PAIR_ORDER as arithmetic, 2 (j % 2) + j // 2 (its own inverse)."""
+    return (j % 2) * 2 + j // 2
+
+
 def pairs_in_int16(packed: np.ndarray) -> bool:
     """Whether vpmaddubsw cannot saturate on the int8 weights `packed` (any layout whose last axis
     holds the 4 reduction elements of one lane, e.g. pack_dense_u8s8_weight's): for every pair
@@ -93,7 +103,7 @@ def pairs_in_int16(packed: np.ndarray) -> bool:
 
 # ---- dense ------------------------------------------------------------------------------------
 
-def dense_u8s8(data, weight, units: int | None = None, pairs_in_int16: bool = False):
+def dense_u8s8(data, weight, units: int | None = None, pairs_in_int16: bool = False, data_pairs: bool = False):
     """out[m, n] = sum_k int32(data[m, k]) * int32(w[n, k]), int32 (the raw product of TVM's
     qnn.dense, zero points not subtracted).
 
@@ -103,6 +113,10 @@ def dense_u8s8(data, weight, units: int | None = None, pairs_in_int16: bool = Fa
     units:  N, the output's columns (default every packed column: N = 16 ceil(N / 16))
     pairs_in_int16: the packed weights' pairs_in_int16 (kept in the compute's attrs: the
             schedule then uses the one-vpmaddubsw form)
+    data_pairs: the data widened to int16 once, each quad stored in PAIR_ORDER (a stage
+            `data_pairs` [M, 4 ceil(K / 4)] int16, zero-padded along K), for the vpmaddwd form of
+            the x86 pmaddubsw targets: a step then reads the (a0, a2) and (a1, a3) words it
+            multiplies as two broadcasts, instead of splitting the quad in every step
     -> int32 [M, units]. Where K is not a multiple of 4 the data is padded with zeros along K
     (a stage `data_pad`); where units < the packed columns, the product is computed for every
     packed column (stage `dense_u8s8_padded`) and the output takes the first `units`.
@@ -116,15 +130,23 @@ def dense_u8s8(data, weight, units: int | None = None, pairs_in_int16: bool = Fa
     units = units or nb * BLOCK_N
     if not (nb - 1) * BLOCK_N < units <= nb * BLOCK_N:
         raise ValueError(f"units {units} does not end in the last of {nb} blocks of {BLOCK_N} columns")
-    if k % BLOCK_K:
+    if data_pairs:
+        def widened(i, c):
+            src = c - c % BLOCK_K + pair_position(c % BLOCK_K)
+            value = te.cast("int16", data[i, te.minimum(src, k - 1)])
+            return te.select(src < k, value, te.const(0, "int16")) if k % BLOCK_K else value
+
+        data = te.compute((m, kb * BLOCK_K), widened, name="data_pairs")
+    elif k % BLOCK_K:
         data = te.compute((m, kb * BLOCK_K), lambda i, j: te.select(
             j < k, data[i, te.minimum(j, k - 1)], te.const(0, data.dtype)), name="data_pad")
     ko = te.reduce_axis(kb, "k_outer")
     ki = te.reduce_axis(BLOCK_K, "k_inner")
     attrs = {"pairs_in_int16": bool(pairs_in_int16)}
+    position = pair_position(ki.var) if data_pairs else ki.var
 
     def product(i, j):
-        return te.sum(te.cast("int32", data[i, ko.var * BLOCK_K + ki.var]) *
+        return te.sum(te.cast("int32", data[i, ko.var * BLOCK_K + position]) *
                       te.cast("int32", weight[j // BLOCK_N, ko.var, j % BLOCK_N, ki.var]), [ko, ki])
 
     if units == nb * BLOCK_N:
@@ -156,14 +178,18 @@ def dense_u8s8_config(workload, target) -> ConfigSpace:
       M == 1: tile_m = 1, tile_nb = the largest divisor of N/16 <= min(4, budget / per block)
               (bound by reading the weights; a few independent accumulators hide the latency);
       M > 1:  tile_nb = the largest divisor of N/16 <= 2 (1 where one block fills half the
-              budget), tile_m = the largest divisor of M with tile_m x tile_nb blocks in budget.
+              budget, and on the forms that widen the weights for vpmaddwd, Target.dot_data_pairs,
+              where the rows share each block's widening), tile_m = the largest divisor of M
+              with tile_m x tile_nb blocks in budget. Measured on Zen 4, one thread, M = 64,
+              K = N = 768, 8-bit weights, data_pairs: x86-avx2 (4, 1) 162 GOP/s against (2, 2)
+              129; x86 without VNNI (16, 1) 180, (8, 2) 185.
     """
     m, nb = workload[0][0], workload[1][0]
     per_block = _lane_vectors(target)
     budget = max(1, target.num_vector_registers // 2 // per_block)  # accumulators in blocks
+    blocks = 1 if target.dot_data_pairs and budget < 8 else min(2, max(1, budget // 2))
     space = ConfigSpace()
-    space.define_split("tile_nb", nb, fallback=min(4, budget) if m == 1 else min(2, max(1, budget // 2)),
-                       max_factor=8)
+    space.define_split("tile_nb", nb, fallback=min(4, budget) if m == 1 else blocks, max_factor=8)
     space.define_split("tile_m", m, fallback=max(1, budget // space.fallback["tile_nb"]), max_factor=16)
     return space
 
@@ -247,7 +273,8 @@ def unpack_conv2d_u8s8_weight(packed: np.ndarray, ic_bn: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(oco * bn, ico * ic_bn, kh, kw))
 
 
-def conv2d_nchwc_u8s8(data, weight, strides, padding, dilation, pad_value: int = 0, pairs_in_int16: bool = False):
+def conv2d_nchwc_u8s8(data, weight, strides, padding, dilation, pad_value: int = 0, pairs_in_int16: bool = False,
+                      data_pairs: bool = False):
     """The raw u8 x s8 product of a blocked conv2d (TVM's conv2d_NCHWc_int8, topi/x86/conv2d_int8.py;
     zero points not subtracted):
 
@@ -260,6 +287,8 @@ def conv2d_nchwc_u8s8(data, weight, strides, padding, dilation, pad_value: int =
     weight:    int8 [O/16, C/ib, KH, KW, ceil(ib/4), 16, 4] (pack_conv2d_u8s8_weight)
     padding:   (top, left, bottom, right); the padded input holds `pad_value` (a value of the data's type) there
                and in the channels that round ib up to a multiple of 4 (their weights are zero)
+    data_pairs: the padded input widened to int16, each quad of input channels stored in
+               PAIR_ORDER (as dense_u8s8's data_pairs; the stage `pad_data` then always exists)
     -> int32 NCHW16c [N, O/16, OH, OW, 16]. The padded input is its own stage `pad_data` where any
     padding exists. Reduce axes in order (ic_outer, kh, kw, ic_quad, ic_inner): ic_inner (4) is
     the reduction of one DotU8S8 step. Raises ValueError on mismatched shapes or dtypes."""
@@ -280,20 +309,26 @@ def conv2d_nchwc_u8s8(data, weight, strides, padding, dilation, pad_value: int =
     ow = (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
     ibp = quads * BLOCK_K
     padded = data
-    if any(padding) or ibp != ib:
+    if any(padding) or ibp != ib or data_pairs:
+        dtype = "int16" if data_pairs else data.dtype
+
         def pad(nn, c, yy, xx, ci):
+            if data_pairs:
+                ci = ci - ci % BLOCK_K + pair_position(ci % BLOCK_K)
             conds = [yy >= pt, yy < pt + h, xx >= pl, xx < pl + w] if any(padding) else []
             if ibp != ib:
                 conds.append(ci < ib)
-            src = data[nn, c, yy - pt, xx - pl, te.minimum(ci, ib - 1) if ibp != ib else ci]
-            return te.select(te.logical_and(*conds), src, te.const(pad_value, data.dtype))
+            src = te.cast(dtype, data[nn, c, yy - pt, xx - pl, te.minimum(ci, ib - 1) if ibp != ib else ci])
+            return te.select(te.logical_and(*conds), src, te.const(pad_value, dtype)) if conds else src
 
         padded = te.compute((n, ico, h + pt + pb, w + pl + pr, ibp), pad, name="pad_data")
     rico, rkh, rkw = te.reduce_axis(ico, "ic_outer"), te.reduce_axis(kh, "kh"), te.reduce_axis(kw, "kw")
     ricq, rici = te.reduce_axis(quads, "ic_quad"), te.reduce_axis(BLOCK_K, "ic_inner")
 
+    position = pair_position(rici.var) if data_pairs else rici.var
+
     def f(nn, oc, y, x, oci):
-        xv = padded[nn, rico, y * sh + rkh.var * dh, x * sw + rkw.var * dw, ricq.var * BLOCK_K + rici.var]
+        xv = padded[nn, rico, y * sh + rkh.var * dh, x * sw + rkw.var * dw, ricq.var * BLOCK_K + position]
         return te.sum(te.cast("int32", xv) * te.cast("int32", weight[oc, rico, rkh, rkw, ricq, oci, rici]),
                       [rico, rkh, rkw, ricq, rici])
 
@@ -385,14 +420,18 @@ def conv2d_u8s8_config(workload, target) -> ConfigSpace:
     Fallback, counted in vector registers as dense_u8s8's (an accumulator takes 512 / width_bits
     of them): an accumulator budget of half the vector registers (AVX-512: 16 zmm; AVX2 and
     AVX-VNNI: 8 ymm = 4 blocks); tile_oc = the largest divisor of O/16 <= 2 (1 where the budget
-    holds fewer than 4 blocks), then tile_ow = the largest divisor of OW with tile_oc x tile_ow
-    blocks within the budget. Measured on Zen 4 (AVX-512 VNNI, one thread, a loaded machine: +-30%),
-    3x3 convs of 64 channels at 56 x 56 and 128 at 14 x 14: tiles of 28 accumulators (14 x 2) ran
-    at 170-180 GOP/s, tiles of 14-16 (7 x 2, 8 x 2, 4 x 4) at 260-300, (7, 1) at 320."""
+    holds fewer than 4 blocks, and on the forms that widen the weights for vpmaddwd,
+    Target.dot_data_pairs, whose columns share each block's widening), then tile_ow = the
+    largest divisor of OW with tile_oc x tile_ow blocks within the budget. Measured on Zen 4
+    (AVX-512 VNNI, one thread, a loaded machine: +-30%), 3x3 convs of 64 channels at 56 x 56 and
+    128 at 14 x 14: tiles of 28 accumulators (14 x 2) ran at 170-180 GOP/s, tiles of 14-16 (7 x
+    2, 8 x 2, 4 x 4) at 260-300, (7, 1) at 320. x86-avx2 (data_pairs, 8-bit weights), 64
+    channels at 16 x 16: (4, 1) 161, (2, 2) 145; x86 without VNNI (16, 1) 180, (8, 2) 166."""
     out = workload[2]
     oc_blocks, ow = out[1], out[3]
     budget = max(1, target.num_vector_registers // 2 // _lane_vectors(target))
-    tile_oc = max(f for f in range(1, min(2 if budget >= 4 else 1, oc_blocks) + 1) if oc_blocks % f == 0)
+    most = 1 if budget < 4 or target.dot_data_pairs else 2
+    tile_oc = max(f for f in range(1, min(most, oc_blocks) + 1) if oc_blocks % f == 0)
     tile_ow = max(f for f in range(1, ow + 1) if ow % f == 0 and tile_oc * f <= budget)
     space = ConfigSpace()
     space.define_knob("tile_ow", [f for f in range(1, min(ow, 32) + 1) if ow % f == 0] +
