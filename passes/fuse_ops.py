@@ -87,14 +87,14 @@ def _partition(graph: Graph, max_depth: int) -> dict:
         pattern = _pattern(call)
         target = None
         if max_depth > 1 and pattern != OpPattern.OPAQUE:
-            for producer in call.inputs:
-                if not isinstance(producer, Call) or producer in prologues or producer in outputs \
-                        or len(set(uses[producer])) != 1:
-                    continue
-                group = group_of[producer]
-                if len(group.calls) < max_depth and _can_join(group, producer, call, pattern, uses, outputs):
-                    target = group
-                    break
+            joinable = [group_of[p] for p in call.inputs
+                        if isinstance(p, Call) and p not in prologues and p not in outputs and len(set(uses[p])) == 1
+                        and len(group_of[p].calls) < max_depth and _can_join(group_of[p], p, call, pattern, uses,
+                                                                             outputs)]
+            # an anchored group first (a dense's, not a reshape's): the residual add of a dense
+            # whose other operand is a reshape joins the dense as its epilogue, and the reshape,
+            # alone, becomes a view (PlanMemory's reshape_views) instead of a copy
+            target = next((g for g in joinable if g.pattern in _ANCHORS), joinable[0] if joinable else None)
         if target is None:
             target = group_of[call] = _Group(call, pattern)
         else:

@@ -189,3 +189,15 @@ def test_epilogue_that_broadcasts_the_anchor_up_is_not_fused():
     after = fuse(before)
     assert op_names(after) == ["fused_nn_conv2d", "fused_nn_global_avg_pool2d", "fused_add"]
     assert_equivalent(before, after)
+
+
+def test_an_elementwise_op_joins_the_anchored_group_of_its_operands():
+    """add(reshape(r), dense(x) + bias), the reshape first (a residual add after a rank-3
+    MatMul): the add joins the dense's group as its epilogue, not the reshape's, which stays
+    alone (PlanMemory makes it a view: no kernel)."""
+    x, r = var("x", (4, 8)), var("r", (1, 4, 6))
+    dense = call("add", call("nn.dense", x, const((6, 8), "w")), const((6,), "b", 1))
+    before = Graph([x, r], [call("add", call("reshape", call("nn.relu", r), newshape=(4, 6)), dense)])
+    after = fuse(before)
+    assert op_names(after) == ["fused_nn_relu_reshape", "fused_nn_dense_add_add"]
+    assert_equivalent(before, after)
