@@ -386,7 +386,13 @@ def test_conv2d_nchwc_u8s8_matches_numpy(spec, form, insn, shape):
     """Fallback config and two others; data of 255s in the first channel, weights of 127 and -128
     for the first two output channels (vpmaddubsw's saturating pairs), a pad value at the edge of
     uint8; every result exact."""
-    target = _runnable(_resolve(spec))
+    _conv_exact_on_three_configs(_runnable(_resolve(spec)), shape)
+
+
+def _conv_exact_on_three_configs(target, shape, **compute_attrs):
+    """A CONV_SHAPES case on `target` (fallback config and two others; compute_attrs to the
+    compute): data of 255s in the first channel, weights of 127 and -128 for the first two output
+    channels, exact against numpy."""
     _, (n, c, h, w), o, k, stride, padding, ib, pad_value = shape
     rng = np.random.default_rng(c * 100 + o)
     x = rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
@@ -397,7 +403,7 @@ def test_conv2d_nchwc_u8s8_matches_numpy(spec, form, insn, shape):
     data = to_layout(x, "NCHW", blocked_layout(ib))
     ref = _conv_reference(x, wt, (stride, stride), padding, pad_value)
     _exact_on_three_configs(lambda cfg: _conv_kernel(data.shape, packed.shape, (stride, stride), padding, pad_value,
-                                                     target, cfg), target, [data, packed], ref)
+                                                     target, cfg, **compute_attrs), target, [data, packed], ref)
 
 
 def test_pack_conv2d_u8s8_weight_layout():
@@ -461,17 +467,7 @@ def test_data_pairs_conv_matches_numpy(spec, form, insn, shape):
     """conv2d_nchwc_u8s8 with data_pairs: the padded input widened to int16 with each quad in
     pair order (the 3-channel stem's quad padded); fallback and two other configs, data of 255s
     against weights of 127 and -128; exact."""
-    target = _runnable(_resolve(spec))
-    _, (n, c, h, w), o, k, stride, padding, ib, pad_value = shape
-    rng = np.random.default_rng(c * 10 + o)
-    x = rng.integers(0, 256, (n, c, h, w)).astype(np.uint8)
-    x[:, 0] = 255
-    wt = rng.integers(-128, 128, (o, c, k, k)).astype(np.int8)
-    wt[0], wt[1] = 127, -128
-    packed, data = pack_conv2d_u8s8_weight(wt, ib), to_layout(x, "NCHW", blocked_layout(ib))
-    _exact_on_three_configs(lambda cfg: _conv_kernel(data.shape, packed.shape, (stride, stride), padding, pad_value,
-                                                     target, cfg, data_pairs=True),
-                            target, [data, packed], _conv_reference(x, wt, (stride, stride), padding, pad_value))
+    _conv_exact_on_three_configs(_runnable(_resolve(spec)), shape, data_pairs=True)
 
 
 def test_data_pairs_steps_broadcast_the_words_from_memory():
