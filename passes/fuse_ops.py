@@ -166,7 +166,8 @@ def fuse_ops(graph: Graph, ctx) -> Graph:
     A group is an anchor (OUT_ELEMWISE_FUSABLE, COMM_REDUCE, INJECTIVE, or ELEMWISE/BROADCAST
     starting a group on its own) followed by the chain of ELEMWISE/BROADCAST ops reading it,
     where each intermediate has exactly one user and is not a graph output (after an
-    OUT_ELEMWISE_FUSABLE/COMM_REDUCE anchor, only ops keeping its output shape); INJECTIVE ops
+    OUT_ELEMWISE_FUSABLE/COMM_REDUCE anchor, only ops keeping its output shape; an op that could
+    join the groups of several operands joins an anchored one first); INJECTIVE ops
     join only groups without an anchor (reshape -> relu, relu -> transpose); a `pad` feeding
     a conv2d's data fuses into it as its producer; an injective op on constants alone that only
     elementwise ops read joins each reader's group (_constant_prologue); OPAQUE ops (and existing

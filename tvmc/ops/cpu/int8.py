@@ -32,8 +32,8 @@ once, before the product (the kernels' `data_pairs`: a stage holding each quad i
 step broadcasts the words (a0, a2) and (a1, a3) it multiplies straight from memory). With one row
 (M = 1) each data byte is split into its low 7 bits and its top bit, two vpmaddubsw that cannot
 saturate (tir.DotU8S8; CodeGenLLVM._dot_pairs). Measured (bench/int8_kernels.py, 8-bit weights,
-M >= 64, Zen 4, one thread): the widened form on int16 pairs 160-170 GOP/s on x86-avx2, against
-about 100 for float32 dense_pack (the split: about 100).
+M >= 64, Zen 4, one thread): the widened form on int16 pairs 161-165 GOP/s on x86-avx2, against
+98-103 for float32 dense_pack (the split, M = 1: 99).
 """
 
 from __future__ import annotations
