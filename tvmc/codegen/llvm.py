@@ -29,8 +29,8 @@ from tvmc.te.expr import (BinOp, Call, Cast, Cmp, FloatImm, IntImm, Let, Load, N
 from tvmc.te.extent import as_extent, upper_bound
 from tvmc.te.schedule import THREAD_TAGS
 from tvmc.tir.gpu import narrower
-from tvmc.tir.ir import (MMA, MMA_SHAPES, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier, Buffer,
-                         DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, MmlaU8S8, PrimFunc, Seq, Stmt, Store,
+from tvmc.tir.ir import (MMA, MMA_SHAPES, PAIR_ORDER, Allocate, AsyncCopy, AsyncCopyCommit, AsyncCopyWait, Barrier,
+                         Buffer, DotU8S8, For, IfThenElse, Intrinsic, MatrixLoad, MmlaU8S8, PrimFunc, Seq, Stmt, Store,
                          stmt_children)
 from tvmc.tir.simplify import Linear, rounded_then_shifted, simplify, structural_key
 
@@ -616,10 +616,9 @@ class CodeGenLLVM:
             raise CodegenError("codegen: a DotU8S8 step cannot sit inside a vectorized loop")
         b = st.builder
         form = self.target.dot_u8s8
-        signed_data = s.a.dtype == "int8"
-        if s.a.dtype == "int16":
-            self._dot_int16_data(st, s, None if self.device is not None else form)
-            return
+        signed_data, pair_data = s.a.dtype == "int8", s.a.dtype == "int16"
+        if pair_data and self.device is not None:
+            raise CodegenError("codegen: a DotU8S8 step on int16 data (a data_pairs stage) runs on CPU triples only")
         if self.device is not None and form is not None:
             table = (self.device.dot_s8s8 if signed_data else self.device.dot_u8s8) or {}
             if table.get(form[0]):
@@ -627,13 +626,18 @@ class CodeGenLLVM:
                 return
         form = form if self.device is None else None
         names = (DOT_S8S8_INTRINSICS if signed_data else DOT_U8S8_INTRINSICS).get(form)
+        if pair_data and names is not None and "widen" not in names:
+            names = None  # int16 words take vpmaddwd (the pmaddubsw forms) or widening multiplies
         per = form[1] // 32 if names else s.lanes
         if s.lanes % per:
             names, per = None, s.lanes
-        quad = b.load(self._addr_of(st, s.a, s.a_index), typ=I32, align=1)
         acc_ptr, w_ptr = self._addr_of(st, s.acc, s.acc_index), self._addr_of(st, s.b, s.b_index)
         vt, bytes_t = ir.VectorType(I32, per), ir.VectorType(I8, 4 * per)
-        step = None
+        step = quad = None
+        if pair_data:
+            step = self._dot_int16_data(st, s, names, per)
+        else:
+            quad = b.load(self._addr_of(st, s.a, s.a_index), typ=I32, align=1)
         if names is not None and not {"dot", "pairs"} & set(names):  # an AArch64 or wasm32 form
             (kind, intrinsic), = names.items()
             step = getattr(self, f"_dot_{kind}")(st, intrinsic, quad)
@@ -842,35 +846,23 @@ class CodeGenLLVM:
         w_odd = b.ashr(words, eight)  # w[l][1], w[l][3]
         return b.add(b.call(widen, [a_even, w_even]), b.call(widen, [a_odd, w_odd]))
 
-    def _dot_int16_data(self, st, s: DotU8S8, form):
-        """tir.DotU8S8 on int16 data in pair order (a data_pairs stage): on the x86 pmaddubsw
-        forms the words (a0, a2) and (a1, a3) broadcast straight from memory (two vpbroadcastd,
-        no split) into _dot_word_pairs; elsewhere the quad's four words, put back in element
-        order, in widening multiplies. GPU code generators have no form for it (CodegenError)."""
-        if form is None and self.device is not None:
-            raise CodegenError("codegen: a DotU8S8 step on int16 data (a data_pairs stage) runs on CPU triples only")
+    def _dot_int16_data(self, st, s: DotU8S8, names, per):
+        """step(acc, w) of tir.DotU8S8 on int16 data in pair order (a data_pairs stage), `per`
+        lanes a vector: on the x86 pmaddubsw forms (`names` has their vpmaddwd) the words (a0, a2)
+        and (a1, a3) broadcast straight from memory (two vpbroadcastd, no split) into
+        _dot_word_pairs; without a form (`names` None) the quad's four words, put back in
+        element order, in widening multiplies."""
         b = st.builder
-        names = DOT_U8S8_INTRINSICS.get(form) or {}
-        per = form[1] // 32 if "widen" in names else s.lanes
-        if s.lanes % per:
-            names, per = {}, s.lanes
         a_ptr = self._addr_of(st, s.a, s.a_index)
-        words_t = ir.VectorType(ir.IntType(16), 2 * per)
-        if "widen" in names:
+        if names is not None:
+            words_t = ir.VectorType(ir.IntType(16), 2 * per)
             a_even, a_odd = (b.bitcast(self._splat(st, b.load(p, typ=I32, align=2), per), words_t) for p in
                              (a_ptr, b.gep(a_ptr, [I64(2)], inbounds=True, source_etype=ir.IntType(16))))
-        else:
-            words = b.load(a_ptr, typ=ir.VectorType(ir.IntType(16), 4), align=2)
-            order = ir.Constant(ir.VectorType(I32, 4 * per), [(0, 2, 1, 3)[j] for _ in range(per) for j in range(4)])
-            a = b.sext(b.shuffle_vector(words, ir.Constant(words.type, None), order), ir.VectorType(I32, 4 * per))
-        acc_ptr, w_ptr = self._addr_of(st, s.acc, s.acc_index), self._addr_of(st, s.b, s.b_index)
-        vt, bytes_t = ir.VectorType(I32, per), ir.VectorType(I8, 4 * per)
-        for c in range(s.lanes // per):
-            acc_c = b.gep(acc_ptr, [I64(c * per)], inbounds=True, source_etype=I32)
-            w = b.load(b.gep(w_ptr, [I64(4 * per * c)], inbounds=True, source_etype=I8), typ=bytes_t, align=1)
-            dot = self._dot_word_pairs(st, names, a_even, a_odd, w, per) if "widen" in names else \
-                self._sum_quads(st, a, w, per)
-            b.store(b.add(b.load(acc_c, typ=vt, align=4), dot), acc_c, align=4)
+            return lambda acc, w: b.add(acc, self._dot_word_pairs(st, names, a_even, a_odd, w, per))
+        words = b.load(a_ptr, typ=ir.VectorType(ir.IntType(16), 4), align=2)
+        order = ir.Constant(ir.VectorType(I32, 4 * per), [PAIR_ORDER[j] for _ in range(per) for j in range(4)])
+        a = b.sext(b.shuffle_vector(words, ir.Constant(words.type, None), order), ir.VectorType(I32, 4 * per))
+        return lambda acc, w: b.add(acc, self._sum_quads(st, a, w, per))
 
     def _dot_widen(self, st, quad, w, per, signed_data=False):
         """<per x i32> sums of 4 products, each operand widened to i32 (any LLVM triple): the

@@ -252,6 +252,11 @@ class AsyncCopyWait(Intrinsic):
         return f"cp.async.wait(pending={self.pending})"
 
 
+# where an int16 DotU8S8 data quad holds its elements: element j at a_index + PAIR_ORDER[j], so the
+# quad's words are (a0, a2), then (a1, a3) (a data_pairs stage of tvmc/ops/cpu/int8.py)
+PAIR_ORDER = (0, 2, 1, 3)
+
+
 class DotU8S8(Intrinsic):
     """The int8 dot-product step of the CPU int8 kernels (tvmc/ops/cpu/int8.py): for each lane
     l < `lanes`,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tvmc.errors import ScheduleError
 from tvmc.te.expr import BinOp, Cast, IntImm, Load, Var, substitute, walk
-from tvmc.tir.ir import DotU8S8, MmlaU8S8
+from tvmc.tir.ir import PAIR_ORDER, DotU8S8, MmlaU8S8
 from tvmc.tir.simplify import linear_steps, simplify
 
 
@@ -113,9 +113,9 @@ def _check_pair_order(index, lane, k, ranges):
     use the lane variable)."""
     at = [simplify(substitute(index, {lane: IntImm(0), k: IntImm(j)}), ranges) for j in range(4)]
     offsets = [simplify(x - at[0], ranges) for x in at]
-    if lane in set(walk(index)) or [getattr(x, "value", None) for x in offsets] != [0, 2, 1, 3]:
+    if lane in set(walk(index)) or tuple(getattr(x, "value", None) for x in offsets) != PAIR_ORDER:
         raise ScheduleError(f"tensorize dot_u8s8: the int16 data operand's index {index!r} does not read a quad in "
-                            f"pair order along {k.name} (offsets (0, 2, 1, 3), the same for every {lane.name})")
+                            f"pair order along {k.name} (offsets {PAIR_ORDER}, the same for every {lane.name})")
 
 
 def _u8s8_product(e):

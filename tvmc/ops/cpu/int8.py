@@ -28,7 +28,7 @@ weights that vpmaddubsw sums can saturate (never for 7-bit weights: |w0| + |w1| 
 can, one vpmaddubsw per step (the kernel's `pairs_in_int16` attribute). Else, in a register tile of
 several data rows, the weights are widened to int16 by shifts, once per block for all the rows, and
 each row takes two vpmaddwd (i16 x i16 pairs -> int32, exact); the data is then widened to int16
-once, before the product (the kernels' `data_pairs`: a stage holding each quad in PAIR_ORDER, so a
+once, before the product (the kernels' `data_pairs`: a stage holding each quad in tir.PAIR_ORDER, so a
 step broadcasts the words (a0, a2) and (a1, a3) it multiplies straight from memory). With one row
 (M = 1) each data byte is split into its low 7 bits and its top bit, two vpmaddubsw that cannot
 saturate (tir.DotU8S8; CodeGenLLVM._dot_pairs). Measured (bench/int8_kernels.py, 8-bit weights,
@@ -51,7 +51,6 @@ from tvmc.te.extent import same_shape
 BLOCK_N = 16  # int32 lanes of one dot-product step: the output channels of a packed weight block
 BLOCK_K = 4   # u8 x s8 products summed into each lane per step
 INT16_MAX, UINT8_MAX = 32767, 255
-PAIR_ORDER = (0, 2, 1, 3)  # a data quad's elements as a data_pairs stage stores them: (a0, a2), (a1, a3)
 # the data operand's types (uint8; int8 where the target's dot product is s8 x s8, Target.dot_data_dtype)
 # and their ranges, which a pad value must fall in
 DATA_DTYPES = {"uint8": (0, UINT8_MAX), "int8": (-128, 127)}
@@ -84,7 +83,7 @@ def padded_dense_weight(weight: np.ndarray, block_k: int, caller: str) -> np.nda
 
 def pair_position(j):
     """Where element j (0-3, a te expression) of a data quad sits in a data_pairs stage's quad:
-    PAIR_ORDER as arithmetic, 2 (j % 2) + j // 2 (its own inverse)."""
+    tvmc.tir.ir.PAIR_ORDER as arithmetic, 2 (j % 2) + j // 2 (its own inverse)."""
     return (j % 2) * 2 + j // 2
 
 
